@@ -1,0 +1,1 @@
+"""Algorithms: the ``Algorithm`` base, entropy controllers, A2C and PPO."""

@@ -1,0 +1,305 @@
+"""``Algorithm``: the base class every learner and sub-learner derives from.
+
+As in ALF, an algorithm is an ``nn.Module`` with four entry points:
+
+* ``predict_step(inputs, state)``: acting for evaluation (no exploration).
+* ``rollout_step(inputs, state)``: acting while collecting experience; its
+  ``AlgStep.info`` is kept for training.
+* ``train_step(inputs, state, rollout_info)``: recomputing what the loss needs
+  with gradients, for a batch of stored experience.
+* ``calc_loss(info)``: turning ``train_step`` infos into a ``LossInfo``.
+
+Algorithms compose: an algorithm stored as an attribute of another (for
+example ``EntropyTargetAlgorithm`` inside ``PPOAlgorithm``) is a
+sub-algorithm.  Because it is an ``nn.Module`` child, its parameters and
+buffers are part of the parent's ``parameters()`` and ``state_dict()``, so one
+checkpoint restores everything.  ``on_policy`` set on the root propagates to
+every sub-algorithm.
+
+Optimisers: each algorithm may own an optimiser (an ``Optimizer`` factory such
+as ``functools.partial(torch.optim.Adam, lr=1e-3)``, or an instance).  The
+optimiser of an algorithm updates its own parameters and those of its
+sub-algorithms that have no optimiser of their own.  Where ALF wraps every
+torch optimiser in its own class to allow creating it before the parameters
+exist, we simply take a factory, which gin binds as ``@torch.optim.Adam``.
+"""
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
+
+import gin
+import torch
+import torch.nn as nn
+
+from alf_entropy.data_structures import AlgStep, LossInfo
+from alf_entropy.utils import nest
+
+__all__ = ["Algorithm", "OptimizerArg", "combine_loss_infos"]
+
+OptimizerArg = Optional[
+    Union[torch.optim.Optimizer, Callable[[List[nn.Parameter]], torch.optim.Optimizer]]
+]
+
+
+def combine_loss_infos(main: LossInfo, **sub_losses: LossInfo) -> LossInfo:
+    """Add the ``LossInfo`` of sub-algorithms to a main one.
+
+    ``loss`` and ``scalar_loss`` are summed (empty ``()`` terms are skipped);
+    ``extra`` becomes a dict holding the main ``extra`` under ``"main"`` (if
+    any) and each sub-algorithm's ``extra`` under its keyword, so summaries
+    keep every term apart.
+
+    Args:
+        main: the parent's own loss.
+        **sub_losses: each sub-algorithm's loss, keyed by a name.
+
+    Returns:
+        LossInfo: the combined loss.
+    """
+
+    def _add(a: Any, b: Any) -> Any:
+        if isinstance(a, tuple) and a == ():
+            return b
+        if isinstance(b, tuple) and b == ():
+            return a
+        return a + b
+
+    loss, scalar_loss = main.loss, main.scalar_loss
+    extra: Dict[str, Any] = {}
+    if not (isinstance(main.extra, tuple) and main.extra == ()):
+        extra["main"] = main.extra
+    for name, sub in sub_losses.items():
+        loss = _add(loss, sub.loss)
+        scalar_loss = _add(scalar_loss, sub.scalar_loss)
+        extra[name] = sub.extra
+    return LossInfo(loss=loss, scalar_loss=scalar_loss, extra=extra, priority=main.priority)
+
+
+@gin.configurable
+class Algorithm(nn.Module):
+    """Base class of all algorithms (see the module docstring).
+
+    Args:
+        optimizer: an optimiser factory ``params -> Optimizer`` or a built
+            optimiser, or ``None`` to leave this algorithm's parameters to the
+            parent's optimiser.
+        debug_summaries: whether to write debug summaries.
+        name: the name, used as the summary scope.
+    """
+
+    def __init__(
+        self,
+        optimizer: OptimizerArg = None,
+        debug_summaries: bool = False,
+        name: str = "Algorithm",
+    ):
+        super().__init__()
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"name must be a non-empty string, got {name!r}")
+        self._name = name
+        self._debug_summaries = bool(debug_summaries)
+        self._optimizer_arg = optimizer
+        self._optimizer: Optional[torch.optim.Optimizer] = (
+            optimizer if isinstance(optimizer, torch.optim.Optimizer) else None
+        )
+        self._on_policy: Optional[bool] = None
+
+    # ------------------------------------------------------------------ info
+    @property
+    def name(self) -> str:
+        """The algorithm's name (its summary scope)."""
+        return self._name
+
+    @property
+    def debug_summaries(self) -> bool:
+        """Whether debug summaries are written."""
+        return self._debug_summaries
+
+    @property
+    def on_policy(self) -> Optional[bool]:
+        """True/False once set by ``set_on_policy``; ``None`` before."""
+        return self._on_policy
+
+    def set_on_policy(self, on_policy: bool) -> None:
+        """Declare whether training is on-policy; propagates to sub-algorithms.
+
+        Args:
+            on_policy: True for on-policy training (rollout infos are trained
+                on directly), False for off-policy.
+
+        Raises:
+            ValueError: if it was already set to the other value.
+        """
+        on_policy = bool(on_policy)
+        if self._on_policy is not None and self._on_policy != on_policy:
+            raise ValueError(
+                f"{self._name}: on_policy is already {self._on_policy}; it can be "
+                "set only once"
+            )
+        self._on_policy = on_policy
+        for alg in self.sub_algorithms():
+            alg.set_on_policy(on_policy)
+
+    def sub_algorithms(self) -> List["Algorithm"]:
+        """The nearest ``Algorithm`` descendants (through plain modules too)."""
+        subs: List[Algorithm] = []
+
+        def _walk(module: nn.Module) -> None:
+            for child in module.children():
+                if isinstance(child, Algorithm):
+                    subs.append(child)
+                else:
+                    _walk(child)
+
+        _walk(self)
+        return subs
+
+    # ---------------------------------------------------------------- steps
+    def predict_step(self, inputs: Any, state: Any = ()) -> AlgStep:
+        """Act for evaluation. Defaults to ``rollout_step``.
+
+        Args:
+            inputs: the input (usually a ``TimeStep``).
+            state: the algorithm's recurrent state.
+
+        Returns:
+            AlgStep: ``output`` is the action.
+        """
+        return self.rollout_step(inputs, state)
+
+    def rollout_step(self, inputs: Any, state: Any = ()) -> AlgStep:
+        """Act while collecting experience. Defaults to ``train_step``.
+
+        Args:
+            inputs: the input (usually a ``TimeStep``).
+            state: the algorithm's recurrent state.
+
+        Returns:
+            AlgStep: ``info`` is kept for training.
+        """
+        return self.train_step(inputs, state)
+
+    def train_step(self, inputs: Any, state: Any = (), rollout_info: Any = ()) -> AlgStep:
+        """Compute what ``calc_loss`` needs, with gradients.
+
+        Args:
+            inputs: the input (usually a ``TimeStep`` or ``Experience``).
+            state: the algorithm's recurrent state.
+            rollout_info: the info from ``rollout_step`` for this step.
+
+        Returns:
+            AlgStep: ``info`` is passed to ``calc_loss``.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not implement train_step")
+
+    def calc_loss(self, info: Any) -> LossInfo:
+        """Turn training infos into a ``LossInfo``.
+
+        Args:
+            info: the ``info`` of ``train_step`` (batched over time).
+
+        Returns:
+            LossInfo: the loss to minimise.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not implement calc_loss")
+
+    def after_update(self, *args: Any, **kwargs: Any) -> None:
+        """Called after each gradient update; calls the sub-algorithms'."""
+        for alg in self.sub_algorithms():
+            alg.after_update(*args, **kwargs)
+
+    # ------------------------------------------------------------ optimisers
+    def _own_parameters(self) -> Iterator[nn.Parameter]:
+        """Parameters that are not inside an optimiser-owning sub-algorithm."""
+        seen = set()
+
+        def _walk(module: nn.Module) -> Iterator[nn.Parameter]:
+            for p in module.parameters(recurse=False):
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    yield p
+            for child in module.children():
+                if isinstance(child, Algorithm) and child._optimizer_arg is not None:
+                    continue
+                yield from _walk(child)
+
+        return _walk(self)
+
+    def optimizers(self) -> List[torch.optim.Optimizer]:
+        """All optimisers of this algorithm tree, creating them on first use.
+
+        Returns:
+            The list of optimisers (this algorithm's first, if it has one).
+
+        Raises:
+            ValueError: if some trainable parameter has no optimiser.
+        """
+        return self._collect_optimizers(is_root=True)
+
+    def _collect_optimizers(self, is_root: bool) -> List[torch.optim.Optimizer]:
+        result: List[torch.optim.Optimizer] = []
+        if self._optimizer_arg is not None:
+            if self._optimizer is None:
+                params = [p for p in self._own_parameters() if p.requires_grad]
+                self._optimizer = self._optimizer_arg(params)
+                if not isinstance(self._optimizer, torch.optim.Optimizer):
+                    raise TypeError(
+                        f"{self._name}: optimizer factory returned "
+                        f"{type(self._optimizer).__name__}, not a torch Optimizer"
+                    )
+            result.append(self._optimizer)
+        else:
+            orphans = [p for p in self._own_parameters() if p.requires_grad]
+            if orphans and is_root:
+                raise ValueError(
+                    f"{self._name}: {len(orphans)} trainable parameters have no "
+                    "optimizer; pass optimizer=... to this algorithm"
+                )
+        for alg in self.sub_algorithms():
+            result.extend(alg._collect_optimizers(is_root=False))
+        return result
+
+    def update_with_gradient(
+        self,
+        loss_info: LossInfo,
+        valid_masks: Optional[torch.Tensor] = None,
+        max_grad_norm: Optional[float] = None,
+    ) -> Tuple[LossInfo, List[nn.Parameter]]:
+        """One gradient step on ``loss_info``.
+
+        The per-step ``loss_info.loss`` is averaged (over ``valid_masks`` if
+        given, i.e. ``sum(loss * mask) / max(sum(mask), 1)``), ``scalar_loss``
+        is added, and every optimiser of the tree takes a step.
+
+        Args:
+            loss_info: the loss from ``calc_loss``.
+            valid_masks: optional float/bool mask of ``loss_info.loss``'s shape.
+            max_grad_norm: clip the global gradient norm to this if given.
+
+        Returns:
+            ``(loss_info, params)``: the loss info with ``loss`` replaced by
+            the scalar that was minimised, and the parameters updated.
+        """
+        loss = loss_info.loss
+        if isinstance(loss, torch.Tensor):
+            if valid_masks is not None:
+                mask = valid_masks.to(loss.dtype)
+                loss = (loss * mask).sum() / mask.sum().clamp(min=1.0)
+            else:
+                loss = loss.mean()
+        else:
+            loss = 0.0
+        if isinstance(loss_info.scalar_loss, torch.Tensor):
+            loss = loss + loss_info.scalar_loss
+        if not isinstance(loss, torch.Tensor):
+            raise ValueError(f"{self._name}: loss_info has neither loss nor scalar_loss")
+        optimizers = self.optimizers()
+        for opt in optimizers:
+            opt.zero_grad(set_to_none=True)
+        loss.backward()
+        params = [
+            p for opt in optimizers for g in opt.param_groups for p in g["params"]
+        ]
+        if max_grad_norm is not None:
+            nn.utils.clip_grad_norm_(params, max_grad_norm)
+        for opt in optimizers:
+            opt.step()
+        return loss_info._replace(loss=loss.detach()), params

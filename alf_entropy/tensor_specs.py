@@ -1,0 +1,212 @@
+"""Tensor specs: the shape, dtype and bounds of observations and actions.
+
+``TensorSpec``/``BoundedTensorSpec`` follow ALF's names.  An integer
+``BoundedTensorSpec`` is a discrete action with ``maximum - minimum + 1``
+choices; a float one is continuous.  ``from_gym_space`` converts gymnasium
+spaces (``Box``, ``Discrete``, ``MultiDiscrete``, ``Dict``, ``Tuple``) into
+nests of specs.
+"""
+from typing import Any, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+
+__all__ = ["TensorSpec", "BoundedTensorSpec", "from_gym_space"]
+
+_Number = Union[int, float, np.ndarray, Sequence[float]]
+
+
+def _as_torch_dtype(dtype: Any) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if isinstance(dtype, str):
+        dtype = np.dtype(dtype)
+    try:
+        return torch.from_numpy(np.zeros((), dtype=np.dtype(dtype))).dtype
+    except TypeError as e:
+        raise TypeError(f"dtype must be a torch or numpy dtype, got {dtype!r}") from e
+
+
+class TensorSpec:
+    """Describes a tensor (without the batch dimension).
+
+    Args:
+        shape: the shape, without batch dimensions.
+        dtype: a ``torch.dtype`` (numpy dtypes and names are accepted).
+    """
+
+    def __init__(self, shape: Sequence[int] = (), dtype: Any = torch.float32):
+        if isinstance(shape, int):
+            shape = (shape,)
+        self._shape = tuple(int(s) for s in shape)
+        if any(s < 0 for s in self._shape):
+            raise ValueError(f"shape must be non-negative, got {self._shape}")
+        self._dtype = _as_torch_dtype(dtype)
+
+    @property
+    def shape(self) -> Tuple[int, ...]:
+        """The shape without batch dimensions."""
+        return self._shape
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The ``torch.dtype``."""
+        return self._dtype
+
+    @property
+    def numel(self) -> int:
+        """Number of elements of one (unbatched) tensor."""
+        return int(np.prod(self._shape)) if self._shape else 1
+
+    @property
+    def is_discrete(self) -> bool:
+        """True for integer (or bool) dtypes."""
+        return not (self._dtype.is_floating_point or self._dtype.is_complex)
+
+    @property
+    def is_continuous(self) -> bool:
+        """True for floating point dtypes."""
+        return self._dtype.is_floating_point
+
+    def zeros(self, outer_dims: Sequence[int] = (), device=None) -> torch.Tensor:
+        """A zero tensor of this spec with ``outer_dims`` batch dimensions."""
+        return torch.zeros(tuple(outer_dims) + self._shape, dtype=self._dtype, device=device)
+
+    def __eq__(self, other: Any) -> bool:
+        return (
+            type(self) is type(other)
+            and self._shape == other._shape
+            and self._dtype == other._dtype
+        )
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self._shape, self._dtype))
+
+    def __repr__(self) -> str:
+        return f"TensorSpec(shape={self._shape}, dtype={self._dtype})"
+
+
+class BoundedTensorSpec(TensorSpec):
+    """A ``TensorSpec`` with inclusive element-wise bounds.
+
+    Args:
+        shape: the shape, without batch dimensions.
+        dtype: a ``torch.dtype``; integer dtypes make a discrete spec.
+        minimum: lower bound, a scalar or an array broadcastable to ``shape``.
+        maximum: upper bound, likewise.
+
+    Raises:
+        ValueError: if a bound does not broadcast to ``shape`` or if
+            ``minimum > maximum`` anywhere.
+    """
+
+    def __init__(
+        self,
+        shape: Sequence[int] = (),
+        dtype: Any = torch.float32,
+        minimum: _Number = 0,
+        maximum: Optional[_Number] = None,
+    ):
+        super().__init__(shape, dtype)
+        if maximum is None:
+            if self.is_discrete:
+                maximum = np.iinfo(np.int32).max
+            else:
+                maximum = np.finfo(np.float32).max
+        np_dtype = np.float64 if self.is_continuous else np.int64
+        try:
+            lo = np.broadcast_to(np.asarray(minimum, dtype=np_dtype), self._shape)
+            hi = np.broadcast_to(np.asarray(maximum, dtype=np_dtype), self._shape)
+        except ValueError as e:
+            raise ValueError(
+                f"minimum/maximum must broadcast to shape {self._shape}: {e}"
+            ) from e
+        if np.any(lo > hi):
+            raise ValueError(
+                f"minimum must be <= maximum, got minimum={minimum} maximum={maximum}"
+            )
+        self._minimum = np.array(minimum, dtype=np_dtype)
+        self._maximum = np.array(maximum, dtype=np_dtype)
+
+    @classmethod
+    def from_spec(cls, spec: TensorSpec, minimum: _Number, maximum: _Number):
+        """Bounded spec with the shape and dtype of ``spec``."""
+        return cls(spec.shape, spec.dtype, minimum, maximum)
+
+    @property
+    def minimum(self) -> np.ndarray:
+        """Lower bound (numpy array, scalar or of ``shape``)."""
+        return self._minimum
+
+    @property
+    def maximum(self) -> np.ndarray:
+        """Upper bound (numpy array, scalar or of ``shape``)."""
+        return self._maximum
+
+    @property
+    def num_actions(self) -> int:
+        """For a scalar discrete spec: the number of choices.
+
+        Raises:
+            ValueError: if the spec is continuous or its bounds vary.
+        """
+        if not self.is_discrete:
+            raise ValueError("num_actions is only defined for discrete specs")
+        n = np.unique(self._maximum - self._minimum + 1)
+        if n.size != 1:
+            raise ValueError("num_actions needs the same bounds for every element")
+        return int(n[0])
+
+    def __eq__(self, other: Any) -> bool:
+        return (
+            super().__eq__(other)
+            and np.array_equal(self._minimum, other._minimum)
+            and np.array_equal(self._maximum, other._maximum)
+        )
+
+    def __hash__(self) -> int:
+        return hash((super().__hash__(), self._minimum.tobytes(), self._maximum.tobytes()))
+
+    def __repr__(self) -> str:
+        return (
+            f"BoundedTensorSpec(shape={self._shape}, dtype={self._dtype}, "
+            f"minimum={self._minimum.tolist()}, maximum={self._maximum.tolist()})"
+        )
+
+
+def from_gym_space(space: Any) -> Any:
+    """Convert a gymnasium space to a nest of specs.
+
+    ``Box`` becomes a ``BoundedTensorSpec`` (float32 for float boxes),
+    ``Discrete(n, start)`` a scalar int64 spec over ``[start, start+n-1]``,
+    ``MultiDiscrete(nvec)`` an int64 spec over ``[0, nvec-1]``, ``Dict`` a
+    dict and ``Tuple`` a tuple of converted sub-spaces.
+
+    Args:
+        space: a ``gymnasium.spaces.Space``.
+
+    Returns:
+        A nest of ``BoundedTensorSpec``.
+
+    Raises:
+        TypeError: if gymnasium is missing or the space type is unsupported.
+    """
+    try:
+        from gymnasium import spaces
+    except ImportError as e:  # pragma: no cover - gymnasium is a dependency
+        raise TypeError("from_gym_space needs gymnasium installed") from e
+    if isinstance(space, spaces.Box):
+        dtype = torch.float32 if np.issubdtype(space.dtype, np.floating) else space.dtype
+        return BoundedTensorSpec(space.shape, dtype, space.low, space.high)
+    if isinstance(space, spaces.Discrete):
+        start = int(space.start)
+        return BoundedTensorSpec((), torch.int64, start, start + int(space.n) - 1)
+    if isinstance(space, spaces.MultiDiscrete):
+        start = getattr(space, "start", None)
+        start = np.zeros_like(space.nvec) if start is None else np.asarray(start)
+        return BoundedTensorSpec(space.shape, torch.int64, start, start + space.nvec - 1)
+    if isinstance(space, spaces.Dict):
+        return {k: from_gym_space(s) for k, s in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):
+        return tuple(from_gym_space(s) for s in space.spaces)
+    raise TypeError(f"Unsupported gymnasium space {type(space).__name__}: {space}")

@@ -1,0 +1,1 @@
+"""Utilities: nests, schedulers, averagers, distributions and summaries."""

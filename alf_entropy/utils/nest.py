@@ -1,0 +1,96 @@
+"""Nest handling: namedtuples, dicts, tuples and lists of tensors.
+
+A thin layer over `optree <https://github.com/metaopt/optree>`_ with ALF's
+function names, so algorithm code can say ``nest.map_structure(f, info)``
+without caring how the tree is walked.  ``None`` is an empty node (no leaves),
+as in ``tf.nest``/ALF; ``()`` is an empty tuple.
+"""
+from typing import Any, Callable, List, Tuple
+
+import optree
+
+__all__ = [
+    "flatten",
+    "flatten_with_path",
+    "pack_sequence_as",
+    "map_structure",
+    "map_structure_with_path",
+    "assert_same_structure",
+    "is_nested",
+]
+
+
+def is_nested(value: Any) -> bool:
+    """True if ``value`` is a namedtuple, dict, tuple or list (not a leaf)."""
+    return isinstance(value, (tuple, list, dict))
+
+
+def flatten(nest: Any) -> List[Any]:
+    """Leaves of ``nest`` in a deterministic order (dicts by sorted key)."""
+    return optree.tree_leaves(nest)
+
+
+def _entry_str(entry: Any) -> str:
+    field = getattr(entry, "field", None)  # namedtuple field name
+    if field is not None:
+        return str(field)
+    key = getattr(entry, "key", None)  # dict key
+    if key is not None:
+        return str(key)
+    return str(entry.entry)  # sequence index
+
+
+def _accessor_str(accessor: Any) -> str:
+    return ".".join(_entry_str(e) for e in accessor)
+
+
+def flatten_with_path(nest: Any) -> List[Tuple[str, Any]]:
+    """``(path, leaf)`` pairs; a path joins keys/field names/indices by ``.``.
+
+    e.g. ``{"a": TimeStep(reward=r)}`` gives ``[("a.reward", r)]``.  A bare
+    leaf has path ``""``.
+    """
+    accessors, leaves, _ = optree.tree_flatten_with_accessor(nest)
+    return [(_accessor_str(a), leaf) for a, leaf in zip(accessors, leaves)]
+
+
+def pack_sequence_as(structure: Any, flat: List[Any]) -> Any:
+    """Inverse of ``flatten``: put ``flat`` leaves into ``structure``'s shape."""
+    treespec = optree.tree_structure(structure)
+    flat = list(flat)
+    if len(flat) != treespec.num_leaves:
+        raise ValueError(
+            f"pack_sequence_as: structure has {treespec.num_leaves} leaves but "
+            f"{len(flat)} values were given"
+        )
+    return optree.tree_unflatten(treespec, flat)
+
+
+def assert_same_structure(nest1: Any, nest2: Any) -> None:
+    """Raise ``ValueError`` unless both nests have the same tree structure."""
+    s1 = optree.tree_structure(nest1)
+    s2 = optree.tree_structure(nest2)
+    if s1 != s2:
+        raise ValueError(f"Nests have different structures: {s1} vs {s2}")
+
+
+def map_structure(func: Callable[..., Any], *nests: Any) -> Any:
+    """Apply ``func`` leaf-wise over nests of the same structure."""
+    if not nests:
+        raise ValueError("map_structure needs at least one nest")
+    for other in nests[1:]:
+        assert_same_structure(nests[0], other)
+    return optree.tree_map(func, *nests)
+
+
+def map_structure_with_path(func: Callable[..., Any], *nests: Any) -> Any:
+    """Like ``map_structure`` but ``func(path, *leaves)`` also gets the path."""
+    if not nests:
+        raise ValueError("map_structure_with_path needs at least one nest")
+    for other in nests[1:]:
+        assert_same_structure(nests[0], other)
+    paths = [p for p, _ in flatten_with_path(nests[0])]
+    flats = [flatten(n) for n in nests]
+    return pack_sequence_as(
+        nests[0], [func(p, *xs) for p, *xs in zip(paths, *flats)]
+    )
