@@ -1,0 +1,6 @@
+"""Environments: gymnasium vector envs as ALF ``TimeStep``s, episode stats, evaluation."""
+from alf_entropy.environments.episode_tracker import EpisodeReturnTracker
+from alf_entropy.environments.evaluation import evaluate, run_episodes
+from alf_entropy.environments.gym_vector_env import GymVectorEnv
+
+__all__ = ["EpisodeReturnTracker", "GymVectorEnv", "evaluate", "run_episodes"]

@@ -1,0 +1,133 @@
+"""Policy evaluation: run whole episodes on a fresh environment.
+
+``run_episodes`` plays ``num_episodes`` episodes in parallel, one per
+environment of a dedicated ``GymVectorEnv``, and keeps only each env's
+*first* episode, so short episodes are not over-represented (which happens
+when one counts whatever finishes first on fewer envs).  ``evaluate`` returns
+the mean return; trainers call it every ``eval_interval`` iterations with a
+deterministic policy (e.g. ``mode_of(actor(observation))``).
+
+Evaluation is not on the training path: it checks for finished episodes on
+the host every step.
+"""
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import gin
+import torch
+
+from alf_entropy.data_structures import StepType, TimeStep
+from alf_entropy.environments.gym_vector_env import GymVectorEnv
+
+__all__ = ["run_episodes", "evaluate"]
+
+
+def run_episodes(
+    env_id: str,
+    policy_fn: Callable[[Any], Any],
+    num_episodes: int = 10,
+    seed: Optional[int] = 0,
+    device: Any = "cpu",
+    env_kwargs: Optional[Dict[str, Any]] = None,
+    max_episode_steps: Optional[int] = None,
+    pass_time_step: bool = False,
+    max_steps: int = 100_000,
+) -> Tuple[List[float], List[int]]:
+    """Play ``num_episodes`` episodes and report their returns and lengths.
+
+    Args:
+        env_id: gymnasium id.
+        policy_fn: maps the batched observation ``[num_episodes, ...]`` (or,
+            with ``pass_time_step``, the whole ``TimeStep``) to a batched
+            action accepted by ``GymVectorEnv.step``.  Called under
+            ``torch.no_grad()``.
+        num_episodes: number of episodes (= number of parallel envs).
+        seed: base seed of the evaluation envs.
+        device: device of the observations given to ``policy_fn``.
+        env_kwargs: extra ``gymnasium.make`` arguments.
+        max_episode_steps: time-limit override.
+        pass_time_step: give ``policy_fn`` the ``TimeStep`` instead of the
+            observation.
+        max_steps: safety bound on the number of vector steps; episodes not
+            finished by then are reported with their partial return.
+
+    Returns:
+        ``(returns, lengths)``, one entry per episode, in env order.
+
+    Raises:
+        ValueError: if ``num_episodes`` or ``max_steps`` is not positive.
+    """
+    if not isinstance(num_episodes, int) or num_episodes < 1:
+        raise ValueError(f"num_episodes must be a positive int, got {num_episodes!r}")
+    if not isinstance(max_steps, int) or max_steps < 1:
+        raise ValueError(f"max_steps must be a positive int, got {max_steps!r}")
+    env = GymVectorEnv(
+        env_id,
+        num_envs=num_episodes,
+        seed=seed,
+        device=device,
+        env_kwargs=env_kwargs,
+        max_episode_steps=max_episode_steps,
+    )
+    returns = torch.zeros(num_episodes, dtype=torch.float64)
+    lengths = torch.zeros(num_episodes, dtype=torch.int64)
+    done = torch.zeros(num_episodes, dtype=torch.bool)
+    try:
+        time_step: TimeStep = env.reset()
+        with torch.no_grad():
+            for _ in range(max_steps):
+                action = policy_fn(time_step if pass_time_step else time_step.observation)
+                time_step = env.step(action)
+                active = ~done
+                reward = time_step.reward.detach().cpu().to(torch.float64)
+                returns += torch.where(active, reward, torch.zeros_like(reward))
+                lengths += active.to(torch.int64)
+                done |= time_step.step_type.cpu() == StepType.LAST
+                if bool(done.all()):
+                    break
+    finally:
+        env.close()
+    return returns.tolist(), lengths.tolist()
+
+
+@gin.configurable
+def evaluate(
+    env_id: str,
+    policy_fn: Callable[[Any], Any],
+    num_episodes: int = 10,
+    seed: Optional[int] = 0,
+    device: Any = "cpu",
+    env_kwargs: Optional[Dict[str, Any]] = None,
+    max_episode_steps: Optional[int] = None,
+    pass_time_step: bool = False,
+) -> float:
+    """Mean return of ``num_episodes`` episodes of ``policy_fn``.
+
+    Args:
+        env_id: gymnasium id.
+        policy_fn: observation batch -> action batch (see ``run_episodes``);
+            make it deterministic (e.g. via ``mode_of``) for a clean metric.
+        num_episodes: number of episodes averaged.
+        seed: base seed of the evaluation envs (use one different from the
+            training seed).
+        device: device of the observations given to ``policy_fn``.
+        env_kwargs: extra ``gymnasium.make`` arguments.
+        max_episode_steps: time-limit override.
+        pass_time_step: give ``policy_fn`` the ``TimeStep`` instead.
+
+    Returns:
+        The mean undiscounted episode return.
+
+    Raises:
+        ValueError: if ``num_episodes`` is not positive.
+    """
+    returns, _ = run_episodes(
+        env_id,
+        policy_fn,
+        num_episodes=num_episodes,
+        seed=seed,
+        device=device,
+        env_kwargs=env_kwargs,
+        max_episode_steps=max_episode_steps,
+        pass_time_step=pass_time_step,
+    )
+    return float(sum(returns) / len(returns))

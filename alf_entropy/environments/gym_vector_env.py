@@ -1,0 +1,324 @@
+"""``GymVectorEnv``: a batch of gymnasium environments yielding ALF ``TimeStep``s.
+
+Wraps ``gymnasium.vector.SyncVectorEnv`` / ``AsyncVectorEnv`` in
+``NEXT_STEP`` autoreset mode and converts every step into a ``TimeStep`` of
+torch tensors on ``device`` with ALF's semantics:
+
+* ``reset()`` gives ``FIRST`` steps (reward 0, discount 1, ``prev_action``
+  zeros).
+* ``step(action)`` gives ``MID`` steps, or ``LAST`` when the episode ends by
+  termination *or* truncation.  ``discount`` is 0 only on true termination
+  (a truncated episode is bootstrapped), 1 otherwise.
+* The ``step`` following a ``LAST`` of some env returns, for that env, the
+  reset observation as a ``FIRST`` step with reward 0, discount 1 and
+  ``prev_action`` zeros; the action passed for it is ignored (that is how
+  gymnasium's ``NEXT_STEP`` autoreset works).
+
+Continuous actions are clipped to the action bounds before being sent to
+gymnasium; discrete actions are converted to int64 and checked to lie in
+range.  Seeds: the first ``reset()`` seeds env ``i`` with ``seed + i`` (and the
+action space with ``seed``), so two envs built with the same seed give
+identical trajectories under identical actions.
+
+Environment stepping happens on the host, so moving actions to the host here
+is inherent; nothing else reads device tensors.
+"""
+import functools
+from typing import Any, Dict, Optional
+
+import gin
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
+
+from alf_entropy.data_structures import StepType, TimeStep
+from alf_entropy.tensor_specs import BoundedTensorSpec, TensorSpec, from_gym_space
+from alf_entropy.utils import nest
+
+__all__ = ["GymVectorEnv"]
+
+
+def _make_env(
+    env_id: str, max_episode_steps: Optional[int], env_kwargs: Dict[str, Any]
+) -> gym.Env:
+    """Build one environment (module level so ``AsyncVectorEnv`` can pickle it)."""
+    return gym.make(env_id, max_episode_steps=max_episode_steps, **env_kwargs)
+
+
+def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
+    return torch.empty((), dtype=dtype).numpy().dtype
+
+
+@gin.configurable
+class GymVectorEnv:
+    """Batched gymnasium environments producing batched ``TimeStep`` tensors.
+
+    Args:
+        env_id: a registered gymnasium id such as ``"CartPole-v1"``.
+        num_envs: number of parallel environments ``B``.
+        seed: base seed (env ``i`` is reset with ``seed + i`` the first time);
+            ``None`` for random seeding.
+        device: where the ``TimeStep`` tensors are placed.
+        asynchronous: use ``AsyncVectorEnv`` (one subprocess per env) instead
+            of ``SyncVectorEnv``.
+        env_kwargs: extra keyword arguments for ``gymnasium.make``.
+        max_episode_steps: override the registered time limit (episodes
+            reaching it are truncated: ``LAST`` with discount 1).
+
+    Raises:
+        ValueError: for ``num_envs < 1``, a negative ``max_episode_steps`` or
+            an ``env_id`` gymnasium cannot make.
+        TypeError: if ``env_kwargs`` is not a dict or a space is unsupported.
+    """
+
+    def __init__(
+        self,
+        env_id: str,
+        num_envs: int = 8,
+        seed: Optional[int] = 0,
+        device: Any = "cpu",
+        asynchronous: bool = False,
+        env_kwargs: Optional[Dict[str, Any]] = None,
+        max_episode_steps: Optional[int] = None,
+    ):
+        if not isinstance(num_envs, int) or num_envs < 1:
+            raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+        if max_episode_steps is not None and (
+            not isinstance(max_episode_steps, int) or max_episode_steps < 1
+        ):
+            raise ValueError(
+                f"max_episode_steps must be None or a positive int, got {max_episode_steps!r}"
+            )
+        if env_kwargs is None:
+            env_kwargs = {}
+        if not isinstance(env_kwargs, dict):
+            raise TypeError(f"env_kwargs must be a dict, got {type(env_kwargs).__name__}")
+        if seed is not None and not isinstance(seed, (int, np.integer)):
+            raise TypeError(f"seed must be an int or None, got {seed!r}")
+        self._env_id = env_id
+        self._num_envs = num_envs
+        self._seed = None if seed is None else int(seed)
+        self._device = torch.device(device)
+        env_fns = [
+            functools.partial(_make_env, env_id, max_episode_steps, dict(env_kwargs))
+            for _ in range(num_envs)
+        ]
+        try:
+            if asynchronous:
+                self._env = AsyncVectorEnv(
+                    env_fns, copy=False, autoreset_mode=AutoresetMode.NEXT_STEP
+                )
+            else:
+                self._env = SyncVectorEnv(
+                    env_fns, copy=False, autoreset_mode=AutoresetMode.NEXT_STEP
+                )
+        except gym.error.Error as e:
+            raise ValueError(f"env_id {env_id!r}: gymnasium cannot make it: {e}") from e
+        self._observation_spec = from_gym_space(self._env.single_observation_space)
+        self._action_spec = from_gym_space(self._env.single_action_space)
+        self._obs_np_dtypes = nest.map_structure(
+            lambda s: _numpy_dtype(s.dtype), self._observation_spec
+        )
+        if self._seed is not None:
+            self._env.action_space.seed(self._seed)
+        self._seeded = False
+        self._closed = False
+        # Envs whose previous step was LAST: gymnasium resets them on the next step.
+        self._autoreset = np.zeros(num_envs, dtype=bool)
+        self._started = False
+        self._env_ids = torch.arange(num_envs, dtype=torch.int64, device=self._device)
+        self._zero_actions = nest.map_structure(
+            lambda s: s.zeros((num_envs,), device=self._device), self._action_spec
+        )
+
+    # ------------------------------------------------------------------ props
+    @property
+    def env_id(self) -> str:
+        """The gymnasium id."""
+        return self._env_id
+
+    @property
+    def num_envs(self) -> int:
+        """Number of parallel environments (the batch size ``B``)."""
+        return self._num_envs
+
+    @property
+    def device(self) -> torch.device:
+        """Device of the produced tensors."""
+        return self._device
+
+    @property
+    def observation_spec(self) -> Any:
+        """Spec (nest) of one environment's observation."""
+        return self._observation_spec
+
+    @property
+    def action_spec(self) -> Any:
+        """Spec (nest) of one environment's action."""
+        return self._action_spec
+
+    @property
+    def gym_env(self) -> gym.vector.VectorEnv:
+        """The underlying gymnasium vector environment."""
+        return self._env
+
+    # --------------------------------------------------------------- helpers
+    def _to_device(self, array: np.ndarray, dtype: np.dtype) -> torch.Tensor:
+        # ``np.array(copy=True)`` so CPU tensors never alias gymnasium's buffers.
+        return torch.from_numpy(np.array(array, dtype=dtype, copy=True)).to(self._device)
+
+    def _convert_observation(self, obs: Any) -> Any:
+        return nest.map_structure(self._to_device, obs, self._obs_np_dtypes)
+
+    def _convert_action_leaf(self, spec: TensorSpec, action: Any) -> np.ndarray:
+        if isinstance(action, torch.Tensor):
+            array = action.detach().cpu().numpy()
+        else:
+            array = np.asarray(action)
+        expected = (self._num_envs,) + spec.shape
+        if array.shape != expected:
+            raise ValueError(
+                f"action must have shape {expected} (num_envs, *action_spec.shape), "
+                f"got {array.shape}"
+            )
+        if spec.is_discrete:
+            if not np.issubdtype(array.dtype, np.integer):
+                rounded = np.rint(array)
+                if not np.array_equal(rounded, array):
+                    raise ValueError(f"discrete action must hold integers, got {array}")
+                array = rounded
+            array = array.astype(np.int64)
+            if isinstance(spec, BoundedTensorSpec) and (
+                np.any(array < spec.minimum) or np.any(array > spec.maximum)
+            ):
+                raise ValueError(
+                    f"discrete action must be in [{spec.minimum.tolist()}, "
+                    f"{spec.maximum.tolist()}], got {array.tolist()}"
+                )
+            return array
+        array = array.astype(np.float32)
+        if isinstance(spec, BoundedTensorSpec):
+            array = np.clip(array, spec.minimum, spec.maximum).astype(np.float32)
+        return array
+
+    def _time_step(
+        self,
+        step_type: np.ndarray,
+        reward: np.ndarray,
+        discount: np.ndarray,
+        obs: Any,
+        prev_action: Any,
+    ) -> TimeStep:
+        return TimeStep(
+            step_type=torch.from_numpy(step_type.astype(np.int64)).to(self._device),
+            reward=torch.from_numpy(reward.astype(np.float32)).to(self._device),
+            discount=torch.from_numpy(discount.astype(np.float32)).to(self._device),
+            observation=self._convert_observation(obs),
+            prev_action=prev_action,
+            env_id=self._env_ids.clone(),
+            env_info={},
+        )
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("GymVectorEnv is closed")
+
+    # ------------------------------------------------------------------- API
+    def reset(self) -> TimeStep:
+        """Reset every environment.
+
+        The first call seeds the environments (env ``i`` with ``seed + i``);
+        later calls continue their random streams.
+
+        Returns:
+            TimeStep: ``FIRST`` steps with reward 0, discount 1 and zero
+            ``prev_action``.
+
+        Raises:
+            RuntimeError: if the environment was closed.
+        """
+        self._check_open()
+        seed = None
+        if not self._seeded:
+            seed = self._seed
+            self._seeded = True
+        obs, _ = self._env.reset(seed=seed)
+        self._autoreset[:] = False
+        self._started = True
+        b = self._num_envs
+        return self._time_step(
+            np.full(b, StepType.FIRST, dtype=np.int64),
+            np.zeros(b, dtype=np.float32),
+            np.ones(b, dtype=np.float32),
+            obs,
+            nest.map_structure(torch.clone, self._zero_actions),
+        )
+
+    def step(self, action: Any) -> TimeStep:
+        """Step every environment with ``action``.
+
+        Args:
+            action: tensor ``[B, *action_spec.shape]`` (or a nest matching
+                ``action_spec``), on any device.  Continuous actions are
+                clipped to the bounds; for envs whose previous step was
+                ``LAST`` the action is ignored and the env is reset.
+
+        Returns:
+            TimeStep: the batched result (see the module docstring).
+
+        Raises:
+            RuntimeError: if ``reset()`` was never called or the env is closed.
+            ValueError: if an action has the wrong shape or a discrete action
+                is out of range.
+        """
+        self._check_open()
+        if not self._started:
+            raise RuntimeError("call reset() before step()")
+        try:
+            nest.assert_same_structure(self._action_spec, action)
+        except ValueError as e:
+            raise ValueError(f"action does not match action_spec: {e}") from e
+        np_action = nest.map_structure(self._convert_action_leaf, self._action_spec, action)
+        obs, reward, terminated, truncated, _ = self._env.step(np_action)
+        first = self._autoreset.copy()
+        terminated = np.asarray(terminated, dtype=bool) & ~first
+        done = (terminated | np.asarray(truncated, dtype=bool)) & ~first
+        step_type = np.where(
+            first, StepType.FIRST, np.where(done, StepType.LAST, StepType.MID)
+        )
+        reward = np.where(first, 0.0, np.asarray(reward, dtype=np.float64))
+        discount = np.where(terminated, 0.0, 1.0)
+        self._autoreset = done
+
+        def _prev_action(spec: TensorSpec, a: np.ndarray) -> torch.Tensor:
+            a = np.where(first.reshape((-1,) + (1,) * len(spec.shape)), 0, a)
+            return self._to_device(a, _numpy_dtype(spec.dtype))
+
+        prev_action = nest.map_structure(_prev_action, self._action_spec, np_action)
+        return self._time_step(step_type, reward, discount, obs, prev_action)
+
+    def sample_random_action(self) -> Any:
+        """Uniformly random actions (seeded by ``seed``) as tensors on ``device``.
+
+        Returns:
+            A tensor ``[B, *action_spec.shape]`` (or nest) of valid actions.
+        """
+        sample = self._env.action_space.sample()
+        return nest.map_structure(
+            lambda s, a: self._to_device(np.asarray(a), _numpy_dtype(s.dtype)),
+            self._action_spec,
+            sample,
+        )
+
+    def close(self) -> None:
+        """Close the environments (idempotent)."""
+        if not self._closed:
+            self._env.close()
+            self._closed = True
+
+    def __enter__(self) -> "GymVectorEnv":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -1,0 +1,139 @@
+"""``ActorDistributionNetwork``: observation -> action distribution (ALF's name).
+
+An ``EncodingNetwork`` torso shared by one projection head per action spec
+leaf.  A single spec gives a single distribution; a dict/tuple nest of specs
+gives the same nest of distributions (all heads share the encoder).
+
+* Discrete (integer) spec: ``Categorical(logits)``; actions are indices
+  ``0..N-1`` and the spec's ``minimum`` must be 0 (``ValueError`` otherwise).
+* Continuous spec of shape ``(D,)``: ``Independent(Normal(mean, std), 1)``,
+  or, with ``squash_to_spec=True``, that distribution transformed by
+  ``[StableTanh(cache_size=1), AffineTransform((M+m)/2, (M-m)/2)]`` so that
+  samples lie inside ``[m, M]``.  A squashed distribution has no closed-form
+  entropy (use ``dist_utils``' sampled estimate).  Without squashing the
+  mean is unbounded and ``GymVectorEnv`` clips actions to the bounds.
+
+Use ``alf_entropy.networks.mode_of`` for the deterministic evaluation action.
+"""
+from typing import Any, Sequence
+
+import gin
+import torch.nn as nn
+
+from alf_entropy.networks.encoding_network import (
+    ActivationArg,
+    EncodingNetwork,
+    flat_input_size,
+    flatten_observation,
+)
+from alf_entropy.networks.projection_networks import (
+    CategoricalProjectionNetwork,
+    NormalProjectionNetwork,
+)
+from alf_entropy.tensor_specs import BoundedTensorSpec
+from alf_entropy.utils import nest
+
+__all__ = ["ActorDistributionNetwork"]
+
+
+@gin.configurable
+class ActorDistributionNetwork(nn.Module):
+    """Policy network producing a (nest of) action distribution(s).
+
+    Args:
+        input_tensor_spec: observation ``TensorSpec`` (or a nest of them; each
+            leaf is flattened and the leaves concatenated).
+        action_spec: a ``BoundedTensorSpec`` or a dict/tuple nest of them.
+        fc_layer_params: hidden layer sizes of the shared encoder.
+        activation: hidden activation (class, factory or name such as
+            ``"relu"``; see ``get_activation``).
+        squash_to_spec: squash continuous actions into their bounds with
+            tanh (see the module docstring).
+        init_log_std: initial ``log(std)`` of continuous actions.
+        state_dependent_std: make ``log_std`` an output of the network
+            instead of a free parameter.
+        min_log_std: lower clamp of ``log_std``.
+        max_log_std: upper clamp of ``log_std``.
+
+    Raises:
+        TypeError: if a spec leaf is not a ``BoundedTensorSpec``
+            (``action_spec``) or ``TensorSpec`` (``input_tensor_spec``).
+        ValueError: for invalid sizes, bounds or std settings (see the
+            projection networks).
+    """
+
+    def __init__(
+        self,
+        input_tensor_spec: Any,
+        action_spec: Any,
+        fc_layer_params: Sequence[int] = (64, 64),
+        activation: ActivationArg = nn.Tanh,
+        squash_to_spec: bool = False,
+        init_log_std: float = 0.0,
+        state_dependent_std: bool = False,
+        min_log_std: float = -20.0,
+        max_log_std: float = 2.0,
+    ):
+        super().__init__()
+        input_size = flat_input_size(input_tensor_spec)
+        action_leaves = nest.flatten(action_spec)
+        if not action_leaves:
+            raise ValueError("action_spec must contain at least one BoundedTensorSpec")
+        for leaf in action_leaves:
+            if not isinstance(leaf, BoundedTensorSpec):
+                raise TypeError(
+                    "action_spec leaves must be BoundedTensorSpec, got "
+                    f"{type(leaf).__name__}"
+                )
+        self._input_tensor_spec = input_tensor_spec
+        self._action_spec = action_spec
+        self._encoder = EncodingNetwork(
+            input_size, fc_layer_params=fc_layer_params, activation=activation
+        )
+        hidden = self._encoder.output_size
+        heads = []
+        for spec in action_leaves:
+            if spec.is_discrete:
+                heads.append(CategoricalProjectionNetwork(hidden, spec))
+            else:
+                heads.append(
+                    NormalProjectionNetwork(
+                        hidden,
+                        spec,
+                        squash_to_spec=squash_to_spec,
+                        init_log_std=init_log_std,
+                        state_dependent_std=state_dependent_std,
+                        min_log_std=min_log_std,
+                        max_log_std=max_log_std,
+                    )
+                )
+        self._heads = nn.ModuleList(heads)
+
+    @property
+    def input_tensor_spec(self) -> Any:
+        """The observation spec (nest)."""
+        return self._input_tensor_spec
+
+    @property
+    def action_spec(self) -> Any:
+        """The action spec (nest)."""
+        return self._action_spec
+
+    def forward(self, observation: Any) -> Any:
+        """Compute the action distribution(s).
+
+        Args:
+            observation: tensor ``[B, *obs_shape]`` (or nest matching
+                ``input_tensor_spec``).
+
+        Returns:
+            A ``torch.distributions.Distribution`` with batch shape ``[B]``, or
+            a nest of them mirroring ``action_spec``.
+
+        Raises:
+            ValueError: if the observation does not match the spec.
+        """
+        x = flatten_observation(observation, self._input_tensor_spec, self._encoder.dtype)
+        encoding = self._encoder(x)
+        dists = [head(encoding) for head in self._heads]
+        return nest.pack_sequence_as(self._action_spec, dists)

@@ -1,0 +1,82 @@
+"""Distribution helpers used by the networks: a stable tanh and ``mode_of``.
+
+* ``StableTanh`` is ``torch``'s ``TanhTransform`` whose inverse clamps its
+  input just inside ``(-1, 1)`` (as ALF's ``StableTanh`` does), so that
+  ``log_prob`` of a stored action lying exactly on an action bound is finite
+  instead of ``inf``/``nan``.  It is still a ``TanhTransform`` (``isinstance``
+  checks keep working).
+* ``mode_of`` returns the deterministic (greedy) action of a distribution or
+  a nest of distributions, for evaluation.
+
+Nothing here reads tensor values on the host, so both are safe on CUDA.
+"""
+from typing import Any
+
+import torch
+import torch.distributions as td
+
+from alf_entropy.utils import nest
+
+__all__ = ["StableTanh", "mode_of"]
+
+
+class StableTanh(td.TanhTransform):
+    """``y = tanh(x)`` with an inverse that clamps ``y`` into ``(-1, 1)``.
+
+    Args:
+        cache_size: as for ``torch.distributions.TanhTransform``; use ``1`` so
+            that ``log_prob`` of a freshly drawn sample reuses its pre-tanh
+            value exactly.
+    """
+
+    def _inverse(self, y: torch.Tensor) -> torch.Tensor:
+        # The largest float below 1 is 1 - eps/2; clamp to 1 - eps to stay safe.
+        bound = 1.0 - torch.finfo(y.dtype).eps
+        return torch.atanh(y.clamp(-bound, bound))
+
+
+def _mode_of_one(dist: td.Distribution) -> torch.Tensor:
+    if isinstance(dist, td.Categorical):
+        return dist.logits.argmax(dim=-1)
+    if isinstance(dist, td.Independent):
+        return _mode_of_one(dist.base_dist)
+    if isinstance(dist, td.Normal):
+        return dist.loc
+    if isinstance(dist, td.TransformedDistribution):
+        x = _mode_of_one(dist.base_dist)
+        for transform in dist.transforms:
+            x = transform(x)
+        return x
+    try:
+        return dist.mode
+    except (AttributeError, NotImplementedError) as e:
+        raise TypeError(
+            f"mode_of does not support distributions of type {type(dist).__name__}"
+        ) from e
+
+
+def mode_of(dist: Any) -> Any:
+    """The deterministic action of a distribution (or of a nest of them).
+
+    * ``Categorical``: ``argmax`` of the logits (an index, int64).
+    * ``Normal`` / ``Independent(Normal)``: the mean.
+    * ``TransformedDistribution`` (e.g. the tanh-squashed Normal of
+      ``ActorDistributionNetwork(squash_to_spec=True)``): the transforms
+      applied to the base distribution's mode, i.e. ``loc + scale *
+      tanh(mean)``, which lies inside the action bounds.
+    * Others: ``dist.mode`` when torch defines it.
+
+    Args:
+        dist: a ``torch.distributions.Distribution`` or a nest (dict, tuple,
+            namedtuple) of them.
+
+    Returns:
+        A tensor (or the same nest of tensors) with the distribution's batch
+        and event shape.
+
+    Raises:
+        TypeError: for a distribution type without a known mode.
+    """
+    if isinstance(dist, td.Distribution):
+        return _mode_of_one(dist)
+    return nest.map_structure(_mode_of_one, dist)

@@ -1,0 +1,174 @@
+"""Tests for alf_entropy/environments/gym_vector_env.py."""
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from alf_entropy.data_structures import StepType, TimeStep
+from alf_entropy.environments import GymVectorEnv
+from alf_entropy.tensor_specs import BoundedTensorSpec
+
+
+def test_cartpole_specs_shapes_dtypes():
+    with GymVectorEnv("CartPole-v1", num_envs=3, seed=1, device="cpu") as env:
+        assert env.num_envs == 3 and env.device == torch.device("cpu")
+        assert env.observation_spec.shape == (4,)
+        assert env.action_spec == BoundedTensorSpec((), torch.int64, 0, 1)
+        ts = env.reset()
+        assert isinstance(ts, TimeStep)
+        assert ts.step_type.dtype == torch.int64 and torch.all(ts.step_type == StepType.FIRST)
+        assert ts.reward.dtype == torch.float32 and torch.all(ts.reward == 0)
+        assert ts.discount.dtype == torch.float32 and torch.all(ts.discount == 1)
+        assert ts.observation.dtype == torch.float32 and ts.observation.shape == (3, 4)
+        assert ts.prev_action.dtype == torch.int64 and ts.prev_action.shape == (3,)
+        assert torch.equal(ts.env_id, torch.arange(3))
+        assert ts.env_info == {}
+        ts = env.step(torch.tensor([0, 1, 1]))
+        assert torch.all(ts.step_type == StepType.MID)
+        assert torch.all(ts.reward == 1.0)
+        assert torch.equal(ts.prev_action, torch.tensor([0, 1, 1]))
+        for t in ts[:6]:
+            assert t.device == torch.device("cpu")
+
+
+def test_cartpole_termination_then_autoreset_first():
+    env = GymVectorEnv("CartPole-v1", num_envs=2, seed=3)
+    ts = env.reset()
+    gym_env = gym.make("CartPole-v1")
+    ref_obs, _ = gym_env.reset(seed=3)  # env 0 is seeded with seed + 0
+    assert np.allclose(ts.observation[0].numpy(), ref_obs)
+    saw_last = False
+    prev = ts
+    ref_done = False
+    for _ in range(300):
+        action = env.sample_random_action()
+        ts = env.step(action)
+        # env 0 against a plain gymnasium env fed the same actions
+        if prev.step_type[0] == StepType.LAST:
+            ref_obs, _ = gym_env.reset()
+            ref_done = False
+            assert ts.step_type[0] == StepType.FIRST
+            assert ts.reward[0] == 0 and ts.discount[0] == 1
+            assert ts.prev_action[0] == 0
+        else:
+            ref_obs, ref_r, term, trunc, _ = gym_env.step(int(action[0]))
+            ref_done = term or trunc
+            assert ts.reward[0] == ref_r
+            assert ts.step_type[0] == (StepType.LAST if ref_done else StepType.MID)
+            assert ts.discount[0] == (0.0 if term else 1.0)
+            if term:
+                saw_last = True
+        assert np.allclose(ts.observation[0].numpy(), ref_obs)
+        # a FIRST only ever follows a LAST
+        was_last = prev.step_type == StepType.LAST
+        assert torch.equal(ts.step_type == StepType.FIRST, was_last)
+        prev = ts
+    assert saw_last, "random CartPole must terminate within 300 steps"
+    env.close()
+    env.close()  # idempotent
+
+
+def test_pendulum_truncation_has_discount_one():
+    env = GymVectorEnv("Pendulum-v1", num_envs=2, seed=0, max_episode_steps=3)
+    spec = env.action_spec
+    assert spec.is_continuous and spec.shape == (1,)
+    ts = env.reset()
+    types, discounts, rewards = [], [], []
+    for _ in range(8):
+        ts = env.step(torch.zeros(2, 1))
+        types.append(ts.step_type.tolist())
+        discounts.append(ts.discount.tolist())
+        rewards.append(ts.reward.tolist())
+    F, M, L = StepType.FIRST, StepType.MID, StepType.LAST
+    assert types == [[M, M], [M, M], [L, L], [F, F], [M, M], [M, M], [L, L], [F, F]]
+    assert all(d == [1.0, 1.0] for d in discounts)
+    assert rewards[3] == [0.0, 0.0] and all(r < 0 for r in rewards[2])
+    env.close()
+
+
+def test_continuous_actions_are_clipped():
+    env = GymVectorEnv("Pendulum-v1", num_envs=2, seed=0)
+    env.reset()
+    ts = env.step(torch.tensor([[100.0], [-100.0]]))
+    assert torch.equal(ts.prev_action, torch.tensor([[2.0], [-2.0]]))
+    # same as sending the bounds themselves
+    env2 = GymVectorEnv("Pendulum-v1", num_envs=2, seed=0)
+    env2.reset()
+    ts2 = env2.step(torch.tensor([[2.0], [-2.0]]))
+    assert torch.equal(ts.observation, ts2.observation)
+    assert torch.equal(ts.reward, ts2.reward)
+    env.close()
+    env2.close()
+
+
+def _rollout(seed, actions):
+    env = GymVectorEnv("CartPole-v1", num_envs=2, seed=seed)
+    steps = [env.reset()]
+    for a in actions:
+        steps.append(env.step(a))
+    env.close()
+    return steps
+
+
+def test_seeding_determinism():
+    g = torch.Generator().manual_seed(0)
+    actions = [torch.randint(0, 2, (2,), generator=g) for _ in range(60)]
+    a = _rollout(7, actions)
+    b = _rollout(7, actions)
+    c = _rollout(8, actions)
+    for x, y in zip(a, b):
+        for fx, fy in zip(x[:6], y[:6]):
+            assert torch.equal(fx, fy)
+    assert not torch.equal(a[0].observation, c[0].observation)
+    # random actions are seeded too
+    e1 = GymVectorEnv("CartPole-v1", num_envs=4, seed=5)
+    e2 = GymVectorEnv("CartPole-v1", num_envs=4, seed=5)
+    assert all(torch.equal(e1.sample_random_action(), e2.sample_random_action()) for _ in range(5))
+    e1.close()
+    e2.close()
+
+
+def test_second_reset_continues_rng():
+    env = GymVectorEnv("CartPole-v1", num_envs=1, seed=0)
+    o1 = env.reset().observation
+    o2 = env.reset().observation
+    assert not torch.equal(o1, o2)
+    env.close()
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError, match="num_envs"):
+        GymVectorEnv("CartPole-v1", num_envs=0)
+    with pytest.raises(ValueError, match="max_episode_steps"):
+        GymVectorEnv("CartPole-v1", max_episode_steps=0)
+    with pytest.raises(TypeError, match="env_kwargs"):
+        GymVectorEnv("CartPole-v1", env_kwargs=[1])
+    with pytest.raises(ValueError, match="NoSuchEnv"):
+        GymVectorEnv("NoSuchEnv-v0", num_envs=1)
+    env = GymVectorEnv("CartPole-v1", num_envs=2)
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step(torch.zeros(2, dtype=torch.int64))
+    env.reset()
+    with pytest.raises(ValueError, match="shape"):
+        env.step(torch.zeros(3, dtype=torch.int64))
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        env.step(torch.tensor([0, 2]))
+    with pytest.raises(ValueError, match="integers"):
+        env.step(torch.tensor([0.5, 1.0]))
+    env.step(torch.tensor([0.0, 1.0]))  # integral floats are accepted
+    env.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        env.reset()
+
+
+def test_asynchronous_matches_sync():
+    actions = [torch.tensor([[1.0], [-0.5]])] * 3
+    results = []
+    for asynchronous in (False, True):
+        env = GymVectorEnv("Pendulum-v1", num_envs=2, seed=11, asynchronous=asynchronous)
+        steps = [env.reset()] + [env.step(a) for a in actions]
+        env.close()
+        results.append(steps)
+    for x, y in zip(*results):
+        assert torch.allclose(x.observation, y.observation)
+        assert torch.allclose(x.reward, y.reward)

@@ -1,0 +1,52 @@
+"""Tests for alf_entropy/networks/distributions.py."""
+import pytest
+import torch
+import torch.distributions as td
+
+from alf_entropy.networks.distributions import StableTanh, mode_of
+
+
+def test_mode_of_basic_distributions():
+    logits = torch.tensor([[0.1, 2.0, -1.0], [3.0, 0.0, 0.0]])
+    assert torch.equal(mode_of(td.Categorical(logits=logits)), torch.tensor([1, 0]))
+    loc = torch.tensor([[0.5, -0.3]])
+    normal = td.Independent(td.Normal(loc, torch.ones_like(loc)), 1)
+    assert torch.equal(mode_of(normal), loc)
+    squashed = td.TransformedDistribution(
+        normal, [StableTanh(cache_size=1), td.AffineTransform(1.0, 2.0, event_dim=1)]
+    )
+    assert torch.allclose(mode_of(squashed), 1.0 + 2.0 * torch.tanh(loc))
+
+
+def test_mode_of_nest_and_fallback():
+    d = {
+        "c": td.Categorical(logits=torch.tensor([[0.0, 1.0]])),
+        "n": (td.Normal(torch.tensor([2.0]), torch.tensor([1.0])),),
+    }
+    m = mode_of(d)
+    assert torch.equal(m["c"], torch.tensor([1]))
+    assert torch.equal(m["n"][0], torch.tensor([2.0]))
+    beta = td.Beta(torch.tensor([2.0]), torch.tensor([2.0]))
+    assert torch.allclose(mode_of(beta), torch.tensor([0.5]))
+
+
+def test_mode_of_unsupported():
+    class NoMode(td.Distribution):
+        arg_constraints = {}
+
+        def __init__(self):
+            super().__init__(validate_args=False)
+
+    with pytest.raises(TypeError, match="NoMode"):
+        mode_of(NoMode())
+
+
+def test_stable_tanh_inverse_finite_at_bounds():
+    t = StableTanh()
+    assert isinstance(t, td.TanhTransform)
+    x = t.inv(torch.tensor([-1.0, 1.0, 0.5]))
+    assert torch.all(torch.isfinite(x))
+    assert torch.allclose(x[2], torch.atanh(torch.tensor(0.5)))
+    # plain torch tanh gives inf on the bound
+    assert torch.isinf(td.TanhTransform().inv(torch.tensor(1.0)))
+    assert isinstance(StableTanh(cache_size=0).with_cache(1), StableTanh)
