@@ -17,6 +17,7 @@ __all__ = [
     "map_structure_with_path",
     "assert_same_structure",
     "is_nested",
+    "flatten_up_to",
 ]
 
 
@@ -94,3 +95,21 @@ def map_structure_with_path(func: Callable[..., Any], *nests: Any) -> Any:
     return pack_sequence_as(
         nests[0], [func(p, *xs) for p, *xs in zip(paths, *flats)]
     )
+
+
+def flatten_up_to(shallow: Any, nest: Any) -> List[Any]:
+    """Flatten ``nest`` only as deep as ``shallow``'s structure goes.
+
+    Each leaf position of ``shallow`` yields the corresponding sub-tree of
+    ``nest`` as is, so ``None`` (or a whole distribution) may stand where
+    ``shallow`` has a leaf: ``flatten_up_to({"a": s, "b": s}, {"a": None,
+    "b": 1.0})`` is ``[None, 1.0]``.
+
+    Raises:
+        ValueError: if ``nest`` does not have ``shallow``'s structure down to
+            ``shallow``'s leaves.
+    """
+    try:
+        return optree.tree_structure(shallow).flatten_up_to(nest)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"Nest does not match the structure of {shallow!r}: {e}") from e
