@@ -157,15 +157,23 @@ class BoundedTensorSpec(TensorSpec):
             raise ValueError("num_actions needs the same bounds for every element")
         return int(n[0])
 
-    def __eq__(self, other: Any) -> bool:
+    def _full_bounds(self) -> Tuple[np.ndarray, np.ndarray]:
+        """Both bounds broadcast to ``shape`` (so scalar and full bounds compare equal)."""
         return (
-            super().__eq__(other)
-            and np.array_equal(self._minimum, other._minimum)
-            and np.array_equal(self._maximum, other._maximum)
+            np.ascontiguousarray(np.broadcast_to(self._minimum, self._shape)),
+            np.ascontiguousarray(np.broadcast_to(self._maximum, self._shape)),
         )
 
+    def __eq__(self, other: Any) -> bool:
+        if not super().__eq__(other):
+            return False
+        lo, hi = self._full_bounds()
+        other_lo, other_hi = other._full_bounds()
+        return np.array_equal(lo, other_lo) and np.array_equal(hi, other_hi)
+
     def __hash__(self) -> int:
-        return hash((super().__hash__(), self._minimum.tobytes(), self._maximum.tobytes()))
+        lo, hi = self._full_bounds()
+        return hash((super().__hash__(), lo.tobytes(), hi.tobytes()))
 
     def __repr__(self) -> str:
         return (
