@@ -486,11 +486,15 @@ class EntropyTargetAlgorithm(Algorithm):
         (which includes the validity gate), and every state write is a
         ``torch.where`` on it, so the same cascade happens without branching.
         """
-        valid = torch.isfinite(entropy)
-        if num is not None:
-            valid = valid & (num > 0)
-        self._num_nonfinite.add_((~torch.isfinite(entropy)).to(torch.int64) * (
-            1 if num is None else (num > 0).to(torch.int64)))
+        finite = torch.isfinite(entropy)
+        nonfinite = ~finite
+        if num is None:
+            valid = finite
+        else:
+            has_data = num > 0
+            valid = finite & has_data
+            nonfinite = nonfinite & has_data
+        self._num_nonfinite.add_(nonfinite)
         averager = self._avg_entropy
         prev_avg = averager.get()
         avg = averager.average(entropy, valid)
@@ -502,7 +506,7 @@ class EntropyTargetAlgorithm(Algorithm):
         max_entropy = torch.where(
             a, torch.minimum(0.8 * avg, avg / 0.8), self._max_entropy
         )
-        stage = stage + a.to(torch.int32)
+        stage = stage + a  # int32 + bool stays int32
         # Stage 0 (init): slowly lower alpha until the entropy is below max.
         decreasing = avg < prev_avg
         b = valid & (stage == -2)
@@ -511,10 +515,10 @@ class EntropyTargetAlgorithm(Algorithm):
             (log_alpha + init_step).to(torch.float64), self._min_log_alpha
         ).to(torch.float32)
         log_alpha = torch.where(b, log_alpha_b, log_alpha)
-        stage = stage + (b & (avg < max_entropy)).to(torch.int32)
+        stage = stage + (b & (avg < max_entropy))
         # Stage 1 (free): wait for the entropy to fall below the target.
         c = valid & (stage == -1)
-        stage = stage + (c & (avg < target)).to(torch.int32)
+        stage = stage + (c & (avg < target))
         # Stage 2 (adjust).
         d = valid & (stage >= 0)
         above = avg > target

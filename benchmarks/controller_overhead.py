@@ -1,0 +1,231 @@
+"""Per-call cost of the entropy controller's ``calc_loss``, side by side.
+
+Compares, in one run, for T x B in {1x1, 32x64, 256x1024}:
+
+* ``ours/auto``: ``EntropyTargetAlgorithm`` as users get it (on the CPU the
+  plain-Python update over CPU buffers; on CUDA the tensor path),
+* ``ours/tensor``: the ``torch.where`` stage machine (what runs on a GPU),
+* ``branchy``: a straightforward implementation of the same rule that
+  branches in Python on tensor values (ALF's code with ``if valid_mask``
+  fixed), kept here for comparison.
+
+It prints microseconds per call, the ratio to ``branchy`` and how many times
+per call each reads a tensor value on the host (``bool()``/``.item()``/
+``.numpy()``/...).  On a GPU every such read is a device synchronisation; on
+the CPU it is a plain memory read, which is why ``auto`` may use them there.
+
+Usage: ``python benchmarks/controller_overhead.py [--iters N] [--device cpu|cuda|all]``
+"""
+import argparse
+import contextlib
+import functools
+import time
+from typing import Callable, Dict, List
+
+import numpy as np
+import torch
+
+from alf_entropy.algorithms.entropy_target_algorithm import (
+    EntropyTargetAlgorithm,
+    EntropyTargetInfo,
+    EntropyTargetLossInfo,
+)
+from alf_entropy.data_structures import Experience, LossInfo, StepType
+from alf_entropy.tensor_specs import BoundedTensorSpec
+
+
+class BranchyController(torch.nn.Module):
+    """The seed's rule written the obvious way: Python ``if`` on tensors."""
+
+    def __init__(self, target_entropy: float, device: torch.device, window: int = 2):
+        super().__init__()
+        dev = dict(device=device)
+        self.log_alpha = torch.tensor(np.log(0.1), dtype=torch.float32, **dev)
+        self.stage = torch.tensor(-2 - window, dtype=torch.int32, **dev)
+        self.update_rate = torch.tensor(np.log(2), dtype=torch.float32, **dev)
+        self.max_entropy = torch.tensor(0.0, **dev)
+        self.buf = torch.zeros(window, **dev)
+        self.count = torch.zeros((), dtype=torch.int64, **dev)
+        self.window = window
+        self.target = target_entropy
+        self.min_log_alpha = torch.tensor(np.log(1e-4), **dev)
+        self.slow = torch.tensor(0.01, **dev)
+        self.fast = torch.tensor(np.log(2), **dev)
+
+    def _avg(self) -> torch.Tensor:
+        return self.buf.sum() * (1.0 / self.count.clamp(1, self.window).float())
+
+    def calc_loss(self, experience, info, valid_mask=None) -> LossInfo:
+        loss_info = info.loss
+        mask = (experience.step_type != StepType.LAST).float()
+        if valid_mask is not None:
+            mask = mask * valid_mask.float()
+        entropy = -loss_info.extra.neg_entropy * mask
+        num = torch.sum(mask)
+        if num > 0:
+            self.adjust_alpha(torch.sum(entropy) / num)
+        return loss_info._replace(loss=loss_info.loss * torch.exp(self.log_alpha))
+
+    def adjust_alpha(self, entropy: torch.Tensor) -> None:
+        prev = self._avg()
+        self.buf[self.count % self.window] = entropy
+        self.count += 1
+        avg = self._avg()
+        target = self.target
+        thresh = 0.5 * target if target > 0 else 2.0 * target
+        if self.stage < -2:
+            self.max_entropy.fill_(torch.min(0.8 * avg, avg / 0.8))
+            self.stage.add_(1)
+        if self.stage == -2:
+            decreasing = (avg < prev).float()
+            self.stage.add_((avg < self.max_entropy).int())
+            self.log_alpha.fill_(
+                torch.max(self.log_alpha + (-1 + 1.5 * decreasing) * 0.001, self.min_log_alpha)
+            )
+        if self.stage == -1:
+            self.stage.add_((avg < target).int())
+        if self.stage >= 0:
+            prev_above = self.stage.bool()
+            above = avg > target
+            self.stage.fill_(above.int())
+            rate = torch.where(above != prev_above, 0.9 * self.update_rate, self.update_rate)
+            rate = torch.where(entropy < thresh, self.fast, torch.max(rate, self.slow))
+            self.update_rate.fill_(rate)
+            above = above.float()
+            below = 1 - above
+            dec = (avg < prev).float()
+            step = ((below + 0.5 * above) * dec - (above + 0.5 * below) * (1 - dec)) * rate
+            self.log_alpha.fill_(torch.max(self.log_alpha + step, self.min_log_alpha))
+
+
+_READS = ("__bool__", "item", "__float__", "__int__", "__index__", "tolist", "numpy")
+
+
+@contextlib.contextmanager
+def count_host_reads(counter: List[int]):
+    """Count every tensor->host value read while inside."""
+    originals = {name: getattr(torch.Tensor, name) for name in _READS}
+
+    def wrap(orig: Callable) -> Callable:
+        def f(*args, **kwargs):
+            counter[0] += 1
+            return orig(*args, **kwargs)
+
+        return f
+
+    for name, orig in originals.items():
+        setattr(torch.Tensor, name, wrap(orig))
+    try:
+        yield
+    finally:
+        for name, orig in originals.items():
+            setattr(torch.Tensor, name, orig)
+
+
+def _inputs(T: int, B: int, device: torch.device, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    neg = -(torch.rand(T, B, generator=g) + 0.5).to(device)
+    step_type = torch.ones(T, B, dtype=torch.int64).to(device)
+    if T > 1:
+        step_type[-1, : max(B // 4, 1)] = StepType.LAST  # some episode ends
+    info = EntropyTargetInfo(
+        loss=LossInfo(loss=neg.clone(), extra=EntropyTargetLossInfo(neg_entropy=neg))
+    )
+    return Experience(step_type=step_type), info
+
+
+def _time_interleaved(
+    fns: Dict[str, Callable[[], object]], iters: int, device: torch.device, repeats: int = 7
+) -> Dict[str, float]:
+    """Median microseconds per call of each function.
+
+    The functions take turns (one block of ``iters`` calls each, ``repeats``
+    rounds), so a noisy neighbour slows all of them alike and the ratios stay
+    meaningful on a shared machine.
+    """
+    for fn in fns.values():
+        for _ in range(max(iters // 10, 5)):
+            fn()
+    results: Dict[str, List[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                fn()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            results[name].append((time.perf_counter() - t0) / iters * 1e6)
+    return {name: float(np.median(r)) for name, r in results.items()}
+
+
+def run(device: torch.device, iters: int) -> List[Dict[str, object]]:
+    """Benchmark every implementation on ``device``."""
+    spec = BoundedTensorSpec((), torch.int64, 0, 3)
+    rows = []
+    for T, B in ((1, 1), (32, 64), (256, 1024)):
+        n = iters if T * B < 100000 else max(iters // 20, 20)
+        n = max(n // 7, 10)
+        exp, info = _inputs(T, B, device)
+        impls = {
+            "ours/auto": EntropyTargetAlgorithm(spec, target_entropy=0.3).to(device),
+            "ours/tensor": EntropyTargetAlgorithm(spec, target_entropy=0.3, update_mode="tensor").to(device),
+            "branchy": BranchyController(0.3, device),
+        }
+        timings = _time_interleaved(
+            {name: functools.partial(impl.calc_loss, exp, info) for name, impl in impls.items()},
+            n,
+            device,
+        )
+        reads = {}
+        for name, impl in impls.items():
+            counter = [0]
+            with count_host_reads(counter):
+                for _ in range(10):
+                    impl.calc_loss(exp, info)
+            reads[name] = counter[0] / 10
+        for name in impls:
+            rows.append(
+                dict(
+                    device=device.type,
+                    shape=f"{T}x{B}",
+                    impl=name,
+                    us=timings[name],
+                    ratio=timings[name] / timings["branchy"],
+                    reads=reads[name],
+                )
+            )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--iters", type=int, default=2000)
+    parser.add_argument("--device", default="all", choices=["cpu", "cuda", "all"])
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    devices = [torch.device("cpu")]
+    if args.device == "cuda" or (args.device == "all" and torch.cuda.is_available()):
+        devices = [torch.device("cuda")] if args.device == "cuda" else devices + [torch.device("cuda")]
+    elif args.device == "cpu":
+        devices = [torch.device("cpu")]
+    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, iters {args.iters}")
+    header = f"{'device':6} {'T x B':>9} {'impl':12} {'us/call':>9} {'vs branchy':>10} {'host reads/call':>15}"
+    print(header)
+    print("-" * len(header))
+    for device in devices:
+        for r in run(device, args.iters):
+            print(
+                f"{r['device']:6} {r['shape']:>9} {r['impl']:12} {r['us']:9.1f} "
+                f"{r['ratio']:10.2f} {r['reads']:15.1f}"
+            )
+    print(
+        "host reads: tensor->host value reads per call; each is a GPU sync on CUDA. "
+        "'auto' reads only on the CPU, where no device exists to wait for."
+    )
+
+
+if __name__ == "__main__":
+    main()
