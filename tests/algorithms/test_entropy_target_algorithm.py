@@ -585,3 +585,49 @@ def test_sgd_variant_moves_alpha_towards_the_target():
         assert torch.sign(moved).item() == direction
         assert len(parent.optimizers()) == 2
         assert "entropy_target._log_alpha" in parent.state_dict()
+
+
+# ------------------------------------------------------------------- CUDA
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@cuda
+def test_cuda_tensor_path_matches_cpu_and_never_syncs():
+    rng = np.random.default_rng(5)
+    seq = [float(x) for x in 1.4 + np.cumsum(rng.normal(-0.03, 0.1, 50))]
+    cpu = EntropyTargetAlgorithm(DISCRETE4, target_entropy=0.4)
+    gpu = EntropyTargetAlgorithm(DISCRETE4, target_entropy=0.4).to("cuda")
+    assert not gpu._use_host()
+    assert all(b.device.type == "cuda" for b in gpu.buffers())
+    step_type = torch.ones(4, 3, dtype=torch.int64)
+    entropies = [torch.full((4, 3), -e) for e in seq]
+    gpu_inputs = [(x.cuda(), step_type.cuda()) for x in entropies]
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for neg, st_ in gpu_inputs:
+            gpu.calc_loss(Experience(step_type=st_), _info(neg))
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    for neg in entropies:
+        cpu.calc_loss(Experience(step_type=step_type), _info(neg))
+    for a, b in zip(_state(cpu), _state(gpu)):
+        torch.testing.assert_close(a, b.cpu(), atol=1e-6, rtol=0)
+
+
+@cuda
+def test_cuda_nested_and_sgd_variants_run_on_device():
+    spec = {"a": DISCRETE4, "b": CONT2}
+    nested = NestedEntropyTargetAlgorithm(spec).to("cuda")
+    sgd = SGDEntropyTargetAlgorithm(DISCRETE4, target_entropy=0.5).to("cuda")
+    step_type = torch.ones(3, 2, dtype=torch.int64, device="cuda")
+    dist = {
+        "a": torch.distributions.Categorical(logits=torch.zeros(3, 2, 4, device="cuda")),
+        "b": torch.distributions.Independent(
+            torch.distributions.Normal(torch.zeros(3, 2, 2, device="cuda"), 1.0), 1
+        ),
+    }
+    loss = nested.calc_loss(Experience(step_type=step_type), nested.train_step(dist, step_type).info)
+    assert loss.loss.device.type == "cuda"
+    loss = sgd.calc_loss(Experience(step_type=step_type), sgd.train_step(dist["a"], step_type).info)
+    assert loss.scalar_loss.device.type == "cuda"
