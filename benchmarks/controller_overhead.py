@@ -5,6 +5,8 @@ Compares, in one run, for T x B in {1x1, 32x64, 256x1024}:
 * ``ours/auto``: ``EntropyTargetAlgorithm`` as users get it (on the CPU the
   plain-Python update over CPU buffers; on CUDA the tensor path),
 * ``ours/tensor``: the ``torch.where`` stage machine (what runs on a GPU),
+* ``ours/compiled``: the same fused by ``torch.compile`` (compiled during
+  warm-up, which is not timed),
 * ``branchy``: a straightforward implementation of the same rule that
   branches in Python on tensor values (ALF's code with ``if valid_mask``
   fixed), kept here for comparison.
@@ -171,6 +173,9 @@ def run(device: torch.device, iters: int) -> List[Dict[str, object]]:
         impls = {
             "ours/auto": EntropyTargetAlgorithm(spec, target_entropy=0.3).to(device),
             "ours/tensor": EntropyTargetAlgorithm(spec, target_entropy=0.3, update_mode="tensor").to(device),
+            "ours/compiled": EntropyTargetAlgorithm(
+                spec, target_entropy=0.3, update_mode="compiled"
+            ).to(device),
             "branchy": BranchyController(0.3, device),
         }
         timings = _time_interleaved(
@@ -212,13 +217,13 @@ def main() -> None:
     elif args.device == "cpu":
         devices = [torch.device("cpu")]
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, iters {args.iters}")
-    header = f"{'device':6} {'T x B':>9} {'impl':12} {'us/call':>9} {'vs branchy':>10} {'host reads/call':>15}"
+    header = f"{'device':6} {'T x B':>9} {'impl':14} {'us/call':>9} {'vs branchy':>10} {'host reads/call':>15}"
     print(header)
     print("-" * len(header))
     for device in devices:
         for r in run(device, args.iters):
             print(
-                f"{r['device']:6} {r['shape']:>9} {r['impl']:12} {r['us']:9.1f} "
+                f"{r['device']:6} {r['shape']:>9} {r['impl']:14} {r['us']:9.1f} "
                 f"{r['ratio']:10.2f} {r['reads']:15.1f}"
             )
     print(

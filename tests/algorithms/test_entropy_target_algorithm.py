@@ -631,3 +631,24 @@ def test_cuda_nested_and_sgd_variants_run_on_device():
     assert loss.loss.device.type == "cuda"
     loss = sgd.calc_loss(Experience(step_type=step_type), sgd.train_step(dist["a"], step_type).info)
     assert loss.scalar_loss.device.type == "cuda"
+
+
+def test_compiled_mode_matches_the_seed():
+    """``update_mode="compiled"``: the tensor path fused by torch.compile.
+
+    Inductor may turn a division by a constant into a multiplication, so the
+    contract's 1e-6 tolerance (not bit equality) applies here.
+    """
+    rng = np.random.default_rng(7)
+    cfg = dict(initial_alpha=0.3, target_entropy=0.2, average_window=2, skip_free_stage=False,
+               max_entropy_gap=None, rates=(0.001, 0.01, np.log(2)), min_alpha=1e-4)
+    alg, ref = _make_pair(cfg, "compiled")
+    entropy = 1.3
+    for i in range(60):
+        entropy += rng.normal(-0.04, 0.12)
+        e = torch.tensor(entropy, dtype=torch.float32)
+        ref.adjust_alpha(e)
+        alg.adjust_alpha(e)
+        _assert_same(alg, ref, f"call {i}")
+    assert alg._compiled_update is not None
+    assert alg.stage.item() in (0, 1)
