@@ -1,0 +1,627 @@
+"""``ActorCriticAlgorithm``: advantage actor-critic (A2C) with GAE.
+
+The algorithm owns an actor (``ActorDistributionNetwork``) and a critic
+(``ValueNetwork``) and, optionally, an entropy controller
+(``EntropyTargetAlgorithm`` or any class with its interface) as a
+sub-algorithm.  One training iteration of :class:`OnPolicyTrainer` is:
+
+1. ``rollout_step(time_step)`` for ``T`` steps of a batch of ``B``
+   environments, without gradient: sample an action, keep its
+   ``log_prob`` and the value of the observation in ``ActorCriticInfo``.
+2. ``train_from_unroll(experience, final_time_step)``:
+
+   * ``preprocess_experience`` bootstraps from the value of the time step
+     after the unroll and computes GAE advantages and TD(lambda) returns
+     (``alf_entropy.utils.value_ops``), then flattens ``[T, B]`` to
+     ``[T*B]``;
+   * for each of ``num_epochs`` epochs and each of ``num_minibatches``
+     (shuffled) minibatches: ``train_step`` recomputes the action
+     distribution and value with gradients, ``calc_loss`` builds the loss
+     and ``update_with_gradient`` takes one optimiser step.
+
+   For A2C ``num_epochs = num_minibatches = 1`` (one update on the whole
+   batch); :class:`~alf_entropy.algorithms.ppo_algorithm.PPOAlgorithm`
+   changes the policy-gradient term and the loop sizes.
+
+Episode boundaries: with ALF's time-step semantics a ``LAST`` step's action is
+ignored by the environment (the next step is the ``FIRST`` step of a new
+episode, with reward 0), so ``LAST`` steps get zero advantage and are masked
+out of every loss term; a truncated episode (``LAST`` with discount 1) is
+bootstrapped from the value of its final observation, a terminated one
+(discount 0) is not.
+
+Entropy: ``entropy_regularization`` adds ``-coef * entropy`` to the loss
+(``coef`` a number or a scheduler).  With ``enforce_entropy_target=True`` the
+coefficient is instead adapted by the entropy controller: the algorithm calls
+its ``rollout_step``/``train_step``, adds its ``calc_loss`` (which adjusts
+``alpha`` once per call, i.e. once per minibatch) to the loss, and its state
+is part of this algorithm's ``state_dict``.
+"""
+import math
+import numbers
+from typing import Any, Callable, List, Optional, Tuple, Union
+
+import gin
+import torch
+import torch.distributions as td
+import torch.nn as nn
+
+from alf_entropy.algorithms.algorithm import Algorithm, OptimizerArg, combine_loss_infos
+from alf_entropy.data_structures import AlgStep, Experience, LossInfo, StepType, TimeStep, namedtuple
+from alf_entropy.networks import ActorDistributionNetwork, ValueNetwork, mode_of
+from alf_entropy.utils import dist_utils, nest, schedulers, summary, value_ops
+
+__all__ = [
+    "ActorCriticInfo",
+    "ActorCriticLossInfo",
+    "ActorCriticAlgorithm",
+    "masked_mean",
+    "default_optimizer",
+]
+
+ActorCriticInfo = namedtuple(
+    "ActorCriticInfo",
+    [
+        "value",  # [B]: V(observation) (rollout: without gradient)
+        "log_prob",  # [B]: log pi(action | observation)
+        "advantages",  # [B]: GAE advantage (set by preprocess_experience)
+        "returns",  # [B]: TD(lambda) return (set by preprocess_experience)
+        "entropy",  # [B]: entropy of pi(. | observation) (train_step only)
+        "entropy_for_gradient",  # [B]: entropy to differentiate (train_step only)
+        "entropy_target",  # info of the entropy controller (or ())
+    ],
+    default_value=(),
+)
+"""Per-step information of ``rollout_step``/``train_step``."""
+
+ActorCriticLossInfo = namedtuple(
+    "ActorCriticLossInfo",
+    ["pg_loss", "td_loss", "neg_entropy"],
+    default_value=(),
+)
+"""Per-step loss terms (``LossInfo.extra`` of ``calc_loss``)."""
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of ``x`` over the elements where ``mask`` is non-zero.
+
+    Args:
+        x: a tensor.
+        mask: a bool or float tensor of ``x``'s shape.
+
+    Returns:
+        torch.Tensor: a scalar; 0 if the mask is empty (no host sync).
+    """
+    mask = mask.to(x.dtype)
+    return (x * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def _masked_normalize(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """``(x - mean) / (std + eps)`` with statistics over the masked elements."""
+    mean = masked_mean(x, mask)
+    var = masked_mean((x - mean).square(), mask)
+    return (x - mean) / (var.sqrt() + eps)
+
+
+def default_optimizer(params: List[nn.Parameter]) -> torch.optim.Optimizer:
+    """The optimiser used when none is given: ``Adam(lr=3e-4, eps=1e-5)``.
+
+    Args:
+        params: the parameters to optimise.
+
+    Returns:
+        torch.optim.Optimizer: the optimiser.
+    """
+    return torch.optim.Adam(params, lr=3e-4, eps=1e-5)
+
+
+def _mean_of_nest(value: Any) -> Any:
+    """``value`` itself, or the mean of the leaves of a dict/nest of scalars."""
+    if not nest.is_nested(value):
+        return value
+    leaves = [torch.as_tensor(v, dtype=torch.float32) for v in nest.flatten(value)]
+    return torch.stack(leaves).mean()
+
+
+def _is_nested_spec(spec: Any) -> bool:
+    return nest.is_nested(spec)
+
+
+def _check_optional_positive(value: Any, name: str, allow_zero: bool = False) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number or None, got {value!r}")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value}")
+
+
+@gin.configurable
+class ActorCriticAlgorithm(Algorithm):
+    """Advantage actor-critic with GAE (see the module docstring).
+
+    Args:
+        observation_spec: the observation spec (nest of ``TensorSpec``).
+        action_spec: the action spec (nest of ``BoundedTensorSpec``).
+        actor_network_ctor: ``(input_tensor_spec, action_spec) -> network``
+            returning a (nest of) action distribution(s).
+        value_network_ctor: ``(input_tensor_spec) -> network`` returning
+            values ``[B]``.
+        optimizer: an optimiser factory ``params -> Optimizer`` (e.g.
+            ``functools.partial(torch.optim.Adam, lr=1e-3)``, or in gin
+            ``@torch.optim.Adam``) or ``None`` for :func:`default_optimizer`.
+        gamma: reward discount in ``[0, 1]``; multiplies the environment's
+            discount (0 on termination).
+        td_lambda: GAE lambda in ``[0, 1]``.
+        normalize_advantages: normalise advantages to zero mean and unit std
+            over the valid steps of each minibatch.
+        td_loss_weight: weight (>= 0) of the squared TD error
+            ``(V - return)^2``.
+        reward_scale: rewards are multiplied by this (> 0) before computing
+            advantages and returns (e.g. 0.1 for Pendulum's large negative
+            rewards, so value errors do not dominate gradient clipping).
+        entropy_regularization: a fixed entropy coefficient (a number >= 0 or
+            a scheduler), or ``None`` for none.  Exclusive with
+            ``enforce_entropy_target``.
+        enforce_entropy_target: adapt the entropy coefficient with an entropy
+            controller so that the policy entropy follows its target.
+        entropy_target_cls: the controller class, called as
+            ``entropy_target_cls(action_spec, debug_summaries=...)``; ``None``
+            means ``EntropyTargetAlgorithm`` (``NestedEntropyTargetAlgorithm``
+            for a nested ``action_spec``).  Only used with
+            ``enforce_entropy_target``.
+        max_grad_norm: clip the global gradient norm to this (``None``: no
+            clipping).
+        num_epochs: passes over each unroll (1 for A2C).
+        num_minibatches: minibatches per pass (1 for A2C: the whole unroll).
+        debug_summaries: write extra summaries (passed to the controller too).
+        name: the name (summary scope).
+
+    Raises:
+        ValueError: for out-of-range arguments, or when both
+            ``entropy_regularization`` and ``enforce_entropy_target`` are set.
+        TypeError: if a network ctor is not callable.
+    """
+
+    def __init__(
+        self,
+        observation_spec: Any,
+        action_spec: Any,
+        actor_network_ctor: Callable[..., nn.Module] = ActorDistributionNetwork,
+        value_network_ctor: Callable[..., nn.Module] = ValueNetwork,
+        optimizer: OptimizerArg = None,
+        gamma: float = 0.99,
+        td_lambda: float = 0.95,
+        normalize_advantages: bool = False,
+        td_loss_weight: float = 0.5,
+        reward_scale: float = 1.0,
+        entropy_regularization: Optional[Union[float, Callable[[], float]]] = None,
+        enforce_entropy_target: bool = False,
+        entropy_target_cls: Optional[Callable[..., Algorithm]] = None,
+        max_grad_norm: Optional[float] = 0.5,
+        num_epochs: int = 1,
+        num_minibatches: int = 1,
+        debug_summaries: bool = False,
+        name: str = "ActorCriticAlgorithm",
+    ):
+        super().__init__(
+            optimizer=default_optimizer if optimizer is None else optimizer,
+            debug_summaries=debug_summaries,
+            name=name,
+        )
+        for arg, value in (("gamma", gamma), ("td_lambda", td_lambda)):
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, numbers.Real)
+                or not 0.0 <= value <= 1.0
+            ):
+                raise ValueError(f"{arg} must be a number in [0, 1], got {value!r}")
+        _check_optional_positive(td_loss_weight, "td_loss_weight", allow_zero=True)
+        if td_loss_weight is None:
+            raise ValueError("td_loss_weight must be a number >= 0, got None")
+        _check_optional_positive(max_grad_norm, "max_grad_norm")
+        _check_optional_positive(reward_scale, "reward_scale")
+        if reward_scale is None:
+            raise ValueError("reward_scale must be a number > 0, got None")
+        for arg, value in (("num_epochs", num_epochs), ("num_minibatches", num_minibatches)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{arg} must be an int >= 1, got {value!r}")
+        if not callable(actor_network_ctor):
+            raise TypeError("actor_network_ctor must be callable")
+        if not callable(value_network_ctor):
+            raise TypeError("value_network_ctor must be callable")
+        if enforce_entropy_target and entropy_regularization is not None:
+            raise ValueError(
+                "entropy_regularization must be None when enforce_entropy_target is "
+                "True (the entropy controller sets the coefficient)"
+            )
+        if entropy_regularization is not None and not callable(entropy_regularization):
+            _check_optional_positive(entropy_regularization, "entropy_regularization", True)
+
+        self._observation_spec = observation_spec
+        self._action_spec = action_spec
+        self._gamma = float(gamma)
+        self._td_lambda = float(td_lambda)
+        self._normalize_advantages = bool(normalize_advantages)
+        self._td_loss_weight = float(td_loss_weight)
+        self._reward_scale = float(reward_scale)
+        self._max_grad_norm = None if max_grad_norm is None else float(max_grad_norm)
+        self._num_epochs = num_epochs
+        self._num_minibatches = num_minibatches
+        self._entropy_regularization = (
+            None
+            if entropy_regularization is None
+            else schedulers.as_scheduler(entropy_regularization)
+        )
+
+        self._actor_network = actor_network_ctor(observation_spec, action_spec)
+        self._value_network = value_network_ctor(observation_spec)
+
+        self._entropy_target_algorithm: Optional[Algorithm] = None
+        if enforce_entropy_target:
+            if entropy_target_cls is None:
+                from alf_entropy.algorithms import entropy_target_algorithm as eta
+
+                entropy_target_cls = (
+                    eta.NestedEntropyTargetAlgorithm
+                    if _is_nested_spec(action_spec)
+                    else eta.EntropyTargetAlgorithm
+                )
+            self._entropy_target_algorithm = entropy_target_cls(
+                action_spec, debug_summaries=debug_summaries
+            )
+        # Created now so that a checkpoint can restore its state at once.
+        self.optimizers()
+
+    # ------------------------------------------------------------ properties
+    @property
+    def observation_spec(self) -> Any:
+        """The observation spec."""
+        return self._observation_spec
+
+    @property
+    def action_spec(self) -> Any:
+        """The action spec."""
+        return self._action_spec
+
+    @property
+    def actor_network(self) -> nn.Module:
+        """The policy network."""
+        return self._actor_network
+
+    @property
+    def value_network(self) -> nn.Module:
+        """The value network."""
+        return self._value_network
+
+    @property
+    def entropy_target_algorithm(self) -> Optional[Algorithm]:
+        """The entropy controller, or ``None`` when the target is not enforced."""
+        return self._entropy_target_algorithm
+
+    @property
+    def num_epochs(self) -> int:
+        """Passes over each unroll."""
+        return self._num_epochs
+
+    @property
+    def num_minibatches(self) -> int:
+        """Minibatches per pass."""
+        return self._num_minibatches
+
+    def entropy_coefficient(self) -> Union[float, torch.Tensor]:
+        """The current entropy coefficient, for summaries.
+
+        Returns:
+            The controller's ``alpha`` when the target is enforced, else the
+            (scheduled) ``entropy_regularization``, else 0.
+        """
+        if self._entropy_target_algorithm is not None:
+            return _mean_of_nest(self._entropy_target_algorithm.alpha)
+        if self._entropy_regularization is not None:
+            return float(self._entropy_regularization())
+        return 0.0
+
+    # ----------------------------------------------------------------- steps
+    def _log_prob(self, dist: Any, action: Any) -> torch.Tensor:
+        """``log pi(action)`` summed over the action nest."""
+        if isinstance(dist, td.Distribution):  # fast path: no nest walking
+            return dist.log_prob(action)
+        log_probs = nest.map_structure(lambda d, a: d.log_prob(a), dist, action)
+        flat = nest.flatten(log_probs)
+        total = flat[0]
+        for lp in flat[1:]:
+            total = total + lp
+        return total
+
+    def predict_step(self, inputs: TimeStep, state: Any = ()) -> AlgStep:
+        """The deterministic (mode) action, for evaluation.
+
+        Args:
+            inputs: a ``TimeStep`` with batched ``observation``.
+            state: unused (no recurrent state).
+
+        Returns:
+            AlgStep: ``output`` is the action nest.
+        """
+        dist = self._actor_network(inputs.observation)
+        return AlgStep(output=mode_of(dist), state=state)
+
+    def rollout_step(self, inputs: TimeStep, state: Any = ()) -> AlgStep:
+        """Sample an action; keep its log-probability and the state value.
+
+        Call it under ``torch.no_grad()``: everything is recomputed with
+        gradient in ``train_step``.
+
+        Args:
+            inputs: a ``TimeStep`` with batched ``observation`` and
+                ``step_type``.
+            state: unused (no recurrent state).
+
+        Returns:
+            AlgStep: ``output`` the action nest, ``info`` an
+            ``ActorCriticInfo(value, log_prob, entropy_target)``.
+        """
+        dist = self._actor_network(inputs.observation)
+        if isinstance(dist, td.Distribution):
+            action = dist.sample()
+        else:
+            action = nest.map_structure(lambda d: d.sample(), dist)
+        log_prob = self._log_prob(dist, action)
+        value = self._value_network(inputs.observation)
+        entropy_target_info = ()
+        if self._entropy_target_algorithm is not None:
+            # Rollout infos are not trained on directly: train_step
+            # recomputes the distribution, so the controller only acts there.
+            entropy_target_info = self._entropy_target_algorithm.rollout_step(
+                dist, inputs.step_type, on_policy_training=False
+            ).info
+        return AlgStep(
+            output=action,
+            state=state,
+            info=ActorCriticInfo(
+                value=value, log_prob=log_prob, entropy_target=entropy_target_info
+            ),
+        )
+
+    def train_step(self, inputs: Experience, state: Any = (), rollout_info: Any = ()) -> AlgStep:
+        """Recompute the distribution and value of a batch, with gradients.
+
+        Args:
+            inputs: an ``Experience`` with flat batch ``[N]`` (from
+                ``preprocess_experience``).
+            state: unused (no recurrent state).
+            rollout_info: unused (``inputs.rollout_info`` is used).
+
+        Returns:
+            AlgStep: ``info`` an ``ActorCriticInfo`` with ``value``,
+            ``log_prob`` of the stored action, ``entropy``,
+            ``entropy_for_gradient`` and the controller's ``entropy_target``
+            info.
+        """
+        observation = inputs.time_step.observation
+        dist = self._actor_network(observation)
+        value = self._value_network(observation)
+        log_prob = self._log_prob(dist, inputs.action)
+        entropy_target_info = ()
+        if self._entropy_target_algorithm is not None:
+            entropy_target_info = self._entropy_target_algorithm.train_step(
+                dist, inputs.step_type
+            ).info
+        entropy, entropy_for_gradient = dist_utils.entropy_with_fallback(dist)
+        return AlgStep(
+            output=(),
+            state=state,
+            info=ActorCriticInfo(
+                value=value,
+                log_prob=log_prob,
+                entropy=entropy,
+                entropy_for_gradient=entropy_for_gradient,
+                entropy_target=entropy_target_info,
+            ),
+        )
+
+    # -------------------------------------------------------------- training
+    def preprocess_experience(
+        self, experience: Experience, final_time_step: TimeStep
+    ) -> Experience:
+        """Add advantages and returns; flatten ``[T, B]`` to ``[T*B]``.
+
+        Args:
+            experience: the unroll, every leaf ``[T, B, ...]``, with
+                ``rollout_info`` an ``ActorCriticInfo`` from ``rollout_step``.
+            final_time_step: the time step after the unroll (``[B, ...]``),
+                whose value bootstraps the last transitions.
+
+        Returns:
+            Experience: flat ``[T*B, ...]`` leaves; ``rollout_info`` has
+            ``advantages`` and ``returns`` filled in.
+        """
+        with torch.no_grad():
+            info = experience.rollout_info
+            time_step = experience.time_step
+            bootstrap = self._value_network(final_time_step.observation)
+            values = torch.cat([info.value, bootstrap.unsqueeze(0)], dim=0)
+            rewards = torch.cat([time_step.reward, final_time_step.reward.unsqueeze(0)], dim=0)
+            discounts = torch.cat(
+                [time_step.discount, final_time_step.discount.unsqueeze(0)], dim=0
+            )
+            step_types = torch.cat(
+                [experience.step_type, final_time_step.step_type.unsqueeze(0)], dim=0
+            )
+            advantages = value_ops.generalized_advantage_estimation(
+                rewards.to(values.dtype) * self._reward_scale,
+                values,
+                step_types,
+                discounts.to(values.dtype) * self._gamma,
+                td_lambda=self._td_lambda,
+            )
+            returns = advantages + info.value
+            experience = experience._replace(
+                rollout_info=info._replace(advantages=advantages, returns=returns)
+            )
+            return nest.map_structure(lambda x: x.reshape(-1, *x.shape[2:]), experience)
+
+    def _policy_gradient_loss(
+        self, experience: Experience, train_info: ActorCriticInfo, advantages: torch.Tensor
+    ) -> torch.Tensor:
+        """Per-step policy-gradient loss ``-advantage * log_prob`` (A2C).
+
+        Args:
+            experience: the minibatch.
+            train_info: ``train_step``'s info.
+            advantages: the (possibly normalised) advantages.
+
+        Returns:
+            torch.Tensor: ``[N]`` loss.
+        """
+        return -advantages * train_info.log_prob
+
+    def calc_loss(self, experience: Experience, train_info: ActorCriticInfo) -> LossInfo:
+        """Policy-gradient + TD + entropy loss (+ the controller's loss).
+
+        Args:
+            experience: a flat minibatch from ``preprocess_experience``.
+            train_info: ``train_step(experience).info``.
+
+        Returns:
+            LossInfo: per-step ``loss`` ``[N]`` (mask ``LAST`` steps when
+            averaging, see :meth:`valid_mask`); ``extra`` holds
+            ``ActorCriticLossInfo`` under ``"main"`` and the controller's
+            extra under ``"entropy_target"``.
+        """
+        mask = self.valid_mask(experience)
+        rollout_info = experience.rollout_info
+        advantages = rollout_info.advantages
+        if self._normalize_advantages:
+            advantages = _masked_normalize(advantages, mask)
+        pg_loss = self._policy_gradient_loss(experience, train_info, advantages)
+        td_loss = (train_info.value - rollout_info.returns).square()
+        loss = pg_loss + self._td_loss_weight * td_loss
+        if self._entropy_regularization is not None:
+            loss = loss - float(self._entropy_regularization()) * train_info.entropy_for_gradient
+        main = LossInfo(
+            loss=loss,
+            extra=ActorCriticLossInfo(
+                pg_loss=pg_loss, td_loss=td_loss, neg_entropy=-train_info.entropy
+            ),
+        )
+        if self._entropy_target_algorithm is None:
+            return main
+        entropy_loss = self._entropy_target_algorithm.calc_loss(
+            experience, train_info.entropy_target, valid_mask=mask
+        )
+        return combine_loss_infos(main, entropy_target=entropy_loss)
+
+    @staticmethod
+    def valid_mask(experience: Experience) -> torch.Tensor:
+        """Steps that take part in the loss: all but ``LAST`` ones.
+
+        Args:
+            experience: any experience with a ``step_type`` tensor.
+
+        Returns:
+            torch.Tensor: a bool mask of ``step_type``'s shape.
+        """
+        return experience.step_type != StepType.LAST
+
+    def _minibatch_indices(self, num_samples: int, device: torch.device) -> List[torch.Tensor]:
+        """Index sets of one epoch: a shuffled split into ``num_minibatches``."""
+        if self._num_minibatches == 1 and self._num_epochs == 1:
+            return [torch.arange(num_samples, device=device)]
+        if num_samples < self._num_minibatches:
+            raise ValueError(
+                f"{self.name}: an unroll of {num_samples} steps cannot be split into "
+                f"num_minibatches={self._num_minibatches}"
+            )
+        perm = torch.randperm(num_samples, device=device)
+        return list(torch.tensor_split(perm, self._num_minibatches))
+
+    def train_from_unroll(
+        self, experience: Experience, final_time_step: TimeStep
+    ) -> Tuple[LossInfo, ActorCriticInfo, torch.Tensor]:
+        """Train on one unroll: ``num_epochs`` x ``num_minibatches`` updates.
+
+        Args:
+            experience: the unroll, leaves ``[T, B, ...]`` (see
+                ``preprocess_experience``).
+            final_time_step: the time step after the unroll.
+
+        Returns:
+            ``(loss_info, train_info, valid_mask)`` of the last minibatch, for
+            summaries (``loss_info.loss`` is the scalar that was minimised).
+        """
+        exp = self.preprocess_experience(experience, final_time_step)
+        num_samples = exp.step_type.shape[0]
+        loss_info = train_info = mask = None
+        for _ in range(self._num_epochs):
+            for indices in self._minibatch_indices(num_samples, exp.step_type.device):
+                batch = nest.map_structure(lambda x: x[indices], exp)
+                train_info = self.train_step(batch).info
+                loss_info = self.calc_loss(batch, train_info)
+                mask = self.valid_mask(batch)
+                loss_info, _ = self.update_with_gradient(
+                    loss_info, valid_masks=mask, max_grad_norm=self._max_grad_norm
+                )
+                self.after_update()
+                last_batch = batch
+        if summary.should_record_summaries():
+            self.summarize_train(last_batch, loss_info, train_info, mask)
+        return loss_info, train_info, mask
+
+    def summarize_train(
+        self,
+        experience: Experience,
+        loss_info: LossInfo,
+        train_info: ActorCriticInfo,
+        mask: torch.Tensor,
+    ) -> None:
+        """Write loss and entropy summaries (call only when recording).
+
+        Always written (top level): ``alpha`` (the entropy coefficient),
+        ``entropy`` and, with an entropy controller, ``target_entropy`` and
+        ``stage`` (for a nested controller also ``alpha/<leaf>`` etc.).
+        Under ``loss/``: ``total`` (the minimised scalar), ``pg`` and ``td``
+        (masked means); with ``debug_summaries`` also advantage, value and
+        explained-variance statistics under the algorithm's name.
+
+        Args:
+            experience: the minibatch of the last update.
+            loss_info: the ``LossInfo`` returned by ``update_with_gradient``.
+            train_info: the ``train_step`` info of that minibatch.
+            mask: its valid mask.
+        """
+        extra = loss_info.extra
+        main = extra["main"] if isinstance(extra, dict) else extra
+        summary.scalar("loss/total", loss_info.loss)
+        summary.scalar("loss/pg", masked_mean(main.pg_loss, mask))
+        summary.scalar("loss/td", masked_mean(main.td_loss, mask))
+        entropy = masked_mean(train_info.entropy, mask)
+        summary.scalar("entropy", entropy)
+        summary.scalar("alpha", self.entropy_coefficient())
+        controller = self._entropy_target_algorithm
+        if controller is not None:
+            target, stage = controller.target_entropy, controller.stage
+            if isinstance(target, dict):
+                # A nested controller: one value per action leaf, plus the
+                # total target (comparable with the total entropy) and the
+                # least advanced stage.
+                for key in target:
+                    summary.scalar(f"alpha/{key}", controller.alpha[key])
+                    summary.scalar(f"target_entropy/{key}", target[key])
+                    summary.scalar(f"stage/{key}", stage[key])
+                target = sum(target.values())
+                stage = torch.stack([torch.as_tensor(s) for s in stage.values()]).min()
+            summary.scalar("target_entropy", target)
+            summary.scalar("stage", stage)
+        if self._debug_summaries:
+            with summary.scope(self.name):
+                adv = experience.rollout_info.advantages
+                summary.scalar("advantage_mean", masked_mean(adv, mask))
+                summary.scalar("value_mean", masked_mean(train_info.value, mask))
+                returns = experience.rollout_info.returns
+                var_ret = masked_mean((returns - masked_mean(returns, mask)).square(), mask)
+                var_err = masked_mean((returns - train_info.value).square(), mask)
+                summary.scalar(
+                    "explained_variance", 1.0 - var_err / var_ret.clamp(min=1e-8)
+                )

@@ -1,0 +1,174 @@
+"""``PPOAlgorithm``: proximal policy optimisation with the clipped surrogate.
+
+A subclass of :class:`~alf_entropy.algorithms.actor_critic_algorithm.
+ActorCriticAlgorithm` (same networks, rollout, GAE, masking and entropy
+handling) that changes two things:
+
+* the policy-gradient term is PPO's clipped surrogate (Schulman et al.,
+  2017)::
+
+      ratio = exp(log_prob - rollout_log_prob)
+      pg_loss = -min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A)
+
+* each unroll is trained on for ``num_epochs`` passes of
+  ``num_minibatches`` shuffled minibatches, with advantages normalised per
+  minibatch (by default).
+
+With an entropy controller its ``calc_loss`` runs, and adjusts ``alpha``, once
+per minibatch.
+"""
+import numbers
+from typing import Any, Callable, Optional, Union
+
+import gin
+import torch
+import torch.nn as nn
+
+from alf_entropy.algorithms.actor_critic_algorithm import (
+    ActorCriticAlgorithm,
+    ActorCriticInfo,
+    masked_mean,
+)
+from alf_entropy.algorithms.algorithm import Algorithm, OptimizerArg
+from alf_entropy.data_structures import Experience, LossInfo
+from alf_entropy.networks import ActorDistributionNetwork, ValueNetwork
+from alf_entropy.utils import summary
+
+__all__ = ["PPOAlgorithm"]
+
+
+@gin.configurable
+class PPOAlgorithm(ActorCriticAlgorithm):
+    """PPO-clip (see the module docstring).
+
+    Args:
+        observation_spec: the observation spec (nest of ``TensorSpec``).
+        action_spec: the action spec (nest of ``BoundedTensorSpec``).
+        actor_network_ctor: ``(input_tensor_spec, action_spec) -> network``.
+        value_network_ctor: ``(input_tensor_spec) -> network``.
+        optimizer: an optimiser factory, or ``None`` for
+            ``Adam(lr=3e-4, eps=1e-5)``.
+        gamma: reward discount in ``[0, 1]``.
+        td_lambda: GAE lambda in ``[0, 1]``.
+        normalize_advantages: normalise advantages per minibatch.
+        td_loss_weight: weight (>= 0) of the squared TD error.
+        reward_scale: multiplies rewards (> 0) before GAE.
+        entropy_regularization: a fixed entropy coefficient (number >= 0 or
+            scheduler) or ``None``; exclusive with ``enforce_entropy_target``.
+        enforce_entropy_target: adapt the entropy coefficient with an entropy
+            controller.
+        entropy_target_cls: the controller class (see
+            ``ActorCriticAlgorithm``).
+        max_grad_norm: global gradient-norm clipping (``None``: none).
+        num_epochs: passes over each unroll (>= 1).
+        num_minibatches: shuffled minibatches per pass (>= 1).
+        importance_ratio_clipping: the clip range ``eps`` in ``(0, 1)``.
+        debug_summaries: write extra summaries (passed to the controller).
+        name: the name (summary scope).
+
+    Raises:
+        ValueError: for out-of-range arguments (see also
+            ``ActorCriticAlgorithm``).
+    """
+
+    def __init__(
+        self,
+        observation_spec: Any,
+        action_spec: Any,
+        actor_network_ctor: Callable[..., nn.Module] = ActorDistributionNetwork,
+        value_network_ctor: Callable[..., nn.Module] = ValueNetwork,
+        optimizer: OptimizerArg = None,
+        gamma: float = 0.99,
+        td_lambda: float = 0.95,
+        normalize_advantages: bool = True,
+        td_loss_weight: float = 0.5,
+        reward_scale: float = 1.0,
+        entropy_regularization: Optional[Union[float, Callable[[], float]]] = None,
+        enforce_entropy_target: bool = False,
+        entropy_target_cls: Optional[Callable[..., Algorithm]] = None,
+        max_grad_norm: Optional[float] = 0.5,
+        num_epochs: int = 4,
+        num_minibatches: int = 4,
+        importance_ratio_clipping: float = 0.2,
+        debug_summaries: bool = False,
+        name: str = "PPOAlgorithm",
+    ):
+        if (
+            isinstance(importance_ratio_clipping, bool)
+            or not isinstance(importance_ratio_clipping, numbers.Real)
+            or not 0.0 < importance_ratio_clipping < 1.0
+        ):
+            raise ValueError(
+                "importance_ratio_clipping must be a number in (0, 1), got "
+                f"{importance_ratio_clipping!r}"
+            )
+        self._importance_ratio_clipping = float(importance_ratio_clipping)
+        super().__init__(
+            observation_spec,
+            action_spec,
+            actor_network_ctor=actor_network_ctor,
+            value_network_ctor=value_network_ctor,
+            optimizer=optimizer,
+            gamma=gamma,
+            td_lambda=td_lambda,
+            normalize_advantages=normalize_advantages,
+            td_loss_weight=td_loss_weight,
+            reward_scale=reward_scale,
+            entropy_regularization=entropy_regularization,
+            enforce_entropy_target=enforce_entropy_target,
+            entropy_target_cls=entropy_target_cls,
+            max_grad_norm=max_grad_norm,
+            num_epochs=num_epochs,
+            num_minibatches=num_minibatches,
+            debug_summaries=debug_summaries,
+            name=name,
+        )
+
+    @property
+    def importance_ratio_clipping(self) -> float:
+        """The clip range ``eps``."""
+        return self._importance_ratio_clipping
+
+    def _policy_gradient_loss(
+        self, experience: Experience, train_info: ActorCriticInfo, advantages: torch.Tensor
+    ) -> torch.Tensor:
+        """Per-step clipped surrogate loss.
+
+        Args:
+            experience: the minibatch (``rollout_info.log_prob`` is the
+                behaviour policy's log-probability).
+            train_info: ``train_step``'s info.
+            advantages: the (possibly normalised) advantages.
+
+        Returns:
+            torch.Tensor: ``[N]`` loss.
+        """
+        eps = self._importance_ratio_clipping
+        log_ratio = train_info.log_prob - experience.rollout_info.log_prob
+        # Bound the log-ratio so exp() cannot overflow; the clipped objective
+        # gives no gradient that far outside [1 - eps, 1 + eps] anyway.
+        ratio = torch.exp(log_ratio.clamp(max=20.0))
+        clipped = ratio.clamp(1.0 - eps, 1.0 + eps)
+        return -torch.min(ratio * advantages, clipped * advantages)
+
+    def summarize_train(
+        self,
+        experience: Experience,
+        loss_info: LossInfo,
+        train_info: ActorCriticInfo,
+        mask: torch.Tensor,
+    ) -> None:
+        """Actor-critic summaries plus ``approx_kl`` and ``clip_fraction``.
+
+        Args:
+            experience: the minibatch of the last update.
+            loss_info: its ``LossInfo`` (after ``update_with_gradient``).
+            train_info: its ``train_step`` info.
+            mask: its valid mask.
+        """
+        super().summarize_train(experience, loss_info, train_info, mask)
+        log_ratio = (train_info.log_prob - experience.rollout_info.log_prob).detach()
+        # The k3 estimator of KL(old || new) (Schulman's blog; CleanRL).
+        summary.scalar("ppo/approx_kl", masked_mean(log_ratio.exp() - 1 - log_ratio, mask))
+        clipped = (log_ratio.exp() - 1).abs() > self._importance_ratio_clipping
+        summary.scalar("ppo/clip_fraction", masked_mean(clipped.float(), mask))

@@ -1,0 +1,203 @@
+"""Value targets for actor-critic learning: discounted returns and GAE.
+
+These follow ALF's ``alf.utils.value_ops`` conventions exactly, so code
+ported from ALF gives the same numbers:
+
+* All inputs are time-major ``[T, B, ...]`` tensors (``time_major=False``
+  accepts ``[B, T, ...]``) describing ``T`` consecutive time steps.
+* ``rewards[t]`` and ``discounts[t]`` belong to time step ``t``: they are the
+  reward received and the discount of arriving *at* step ``t``, so the
+  transition ``t -> t+1`` uses ``rewards[t+1]`` and ``discounts[t+1]``.
+  ``discounts`` is 0 only on true termination, so a truncated episode is
+  bootstrapped from the value of its ``LAST`` observation.
+* A ``LAST`` step has no transition out of it (the action taken there is
+  ignored by the environment, which resets), so its advantage is 0 and its
+  return equals its value: it contributes nothing to a masked loss and no
+  credit flows across an episode boundary.
+* The outputs cover the first ``T - 1`` steps (the last step only serves to
+  bootstrap).
+
+Every function is a fixed-length loop of tensor operations: no host
+synchronisation, on whatever device the inputs live on.
+"""
+from typing import Union
+
+import torch
+
+from alf_entropy.data_structures import StepType
+
+__all__ = [
+    "discounted_return",
+    "one_step_discounted_return",
+    "generalized_advantage_estimation",
+]
+
+
+def _check_inputs(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    step_types: torch.Tensor,
+    discounts: torch.Tensor,
+    time_major: bool,
+):
+    """Validate shapes and return time-major tensors (values' dtype)."""
+    for name, x in (
+        ("rewards", rewards),
+        ("values", values),
+        ("step_types", step_types),
+        ("discounts", discounts),
+    ):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        if x.dim() < 1:
+            raise ValueError(f"{name} must have a time dimension, got shape {tuple(x.shape)}")
+    if not time_major:
+        rewards, values, step_types, discounts = (
+            x.transpose(0, 1) for x in (rewards, values, step_types, discounts)
+        )
+    shape = values.shape
+    for name, x in (("rewards", rewards), ("step_types", step_types), ("discounts", discounts)):
+        if x.shape != shape[: x.dim()] or x.dim() > values.dim():
+            raise ValueError(
+                f"{name} has shape {tuple(x.shape)}, which is not a prefix of values' "
+                f"shape {tuple(shape)}"
+            )
+    if shape[0] < 2:
+        raise ValueError(
+            f"need at least 2 time steps (the last one bootstraps), got {shape[0]}"
+        )
+
+    def _expand(x: torch.Tensor) -> torch.Tensor:
+        while x.dim() < values.dim():
+            x = x.unsqueeze(-1)
+        return x
+
+    is_lasts = _expand((step_types == StepType.LAST).to(values.dtype))
+    return _expand(rewards.to(values.dtype)), values, is_lasts, _expand(discounts.to(values.dtype))
+
+
+def _to_batch_major(x: torch.Tensor, time_major: bool) -> torch.Tensor:
+    return x if time_major else x.transpose(0, 1)
+
+
+def discounted_return(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    step_types: torch.Tensor,
+    discounts: torch.Tensor,
+    time_major: bool = True,
+) -> torch.Tensor:
+    """Monte-Carlo returns bootstrapped from the value of the last step.
+
+    ``ret[t] = rewards[t+1] + discounts[t+1] * ret[t+1]`` with
+    ``ret[T-1] = values[T-1]``; at a ``LAST`` step ``ret[t] = values[t]``.
+
+    Args:
+        rewards: ``[T, B, ...]`` rewards (see the module docstring).
+        values: ``[T, B, ...]`` value estimates.
+        step_types: ``[T, B]`` ``StepType`` values.
+        discounts: ``[T, B]`` discounts (0 on termination).
+        time_major: False if the inputs are ``[B, T, ...]``.
+
+    Returns:
+        torch.Tensor: ``[T-1, B, ...]`` returns (``[B, T-1, ...]`` if not
+        ``time_major``), without gradient.
+
+    Raises:
+        TypeError: if an input is not a tensor.
+        ValueError: if the shapes disagree or ``T < 2``.
+    """
+    rewards, values, is_lasts, discounts = _check_inputs(
+        rewards, values, step_types, discounts, time_major
+    )
+    with torch.no_grad():
+        values = values.detach()
+        rets = torch.zeros_like(values)
+        rets[-1] = values[-1]
+        for t in reversed(range(values.shape[0] - 1)):
+            bootstrapped = rewards[t + 1] + discounts[t + 1] * rets[t + 1]
+            rets[t] = is_lasts[t] * values[t] + (1 - is_lasts[t]) * bootstrapped
+    return _to_batch_major(rets[:-1], time_major)
+
+
+def one_step_discounted_return(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    step_types: torch.Tensor,
+    discounts: torch.Tensor,
+    time_major: bool = True,
+) -> torch.Tensor:
+    """One-step TD targets ``rewards[t+1] + discounts[t+1] * values[t+1]``.
+
+    At a ``LAST`` step the target is ``values[t]`` (no transition).
+
+    Args:
+        rewards: ``[T, B, ...]`` rewards.
+        values: ``[T, B, ...]`` value estimates.
+        step_types: ``[T, B]`` ``StepType`` values.
+        discounts: ``[T, B]`` discounts.
+        time_major: False if the inputs are ``[B, T, ...]``.
+
+    Returns:
+        torch.Tensor: ``[T-1, B, ...]`` targets, without gradient.
+
+    Raises:
+        TypeError: if an input is not a tensor.
+        ValueError: if the shapes disagree or ``T < 2``.
+    """
+    rewards, values, is_lasts, discounts = _check_inputs(
+        rewards, values, step_types, discounts, time_major
+    )
+    with torch.no_grad():
+        values = values.detach()
+        target = rewards[1:] + discounts[1:] * values[1:]
+        rets = is_lasts[:-1] * values[:-1] + (1 - is_lasts[:-1]) * target
+    return _to_batch_major(rets, time_major)
+
+
+def generalized_advantage_estimation(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    step_types: torch.Tensor,
+    discounts: torch.Tensor,
+    td_lambda: Union[float, torch.Tensor] = 1.0,
+    time_major: bool = True,
+) -> torch.Tensor:
+    """Generalised advantage estimation (Schulman et al., 2016).
+
+    ``delta[t] = rewards[t+1] + discounts[t+1] * values[t+1] - values[t]`` and
+    ``adv[t] = delta[t] + td_lambda * discounts[t+1] * adv[t+1]``, with
+    ``adv[T-1] = 0`` and ``adv[t] = 0`` at ``LAST`` steps, so no credit is
+    assigned across an episode boundary.  ``advantages + values[:-1]`` is the
+    TD(lambda) return.
+
+    Args:
+        rewards: ``[T, B, ...]`` rewards.
+        values: ``[T, B, ...]`` value estimates.
+        step_types: ``[T, B]`` ``StepType`` values.
+        discounts: ``[T, B]`` discounts (0 on termination).
+        td_lambda: the GAE lambda in ``[0, 1]``; 1 gives Monte-Carlo
+            advantages, 0 one-step TD errors.
+        time_major: False if the inputs are ``[B, T, ...]``.
+
+    Returns:
+        torch.Tensor: ``[T-1, B, ...]`` advantages, without gradient.
+
+    Raises:
+        TypeError: if an input is not a tensor.
+        ValueError: if the shapes disagree, ``T < 2`` or ``td_lambda`` is a
+            number outside ``[0, 1]``.
+    """
+    if isinstance(td_lambda, (int, float)) and not 0.0 <= td_lambda <= 1.0:
+        raise ValueError(f"td_lambda must be in [0, 1], got {td_lambda}")
+    rewards, values, is_lasts, discounts = _check_inputs(
+        rewards, values, step_types, discounts, time_major
+    )
+    with torch.no_grad():
+        values = values.detach()
+        advs = torch.zeros_like(values)
+        delta = rewards[1:] + discounts[1:] * values[1:] - values[:-1]
+        weighted_discounts = discounts[1:] * td_lambda
+        for t in reversed(range(values.shape[0] - 1)):
+            advs[t] = (1 - is_lasts[t]) * (delta[t] + weighted_discounts[t] * advs[t + 1])
+    return _to_batch_major(advs[:-1], time_major)

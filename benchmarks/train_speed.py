@@ -1,0 +1,217 @@
+"""Training speed on CartPole-v1: our PPO vs. Stable-Baselines3's PPO.
+
+For each implementation this measures, in one process and one after the
+other:
+
+* env-steps/s: environment steps divided by training time (evaluation time
+  excluded), and
+* the env steps and wall time until a deterministic evaluation (mean return
+  of ``--eval_episodes`` episodes, run every ``--eval_every`` env steps with
+  the same evaluation code for both) first reaches ``--threshold`` (475).
+
+Settings are matched: 8 envs x 128 steps per update, 4 epochs of 4
+minibatches (256 samples), Adam(lr=3e-4, eps=1e-5), gamma 0.99, GAE lambda
+0.95, clip 0.2, value loss 0.5 * MSE, gradient-norm clip 0.5, separate 64x64
+tanh actor and critic with orthogonal init, advantages normalised per
+minibatch, entropy coefficient 0.01 (fixed for SB3; for ours the entropy
+controller starts from alpha = 0.01, as in ``ppo_cartpole.gin``; pass
+``--fixed_entropy`` to use a fixed 0.01 instead).  Both run on the CPU with one
+torch thread.
+
+Stable-Baselines3 is optional: without it only our numbers are printed.
+Install it without pulling another torch build::
+
+    pip install stable-baselines3 --no-deps
+
+Usage::
+
+    python benchmarks/train_speed.py [--seed 0] [--max_steps 300000]
+"""
+import argparse
+import tempfile
+import time
+from typing import Any, Callable, Dict, Optional
+
+import numpy as np
+import torch
+
+ENV_ID = "CartPole-v1"
+NUM_ENVS = 8
+N_STEPS = 128
+NUM_EPOCHS = 4
+NUM_MINIBATCHES = 4
+LR = 3e-4
+
+
+def _evaluate(policy_fn: Callable[[Any], Any], episodes: int, seed: int) -> float:
+    from alf_entropy.environments import evaluate
+
+    return evaluate(ENV_ID, policy_fn, num_episodes=episodes, seed=seed, device="cpu")
+
+
+def run_ours(args: argparse.Namespace) -> Dict[str, Any]:
+    """Train our PPO with ``ppo_cartpole.gin`` until the threshold.
+
+    Args:
+        args: the parsed command line.
+
+    Returns:
+        dict with ``env_steps``, ``wall_time``, ``train_time``, ``eval_return``
+        and ``steps_per_sec``.
+    """
+    from alf_entropy.trainers.gin_config import parse_gin_config
+    from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
+
+    every = max(1, args.eval_every // (NUM_ENVS * N_STEPS))
+    params = [
+        "OnPolicyTrainer.num_env_steps = %d" % args.max_steps,
+        "OnPolicyTrainer.num_envs = %d" % NUM_ENVS,
+        "OnPolicyTrainer.unroll_length = %d" % N_STEPS,
+        "OnPolicyTrainer.eval_interval = %d" % every,
+        "OnPolicyTrainer.num_eval_episodes = %d" % args.eval_episodes,
+        "OnPolicyTrainer.stop_eval_return = %f" % args.threshold,
+        "OnPolicyTrainer.checkpoint_interval = None",
+        "OnPolicyTrainer.summary_interval = 1000000",
+        "OnPolicyTrainer.progress_bar = False",
+        "OnPolicyTrainer.seed = %d" % args.seed,
+        "PPOAlgorithm.num_epochs = %d" % NUM_EPOCHS,
+        "PPOAlgorithm.num_minibatches = %d" % NUM_MINIBATCHES,
+        "PPOAlgorithm.debug_summaries = False",
+    ]
+    if args.fixed_entropy:
+        params += [
+            "PPOAlgorithm.enforce_entropy_target = False",
+            "PPOAlgorithm.entropy_regularization = 0.01",
+        ]
+    parse_gin_config(["ppo_cartpole.gin"], params)
+    with tempfile.TemporaryDirectory() as root_dir:
+        trainer = OnPolicyTrainer(root_dir, device="cpu")
+        torch.set_num_threads(1)
+        result = trainer.train()
+    train_time = result["wall_time"] - result["eval_time"]
+    return {
+        "env_steps": result["env_steps"],
+        "wall_time": result["wall_time"],
+        "train_time": train_time,
+        "eval_return": result["eval_return"],
+        "steps_per_sec": result["env_steps"] / train_time,
+    }
+
+
+def run_sb3(args: argparse.Namespace) -> Optional[Dict[str, Any]]:
+    """Train SB3's PPO with matched settings until the threshold.
+
+    Args:
+        args: the parsed command line.
+
+    Returns:
+        The same dict as :func:`run_ours`, or ``None`` if SB3 is missing.
+    """
+    try:
+        import stable_baselines3 as sb3
+        from stable_baselines3.common.callbacks import BaseCallback
+        from stable_baselines3.common.env_util import make_vec_env
+    except ImportError:
+        return None
+
+    torch.set_num_threads(1)
+    env = make_vec_env(ENV_ID, n_envs=NUM_ENVS, seed=args.seed)
+    model = sb3.PPO(
+        "MlpPolicy",
+        env,
+        learning_rate=LR,
+        n_steps=N_STEPS,
+        batch_size=NUM_ENVS * N_STEPS // NUM_MINIBATCHES,
+        n_epochs=NUM_EPOCHS,
+        gamma=0.99,
+        gae_lambda=0.95,
+        clip_range=0.2,
+        ent_coef=0.01,
+        vf_coef=0.5,
+        max_grad_norm=0.5,
+        normalize_advantage=True,
+        policy_kwargs=dict(net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn=torch.nn.Tanh),
+        seed=args.seed,
+        device="cpu",
+        verbose=0,
+    )
+
+    def policy_fn(obs: torch.Tensor) -> torch.Tensor:
+        action, _ = model.predict(obs.numpy(), deterministic=True)
+        return torch.as_tensor(action)
+
+    class StopAtThreshold(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.eval_time = 0.0
+            self.eval_return: Optional[float] = None
+            self.next_eval = args.eval_every
+
+        def _on_step(self) -> bool:
+            if self.num_timesteps < self.next_eval:
+                return True
+            self.next_eval += args.eval_every
+            start = time.time()
+            self.eval_return = _evaluate(policy_fn, args.eval_episodes, args.seed + 1_000_003)
+            self.eval_time += time.time() - start
+            return self.eval_return < args.threshold
+
+    callback = StopAtThreshold()
+    start = time.time()
+    model.learn(total_timesteps=args.max_steps, callback=callback)
+    wall = time.time() - start
+    env.close()
+    train_time = wall - callback.eval_time
+    return {
+        "env_steps": model.num_timesteps,
+        "wall_time": wall,
+        "train_time": train_time,
+        "eval_return": callback.eval_return,
+        "steps_per_sec": model.num_timesteps / train_time,
+    }
+
+
+def _row(name: str, r: Dict[str, Any], threshold: float) -> str:
+    reached = r["eval_return"] is not None and r["eval_return"] >= threshold
+    return (
+        f"{name:<22} {r['steps_per_sec']:>10.0f} {r['env_steps']:>10d} "
+        f"{r['wall_time']:>9.1f} {r['eval_return'] if r['eval_return'] is not None else float('nan'):>9.1f}"
+        f"  {'yes' if reached else 'NO (max_steps hit)'}"
+    )
+
+
+def main() -> None:
+    """Parse arguments, run both trainings and print the comparison."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max_steps", type=int, default=300_000)
+    parser.add_argument("--threshold", type=float, default=475.0)
+    parser.add_argument("--eval_every", type=int, default=10_240, help="env steps between evals")
+    parser.add_argument("--eval_episodes", type=int, default=10)
+    parser.add_argument("--fixed_entropy", action="store_true",
+                        help="ours with a fixed entropy coefficient 0.01 instead of the controller")
+    parser.add_argument("--skip_sb3", action="store_true")
+    args = parser.parse_args()
+    np.random.seed(args.seed)
+
+    ours = run_ours(args)
+    sb3 = None if args.skip_sb3 else run_sb3(args)
+    header = f"{'implementation':<22} {'steps/s':>10} {'steps':>10} {'wall s':>9} {'eval':>9}  reached {args.threshold:g}"
+    print(header)
+    print("-" * len(header))
+    label = "alf_entropy PPO" + (" (fixed)" if args.fixed_entropy else "")
+    print(_row(label, ours, args.threshold))
+    if sb3 is None:
+        print("SB3 row skipped: " + ("--skip_sb3" if args.skip_sb3 else
+              "stable-baselines3 not installed (pip install stable-baselines3 --no-deps)"))
+        return
+    print(_row("stable-baselines3 PPO", sb3, args.threshold))
+    print(
+        f"ratio ours/SB3: steps/s x{ours['steps_per_sec'] / sb3['steps_per_sec']:.2f}, "
+        f"wall time to threshold x{ours['wall_time'] / sb3['wall_time']:.2f} "
+        "(lower wall time is better)"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""End-to-end tests of the ``alf-entropy-train`` command line (subprocesses)."""
+import os
+import subprocess
+import sys
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+TINY = [
+    "--gin_param", "OnPolicyTrainer.num_env_steps = None",
+    "--gin_param", "OnPolicyTrainer.num_iterations = 3",
+    "--gin_param", "OnPolicyTrainer.unroll_length = 16",
+    "--gin_param", "OnPolicyTrainer.num_envs = 2",
+    "--gin_param", "OnPolicyTrainer.summary_interval = 1",
+    "--gin_param", "OnPolicyTrainer.eval_interval = 3",
+    "--gin_param", "OnPolicyTrainer.num_eval_episodes = 2",
+    "--gin_param", "OnPolicyTrainer.progress_bar = False",
+]
+
+
+def _run(*args, timeout=120):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    return subprocess.run(
+        [sys.executable, "-m", "alf_entropy.bin.train", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=REPO_ROOT,
+    )
+
+
+def _error_line(proc):
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert lines, "no stderr output"
+    return lines[-1]
+
+
+def test_default_config_end_to_end(tmp_path):
+    root = str(tmp_path / "run")
+    proc = _run("--root_dir", root, "--device", "cpu", *TINY)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "done: 3 iterations" in proc.stdout
+    ea = EventAccumulator(os.path.join(root, "train"), size_guidance={"scalars": 0})
+    ea.Reload()
+    tags = set(ea.Tags()["scalars"])
+    for tag in ("alpha", "entropy", "target_entropy", "EntropyTargetAlgorithm/alpha",
+                "return", "eval/return"):
+        assert tag in tags, (tag, sorted(tags))
+    assert [e.step for e in ea.Scalars("alpha")] == [0, 1, 2]
+    assert os.path.isfile(os.path.join(root, "checkpoints", "ckpt-00000003.pt"))
+    config = open(os.path.join(root, "operative_config.gin")).read()
+    assert "PPOAlgorithm.enforce_entropy_target = True" in config
+    assert "OnPolicyTrainer.num_iterations = 3" in config
+
+    # Running again with more iterations resumes from iteration 3.
+    more = [a.replace("num_iterations = 3", "num_iterations = 4") for a in TINY]
+    proc = _run("--root_dir", root, "--device", "cpu", *more)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "done: 4 iterations" in proc.stdout
+    assert "Resumed from" in proc.stderr
+    assert os.path.isfile(os.path.join(root, "checkpoints", "ckpt-00000004.pt"))
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--gin_param", "PPOAlgorithm.num_epoch = 3"], "num_epoch"),
+        (["--gin_param", "PPOAlgorith.num_epochs = 3"], "PPOAlgorith"),
+        (["--gin_param", "PPOAlgorithm.num_epochs = 0"], "num_epochs must be"),
+        (["--gin_file", "no_such_config.gin"], "not found"),
+    ],
+)
+def test_bad_config_exits_with_one_clear_line(tmp_path, args, expected):
+    proc = _run("--root_dir", str(tmp_path / "bad"), "--device", "cpu", *args)
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    line = _error_line(proc)
+    assert line.startswith("alf-entropy-train: error:"), line
+    assert expected in line, line

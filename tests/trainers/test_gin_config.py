@@ -1,0 +1,114 @@
+"""Tests for alf_entropy.trainers.gin_config and the shipped gin configs."""
+import os
+
+import gin
+import pytest
+import torch
+
+from alf_entropy.algorithms.actor_critic_algorithm import ActorCriticAlgorithm
+from alf_entropy.algorithms.entropy_target_algorithm import EntropyTargetAlgorithm
+from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
+from alf_entropy.trainers.gin_config import (
+    CONFIG_DIR,
+    GinConfigError,
+    find_gin_file,
+    list_configs,
+    one_line,
+    parse_gin_config,
+)
+from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
+from alf_entropy.utils import schedulers
+
+SHIPPED = [
+    "ac_cartpole.gin",
+    "ppo_cartpole.gin",
+    "ppo_cartpole_scheduled_target.gin",
+    "ppo_pendulum.gin",
+    "ppo_lunarlander.gin",
+]
+
+
+@pytest.fixture(autouse=True)
+def _clean_gin():
+    gin.clear_config()
+    yield
+    gin.clear_config()
+    schedulers.reset_progress()
+
+
+def test_shipped_configs_are_listed_and_share_the_base():
+    configs = list_configs()
+    for name in SHIPPED + ["on_policy_base.gin"]:
+        assert name in configs
+    for name in SHIPPED:
+        text = open(os.path.join(CONFIG_DIR, name)).read()
+        assert "include 'on_policy_base.gin'" in text or "include 'ppo_cartpole.gin'" in text
+
+
+def test_find_gin_file_by_path_or_name(tmp_path):
+    assert find_gin_file("ppo_cartpole") == os.path.join(CONFIG_DIR, "ppo_cartpole.gin")
+    assert find_gin_file("ppo_cartpole.gin") == os.path.join(CONFIG_DIR, "ppo_cartpole.gin")
+    mine = tmp_path / "mine.gin"
+    mine.write_text("include 'ppo_cartpole.gin'\n")
+    assert find_gin_file(str(mine)) == str(mine)
+    with pytest.raises(GinConfigError, match="not found.*ppo_cartpole.gin"):
+        find_gin_file("nope")
+
+
+def test_user_file_can_include_shipped_configs(tmp_path):
+    mine = tmp_path / "mine.gin"
+    mine.write_text("include 'ppo_cartpole.gin'\nPPOAlgorithm.num_epochs = 7\n")
+    parse_gin_config([str(mine)])
+    assert gin.query_parameter("PPOAlgorithm.num_epochs") == 7
+    assert gin.query_parameter("OnPolicyTrainer.env_id") == "CartPole-v1"
+
+
+def test_default_file_and_params_override():
+    paths = parse_gin_config([], ["PPOAlgorithm.num_epochs = 2"])
+    assert paths == [os.path.join(CONFIG_DIR, "ppo_cartpole.gin")]
+    assert gin.query_parameter("PPOAlgorithm.num_epochs") == 2
+
+
+@pytest.mark.parametrize(
+    "params, match",
+    [
+        (["PPOAlgorithm.no_such_arg = 1"], "no_such_arg"),
+        (["NoSuchThing.x = 1"], "NoSuchThing"),
+        (["PPOAlgorithm.num_epochs = = 1"], "num_epochs|line"),
+    ],
+)
+def test_bad_bindings_raise_one_line_errors(params, match):
+    with pytest.raises(GinConfigError, match=match) as info:
+        parse_gin_config(["ppo_cartpole.gin"], params)
+    assert "\n" not in str(info.value)
+
+
+def test_one_line_keeps_innermost_configurable():
+    err = ValueError(
+        "x must be > 0, got 0\n  In call to configurable 'A' (<class 'a.A'>)\n"
+        "  In call to configurable 'B' (<class 'b.B'>)"
+    )
+    assert one_line(err) == "x must be > 0, got 0 (In call to configurable 'A')"
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_each_shipped_config_builds_and_trains_one_iteration(name, tmp_path):
+    if name == "ppo_lunarlander.gin":
+        pytest.importorskip("Box2D", reason="LunarLander needs the box2d extra")
+    torch.set_num_threads(1)
+    parse_gin_config(
+        [name],
+        [
+            "OnPolicyTrainer.num_env_steps = None",
+            "OnPolicyTrainer.num_iterations = 1",
+            "OnPolicyTrainer.unroll_length = 8",
+            "OnPolicyTrainer.eval_interval = None",
+            "OnPolicyTrainer.progress_bar = False",
+        ],
+    )
+    trainer = OnPolicyTrainer(str(tmp_path), device="cpu")
+    alg = trainer.algorithm
+    expected = ActorCriticAlgorithm if name.startswith("ac_") else PPOAlgorithm
+    assert type(alg) is expected
+    assert isinstance(alg.entropy_target_algorithm, EntropyTargetAlgorithm)
+    assert trainer.train()["iteration"] == 1
