@@ -11,8 +11,10 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.9",
-    packages=find_packages(include=["alf_entropy", "alf_entropy.*"]),
-    package_data={"alf_entropy": ["configs/*.gin"]},
+    # configs/ holds only .gin files; listing it as a package makes them
+    # package data that setuptools ships without ambiguity warnings.
+    packages=find_packages(include=["alf_entropy", "alf_entropy.*"]) + ["alf_entropy.configs"],
+    package_data={"alf_entropy.configs": ["*.gin"]},
     include_package_data=True,
     install_requires=[
         "torch>=2.1",

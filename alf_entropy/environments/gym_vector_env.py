@@ -131,6 +131,15 @@ class GymVectorEnv:
         self._zero_actions = nest.map_structure(
             lambda s: s.zeros((num_envs,), device=self._device), self._action_spec
         )
+        # Fast paths of ``step`` (it runs every environment step): a single
+        # (non-nested) action/observation spec needs no nest walking, and CPU
+        # tensors need no ``.to(device)``.
+        self._action_is_leaf = not nest.is_nested(self._action_spec)
+        self._observation_is_leaf = not nest.is_nested(self._observation_spec)
+        self._on_cpu = self._device.type == "cpu"
+        self._action_np_dtypes = nest.map_structure(
+            lambda s: _numpy_dtype(s.dtype), self._action_spec
+        )
 
     # ------------------------------------------------------------------ props
     @property
@@ -164,16 +173,25 @@ class GymVectorEnv:
         return self._env
 
     # --------------------------------------------------------------- helpers
+    def _tensor(self, array: np.ndarray) -> torch.Tensor:
+        """``array`` (which the caller owns: it is not copied) as a tensor on ``device``."""
+        tensor = torch.from_numpy(array)
+        return tensor if self._on_cpu else tensor.to(self._device)
+
     def _to_device(self, array: np.ndarray, dtype: np.dtype) -> torch.Tensor:
         # ``np.array(copy=True)`` so CPU tensors never alias gymnasium's buffers.
-        return torch.from_numpy(np.array(array, dtype=dtype, copy=True)).to(self._device)
+        return self._tensor(np.array(array, dtype=dtype, copy=True))
 
     def _convert_observation(self, obs: Any) -> Any:
+        if self._observation_is_leaf:
+            return self._to_device(obs, self._obs_np_dtypes)
         return nest.map_structure(self._to_device, obs, self._obs_np_dtypes)
 
     def _convert_action_leaf(self, spec: TensorSpec, action: Any) -> np.ndarray:
         if isinstance(action, torch.Tensor):
-            array = action.detach().cpu().numpy()
+            # ``force=True``: ``detach().cpu()`` (the one device->host copy of
+            # the step) in a single call; shares memory for CPU tensors.
+            array = action.numpy(force=True)
         else:
             array = np.asarray(action)
         expected = (self._num_envs,) + spec.shape
@@ -183,14 +201,16 @@ class GymVectorEnv:
                 f"got {array.shape}"
             )
         if spec.is_discrete:
-            if not np.issubdtype(array.dtype, np.integer):
+            if array.dtype.kind not in "iu":  # not an integer dtype
                 rounded = np.rint(array)
                 if not np.array_equal(rounded, array):
                     raise ValueError(f"discrete action must hold integers, got {array}")
                 array = rounded
-            array = array.astype(np.int64)
+            # No copy needed: gymnasium only reads the actions, and
+            # ``prev_action`` is built from a fresh array.
+            array = array.astype(np.int64, copy=False)
             if isinstance(spec, BoundedTensorSpec) and (
-                np.any(array < spec.minimum) or np.any(array > spec.maximum)
+                (array < spec.minimum).any() or (array > spec.maximum).any()
             ):
                 raise ValueError(
                     f"discrete action must be in [{spec.minimum.tolist()}, "
@@ -199,7 +219,7 @@ class GymVectorEnv:
             return array
         array = array.astype(np.float32)
         if isinstance(spec, BoundedTensorSpec):
-            array = np.clip(array, spec.minimum, spec.maximum).astype(np.float32)
+            array = np.clip(array, spec.minimum, spec.maximum).astype(np.float32, copy=False)
         return array
 
     def _time_step(
@@ -210,10 +230,11 @@ class GymVectorEnv:
         obs: Any,
         prev_action: Any,
     ) -> TimeStep:
+        """Build the ``TimeStep``; the three arrays are fresh (owned, not copied)."""
         return TimeStep(
-            step_type=torch.from_numpy(step_type.astype(np.int64)).to(self._device),
-            reward=torch.from_numpy(reward.astype(np.float32)).to(self._device),
-            discount=torch.from_numpy(discount.astype(np.float32)).to(self._device),
+            step_type=self._tensor(step_type.astype(np.int64, copy=False)),
+            reward=self._tensor(reward.astype(np.float32, copy=False)),
+            discount=self._tensor(discount.astype(np.float32, copy=False)),
             observation=self._convert_observation(obs),
             prev_action=prev_action,
             env_id=self._env_ids.clone(),
@@ -244,7 +265,7 @@ class GymVectorEnv:
             seed = self._seed
             self._seeded = True
         obs, _ = self._env.reset(seed=seed)
-        self._autoreset[:] = False
+        self._autoreset = np.zeros(self._num_envs, dtype=bool)
         self._started = True
         b = self._num_envs
         return self._time_step(
@@ -275,28 +296,45 @@ class GymVectorEnv:
         self._check_open()
         if not self._started:
             raise RuntimeError("call reset() before step()")
-        try:
-            nest.assert_same_structure(self._action_spec, action)
-        except ValueError as e:
-            raise ValueError(f"action does not match action_spec: {e}") from e
-        np_action = nest.map_structure(self._convert_action_leaf, self._action_spec, action)
+        if self._action_is_leaf and isinstance(action, torch.Tensor):
+            # A tensor is a leaf: it matches a single action spec.
+            np_action = self._convert_action_leaf(self._action_spec, action)
+        else:
+            try:
+                nest.assert_same_structure(self._action_spec, action)
+            except ValueError as e:
+                raise ValueError(f"action does not match action_spec: {e}") from e
+            np_action = nest.map_structure(self._convert_action_leaf, self._action_spec, action)
         obs, reward, terminated, truncated, _ = self._env.step(np_action)
-        first = self._autoreset.copy()
-        terminated = np.asarray(terminated, dtype=bool) & ~first
-        done = (terminated | np.asarray(truncated, dtype=bool)) & ~first
+        # ``self._autoreset`` is rebound below (and in ``reset``), never
+        # modified in place, so ``first`` needs no copy.
+        first = self._autoreset
+        not_first = ~first
+        terminated = np.asarray(terminated, dtype=bool) & not_first
+        done = (terminated | np.asarray(truncated, dtype=bool)) & not_first
         step_type = np.where(
             first, StepType.FIRST, np.where(done, StepType.LAST, StepType.MID)
         )
-        reward = np.where(first, 0.0, np.asarray(reward, dtype=np.float64))
-        discount = np.where(terminated, 0.0, 1.0)
+        # Same values as computing in float64 and casting: 0 is exact.
+        reward = np.where(first, np.float32(0.0), np.asarray(reward, dtype=np.float32))
+        discount = (~terminated).astype(np.float32)  # 0 only on termination
         self._autoreset = done
 
-        def _prev_action(spec: TensorSpec, a: np.ndarray) -> torch.Tensor:
-            a = np.where(first.reshape((-1,) + (1,) * len(spec.shape)), 0, a)
-            return self._to_device(a, _numpy_dtype(spec.dtype))
-
-        prev_action = nest.map_structure(_prev_action, self._action_spec, np_action)
+        if self._action_is_leaf:
+            prev_action = self._prev_action(np_action, first, self._action_np_dtypes)
+        else:
+            prev_action = nest.map_structure(
+                lambda a, dtype: self._prev_action(a, first, dtype),
+                np_action,
+                self._action_np_dtypes,
+            )
         return self._time_step(step_type, reward, discount, obs, prev_action)
+
+    def _prev_action(self, action: np.ndarray, first: np.ndarray, dtype: np.dtype) -> torch.Tensor:
+        """The action taken (``[B, ...]``), zeroed for envs whose step is ``FIRST``."""
+        a = np.where(first.reshape((-1,) + (1,) * (action.ndim - 1)), 0, action)
+        # ``np.where`` returns a fresh array: convert without another copy.
+        return self._tensor(a.astype(dtype, copy=False))
 
     def sample_random_action(self) -> Any:
         """Uniformly random actions (seeded by ``seed``) as tensors on ``device``.

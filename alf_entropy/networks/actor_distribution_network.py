@@ -108,6 +108,9 @@ class ActorDistributionNetwork(nn.Module):
                     )
                 )
         self._heads = nn.ModuleList(heads)
+        # A bare (non-nested) action spec: ``forward`` returns the one head's
+        # distribution directly (what ``pack_sequence_as`` would give).
+        self._single_head = not nest.is_nested(action_spec)
 
     @property
     def input_tensor_spec(self) -> Any:
@@ -135,5 +138,7 @@ class ActorDistributionNetwork(nn.Module):
         """
         x = flatten_observation(observation, self._input_tensor_spec, self._encoder.dtype)
         encoding = self._encoder(x)
+        if self._single_head:
+            return self._heads[0](encoding)
         dists = [head(encoding) for head in self._heads]
         return nest.pack_sequence_as(self._action_spec, dists)

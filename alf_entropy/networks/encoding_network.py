@@ -138,23 +138,30 @@ def flatten_observation(
     Raises:
         ValueError: if the structure or a leaf's shape does not match.
     """
+    if isinstance(observation, torch.Tensor) and isinstance(input_tensor_spec, TensorSpec):
+        # Fast path (every rollout step): a single spec and a tensor are both
+        # leaves, so no nest walking is needed.
+        return _flatten_leaf(input_tensor_spec, observation, dtype)
     specs = nest.flatten(input_tensor_spec)
     try:
         nest.assert_same_structure(input_tensor_spec, observation)
     except ValueError as e:
         raise ValueError(f"observation does not match input_tensor_spec: {e}") from e
     obs = nest.flatten(observation)
-    flat = []
-    for spec, x in zip(specs, obs):
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"observation leaves must be tensors, got {type(x).__name__}")
-        if tuple(x.shape[1:]) != spec.shape or x.dim() != len(spec.shape) + 1:
-            raise ValueError(
-                f"observation leaf has shape {tuple(x.shape)}, expected "
-                f"[B, *{spec.shape}]"
-            )
-        flat.append(x.reshape(x.shape[0], -1).to(dtype))
+    flat = [_flatten_leaf(spec, x, dtype) for spec, x in zip(specs, obs)]
     return flat[0] if len(flat) == 1 else torch.cat(flat, dim=-1)
+
+
+def _flatten_leaf(spec: TensorSpec, x: Any, dtype: torch.dtype) -> torch.Tensor:
+    """Check one observation leaf against its spec and flatten it to ``[B, numel]``."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"observation leaves must be tensors, got {type(x).__name__}")
+    if tuple(x.shape[1:]) != spec.shape or x.dim() != len(spec.shape) + 1:
+        raise ValueError(
+            f"observation leaf has shape {tuple(x.shape)}, expected "
+            f"[B, *{spec.shape}]"
+        )
+    return x.reshape(x.shape[0], -1).to(dtype)
 
 
 def _init_linear(layer: nn.Linear, gain: float) -> None:
@@ -265,7 +272,13 @@ class EncodingNetwork(nn.Module):
                 f"inputs must have last dimension {self._input_size}, got "
                 f"shape {tuple(inputs.shape)}"
             )
-        return self._layers(inputs)
+        # The layers are called one by one rather than through the
+        # ``Sequential`` container: the same calls (hooks of each layer still
+        # run) with one module call less per forward pass.
+        x = inputs
+        for layer in self._layers:
+            x = layer(x)
+        return x
 
 
 MLP = EncodingNetwork

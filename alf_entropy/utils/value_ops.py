@@ -195,9 +195,18 @@ def generalized_advantage_estimation(
     )
     with torch.no_grad():
         values = values.detach()
-        advs = torch.zeros_like(values)
         delta = rewards[1:] + discounts[1:] * values[1:] - values[:-1]
         weighted_discounts = discounts[1:] * td_lambda
+        not_lasts = 1 - is_lasts[:-1]
+        # The recursion is inherently sequential; its per-step rows are
+        # unbound once (views) so that each step costs three tensor ops.
+        deltas = delta.unbind(0)
+        weights = weighted_discounts.unbind(0)
+        masks = not_lasts.unbind(0)
+        adv = torch.zeros_like(values[-1])  # adv[T-1] = 0
+        advs = [adv] * (values.shape[0] - 1)
         for t in reversed(range(values.shape[0] - 1)):
-            advs[t] = (1 - is_lasts[t]) * (delta[t] + weighted_discounts[t] * advs[t + 1])
-    return _to_batch_major(advs[:-1], time_major)
+            adv = masks[t] * (deltas[t] + weights[t] * adv)
+            advs[t] = adv
+        advs = torch.stack(advs)
+    return _to_batch_major(advs, time_major)

@@ -120,3 +120,26 @@ def test_bad_inputs():
         value_ops.one_step_discounted_return(torch.zeros(4, 2), x, x.long(), x)
     with pytest.raises(TypeError, match="values"):
         value_ops.discounted_return(x, np.zeros((5, 2)), x.long(), x)
+
+
+def test_gae_float32_bitwise_equal_to_buffer_recursion():
+    # The speed-oriented recursion (per-row views, running tensor) must give
+    # bit-for-bit the values of the textbook in-place buffer recursion in
+    # float32, so that training results do not change.
+    g = torch.Generator().manual_seed(0)
+    T, B = 33, 8
+    values = torch.randn(T, B, generator=g)
+    rewards = torch.randn(T, B, generator=g)
+    step_types = torch.randint(0, 3, (T, B), generator=g)
+    discounts = (torch.rand(T, B, generator=g) > 0.1).float() * 0.99
+    lam = 0.95
+    is_lasts = (step_types == L).float()
+    advs = torch.zeros_like(values)
+    delta = rewards[1:] + discounts[1:] * values[1:] - values[:-1]
+    weighted = discounts[1:] * lam
+    for t in reversed(range(T - 1)):
+        advs[t] = (1 - is_lasts[t]) * (delta[t] + weighted[t] * advs[t + 1])
+    got = value_ops.generalized_advantage_estimation(
+        rewards, values, step_types, discounts, td_lambda=lam
+    )
+    assert got.dtype == torch.float32 and torch.equal(got, advs[:-1])
