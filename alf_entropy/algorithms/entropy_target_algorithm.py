@@ -272,18 +272,21 @@ class EntropyTargetAlgorithm(Algorithm):
         self.register_buffer("_num_nonfinite", torch.zeros((), dtype=torch.int64))
         # Constants (not saved; buffers so that .to(device) moves them).  Their
         # dtypes reproduce ALF's arithmetic exactly (see _seed_rate).
-        f64 = torch.float64
-        self.register_buffer("_min_log_alpha", torch.tensor(min_log_alpha, dtype=f64), persistent=False)
+        # min_log_alpha, slow and fast rates in float64 (ALF's dtypes), as one
+        # vector: torch.compile guards every 0-d float64 tensor with a host
+        # read of its value, which would be a sync per call on a GPU.
+        self.register_buffer(
+            "_consts64",
+            torch.tensor(
+                [min_log_alpha, _seed_rate(slow_update_rate), _seed_rate(fast_update_rate)],
+                dtype=torch.float64,
+            ),
+            persistent=False,
+        )
         self.register_buffer(
             "_very_slow_update_rate",
             torch.tensor(very_slow_update_rate, dtype=torch.float32),
             persistent=False,
-        )
-        self.register_buffer(
-            "_slow_update_rate", torch.tensor(_seed_rate(slow_update_rate), dtype=f64), persistent=False
-        )
-        self.register_buffer(
-            "_fast_update_rate", torch.tensor(_seed_rate(fast_update_rate), dtype=f64), persistent=False
         )
         self.register_buffer("_target", torch.tensor(target0, dtype=torch.float32), persistent=False)
         # Python copies of the constants for the host path.
@@ -506,6 +509,7 @@ class EntropyTargetAlgorithm(Algorithm):
             valid = finite & has_data
             nonfinite = nonfinite & has_data
         self._num_nonfinite.add_(nonfinite)
+        min_log_alpha, slow_rate, fast_rate = self._consts64.unbind()
         averager = self._avg_entropy
         prev_avg = averager.get()
         avg = averager.average(entropy, valid)
@@ -523,7 +527,7 @@ class EntropyTargetAlgorithm(Algorithm):
         b = valid & (stage == -2)
         init_step = torch.where(decreasing, 0.5, -1.0) * self._very_slow_update_rate
         log_alpha_b = torch.maximum(
-            (log_alpha + init_step).to(torch.float64), self._min_log_alpha
+            (log_alpha + init_step).to(torch.float64), min_log_alpha
         ).to(torch.float32)
         log_alpha = torch.where(b, log_alpha_b, log_alpha)
         stage = stage + (b & (avg < max_entropy))
@@ -536,14 +540,14 @@ class EntropyTargetAlgorithm(Algorithm):
         crossing = above != (stage != 0)
         rate = self._update_rate
         rate = torch.where(crossing, rate * 0.9, rate)
-        rate64 = torch.maximum(rate.to(torch.float64), self._slow_update_rate)
+        rate64 = torch.maximum(rate.to(torch.float64), slow_rate)
         fast_thresh = torch.where(target > 0, 0.5 * target, 2.0 * target)
-        rate64 = torch.where(entropy < fast_thresh, self._fast_update_rate, rate64)
+        rate64 = torch.where(entropy < fast_thresh, fast_rate, rate64)
         coef = torch.where(
             above, torch.where(decreasing, 0.5, -1.0), torch.where(decreasing, 1.0, -0.5)
         )
         log_alpha_d = torch.maximum(
-            log_alpha.to(torch.float64) + coef * rate64, self._min_log_alpha
+            log_alpha.to(torch.float64) + coef * rate64, min_log_alpha
         ).to(torch.float32)
         self._log_alpha.copy_(torch.where(d, log_alpha_d, log_alpha))
         self._update_rate.copy_(torch.where(d, rate64.to(torch.float32), self._update_rate))

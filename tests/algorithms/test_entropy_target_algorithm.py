@@ -652,3 +652,10 @@ def test_compiled_mode_matches_the_seed():
         _assert_same(alg, ref, f"call {i}")
     assert alg._compiled_update is not None
     assert alg.stage.item() in (0, 1)
+    # Once compiled, an update reads nothing on the host (no guard on values).
+    step_type = torch.ones(3, 2, dtype=torch.int64)
+    neg = -torch.full((3, 2), 0.7)
+    alg.calc_loss(Experience(step_type=step_type), _info(neg))  # compiles the masked variant
+    with _forbid_host_sync():
+        for _ in range(3):
+            alg.calc_loss(Experience(step_type=step_type), _info(neg))
