@@ -48,8 +48,33 @@ def _average_outer_dims(tensor: torch.Tensor, spec: TensorSpec) -> torch.Tensor:
     return tensor.mean(dim=tuple(range(outer)))
 
 
+class _Averager(nn.Module):
+    """What every averager offers: ``update``, ``get`` and ``average``."""
+
+    def update(self, tensor: torch.Tensor, valid: Optional[torch.Tensor] = None) -> None:
+        """Add a value; a false ``valid`` scalar tensor makes it a no-op."""
+        raise NotImplementedError
+
+    def get(self) -> torch.Tensor:
+        """The current average (0 before any value)."""
+        raise NotImplementedError
+
+    def average(self, tensor: torch.Tensor, valid: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``update`` then ``get``.
+
+        Args:
+            tensor: the value to add.
+            valid: optional bool scalar tensor gating the update.
+
+        Returns:
+            The average after the update.
+        """
+        self.update(tensor, valid)
+        return self.get()
+
+
 @gin.configurable
-class WindowAverager(nn.Module):
+class WindowAverager(_Averager):
     """Average of the last ``window_size`` values.
 
     Args:
@@ -109,19 +134,6 @@ class WindowAverager(nn.Module):
         n = self._count.clamp(min=1, max=self._window_size).to(self._buf.dtype)
         return self._buf.sum(dim=0) * (1.0 / n)
 
-    def average(self, tensor: torch.Tensor, valid: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """``update`` then ``get``.
-
-        Args:
-            tensor: the value to add.
-            valid: optional bool scalar tensor gating the update.
-
-        Returns:
-            The average after the update.
-        """
-        self.update(tensor, valid)
-        return self.get()
-
 
 @gin.configurable
 class ScalarWindowAverager(WindowAverager):
@@ -143,7 +155,7 @@ class ScalarWindowAverager(WindowAverager):
 
 
 @gin.configurable
-class EMAverager(nn.Module):
+class EMAverager(_Averager):
     """Exponential moving average corrected by its mass.
 
     ``x_t = (1 - r) x_{t-1} + r v`` and ``mass_t = (1 - r) mass_{t-1} + r``;
@@ -194,19 +206,6 @@ class EMAverager(nn.Module):
             A tensor of ``spec.shape``.
         """
         return self._average / self._mass.to(self._average.dtype).clamp(min=self._update_rate)
-
-    def average(self, tensor: torch.Tensor, valid: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """``update`` then ``get``.
-
-        Args:
-            tensor: the value to add.
-            valid: optional bool scalar tensor gating the update.
-
-        Returns:
-            The average after the update.
-        """
-        self.update(tensor, valid)
-        return self.get()
 
 
 @gin.configurable
