@@ -7,7 +7,7 @@ fields default to ``()`` (an empty nest), so a caller only fills what it has,
 exactly as in ALF.
 """
 import collections
-from typing import Any, Dict, Iterable, Optional, Sequence, Union
+from typing import Any, Dict, Optional, Sequence, Union
 
 __all__ = [
     "namedtuple",

@@ -30,7 +30,6 @@ import torch
 import torch.nn as nn
 
 from alf_entropy.data_structures import AlgStep, LossInfo
-from alf_entropy.utils import nest
 
 __all__ = ["Algorithm", "OptimizerArg", "combine_loss_infos"]
 

@@ -141,10 +141,6 @@ def _seed_rate(rate: float) -> float:
     return float(torch.tensor(rate).to(torch.float64))
 
 
-def _spec_device(module: nn.Module) -> torch.device:
-    return module._log_alpha.device
-
-
 @gin.configurable
 class EntropyTargetAlgorithm(Algorithm):
     """Adjusts the entropy coefficient ``alpha`` so entropy stays >= a target.
@@ -565,8 +561,9 @@ class EntropyTargetAlgorithm(Algorithm):
         bit-identical trajectories.
         """
         f32 = np.float32
-        ent = entropy.detach().numpy()[()]
-        if num is not None and num.numpy()[()] <= 0:
+        # .cpu() is a no-op for CPU inputs (the usual case on this path).
+        ent = np.float32(entropy.detach().cpu().numpy()[()])
+        if num is not None and num.cpu().numpy()[()] <= 0:
             return
         if not np.isfinite(ent):
             self._num_nonfinite.add_(1)

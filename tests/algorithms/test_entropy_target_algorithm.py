@@ -7,7 +7,6 @@ no host synchronisation in the tensor mode.
 """
 import contextlib
 import math
-import warnings
 
 import gin
 import numpy as np
@@ -659,3 +658,12 @@ def test_compiled_mode_matches_the_seed():
     with _forbid_host_sync():
         for _ in range(3):
             alg.calc_loss(Experience(step_type=step_type), _info(neg))
+
+
+def test_float64_entropy_is_treated_as_float32_on_both_paths():
+    algs = {m: EntropyTargetAlgorithm(DISCRETE4, target_entropy=0.5, update_mode=m) for m in MODES}
+    for e in (1.3, 1.1000000000001, 0.4, 0.2, 0.9):
+        for alg in algs.values():
+            alg.adjust_alpha(torch.tensor(e, dtype=torch.float64))
+    for a, b in zip(_state(algs["host"]), _state(algs["tensor"])):
+        assert torch.equal(a, b)
