@@ -42,7 +42,7 @@ Differences from ALF (defects fixed, behaviour otherwise step-for-step equal):
   on the CPU there is nothing to synchronise with, and an equivalent plain
   Python implementation over the same buffers is used ("host" mode, several
   times faster for scalars); tests prove the two and ALF's code agree.
-* ``valid_mask`` is a real ``[T, B]`` mask (ALF wrote ``if valid_mask:``,
+* ``valid_mask`` is a real ``[T, B]`` mask (ALF tested it with a Python ``if``,
   which fails for a tensor); an empty mask, or a NaN/inf entropy, leaves all
   state unchanged (the latter is counted in ``num_nonfinite_entropy``).
 * ``min_alpha <= 0`` means "no floor but ``exp(-100)``", as ALF documents
