@@ -369,7 +369,11 @@ class EntropyTargetAlgorithm(Algorithm):
             AlgStep: ``info=EntropyTargetInfo(loss=LossInfo(loss=-entropy_for_gradient,
             extra=EntropyTargetLossInfo(neg_entropy=-entropy)))``.
         """
-        entropy, entropy_for_gradient = entropy_with_fallback(distribution)
+        # The spec lets a per-dimension distribution (e.g. a plain Normal of
+        # shape [T, B, D]) be summed over the action dims to [T, B].
+        entropy, entropy_for_gradient = entropy_with_fallback(
+            distribution, action_spec=self._action_spec
+        )
         return AlgStep(
             output=(),
             state=(),

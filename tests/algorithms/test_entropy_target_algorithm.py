@@ -667,3 +667,14 @@ def test_float64_entropy_is_treated_as_float32_on_both_paths():
             alg.adjust_alpha(torch.tensor(e, dtype=torch.float64))
     for a, b in zip(_state(algs["host"]), _state(algs["tensor"])):
         assert torch.equal(a, b)
+
+
+def test_per_dimension_distribution_is_summed_over_the_action_dims():
+    alg = EntropyTargetAlgorithm(CONT2)
+    scale = torch.full((5, 4, 2), 0.5)
+    plain = torch.distributions.Normal(torch.zeros(5, 4, 2), scale)
+    indep = torch.distributions.Independent(plain, 1)
+    a = alg.train_step(plain, torch.ones(5, 4)).info.loss.extra.neg_entropy
+    b = alg.train_step(indep, torch.ones(5, 4)).info.loss.extra.neg_entropy
+    assert a.shape == (5, 4)
+    torch.testing.assert_close(a, b)
