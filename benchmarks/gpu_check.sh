@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# One short device check for a session that has a GPU (see the device tool):
+# the CUDA tests (they skip without CUDA) and the controller benchmark on CUDA.
+# Usage (repository root): bash benchmarks/gpu_check.sh
+set -euo pipefail
+python -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print(torch.cuda.get_device_name(0))"
+python -m pytest -q -o addopts="" -rs -k cuda tests/algorithms tests/environments
+python benchmarks/controller_overhead.py --device cuda --iters 700
