@@ -58,6 +58,7 @@ class BranchyController(torch.nn.Module):
         return self.buf.sum() * (1.0 / self.count.clamp(1, self.window).float())
 
     def calc_loss(self, experience, info, valid_mask=None) -> LossInfo:
+        """ALF's ``calc_loss`` statistics, then ``adjust_alpha`` if any step counts."""
         loss_info = info.loss
         mask = (experience.step_type != StepType.LAST).float()
         if valid_mask is not None:
@@ -69,6 +70,7 @@ class BranchyController(torch.nn.Module):
         return loss_info._replace(loss=loss_info.loss * torch.exp(self.log_alpha))
 
     def adjust_alpha(self, entropy: torch.Tensor) -> None:
+        """ALF's stage machine, one Python ``if`` (a host read) per stage."""
         prev = self._avg()
         self.buf[self.count % self.window] = entropy
         self.count += 1
@@ -205,6 +207,7 @@ def run(device: torch.device, iters: int) -> List[Dict[str, object]]:
 
 
 def main() -> None:
+    """Parse the flags, run every implementation and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--iters", type=int, default=2000)
     parser.add_argument("--device", default="all", choices=["cpu", "cuda", "all"])
