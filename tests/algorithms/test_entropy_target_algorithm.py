@@ -678,3 +678,35 @@ def test_per_dimension_distribution_is_summed_over_the_action_dims():
     b = alg.train_step(indep, torch.ones(5, 4)).info.loss.extra.neg_entropy
     assert a.shape == (5, 4)
     torch.testing.assert_close(a, b)
+
+
+def _train_softmax_policy(controlled: bool, steps: int = 1200):
+    """A 4-way policy whose task (maximise P(action 0)) drives entropy to 0."""
+    torch.manual_seed(0)
+    logits = torch.zeros(4, requires_grad=True)
+    opt = torch.optim.Adam([logits], lr=0.05)
+    controller = EntropyTargetAlgorithm(DISCRETE4, target_entropy=0.6, initial_alpha=0.01)
+    step_type = torch.ones(1, 8, dtype=torch.int64)
+    entropies = []
+    for _ in range(steps):
+        dist = torch.distributions.Categorical(logits=logits.expand(1, 8, 4))
+        task_loss = -dist.probs[..., 0]
+        if controlled:
+            info = controller.train_step(dist, step_type).info
+            entropy_loss = controller.calc_loss(Experience(step_type=step_type), info).loss
+        else:
+            entropy_loss = -0.01 * dist.entropy()  # the controller's initial alpha, fixed
+        opt.zero_grad()
+        (task_loss + entropy_loss).mean().backward()
+        opt.step()
+        entropies.append(dist.entropy().mean().item())
+    return np.array(entropies), controller
+
+
+def test_controller_holds_the_entropy_at_the_target_on_a_collapsing_task():
+    fixed, _ = _train_softmax_policy(controlled=False)
+    held, controller = _train_softmax_policy(controlled=True)
+    assert fixed[-300:].mean() < 0.05  # without control the entropy collapses
+    tail = held[-300:]
+    assert abs(tail.mean() - 0.6) < 0.03 and tail.min() > 0.5 and tail.max() < 0.7
+    assert controller.stage.item() in (0, 1) and controller.alpha.item() > 0.01
