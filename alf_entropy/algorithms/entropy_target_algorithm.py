@@ -141,6 +141,42 @@ def _seed_rate(rate: float) -> float:
     return float(torch.tensor(rate).to(torch.float64))
 
 
+def _masked_mean_entropy(
+    experience: Experience, neg_entropy: torch.Tensor, valid_mask: Optional[torch.Tensor]
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Mean entropy over the steps that count, as ALF's ``calc_loss`` takes it.
+
+    A step counts unless it is ``LAST`` (its action was never taken) or
+    ``valid_mask`` (bool or 0/1, shape of ``experience.step_type``) drops it.
+
+    Returns:
+        ``(entropy, num, mask)``: the mean (0 when no step counts), the
+        number of steps that count and the bool mask.
+
+    Raises:
+        ValueError: if ``neg_entropy`` or ``valid_mask`` does not have the
+            shape of ``experience.step_type``.
+    """
+    step_type = experience.step_type
+    if neg_entropy.shape != step_type.shape:
+        raise ValueError(
+            f"info's entropy has shape {tuple(neg_entropy.shape)} but "
+            f"experience.step_type has shape {tuple(step_type.shape)}"
+        )
+    mask = step_type != StepType.LAST
+    if valid_mask is not None:
+        if valid_mask.shape != step_type.shape:
+            raise ValueError(
+                f"valid_mask must have the shape of experience.step_type "
+                f"{tuple(step_type.shape)}, got {tuple(valid_mask.shape)}"
+            )
+        mask = mask & (valid_mask != 0)
+    num = mask.sum()
+    # Masked-out steps may hold anything (even NaN): select, don't multiply.
+    entropy = -torch.where(mask, neg_entropy, 0.0).sum() / num.clamp(min=1)
+    return entropy, num, mask
+
+
 @gin.configurable
 class EntropyTargetAlgorithm(Algorithm):
     """Adjusts the entropy coefficient ``alpha`` so entropy stays >= a target.
@@ -413,24 +449,7 @@ class EntropyTargetAlgorithm(Algorithm):
         """
         loss_info = info.loss
         neg_entropy = loss_info.extra.neg_entropy.detach()
-        step_type = experience.step_type
-        if neg_entropy.shape != step_type.shape:
-            raise ValueError(
-                f"info's entropy has shape {tuple(neg_entropy.shape)} but "
-                f"experience.step_type has shape {tuple(step_type.shape)}"
-            )
-        mask = step_type != StepType.LAST
-        if valid_mask is not None:
-            if valid_mask.shape != step_type.shape:
-                raise ValueError(
-                    f"valid_mask must have the shape of experience.step_type "
-                    f"{tuple(step_type.shape)}, got {tuple(valid_mask.shape)}"
-                )
-            mask = mask & (valid_mask != 0)
-        num = mask.sum()
-        # Masked-out steps may hold anything (even NaN): select, don't multiply.
-        neg_sum = torch.where(mask, neg_entropy, 0.0).sum()
-        entropy = -neg_sum / num.clamp(min=1)
+        entropy, num, mask = _masked_mean_entropy(experience, neg_entropy, valid_mask)
         alpha = self._adjust(entropy, num)
         if self._debug_summaries and summary.should_record_summaries():
             ent = torch.where(mask, -neg_entropy, 0.0)
@@ -892,16 +911,9 @@ class SGDEntropyTargetAlgorithm(Algorithm):
             step and ``scalar_loss = log_alpha * (entropy - target)``.
         """
         loss_info = info.loss
-        neg_entropy = loss_info.extra.neg_entropy.detach()
-        mask = experience.step_type != StepType.LAST
-        if valid_mask is not None:
-            if valid_mask.shape != mask.shape:
-                raise ValueError(
-                    f"valid_mask must have shape {tuple(mask.shape)}, got {tuple(valid_mask.shape)}"
-                )
-            mask = mask & (valid_mask != 0)
-        num = mask.sum()
-        entropy = -torch.where(mask, neg_entropy, 0.0).sum() / num.clamp(min=1)
+        entropy, num, _ = _masked_mean_entropy(
+            experience, loss_info.extra.neg_entropy.detach(), valid_mask
+        )
         if not self._constant_target:
             self._target.fill_(self.target_entropy)
         # An empty batch or a non-finite entropy contributes no gradient.
