@@ -123,6 +123,15 @@ def default_optimizer(params: List[nn.Parameter]) -> torch.optim.Optimizer:
     return torch.optim.Adam(params, lr=3e-4, eps=1e-5, foreach=True)
 
 
+def _sum_leaves(value: Any) -> torch.Tensor:
+    """The sum over a nest of tensors (the tensor itself if not nested)."""
+    leaves = nest.flatten(value)
+    total = leaves[0]
+    for leaf in leaves[1:]:
+        total = total + leaf
+    return total
+
+
 def _is_nested_spec(spec: Any) -> bool:
     return nest.is_nested(spec)
 
@@ -412,11 +421,16 @@ class ActorCriticAlgorithm(Algorithm):
         value = self._value_network(observation)
         log_prob = self._log_prob(dist, inputs.action)
         entropy_target_info = ()
-        if self._entropy_target_algorithm is not None:
+        if self._entropy_target_algorithm is None:
+            entropy, entropy_for_gradient = dist_utils.entropy_with_fallback(dist)
+        else:
+            # The entropy is computed once, by the controller; the summaries
+            # and the loss use the same values (and samples).
             entropy_target_info = self._entropy_target_algorithm.train_step(
                 dist, inputs.step_type
             ).info
-        entropy, entropy_for_gradient = dist_utils.entropy_with_fallback(dist)
+            entropy = -_sum_leaves(entropy_target_info.loss.extra.neg_entropy)
+            entropy_for_gradient = -_sum_leaves(entropy_target_info.loss.loss)
         return AlgStep(
             output=(),
             state=state,
