@@ -24,6 +24,7 @@ import torch
 import torch.nn as nn
 
 from alf_entropy.tensor_specs import TensorSpec
+from alf_entropy.utils.checks import check_int
 
 __all__ = ["WindowAverager", "ScalarWindowAverager", "EMAverager", "ScalarEMAverager"]
 
@@ -92,8 +93,7 @@ class WindowAverager(_Averager):
     def __init__(self, tensor_spec: TensorSpec, window_size: int, name: str = "WindowAverager"):
         super().__init__()
         _check_spec(tensor_spec)
-        if isinstance(window_size, bool) or not isinstance(window_size, int) or window_size < 1:
-            raise ValueError(f"window_size must be an int >= 1, got {window_size!r}")
+        check_int("window_size", window_size, minimum=1)
         self._name = name
         self._spec = tensor_spec
         self._window_size = window_size
