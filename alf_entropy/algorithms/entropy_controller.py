@@ -227,7 +227,8 @@ class EntropyController(Algorithm):
         return alpha
 
     def entropy_loss(self, entropy: torch.Tensor, mask: Optional[torch.Tensor] = None,
-                     entropy_for_gradient: Optional[torch.Tensor] = None) -> LossInfo:
+                     entropy_for_gradient: Optional[torch.Tensor] = None,
+                     update: bool = True) -> LossInfo:
         """One update from the masked mean of ``entropy`` (detached); the bonus as a loss.
 
         No element counting, or a NaN/inf mean, leaves the controller as is.
@@ -238,6 +239,9 @@ class EntropyController(Algorithm):
                 the broadcast elements); masked-out entries may be NaN.  None:
                 every element counts.
             entropy_for_gradient: what to differentiate instead of ``entropy``.
+            update: False: only the loss with the current ``alpha`` (no
+                update, ``scalar_loss=()``), for a caller that advances the
+                controller itself, e.g. once per iteration with ``adjust_alpha``.
 
         Returns:
             LossInfo: ``loss = -alpha * entropy_for_gradient`` per element
@@ -248,6 +252,10 @@ class EntropyController(Algorithm):
         Raises:
             ValueError: if ``mask`` does not broadcast with ``entropy``.
         """
+        grad = entropy if entropy_for_gradient is None else entropy_for_gradient
+        extra = EntropyTargetLossInfo(neg_entropy=-entropy)
+        if not update:
+            return LossInfo(loss=-self.alpha.detach() * grad, extra=extra)
         detached = entropy.detach()
         mean, count = masked_mean(detached, mask)
         alpha, scalar_loss = self._update(mean, count)
@@ -255,9 +263,7 @@ class EntropyController(Algorithm):
             square, _ = masked_mean(detached * detached, mask)
             with summary.scope(self._name):
                 summary.scalar("entropy_std", torch.sqrt(torch.clamp(square - mean * mean, min=0.0)))
-        grad = entropy if entropy_for_gradient is None else entropy_for_gradient
-        return LossInfo(loss=-alpha.detach() * grad, scalar_loss=scalar_loss,
-                        extra=EntropyTargetLossInfo(neg_entropy=-entropy))
+        return LossInfo(loss=-alpha.detach() * grad, scalar_loss=scalar_loss, extra=extra)
 
     def _update(self, entropy: torch.Tensor, count: Optional[torch.Tensor]) -> Tuple[torch.Tensor, Any]:
         """Advance once (not if ``count == 0``); return ``(alpha, scalar_loss)``."""

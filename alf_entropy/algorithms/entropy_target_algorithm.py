@@ -444,20 +444,21 @@ class NestedEntropyTargetAlgorithm(EntropyController):
         return self.alpha
 
     def entropy_loss(self, entropy: Any, mask: Optional[torch.Tensor] = None,
-                     entropy_for_gradient: Any = None) -> LossInfo:
+                     entropy_for_gradient: Any = None, update: bool = True) -> LossInfo:
         """Each leaf's ``entropy_loss`` on its entropy; losses summed.
 
         Args:
             entropy: per-step entropies, a nest shaped like ``action_spec``.
             mask: shared by all leaves (see ``EntropyController.entropy_loss``).
             entropy_for_gradient: None, or a nest like ``entropy``.
+            update: as for ``EntropyController.entropy_loss``.
 
         Returns:
             LossInfo: summed ``loss``; ``extra`` a nest shaped like
             ``action_spec`` of the leaves' ``EntropyTargetLossInfo``.
         """
         grads = self._per_leaf(entropy_for_gradient)
-        losses = [leaf.entropy_loss(e, mask, g)
+        losses = [leaf.entropy_loss(e, mask, g, update)
                   for leaf, e, g in zip(self._leaves.values(), self._per_leaf(entropy), grads)]
         return LossInfo(
             loss=functools.reduce(torch.add, [li.loss for li in losses]),
