@@ -208,3 +208,17 @@ def test_actor_critic_computes_the_entropy_once_and_logs_what_it_controls(monkey
     assert len(calls) == 1
     # tanh-squashed: a sampled estimate; the logged and the controlled entropy are the same sample.
     assert torch.equal(info.entropy, -info.entropy_target.loss.extra.neg_entropy)
+
+
+@pytest.mark.parametrize("mode", ["host", "tensor"])
+def test_init_stage_moves_down_while_the_entropy_rises_and_up_by_half_while_it_falls(mode):
+    """The README's description of stage 0 (it once said 'drifts down')."""
+    alg = EntropyTargetAlgorithm(DISCRETE4, initial_alpha=1.0, max_entropy=0.5, target_entropy=0.2,
+                                 very_slow_update_rate=0.01, update_mode=mode)
+    steps = []
+    for entropy in (1.2, 1.3, 1.3, 1.1, 1.0):  # rises, holds, falls, falls; all above max
+        before = alg.log_alpha.item()
+        alg.adjust_alpha(entropy)
+        steps.append(round(alg.log_alpha.item() - before, 6))
+        assert alg.stage.item() == -2
+    assert steps == [-0.01, -0.01, -0.01, 0.005, 0.005]
