@@ -253,17 +253,24 @@ class EntropyController(Algorithm):
             ValueError: if ``mask`` does not broadcast with ``entropy``.
         """
         grad = entropy if entropy_for_gradient is None else entropy_for_gradient
-        extra = EntropyTargetLossInfo(neg_entropy=-entropy)
+        return self._loss(_neg(entropy), mask, _neg(grad), update)
+
+    def _loss(self, neg_entropy: Any, mask: Optional[torch.Tensor], neg_grad: Any,
+              update: bool) -> LossInfo:
+        """``entropy_loss`` on negated entropies (the form ``train_step`` stores)."""
         if not update:
-            return LossInfo(loss=-self.alpha.detach() * grad, extra=extra)
-        detached = entropy.detach()
-        mean, count = masked_mean(detached, mask)
-        alpha, scalar_loss = self._update(mean, count)
+            return LossInfo(loss=neg_grad * self.alpha.detach(),
+                            extra=EntropyTargetLossInfo(neg_entropy=neg_entropy))
+        detached = neg_entropy.detach()
+        neg_mean, count = masked_mean(detached, mask)
+        alpha, scalar_loss = self._update(-neg_mean, count)
         if self._debug_summaries and summary.should_record_summaries():
             square, _ = masked_mean(detached * detached, mask)
             with summary.scope(self._name):
-                summary.scalar("entropy_std", torch.sqrt(torch.clamp(square - mean * mean, min=0.0)))
-        return LossInfo(loss=-alpha.detach() * grad, scalar_loss=scalar_loss, extra=extra)
+                std = torch.sqrt(torch.clamp(square - neg_mean * neg_mean, min=0.0))
+                summary.scalar("entropy_std", std)
+        return LossInfo(loss=neg_grad * alpha.detach(), scalar_loss=scalar_loss,
+                        extra=EntropyTargetLossInfo(neg_entropy=neg_entropy))
 
     def _update(self, entropy: torch.Tensor, count: Optional[torch.Tensor]) -> Tuple[torch.Tensor, Any]:
         """Advance once (not if ``count == 0``); return ``(alpha, scalar_loss)``."""
@@ -330,8 +337,7 @@ class EntropyController(Algorithm):
             except RuntimeError as e:
                 raise ValueError(f"valid_mask of shape {tuple(valid_mask.shape)} does not broadcast "
                                  f"with experience.step_type of shape {tuple(mask.shape)}") from e
-        return self.entropy_loss(_neg(info.loss.extra.neg_entropy), mask,
-                                 entropy_for_gradient=_neg(info.loss.loss))
+        return self._loss(info.loss.extra.neg_entropy, mask, info.loss.loss, True)
 
 
 @gin.configurable

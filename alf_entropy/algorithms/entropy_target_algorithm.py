@@ -1,10 +1,4 @@
-"""Entropy controllers: turn a policy's entropy into the coefficient ``alpha``.
-
-Every controller has one interface (:class:`EntropyController`):
-``adjust_alpha(entropy)`` for one update from a batch-mean entropy, and
-``entropy_loss(entropy, mask)`` for one update from a batch plus the entropy
-bonus ``-alpha * entropy`` as a loss; as a sub-algorithm also ALF's
-``train_step(distribution)``/``calc_loss(experience, info, valid_mask)``.
+"""The entropy controllers (their shared interface: ``entropy_controller.py``).
 
 * :class:`EntropyTargetAlgorithm`: ALF's staged controller (the PyTorch seed,
   reproduced step for step).  Stages: estimate ``max_entropy`` from the first
@@ -324,10 +318,9 @@ class EntropyTargetAlgorithm(EntropyController):
 
     def _update_host(self, entropy: torch.Tensor, count: Optional[torch.Tensor]) -> None:
         # Reading CPU buffers is a memory read: there is no device to wait for.
-        entropy = entropy.detach().to("cpu", torch.float32)
         if count is not None and count.cpu().numpy()[()] <= 0:
             return
-        ent = entropy.numpy()[()]
+        ent = np.float32(entropy.detach().cpu().numpy()[()])
         if not np.isfinite(ent):
             self._num_nonfinite.add_(1)
             return
@@ -443,23 +436,12 @@ class NestedEntropyTargetAlgorithm(EntropyController):
             leaf.adjust_alpha(e)
         return self.alpha
 
-    def entropy_loss(self, entropy: Any, mask: Optional[torch.Tensor] = None,
-                     entropy_for_gradient: Any = None, update: bool = True) -> LossInfo:
-        """Each leaf's ``entropy_loss`` on its entropy; losses summed.
-
-        Args:
-            entropy: per-step entropies, a nest shaped like ``action_spec``.
-            mask: shared by all leaves (see ``EntropyController.entropy_loss``).
-            entropy_for_gradient: None, or a nest like ``entropy``.
-            update: as for ``EntropyController.entropy_loss``.
-
-        Returns:
-            LossInfo: summed ``loss``; ``extra`` a nest shaped like
-            ``action_spec`` of the leaves' ``EntropyTargetLossInfo``.
-        """
-        grads = self._per_leaf(entropy_for_gradient)
-        losses = [leaf.entropy_loss(e, mask, g, update)
-                  for leaf, e, g in zip(self._leaves.values(), self._per_leaf(entropy), grads)]
+    def _loss(self, neg_entropy: Any, mask: Optional[torch.Tensor], neg_grad: Any,
+              update: bool) -> LossInfo:
+        """Each leaf's loss on its own entropy (nests shaped like ``action_spec``);
+        ``loss`` summed, ``extra`` a nest of the leaves' ``EntropyTargetLossInfo``."""
+        losses = [leaf._loss(e, mask, g, update) for leaf, e, g in
+                  zip(self._leaves.values(), self._per_leaf(neg_entropy), self._per_leaf(neg_grad))]
         return LossInfo(
             loss=functools.reduce(torch.add, [li.loss for li in losses]),
             extra=nest.pack_sequence_as(self._action_spec, [li.extra for li in losses]),

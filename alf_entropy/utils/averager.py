@@ -152,17 +152,13 @@ class WindowAverager(_Averager):
         """
         if self._buf.device.type != "cpu":
             raise ValueError(f"{self._name}: average_on_host needs CPU buffers, not {self._buf.device}")
-        count = self._count.numpy()
-        one = np.ones((), dtype=self._buf.numpy().dtype)
-
-        def _get() -> np.ndarray:
-            n = min(max(int(count[()]), 1), self._window_size)
-            return self._buf.sum(dim=0).numpy()[()] * (one / n)
-
-        previous = _get()
-        self._buf.numpy()[int(count[()]) % self._window_size] = value
-        count[()] += 1
-        return previous, _get()
+        buf, count = self._buf.numpy(), self._count.numpy()
+        c, w = int(count[()]), self._window_size
+        one = buf.dtype.type(1)
+        previous = self._buf.sum(dim=0).numpy()[()] * (one / min(max(c, 1), w))
+        buf[c % w] = value
+        count[()] = c + 1
+        return previous, self._buf.sum(dim=0).numpy()[()] * (one / min(c + 1, w))
 
 
 @gin.configurable
