@@ -222,3 +222,19 @@ def test_init_stage_moves_down_while_the_entropy_rises_and_up_by_half_while_it_f
         steps.append(round(alg.log_alpha.item() - before, 6))
         assert alg.stage.item() == -2
     assert steps == [-0.01, -0.01, -0.01, 0.005, 0.005]
+
+
+def test_actor_critic_entropy_equals_the_analytic_one_with_and_without_controller():
+    torch.manual_seed(0)
+    obs = torch.randn(5, 3)
+    exp = Experience(time_step=TimeStep(observation=obs, step_type=torch.ones(5, dtype=torch.int64)),
+                     action=torch.zeros(5, dtype=torch.int64))
+    infos = []
+    for enforce in (False, True):
+        torch.manual_seed(1)
+        alg = ActorCriticAlgorithm(TensorSpec((3,)), DISCRETE4, enforce_entropy_target=enforce)
+        infos.append((alg.train_step(exp).info, alg.actor_network(obs)))
+    (plain, dist), (controlled, _) = infos
+    torch.testing.assert_close(plain.entropy, dist.entropy(), rtol=0, atol=0)
+    assert torch.equal(controlled.entropy, plain.entropy)
+    assert torch.equal(controlled.entropy_for_gradient, plain.entropy_for_gradient)
