@@ -258,6 +258,8 @@ class Trainer:
         self._last_return: Optional[float] = None
         self._last_eval_return: Optional[float] = None
         self._restored_from: Optional[str] = None
+        for stale in ckpt.remove_partial_checkpoints(self._checkpoint_dir):
+            logging.info("Removed %s, left by a checkpoint write that was killed", stale)
         path = ckpt.latest_checkpoint(self._checkpoint_dir)
         if path is not None:
             self.load_checkpoint(path)
