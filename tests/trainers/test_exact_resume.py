@@ -55,23 +55,42 @@ def _train(root_dir: str, env_id: str) -> None:
     trainer.train()
 
 
-def _run_to_completion(root_dir: str, env_id: str, kill_after: list) -> int:
-    """Run the command, SIGKILL it after each delay in ``kill_after``, restart; return kills."""
-    kills = 0
-    delays = list(kill_after)
+def _latest_iteration(root_dir: str) -> int:
+    path = ckpt.latest_checkpoint(os.path.join(root_dir, "checkpoints"))
+    return -1 if path is None else int(os.path.basename(path)[5:13])
+
+
+def _run_to_completion(root_dir: str, env_id: str, kills: int = 0, rng=None,
+                       iteration_time: float = 0.0) -> int:
+    """Run the command; ``kills`` times, SIGKILL it at a random moment and restart.
+
+    Each kill waits until the process has written a new checkpoint (so the
+    run progresses), then a random time of up to one iteration (so the kill
+    lands anywhere in an iteration, checkpoint writes included).  Returns the
+    number of kills done.
+    """
+    done = 0
     while True:
         proc = _CTX.Process(target=_train, args=(root_dir, env_id))
+        start = _latest_iteration(root_dir)
         proc.start()
-        if delays:
-            proc.join(delays.pop(0))
+        if done < kills:
+            deadline = time.time() + 120
+            while (proc.is_alive() and _latest_iteration(root_dir) <= start
+                   and time.time() < deadline):
+                time.sleep(0.005)
+            time.sleep(rng.uniform(0.0, iteration_time))
             if proc.is_alive():
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.join()
-                kills += 1
+                done += 1
                 continue
         proc.join(300)
-        assert proc.exitcode == 0, proc.exitcode
-        return kills
+        assert proc.exitcode == 0, (
+            f"training process exited with {proc.exitcode} after {done} kills, "
+            f"at iteration {_latest_iteration(root_dir)}"
+        )
+        return done
 
 
 def _final_state(root_dir: str) -> dict:
@@ -83,11 +102,14 @@ def _final_state(root_dir: str) -> dict:
 def _assert_equal_states(a, b):
     flat_a, flat_b = nest.flatten(a), nest.flatten(b)
     assert len(flat_a) == len(flat_b)
-    for x, y in zip(flat_a, flat_b):
+    for i, (x, y) in enumerate(zip(flat_a, flat_b)):
         if isinstance(x, torch.Tensor):
-            assert x.dtype == y.dtype and x.shape == y.shape and torch.equal(x, y)
+            assert x.dtype == y.dtype and x.shape == y.shape and torch.equal(x, y), (
+                f"leaf {i} differs: max |diff| "
+                f"{(x.double() - y.double()).abs().max().item() if x.shape == y.shape else 'shape'}"
+            )
         else:
-            assert x == y
+            assert x == y, f"leaf {i} differs: {x!r} != {y!r}"
 
 
 def _continue(state: dict, env_id: str) -> list:
@@ -108,22 +130,29 @@ def _continue(state: dict, env_id: str) -> list:
     return out
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    # Fork children inherit the thread pool settings; one thread also avoids
+    # forking a process with busy OpenMP workers.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
 def test_sigkill_and_restart_gives_the_uninterrupted_checkpoint(tmp_path, env_id):
     schedulers.reset_progress()
     reference = str(tmp_path / "reference")
     start = time.time()
-    _run_to_completion(reference, env_id, [])
+    _run_to_completion(reference, env_id)
     duration = time.time() - start
     expected = _final_state(reference)
 
-    rng = random.Random(env_id)
-    # Several kills at random moments spread over the run (each restarted
-    # process redoes at most one iteration, so the run still ends).
-    delays = [rng.uniform(0.2, 0.9) * duration for _ in range(3)]
     interrupted = str(tmp_path / "interrupted")
-    kills = _run_to_completion(interrupted, env_id, delays)
-    assert kills >= 2, (kills, delays, duration)
+    kills = _run_to_completion(interrupted, env_id, kills=3, rng=random.Random(env_id),
+                               iteration_time=duration / NUM_ITERATIONS)
+    assert kills == 3, f"only {kills} kills: the run ended first"
     got = _final_state(interrupted)
     _assert_equal_states(got["algorithm"], expected["algorithm"])
     _assert_equal_states(got["optimizers"], expected["optimizers"])
@@ -182,7 +211,7 @@ def test_kill_during_a_checkpoint_write_leaves_no_partial_checkpoint(tmp_path):
     assert ckpt.latest_checkpoint(ckpt_dir).endswith("ckpt-00000002.pt")
 
     # The same command resumes from iteration 2 and removes the partial file.
-    _run_to_completion(root, "CartPole-v1", [])
+    _run_to_completion(root, "CartPole-v1")
     names = sorted(os.listdir(ckpt_dir))
     assert not [n for n in names if n.endswith(".tmp")], names
     assert _final_state(root)["iteration"] == NUM_ITERATIONS
