@@ -47,8 +47,16 @@ import torch.distributions as td
 import torch.nn as nn
 
 from alf_entropy.algorithms.algorithm import Algorithm, OptimizerArg, combine_loss_infos
-from alf_entropy.data_structures import AlgStep, Experience, LossInfo, StepType, TimeStep, namedtuple
+from alf_entropy.data_structures import (
+    AlgStep,
+    Experience,
+    LossInfo,
+    StepType,
+    TimeStep,
+    namedtuple,
+)
 from alf_entropy.networks import ActorDistributionNetwork, ValueNetwork, mode_of
+from alf_entropy.networks.distributions import Categorical
 from alf_entropy.utils import dist_utils, nest, schedulers, summary, value_ops
 
 __all__ = [
@@ -120,7 +128,7 @@ def default_optimizer(params: List[nn.Parameter]) -> torch.optim.Optimizer:
     # ``foreach=True``: the multi-tensor implementation, which is the default
     # on CUDA anyway; on the CPU it computes the same values as the per-tensor
     # loop, with less Python overhead per step.
-    return torch.optim.Adam(params, lr=3e-4, eps=1e-5, foreach=True)
+    return torch.optim.Adam(params, lr=3e-4, eps=1e-5, fused=True)
 
 
 def _mean_of_nest(value: Any) -> Any:
@@ -335,7 +343,7 @@ class ActorCriticAlgorithm(Algorithm):
         """``log pi(action)`` summed over the action nest."""
         if isinstance(dist, td.Distribution):  # fast path: no nest walking
             if (
-                type(dist) is td.Categorical
+                type(dist) in (td.Categorical, Categorical)
                 and not dist._validate_args
                 and action.shape == dist.logits.shape[:-1]
             ):

@@ -1,7 +1,8 @@
 """``GymVectorEnv``: a batch of gymnasium environments yielding ALF ``TimeStep``s.
 
-Wraps ``gymnasium.vector.SyncVectorEnv`` / ``AsyncVectorEnv`` in
-``NEXT_STEP`` autoreset mode and converts every step into a ``TimeStep`` of
+Wraps a gymnasium vector env -- gymnasium's own NumPy-vectorised one where
+the env registers it (CartPole), else ``SyncVectorEnv`` / ``AsyncVectorEnv``
+-- in ``NEXT_STEP`` autoreset mode and converts every step into a ``TimeStep`` of
 torch tensors on ``device`` with ALF's semantics:
 
 * ``reset()`` gives ``FIRST`` steps (reward 0, discount 1, ``prev_action``
@@ -16,9 +17,10 @@ torch tensors on ``device`` with ALF's semantics:
 
 Continuous actions are clipped to the action bounds before being sent to
 gymnasium; discrete actions are converted to int64 and checked to lie in
-range.  Seeds: the first ``reset()`` seeds env ``i`` with ``seed + i`` (and the
-action space with ``seed``), so two envs built with the same seed give
-identical trajectories under identical actions.
+range.  Seeds: the first ``reset()`` seeds env ``i`` with ``seed + i`` (a
+NumPy-vectorised env: its one generator with ``seed``) and the action space
+with ``seed``, so two envs built with the same seed give identical
+trajectories under identical actions.
 
 Episode statistics come from gymnasium's own
 ``gymnasium.wrappers.vector.RecordEpisodeStatistics`` (NumPy, on the host, no
@@ -42,8 +44,8 @@ import gin
 import gymnasium as gym
 import numpy as np
 import torch
-from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from gymnasium.utils import EzPickle
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from gymnasium.wrappers.vector import RecordEpisodeStatistics
 
 from alf_entropy.data_structures import StepType, TimeStep
@@ -60,6 +62,41 @@ def _make_env(
     return gym.make(env_id, max_episode_steps=max_episode_steps, **env_kwargs)
 
 
+_VECTORIZATION_MODES = ("auto", "sync", "async", "vector_entry_point")
+
+
+def _make_vector_env(
+    env_id: str,
+    num_envs: int,
+    mode: str,
+    max_episode_steps: Optional[int],
+    env_kwargs: Dict[str, Any],
+) -> gym.vector.VectorEnv:
+    """The gymnasium vector env (``NEXT_STEP`` autoreset) for ``mode``."""
+    if mode == "auto":
+        spec = gym.spec(env_id)  # gym.error.Error for an unknown id
+        mode = "vector_entry_point" if spec.vector_entry_point is not None else "sync"
+    if mode == "vector_entry_point":
+        kwargs = dict(env_kwargs)
+        if max_episode_steps is not None:
+            kwargs["max_episode_steps"] = max_episode_steps
+        env = gym.make_vec(
+            env_id, num_envs=num_envs, vectorization_mode="vector_entry_point", **kwargs
+        )
+        if env.metadata.get("autoreset_mode") != AutoresetMode.NEXT_STEP:
+            raise ValueError(
+                f"{env_id}'s vector env does not use NEXT_STEP autoreset; use "
+                "vectorization_mode='sync'"
+            )
+        return env
+    env_fns = [
+        functools.partial(_make_env, env_id, max_episode_steps, env_kwargs)
+        for _ in range(num_envs)
+    ]
+    cls = AsyncVectorEnv if mode == "async" else SyncVectorEnv
+    return cls(env_fns, copy=False, autoreset_mode=AutoresetMode.NEXT_STEP)
+
+
 def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
     return torch.empty((), dtype=dtype).numpy().dtype
 
@@ -71,11 +108,18 @@ class GymVectorEnv:
     Args:
         env_id: a registered gymnasium id such as ``"CartPole-v1"``.
         num_envs: number of parallel environments ``B``.
-        seed: base seed (env ``i`` is reset with ``seed + i`` the first time);
-            ``None`` for random seeding.
+        seed: base seed (with ``"sync"``/``"async"`` env ``i`` is reset with
+            ``seed + i`` the first time; a ``"vector_entry_point"`` env has one
+            generator for the batch, seeded with ``seed``); ``None`` for
+            random seeding.
         device: where the ``TimeStep`` tensors are placed.
-        asynchronous: use ``AsyncVectorEnv`` (one subprocess per env) instead
-            of ``SyncVectorEnv``.
+        vectorization_mode: ``"sync"`` (``SyncVectorEnv``: the envs one after
+            the other in this process), ``"async"`` (``AsyncVectorEnv``: one
+            subprocess per env), ``"vector_entry_point"`` (gymnasium's own
+            NumPy-vectorised implementation, e.g. ``CartPoleVectorEnv``: every
+            env in one array operation, several times faster) or ``"auto"``:
+            ``"vector_entry_point"`` where the env id registers one, else
+            ``"sync"``.
         env_kwargs: extra keyword arguments for ``gymnasium.make``.
         max_episode_steps: override the registered time limit (episodes
             reaching it are truncated: ``LAST`` with discount 1).
@@ -92,7 +136,7 @@ class GymVectorEnv:
         num_envs: int = 8,
         seed: Optional[int] = 0,
         device: Any = "cpu",
-        asynchronous: bool = False,
+        vectorization_mode: str = "auto",
         env_kwargs: Optional[Dict[str, Any]] = None,
         max_episode_steps: Optional[int] = None,
     ):
@@ -114,19 +158,15 @@ class GymVectorEnv:
         self._num_envs = num_envs
         self._seed = None if seed is None else int(seed)
         self._device = torch.device(device)
-        env_fns = [
-            functools.partial(_make_env, env_id, max_episode_steps, dict(env_kwargs))
-            for _ in range(num_envs)
-        ]
+        if vectorization_mode not in _VECTORIZATION_MODES:
+            raise ValueError(
+                f"vectorization_mode must be one of {_VECTORIZATION_MODES}, got "
+                f"{vectorization_mode!r}"
+            )
         try:
-            if asynchronous:
-                self._env = AsyncVectorEnv(
-                    env_fns, copy=False, autoreset_mode=AutoresetMode.NEXT_STEP
-                )
-            else:
-                self._env = SyncVectorEnv(
-                    env_fns, copy=False, autoreset_mode=AutoresetMode.NEXT_STEP
-                )
+            self._env = _make_vector_env(
+                env_id, num_envs, vectorization_mode, max_episode_steps, dict(env_kwargs)
+            )
         except gym.error.Error as e:
             raise ValueError(f"env_id {env_id!r}: gymnasium cannot make it: {e}") from e
         # Large enough to hold every episode finished between two summaries.

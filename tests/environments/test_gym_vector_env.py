@@ -32,7 +32,7 @@ def test_cartpole_specs_shapes_dtypes():
 
 
 def test_cartpole_termination_then_autoreset_first():
-    env = GymVectorEnv("CartPole-v1", num_envs=2, seed=3)
+    env = GymVectorEnv("CartPole-v1", num_envs=2, seed=3, vectorization_mode="sync")
     ts = env.reset()
     gym_env = gym.make("CartPole-v1")
     ref_obs, _ = gym_env.reset(seed=3)  # env 0 is seeded with seed + 0
@@ -164,8 +164,8 @@ def test_bad_inputs():
 def test_asynchronous_matches_sync():
     actions = [torch.tensor([[1.0], [-0.5]])] * 3
     results = []
-    for asynchronous in (False, True):
-        env = GymVectorEnv("Pendulum-v1", num_envs=2, seed=11, asynchronous=asynchronous)
+    for mode in ("sync", "async"):
+        env = GymVectorEnv("Pendulum-v1", num_envs=2, seed=11, vectorization_mode=mode)
         steps = [env.reset()] + [env.step(a) for a in actions]
         env.close()
         results.append(steps)
@@ -216,3 +216,32 @@ def test_state_round_trip_continues_identically():
         c.set_state(state)
     for env in (a, b, c):
         env.close()
+
+
+def test_numpy_vectorised_cartpole_is_the_same_mdp():
+    """CartPole's own vector env ("auto" picks it) steps like the plain envs."""
+    fast = GymVectorEnv("CartPole-v1", num_envs=4, seed=0)
+    slow = GymVectorEnv("CartPole-v1", num_envs=4, seed=0, vectorization_mode="sync")
+    assert type(fast.gym_env.env).__name__ == "CartPoleVectorEnv"
+    assert type(slow.gym_env.env).__name__ == "SyncVectorEnv"
+    fast.reset()
+    slow.reset()
+    state = fast.gym_env.env.state  # [4 (x, x_dot, theta, theta_dot), num_envs], float64
+    for i, env in enumerate(slow.gym_env.env.envs):
+        env.unwrapped.state = state[:, i].copy()
+    gen = torch.Generator().manual_seed(0)
+    ended = torch.zeros(4, dtype=torch.bool)
+    steps = 0
+    while not ended.all():  # until every env's first episode has ended
+        action = torch.randint(0, 2, (4,), generator=gen)
+        a, b = fast.step(action), slow.step(action)
+        live = ~ended
+        torch.testing.assert_close(a.observation[live], b.observation[live])
+        assert torch.equal(a.reward[live], b.reward[live])
+        assert torch.equal(a.step_type[live], b.step_type[live])
+        assert torch.equal(a.discount[live], b.discount[live])
+        ended |= a.step_type == StepType.LAST
+        steps += 1
+    assert steps > 8
+    fast.close()
+    slow.close()
