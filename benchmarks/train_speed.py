@@ -16,7 +16,9 @@ tanh actor and critic with orthogonal init, advantages normalised per
 minibatch, entropy coefficient 0.01 (fixed for SB3; for ours the entropy
 controller starts from alpha = 0.01, as in ``ppo_cartpole.gin``; pass
 ``--fixed_entropy`` to use a fixed 0.01 instead).  Both run on the CPU with one
-torch thread.
+torch thread.  Each uses its framework's default environments: ours
+gymnasium's NumPy-vectorised ``CartPoleVectorEnv`` (``GymVectorEnv``'s
+``"auto"`` mode), SB3 its ``DummyVecEnv`` of ``Monitor``-wrapped envs.
 
 Stable-Baselines3 is optional: without it only our numbers are printed.
 Install it without pulling another torch build::
@@ -25,12 +27,16 @@ Install it without pulling another torch build::
 
 Usage::
 
-    python benchmarks/train_speed.py [--seed 0] [--max_steps 300000]
+    python benchmarks/train_speed.py [--seed 0] [--repeats 3] [--max_steps 300000]
+
+With ``--repeats N`` the two implementations alternate N times (so machine
+load hits both alike) and the ratio of their steps/s is printed per run and
+as a mean.
 """
 import argparse
 import tempfile
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 import torch
@@ -180,37 +186,56 @@ def _row(name: str, r: Dict[str, Any], threshold: float) -> str:
     )
 
 
+def _mean_spread(values: List[float]) -> str:
+    mean = float(np.mean(values))
+    spread = max(abs(v - mean) for v in values) / mean * 100 if mean else 0.0
+    return f"{mean:,.0f} (±{spread:.0f}%)"
+
+
 def main() -> None:
-    """Parse arguments, run both trainings and print the comparison."""
+    """Parse arguments, run both trainings (alternating) and print the comparison."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max_steps", type=int, default=300_000)
     parser.add_argument("--threshold", type=float, default=475.0)
     parser.add_argument("--eval_every", type=int, default=10_240, help="env steps between evals")
     parser.add_argument("--eval_episodes", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="run each implementation this many times, alternating")
     parser.add_argument("--fixed_entropy", action="store_true",
                         help="ours with a fixed entropy coefficient 0.01 instead of the controller")
     parser.add_argument("--skip_sb3", action="store_true")
     args = parser.parse_args()
     np.random.seed(args.seed)
 
-    ours = run_ours(args)
-    sb3 = None if args.skip_sb3 else run_sb3(args)
+    ours_runs, sb3_runs = [], []
+    for _ in range(args.repeats):
+        ours_runs.append(run_ours(args))
+        sb3 = None if args.skip_sb3 else run_sb3(args)
+        if sb3 is not None:
+            sb3_runs.append(sb3)
     header = f"{'implementation':<22} {'steps/s':>10} {'steps':>10} {'wall s':>9} {'eval':>9}  reached {args.threshold:g}"
     print(header)
     print("-" * len(header))
     label = "alf_entropy PPO" + (" (fixed)" if args.fixed_entropy else "")
-    print(_row(label, ours, args.threshold))
-    if sb3 is None:
-        print("SB3 row skipped: " + ("--skip_sb3" if args.skip_sb3 else
+    for r in ours_runs:
+        print(_row(label, r, args.threshold))
+    for r in sb3_runs:
+        print(_row("stable-baselines3 PPO", r, args.threshold))
+    if not sb3_runs:
+        print("SB3 rows skipped: " + ("--skip_sb3" if args.skip_sb3 else
               "stable-baselines3 not installed (pip install stable-baselines3 --no-deps)"))
         return
-    print(_row("stable-baselines3 PPO", sb3, args.threshold))
-    print(
-        f"ratio ours/SB3: steps/s x{ours['steps_per_sec'] / sb3['steps_per_sec']:.2f}, "
-        f"wall time to threshold x{ours['wall_time'] / sb3['wall_time']:.2f} "
-        "(lower wall time is better)"
-    )
+    ours_sps = [r["steps_per_sec"] for r in ours_runs]
+    sb3_sps = [r["steps_per_sec"] for r in sb3_runs]
+    ratios = [a / b for a, b in zip(ours_sps, sb3_sps)]
+    print(f"seed {args.seed}, {args.repeats} run(s) each, mean (largest deviation from it):")
+    print(f"  steps/s: ours {_mean_spread(ours_sps)}, SB3 {_mean_spread(sb3_sps)}")
+    print(f"  ratio ours/SB3 steps/s: x{np.mean(ratios):.2f} "
+          f"(per run: {', '.join(f'x{r:.2f}' for r in ratios)})")
+    print(f"  wall time to threshold ours/SB3: "
+          f"x{np.mean([r['wall_time'] for r in ours_runs]) / np.mean([r['wall_time'] for r in sb3_runs]):.2f} "
+          "(lower is better)")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """``GymVectorEnv``: a batch of gymnasium environments yielding ALF ``TimeStep``s.
 
-Wraps ``gymnasium.vector.SyncVectorEnv`` / ``AsyncVectorEnv`` in
-``NEXT_STEP`` autoreset mode and converts every step into a ``TimeStep`` of
+Wraps a gymnasium vector env -- gymnasium's own NumPy-vectorised one where
+the env registers it (CartPole), else ``SyncVectorEnv`` / ``AsyncVectorEnv``
+-- in ``NEXT_STEP`` autoreset mode and converts every step into a ``TimeStep`` of
 torch tensors on ``device`` with ALF's semantics:
 
 * ``reset()`` gives ``FIRST`` steps (reward 0, discount 1, ``prev_action``
@@ -16,21 +17,36 @@ torch tensors on ``device`` with ALF's semantics:
 
 Continuous actions are clipped to the action bounds before being sent to
 gymnasium; discrete actions are converted to int64 and checked to lie in
-range.  Seeds: the first ``reset()`` seeds env ``i`` with ``seed + i`` (and the
-action space with ``seed``), so two envs built with the same seed give
-identical trajectories under identical actions.
+range.  Seeds: the first ``reset()`` seeds env ``i`` with ``seed + i`` (a
+NumPy-vectorised env: its one generator with ``seed``) and the action space
+with ``seed``, so two envs built with the same seed give identical
+trajectories under identical actions.
+
+Episode statistics come from gymnasium's own
+``gymnasium.wrappers.vector.RecordEpisodeStatistics`` (NumPy, on the host, no
+device reads): :meth:`GymVectorEnv.pop_episode_statistics` returns the
+episodes finished since its last call.
+
+:meth:`GymVectorEnv.get_state` pickles the whole gymnasium vector env
+(every episode in progress, each env's RNG, the episode statistics) so that a
+trainer can resume a run exactly; environments whose state cannot be pickled
+(e.g. Box2D's and MuJoCo's, whose pickles hold only constructor arguments)
+give ``None``.
 
 Environment stepping happens on the host, so moving actions to the host here
 is inherent; nothing else reads device tensors.
 """
 import functools
-from typing import Any, Dict, Optional
+import pickle
+from typing import Any, Dict, List, Optional, Tuple
 
 import gin
 import gymnasium as gym
 import numpy as np
 import torch
+from gymnasium.utils import EzPickle
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
+from gymnasium.wrappers.vector import RecordEpisodeStatistics
 
 from alf_entropy.data_structures import StepType, TimeStep
 from alf_entropy.tensor_specs import BoundedTensorSpec, TensorSpec, from_gym_space
@@ -46,6 +62,41 @@ def _make_env(
     return gym.make(env_id, max_episode_steps=max_episode_steps, **env_kwargs)
 
 
+_VECTORIZATION_MODES = ("auto", "sync", "async", "vector_entry_point")
+
+
+def _make_vector_env(
+    env_id: str,
+    num_envs: int,
+    mode: str,
+    max_episode_steps: Optional[int],
+    env_kwargs: Dict[str, Any],
+) -> gym.vector.VectorEnv:
+    """The gymnasium vector env (``NEXT_STEP`` autoreset) for ``mode``."""
+    if mode == "auto":
+        spec = gym.spec(env_id)  # gym.error.Error for an unknown id
+        mode = "vector_entry_point" if spec.vector_entry_point is not None else "sync"
+    if mode == "vector_entry_point":
+        kwargs = dict(env_kwargs)
+        if max_episode_steps is not None:
+            kwargs["max_episode_steps"] = max_episode_steps
+        env = gym.make_vec(
+            env_id, num_envs=num_envs, vectorization_mode="vector_entry_point", **kwargs
+        )
+        if env.metadata.get("autoreset_mode") != AutoresetMode.NEXT_STEP:
+            raise ValueError(
+                f"{env_id}'s vector env does not use NEXT_STEP autoreset; use "
+                "vectorization_mode='sync'"
+            )
+        return env
+    env_fns = [
+        functools.partial(_make_env, env_id, max_episode_steps, env_kwargs)
+        for _ in range(num_envs)
+    ]
+    cls = AsyncVectorEnv if mode == "async" else SyncVectorEnv
+    return cls(env_fns, copy=False, autoreset_mode=AutoresetMode.NEXT_STEP)
+
+
 def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
     return torch.empty((), dtype=dtype).numpy().dtype
 
@@ -57,11 +108,18 @@ class GymVectorEnv:
     Args:
         env_id: a registered gymnasium id such as ``"CartPole-v1"``.
         num_envs: number of parallel environments ``B``.
-        seed: base seed (env ``i`` is reset with ``seed + i`` the first time);
-            ``None`` for random seeding.
+        seed: base seed (with ``"sync"``/``"async"`` env ``i`` is reset with
+            ``seed + i`` the first time; a ``"vector_entry_point"`` env has one
+            generator for the batch, seeded with ``seed``); ``None`` for
+            random seeding.
         device: where the ``TimeStep`` tensors are placed.
-        asynchronous: use ``AsyncVectorEnv`` (one subprocess per env) instead
-            of ``SyncVectorEnv``.
+        vectorization_mode: ``"sync"`` (``SyncVectorEnv``: the envs one after
+            the other in this process), ``"async"`` (``AsyncVectorEnv``: one
+            subprocess per env), ``"vector_entry_point"`` (gymnasium's own
+            NumPy-vectorised implementation, e.g. ``CartPoleVectorEnv``: every
+            env in one array operation, several times faster) or ``"auto"``:
+            ``"vector_entry_point"`` where the env id registers one, else
+            ``"sync"``.
         env_kwargs: extra keyword arguments for ``gymnasium.make``.
         max_episode_steps: override the registered time limit (episodes
             reaching it are truncated: ``LAST`` with discount 1).
@@ -78,7 +136,7 @@ class GymVectorEnv:
         num_envs: int = 8,
         seed: Optional[int] = 0,
         device: Any = "cpu",
-        asynchronous: bool = False,
+        vectorization_mode: str = "auto",
         env_kwargs: Optional[Dict[str, Any]] = None,
         max_episode_steps: Optional[int] = None,
     ):
@@ -100,21 +158,20 @@ class GymVectorEnv:
         self._num_envs = num_envs
         self._seed = None if seed is None else int(seed)
         self._device = torch.device(device)
-        env_fns = [
-            functools.partial(_make_env, env_id, max_episode_steps, dict(env_kwargs))
-            for _ in range(num_envs)
-        ]
+        if vectorization_mode not in _VECTORIZATION_MODES:
+            raise ValueError(
+                f"vectorization_mode must be one of {_VECTORIZATION_MODES}, got "
+                f"{vectorization_mode!r}"
+            )
         try:
-            if asynchronous:
-                self._env = AsyncVectorEnv(
-                    env_fns, copy=False, autoreset_mode=AutoresetMode.NEXT_STEP
-                )
-            else:
-                self._env = SyncVectorEnv(
-                    env_fns, copy=False, autoreset_mode=AutoresetMode.NEXT_STEP
-                )
+            self._env = _make_vector_env(
+                env_id, num_envs, vectorization_mode, max_episode_steps, dict(env_kwargs)
+            )
         except gym.error.Error as e:
             raise ValueError(f"env_id {env_id!r}: gymnasium cannot make it: {e}") from e
+        # Large enough to hold every episode finished between two summaries.
+        self._env = RecordEpisodeStatistics(self._env, buffer_length=10_000)
+        self._episodes_popped = 0
         self._observation_spec = from_gym_space(self._env.single_observation_space)
         self._action_spec = from_gym_space(self._env.single_action_space)
         self._obs_np_dtypes = nest.map_structure(
@@ -335,6 +392,84 @@ class GymVectorEnv:
         a = np.where(first.reshape((-1,) + (1,) * (action.ndim - 1)), 0, action)
         # ``np.where`` returns a fresh array: convert without another copy.
         return self._tensor(a.astype(dtype, copy=False))
+
+    def pop_episode_statistics(self) -> Tuple[List[float], List[int]]:
+        """Returns and lengths of the episodes finished since the last call.
+
+        Gymnasium's conventions, which match ALF's: an episode's return is the
+        sum of the rewards of its steps after the reset, its length the number
+        of actions.  At most the 10,000 most recent episodes are returned.
+
+        Returns:
+            ``(returns, lengths)``: Python lists in completion order.
+        """
+        stats = self._env
+        n = min(stats.episode_count - self._episodes_popped, len(stats.return_queue))
+        self._episodes_popped = stats.episode_count
+        if n <= 0:
+            return [], []
+        returns = [float(r) for r in list(stats.return_queue)[-n:]]
+        lengths = [int(x) for x in list(stats.length_queue)[-n:]]
+        return returns, lengths
+
+    def get_state(self) -> Optional[bytes]:
+        """The complete state of the environments, pickled, or ``None``.
+
+        It holds the gymnasium vector env itself (episodes in progress, each
+        env's RNG, time limits, episode statistics) and this wrapper's
+        autoreset flags, so :meth:`set_state` continues exactly.
+
+        Returns:
+            Optional[bytes]: the state, or ``None`` if the environments cannot
+            be pickled, or pickle their constructor arguments instead of their
+            state (gymnasium's ``EzPickle``: Box2D, MuJoCo, toy-text envs), or
+            run in subprocesses (``AsyncVectorEnv``).
+        """
+        self._check_open()
+        if not self._picklable_state():
+            return None
+        try:
+            return pickle.dumps(
+                (self._env, self._autoreset, self._seeded, self._started, self._episodes_popped)
+            )
+        except Exception:  # pickling can fail with any error type (Box2D: AssertionError)
+            return None
+
+    def _picklable_state(self) -> bool:
+        """Whether pickling the gymnasium envs captures their state."""
+        vector_env = self._env.env
+        if isinstance(vector_env, AsyncVectorEnv):
+            return False
+        for env in getattr(vector_env, "envs", [vector_env]):
+            while env is not None:  # the env and every wrapper around it
+                if isinstance(env, EzPickle):
+                    return False
+                env = getattr(env, "env", None)
+        return True
+
+    def set_state(self, state: bytes) -> None:
+        """Restore a state returned by :meth:`get_state` (replacing the envs).
+
+        Args:
+            state: the bytes :meth:`get_state` returned (for the same env id
+                and number of envs).
+
+        Raises:
+            ValueError: if ``state`` is not such a state.
+        """
+        self._check_open()
+        try:
+            env, autoreset, seeded, started, popped = pickle.loads(state)
+        except Exception as e:
+            raise ValueError(f"state is not a GymVectorEnv state: {e}") from e
+        if not isinstance(env, RecordEpisodeStatistics) or env.num_envs != self._num_envs:
+            raise ValueError(
+                f"state holds {getattr(env, 'num_envs', '?')} envs, this env has {self._num_envs}"
+            )
+        self._env.close()
+        self._env = env
+        self._autoreset, self._seeded, self._started = autoreset, seeded, started
+        self._episodes_popped = popped
 
     def sample_random_action(self) -> Any:
         """Uniformly random actions (seeded by ``seed``) as tensors on ``device``.

@@ -25,7 +25,7 @@ import torch
 import torch.distributions as td
 import torch.nn as nn
 
-from alf_entropy.networks.distributions import StableTanh
+from alf_entropy.networks.distributions import Categorical, StableTanh
 from alf_entropy.tensor_specs import BoundedTensorSpec
 
 __all__ = ["CategoricalProjectionNetwork", "NormalProjectionNetwork", "POLICY_INIT_SCALE"]
@@ -96,7 +96,7 @@ class CategoricalProjectionNetwork(nn.Module):
         """
         logits = self._layer(encoding)
         logits = logits.reshape(encoding.shape[:-1] + self._shape + (self._num_actions,))
-        dist = td.Categorical(logits=logits, validate_args=False)
+        dist = Categorical(logits)
         if self._shape:
             dist = td.Independent(dist, len(self._shape), validate_args=False)
         return dist

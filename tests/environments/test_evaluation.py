@@ -1,4 +1,5 @@
 """Tests for alf_entropy/environments/evaluation.py."""
+import gin
 import gymnasium as gym
 import pytest
 import torch
@@ -11,7 +12,11 @@ def _always(action):
 
 
 def test_run_episodes_matches_plain_gym():
-    returns, lengths = run_episodes("CartPole-v1", _always(1), num_episodes=3, seed=4)
+    gin.bind_parameter("GymVectorEnv.vectorization_mode", "sync")  # env i seeded with 4 + i
+    try:
+        returns, lengths = run_episodes("CartPole-v1", _always(1), num_episodes=3, seed=4)
+    finally:
+        gin.clear_config()
     for i in range(3):
         env = gym.make("CartPole-v1")
         env.reset(seed=4 + i)

@@ -32,7 +32,7 @@ def test_cartpole_specs_shapes_dtypes():
 
 
 def test_cartpole_termination_then_autoreset_first():
-    env = GymVectorEnv("CartPole-v1", num_envs=2, seed=3)
+    env = GymVectorEnv("CartPole-v1", num_envs=2, seed=3, vectorization_mode="sync")
     ts = env.reset()
     gym_env = gym.make("CartPole-v1")
     ref_obs, _ = gym_env.reset(seed=3)  # env 0 is seeded with seed + 0
@@ -164,11 +164,84 @@ def test_bad_inputs():
 def test_asynchronous_matches_sync():
     actions = [torch.tensor([[1.0], [-0.5]])] * 3
     results = []
-    for asynchronous in (False, True):
-        env = GymVectorEnv("Pendulum-v1", num_envs=2, seed=11, asynchronous=asynchronous)
+    for mode in ("sync", "async"):
+        env = GymVectorEnv("Pendulum-v1", num_envs=2, seed=11, vectorization_mode=mode)
         steps = [env.reset()] + [env.step(a) for a in actions]
         env.close()
         results.append(steps)
     for x, y in zip(*results):
         assert torch.allclose(x.observation, y.observation)
         assert torch.allclose(x.reward, y.reward)
+
+
+def test_episode_statistics_match_the_time_steps():
+    """Gymnasium's statistics equal the returns/lengths summed from our TimeSteps."""
+    with GymVectorEnv("CartPole-v1", num_envs=3, seed=5) as env:
+        ts = env.reset()
+        gen = torch.Generator().manual_seed(0)
+        running = torch.zeros(3)
+        length = torch.zeros(3, dtype=torch.int64)
+        finished = []
+        for _ in range(200):
+            ts = env.step(torch.randint(0, 2, (3,), generator=gen))
+            first = ts.step_type == StepType.FIRST
+            running = torch.where(first, 0.0, running + ts.reward)
+            length = torch.where(first, 0, length + 1)
+            for i in torch.nonzero(ts.step_type == StepType.LAST).flatten().tolist():
+                finished.append((running[i].item(), length[i].item()))
+        returns, lengths = env.pop_episode_statistics()
+        assert len(finished) > 5
+        assert sorted(zip(returns, lengths)) == sorted(finished)
+        assert env.pop_episode_statistics() == ([], [])
+
+
+def test_state_round_trip_continues_identically():
+    a = GymVectorEnv("Pendulum-v1", num_envs=2, seed=1)
+    a.reset()
+    for _ in range(50):
+        a.step(torch.rand(2, 1) * 4 - 2)
+    state = a.get_state()
+    b = GymVectorEnv("Pendulum-v1", num_envs=2, seed=99)  # other seed: overwritten
+    b.set_state(state)
+    for _ in range(300):  # crosses the 200-step time limit: autoreset continues too
+        action = torch.rand(2, 1) * 4 - 2
+        ta, tb = a.step(action), b.step(action)
+        for x, y in zip(ta[:5], tb[:5]):
+            assert torch.equal(x, y)
+    assert a.pop_episode_statistics() == b.pop_episode_statistics()
+    with pytest.raises(ValueError, match="not a GymVectorEnv state"):
+        b.set_state(b"garbage")
+    c = GymVectorEnv("Pendulum-v1", num_envs=3)
+    with pytest.raises(ValueError, match="2 envs"):
+        c.set_state(state)
+    for env in (a, b, c):
+        env.close()
+
+
+def test_numpy_vectorised_cartpole_is_the_same_mdp():
+    """CartPole's own vector env ("auto" picks it) steps like the plain envs."""
+    fast = GymVectorEnv("CartPole-v1", num_envs=4, seed=0)
+    slow = GymVectorEnv("CartPole-v1", num_envs=4, seed=0, vectorization_mode="sync")
+    assert type(fast.gym_env.env).__name__ == "CartPoleVectorEnv"
+    assert type(slow.gym_env.env).__name__ == "SyncVectorEnv"
+    fast.reset()
+    slow.reset()
+    state = fast.gym_env.env.state  # [4 (x, x_dot, theta, theta_dot), num_envs], float64
+    for i, env in enumerate(slow.gym_env.env.envs):
+        env.unwrapped.state = state[:, i].copy()
+    gen = torch.Generator().manual_seed(0)
+    ended = torch.zeros(4, dtype=torch.bool)
+    steps = 0
+    while not ended.all():  # until every env's first episode has ended
+        action = torch.randint(0, 2, (4,), generator=gen)
+        a, b = fast.step(action), slow.step(action)
+        live = ~ended
+        torch.testing.assert_close(a.observation[live], b.observation[live])
+        assert torch.equal(a.reward[live], b.reward[live])
+        assert torch.equal(a.step_type[live], b.step_type[live])
+        assert torch.equal(a.discount[live], b.discount[live])
+        ended |= a.step_type == StepType.LAST
+        steps += 1
+    assert steps > 8
+    fast.close()
+    slow.close()

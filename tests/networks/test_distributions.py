@@ -50,3 +50,23 @@ def test_stable_tanh_inverse_finite_at_bounds():
     # plain torch tanh gives inf on the bound
     assert torch.isinf(td.TanhTransform().inv(torch.tensor(1.0)))
     assert isinstance(StableTanh(cache_size=0).with_cache(1), StableTanh)
+
+
+def test_fast_categorical_is_torch_categorical():
+    from alf_entropy.networks.distributions import Categorical
+
+    torch.manual_seed(0)
+    logits = torch.tensor([[0.0, 1.0, -1.0], [2.0, 2.0, 2.0], [-30.0, 0.0, 5.0]])
+    fast, ref = Categorical(logits), td.Categorical(logits=logits)
+    assert isinstance(fast, td.Categorical) and fast.batch_shape == ref.batch_shape
+    torch.testing.assert_close(fast.logits, ref.logits)
+    torch.testing.assert_close(fast.entropy(), ref.entropy())
+    action = torch.tensor([1, 0, 2])
+    torch.testing.assert_close(fast.log_prob(action), ref.log_prob(action))
+    samples = fast.sample((100_000,))
+    assert samples.shape == (100_000, 3) and samples.dtype == torch.int64
+    assert samples.min() >= 0 and samples.max() <= 2
+    freq = torch.stack([(samples == k).float().mean(0) for k in range(3)], -1)
+    torch.testing.assert_close(freq, ref.probs, atol=0.01, rtol=0)
+    with pytest.raises(ValueError, match="logits"):
+        Categorical(torch.tensor(1.0))
