@@ -47,7 +47,7 @@ __all__ = ["RunData", "find_runs", "load_run", "run_metrics", "write_report", "m
 PROG = "alf-entropy-report"
 TOL = 0.05
 _SEED_LINE = re.compile(r"^\s*[\w./]*\.seed\s*=\s*(\d+)\s*$", re.MULTILINE)
-_SEED_NAME = re.compile(r"(^|[+,_-])seed=?\d+")
+_SEED_NAME = re.compile(r"(^|[+,_/-])seed=?\d+")
 METRIC_COLUMNS = [
     "run",
     "group",
@@ -240,7 +240,7 @@ def _write_tables(rows: List[Dict[str, Any]], out_dir: str) -> Tuple[str, str]:
 
 
 def _group_label(runs: List[RunData]) -> str:
-    names = [_SEED_NAME.sub("", r.name).strip("+,_-") for r in runs]
+    names = [_SEED_NAME.sub("", r.name).strip("+,_-/") for r in runs]
     return names[0] or runs[0].name
 
 
@@ -348,8 +348,12 @@ def write_report(run_dirs: Sequence[str], out_dir: Optional[str] = None, dpi: in
 
     dirs = find_runs(run_dirs)
     runs = [load_run(d) for d in dirs]
+    common = dirs[0] if len(dirs) == 1 else os.path.commonpath([os.path.abspath(d) for d in dirs])
+    if len(dirs) > 1:
+        # Runs are named by their path below the common parent (sweep/run).
+        for run in runs:
+            run.name = os.path.relpath(os.path.abspath(run.run_dir), common)
     if out_dir is None:
-        common = dirs[0] if len(dirs) == 1 else os.path.commonpath([os.path.abspath(d) for d in dirs])
         out_dir = os.path.join(common, "report")
     os.makedirs(out_dir, exist_ok=True)
     groups = _group(runs)
