@@ -141,7 +141,7 @@ def run_synthetic(make_ctrl, spec, target: np.ndarray, seed: int):
         for opt in alpha_opts:
             opt.step()
         # the entropy the controller saw at this update, and its alpha after it
-        entropies[i] = float(-info.loss.extra.neg_entropy[0])
+        entropies[i] = float(-info.loss.extra.neg_entropy[0].detach())
         alphas[i] = float(ctrl.alpha)
     return entropies, alphas
 

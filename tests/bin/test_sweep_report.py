@@ -215,3 +215,15 @@ def test_bad_spec_raises(spec, word):
 def test_report_cli_rejects_a_dir_without_runs(tmp_path, capsys):
     assert report.main([str(tmp_path)]) == 2
     assert "no run" in capsys.readouterr().err
+
+
+def test_readme_sweep_spec_is_valid(tmp_path):
+    import re
+
+    text = open(os.path.join(REPO_ROOT, "README.md"), encoding="utf-8").read()
+    blocks = re.findall(r"```json\n(.*?)```", text, re.S)
+    assert blocks, "README has no sweep spec"
+    spec = sweep.check_spec(json.loads(blocks[0]))
+    runs = sweep.expand_spec(spec, str(tmp_path))
+    assert len(runs) == 2 * 2 * 3
+    assert runs[-1].name == "target_entropy=0.6+fast_update_rate=0.693+seed=2"
