@@ -255,10 +255,10 @@ def _run_ray(runs: List[SweepRun], address: str, log) -> Dict[str, int]:
         # Workers import alf_entropy like this process does.
         env = {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         kwargs = dict(runtime_env={"env_vars": env}, include_dashboard=False, log_to_driver=False)
-        if address == "local":
-            ray.init(**kwargs)
-        else:
-            ray.init(address=address, **kwargs)
+        try:
+            ray.init(**kwargs) if address == "local" else ray.init(address=address, **kwargs)
+        except (ConnectionError, RuntimeError, ValueError) as e:
+            raise ValueError(f"cannot connect to Ray at --ray_address={address!r}: {e}") from e
     try:
         task = ray.remote(num_cpus=1)(execute_run)
         pending = {task.remote(r.name, r.root_dir, r.command): r.name for r in runs}

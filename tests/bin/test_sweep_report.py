@@ -165,6 +165,10 @@ def test_ray_sweep(tmp_path):
     assert "done: 4 iterations" in open(os.path.join(run_dir, "train.log")).read()
     rows = _read_csv(os.path.join(sweep_dir, "report", "metrics.csv"))
     assert len(rows) == 1 and float(rows[0]["final_eval_return"]) > 0
+    # without a cluster to join, 'auto' is a clear error, not a traceback
+    if not os.environ.get("RAY_ADDRESS"):
+        with pytest.raises(ValueError, match="cannot connect to Ray"):
+            sweep.run_sweep(spec, str(tmp_path / "other"), ray_address="auto", log=lambda s: None)
 
 
 def test_expand_spec_names_and_commands(tmp_path):
