@@ -16,9 +16,10 @@ data, the mean of what was seen while fewer than ``window_size`` values
 arrived, then the mean of the last ``window_size``; a window average is
 computed as ``sum(buffer) * (1 / n)`` as ALF does.
 """
-from typing import Optional
+from typing import Optional, Tuple
 
 import gin
+import numpy as np
 import torch
 import torch.nn as nn
 
@@ -133,6 +134,35 @@ class WindowAverager(_Averager):
         """
         n = self._count.clamp(min=1, max=self._window_size).to(self._buf.dtype)
         return self._buf.sum(dim=0) * (1.0 / n)
+
+    def average_on_host(self, value: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+        """``get()``, ``update(value)``, ``get()`` through numpy views of CPU buffers.
+
+        The same arithmetic as the tensor methods, with fewer torch calls,
+        for a caller on the CPU that reads values anyway.
+
+        Args:
+            value: the value (numpy, of ``spec.shape`` and dtype).
+
+        Returns:
+            ``(previous average, new average)`` as numpy values.
+
+        Raises:
+            ValueError: if the buffers are not on the CPU.
+        """
+        if self._buf.device.type != "cpu":
+            raise ValueError(f"{self._name}: average_on_host needs CPU buffers, not {self._buf.device}")
+        count = self._count.numpy()
+        one = np.ones((), dtype=self._buf.numpy().dtype)
+
+        def _get() -> np.ndarray:
+            n = min(max(int(count[()]), 1), self._window_size)
+            return self._buf.sum(dim=0).numpy()[()] * (one / n)
+
+        previous = _get()
+        self._buf.numpy()[int(count[()]) % self._window_size] = value
+        count[()] += 1
+        return previous, _get()
 
 
 @gin.configurable
