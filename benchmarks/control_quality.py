@@ -169,8 +169,10 @@ def _fmt(v, digits=3):
     return f"{v:.{digits}g}"
 
 
-def benchmark_synthetic(seeds, out_dir):
+def benchmark_synthetic(seeds, out_dir, only=None):
     ctrls, spec = _controllers()
+    if only:
+        ctrls = {k: v for k, v in ctrls.items() if any(o in k for o in only)}
     targets = _targets()
     curves = {}
     rows = []
@@ -246,7 +248,7 @@ PPO_COMMON = [
 ]
 
 
-def benchmark_ppo(seeds, out_dir, jobs):
+def benchmark_ppo(seeds, out_dir, jobs, only=None):
     from alf_entropy.bin.report import write_report
     from alf_entropy.bin.sweep import run_sweep
 
@@ -261,8 +263,15 @@ def benchmark_ppo(seeds, out_dir, jobs):
         "fixed": dict(base, gin_param=PPO_COMMON + sgd,
                       parameters={"alpha/torch.optim.Adam.lr": [0.0]}),
     }
+    # The opt-in responsive mode with a ceiling on alpha.
+    sweeps["responsive"] = dict(base, gin_param=PPO_COMMON + [
+        "EntropyTargetAlgorithm.track_target_changes = True",
+        "EntropyTargetAlgorithm.max_alpha = 1.0",
+    ])
     # The shipped scheduled config as it is (200k steps), for its alpha jump.
     sweeps["shipped"] = dict(base, gin_param=["OnPolicyTrainer.progress_bar = False"], seeds=[0])
+    if only:
+        sweeps = {k: v for k, v in sweeps.items() if k in only}
     dirs = []
     for name, spec in sweeps.items():
         sweep_dir = os.path.join(out_dir, "ppo", name)
@@ -289,13 +298,17 @@ def main():
     parser.add_argument("--ppo", action="store_true", help="also run (b), PPO CartPole")
     parser.add_argument("--no_synthetic", action="store_true", help="skip (a)")
     parser.add_argument("--jobs", type=int, default=2, help="parallel PPO runs")
+    parser.add_argument("--only", nargs="+", default=None,
+                        help="(a): only controllers whose name contains one of these")
+    parser.add_argument("--ppo_only", nargs="+", default=None,
+                        help="(b): only these sweeps (staged, responsive, sac_rule, fixed, shipped)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     os.makedirs(args.out_dir, exist_ok=True)
     if not args.no_synthetic:
-        benchmark_synthetic(args.seeds, args.out_dir)
+        benchmark_synthetic(args.seeds, args.out_dir, args.only)
     if args.ppo:
-        benchmark_ppo(args.seeds[:2], args.out_dir, args.jobs)
+        benchmark_ppo(args.seeds[:2], args.out_dir, args.jobs, args.ppo_only)
 
 
 if __name__ == "__main__":
