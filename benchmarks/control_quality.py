@@ -49,6 +49,7 @@ import torch
 
 from alf_entropy.algorithms.entropy_target_algorithm import (
     EntropyTargetAlgorithm,
+    FixedEntropyCoefficient,
     SGDEntropyTargetAlgorithm,
 )
 from alf_entropy.data_structures import StepType
@@ -71,23 +72,6 @@ def _targets(n: int = NUM_UPDATES):
     }
 
 
-class _Fixed(torch.nn.Module):
-    """A fixed alpha with the controllers' calc_loss interface (for the baseline)."""
-
-    def __init__(self, alpha: float):
-        super().__init__()
-        self.alpha = torch.tensor(alpha)
-
-    def train_step(self, dist, step_type):
-        return EntropyTargetAlgorithm.train_step(self, dist, step_type)
-
-    def calc_loss(self, experience, info, valid_mask=None):
-        return info.loss._replace(loss=info.loss.loss * self.alpha)
-
-    def optimizers(self):
-        return []
-
-
 def _controllers():
     spec = BoundedTensorSpec((), torch.int64, 0, NUM_ACTIONS - 1)
     ctrls = {
@@ -105,8 +89,7 @@ def _controllers():
             ),
             lr=lr,
         )
-    ctrls["fixed alpha 0.1"] = lambda t: _Fixed(0.1)
-    # _Fixed borrows EntropyTargetAlgorithm.train_step, which reads _action_spec
+    ctrls["fixed alpha 0.1"] = lambda t: FixedEntropyCoefficient(spec, alpha=0.1)
     return ctrls, spec
 
 
@@ -120,8 +103,6 @@ def run_synthetic(make_ctrl, spec, target: np.ndarray, seed: int):
     policy_opt = torch.optim.Adam([logits], lr=POLICY_LR)
     box = {"i": 0}
     ctrl = make_ctrl(lambda: float(target[box["i"]]))
-    if isinstance(ctrl, _Fixed):
-        ctrl._action_spec = spec
     alpha_opts = ctrl.optimizers()
     step_type = torch.full((BATCH,), int(StepType.MID))
     experience = types.SimpleNamespace(step_type=step_type)
