@@ -1,10 +1,4 @@
-"""Entropy controllers: turn a policy's entropy into the coefficient ``alpha``.
-
-Every controller has one interface (:class:`EntropyController`):
-``adjust_alpha(entropy)`` for one update from a batch-mean entropy, and
-``entropy_loss(entropy, mask)`` for one update from a batch plus the entropy
-bonus ``-alpha * entropy`` as a loss; as a sub-algorithm also ALF's
-``train_step(distribution)``/``calc_loss(experience, info, valid_mask)``.
+"""The entropy controllers (their shared interface: ``entropy_controller.py``).
 
 * :class:`EntropyTargetAlgorithm`: ALF's staged controller (the PyTorch seed,
   reproduced step for step).  Stages: estimate ``max_entropy`` from the first
@@ -27,27 +21,28 @@ The differences from ALF are listed in the README ("Differences from ALF").
 """
 import functools
 import math
-import warnings
 from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 import gin
 import numpy as np
 import torch
 import torch.nn as nn
-from absl import logging
 
-from alf_entropy.algorithms.algorithm import Algorithm, OptimizerArg
-from alf_entropy.data_structures import AlgStep, Experience, LossInfo, StepType, namedtuple
-from alf_entropy.tensor_specs import TensorSpec, from_gym_space
-from alf_entropy.utils import nest, schedulers, summary
+from alf_entropy.algorithms.algorithm import OptimizerArg
+from alf_entropy.algorithms.entropy_controller import (
+    EntropyController,
+    EntropyTargetInfo,
+    EntropyTargetLossInfo,
+    FixedEntropyCoefficient,
+    TargetArg,
+    TargetEntropy,
+    _scalar_entropy,
+)
+from alf_entropy.data_structures import LossInfo
+from alf_entropy.utils import nest, summary
 from alf_entropy.utils.averager import ScalarWindowAverager
 from alf_entropy.utils.checks import check_int, check_real, is_real
-from alf_entropy.utils.dist_utils import (
-    calc_default_target_entropy,
-    calc_max_possible_entropy,
-    entropy_with_fallback,
-)
-from alf_entropy.utils.math_ops import masked_mean
+from alf_entropy.utils.dist_utils import entropy_with_fallback
 
 __all__ = [
     "EntropyTargetLossInfo",
@@ -59,320 +54,9 @@ __all__ = [
     "SGDEntropyTargetAlgorithm",
 ]
 
-EntropyTargetLossInfo = namedtuple("EntropyTargetLossInfo", ["neg_entropy"], default_value=())
-"""``extra`` of a controller's ``LossInfo``: the per-step negative entropy."""
-
-EntropyTargetInfo = namedtuple("EntropyTargetInfo", ["loss"], default_value=())
-"""``info`` of a controller's ``rollout_step``/``train_step``."""
-
-TargetArg = Optional[Union[float, Callable[[], float]]]
 _UPDATE_MODES = ("auto", "tensor", "host", "compiled")
-_PROGRESS_GRACE = 10  # updates before an unfed scheduled target is reported
 # track_target_changes: a target move larger than this (relative) restarts the adjust stage.
 _TARGET_MOVE = 0.05
-
-
-class _Target:
-    """The target entropy, a number or a schedule, evaluated on the host.
-
-    No value above the largest entropy the action spec allows (``reachable``)
-    is ever used: a constant or a schedule with known values
-    (``Scheduler.max_value``) above it is rejected at construction; any other
-    callable is clamped to it, with one warning.  A schedule whose progress
-    is never fed warns once after a few updates.
-    """
-
-    def __init__(self, target_entropy: TargetArg, action_spec: Any, name: str):
-        specs = nest.flatten(action_spec)
-        self.reachable = float(sum(calc_max_possible_entropy(s) for s in specs))
-        if target_entropy is None:
-            target_entropy = float(sum(calc_default_target_entropy(s) for s in specs))
-            logging.info("%s: target_entropy=%s (default for the action spec)", name, target_entropy)
-        self._name = name
-        self._fn = target_entropy
-        self.constant = not callable(target_entropy) or isinstance(
-            target_entropy, schedulers.ConstantScheduler
-        )
-        if not callable(target_entropy):
-            check_real("target_entropy", target_entropy)
-            self._fn = schedulers.ConstantScheduler(target_entropy)
-        try:
-            known_max = self._fn.max_value()
-        except (AttributeError, NotImplementedError):
-            known_max = None
-        self._updates = 0
-        self._warned = set()
-        if known_max is not None and known_max > self.reachable:
-            raise ValueError(
-                f"{name}: target_entropy reaches {known_max:.4g}, above the largest entropy "
-                f"the action spec allows ({self.reachable:.4g}, e.g. log N for N discrete "
-                "actions); the controller would push alpha up forever"
-            )
-        self.initial = self()
-
-    @property
-    def fn(self) -> Callable[[], float]:
-        return self._fn
-
-    def _warn_once(self, key: str, message: str) -> None:
-        if key not in self._warned:
-            self._warned.add(key)
-            warnings.warn(f"{self._name}: {message}", stacklevel=4)
-
-    def __call__(self, counting: bool = False) -> float:
-        value = self._fn()
-        if not is_real(value) or not math.isfinite(value):
-            raise ValueError(
-                f"target_entropy must be a number or a zero-argument callable returning a "
-                f"finite number; {self._fn!r} returned {type(value).__name__}: {value!r}"
-            )
-        if value > self.reachable:
-            self._warn_once(
-                "clamp",
-                f"target_entropy {value:.4g} is above the largest entropy the action spec "
-                f"allows ({self.reachable:.4g}); it is clamped to that",
-            )
-            value = self.reachable
-        if counting and not self.constant:
-            self._updates += 1
-            progress_type = getattr(self._fn, "progress_type", None)
-            if (
-                self._updates >= _PROGRESS_GRACE
-                and progress_type is not None
-                and not schedulers.progress_was_fed(progress_type)
-            ):
-                self._warn_once(
-                    "progress",
-                    f"the target schedule's progress {progress_type!r} was never fed after "
-                    f"{self._updates} updates, so the target stays at its first value; call "
-                    f"alf_entropy.utils.schedulers.update_progress({progress_type!r}, value)",
-                )
-        return float(value)
-
-
-def _scalar_entropy(entropy: Union[float, torch.Tensor], like: torch.Tensor) -> torch.Tensor:
-    """``adjust_alpha``'s input as a detached 0-d tensor on ``like``'s device."""
-    if isinstance(entropy, torch.Tensor):
-        if entropy.numel() != 1:
-            raise ValueError(
-                f"entropy must be a number or a one-element tensor, got shape {tuple(entropy.shape)}"
-            )
-        return entropy.detach().reshape(()).to(like.device)
-    if not is_real(entropy):
-        raise TypeError(f"entropy must be a number or a tensor, got {type(entropy).__name__}")
-    # A fill, not a host-to-device copy: no synchronisation on a GPU.
-    return like.new_full((), float(entropy), dtype=torch.float32)
-
-
-class EntropyController(Algorithm):
-    """The interface every entropy controller shares (see the module docstring).
-
-    Subclasses provide ``alpha``, ``target_entropy``, ``stage`` and
-    ``_update``; nothing here reads a tensor on the host.
-
-    Args:
-        action_spec: nest of ``BoundedTensorSpec`` of the actions.
-        optimizer: optimiser of the controller's parameters (SGD rule only).
-        debug_summaries: write the controller's own summaries.
-        name: the name (summary scope).
-
-    Raises:
-        TypeError: if ``action_spec`` is not a non-empty nest of ``TensorSpec``.
-    """
-
-    def __init__(
-        self,
-        action_spec: Any,
-        optimizer: OptimizerArg = None,
-        debug_summaries: bool = False,
-        name: str = "EntropyController",
-    ):
-        super().__init__(optimizer=optimizer, debug_summaries=debug_summaries, name=name)
-        specs = nest.flatten(action_spec)
-        if not specs or not all(isinstance(s, TensorSpec) for s in specs):
-            raise TypeError(f"action_spec must be a non-empty nest of TensorSpec, got {action_spec!r}")
-        self._action_spec = action_spec
-
-    @classmethod
-    def from_space(cls, space: Any, **kwargs: Any) -> "EntropyController":
-        """Build the controller for a gymnasium action space.
-
-        Args:
-            space: a ``gymnasium.spaces.Space`` (``Box``, ``Discrete``,
-                ``MultiDiscrete``, ``Dict``, ``Tuple``).
-            **kwargs: the other constructor arguments.
-
-        Returns:
-            The controller, with ``from_gym_space(space)`` as action spec.
-        """
-        return cls(from_gym_space(space), **kwargs)
-
-    @property
-    def action_spec(self) -> Any:
-        """The action spec."""
-        return self._action_spec
-
-    @property
-    def alpha(self) -> torch.Tensor:
-        """The current entropy coefficient (a detached 0-d tensor)."""
-        raise NotImplementedError
-
-    @property
-    def target_entropy(self) -> float:
-        """The current target entropy (a host float)."""
-        raise NotImplementedError
-
-    @property
-    def stage(self) -> torch.Tensor:
-        """The stage (0-d int32): < -2 estimating, -2 init, -1 free, 0/1 adjust."""
-        raise NotImplementedError
-
-    def leaf_algorithms(self) -> Dict[str, "EntropyController"]:
-        """The per-action controllers by path; ``{"": self}`` unless nested."""
-        return {"": self}
-
-    def adjust_alpha(self, entropy: Union[float, torch.Tensor]) -> torch.Tensor:
-        """One update from the (batch-mean) entropy; NaN/inf changes nothing.
-
-        Args:
-            entropy: a Python float or a one-element tensor.
-
-        Returns:
-            The new ``alpha``, a 0-d tensor on the controller's device.
-
-        Raises:
-            TypeError: if ``entropy`` is neither a number nor a tensor.
-            ValueError: if it is a tensor with more than one element.
-        """
-        alpha, _ = self._update(_scalar_entropy(entropy, self.stage), None)
-        return alpha
-
-    def entropy_loss(
-        self,
-        entropy: torch.Tensor,
-        mask: Optional[torch.Tensor] = None,
-        entropy_for_gradient: Optional[torch.Tensor] = None,
-    ) -> LossInfo:
-        """One update from the masked mean of ``entropy`` (detached); the bonus loss.
-
-        No element counting, or a NaN/inf mean, leaves the controller as is.
-
-        Args:
-            entropy: per-step entropies, any shape.
-            mask: bool or 0/1 mask broadcastable with ``entropy`` (the mean is
-                over the broadcast elements); masked-out entries may be NaN.
-                None uses every element.
-            entropy_for_gradient: what to differentiate instead of
-                ``entropy`` (e.g. a sampled estimate's surrogate).
-
-        Returns:
-            LossInfo: ``loss = -alpha * entropy_for_gradient`` per element
-            (``alpha`` detached); ``scalar_loss`` the controller's own loss
-            (SGD rule: ``log_alpha * (mean_entropy - target)``, else ``()``);
-            ``extra`` an ``EntropyTargetLossInfo``.
-
-        Raises:
-            ValueError: if ``mask`` does not broadcast with ``entropy``.
-        """
-        detached = entropy.detach()
-        mean, count = masked_mean(detached, mask)
-        alpha, scalar_loss = self._update(mean, count)
-        if self._debug_summaries and summary.should_record_summaries():
-            square, _ = masked_mean(detached * detached, mask)
-            with summary.scope(self._name):
-                summary.scalar("entropy_std", torch.sqrt(torch.clamp(square - mean * mean, min=0.0)))
-        grad = entropy if entropy_for_gradient is None else entropy_for_gradient
-        return LossInfo(
-            loss=-alpha.detach() * grad,
-            scalar_loss=scalar_loss,
-            extra=EntropyTargetLossInfo(neg_entropy=-entropy),
-        )
-
-    def _update(self, entropy: torch.Tensor, count: Optional[torch.Tensor]) -> Tuple[torch.Tensor, Any]:
-        """Advance once (not if ``count == 0``); return ``(alpha, scalar_loss)``."""
-        raise NotImplementedError
-
-    def predict_step(self, *args: Any, **kwargs: Any) -> AlgStep:
-        """Nothing to do when acting for evaluation.
-
-        Returns:
-            AlgStep: empty.
-        """
-        return AlgStep()
-
-    def rollout_step(
-        self, distribution: Any, step_type: Any = None, on_policy_training: bool = True
-    ) -> AlgStep:
-        """``train_step`` when training on-policy, else an empty ``AlgStep``.
-
-        Args:
-            distribution: nest of action distributions from the policy.
-            step_type: unused (masking happens in ``calc_loss``).
-            on_policy_training: if False, return an empty ``AlgStep``.
-
-        Returns:
-            AlgStep: as ``train_step`` (empty off-policy).
-        """
-        return self.train_step(distribution, step_type) if on_policy_training else AlgStep()
-
-    def train_step(self, distribution: Any, step_type: Any = None) -> AlgStep:
-        """The policy's entropy (and its gradient surrogate), for ``calc_loss``.
-
-        Args:
-            distribution: nest of action distributions; a per-dimension one
-                (e.g. ``Normal`` of shape ``[T, B, D]``) is summed over the
-                action dims of the spec.
-            step_type: unused (masking happens in ``calc_loss``).
-
-        Returns:
-            AlgStep: ``info=EntropyTargetInfo(loss=LossInfo(loss=-entropy_for_gradient,
-            extra=EntropyTargetLossInfo(neg_entropy=-entropy)))``.
-        """
-        entropy, entropy_for_gradient = self._entropy(distribution)
-        neg = functools.partial(nest.map_structure, torch.neg)
-        return AlgStep(
-            info=EntropyTargetInfo(
-                loss=LossInfo(
-                    loss=neg(entropy_for_gradient),
-                    extra=EntropyTargetLossInfo(neg_entropy=neg(entropy)),
-                )
-            )
-        )
-
-    def _entropy(self, distribution: Any) -> Tuple[Any, Any]:
-        return entropy_with_fallback(distribution, action_spec=self._action_spec)
-
-    def calc_loss(
-        self, experience: Experience, info: EntropyTargetInfo, valid_mask: Optional[torch.Tensor] = None
-    ) -> LossInfo:
-        """``entropy_loss`` over the steps that are not ``LAST`` and are valid.
-
-        Args:
-            experience: anything with a ``step_type`` tensor broadcastable
-                with the entropies (e.g. ``[T, B]``, ``[B]`` or 0-d).
-            info: the (time-stacked) ``EntropyTargetInfo`` of ``train_step``.
-            valid_mask: optional bool or 0/1 mask, broadcastable likewise.
-
-        Returns:
-            LossInfo: see ``entropy_loss``.
-
-        Raises:
-            ValueError: if ``valid_mask``, ``step_type`` and the entropy do
-                not broadcast together.
-        """
-        mask = experience.step_type != StepType.LAST
-        if valid_mask is not None:
-            try:
-                mask = mask & (valid_mask != 0)
-            except RuntimeError as e:
-                raise ValueError(
-                    f"valid_mask of shape {tuple(valid_mask.shape)} does not broadcast "
-                    f"with experience.step_type of shape {tuple(mask.shape)}"
-                ) from e
-        neg = functools.partial(nest.map_structure, torch.neg)
-        return self.entropy_loss(
-            neg(info.loss.extra.neg_entropy), mask, entropy_for_gradient=neg(info.loss.loss)
-        )
 
 
 # ------------------------------------------------------------ stage machine
@@ -549,7 +233,7 @@ class EntropyTargetAlgorithm(EntropyController):
             raise ValueError(f"update_mode must be one of {_UPDATE_MODES}, got {update_mode!r}")
         if min_alpha > 0 and initial_alpha < min_alpha:
             raise ValueError(f"initial_alpha ({initial_alpha}) must be >= min_alpha ({min_alpha})")
-        self._target = _Target(target_entropy, action_spec, name)
+        self._target = TargetEntropy(target_entropy, action_spec, name)
         if max_entropy is not None:
             max_entropy = check_real("max_entropy", max_entropy)
             if self._target.initial > max_entropy:
@@ -692,10 +376,9 @@ class EntropyTargetAlgorithm(EntropyController):
 
     def _update_host(self, entropy: torch.Tensor, count: Optional[torch.Tensor]) -> None:
         # Reading CPU buffers is a memory read: there is no device to wait for.
-        entropy = entropy.detach().to("cpu", torch.float32)
         if count is not None and count.cpu().numpy()[()] <= 0:
             return
-        ent = entropy.numpy()[()]
+        ent = np.float32(entropy.detach().cpu().numpy()[()])
         if not np.isfinite(ent):
             self._num_nonfinite.add_(1)
             return
@@ -813,22 +496,12 @@ class NestedEntropyTargetAlgorithm(EntropyController):
             leaf.adjust_alpha(e)
         return self.alpha
 
-    def entropy_loss(self, entropy: Any, mask: Optional[torch.Tensor] = None,
-                     entropy_for_gradient: Any = None) -> LossInfo:
-        """Each leaf's ``entropy_loss`` on its entropy; losses summed.
-
-        Args:
-            entropy: per-step entropies, a nest shaped like ``action_spec``.
-            mask: shared by all leaves (see ``EntropyController.entropy_loss``).
-            entropy_for_gradient: None, or a nest like ``entropy``.
-
-        Returns:
-            LossInfo: summed ``loss``; ``extra`` a nest shaped like
-            ``action_spec`` of the leaves' ``EntropyTargetLossInfo``.
-        """
-        grads = self._per_leaf(entropy_for_gradient)
-        losses = [leaf.entropy_loss(e, mask, g)
-                  for leaf, e, g in zip(self._leaves.values(), self._per_leaf(entropy), grads)]
+    def _loss(self, neg_entropy: Any, mask: Optional[torch.Tensor], neg_grad: Any,
+              update: bool) -> LossInfo:
+        """Each leaf's loss on its own entropy (nests shaped like ``action_spec``);
+        ``loss`` summed, ``extra`` a nest of the leaves' ``EntropyTargetLossInfo``."""
+        losses = [leaf._loss(e, mask, g, update) for leaf, e, g in
+                  zip(self._leaves.values(), self._per_leaf(neg_entropy), self._per_leaf(neg_grad))]
         return LossInfo(
             loss=functools.reduce(torch.add, [li.loss for li in losses]),
             extra=nest.pack_sequence_as(self._action_spec, [li.extra for li in losses]),
@@ -873,7 +546,7 @@ class SGDEntropyTargetAlgorithm(EntropyController):
         super().__init__(action_spec, optimizer=optimizer, debug_summaries=debug_summaries, name=name)
         check_real("initial_alpha", initial_alpha, positive=True)
         check_int("window_size", window_size, minimum=1)
-        self._target = _Target(target_entropy, action_spec, name)
+        self._target = TargetEntropy(target_entropy, action_spec, name)
         self._log_alpha = nn.Parameter(torch.tensor(math.log(initial_alpha), dtype=torch.float32))
         self._avg_entropy = ScalarWindowAverager(window_size)
         self.register_buffer("_target_now", torch.tensor(self._target.initial), persistent=False)
@@ -941,52 +614,3 @@ class SGDEntropyTargetAlgorithm(EntropyController):
                 for tag, value in (("alpha", alpha), ("entropy", avg), ("target_entropy", self._target_now)):
                     summary.scalar(tag, value)
         return alpha, self._log_alpha * gap
-
-
-@gin.configurable
-class FixedEntropyCoefficient(EntropyController):
-    """A constant ``alpha``: "no adjustment" as a controller.
-
-    ``entropy_target_cls = @FixedEntropyCoefficient`` (with
-    ``enforce_entropy_target=True``) makes an actor-critic use a fixed entropy
-    coefficient through the same code path as the adaptive controllers.
-
-    Args:
-        action_spec: nest of ``BoundedTensorSpec`` of the actions.
-        alpha: the coefficient (>= 0).
-        target_entropy: only reported; None for the spec's default.
-        debug_summaries: unused (nothing changes).
-        name: the name.
-    """
-
-    def __init__(
-        self,
-        action_spec: Any,
-        alpha: float = 0.01,
-        target_entropy: Optional[float] = None,
-        debug_summaries: bool = False,
-        name: str = "FixedEntropyCoefficient",
-    ):
-        super().__init__(action_spec, debug_summaries=debug_summaries, name=name)
-        alpha = check_real("alpha", alpha, minimum=0.0)
-        self._target_entropy = _Target(target_entropy, action_spec, name).initial
-        self.register_buffer("_alpha", torch.tensor(alpha, dtype=torch.float32), persistent=False)
-        self.register_buffer("_stage", torch.tensor(-1, dtype=torch.int32), persistent=False)
-
-    @property
-    def alpha(self) -> torch.Tensor:
-        """The constant ``alpha``."""
-        return self._alpha
-
-    @property
-    def target_entropy(self) -> float:
-        """The reported target."""
-        return self._target_entropy
-
-    @property
-    def stage(self) -> torch.Tensor:
-        """Always -1 (the free stage: alpha fixed)."""
-        return self._stage
-
-    def _update(self, entropy: torch.Tensor, count: Optional[torch.Tensor]) -> Tuple[torch.Tensor, Any]:
-        return self._alpha, ()

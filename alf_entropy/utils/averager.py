@@ -24,6 +24,7 @@ import torch
 import torch.nn as nn
 
 from alf_entropy.tensor_specs import TensorSpec
+from alf_entropy.utils.checks import check_int
 
 __all__ = ["WindowAverager", "ScalarWindowAverager", "EMAverager", "ScalarEMAverager"]
 
@@ -92,8 +93,7 @@ class WindowAverager(_Averager):
     def __init__(self, tensor_spec: TensorSpec, window_size: int, name: str = "WindowAverager"):
         super().__init__()
         _check_spec(tensor_spec)
-        if isinstance(window_size, bool) or not isinstance(window_size, int) or window_size < 1:
-            raise ValueError(f"window_size must be an int >= 1, got {window_size!r}")
+        check_int("window_size", window_size, minimum=1)
         self._name = name
         self._spec = tensor_spec
         self._window_size = window_size
@@ -152,17 +152,13 @@ class WindowAverager(_Averager):
         """
         if self._buf.device.type != "cpu":
             raise ValueError(f"{self._name}: average_on_host needs CPU buffers, not {self._buf.device}")
-        count = self._count.numpy()
-        one = np.ones((), dtype=self._buf.numpy().dtype)
-
-        def _get() -> np.ndarray:
-            n = min(max(int(count[()]), 1), self._window_size)
-            return self._buf.sum(dim=0).numpy()[()] * (one / n)
-
-        previous = _get()
-        self._buf.numpy()[int(count[()]) % self._window_size] = value
-        count[()] += 1
-        return previous, _get()
+        buf, count = self._buf.numpy(), self._count.numpy()
+        c, w = int(count[()]), self._window_size
+        one = buf.dtype.type(1)
+        previous = self._buf.sum(dim=0).numpy()[()] * (one / min(max(c, 1), w))
+        buf[c % w] = value
+        count[()] = c + 1
+        return previous, self._buf.sum(dim=0).numpy()[()] * (one / min(c + 1, w))
 
 
 @gin.configurable

@@ -36,6 +36,7 @@ from typing import Any, Callable, Dict, List, Mapping, Sequence, Tuple, Union
 import gin
 
 from alf_entropy.utils import summary
+from alf_entropy.utils.checks import is_real
 
 __all__ = [
     "PROGRESS_TYPES",
@@ -67,14 +68,9 @@ _progress: Dict[str, float] = {"iterations": 0.0, "env_steps": 0.0, "percent": 0
 _fed: set = set()
 
 
-def _is_real(x: Any) -> bool:
-    """Whether ``x`` is a real number (bools and tensors excluded)."""
-    return isinstance(x, numbers.Real) and not isinstance(x, bool)
-
-
 def _check_real(x: Any, arg_name: str, finite: bool = True) -> float:
     """Return ``float(x)`` or raise ValueError naming ``arg_name``."""
-    if not _is_real(x):
+    if not is_real(x):
         raise ValueError(f"{arg_name} must be a real number, got {x!r}")
     value = float(x)
     if finite and not math.isfinite(value):
@@ -314,7 +310,7 @@ class ConstantScheduler:
         Raises:
             TypeError: if ``value`` is not a real number.
         """
-        if not _is_real(value):
+        if not is_real(value):
             raise TypeError(f"value must be a real number, got {type(value).__name__}")
         self._value = float(value)
 
@@ -729,7 +725,7 @@ def as_scheduler(
     """
     if callable(value_or_scheduler):
         return value_or_scheduler
-    if _is_real(value_or_scheduler):
+    if is_real(value_or_scheduler):
         return ConstantScheduler(value_or_scheduler)
     raise TypeError(
         f"value_or_scheduler must be a real number or a zero-argument callable, "
