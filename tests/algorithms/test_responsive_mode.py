@@ -140,3 +140,45 @@ def test_default_state_dict_is_unchanged_and_tracking_state_is_saved():
 def test_bad_arguments(kwargs, error, word):
     with pytest.raises(error, match=word):
         EntropyTargetAlgorithm(DISCRETE4, target_entropy=0.5, **kwargs)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_responsive_mode_matches_the_cpu_and_never_syncs():
+    from alf_entropy.algorithms.entropy_target_algorithm import (
+        EntropyTargetInfo,
+        EntropyTargetLossInfo,
+    )
+    from alf_entropy.data_structures import LossInfo
+
+    n = 120
+    rng = np.random.default_rng(3)
+    seq = np.clip(0.7 + 0.3 * np.sin(np.arange(n) / 9) + 0.05 * rng.standard_normal(n), 0.05, 1.3)
+    targets = np.where(np.arange(n) < 60, 0.6, 1.0)
+    kwargs = dict(track_target_changes=True, max_alpha=0.5)
+    box = {"i": 0}
+    cpu = EntropyTargetAlgorithm(DISCRETE4, target_entropy=lambda: float(targets[box["i"]]), **kwargs)
+    gpu = EntropyTargetAlgorithm(
+        DISCRETE4, target_entropy=lambda: float(targets[box["i"]]), **kwargs
+    ).to("cuda")
+    step_type = torch.ones(4, 3, dtype=torch.int64)
+
+    def info(neg):
+        return EntropyTargetInfo(
+            loss=LossInfo(loss=neg.clone(), extra=EntropyTargetLossInfo(neg_entropy=neg))
+        )
+
+    negs = [torch.full((4, 3), -float(e)) for e in seq]
+    gpu_inputs = [(x.cuda(), step_type.cuda()) for x in negs]
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for i, (neg, st_) in enumerate(gpu_inputs):
+            box["i"] = i
+            gpu.calc_loss(Experience(step_type=st_), info(neg))
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    for i, neg in enumerate(negs):
+        box["i"] = i
+        cpu.calc_loss(Experience(step_type=step_type), info(neg))
+    for a, b in zip(cpu._state(), gpu._state()):
+        torch.testing.assert_close(a, b.cpu(), atol=1e-6, rtol=0)
