@@ -2,15 +2,17 @@
 
 Usage::
 
-    python benchmarks/control_quality.py                 # (a) synthetic only, ~5 min on 2 cores
-    python benchmarks/control_quality.py --ppo           # + (b) PPO CartPole, ~10 min
+    python benchmarks/control_quality.py                 # (a) synthetic, ~10-25 min on 2 busy cores
+    python benchmarks/control_quality.py --ppo           # + (b) PPO CartPole, ~15 min more
+    python benchmarks/control_quality.py --no_synthetic --ppo --ppo_only staged responsive
     python benchmarks/control_quality.py --out_dir /tmp/cq --seeds 0 1 2 --jobs 4
 
 Controllers: the staged controller (``EntropyTargetAlgorithm`` with the seed
 defaults: initial alpha 0.1, rates 0.001/0.01/log 2), SAC's gradient rule
 (``SGDEntropyTargetAlgorithm``, Adam on ``log_alpha``) at several learning
-rates, a fixed alpha, and, where the controller has them, the staged
-controller with ``track_target_changes=True`` (and ``max_alpha``).
+rates, a fixed alpha (``FixedEntropyCoefficient``; in (b) SAC's rule with
+learning rate 0, so that the target is still logged), and the staged
+controller with ``track_target_changes=True`` (in (b) also ``max_alpha=1``).
 
 Tasks:
 
@@ -25,7 +27,8 @@ Tasks:
     over 100k env steps, summaries every iteration), run with
     ``alf-entropy-sweep``; metrics per logged iteration, from the report.  The
     shipped config as it is (0.65 -> 0.45, 200k steps) runs once too.
-(c) SAC on Pendulum: not included (there is no SAC in this package yet).
+(c) SAC on Pendulum: not included (there was no SAC in this package when
+    this was written).
 
 Metrics (``alf_entropy.utils.control_metrics``, band ±5% of the target):
 tracking RMSE after warm-up (from the first update whose entropy is within
