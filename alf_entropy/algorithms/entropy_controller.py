@@ -28,7 +28,13 @@ import torch
 from absl import logging
 
 from alf_entropy.algorithms.algorithm import Algorithm, OptimizerArg
-from alf_entropy.data_structures import AlgStep, Experience, LossInfo, StepType, namedtuple
+from alf_entropy.data_structures import (
+    AlgStep,
+    Experience,
+    LossInfo,
+    StepType,
+    namedtuple,
+)
 from alf_entropy.tensor_specs import TensorSpec, from_gym_space
 from alf_entropy.utils import nest, schedulers, summary
 from alf_entropy.utils.checks import check_real, is_real
