@@ -27,11 +27,18 @@ setup(
         "tqdm",
     ],
     extras_require={
-        "dev": ["pytest", "hypothesis"],
+        # matplotlib for the report's figures; tbparse reads events in its tests.
+        "dev": ["pytest", "hypothesis", "matplotlib", "tbparse"],
+        "report": ["matplotlib"],
+        "ray": ["ray"],
         "box2d": ["gymnasium[box2d]"],
         "sb3": ["stable-baselines3"],
     },
     entry_points={
-        "console_scripts": ["alf-entropy-train=alf_entropy.bin.train:main"],
+        "console_scripts": [
+            "alf-entropy-train=alf_entropy.bin.train:main",
+            "alf-entropy-report=alf_entropy.bin.report:main",
+            "alf-entropy-sweep=alf_entropy.bin.sweep:main",
+        ],
     },
 )

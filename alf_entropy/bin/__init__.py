@@ -1,1 +1,1 @@
-"""Command-line entry points (``alf-entropy-train``)."""
+"""Command-line entry points (``alf-entropy-train``, ``-sweep``, ``-report``)."""

@@ -1,0 +1,299 @@
+"""Control-quality benchmark: how well does each controller hold the entropy?
+
+Usage::
+
+    python benchmarks/control_quality.py                 # (a) synthetic, ~10-25 min on 2 busy cores
+    python benchmarks/control_quality.py --ppo           # + (b) PPO CartPole, ~15 min more
+    python benchmarks/control_quality.py --no_synthetic --ppo --ppo_only staged responsive
+    python benchmarks/control_quality.py --out_dir /tmp/cq --seeds 0 1 2 --jobs 4
+
+Controllers: the staged controller (``EntropyTargetAlgorithm`` with the seed
+defaults: initial alpha 0.1, rates 0.001/0.01/log 2), SAC's gradient rule
+(``SGDEntropyTargetAlgorithm``, Adam on ``log_alpha``) at several learning
+rates, a fixed alpha (``FixedEntropyCoefficient``; in (b) SAC's rule with
+learning rate 0, so that the target is still logged), and the staged
+controller with ``track_target_changes=True`` (in (b) also ``max_alpha=1``).
+
+Tasks:
+
+(a) a synthetic collapsing policy (the probe of issue 11 and of the
+    controller's tests): 4 actions, logits trained by Adam (lr 0.05) to
+    maximise P(action 0) plus the entropy bonus ``alpha * H`` over a batch of
+    8 samples per update.  4,000 updates with a constant target
+    (0.8), a ramp (1.2 -> 0.3 over the run) and a step (0.6 -> 1.0 at update
+    2,000).
+(b) PPO on CartPole with a scheduled target (``ppo_cartpole_scheduled_target.gin``
+    with the schedule 0.68 -> 0.58, above the entropy PPO reaches by itself,
+    over 100k env steps, summaries every iteration), run with
+    ``alf-entropy-sweep``; metrics per logged iteration, from the report.  The
+    shipped config as it is (0.65 -> 0.45, 200k steps) runs once too.
+(c) SAC on Pendulum: not included (there was no SAC in this package when
+    this was written).
+
+Metrics (``alf_entropy.utils.control_metrics``, band ±5% of the target):
+tracking RMSE after warm-up (from the first update whose entropy is within
+the band or below it), fraction of those updates more than 5% below target,
+settling time after the step, largest alpha change within one iteration
+(for (a) one iteration is one update), final evaluation return for (b).
+Means over seeds are printed as a Markdown table; the figure of (a) (seed 0)
+is written to ``<out_dir>/control_quality.png``.
+"""
+import argparse
+import functools
+import inspect
+import math
+import os
+import sys
+import time
+import types
+
+import numpy as np
+import torch
+
+from alf_entropy.algorithms.entropy_target_algorithm import (
+    EntropyTargetAlgorithm,
+    FixedEntropyCoefficient,
+    SGDEntropyTargetAlgorithm,
+)
+from alf_entropy.data_structures import StepType
+from alf_entropy.tensor_specs import BoundedTensorSpec
+from alf_entropy.utils import control_metrics as cm
+
+NUM_ACTIONS = 4
+BATCH = 8
+POLICY_LR = 0.05
+NUM_UPDATES = 4000
+STEP_AT = 2000
+TOL = 0.05
+
+
+def _targets(n: int = NUM_UPDATES):
+    return {
+        "constant 0.8": np.full(n, 0.8),
+        "ramp 1.2->0.3": np.linspace(1.2, 0.3, n),
+        "step 0.6->1.0": np.where(np.arange(n) < STEP_AT, 0.6, 1.0),
+    }
+
+
+def _controllers():
+    spec = BoundedTensorSpec((), torch.int64, 0, NUM_ACTIONS - 1)
+    ctrls = {
+        "staged (seed defaults)": lambda t: EntropyTargetAlgorithm(spec, target_entropy=t),
+    }
+    params = inspect.signature(EntropyTargetAlgorithm.__init__).parameters
+    if "track_target_changes" in params:
+        ctrls["staged, track_target_changes"] = lambda t: EntropyTargetAlgorithm(
+            spec, target_entropy=t, track_target_changes=True
+        )
+    for lr in (3e-4, 3e-3, 3e-2):
+        ctrls[f"SAC rule, lr {lr:g}"] = functools.partial(
+            lambda t, lr: SGDEntropyTargetAlgorithm(
+                spec, target_entropy=t, optimizer=functools.partial(torch.optim.Adam, lr=lr)
+            ),
+            lr=lr,
+        )
+    ctrls["fixed alpha 0.1"] = lambda t: FixedEntropyCoefficient(spec, alpha=0.1)
+    return ctrls, spec
+
+
+def run_synthetic(make_ctrl, spec, target: np.ndarray, seed: int):
+    """One run of task (a); returns per-update ``(entropy, alpha)`` arrays."""
+    torch.manual_seed(seed)
+    # the task is deterministic: seed 0 starts uniform, other seeds from
+    # random logits
+    init = 0.5 * torch.randn(NUM_ACTIONS) if seed else torch.zeros(NUM_ACTIONS)
+    logits = torch.nn.Parameter(init)
+    policy_opt = torch.optim.Adam([logits], lr=POLICY_LR)
+    box = {"i": 0}
+    ctrl = make_ctrl(lambda: float(target[box["i"]]))
+    alpha_opts = ctrl.optimizers()
+    step_type = torch.full((BATCH,), int(StepType.MID))
+    experience = types.SimpleNamespace(step_type=step_type)
+    n = target.size
+    entropies, alphas = np.zeros(n), np.zeros(n)
+    for i in range(n):
+        box["i"] = i
+        dist = torch.distributions.Categorical(logits=logits.expand(BATCH, NUM_ACTIONS))
+        task_loss = -dist.probs[:, 0].mean()  # maximise P(action 0): collapses the entropy
+        info = ctrl.train_step(dist, step_type).info
+        loss_info = ctrl.calc_loss(experience, info)
+        loss = task_loss + loss_info.loss.mean()
+        if not isinstance(loss_info.scalar_loss, tuple):
+            loss = loss + loss_info.scalar_loss
+        policy_opt.zero_grad()
+        for opt in alpha_opts:
+            opt.zero_grad()
+        loss.backward()
+        policy_opt.step()
+        for opt in alpha_opts:
+            opt.step()
+        # the entropy the controller saw at this update, and its alpha after it
+        entropies[i] = float(-info.loss.extra.neg_entropy[0].detach())
+        alphas[i] = float(ctrl.alpha)
+    return entropies, alphas
+
+
+def synthetic_metrics(entropy, alpha, target):
+    start = cm.warmup_end(entropy, target, TOL)
+    settle = cm.settling_times(entropy, target, tol=TOL)
+    second = slice(STEP_AT, None)
+    return {
+        "rmse": cm.tracking_rmse(entropy, target, start),
+        "below": cm.fraction_below(entropy, target, TOL, start),
+        "below_2nd_half": cm.fraction_below(entropy[second], target[second], TOL),
+        "settle": settle[0] if settle else math.nan,
+        "alpha_x": cm.largest_alpha_change(alpha).factor,
+        "final_alpha": float(alpha[-1]),
+    }
+
+
+def _fmt(v, digits=3):
+    if isinstance(v, float) and math.isnan(v):
+        return "never"
+    return f"{v:.{digits}g}"
+
+
+def benchmark_synthetic(seeds, out_dir, only=None):
+    ctrls, spec = _controllers()
+    if only:
+        ctrls = {k: v for k, v in ctrls.items() if any(o in k for o in only)}
+    targets = _targets()
+    curves = {}
+    rows = []
+    for task, target in targets.items():
+        for name, make in ctrls.items():
+            ms = []
+            for seed in seeds:
+                entropy, alpha = run_synthetic(make, spec, target, seed)
+                ms.append(synthetic_metrics(entropy, alpha, target))
+                if seed == seeds[0]:
+                    curves[(task, name)] = (entropy, alpha)
+            mean = {k: float(np.mean([m[k] for m in ms])) for k in ms[0]}
+            # settling: mean over seeds that settled, and how many did
+            settled = [m["settle"] for m in ms if not math.isnan(m["settle"])]
+            mean["settle"] = float(np.mean(settled)) if settled else math.nan
+            mean["settled"] = f"{len(settled)}/{len(ms)}"
+            rows.append((task, name, mean))
+            print(f"  {task:14s} {name:30s} rmse {mean['rmse']:.3f}", file=sys.stderr)
+    print(f"\n(a) synthetic collapsing policy, mean over seeds {list(seeds)}\n")
+    print("| task | controller | tracking RMSE | frac >5% below | settle (updates) | "
+          "largest alpha change / update | final alpha |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for task, name, m in rows:
+        settle = "–" if not task.startswith("step") else (
+            f"{_fmt(m['settle'], 4)} ({m['settled']} settled)"
+        )
+        below = f"{m['below']:.2f}"
+        if task.startswith("step"):
+            below += f" (2nd half {m['below_2nd_half']:.2f})"
+        print(f"| {task} | {name} | {m['rmse']:.3f} | {below} | {settle} | "
+              f"×{m['alpha_x']:.2f} | {_fmt(m['final_alpha'])} |")
+    _plot_synthetic(curves, targets, ctrls, os.path.join(out_dir, "control_quality.png"))
+
+
+def _plot_synthetic(curves, targets, ctrls, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, len(targets), figsize=(13, 5.5), sharex=True)
+    for col, (task, target) in enumerate(targets.items()):
+        ax, ax2 = axes[0, col], axes[1, col]
+        for name in ctrls:
+            entropy, alpha = curves[(task, name)]
+            ax.plot(entropy, lw=0.9, label=name)
+            ax2.plot(alpha, lw=0.9, label=name)
+        ax.plot(target, "k--", lw=1.2, label="target")
+        ax.set_title(f"{task}: entropy", fontsize=9)
+        ax.set_ylim(0, math.log(NUM_ACTIONS) + 0.05)
+        ax2.set_yscale("log")
+        ax2.set_title("alpha (log)", fontsize=9)
+        ax2.set_xlabel("update")
+        ax.grid(alpha=0.3)
+        ax2.grid(alpha=0.3)
+    axes[0, 0].legend(fontsize=7, loc="lower left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=70)
+    plt.close(fig)
+    print(f"\nfigure: {path}")
+
+
+PPO_COMMON = [
+    "OnPolicyTrainer.num_env_steps = 100000",
+    # Above the entropy PPO settles at by itself (~0.52), so the controller
+    # has to act for most of the run.
+    "LinearScheduler.schedule = [(0, 0.68), (1.0, 0.58)]",
+    "OnPolicyTrainer.summary_interval = 1",
+    "OnPolicyTrainer.progress_bar = False",
+    "SGDEntropyTargetAlgorithm.target_entropy = @LinearScheduler()",
+    "SGDEntropyTargetAlgorithm.initial_alpha = 0.01",
+    "SGDEntropyTargetAlgorithm.optimizer = @alpha/torch.optim.Adam",
+]
+
+
+def benchmark_ppo(seeds, out_dir, jobs, only=None):
+    from alf_entropy.bin.report import write_report
+    from alf_entropy.bin.sweep import run_sweep
+
+    base = {"gin_file": ["ppo_cartpole_scheduled_target.gin"], "seeds": list(seeds)}
+    sgd = ["PPOAlgorithm.entropy_target_cls = @SGDEntropyTargetAlgorithm"]
+    sweeps = {
+        "staged": dict(base, gin_param=PPO_COMMON),
+        "sac_rule": dict(base, gin_param=PPO_COMMON + sgd,
+                         parameters={"alpha/torch.optim.Adam.lr": [3e-3, 3e-2]}),
+        # Adam with lr 0 never moves log_alpha: a fixed alpha (0.01) whose
+        # summaries still carry the target.
+        "fixed": dict(base, gin_param=PPO_COMMON + sgd,
+                      parameters={"alpha/torch.optim.Adam.lr": [0.0]}),
+    }
+    # The opt-in responsive mode with a ceiling on alpha.
+    sweeps["responsive"] = dict(base, gin_param=PPO_COMMON + [
+        "EntropyTargetAlgorithm.track_target_changes = True",
+        "EntropyTargetAlgorithm.max_alpha = 1.0",
+    ])
+    # The shipped scheduled config as it is (200k steps), for its alpha jump.
+    sweeps["shipped"] = dict(base, gin_param=["OnPolicyTrainer.progress_bar = False"], seeds=[0])
+    if only:
+        sweeps = {k: v for k, v in sweeps.items() if k in only}
+    dirs = []
+    for name, spec in sweeps.items():
+        sweep_dir = os.path.join(out_dir, "ppo", name)
+        start = time.time()
+        result = run_sweep(spec, sweep_dir, jobs=jobs, report=False, log=lambda s: print(s, file=sys.stderr))
+        print(f"  {name}: {time.time() - start:.0f}s, failed {result['failed']}", file=sys.stderr)
+        dirs += [r.root_dir for r in result["runs"]]
+    rep = write_report(dirs, os.path.join(out_dir, "ppo", "report"))
+    print(f"\n(b) PPO CartPole, scheduled target 0.68 -> 0.58 over 100k env steps, seeds {list(seeds)}; "
+          "shipped: ppo_cartpole_scheduled_target.gin as is (0.65 -> 0.45, 200k steps)\n")
+    print("| controller | tracking RMSE | frac >5% below | largest alpha change in one iteration | final eval return |")
+    print("| --- | --- | --- | --- | --- |")
+    for row in rep["rows"]:
+        print(f"| {row['run']} | {row['tracking_rmse']:.3f} | {row['frac_5pct_below']:.2f} | "
+              f"×{row['max_alpha_change_x']:.3g} ({row['max_alpha_change']}) | "
+              f"{row['final_eval_return']:.1f} |")
+    print(f"\nreport: {rep['out_dir']}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--out_dir", default="control_quality_out")
+    parser.add_argument("--ppo", action="store_true", help="also run (b), PPO CartPole")
+    parser.add_argument("--no_synthetic", action="store_true", help="skip (a)")
+    parser.add_argument("--jobs", type=int, default=2, help="parallel PPO runs")
+    parser.add_argument("--only", nargs="+", default=None,
+                        help="(a): only controllers whose name contains one of these")
+    parser.add_argument("--ppo_only", nargs="+", default=None,
+                        help="(b): only these sweeps (staged, responsive, sac_rule, fixed, shipped)")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    os.makedirs(args.out_dir, exist_ok=True)
+    if not args.no_synthetic:
+        benchmark_synthetic(args.seeds, args.out_dir, args.only)
+    if args.ppo:
+        benchmark_ppo(args.seeds[:2], args.out_dir, args.jobs, args.ppo_only)
+
+
+if __name__ == "__main__":
+    main()
