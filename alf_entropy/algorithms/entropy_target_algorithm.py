@@ -69,7 +69,7 @@ from absl import logging
 from alf_entropy.algorithms.algorithm import Algorithm, OptimizerArg
 from alf_entropy.data_structures import AlgStep, Experience, LossInfo, StepType, namedtuple
 from alf_entropy.tensor_specs import TensorSpec
-from alf_entropy.utils import nest, summary
+from alf_entropy.utils import distributed, nest, summary
 from alf_entropy.utils.averager import ScalarWindowAverager
 from alf_entropy.utils.dist_utils import (
     calc_default_target_entropy,
@@ -171,9 +171,11 @@ def _masked_mean_entropy(
                 f"{tuple(step_type.shape)}, got {tuple(valid_mask.shape)}"
             )
         mask = mask & (valid_mask != 0)
-    num = mask.sum()
     # Masked-out steps may hold anything (even NaN): select, don't multiply.
-    entropy = -torch.where(mask, neg_entropy, 0.0).sum() / num.clamp(min=1)
+    total, num = torch.where(mask, neg_entropy, 0.0).sum(), mask.sum()
+    # Data-parallel: the statistic of the global batch, the same on all ranks.
+    total, num = distributed.all_reduce_sum_count(total, num)
+    entropy = -total / num.clamp(min=1)
     return entropy, num, mask
 
 
@@ -464,6 +466,9 @@ class EntropyTargetAlgorithm(Algorithm):
     def adjust_alpha(self, entropy: torch.Tensor) -> torch.Tensor:
         """Advance the controller with one entropy value and return ``alpha``.
 
+        Under data-parallel training every rank must call it together: the
+        ranks' values are averaged (each rank's batch counts equally).
+
         Args:
             entropy: a scalar tensor, the current (batch mean) entropy.  A
                 NaN/inf value leaves the state unchanged.
@@ -473,7 +478,8 @@ class EntropyTargetAlgorithm(Algorithm):
         """
         if not isinstance(entropy, torch.Tensor) or entropy.numel() != 1:
             raise TypeError("adjust_alpha: entropy must be a one-element tensor")
-        return self._adjust(entropy.detach().reshape(()), None)
+        entropy = distributed.all_reduce_mean(entropy.detach().reshape(()))
+        return self._adjust(entropy, None)
 
     # ---------------------------------------------------------- the machine
     def _use_host(self) -> bool:

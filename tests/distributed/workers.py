@@ -1,0 +1,159 @@
+"""Per-rank bodies of the distributed tests (run by ``launch.run_ranks``).
+
+Each worker joins the group from the environment, does its part and writes
+``OUT_DIR/rank{RANK}.pt`` for the test (in the parent process) to compare.
+"""
+import os
+import sys
+import time
+
+import torch
+
+from alf_entropy.utils import distributed
+
+DISCRETE4_ARGS = ((), torch.int64, 0, 3)
+T, B, STEPS = 8, 3, 12
+
+
+def rank_batches(rank: int):
+    """This rank's controller inputs: ``STEPS`` batches of ``[T, B]`` negative
+    entropies (falling over time, different per rank) with LAST steps and a
+    valid mask, so each rank counts a different number of steps."""
+    g = torch.Generator().manual_seed(1000 + rank)
+    batches = []
+    for k in range(STEPS):
+        entropy = 1.3 - 0.1 * k + 0.3 * torch.rand(T, B, generator=g) + 0.2 * rank
+        step_type = torch.randint(0, 3, (T, B), generator=g)
+        valid = torch.rand(T, B, generator=g) > 0.3 * rank
+        batches.append((-entropy, step_type, valid))
+    return batches
+
+
+def controllers():
+    """The controllers under test, freshly built (identically on each rank)."""
+    import functools
+
+    from alf_entropy.algorithms.entropy_target_algorithm import (
+        EntropyTargetAlgorithm,
+        SGDEntropyTargetAlgorithm,
+    )
+    from alf_entropy.tensor_specs import BoundedTensorSpec
+
+    spec = BoundedTensorSpec(*DISCRETE4_ARGS)
+    return {
+        "staged_host": EntropyTargetAlgorithm(spec, target_entropy=0.9, update_mode="host"),
+        "staged_tensor": EntropyTargetAlgorithm(spec, target_entropy=0.9, update_mode="tensor"),
+        "sgd": SGDEntropyTargetAlgorithm(
+            spec, target_entropy=0.9, optimizer=functools.partial(torch.optim.SGD, lr=0.5)
+        ),
+    }
+
+
+def feed(alg, neg_entropy, step_type, valid):
+    """One controller update on a batch; the SGD one also takes its step."""
+    from alf_entropy.algorithms.entropy_target_algorithm import (
+        EntropyTargetInfo,
+        EntropyTargetLossInfo,
+    )
+    from alf_entropy.data_structures import Experience, LossInfo
+
+    info = EntropyTargetInfo(
+        loss=LossInfo(loss=neg_entropy.clone(), extra=EntropyTargetLossInfo(neg_entropy=neg_entropy))
+    )
+    loss = alg.calc_loss(Experience(step_type=step_type), info, valid)
+    if isinstance(loss.scalar_loss, torch.Tensor):
+        alg.update_with_gradient(loss._replace(loss=()))
+
+
+def controller_state(alg):
+    return {k: v.detach().clone() for k, v in alg.state_dict().items()}
+
+
+def collectives(out_dir: str) -> None:
+    """Utilities, controllers fed different entropies, averaged gradients."""
+    distributed.init_from_env(torch.device("cpu"), timeout_s=60)
+    r, n = distributed.rank(), distributed.world_size()
+    out = {"rank": r, "world_size": n, "is_main": distributed.is_main_process(),
+           "is_distributed": distributed.is_distributed()}
+    total, count = distributed.all_reduce_sum_count(
+        torch.tensor(1.5 + r, dtype=torch.float32), torch.tensor(2 + 3 * r))
+    out["sum_count"] = (total, count)
+    out["mean"] = distributed.all_reduce_mean(torch.tensor([float(r), 10.0 * r]))
+    out["object"] = distributed.broadcast_object({"from": r})
+    out["gathered"] = distributed.gather_object(("rank", r))
+    m = torch.nn.Linear(2, 2)
+    torch.nn.init.constant_(m.weight, float(r))
+    distributed.broadcast_module_(m)
+    out["broadcast_weight"] = m.weight.detach().clone()
+
+    # Controllers: one trajectory per controller, every buffer after each step.
+    torch.manual_seed(0)
+    algs = controllers()
+    traj = {name: [] for name in algs}
+    for neg_entropy, step_type, valid in rank_batches(r):
+        for name, alg in algs.items():
+            feed(alg, neg_entropy, step_type, valid)
+            traj[name].append(controller_state(alg))
+    out["trajectories"] = traj
+    # adjust_alpha with a different scalar per rank.
+    staged = controllers()["staged_host"]
+    out["adjust_alpha"] = [
+        staged.adjust_alpha(torch.tensor(1.2 - 0.1 * k + 0.4 * r)).clone() for k in range(6)
+    ]
+
+    # Gradients: a tiny regression, each rank on its own half of the data.
+    from alf_entropy.algorithms.algorithm import Algorithm
+    from alf_entropy.data_structures import LossInfo
+
+    torch.manual_seed(0)
+    alg = Algorithm(optimizer=lambda p: torch.optim.Adam(p, lr=0.1))
+    alg.net = torch.nn.Linear(3, 1)
+    g = torch.Generator().manual_seed(7)
+    x, y = torch.randn(2, 16, 3, generator=g), torch.randn(2, 16, 1, generator=g)
+    for _ in range(5):
+        loss = (alg.net(x[r]) - y[r]).square().squeeze(-1)
+        alg.update_with_gradient(LossInfo(loss=loss), max_grad_norm=0.5)
+    out["regression"] = {k: v.detach().clone() for k, v in alg.state_dict().items()}
+    torch.save(out, os.path.join(out_dir, f"rank{r}.pt"))
+    distributed.shutdown()
+
+
+def peer_dies(out_dir: str) -> None:
+    """Rank 1 is SIGKILLed after one collective; rank 0 must fail clearly."""
+    _peer_fails(out_dir, hang=False)
+
+
+def peer_hangs(out_dir: str) -> None:
+    """Rank 1 stops responding; rank 0 must fail after the timeout."""
+    _peer_fails(out_dir, hang=True)
+
+
+def _peer_fails(out_dir: str, hang: bool) -> None:
+    distributed.init_from_env(torch.device("cpu"))  # timeout from the environment
+    x = torch.ones(())
+    distributed.all_reduce_sum_count(x, torch.ones((), dtype=torch.int64))
+    if distributed.rank() == 1:
+        if hang:  # alive but silent until rank 0 has given up (at most 60 s)
+            deadline = time.monotonic() + 60
+            while not os.path.exists(os.path.join(out_dir, "error.txt")):
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+            os._exit(0)
+        os.kill(os.getpid(), 9)
+    start = time.monotonic()
+    try:
+        for _ in range(1000):  # the first call after the peer is gone must fail
+            distributed.all_reduce_sum_count(x, torch.ones((), dtype=torch.int64))
+            time.sleep(0.01)
+    except distributed.DistributedError as e:
+        elapsed = time.monotonic() - start
+        with open(os.path.join(out_dir, "error.txt"), "w") as f:
+            f.write(f"{elapsed}\n{e}")
+        distributed.shutdown()
+        sys.exit(3)
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    globals()[sys.argv[1]](sys.argv[2])
