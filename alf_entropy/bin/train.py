@@ -19,6 +19,11 @@ reached first (0 or None: no limit from that one).
 A missing file, a misspelt binding or an invalid value exits with status 2
 and a single ``alf-entropy-train: error: ...`` line on stderr; Ctrl-C saves a
 checkpoint and exits with status 130.
+
+Under ``torchrun`` (``torchrun --standalone --nproc_per_node 2 -m
+alf_entropy.bin.train ...``) every rank runs this command and trains data-parallel
+(see the README's "Distributed training"); if another rank dies or hangs,
+each survivor exits with status 1 and one error line.
 """
 import sys
 from typing import List
@@ -54,12 +59,26 @@ def _run(argv: List[str]) -> None:
     if not FLAGS.root_dir:
         _fail("--root_dir is required")
     # Imported here so that --help does not pay for importing torch.
+    from alf_entropy.trainers.gin_config import one_line
+    from alf_entropy.utils import distributed
+
+    try:
+        _train(device_flag=FLAGS.device)
+    except distributed.DistributedError as e:
+        _fail(one_line(e), status=1)
+    finally:
+        distributed.shutdown()
+
+
+def _train(device_flag: str) -> None:
+    """Build the trainer from the parsed flags and train."""
     from alf_entropy.trainers.gin_config import GinConfigError, one_line, parse_gin_config
     from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
     from alf_entropy.trainers.trainer import resolve_device
+    from alf_entropy.utils import distributed
 
     try:
-        device = resolve_device(FLAGS.device)
+        device = resolve_device(device_flag)
         paths = parse_gin_config(FLAGS.gin_file, FLAGS.gin_param)
         logging.info("gin files: %s", paths)
         trainer = OnPolicyTrainer(root_dir=FLAGS.root_dir, device=device)
@@ -68,7 +87,11 @@ def _run(argv: List[str]) -> None:
     try:
         result = trainer.train()
     except KeyboardInterrupt:
+        if distributed.is_distributed():
+            _fail(f"interrupted; resume from the last checkpoint in {trainer.root_dir}", 130)
         _fail(f"interrupted; checkpoint saved in {trainer.root_dir}", status=130)
+    if not distributed.is_main_process():
+        return  # rank 0 reports
     if result["already_done"]:
         print(
             f"{PROG}: nothing to do: the run in {trainer.root_dir} is already at its limit "

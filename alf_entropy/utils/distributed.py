@@ -18,8 +18,8 @@ computes exactly the numbers it computed before, at no extra cost.
 * :func:`all_reduce_gradients_` averages gradients after ``backward()``
   (what DDP does, without wrapping modules).
 * :func:`broadcast_module_` copies rank 0's parameters and buffers to all.
-* :func:`gather_object`/:func:`broadcast_object` move small Python objects
-  (per-rank checkpoint state, a stop decision).
+* :func:`gather_object`/:func:`scatter_object`/:func:`broadcast_object` move
+  picklable Python objects (per-rank checkpoint state, a stop decision).
 """
 import datetime
 import os
@@ -47,6 +47,7 @@ __all__ = [
     "broadcast_module_",
     "broadcast_object",
     "gather_object",
+    "scatter_object",
     "barrier",
 ]
 
@@ -341,6 +342,24 @@ def gather_object(obj: Any) -> Optional[List[Any]]:
     out = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
     _collective("gather of per-rank state", lambda: dist.gather_object(obj, out, dst=0))
     return out
+
+
+def scatter_object(objs: Optional[List[Any]], src: int = 0) -> Any:
+    """Rank ``r`` gets ``objs[r]`` of rank ``src`` (``objs[0]`` in one process).
+
+    Args:
+        objs: on rank ``src``, one picklable object per rank; ignored elsewhere.
+        src: the sending rank.
+
+    Returns:
+        This rank's object.
+    """
+    if not is_distributed():
+        return objs[0]
+    out = [None]
+    send = objs if dist.get_rank() == src else None
+    _collective("scatter of per-rank state", lambda: dist.scatter_object_list(out, send, src))
+    return out[0]
 
 
 def barrier() -> None:

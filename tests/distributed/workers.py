@@ -155,5 +155,46 @@ def _peer_fails(out_dir: str, hang: bool) -> None:
     sys.exit(0)
 
 
+PPO_ITERATIONS = 4
+PPO_PARAMS = [
+    "OnPolicyTrainer.num_envs = 4",  # 2 per rank
+    "OnPolicyTrainer.unroll_length = 16",
+    "OnPolicyTrainer.num_env_steps = 0",
+    "OnPolicyTrainer.summary_interval = 1",
+    "OnPolicyTrainer.eval_interval = 2",
+    "OnPolicyTrainer.num_eval_episodes = 1",
+    "OnPolicyTrainer.stop_eval_return = 1e9",
+    "OnPolicyTrainer.checkpoint_interval = 2",
+    "OnPolicyTrainer.progress_bar = False",
+    "PPOAlgorithm.num_minibatches = 2",
+    "PPOAlgorithm.num_epochs = 2",
+]
+"""gin bindings of the 2-rank PPO runs (plus ``num_iterations``)."""
+
+
+def ppo_train(out_dir: str) -> None:
+    """``PPO_ITERATIONS`` of 2-rank PPO CartPole in ``out_dir/run`` with the
+    shipped config; saves this rank's final algorithm and optimiser state."""
+    from alf_entropy.trainers.gin_config import parse_gin_config
+    from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
+
+    torch.set_num_threads(1)
+    parse_gin_config(
+        ["ppo_cartpole"], PPO_PARAMS + [f"OnPolicyTrainer.num_iterations = {PPO_ITERATIONS}"]
+    )
+    trainer = OnPolicyTrainer(os.path.join(out_dir, "run"), device="cpu")
+    result = trainer.train()
+    alg = trainer.algorithm
+    torch.save(
+        {
+            "result": result,
+            "algorithm": {k: v.clone() for k, v in alg.state_dict().items()},
+            "optimizers": [opt.state_dict() for opt in alg.optimizers()],
+        },
+        os.path.join(out_dir, f"rank{distributed.rank()}.pt"),
+    )
+    distributed.shutdown()
+
+
 if __name__ == "__main__":
     globals()[sys.argv[1]](sys.argv[2])
