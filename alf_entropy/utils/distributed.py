@@ -12,9 +12,9 @@ Every other function is a no-op in a single process (no group, or a group of
 one rank): the training code calls them unconditionally, and a single process
 computes exactly the numbers it computed before, at no extra cost.
 
-* :func:`all_reduce_sum_count` pools a masked statistic (the entropy
-  controllers' ``(sum, count)``), so every rank sees the statistic of the
-  global batch.
+* :func:`all_reduce_masked_mean` pools a masked mean (the entropy
+  controllers' statistic) from each rank's ``(mean, count)``, so every rank
+  sees the statistic of the global batch.
 * :func:`all_reduce_gradients_` averages gradients after ``backward()``
   (what DDP does, without wrapping modules).
 * :func:`broadcast_module_` copies rank 0's parameters and buffers to all.
@@ -41,7 +41,7 @@ __all__ = [
     "rank",
     "local_rank",
     "is_main_process",
-    "all_reduce_sum_count",
+    "all_reduce_masked_mean",
     "all_reduce_mean",
     "all_reduce_gradients_",
     "broadcast_module_",
@@ -226,27 +226,36 @@ def _collective(what: str, fn: Callable[[], T]) -> T:
         ) from e
 
 
-def all_reduce_sum_count(
-    total: torch.Tensor, count: torch.Tensor
-) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Sum a masked statistic's ``(sum, count)`` over all ranks.
+def all_reduce_masked_mean(
+    mean: torch.Tensor, count: Optional[torch.Tensor]
+) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Pool a masked mean over all ranks: the mean of every rank's elements.
 
-    One collective: both are packed into a float64 pair (exact for counts
-    below 2**53) and cast back to their dtypes, so every rank gets the same
-    bits.  Without a multi-rank group the inputs are returned unchanged.
+    With ``count`` the ranks' sums (``mean * count``) and counts are
+    all-reduced in one collective, in float64 (exact for counts below
+    2**53), and every rank gets the same bits: the mean of the pooled batch
+    (to float rounding; NaN if any rank's counted elements hold one).  With
+    ``count=None`` each rank's ``mean`` weighs the same.  Without a
+    multi-rank group the inputs are returned unchanged (no cost).
 
     Args:
-        total: 0-d tensor, this rank's sum.
-        count: 0-d tensor, this rank's count.
+        mean: 0-d tensor, this rank's mean (any value when ``count`` is 0).
+        count: 0-d integer tensor, the number of elements behind ``mean``,
+            or None.
 
     Returns:
-        ``(total, count)`` over all ranks (new tensors when reduced).
+        ``(mean, count)`` over all ranks, in the input dtypes.
     """
     if not is_distributed():
-        return total, count
-    packed = torch.stack([total.detach().to(torch.float64), count.to(torch.float64)])
+        return mean, count
+    if count is None:
+        return all_reduce_mean(mean), None
+    n = count.to(torch.float64)
+    total = torch.where(n > 0, mean.detach().to(torch.float64) * n, 0.0)
+    packed = torch.stack([total, n])
     _collective("all_reduce of the entropy statistic", lambda: dist.all_reduce(packed))
-    return packed[0].to(total.dtype), packed[1].to(count.dtype)
+    total, n = packed.unbind()
+    return (total / n.clamp(min=1)).to(mean.dtype), n.to(count.dtype)
 
 
 def all_reduce_mean(value: torch.Tensor) -> torch.Tensor:

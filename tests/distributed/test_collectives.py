@@ -43,8 +43,8 @@ def test_single_process_is_a_no_op():
     assert not distributed.is_distributed()
     assert (distributed.world_size(), distributed.rank()) == (1, 0)
     assert distributed.is_main_process()
-    total, count = torch.tensor(2.5), torch.tensor(3)
-    assert distributed.all_reduce_sum_count(total, count) == (total, count)  # same objects
+    mean, count = torch.tensor(2.5), torch.tensor(3)
+    assert distributed.all_reduce_masked_mean(mean, count) == (mean, count)  # same objects
     x = torch.ones(2)
     assert distributed.all_reduce_mean(x) is x
     assert distributed.gather_object(5) == [5] and distributed.broadcast_object(7) == 7
@@ -55,9 +55,10 @@ def test_utilities(ranks):
     for r, out in enumerate(ranks):
         assert (out["rank"], out["world_size"], out["is_main"]) == (r, 2, r == 0)
         assert out["is_distributed"]
-        total, count = out["sum_count"]
-        assert total.dtype == torch.float32 and count.dtype == torch.int64
-        assert (total.item(), count.item()) == (4.0, 7)
+        mean, count = out["masked_mean"]  # ranks: 1.5 over 2, 2.5 over 5
+        assert mean.dtype == torch.float32 and count.dtype == torch.int64
+        assert (mean.item(), count.item()) == (torch.tensor(15.5 / 7).item(), 7)
+        assert out["plain_mean"][0].item() == 2.0 and out["plain_mean"][1] is None
         assert out["mean"].tolist() == [0.5, 5.0]
         assert out["object"] == {"from": 0}
         assert torch.equal(out["broadcast_weight"], torch.zeros(2, 2))
@@ -91,10 +92,10 @@ def test_controllers_equal_single_process_on_pooled_batch(ranks):
                 torch.testing.assert_close(got[key], want[key], rtol=0, atol=1e-6,
                                            msg=f"{name} step {k} {key}")
     # adjust_alpha: the ranks' scalars are averaged.
-    staged = workers.controllers()["staged_host"]
-    for k, got in enumerate(ranks[0]["adjust_alpha"]):
-        want = staged.adjust_alpha(torch.tensor(1.2 - 0.1 * k + 0.2))
-        torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+    want = workers.adjust_alpha_trajectories([1.2 - 0.1 * k + 0.2 for k in range(6)])
+    for name in want:
+        torch.testing.assert_close(ranks[0]["adjust_alpha"][name], want[name], rtol=0, atol=1e-6)
+        assert len({a.item() for a in want[name]}) > 2  # alpha moved
 
 
 def test_gradients_averaged(ranks):

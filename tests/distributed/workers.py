@@ -65,6 +65,15 @@ def feed(alg, neg_entropy, step_type, valid):
         alg.update_with_gradient(loss._replace(loss=()))
 
 
+def adjust_alpha_trajectories(entropies):
+    """``alpha`` after each ``adjust_alpha(entropy)`` of a staged and an SGD controller."""
+    algs = controllers()
+    return {
+        name: [algs[name].adjust_alpha(torch.tensor(e)).clone() for e in entropies]
+        for name in ("staged_host", "sgd")
+    }
+
+
 def controller_state(alg):
     return {k: v.detach().clone() for k, v in alg.state_dict().items()}
 
@@ -75,9 +84,9 @@ def collectives(out_dir: str) -> None:
     r, n = distributed.rank(), distributed.world_size()
     out = {"rank": r, "world_size": n, "is_main": distributed.is_main_process(),
            "is_distributed": distributed.is_distributed()}
-    total, count = distributed.all_reduce_sum_count(
+    out["masked_mean"] = distributed.all_reduce_masked_mean(
         torch.tensor(1.5 + r, dtype=torch.float32), torch.tensor(2 + 3 * r))
-    out["sum_count"] = (total, count)
+    out["plain_mean"] = distributed.all_reduce_masked_mean(torch.tensor(1.5 + r), None)
     out["mean"] = distributed.all_reduce_mean(torch.tensor([float(r), 10.0 * r]))
     out["object"] = distributed.broadcast_object({"from": r})
     out["gathered"] = distributed.gather_object(("rank", r))
@@ -96,10 +105,7 @@ def collectives(out_dir: str) -> None:
             traj[name].append(controller_state(alg))
     out["trajectories"] = traj
     # adjust_alpha with a different scalar per rank.
-    staged = controllers()["staged_host"]
-    out["adjust_alpha"] = [
-        staged.adjust_alpha(torch.tensor(1.2 - 0.1 * k + 0.4 * r)).clone() for k in range(6)
-    ]
+    out["adjust_alpha"] = adjust_alpha_trajectories([1.2 - 0.1 * k + 0.4 * r for k in range(6)])
 
     # Gradients: a tiny regression, each rank on its own half of the data.
     from alf_entropy.algorithms.algorithm import Algorithm
@@ -131,7 +137,7 @@ def peer_hangs(out_dir: str) -> None:
 def _peer_fails(out_dir: str, hang: bool) -> None:
     distributed.init_from_env(torch.device("cpu"))  # timeout from the environment
     x = torch.ones(())
-    distributed.all_reduce_sum_count(x, torch.ones((), dtype=torch.int64))
+    distributed.all_reduce_masked_mean(x, torch.ones((), dtype=torch.int64))
     if distributed.rank() == 1:
         if hang:  # alive but silent until rank 0 has given up (at most 60 s)
             deadline = time.monotonic() + 60
@@ -144,7 +150,7 @@ def _peer_fails(out_dir: str, hang: bool) -> None:
     start = time.monotonic()
     try:
         for _ in range(1000):  # the first call after the peer is gone must fail
-            distributed.all_reduce_sum_count(x, torch.ones((), dtype=torch.int64))
+            distributed.all_reduce_masked_mean(x, torch.ones((), dtype=torch.int64))
             time.sleep(0.01)
     except distributed.DistributedError as e:
         elapsed = time.monotonic() - start
