@@ -237,13 +237,13 @@ class Trainer:
         self._checkpoint_dir = os.path.join(self._root_dir, "checkpoints")
         self._env_id = env_id
         # Data-parallel (under torchrun): join the group; sizes stay global.
-        self._device = distributed.init_from_env(resolve_device(device))
-        self._world_size, self._rank = distributed.world_size(), distributed.rank()
-        if num_envs % self._world_size:
+        if num_envs % distributed.env_world_size():
             raise ValueError(
                 f"num_envs ({num_envs}) is the total over all ranks and must be divisible "
-                f"by the number of ranks ({self._world_size})"
+                f"by the number of ranks ({distributed.env_world_size()})"
             )
+        self._device = distributed.init_from_env(resolve_device(device))
+        self._world_size, self._rank = distributed.world_size(), distributed.rank()
         self._total_envs = num_envs
         self._num_envs = num_envs // self._world_size  # this rank's
         self._algorithm_ctor = algorithm_ctor

@@ -39,6 +39,7 @@ __all__ = [
     "is_distributed",
     "world_size",
     "rank",
+    "rank_device",
     "local_rank",
     "is_main_process",
     "all_reduce_masked_mean",
@@ -90,6 +91,22 @@ def env_world_size() -> int:
     if n < 1:
         raise ValueError(f"environment variable WORLD_SIZE must be >= 1, got {n}")
     return n
+
+
+def rank_device(device: torch.device) -> torch.device:
+    """The device this process trains on: ``cuda:LOCAL_RANK`` for a CUDA
+    device when ``WORLD_SIZE > 1``, else ``device`` itself.
+
+    Args:
+        device: the device asked for.
+
+    Returns:
+        torch.device: this rank's device (usable before :func:`init_from_env`).
+    """
+    device = torch.device(device)
+    if device.type == "cuda" and env_world_size() > 1:
+        return torch.device("cuda", _env_int("LOCAL_RANK", _env_int("RANK")))
+    return device
 
 
 def _resolve_timeout(timeout_s: Optional[float]) -> float:
@@ -146,12 +163,12 @@ def init_from_env(device: torch.device, timeout_s: Optional[float] = None) -> to
         if not os.environ.get(name):
             raise ValueError(f"environment variable {name} must be set (torchrun sets it)")
     if device.type == "cuda":
+        device = rank_device(device)
         if local >= torch.cuda.device_count():
             raise ValueError(
                 f"LOCAL_RANK {local} needs GPU {local}, but only {torch.cuda.device_count()} "
                 "are visible: start at most one rank per GPU (--nproc_per_node)"
             )
-        device = torch.device("cuda", local)
         torch.cuda.set_device(device)
         backend = "nccl"
     elif device.type == "cpu":
@@ -274,7 +291,7 @@ def all_reduce_mean(value: torch.Tensor) -> torch.Tensor:
     return out / dist.get_world_size()
 
 
-def all_reduce_gradients_(params: Iterable[nn.Parameter]) -> None:
+def all_reduce_gradients_(params: Iterable[nn.Parameter]) -> Optional[torch.Tensor]:
     """Average ``.grad`` of ``params`` over all ranks, in place.
 
     Gradients are flattened into one buffer per dtype and device, so each
@@ -284,9 +301,14 @@ def all_reduce_gradients_(params: Iterable[nn.Parameter]) -> None:
 
     Args:
         params: the parameters, in the same order on every rank.
+
+    Returns:
+        None in one process; else a 0-d bool tensor, the same on every rank:
+        whether the averaged gradients are all finite (False if any rank's
+        were not), for a caller that skips non-finite updates.
     """
     if not is_distributed():
-        return
+        return None
     params = [p for p in params if p.requires_grad]
     groups = {}
     for p in params:
@@ -294,15 +316,19 @@ def all_reduce_gradients_(params: Iterable[nn.Parameter]) -> None:
             p.grad = torch.zeros_like(p)
         groups.setdefault((p.grad.dtype, p.grad.device), []).append(p)
     n = dist.get_world_size()
+    finite = None
     for group in groups.values():
         flat = torch.cat([p.grad.reshape(-1) for p in group])
         _collective("all_reduce of the gradients", lambda f=flat: dist.all_reduce(f))
         flat.div_(n)
+        ok = torch.isfinite(flat).all()
+        finite = ok if finite is None else finite & ok.to(finite.device)
         offset = 0
         for p in group:
             k = p.grad.numel()
             p.grad.copy_(flat[offset : offset + k].view_as(p.grad))
             offset += k
+    return finite if finite is not None else torch.ones((), dtype=torch.bool)
 
 
 def broadcast_module_(module: nn.Module, src: int = 0) -> None:

@@ -49,6 +49,31 @@ def test_single_process_is_a_no_op():
     assert distributed.all_reduce_mean(x) is x
     assert distributed.gather_object(5) == [5] and distributed.broadcast_object(7) == 7
     assert distributed.init_from_env(torch.device("cpu")) == torch.device("cpu")
+    assert distributed.rank_device(torch.device("cuda")) == torch.device("cuda")
+    p = torch.nn.Parameter(torch.ones(2))
+    p.grad = torch.full((2,), 3.0)
+    assert distributed.all_reduce_gradients_([p]) is None and p.grad.tolist() == [3.0, 3.0]
+
+
+def test_bad_environment_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "5")
+    with pytest.raises(ValueError, match="RANK must be in \\[0, 2\\)"):
+        distributed.init_from_env(torch.device("cpu"))
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    with pytest.raises(ValueError, match="MASTER_ADDR must be set"):
+        distributed.init_from_env(torch.device("cpu"))
+    monkeypatch.setenv("WORLD_SIZE", "two")
+    with pytest.raises(ValueError, match="WORLD_SIZE must be an integer"):
+        distributed.env_world_size()
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "1")
+    monkeypatch.setenv(distributed.TIMEOUT_ENV, "-3")
+    with pytest.raises(ValueError, match="ALF_ENTROPY_DIST_TIMEOUT_S must be a number of seconds > 0"):
+        distributed.init_from_env(torch.device("cpu"))
+    assert not distributed.is_distributed()
 
 
 def test_utilities(ranks):
@@ -62,6 +87,9 @@ def test_utilities(ranks):
         assert out["mean"].tolist() == [0.5, 5.0]
         assert out["object"] == {"from": 0}
         assert torch.equal(out["broadcast_weight"], torch.zeros(2, 2))
+        # A NaN gradient on one rank is seen by all, so all skip alike.
+        assert not out["grads_finite_with_nan"] and out["grads_finite"]
+        assert out["grad_mean"].tolist() == [0.5, 0.5, 0.5]
     assert ranks[0]["gathered"] == [("rank", 0), ("rank", 1)] and ranks[1]["gathered"] is None
 
 

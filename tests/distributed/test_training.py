@@ -124,3 +124,12 @@ def test_torchrun_killed_rank_fails_the_run(tmp_path):
     assert proc.returncode != 0
     assert elapsed < 30
     assert "Signal 9 (SIGKILL)" in output or "exitcode  : -9" in output, output[-4000:]
+
+
+def test_num_envs_must_divide_over_the_ranks(monkeypatch, tmp_path):
+    from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
+
+    monkeypatch.setenv("WORLD_SIZE", "2")  # checked before any process group is made
+    with pytest.raises(ValueError, match=r"num_envs \(3\) is the total over all ranks and "
+                                         r"must be divisible by the number of ranks \(2\)"):
+        OnPolicyTrainer(str(tmp_path), num_envs=3, num_iterations=1, device="cpu")

@@ -94,6 +94,12 @@ def collectives(out_dir: str) -> None:
     torch.nn.init.constant_(m.weight, float(r))
     distributed.broadcast_module_(m)
     out["broadcast_weight"] = m.weight.detach().clone()
+    p = torch.nn.Parameter(torch.ones(3))
+    p.grad = torch.tensor([1.0, float("nan") if r == 1 else 2.0, 3.0])
+    out["grads_finite_with_nan"] = distributed.all_reduce_gradients_([p])
+    p.grad = torch.full((3,), float(r))
+    out["grads_finite"] = distributed.all_reduce_gradients_([p])
+    out["grad_mean"] = p.grad.clone()
 
     # Controllers: one trajectory per controller, every buffer after each step.
     torch.manual_seed(0)
