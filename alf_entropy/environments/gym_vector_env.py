@@ -27,8 +27,9 @@ episodes finished since its last call.
 
 :meth:`GymVectorEnv.get_state` pickles the whole gymnasium vector env
 (every episode in progress, each env's RNG, the episode statistics) so that a
-trainer can resume a run exactly; environments that cannot be pickled (e.g.
-Box2D's) give ``None``.
+trainer can resume a run exactly; environments whose state cannot be pickled
+(e.g. Box2D's and MuJoCo's, whose pickles hold only constructor arguments)
+give ``None``.
 
 Environment stepping happens on the host, so moving actions to the host here
 is inherent; nothing else reads device tensors.
@@ -42,6 +43,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
+from gymnasium.utils import EzPickle
 from gymnasium.wrappers.vector import RecordEpisodeStatistics
 
 from alf_entropy.data_structures import StepType, TimeStep
@@ -379,10 +381,12 @@ class GymVectorEnv:
 
         Returns:
             Optional[bytes]: the state, or ``None`` if the environments cannot
-            be pickled (e.g. Box2D's, or an ``AsyncVectorEnv``).
+            be pickled, or pickle their constructor arguments instead of their
+            state (gymnasium's ``EzPickle``: Box2D, MuJoCo, toy-text envs), or
+            run in subprocesses (``AsyncVectorEnv``).
         """
         self._check_open()
-        if isinstance(self._env.env, AsyncVectorEnv):
+        if not self._picklable_state():
             return None
         try:
             return pickle.dumps(
@@ -390,6 +394,18 @@ class GymVectorEnv:
             )
         except Exception:  # pickling can fail with any error type (Box2D: AssertionError)
             return None
+
+    def _picklable_state(self) -> bool:
+        """Whether pickling the gymnasium envs captures their state."""
+        vector_env = self._env.env
+        if isinstance(vector_env, AsyncVectorEnv):
+            return False
+        for env in getattr(vector_env, "envs", [vector_env]):
+            while env is not None:  # the env and every wrapper around it
+                if isinstance(env, EzPickle):
+                    return False
+                env = getattr(env, "env", None)
+        return True
 
     def set_state(self, state: bytes) -> None:
         """Restore a state returned by :meth:`get_state` (replacing the envs).

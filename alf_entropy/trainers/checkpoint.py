@@ -21,7 +21,7 @@ import os
 import random
 import re
 import tempfile
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 import torch
@@ -32,6 +32,7 @@ __all__ = [
     "checkpoint_path",
     "latest_checkpoint",
     "load_checkpoint",
+    "remove_partial_checkpoints",
     "rng_state",
     "save_checkpoint",
     "set_rng_state",
@@ -70,6 +71,23 @@ def _checkpoints(checkpoint_dir: str) -> Dict[int, str]:
         if m:
             found[int(m.group(1))] = path
     return found
+
+
+def remove_partial_checkpoints(checkpoint_dir: str) -> List[str]:
+    """Delete the temporary files of checkpoint writes that were killed.
+
+    Call it only where no other process writes checkpoints to the directory.
+
+    Args:
+        checkpoint_dir: the checkpoint directory.
+
+    Returns:
+        List[str]: the removed paths.
+    """
+    stale = glob.glob(os.path.join(checkpoint_dir, ".ckpt-*.tmp"))
+    for path in stale:
+        os.remove(path)
+    return stale
 
 
 def checkpoint_path(checkpoint_dir: str, iteration: int) -> str:

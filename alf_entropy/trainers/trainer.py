@@ -294,7 +294,11 @@ class Trainer:
         self._last_eval_return: Optional[float] = None
         self._restored_from: Optional[str] = None
         # Every rank resumes from rank 0's choice (rank 0 alone writes files).
-        path = ckpt.latest_checkpoint(self._checkpoint_dir) if self._is_main else None
+        path = None
+        if self._is_main:
+            for stale in ckpt.remove_partial_checkpoints(self._checkpoint_dir):
+                logging.info("Removed %s, left by a checkpoint write that was killed", stale)
+            path = ckpt.latest_checkpoint(self._checkpoint_dir)
         path = distributed.broadcast_object(path)
         if path is not None:
             self.load_checkpoint(path)

@@ -81,3 +81,19 @@ def test_bad_config_exits_with_one_clear_line(tmp_path, args, expected):
     line = _error_line(proc)
     assert line.startswith("alf-entropy-train: error:"), line
     assert expected in line, line
+
+
+def test_quick_run_with_num_iterations_only(tmp_path):
+    """Issue 13: the shipped config binds num_env_steps; num_iterations alone still works."""
+    root = str(tmp_path / "quick")
+    args = ["--root_dir", root, "--device", "cpu",
+            "--gin_param", "OnPolicyTrainer.num_iterations = 3"]
+    proc = _run(*args)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "done: 3 iterations, 3072 env steps" in proc.stdout
+    assert os.path.isfile(os.path.join(root, "checkpoints", "ckpt-00000003.pt"))
+    # The same command again: already at the limit, one line, exit status 0.
+    proc = _run(*args)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 1 and "nothing to do" in lines[0] and "3 iterations" in lines[0], lines

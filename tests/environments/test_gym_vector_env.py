@@ -172,3 +172,47 @@ def test_asynchronous_matches_sync():
     for x, y in zip(*results):
         assert torch.allclose(x.observation, y.observation)
         assert torch.allclose(x.reward, y.reward)
+
+
+def test_episode_statistics_match_the_time_steps():
+    """Gymnasium's statistics equal the returns/lengths summed from our TimeSteps."""
+    with GymVectorEnv("CartPole-v1", num_envs=3, seed=5) as env:
+        ts = env.reset()
+        gen = torch.Generator().manual_seed(0)
+        running = torch.zeros(3)
+        length = torch.zeros(3, dtype=torch.int64)
+        finished = []
+        for _ in range(200):
+            ts = env.step(torch.randint(0, 2, (3,), generator=gen))
+            first = ts.step_type == StepType.FIRST
+            running = torch.where(first, 0.0, running + ts.reward)
+            length = torch.where(first, 0, length + 1)
+            for i in torch.nonzero(ts.step_type == StepType.LAST).flatten().tolist():
+                finished.append((running[i].item(), length[i].item()))
+        returns, lengths = env.pop_episode_statistics()
+        assert len(finished) > 5
+        assert sorted(zip(returns, lengths)) == sorted(finished)
+        assert env.pop_episode_statistics() == ([], [])
+
+
+def test_state_round_trip_continues_identically():
+    a = GymVectorEnv("Pendulum-v1", num_envs=2, seed=1)
+    a.reset()
+    for _ in range(50):
+        a.step(torch.rand(2, 1) * 4 - 2)
+    state = a.get_state()
+    b = GymVectorEnv("Pendulum-v1", num_envs=2, seed=99)  # other seed: overwritten
+    b.set_state(state)
+    for _ in range(300):  # crosses the 200-step time limit: autoreset continues too
+        action = torch.rand(2, 1) * 4 - 2
+        ta, tb = a.step(action), b.step(action)
+        for x, y in zip(ta[:5], tb[:5]):
+            assert torch.equal(x, y)
+    assert a.pop_episode_statistics() == b.pop_episode_statistics()
+    with pytest.raises(ValueError, match="not a GymVectorEnv state"):
+        b.set_state(b"garbage")
+    c = GymVectorEnv("Pendulum-v1", num_envs=3)
+    with pytest.raises(ValueError, match="2 envs"):
+        c.set_state(state)
+    for env in (a, b, c):
+        env.close()
