@@ -195,12 +195,17 @@ def ppo_train(out_dir: str) -> None:
         ["ppo_cartpole"], PPO_PARAMS + [f"OnPolicyTrainer.num_iterations = {PPO_ITERATIONS}"]
     )
     trainer = OnPolicyTrainer(os.path.join(out_dir, "run"), device="cpu")
-    result = trainer.train()
+    _save_final(trainer, trainer.train(), out_dir)
+
+
+def _save_final(trainer, result, out_dir: str) -> None:
+    """Save this rank's result, algorithm and optimiser state; leave the group."""
     alg = trainer.algorithm
     torch.save(
         {
             "result": result,
-            "algorithm": {k: v.clone() for k, v in alg.state_dict().items()},
+            "algorithm": {k: v.clone() for k, v in alg.state_dict().items()
+                          if isinstance(v, torch.Tensor)},
             "optimizers": [opt.state_dict() for opt in alg.optimizers()],
         },
         os.path.join(out_dir, f"rank{distributed.rank()}.pt"),
