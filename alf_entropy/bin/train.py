@@ -4,14 +4,17 @@ Usage::
 
     alf-entropy-train --root_dir runs/ppo_cartpole            # default config
     alf-entropy-train --root_dir runs/pendulum --gin_file ppo_pendulum.gin --device cuda
-    alf-entropy-train --root_dir runs/quick --gin_param 'OnPolicyTrainer.num_env_steps = 20000'
+    alf-entropy-train --root_dir runs/quick --gin_param 'OnPolicyTrainer.num_iterations = 3'
     tensorboard --logdir runs
 
 ``--gin_file`` may be repeated and is looked up as a path first, then by
 name in the package's ``configs/`` directory (``ppo_cartpole`` or
 ``ppo_cartpole.gin``); without it ``ppo_cartpole.gin`` runs.  ``--gin_param``
 bindings (repeatable) are applied after the files.  Running again with the
-same ``--root_dir`` resumes from its latest checkpoint.
+same ``--root_dir`` resumes from its latest checkpoint (with a larger limit
+it continues; a run already at its limit prints one line and exits 0).
+Training stops at whichever of ``num_iterations`` and ``num_env_steps`` is
+reached first (0 or None: no limit from that one).
 
 A missing file, a misspelt binding or an invalid value exits with status 2
 and a single ``alf-entropy-train: error: ...`` line on stderr; Ctrl-C saves a
@@ -52,7 +55,8 @@ def _run(argv: List[str]) -> None:
         _fail("--root_dir is required")
     # Imported here so that --help does not pay for importing torch.
     from alf_entropy.trainers.gin_config import GinConfigError, one_line, parse_gin_config
-    from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer, resolve_device
+    from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
+    from alf_entropy.trainers.trainer import resolve_device
 
     try:
         device = resolve_device(FLAGS.device)
@@ -65,6 +69,13 @@ def _run(argv: List[str]) -> None:
         result = trainer.train()
     except KeyboardInterrupt:
         _fail(f"interrupted; checkpoint saved in {trainer.root_dir}", status=130)
+    if result["already_done"]:
+        print(
+            f"{PROG}: nothing to do: the run in {trainer.root_dir} is already at its limit "
+            f"({result['iteration']} iterations, {result['env_steps']} env steps); "
+            "raise num_iterations or num_env_steps to continue"
+        )
+        return
     eval_return = result["eval_return"]
     print(
         f"{PROG}: done: {result['iteration']} iterations, {result['env_steps']} env steps, "

@@ -20,17 +20,29 @@ range.  Seeds: the first ``reset()`` seeds env ``i`` with ``seed + i`` (and the
 action space with ``seed``), so two envs built with the same seed give
 identical trajectories under identical actions.
 
+Episode statistics come from gymnasium's own
+``gymnasium.wrappers.vector.RecordEpisodeStatistics`` (NumPy, on the host, no
+device reads): :meth:`GymVectorEnv.pop_episode_statistics` returns the
+episodes finished since its last call.
+
+:meth:`GymVectorEnv.get_state` pickles the whole gymnasium vector env
+(every episode in progress, each env's RNG, the episode statistics) so that a
+trainer can resume a run exactly; environments that cannot be pickled (e.g.
+Box2D's) give ``None``.
+
 Environment stepping happens on the host, so moving actions to the host here
 is inherent; nothing else reads device tensors.
 """
 import functools
-from typing import Any, Dict, Optional
+import pickle
+from typing import Any, Dict, List, Optional, Tuple
 
 import gin
 import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
+from gymnasium.wrappers.vector import RecordEpisodeStatistics
 
 from alf_entropy.data_structures import StepType, TimeStep
 from alf_entropy.tensor_specs import BoundedTensorSpec, TensorSpec, from_gym_space
@@ -115,6 +127,9 @@ class GymVectorEnv:
                 )
         except gym.error.Error as e:
             raise ValueError(f"env_id {env_id!r}: gymnasium cannot make it: {e}") from e
+        # Large enough to hold every episode finished between two summaries.
+        self._env = RecordEpisodeStatistics(self._env, buffer_length=10_000)
+        self._episodes_popped = 0
         self._observation_spec = from_gym_space(self._env.single_observation_space)
         self._action_spec = from_gym_space(self._env.single_action_space)
         self._obs_np_dtypes = nest.map_structure(
@@ -335,6 +350,70 @@ class GymVectorEnv:
         a = np.where(first.reshape((-1,) + (1,) * (action.ndim - 1)), 0, action)
         # ``np.where`` returns a fresh array: convert without another copy.
         return self._tensor(a.astype(dtype, copy=False))
+
+    def pop_episode_statistics(self) -> Tuple[List[float], List[int]]:
+        """Returns and lengths of the episodes finished since the last call.
+
+        Gymnasium's conventions, which match ALF's: an episode's return is the
+        sum of the rewards of its steps after the reset, its length the number
+        of actions.  At most the 10,000 most recent episodes are returned.
+
+        Returns:
+            ``(returns, lengths)``: Python lists in completion order.
+        """
+        stats = self._env
+        n = min(stats.episode_count - self._episodes_popped, len(stats.return_queue))
+        self._episodes_popped = stats.episode_count
+        if n <= 0:
+            return [], []
+        returns = [float(r) for r in list(stats.return_queue)[-n:]]
+        lengths = [int(x) for x in list(stats.length_queue)[-n:]]
+        return returns, lengths
+
+    def get_state(self) -> Optional[bytes]:
+        """The complete state of the environments, pickled, or ``None``.
+
+        It holds the gymnasium vector env itself (episodes in progress, each
+        env's RNG, time limits, episode statistics) and this wrapper's
+        autoreset flags, so :meth:`set_state` continues exactly.
+
+        Returns:
+            Optional[bytes]: the state, or ``None`` if the environments cannot
+            be pickled (e.g. Box2D's, or an ``AsyncVectorEnv``).
+        """
+        self._check_open()
+        if isinstance(self._env.env, AsyncVectorEnv):
+            return None
+        try:
+            return pickle.dumps(
+                (self._env, self._autoreset, self._seeded, self._started, self._episodes_popped)
+            )
+        except Exception:  # pickling can fail with any error type (Box2D: AssertionError)
+            return None
+
+    def set_state(self, state: bytes) -> None:
+        """Restore a state returned by :meth:`get_state` (replacing the envs).
+
+        Args:
+            state: the bytes :meth:`get_state` returned (for the same env id
+                and number of envs).
+
+        Raises:
+            ValueError: if ``state`` is not such a state.
+        """
+        self._check_open()
+        try:
+            env, autoreset, seeded, started, popped = pickle.loads(state)
+        except Exception as e:
+            raise ValueError(f"state is not a GymVectorEnv state: {e}") from e
+        if not isinstance(env, RecordEpisodeStatistics) or env.num_envs != self._num_envs:
+            raise ValueError(
+                f"state holds {getattr(env, 'num_envs', '?')} envs, this env has {self._num_envs}"
+            )
+        self._env.close()
+        self._env = env
+        self._autoreset, self._seeded, self._started = autoreset, seeded, started
+        self._episodes_popped = popped
 
     def sample_random_action(self) -> Any:
         """Uniformly random actions (seeded by ``seed``) as tensors on ``device``.

@@ -13,13 +13,9 @@ from alf_entropy.algorithms.actor_critic_algorithm import ActorCriticAlgorithm
 from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
 from alf_entropy.environments import GymVectorEnv
 from alf_entropy.trainers.gin_config import parse_gin_config
-from alf_entropy.trainers.on_policy_trainer import (
-    OnPolicyTrainer,
-    atomic_write_bytes,
-    latest_checkpoint,
-    resolve_device,
-    stack_experiences,
-)
+from alf_entropy.trainers.checkpoint import atomic_write_bytes, latest_checkpoint
+from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer, stack_experiences
+from alf_entropy.trainers.trainer import resolve_device
 from alf_entropy.utils import schedulers
 
 
@@ -247,9 +243,10 @@ def test_resolve_device():
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        (dict(), "exactly one"),
-        (dict(num_iterations=2, num_env_steps=10), "exactly one"),
-        (dict(num_iterations=0), "num_iterations"),
+        (dict(), "at least one of num_iterations and num_env_steps"),
+        (dict(num_iterations=0, num_env_steps=None), "at least one"),
+        (dict(num_iterations=-1, num_env_steps=10), "num_iterations must be"),
+        (dict(num_env_steps=2.5), "num_env_steps must be"),
         (dict(num_iterations=2, unroll_length=0), "unroll_length"),
         (dict(num_iterations=2, summary_interval=-1), "summary_interval"),
         (dict(num_iterations=2, seed=-1), "seed"),

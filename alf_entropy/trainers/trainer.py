@@ -1,0 +1,614 @@
+"""``Trainer``: what every trainer shares; subclasses write only their loop body.
+
+The base class owns the run around the algorithm-specific iteration:
+
+* the root directory::
+
+      root_dir/
+        operative_config.gin           # the gin config in force (written at start)
+        train/events.out.tfevents.*    # TensorBoard summaries
+        checkpoints/ckpt-00000100.pt   # the last ``max_checkpoints`` checkpoints
+
+* seeding (torch, NumPy, Python ``random``, the environments), the device and
+  the torch thread count;
+* the training limits (ALF's ``TrainerConfig`` rule): ``num_iterations`` and
+  ``num_env_steps`` may both be given; 0 or ``None`` means "no limit from this
+  one"; at least one must be positive; training stops as soon as either is
+  reached (or an evaluation reaches ``stop_eval_return``);
+* the scheduler progress registry (:mod:`alf_entropy.utils.schedulers`),
+  updated before every iteration: ``iterations`` and ``env_steps`` done so
+  far, ``global_counter`` (= ``iterations``; the summary step) and
+  ``percent = min(1, max(iterations / num_iterations, env_steps /
+  num_env_steps))`` with a term only for each positive limit (as in ALF) --
+  the fraction of the binding limit, so a scheduled value spans the whole run
+  whichever limit ends it;
+* summaries every ``summary_interval`` iterations (``env_steps``,
+  ``steps_per_sec``, the training episodes' ``return``/``episode_length``
+  from the environment's episode statistics, plus whatever the algorithm
+  records inside the iteration), a deterministic evaluation every
+  ``eval_interval`` iterations (``eval/return``), a tqdm progress bar whose
+  total is the binding limit in iterations;
+* checkpoints every ``checkpoint_interval`` iterations, at the end and on
+  ``KeyboardInterrupt``, and the resume from the latest one on construction
+  (see :meth:`Trainer.save_checkpoint` for the contents).  A resumed run
+  with a larger limit continues; one already at its limit logs one line and
+  :meth:`Trainer.train` returns ``already_done=True`` at once.
+
+Extension points for a subclass (``OnPolicyTrainer``, ``OffPolicyTrainer``):
+
+* ``__init__``: call ``super().__init__(..., steps_per_iteration=...)``
+  (env steps one iteration takes: sets the iteration count of an
+  ``num_env_steps`` limit) after setting the attributes
+  :meth:`_build_algorithm` needs; the base builds the algorithm and then
+  resumes from the latest checkpoint.
+* :meth:`_build_algorithm` ``(observation_spec, action_spec) -> Algorithm``:
+  defaults to ``algorithm_ctor(observation_spec, action_spec)``.
+* :meth:`_train_iteration` ``() -> int`` (required): one iteration on
+  ``self._env`` starting from ``self._time_step`` (which it must advance),
+  returning the env steps it took.  It runs inside the summary gate, so
+  ``summary.*`` calls in the algorithm are recorded on summary iterations.
+* :meth:`_extra_state` ``() -> dict`` and :meth:`_load_extra_state`
+  ``(dict)``: more state for the checkpoint (e.g. a replay buffer);
+  tensors and plain values only.
+* :meth:`_policy_fn` ``(observation) -> action``: the evaluated policy;
+  defaults to the algorithm's ``predict_step``.
+"""
+import math
+import os
+import random
+import time
+from typing import Any, Callable, Dict, Optional, Tuple
+
+import gin
+import numpy as np
+import torch
+from absl import logging
+from tqdm import tqdm
+
+from alf_entropy.algorithms.algorithm import Algorithm
+from alf_entropy.data_structures import TimeStep
+from alf_entropy.environments import GymVectorEnv, evaluate
+from alf_entropy.trainers import checkpoint as ckpt
+from alf_entropy.utils import schedulers, summary
+
+__all__ = ["Trainer", "resolve_device"]
+
+_EVAL_SEED_OFFSET = 1_000_003
+
+
+def resolve_device(device: Any) -> torch.device:
+    """Turn ``"auto"``/``"cpu"``/``"cuda"``/a ``torch.device`` into a device.
+
+    Args:
+        device: ``"auto"`` picks CUDA when available, else CPU.
+
+    Returns:
+        torch.device: the device.
+
+    Raises:
+        ValueError: for an unknown name, or ``"cuda"`` without CUDA.
+    """
+    if isinstance(device, torch.device):
+        return device
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(
+            f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}"
+        ) from e
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} requested but CUDA is not available")
+    return dev
+
+
+def _check_positive_int(value: Any, name: str, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(
+            f"{name} must be a positive int{' or None' if allow_none else ''}, got {value!r}"
+        )
+
+
+def _check_limit(value: Any, name: str) -> int:
+    """A training limit: ``None`` or 0 (no limit from it, returned as 0) or positive."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be None, 0 (no limit) or a positive int, got {value!r}")
+    return value
+
+
+def _time_step_to_dict(time_step: TimeStep) -> Dict[str, Any]:
+    return dict(time_step._asdict())
+
+
+class Trainer:
+    """The shared part of the trainers (see the module docstring).
+
+    Args:
+        root_dir: where summaries, checkpoints and the config go; an existing
+            run there is resumed.
+        env_id: the gymnasium id.
+        num_envs: parallel environments ``B``.
+        algorithm_ctor: ``(observation_spec, action_spec) -> Algorithm``.
+        env_ctor: ``(env_id, num_envs=, seed=, device=) -> env`` (a
+            ``GymVectorEnv``).
+        num_iterations: stop after this many iterations; ``None`` or 0: no
+            limit from it.
+        num_env_steps: stop once this many env steps are done (whole
+            iterations, so rounded up); ``None`` or 0: no limit from it.  At
+            least one of the two must be positive.
+        steps_per_iteration: env steps one iteration takes (from the
+            subclass).
+        summary_interval: write summaries every this many iterations.
+        checkpoint_interval: checkpoint every this many iterations (and at
+            the end); ``None``: only at the end.
+        eval_interval: evaluate the deterministic policy every this many
+            iterations (and at the start and the end); ``None``: never.
+        num_eval_episodes: episodes per evaluation.
+        max_checkpoints: how many recent checkpoints to keep.
+        seed: seeds torch, NumPy, Python ``random`` and the environments.
+        device: ``"auto"``, ``"cpu"``, ``"cuda"`` or a ``torch.device``.
+        num_threads: if given, ``torch.set_num_threads(num_threads)``.
+        progress_bar: show a tqdm progress line.
+        summary_flush_secs: how often summaries are flushed to disk.
+        stop_eval_return: stop (and checkpoint) as soon as an evaluation's
+            mean return reaches it (needs ``eval_interval``).
+
+    Raises:
+        ValueError: for out-of-range arguments (no positive limit, negative
+            limits, non-positive sizes, an unknown device, ...).
+    """
+
+    def __init__(
+        self,
+        root_dir: str,
+        env_id: str,
+        num_envs: int,
+        algorithm_ctor: Callable[..., Algorithm],
+        env_ctor: Callable[..., Any] = GymVectorEnv,
+        num_iterations: Optional[int] = None,
+        num_env_steps: Optional[int] = None,
+        steps_per_iteration: int = 1,
+        summary_interval: int = 10,
+        checkpoint_interval: Optional[int] = 100,
+        eval_interval: Optional[int] = None,
+        num_eval_episodes: int = 10,
+        max_checkpoints: int = 3,
+        seed: int = 0,
+        device: Any = "auto",
+        num_threads: Optional[int] = None,
+        progress_bar: bool = True,
+        summary_flush_secs: float = 10.0,
+        stop_eval_return: Optional[float] = None,
+    ):
+        if not isinstance(root_dir, str) or not root_dir:
+            raise ValueError(f"root_dir must be a non-empty path, got {root_dir!r}")
+        max_iterations = _check_limit(num_iterations, "num_iterations")
+        max_env_steps = _check_limit(num_env_steps, "num_env_steps")
+        if max_iterations == 0 and max_env_steps == 0:
+            raise ValueError(
+                "at least one of num_iterations and num_env_steps must be positive (0 or "
+                f"None means no limit), got num_iterations={num_iterations!r}, "
+                f"num_env_steps={num_env_steps!r}"
+            )
+        _check_positive_int(num_envs, "num_envs")
+        _check_positive_int(steps_per_iteration, "steps_per_iteration")
+        _check_positive_int(summary_interval, "summary_interval")
+        _check_positive_int(checkpoint_interval, "checkpoint_interval", allow_none=True)
+        _check_positive_int(eval_interval, "eval_interval", allow_none=True)
+        _check_positive_int(num_eval_episodes, "num_eval_episodes")
+        _check_positive_int(max_checkpoints, "max_checkpoints")
+        _check_positive_int(num_threads, "num_threads", allow_none=True)
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"seed must be an int >= 0, got {seed!r}")
+        if stop_eval_return is not None and eval_interval is None:
+            raise ValueError("stop_eval_return needs eval_interval to be set")
+
+        self._root_dir = os.path.abspath(os.path.expanduser(root_dir))
+        self._checkpoint_dir = os.path.join(self._root_dir, "checkpoints")
+        self._env_id = env_id
+        self._num_envs = num_envs
+        self._algorithm_ctor = algorithm_ctor
+        self._env_ctor = env_ctor
+        self._max_iterations = max_iterations
+        self._max_env_steps = max_env_steps
+        self._steps_per_iteration = steps_per_iteration
+        limits = []
+        if max_iterations:
+            limits.append(max_iterations)
+        if max_env_steps:
+            limits.append(math.ceil(max_env_steps / steps_per_iteration))
+        self._num_iterations = min(limits)
+        self._summary_interval = summary_interval
+        self._checkpoint_interval = checkpoint_interval
+        self._eval_interval = eval_interval
+        self._num_eval_episodes = num_eval_episodes
+        self._max_checkpoints = max_checkpoints
+        self._seed = seed
+        self._device = resolve_device(device)
+        self._progress_bar = bool(progress_bar)
+        self._summary_flush_secs = summary_flush_secs
+        self._stop_eval_return = None if stop_eval_return is None else float(stop_eval_return)
+        self._eval_time = 0.0
+        if num_threads is not None:
+            torch.set_num_threads(num_threads)
+
+        torch.manual_seed(seed)
+        np.random.seed(seed)
+        random.seed(seed)
+        self._iteration = 0
+        self._env_steps = 0
+        schedulers.reset_progress()
+
+        # A throw-away env gives the specs; training envs are built in train().
+        probe = env_ctor(env_id, num_envs=1, seed=seed, device=self._device)
+        self._observation_spec = probe.observation_spec
+        self._action_spec = probe.action_spec
+        probe.close()
+        self._algorithm = self._build_algorithm(self._observation_spec, self._action_spec)
+        self._algorithm.to(self._device)
+        self._env: Any = None
+        self._time_step: Optional[TimeStep] = None
+        self._restored_env: Optional[Dict[str, Any]] = None
+        self._in_iteration = False
+        self._last_return: Optional[float] = None
+        self._last_eval_return: Optional[float] = None
+        self._restored_from: Optional[str] = None
+        path = ckpt.latest_checkpoint(self._checkpoint_dir)
+        if path is not None:
+            self.load_checkpoint(path)
+        self._write_operative_config()
+
+    # ------------------------------------------------------- extension points
+    def _build_algorithm(self, observation_spec: Any, action_spec: Any) -> Algorithm:
+        """Build the algorithm (override for more constructor arguments)."""
+        return self._algorithm_ctor(observation_spec, action_spec)
+
+    def _train_iteration(self) -> int:
+        """One iteration from ``self._time_step`` on ``self._env``; returns env steps taken."""
+        raise NotImplementedError
+
+    def _extra_state(self) -> Dict[str, Any]:
+        """More checkpoint state of a subclass (tensors and plain values)."""
+        return {}
+
+    def _load_extra_state(self, state: Dict[str, Any]) -> None:
+        """Restore what :meth:`_extra_state` returned."""
+
+    def _policy_fn(self, observation: Any) -> Any:
+        """The evaluated (deterministic) policy: observation batch -> action batch."""
+        return self._algorithm.predict_step(TimeStep(observation=observation)).output
+
+    # ------------------------------------------------------------ properties
+    @property
+    def root_dir(self) -> str:
+        """The absolute root directory."""
+        return self._root_dir
+
+    @property
+    def algorithm(self) -> Algorithm:
+        """The algorithm being trained."""
+        return self._algorithm
+
+    @property
+    def device(self) -> torch.device:
+        """The device of networks and time steps."""
+        return self._device
+
+    @property
+    def iteration(self) -> int:
+        """Training iterations completed (restored from a checkpoint)."""
+        return self._iteration
+
+    @property
+    def env_steps(self) -> int:
+        """Environment steps taken (restored from a checkpoint)."""
+        return self._env_steps
+
+    @property
+    def num_iterations(self) -> int:
+        """Iterations the run takes: the binding limit expressed in iterations."""
+        return self._num_iterations
+
+    @property
+    def restored_from(self) -> Optional[str]:
+        """The checkpoint this trainer resumed from, if any."""
+        return self._restored_from
+
+    @property
+    def last_eval_return(self) -> Optional[float]:
+        """The mean return of the latest evaluation, if any."""
+        return self._last_eval_return
+
+    # ---------------------------------------------------------------- limits
+    def _limit_reached(self) -> Optional[str]:
+        """The limit that is reached (e.g. ``"num_iterations = 3"``), or ``None``."""
+        if self._max_iterations and self._iteration >= self._max_iterations:
+            return f"num_iterations = {self._max_iterations}"
+        if self._max_env_steps and self._env_steps >= self._max_env_steps:
+            return f"num_env_steps = {self._max_env_steps}"
+        return None
+
+    def _percent(self) -> float:
+        fractions = []
+        if self._max_iterations:
+            fractions.append(self._iteration / self._max_iterations)
+        if self._max_env_steps:
+            fractions.append(self._env_steps / self._max_env_steps)
+        return min(1.0, max(fractions))
+
+    def _update_progress(self) -> None:
+        schedulers.update_progress("iterations", self._iteration)
+        schedulers.update_progress("env_steps", self._env_steps)
+        schedulers.update_progress("percent", self._percent())
+        schedulers.update_progress("global_counter", self._iteration)
+
+    # ----------------------------------------------------------- checkpoints
+    def _write_operative_config(self) -> None:
+        text = gin.operative_config_str().encode("utf-8")
+        ckpt.atomic_write_bytes(
+            os.path.join(self._root_dir, "operative_config.gin"), lambda f: f.write(text)
+        )
+
+    def _env_state(self) -> Dict[str, Any]:
+        """The environments' state and the current time step (empty if unsaveable)."""
+        if self._env is None or self._in_iteration or not hasattr(self._env, "get_state"):
+            return {}
+        state = self._env.get_state()
+        if state is None:
+            return {}
+        return {
+            "state": ckpt.bytes_to_tensor(state),
+            "time_step": _time_step_to_dict(self._time_step),
+        }
+
+    def save_checkpoint(self) -> str:
+        """Atomically write a checkpoint of the current state.
+
+        It holds ``iteration``, ``env_steps``, the scheduler ``progress``
+        registry, the ``algorithm``'s ``state_dict`` (networks, entropy
+        controllers and their buffers), the ``optimizers``' state dicts, the
+        ``rng`` states (torch, CUDA, NumPy, Python), ``env`` (the pickled
+        environments -- episodes in progress, their RNGs and episode
+        statistics -- as a ``uint8`` tensor, and the current ``time_step``;
+        empty when the environments cannot be pickled or when saving mid-iteration
+        on ``KeyboardInterrupt``) and ``extra`` (see :meth:`_extra_state`).
+
+        Returns:
+            str: the checkpoint path.
+        """
+        state = {
+            "iteration": self._iteration,
+            "env_steps": self._env_steps,
+            "progress": schedulers.get_all_progress(),
+            "algorithm": self._algorithm.state_dict(),
+            "optimizers": [opt.state_dict() for opt in self._algorithm.optimizers()],
+            "rng": ckpt.rng_state(),
+            "env": self._env_state(),
+            "extra": self._extra_state(),
+        }
+        return ckpt.save_checkpoint(
+            self._checkpoint_dir, self._iteration, state, self._max_checkpoints
+        )
+
+    def load_checkpoint(self, path: str) -> None:
+        """Restore everything :meth:`save_checkpoint` wrote.
+
+        The environments' state is applied when :meth:`train` builds them.
+
+        Args:
+            path: a checkpoint written by :meth:`save_checkpoint`.
+
+        Raises:
+            ValueError: if the checkpoint does not match the algorithm.
+        """
+        state = ckpt.load_checkpoint(path)
+        try:
+            self._algorithm.load_state_dict(state["algorithm"])
+            optimizers = self._algorithm.optimizers()
+            if len(optimizers) != len(state["optimizers"]):
+                raise ValueError(
+                    f"{len(state['optimizers'])} optimizers saved, {len(optimizers)} now"
+                )
+            for opt, opt_state in zip(optimizers, state["optimizers"]):
+                opt.load_state_dict(opt_state)
+            self._load_extra_state(state.get("extra", {}))
+        except (RuntimeError, ValueError, KeyError) as e:
+            raise ValueError(
+                f"checkpoint {path} does not match the configured algorithm: {e}"
+            ) from e
+        self._iteration = int(state["iteration"])
+        self._env_steps = int(state["env_steps"])
+        schedulers.set_all_progress(state["progress"])
+        ckpt.set_rng_state(state["rng"])
+        self._restored_env = state.get("env", {})
+        self._restored_from = path
+        logging.info("Resumed from %s (iteration %d)", path, self._iteration)
+
+    # ------------------------------------------------------------ evaluation
+    def evaluate(self) -> float:
+        """Mean return of the deterministic policy over ``num_eval_episodes``.
+
+        Returns:
+            float: the mean undiscounted return.
+        """
+        self._algorithm.eval()
+        try:
+            value = evaluate(
+                self._env_id,
+                self._policy_fn,
+                num_episodes=self._num_eval_episodes,
+                seed=self._seed + _EVAL_SEED_OFFSET,
+                device=self._device,
+            )
+        finally:
+            self._algorithm.train()
+        self._last_eval_return = value
+        return value
+
+    def _evaluate_and_record(self) -> float:
+        """Evaluate, write ``eval/return`` summaries and log one line."""
+        start = time.time()
+        value = self.evaluate()
+        self._eval_time += time.time() - start
+        with summary.record_if(lambda: True):
+            summary.scalar("eval/return", value, step=self._iteration)
+            summary.scalar("eval/return_vs_env_steps", value, step=self._env_steps)
+        logging.info(
+            "iteration %d env_steps %d eval return %.2f", self._iteration, self._env_steps, value
+        )
+        return value
+
+    # -------------------------------------------------------------- training
+    def _should_summarize(self, iteration: int) -> bool:
+        return iteration % self._summary_interval == 0
+
+    def _write_summaries(self) -> str:
+        """Write the trainer's summaries; return the progress-bar status text.
+
+        Reads the finished episodes and ``alpha`` on the host (summary time
+        only).
+        """
+        now = time.time()
+        sps = (self._env_steps - self._last_summary_steps) / max(
+            now - self._last_summary_time, 1e-9
+        )
+        self._last_summary_time, self._last_summary_steps = now, self._env_steps
+        returns, lengths = self._env.pop_episode_statistics()
+        summary.scalar("env_steps", self._env_steps)
+        summary.scalar("steps_per_sec", sps)
+        if returns:
+            self._last_return = float(np.mean(returns))
+            summary.scalar("return", self._last_return)
+            summary.scalar("episode_length", float(np.mean(lengths)))
+            summary.scalar("return_vs_env_steps", self._last_return, step=self._env_steps)
+        ret = "n/a" if self._last_return is None else f"{self._last_return:.1f}"
+        alpha = float(self._algorithm.entropy_coefficient())
+        return f"sps={sps:.0f} return={ret} alpha={alpha:.4g}"
+
+    def _evaluate_and_checkpoint(self) -> bool:
+        """After an iteration: evaluate and checkpoint when due; True to stop."""
+        done = self._limit_reached() is not None
+        if self._eval_interval is not None and (
+            done or self._iteration % self._eval_interval == 0
+        ):
+            value = self._evaluate_and_record()
+            if self._stop_eval_return is not None and value >= self._stop_eval_return:
+                logging.info("eval return %.2f >= stop_eval_return: stopping", value)
+                done = True
+        if done or (
+            self._checkpoint_interval is not None
+            and self._iteration % self._checkpoint_interval == 0
+        ):
+            self._update_progress()
+            self.save_checkpoint()
+        return done
+
+    def _start_env(self) -> Tuple[Any, TimeStep]:
+        """Build the training envs; restore their saved state or reset them."""
+        env = self._env_ctor(
+            self._env_id,
+            num_envs=self._num_envs,
+            seed=self._seed + self._iteration * self._num_envs,
+            device=self._device,
+        )
+        restored, self._restored_env = self._restored_env, None
+        if restored:
+            env.set_state(ckpt.tensor_to_bytes(restored["state"]))
+            time_step = TimeStep(**{
+                k: v.to(self._device) if isinstance(v, torch.Tensor) else v
+                for k, v in restored["time_step"].items()
+            })
+            return env, time_step
+        if restored is not None:  # resumed from a checkpoint without env state
+            logging.warning(
+                "The checkpoint holds no state of the %s environments (they cannot be pickled, "
+                "or training was interrupted mid-iteration): their episodes restart, so the "
+                "resumed run is not bit-exact with an uninterrupted one.",
+                self._env_id,
+            )
+        return env, env.reset()
+
+    def _result(self, start_time: float, already_done: bool = False) -> Dict[str, Any]:
+        return {
+            "iteration": self._iteration,
+            "env_steps": self._env_steps,
+            "last_return": self._last_return,
+            "eval_return": self._last_eval_return,
+            "wall_time": time.time() - start_time,
+            "eval_time": self._eval_time,
+            "already_done": already_done,
+        }
+
+    def train(self) -> Dict[str, Any]:
+        """Run (or resume) training until a limit (or ``stop_eval_return``).
+
+        Returns:
+            dict: ``iteration``, ``env_steps``, ``last_return`` (mean return of
+            the training episodes at the last summary), ``eval_return`` (the
+            latest evaluation, or ``None``), ``wall_time`` (seconds of this
+            call), ``eval_time`` (seconds of it spent evaluating) and
+            ``already_done`` (True if the resumed run was already at its
+            limit: nothing was done).
+
+        Raises:
+            KeyboardInterrupt: re-raised after saving a checkpoint.
+        """
+        start_time = time.time()
+        self._eval_time = 0.0
+        reached = self._limit_reached()
+        if reached is not None:
+            logging.info(
+                "Nothing to do: the run in %s is already at %s (iteration %d, %d env steps)",
+                self._root_dir, reached, self._iteration, self._env_steps,
+            )
+            return self._result(start_time, already_done=True)
+        writer = summary.create_summary_writer(
+            os.path.join(self._root_dir, "train"), flush_secs=self._summary_flush_secs
+        )
+        summary.set_default_writer(writer)
+        bar = tqdm(
+            total=self._num_iterations,
+            initial=self._iteration,
+            unit="it",
+            disable=not self._progress_bar,
+            dynamic_ncols=True,
+        )
+        self._last_summary_time, self._last_summary_steps = time.time(), self._env_steps
+        status = ""
+        try:
+            if self._eval_interval is not None and self._iteration == 0:
+                self._evaluate_and_record()  # the untrained policy: the curve's start
+            self._env, self._time_step = self._start_env()
+            while self._limit_reached() is None:
+                self._update_progress()
+                iteration = self._iteration
+                with summary.record_if(lambda: self._should_summarize(iteration)):
+                    self._in_iteration = True
+                    self._env_steps += self._train_iteration()
+                    self._in_iteration = False
+                    if self._should_summarize(iteration):
+                        status = self._write_summaries()
+                self._iteration += 1
+                bar.set_postfix_str(f"steps={self._env_steps} {status}", refresh=False)
+                bar.update(1)
+                if self._evaluate_and_checkpoint():
+                    break
+        except KeyboardInterrupt:
+            self._update_progress()
+            path = self.save_checkpoint()
+            logging.warning("Interrupted; saved %s", path)
+            raise
+        finally:
+            bar.close()
+            if self._env is not None:
+                self._env.close()
+            self._env, self._time_step, self._in_iteration = None, None, False
+            summary.flush()
+            summary.set_default_writer(None)
+            writer.close()
+        return self._result(start_time)
