@@ -29,6 +29,7 @@ and counted in ``num_skipped_updates``, without reading the flag on the host
 on a GPU (see :func:`masked_optimizer_step`).
 """
 import copy
+import numbers
 from typing import Any, Callable, List, Optional
 
 import gin
@@ -229,6 +230,13 @@ class SacAlgorithm(Algorithm):
         self._entropy_target_algorithm = entropy_target_cls(
             action_spec, debug_summaries=debug_summaries
         )
+        target = self._entropy_target_algorithm.target_entropy
+        if self._discrete and isinstance(target, numbers.Real) and target < 0:
+            raise ValueError(
+                f"SacAlgorithm: target_entropy {target} is below 0 for a discrete action "
+                "(a discrete entropy is never negative, so alpha would fall forever); "
+                "negative targets such as -dim(A) are for continuous actions"
+            )
         self.register_buffer("_num_skipped", torch.zeros((), dtype=torch.int64))
         self._optimizer_list = self.optimizers()
         self._target_pairs: Optional[tuple] = None
