@@ -123,14 +123,6 @@ def default_optimizer(params: List[nn.Parameter]) -> torch.optim.Optimizer:
     return torch.optim.Adam(params, lr=3e-4, eps=1e-5, foreach=True)
 
 
-def _mean_of_nest(value: Any) -> Any:
-    """``value`` itself, or the mean of the leaves of a dict/nest of scalars."""
-    if not nest.is_nested(value):
-        return value
-    leaves = [torch.as_tensor(v, dtype=torch.float32) for v in nest.flatten(value)]
-    return torch.stack(leaves).mean()
-
-
 def _is_nested_spec(spec: Any) -> bool:
     return nest.is_nested(spec)
 
@@ -325,7 +317,7 @@ class ActorCriticAlgorithm(Algorithm):
             (scheduled) ``entropy_regularization``, else 0.
         """
         if self._entropy_target_algorithm is not None:
-            return _mean_of_nest(self._entropy_target_algorithm.alpha)
+            return self._entropy_target_algorithm.alpha
         if self._entropy_regularization is not None:
             return float(self._entropy_regularization())
         return 0.0
@@ -632,19 +624,14 @@ class ActorCriticAlgorithm(Algorithm):
         summary.scalar("alpha", self.entropy_coefficient())
         controller = self._entropy_target_algorithm
         if controller is not None:
-            target, stage = controller.target_entropy, controller.stage
-            if isinstance(target, dict):
-                # A nested controller: one value per action leaf, plus the
-                # total target (comparable with the total entropy) and the
-                # least advanced stage.
-                for key in target:
-                    summary.scalar(f"alpha/{key}", controller.alpha[key])
-                    summary.scalar(f"target_entropy/{key}", target[key])
-                    summary.scalar(f"stage/{key}", stage[key])
-                target = sum(target.values())
-                stage = torch.stack([torch.as_tensor(s) for s in stage.values()]).min()
-            summary.scalar("target_entropy", target)
-            summary.scalar("stage", stage)
+            leaves = controller.leaf_algorithms()
+            if len(leaves) > 1:  # a nested controller: also each action's values
+                for key, leaf in leaves.items():
+                    summary.scalar(f"alpha/{key}", leaf.alpha)
+                    summary.scalar(f"target_entropy/{key}", leaf.target_entropy)
+                    summary.scalar(f"stage/{key}", leaf.stage)
+            summary.scalar("target_entropy", controller.target_entropy)
+            summary.scalar("stage", controller.stage)
         if self._debug_summaries:
             with summary.scope(self.name):
                 adv = experience.rollout_info.advantages

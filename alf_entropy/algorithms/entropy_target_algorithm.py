@@ -68,8 +68,10 @@ from absl import logging
 
 from alf_entropy.algorithms.algorithm import Algorithm, OptimizerArg
 from alf_entropy.data_structures import AlgStep, Experience, LossInfo, StepType, namedtuple
-from alf_entropy.tensor_specs import TensorSpec
+from alf_entropy.tensor_specs import TensorSpec, from_gym_space
 from alf_entropy.utils import nest, summary
+from alf_entropy.utils.checks import check_int, check_real, is_real
+from alf_entropy.utils.math_ops import masked_mean
 from alf_entropy.utils.averager import ScalarWindowAverager
 from alf_entropy.utils.dist_utils import (
     calc_default_target_entropy,
@@ -81,7 +83,9 @@ from alf_entropy.utils.schedulers import ConstantScheduler
 __all__ = [
     "EntropyTargetLossInfo",
     "EntropyTargetInfo",
+    "EntropyController",
     "EntropyTargetAlgorithm",
+    "FixedEntropyCoefficient",
     "NestedEntropyTargetAlgorithm",
     "SGDEntropyTargetAlgorithm",
 ]
@@ -97,18 +101,6 @@ TargetArg = Optional[Union[float, Callable[[], float]]]
 _UPDATE_MODES = ("auto", "tensor", "host", "compiled")
 
 
-# --------------------------------------------------------------------- checks
-def _check_real(name: str, value: Any, *, positive: bool = False) -> float:
-    """Return ``value`` as a float, raising if it is not a finite real."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}: {value!r}")
-    if not math.isfinite(float(value)):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    if positive and value <= 0:
-        raise ValueError(f"{name} must be > 0, got {value!r}")
-    return float(value)
-
-
 def _as_target_fn(target_entropy: TargetArg, action_spec: Any) -> Callable[[], float]:
     """Turn the ``target_entropy`` argument into a zero-argument callable."""
     if target_entropy is None:
@@ -118,7 +110,7 @@ def _as_target_fn(target_entropy: TargetArg, action_spec: Any) -> Callable[[], f
         logging.info("target_entropy=%s (default for the action spec)", target_entropy)
     if callable(target_entropy):
         return target_entropy
-    return ConstantScheduler(_check_real("target_entropy", target_entropy))
+    return ConstantScheduler(check_real("target_entropy", target_entropy))
 
 
 def _target_value(target_fn: Callable[[], float]) -> float:
@@ -141,44 +133,260 @@ def _seed_rate(rate: float) -> float:
     return float(torch.tensor(rate).to(torch.float64))
 
 
-def _masked_mean_entropy(
-    experience: Experience, neg_entropy: torch.Tensor, valid_mask: Optional[torch.Tensor]
-) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Mean entropy over the steps that count, as ALF's ``calc_loss`` takes it.
+def _scalar_entropy(entropy: Union[float, torch.Tensor], like: torch.Tensor) -> torch.Tensor:
+    """``adjust_alpha``'s input as a detached 0-d tensor on ``like``'s device."""
+    if isinstance(entropy, torch.Tensor):
+        if entropy.numel() != 1:
+            raise ValueError(
+                f"entropy must be a number or a one-element tensor, got shape {tuple(entropy.shape)}"
+            )
+        return entropy.detach().reshape(()).to(like.device)
+    if not is_real(entropy):
+        raise TypeError(f"entropy must be a number or a tensor, got {type(entropy).__name__}")
+    # A fill, not a host-to-device copy: no synchronisation on a GPU.
+    return like.new_full((), float(entropy), dtype=torch.float32)
 
-    A step counts unless it is ``LAST`` (its action was never taken) or
-    ``valid_mask`` (bool or 0/1, shape of ``experience.step_type``) drops it.
 
-    Returns:
-        ``(entropy, num, mask)``: the mean (0 when no step counts), the
-        number of steps that count and the bool mask.
+class EntropyController(Algorithm):
+    """The interface every entropy controller shares.
+
+    A controller turns the policy's entropy into the entropy coefficient
+    ``alpha``.  Two calls cover every use:
+
+    * ``adjust_alpha(entropy)``: one update from a (batch-mean) entropy, a
+      Python float or a tensor; returns the new ``alpha``.
+    * ``entropy_loss(entropy, mask)``: one update from the masked mean of a
+      batch of entropies, returning the loss ``-alpha * entropy`` per element
+      (and, for the SGD rule, the loss of ``log_alpha`` as ``scalar_loss``).
+
+    As a sub-algorithm of an actor-critic, ``train_step(distribution)``
+    computes the entropy and ``calc_loss(experience, info, valid_mask)``
+    masks ``LAST`` steps and calls ``entropy_loss``.  ``alpha``,
+    ``target_entropy`` and ``stage`` are readable on every controller;
+    ``leaf_algorithms()`` gives the per-action controllers of a nested one.
+    Nothing here reads a tensor on the host.
+
+    Args:
+        action_spec: nest of ``BoundedTensorSpec`` of the actions.
+        optimizer: optimiser of the controller's parameters (SGD rule only).
+        debug_summaries: write the controller's own summaries.
+        name: the name (summary scope).
 
     Raises:
-        ValueError: if ``neg_entropy`` or ``valid_mask`` does not have the
-            shape of ``experience.step_type``.
+        TypeError: if ``action_spec`` is not a non-empty nest of ``TensorSpec``.
     """
-    step_type = experience.step_type
-    if neg_entropy.shape != step_type.shape:
-        raise ValueError(
-            f"info's entropy has shape {tuple(neg_entropy.shape)} but "
-            f"experience.step_type has shape {tuple(step_type.shape)}"
+
+    def __init__(
+        self,
+        action_spec: Any,
+        optimizer: OptimizerArg = None,
+        debug_summaries: bool = False,
+        name: str = "EntropyController",
+    ):
+        super().__init__(optimizer=optimizer, debug_summaries=debug_summaries, name=name)
+        specs = nest.flatten(action_spec)
+        if not specs or not all(isinstance(s, TensorSpec) for s in specs):
+            raise TypeError(f"action_spec must be a non-empty nest of TensorSpec, got {action_spec!r}")
+        self._action_spec = action_spec
+
+    @classmethod
+    def from_space(cls, space: Any, **kwargs: Any) -> "EntropyController":
+        """Build the controller for a gymnasium action space.
+
+        Args:
+            space: a ``gymnasium.spaces.Space`` (``Box``, ``Discrete``,
+                ``MultiDiscrete``, ``Dict``, ``Tuple``).
+            **kwargs: the other constructor arguments.
+
+        Returns:
+            The controller, for ``from_gym_space(space)`` as action spec.
+        """
+        return cls(from_gym_space(space), **kwargs)
+
+    # ------------------------------------------------------------ interface
+    @property
+    def action_spec(self) -> Any:
+        """The action spec."""
+        return self._action_spec
+
+    @property
+    def alpha(self) -> torch.Tensor:
+        """The current entropy coefficient (a detached 0-d tensor)."""
+        raise NotImplementedError
+
+    @property
+    def target_entropy(self) -> float:
+        """The current target entropy (host float)."""
+        raise NotImplementedError
+
+    @property
+    def stage(self) -> torch.Tensor:
+        """The stage (0-d int32 tensor); see ``EntropyTargetAlgorithm.stage``."""
+        raise NotImplementedError
+
+    def leaf_algorithms(self) -> Dict[str, "EntropyController"]:
+        """The per-action controllers keyed by path (``{"": self}`` if not nested)."""
+        return {"": self}
+
+    def adjust_alpha(self, entropy: Union[float, torch.Tensor]) -> torch.Tensor:
+        """One controller update from the (batch-mean) entropy.
+
+        Args:
+            entropy: a Python float or a one-element tensor.  NaN/inf
+                leaves the controller unchanged.
+
+        Returns:
+            The new ``alpha``, a 0-d tensor on the controller's device.
+
+        Raises:
+            TypeError: if ``entropy`` is neither a number nor a tensor.
+            ValueError: if it is a tensor with more than one element.
+        """
+        alpha, _ = self._update(_scalar_entropy(entropy, self.alpha), None)
+        return alpha
+
+    def entropy_loss(
+        self,
+        entropy: torch.Tensor,
+        mask: Optional[torch.Tensor] = None,
+        entropy_for_gradient: Optional[torch.Tensor] = None,
+    ) -> LossInfo:
+        """One update from a batch of entropies; the entropy bonus as a loss.
+
+        The controller advances once with the mean of ``entropy`` (detached)
+        over the elements where ``mask`` is non-zero.  No element counting
+        (all masked out) or a NaN/inf mean leaves the controller unchanged.
+
+        Args:
+            entropy: per-step entropies, any shape.
+            mask: bool or 0/1 mask broadcastable with ``entropy``; masked-out
+                entries may be NaN.  None uses every element.
+            entropy_for_gradient: what to differentiate instead of
+                ``entropy`` (e.g. a sampled estimate's surrogate).
+
+        Returns:
+            LossInfo: ``loss = -alpha * entropy_for_gradient`` per element
+            (``alpha`` detached), ``scalar_loss`` the controller's own loss
+            (SGD rule: ``log_alpha * (mean_entropy - target)``; ``()`` for the
+            others) and ``extra`` an ``EntropyTargetLossInfo``.
+
+        Raises:
+            ValueError: if ``mask`` does not broadcast with ``entropy``.
+        """
+        detached = entropy.detach()
+        mean, count = masked_mean(detached, mask)
+        alpha, scalar_loss = self._update(mean, count)
+        if self._debug_summaries and summary.should_record_summaries():
+            self._summarize_batch(detached, mask, mean, count)
+        grad = entropy if entropy_for_gradient is None else entropy_for_gradient
+        return LossInfo(
+            loss=-alpha.detach() * grad,
+            scalar_loss=scalar_loss,
+            extra=EntropyTargetLossInfo(neg_entropy=-entropy),
         )
-    mask = step_type != StepType.LAST
-    if valid_mask is not None:
-        if valid_mask.shape != step_type.shape:
-            raise ValueError(
-                f"valid_mask must have the shape of experience.step_type "
-                f"{tuple(step_type.shape)}, got {tuple(valid_mask.shape)}"
+
+    def _update(
+        self, entropy: torch.Tensor, count: Optional[torch.Tensor]
+    ) -> Tuple[torch.Tensor, Any]:
+        """Advance once (skipped when ``count == 0``); return ``(alpha, scalar_loss)``."""
+        raise NotImplementedError
+
+    def _summarize_batch(
+        self, entropy: torch.Tensor, mask: Optional[torch.Tensor], mean: torch.Tensor, count: torch.Tensor
+    ) -> None:
+        """Debug summaries of a batch (``entropy_loss``); none by default."""
+
+    # ---------------------------------------------------------------- steps
+    def predict_step(self, *args: Any, **kwargs: Any) -> AlgStep:
+        """Nothing to do when acting for evaluation.
+
+        Returns:
+            AlgStep: empty.
+        """
+        return AlgStep()
+
+    def rollout_step(
+        self, distribution: Any, step_type: Any = None, on_policy_training: bool = True
+    ) -> AlgStep:
+        """``train_step`` when training on-policy, else an empty ``AlgStep``.
+
+        Args:
+            distribution: nest of action distributions from the policy.
+            step_type: unused (masking happens in ``calc_loss``).
+            on_policy_training: if False, return an empty ``AlgStep``.
+
+        Returns:
+            AlgStep: as ``train_step`` (empty off-policy).
+        """
+        if on_policy_training:
+            return self.train_step(distribution, step_type)
+        return AlgStep()
+
+    def train_step(self, distribution: Any, step_type: Any = None) -> AlgStep:
+        """Compute the entropy (and its gradient surrogate) of the policy.
+
+        Args:
+            distribution: nest of action distributions from the policy; a
+                per-dimension one (e.g. ``Normal`` of shape ``[T, B, D]``) is
+                summed over the action dims of the spec.
+            step_type: unused (masking happens in ``calc_loss``).
+
+        Returns:
+            AlgStep: ``info=EntropyTargetInfo(loss=LossInfo(loss=-entropy_for_gradient,
+            extra=EntropyTargetLossInfo(neg_entropy=-entropy)))``.
+        """
+        entropy, entropy_for_gradient = self._entropy(distribution)
+        neg = functools.partial(nest.map_structure, torch.neg)
+        return AlgStep(
+            info=EntropyTargetInfo(
+                loss=LossInfo(
+                    loss=neg(entropy_for_gradient),
+                    extra=EntropyTargetLossInfo(neg_entropy=neg(entropy)),
+                )
             )
-        mask = mask & (valid_mask != 0)
-    num = mask.sum()
-    # Masked-out steps may hold anything (even NaN): select, don't multiply.
-    entropy = -torch.where(mask, neg_entropy, 0.0).sum() / num.clamp(min=1)
-    return entropy, num, mask
+        )
+
+    def _entropy(self, distribution: Any) -> Tuple[Any, Any]:
+        return entropy_with_fallback(distribution, action_spec=self._action_spec)
+
+    def calc_loss(
+        self,
+        experience: Experience,
+        info: EntropyTargetInfo,
+        valid_mask: Optional[torch.Tensor] = None,
+    ) -> LossInfo:
+        """``entropy_loss`` over the steps that are not ``LAST`` and valid.
+
+        Args:
+            experience: anything with a ``step_type`` tensor broadcastable
+                with the entropies (e.g. ``[T, B]``, ``[B]`` or 0-d).
+            info: the (time-stacked) ``EntropyTargetInfo`` of ``train_step``.
+            valid_mask: optional bool or 0/1 mask, broadcastable likewise.
+
+        Returns:
+            LossInfo: see ``entropy_loss``.
+
+        Raises:
+            ValueError: if ``valid_mask`` and ``step_type`` do not broadcast
+                together or with the entropy.
+        """
+        mask = experience.step_type != StepType.LAST
+        if valid_mask is not None:
+            try:
+                mask = mask & (valid_mask != 0)
+            except RuntimeError as e:
+                raise ValueError(
+                    f"valid_mask of shape {tuple(valid_mask.shape)} does not broadcast "
+                    f"with experience.step_type of shape {tuple(mask.shape)}"
+                ) from e
+        neg = functools.partial(nest.map_structure, torch.neg)
+        return self.entropy_loss(
+            neg(info.loss.extra.neg_entropy), mask, entropy_for_gradient=neg(info.loss.loss)
+        )
 
 
 @gin.configurable
-class EntropyTargetAlgorithm(Algorithm):
+class EntropyTargetAlgorithm(EntropyController):
     """Adjusts the entropy coefficient ``alpha`` so entropy stays >= a target.
 
     See the module docstring for the algorithm.  To approximately reproduce
@@ -236,21 +444,16 @@ class EntropyTargetAlgorithm(Algorithm):
         debug_summaries: bool = False,
         name: str = "EntropyTargetAlgorithm",
     ):
-        super().__init__(debug_summaries=debug_summaries, name=name)
-        if not all(isinstance(s, TensorSpec) for s in nest.flatten(action_spec)) or not nest.flatten(
-            action_spec
-        ):
-            raise TypeError(f"action_spec must be a non-empty nest of TensorSpec, got {action_spec!r}")
-        _check_real("initial_alpha", initial_alpha, positive=True)
+        super().__init__(action_spec, debug_summaries=debug_summaries, name=name)
+        check_real("initial_alpha", initial_alpha, positive=True)
         for arg, value in (
             ("very_slow_update_rate", very_slow_update_rate),
             ("slow_update_rate", slow_update_rate),
             ("fast_update_rate", fast_update_rate),
         ):
-            _check_real(arg, value, positive=True)
-        _check_real("min_alpha", min_alpha)
-        if isinstance(average_window, bool) or not isinstance(average_window, int) or average_window < 1:
-            raise ValueError(f"average_window must be an int >= 1, got {average_window!r}")
+            check_real(arg, value, positive=True)
+        check_real("min_alpha", min_alpha)
+        check_int("average_window", average_window, minimum=1)
         if update_mode not in _UPDATE_MODES:
             raise ValueError(f"update_mode must be one of {_UPDATE_MODES}, got {update_mode!r}")
         min_log_alpha = math.log(min_alpha) if min_alpha > 0 else -100.0
@@ -274,7 +477,7 @@ class EntropyTargetAlgorithm(Algorithm):
                 raise ValueError(msg)
             warnings.warn(msg + " (at the schedule's initial value)")
         if max_entropy is not None:
-            max_entropy = _check_real("max_entropy", max_entropy)
+            max_entropy = check_real("max_entropy", max_entropy)
             if target0 > max_entropy:
                 raise ValueError(
                     f"target_entropy ({target0}) must be <= max_entropy ({max_entropy})"
@@ -377,103 +580,12 @@ class EntropyTargetAlgorithm(Algorithm):
         """The target as a zero-argument callable (a scheduler)."""
         return self._target_entropy
 
-    # ----------------------------------------------------------------- steps
-    def rollout_step(self, distribution: Any, step_type: torch.Tensor, on_policy_training: bool) -> AlgStep:
-        """Rollout step: ``train_step`` when training on-policy, else nothing.
-
-        Args:
-            distribution: nest of action distributions from the policy.
-            step_type: the ``StepType`` of each step (``[B]``).
-            on_policy_training: if False, return an empty ``AlgStep``.
-
-        Returns:
-            AlgStep: ``info`` is an ``EntropyTargetInfo`` (empty off-policy).
-        """
-        if on_policy_training:
-            return self.train_step(distribution, step_type)
-        return AlgStep()
-
-    def train_step(self, distribution: Any, step_type: torch.Tensor) -> AlgStep:
-        """Compute the entropy (and its gradient surrogate) of the policy.
-
-        Args:
-            distribution: nest of action distributions from the policy.
-            step_type: the ``StepType`` of each step (unused here; masking is
-                done in ``calc_loss`` from the experience).
-
-        Returns:
-            AlgStep: ``info=EntropyTargetInfo(loss=LossInfo(loss=-entropy_for_gradient,
-            extra=EntropyTargetLossInfo(neg_entropy=-entropy)))``.
-        """
-        # The spec lets a per-dimension distribution (e.g. a plain Normal of
-        # shape [T, B, D]) be summed over the action dims to [T, B].
-        entropy, entropy_for_gradient = entropy_with_fallback(
-            distribution, action_spec=self._action_spec
-        )
-        return AlgStep(
-            output=(),
-            state=(),
-            info=EntropyTargetInfo(
-                loss=LossInfo(
-                    loss=-entropy_for_gradient,
-                    extra=EntropyTargetLossInfo(neg_entropy=-entropy),
-                )
-            ),
-        )
-
-    def calc_loss(
-        self,
-        experience: Experience,
-        info: EntropyTargetInfo,
-        valid_mask: Optional[torch.Tensor] = None,
-    ) -> LossInfo:
-        """Update ``alpha`` from the batch's entropy and return the weighted loss.
-
-        The entropy is averaged over the steps that are not ``LAST`` (whose
-        action was never taken) and are valid in ``valid_mask``.  An empty
-        batch or a non-finite entropy leaves all state unchanged.
-
-        Args:
-            experience: anything with a ``step_type`` tensor (``[T, B]``).
-            info: the (time-stacked) ``EntropyTargetInfo`` of ``train_step``.
-            valid_mask: optional ``[T, B]`` bool or 0/1 float mask of the
-                steps to use.
-
-        Returns:
-            LossInfo: ``loss = alpha * -entropy_for_gradient`` per step, with
-            ``extra`` the ``EntropyTargetLossInfo``.
-
-        Raises:
-            ValueError: if ``valid_mask`` or the entropy does not have the
-                shape of ``experience.step_type``.
-        """
-        loss_info = info.loss
-        neg_entropy = loss_info.extra.neg_entropy.detach()
-        entropy, num, mask = _masked_mean_entropy(experience, neg_entropy, valid_mask)
-        alpha = self._adjust(entropy, num)
-        if self._debug_summaries and summary.should_record_summaries():
-            ent = torch.where(mask, -neg_entropy, 0.0)
-            n = num.clamp(min=1)
-            entropy2 = (ent * ent).sum() / n
-            with summary.scope(self._name):
-                summary.scalar(
-                    "entropy_std", torch.sqrt(torch.clamp(entropy2 - entropy * entropy, min=0.0))
-                )
-        return loss_info._replace(loss=loss_info.loss * alpha)
-
-    def adjust_alpha(self, entropy: torch.Tensor) -> torch.Tensor:
-        """Advance the controller with one entropy value and return ``alpha``.
-
-        Args:
-            entropy: a scalar tensor, the current (batch mean) entropy.  A
-                NaN/inf value leaves the state unchanged.
-
-        Returns:
-            The new ``alpha`` (a 0-d tensor on the controller's device).
-        """
-        if not isinstance(entropy, torch.Tensor) or entropy.numel() != 1:
-            raise TypeError("adjust_alpha: entropy must be a one-element tensor")
-        return self._adjust(entropy.detach().reshape(()), None)
+    def _summarize_batch(
+        self, entropy: torch.Tensor, mask: Optional[torch.Tensor], mean: torch.Tensor, count: torch.Tensor
+    ) -> None:
+        square, _ = masked_mean(entropy * entropy, mask)
+        with summary.scope(self._name):
+            summary.scalar("entropy_std", torch.sqrt(torch.clamp(square - mean * mean, min=0.0)))
 
     # ---------------------------------------------------------- the machine
     def _use_host(self) -> bool:
@@ -486,7 +598,7 @@ class EntropyTargetAlgorithm(Algorithm):
             )
         return mode == "host" or (mode == "auto" and on_cpu)
 
-    def _adjust(self, entropy: torch.Tensor, num: Optional[torch.Tensor]) -> torch.Tensor:
+    def _update(self, entropy: torch.Tensor, num: Optional[torch.Tensor]) -> Tuple[torch.Tensor, Any]:
         """Run one update (gated on ``num > 0`` and a finite entropy)."""
         if self._constant_target:
             target = None
@@ -510,7 +622,7 @@ class EntropyTargetAlgorithm(Algorithm):
         alpha = self._log_alpha.exp()
         if self._debug_summaries and summary.should_record_summaries():
             self._summarize(alpha, target)
-        return alpha
+        return alpha, ()
 
     def _adjust_tensor(self, entropy: torch.Tensor, num: Optional[torch.Tensor]) -> None:
         """The stage machine as tensor ops: no value ever reaches the host.
@@ -658,12 +770,15 @@ def _host_window_update(averager: ScalarWindowAverager, value: np.float32) -> No
 
 
 @gin.configurable
-class NestedEntropyTargetAlgorithm(Algorithm):
+class NestedEntropyTargetAlgorithm(EntropyController):
     """One ``EntropyTargetAlgorithm`` per action of a nested action spec.
 
     Each leaf's controller sees only the entropy of its own action's
     distribution, so e.g. a discrete "which tool" action and a continuous
-    "how hard" action each keep their own target.  Losses are summed.
+    "how hard" action each keep their own target.  Losses are summed.  The
+    common properties are aggregates (``alpha``: mean over the leaves,
+    ``target_entropy``: sum, comparable with the total entropy, ``stage``: the
+    least advanced leaf); ``leaf_algorithms()`` gives each leaf's controller.
 
     Args:
         action_spec: a nest of ``BoundedTensorSpec``.
@@ -689,11 +804,9 @@ class NestedEntropyTargetAlgorithm(Algorithm):
         name: str = "NestedEntropyTargetAlgorithm",
         **kwargs: Any,
     ):
-        super().__init__(debug_summaries=debug_summaries, name=name)
+        super().__init__(action_spec, debug_summaries=debug_summaries, name=name)
         paths = [p for p, _ in nest.flatten_with_path(action_spec)]
         specs = nest.flatten(action_spec)
-        if not specs:
-            raise TypeError("action_spec must be a non-empty nest of TensorSpec")
 
         def _per_leaf(arg_name: str, value: Any):
             if value is None:
@@ -707,7 +820,6 @@ class NestedEntropyTargetAlgorithm(Algorithm):
 
         targets = _per_leaf("target_entropy", target_entropy)
         maxes = _per_leaf("max_entropy", max_entropy)
-        self._action_spec = action_spec
         self._paths = paths
         # Keyed by path ("." is not allowed in module names, "/" is), so the
         # state_dict reads e.g. "_leaves.arm/grip._log_alpha".
@@ -726,94 +838,100 @@ class NestedEntropyTargetAlgorithm(Algorithm):
             for path, spec, t, m in zip(paths, specs, targets, maxes)
         )
 
-    def leaf_algorithms(self) -> Dict[str, EntropyTargetAlgorithm]:
+    def leaf_algorithms(self) -> Dict[str, "EntropyTargetAlgorithm"]:
         """The per-leaf controllers keyed by their path in the action spec."""
         return dict(zip(self._paths, self._leaves.values()))
 
     @property
-    def alpha(self) -> Dict[str, torch.Tensor]:
-        """``alpha`` of each leaf, keyed by path."""
-        return {p: a.alpha for p, a in zip(self._paths, self._leaves.values())}
+    def alpha(self) -> torch.Tensor:
+        """Mean ``alpha`` over the leaves (see ``leaf_algorithms`` for each)."""
+        return torch.stack([a.alpha for a in self._leaves.values()]).mean()
 
     @property
-    def log_alpha(self) -> Dict[str, torch.Tensor]:
-        """``log_alpha`` of each leaf, keyed by path."""
-        return {p: a.log_alpha for p, a in zip(self._paths, self._leaves.values())}
+    def target_entropy(self) -> float:
+        """Sum of the leaves' targets (comparable with the total entropy)."""
+        return float(sum(a.target_entropy for a in self._leaves.values()))
 
     @property
-    def stage(self) -> Dict[str, torch.Tensor]:
-        """Stage of each leaf, keyed by path."""
-        return {p: a.stage for p, a in zip(self._paths, self._leaves.values())}
+    def stage(self) -> torch.Tensor:
+        """The least advanced leaf's stage."""
+        return torch.stack([a.stage for a in self._leaves.values()]).min()
 
-    @property
-    def target_entropy(self) -> Dict[str, float]:
-        """Current target of each leaf, keyed by path."""
-        return {p: a.target_entropy for p, a in zip(self._paths, self._leaves.values())}
+    def _entropy(self, distribution: Any) -> Tuple[Any, Any]:
+        return entropy_with_fallback(distribution, return_sum=False, action_spec=self._action_spec)
 
-    def rollout_step(self, distribution: Any, step_type: torch.Tensor, on_policy_training: bool) -> AlgStep:
-        """Per-leaf ``rollout_step`` (see ``EntropyTargetAlgorithm``).
+    def _per_leaf(self, value: Any) -> list:
+        return nest.flatten_up_to(self._action_spec, value)
+
+    def adjust_alpha(self, entropy: Any) -> torch.Tensor:
+        """Each leaf advances once with its own entropy.
 
         Args:
-            distribution: nest of distributions shaped like ``action_spec``.
-            step_type: the ``StepType`` of each step.
-            on_policy_training: if False, return an empty ``AlgStep``.
+            entropy: a nest shaped like ``action_spec`` of floats or
+                one-element tensors.
 
         Returns:
-            AlgStep: ``info`` is a tuple of the leaves' ``EntropyTargetInfo``.
+            The mean ``alpha`` over the leaves.
         """
-        if on_policy_training:
-            return self.train_step(distribution, step_type)
-        return AlgStep()
+        for leaf, e in zip(self._leaves.values(), self._per_leaf(entropy)):
+            leaf.adjust_alpha(e)
+        return self.alpha
 
-    def train_step(self, distribution: Any, step_type: torch.Tensor) -> AlgStep:
-        """Per-leaf ``train_step``: each leaf's entropy, kept apart.
-
-        Args:
-            distribution: nest of distributions shaped like ``action_spec``.
-            step_type: the ``StepType`` of each step.
-
-        Returns:
-            AlgStep: ``info`` is a tuple of the leaves' ``EntropyTargetInfo``.
-        """
-        dists = nest.flatten_up_to(self._action_spec, distribution)
-        infos = tuple(
-            alg.train_step(d, step_type).info for alg, d in zip(self._leaves.values(), dists)
-        )
-        return AlgStep(output=(), state=(), info=infos)
-
-    def calc_loss(
-        self, experience: Experience, info: Tuple[EntropyTargetInfo, ...], valid_mask: Optional[torch.Tensor] = None
+    def entropy_loss(
+        self,
+        entropy: Any,
+        mask: Optional[torch.Tensor] = None,
+        entropy_for_gradient: Any = None,
     ) -> LossInfo:
-        """Each leaf adjusts its own ``alpha``; the losses are summed.
+        """Each leaf's ``entropy_loss``; losses summed.
 
         Args:
-            experience: anything with a ``step_type`` tensor.
-            info: the tuple returned by ``train_step`` (time-stacked).
-            valid_mask: optional mask, as for ``EntropyTargetAlgorithm``.
+            entropy: a nest shaped like ``action_spec`` of per-step entropies.
+            mask: as for ``EntropyController.entropy_loss``, shared by all.
+            entropy_for_gradient: None, or a nest like ``entropy``.
 
         Returns:
-            LossInfo: summed ``loss``; ``extra`` maps each path to its leaf's
-            ``EntropyTargetLossInfo``.
+            LossInfo: summed ``loss``; ``extra`` a nest shaped like
+            ``action_spec`` of the leaves' ``EntropyTargetLossInfo``.
         """
+        grads = (
+            [None] * len(self._paths)
+            if entropy_for_gradient is None
+            else self._per_leaf(entropy_for_gradient)
+        )
         losses = [
-            alg.calc_loss(experience, leaf_info, valid_mask)
-            for alg, leaf_info in zip(self._leaves.values(), info)
+            leaf.entropy_loss(e, mask, g)
+            for leaf, e, g in zip(self._leaves.values(), self._per_leaf(entropy), grads)
         ]
-        total = losses[0].loss
-        for li in losses[1:]:
-            total = total + li.loss
-        return LossInfo(loss=total, extra={p: li.extra for p, li in zip(self._paths, losses)})
+        total = functools.reduce(torch.add, [li.loss for li in losses])
+        extra = nest.pack_sequence_as(self._action_spec, [li.extra for li in losses])
+        return LossInfo(loss=total, extra=extra)
+
+
+def _step_one_parameter(
+    optimizer: torch.optim.Optimizer, param: nn.Parameter, grad: torch.Tensor
+) -> None:
+    """``optimizer.step()`` for ``param`` alone (other parameters untouched)."""
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    saved = [p.grad for p in params]
+    for p in params:
+        p.grad = None  # optimisers skip parameters without a gradient
+    param.grad = grad
+    optimizer.step()
+    for p, g in zip(params, saved):
+        p.grad = g
 
 
 @gin.configurable
-class SGDEntropyTargetAlgorithm(Algorithm):
+class SGDEntropyTargetAlgorithm(EntropyController):
     """SAC's gradient rule for ``alpha``, with the controller's interface.
 
-    ``log_alpha`` is a parameter trained by its own optimiser on
-    ``log_alpha * (entropy - target)`` (the batch-mean entropy, detached), so
-    ``alpha`` falls while the entropy is above the target and rises below it.
-    Swap it for ``EntropyTargetAlgorithm`` with one gin line
-    (``PPOAlgorithm.entropy_target_cls = @SGDEntropyTargetAlgorithm``).
+    ``log_alpha`` is a parameter trained on ``log_alpha * (entropy - target)``
+    (the batch-mean entropy, detached), so ``alpha`` falls while the entropy
+    is above the target and rises below it.  ``entropy_loss`` returns that
+    loss as ``scalar_loss`` for the parent's update; ``adjust_alpha`` takes
+    one optimiser step itself.  Swap it for ``EntropyTargetAlgorithm`` with
+    one gin line (``PPOAlgorithm.entropy_target_cls = @SGDEntropyTargetAlgorithm``).
 
     Args:
         action_spec: nest of ``BoundedTensorSpec``; used for the default
@@ -838,9 +956,8 @@ class SGDEntropyTargetAlgorithm(Algorithm):
     ):
         if optimizer is None:
             optimizer = functools.partial(torch.optim.Adam, lr=3e-4)
-        super().__init__(optimizer=optimizer, debug_summaries=debug_summaries, name=name)
-        _check_real("initial_alpha", initial_alpha, positive=True)
-        self._action_spec = action_spec
+        super().__init__(action_spec, optimizer=optimizer, debug_summaries=debug_summaries, name=name)
+        check_real("initial_alpha", initial_alpha, positive=True)
         self._target_entropy = _as_target_fn(target_entropy, action_spec)
         self._constant_target = isinstance(self._target_entropy, ConstantScheduler)
         target0 = _target_value(self._target_entropy)
@@ -869,61 +986,81 @@ class SGDEntropyTargetAlgorithm(Algorithm):
         """The target's current value."""
         return _target_value(self._target_entropy)
 
-    def rollout_step(self, distribution: Any, step_type: torch.Tensor, on_policy_training: bool) -> AlgStep:
-        """As ``EntropyTargetAlgorithm.rollout_step``.
+    def adjust_alpha(self, entropy: Union[float, torch.Tensor]) -> torch.Tensor:
+        """One step of the optimiser of ``log_alpha`` on SAC's loss.
 
         Args:
-            distribution: nest of action distributions.
-            step_type: the ``StepType`` of each step.
-            on_policy_training: if False, return an empty ``AlgStep``.
+            entropy: a Python float or a one-element tensor.
 
         Returns:
-            AlgStep: with an ``EntropyTargetInfo``.
+            The new ``alpha``.
         """
-        if on_policy_training:
-            return self.train_step(distribution, step_type)
-        return AlgStep()
+        _, loss = self._update(_scalar_entropy(entropy, self._log_alpha), None)
+        (grad,) = torch.autograd.grad(loss, [self._log_alpha])
+        _step_one_parameter(self.optimizers()[0], self._log_alpha, grad)
+        return self.alpha
 
-    def train_step(self, distribution: Any, step_type: torch.Tensor) -> AlgStep:
-        """As ``EntropyTargetAlgorithm.train_step``.
-
-        Args:
-            distribution: nest of action distributions.
-            step_type: the ``StepType`` of each step.
-
-        Returns:
-            AlgStep: with an ``EntropyTargetInfo``.
-        """
-        return EntropyTargetAlgorithm.train_step(self, distribution, step_type)
-
-    def calc_loss(
-        self, experience: Experience, info: EntropyTargetInfo, valid_mask: Optional[torch.Tensor] = None
-    ) -> LossInfo:
-        """Entropy bonus weighted by ``alpha`` plus SAC's loss for ``log_alpha``.
-
-        Args:
-            experience: anything with a ``step_type`` tensor.
-            info: the time-stacked ``EntropyTargetInfo``.
-            valid_mask: optional ``[T, B]`` mask of the steps to use.
-
-        Returns:
-            LossInfo: ``loss = alpha.detach() * -entropy_for_gradient`` per
-            step and ``scalar_loss = log_alpha * (entropy - target)``.
-        """
-        loss_info = info.loss
-        entropy, num, _ = _masked_mean_entropy(
-            experience, loss_info.extra.neg_entropy.detach(), valid_mask
-        )
+    def _update(self, entropy: torch.Tensor, count: Optional[torch.Tensor]) -> Tuple[torch.Tensor, Any]:
         if not self._constant_target:
             self._target.fill_(self.target_entropy)
         # An empty batch or a non-finite entropy contributes no gradient.
-        ok = (num > 0) & torch.isfinite(entropy)
-        gap = torch.where(ok, entropy - self._target, 0.0)
-        alpha_loss = self._log_alpha * gap
-        alpha = self._log_alpha.detach().exp()
+        ok = torch.isfinite(entropy) if count is None else (count > 0) & torch.isfinite(entropy)
+        gap = torch.where(ok, entropy.to(self._target.dtype) - self._target, 0.0)
+        alpha = self.alpha
         if self._debug_summaries and summary.should_record_summaries():
             with summary.scope(self._name):
                 summary.scalar("alpha", alpha)
                 summary.scalar("entropy", entropy)
                 summary.scalar("target_entropy", self._target)
-        return LossInfo(loss=loss_info.loss * alpha, scalar_loss=alpha_loss, extra=loss_info.extra)
+        return alpha, self._log_alpha * gap
+
+
+@gin.configurable
+class FixedEntropyCoefficient(EntropyController):
+    """A constant ``alpha``: "no adjustment" as a controller.
+
+    With ``enforce_entropy_target=True`` and ``entropy_target_cls =
+    @FixedEntropyCoefficient`` an actor-critic uses the fixed coefficient
+    ``alpha`` through the same code path as the adaptive controllers.
+
+    Args:
+        action_spec: nest of ``BoundedTensorSpec`` of the actions.
+        alpha: the coefficient (>= 0).
+        target_entropy: only reported (summaries); None for the spec's
+            default.
+        debug_summaries: unused (nothing changes to report).
+        name: the name.
+    """
+
+    def __init__(
+        self,
+        action_spec: Any,
+        alpha: float = 0.01,
+        target_entropy: Optional[float] = None,
+        debug_summaries: bool = False,
+        name: str = "FixedEntropyCoefficient",
+    ):
+        super().__init__(action_spec, debug_summaries=debug_summaries, name=name)
+        alpha = check_real("alpha", alpha, minimum=0.0)
+        self._target_entropy = _target_value(_as_target_fn(target_entropy, action_spec))
+        self.register_buffer("_alpha", torch.tensor(alpha, dtype=torch.float32), persistent=False)
+        # -1: the "free" stage, where alpha stays fixed.
+        self.register_buffer("_stage", torch.tensor(-1, dtype=torch.int32), persistent=False)
+
+    @property
+    def alpha(self) -> torch.Tensor:
+        """The constant ``alpha``."""
+        return self._alpha
+
+    @property
+    def target_entropy(self) -> float:
+        """The reported target."""
+        return self._target_entropy
+
+    @property
+    def stage(self) -> torch.Tensor:
+        """Always -1 (free: alpha fixed)."""
+        return self._stage
+
+    def _update(self, entropy: torch.Tensor, count: Optional[torch.Tensor]) -> Tuple[torch.Tensor, Any]:
+        return self._alpha, ()

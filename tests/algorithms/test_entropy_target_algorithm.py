@@ -531,8 +531,9 @@ def test_nested_feeds_each_leaf_its_own_entropy():
     leaves = nested.leaf_algorithms()
     assert set(leaves) == {"grip", "arm"}
     assert leaves["grip"].name == "nest/grip"
-    assert nested.target_entropy["grip"] == 0.5
-    assert nested.target_entropy["arm"] == pytest.approx(2 * (math.log(2) + math.log(0.1)))
+    assert leaves["grip"].target_entropy == 0.5
+    assert leaves["arm"].target_entropy == pytest.approx(2 * (math.log(2) + math.log(0.1)))
+    assert nested.target_entropy == pytest.approx(0.5 + 2 * (math.log(2) + math.log(0.1)))
     solo_grip = EntropyTargetAlgorithm(DISCRETE4, target_entropy=0.5)
     solo_arm = EntropyTargetAlgorithm(CONT2)
     step_type = torch.ones(4, 3, dtype=torch.int64)
@@ -550,8 +551,8 @@ def test_nested_feeds_each_leaf_its_own_entropy():
         la = solo_arm.calc_loss(Experience(step_type=step_type), solo_arm.train_step(dist["arm"], step_type).info)
         torch.testing.assert_close(loss.loss, lg.loss + la.loss)
         assert set(loss.extra) == {"grip", "arm"}
-    assert torch.equal(nested.log_alpha["grip"], solo_grip.log_alpha)
-    assert torch.equal(nested.log_alpha["arm"], solo_arm.log_alpha)
+    assert torch.equal(leaves["grip"].log_alpha, solo_grip.log_alpha)
+    assert torch.equal(leaves["arm"].log_alpha, solo_arm.log_alpha)
     assert "_leaves.grip._log_alpha" in nested.state_dict()
 
 

@@ -1,0 +1,125 @@
+"""One interface test over every entropy controller.
+
+Each controller (staged, SGD, nested, fixed) is driven through the same calls
+with no ``isinstance`` checks: ``adjust_alpha`` with a float or a tensor,
+``entropy_loss`` with and without a mask, ``train_step``/``calc_loss``,
+``predict_step``, the common properties and ``from_space``, on the CPU and
+(where available) on CUDA.
+"""
+import functools
+
+import gin
+import gymnasium as gym
+import pytest
+import torch
+
+from alf_entropy.algorithms.entropy_target_algorithm import (
+    EntropyController,
+    EntropyTargetAlgorithm,
+    FixedEntropyCoefficient,
+    NestedEntropyTargetAlgorithm,
+    SGDEntropyTargetAlgorithm,
+)
+from alf_entropy.data_structures import AlgStep, Experience, StepType
+from alf_entropy.tensor_specs import BoundedTensorSpec
+
+SPACE = gym.spaces.Discrete(4)
+SGD = functools.partial(torch.optim.SGD, lr=0.5)
+FACTORIES = {
+    "staged": lambda: EntropyTargetAlgorithm.from_space(SPACE, target_entropy=0.5, skip_free_stage=True),
+    "sgd": lambda: SGDEntropyTargetAlgorithm.from_space(SPACE, target_entropy=0.5, optimizer=SGD),
+    "nested": lambda: NestedEntropyTargetAlgorithm.from_space(
+        gym.spaces.Dict({"a": SPACE}), target_entropy={"a": 0.5}, skip_free_stage=True
+    ),
+    "fixed": lambda: FixedEntropyCoefficient.from_space(SPACE, alpha=0.2),
+}
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+def _entropy(controller, value):
+    """``value`` in the form ``adjust_alpha`` takes for this controller's spec."""
+    spec = controller.action_spec
+    return value if not isinstance(spec, dict) else {k: value for k in spec}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", sorted(FACTORIES))
+def test_every_controller_has_the_same_interface(kind, device):
+    controller = FACTORIES[kind]().to(device)
+    assert isinstance(controller, EntropyController)
+    alpha0 = controller.alpha.clone()
+    assert alpha0.shape == () and alpha0.device.type == device
+    assert isinstance(controller.target_entropy, float)
+    assert controller.stage.shape == ()
+    assert controller.predict_step() == AlgStep()
+    # Float and tensor inputs; entropy far above the target lowers alpha.
+    a1 = controller.adjust_alpha(_entropy(controller, 1.3))
+    a2 = controller.adjust_alpha(_entropy(controller, torch.tensor(1.35, device=device)))
+    for a in (a1, a2):
+        assert a.shape == () and a.device.type == device
+    if kind == "fixed":
+        assert a2.item() == pytest.approx(0.2)
+    else:
+        assert a2.item() < alpha0.item()
+    # The loss helper: -alpha * entropy per element, NaN in masked-out steps ignored.
+    entropy = torch.full((3, 2), 0.9, device=device, requires_grad=True)
+    mask = torch.tensor([True, False], device=device)  # broadcasts over time
+    ent = entropy.detach().clone()
+    ent[:, 1] = float("nan")
+    ent.requires_grad_()
+    li = controller.entropy_loss(_entropy(controller, ent), mask)
+    loss = li.loss
+    assert loss.shape == (3, 2)
+    torch.testing.assert_close(loss[:, 0], -controller.alpha.detach().expand(3) * 0.9)
+    # The actor-critic path: train_step + calc_loss with a step_type.
+    dist = torch.distributions.Categorical(logits=torch.zeros(3, 2, 4, device=device))
+    dist = _entropy(controller, dist)
+    step_type = torch.full((3, 2), StepType.MID, device=device)
+    info = controller.rollout_step(dist, step_type).info
+    li = controller.calc_loss(Experience(step_type=step_type), info)
+    assert li.loss.shape == (3, 2)
+    scalar = li.scalar_loss
+    assert (kind == "sgd") == isinstance(scalar, torch.Tensor)
+    del entropy
+
+
+def test_sgd_adjust_alpha_steps_its_optimiser_in_the_gradient_direction():
+    sgd = SGDEntropyTargetAlgorithm(
+        BoundedTensorSpec((), torch.int64, 0, 3), target_entropy=0.5, optimizer=SGD, initial_alpha=1.0
+    )
+    sgd.adjust_alpha(1.5)  # loss log_alpha * (1.5 - 0.5): gradient 1, step -0.5
+    assert sgd.log_alpha.item() == pytest.approx(-0.5)
+    sgd.adjust_alpha(0.0)  # gradient -0.5: step +0.25
+    assert sgd.log_alpha.item() == pytest.approx(-0.25)
+
+
+def test_bad_entropy_input_is_rejected():
+    controller = FACTORIES["staged"]()
+    with pytest.raises(TypeError, match="entropy"):
+        controller.adjust_alpha("high")
+    with pytest.raises(ValueError, match="entropy"):
+        controller.adjust_alpha(torch.ones(3))
+    with pytest.raises(ValueError, match="broadcast"):
+        controller.entropy_loss(torch.ones(3, 2), torch.ones(3, dtype=torch.bool))
+
+
+def test_gin_fixed_coefficient_is_a_constant_entropy_bonus_in_ppo():
+    from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
+    from alf_entropy.tensor_specs import TensorSpec
+
+    gin.clear_config()
+    try:
+        gin.parse_config(
+            """
+            import alf_entropy.algorithms.entropy_target_algorithm
+            PPOAlgorithm.enforce_entropy_target = True
+            PPOAlgorithm.entropy_target_cls = @FixedEntropyCoefficient
+            FixedEntropyCoefficient.alpha = 0.05
+            """
+        )
+        alg = PPOAlgorithm(TensorSpec((4,)), BoundedTensorSpec((), torch.int64, 0, 1))
+    finally:
+        gin.clear_config()
+    controller = alg.entropy_target_algorithm
+    assert isinstance(controller, FixedEntropyCoefficient)
+    assert float(alg.entropy_coefficient()) == pytest.approx(0.05)
