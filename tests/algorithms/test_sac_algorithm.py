@@ -38,6 +38,16 @@ CONTROLLERS = {
 DISCRETE_TARGET = 0.3  # reachable: < log 3
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny networks: one thread (several threads on a loaded 2-core machine
+    make every small op wait for the others)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _sac(action_spec, controller, **kwargs):
     if action_spec.is_discrete and controller.func is not FixedEntropyCoefficient:
         controller = functools.partial(controller, target_entropy=DISCRETE_TARGET)
@@ -78,14 +88,14 @@ def test_learns_the_bandit_with_every_controller(kind, name):
     alg = _sac(spec, CONTROLLERS[name])
     alpha0 = float(alg.entropy_coefficient())
     critic_losses = []
-    for _ in range(300):
+    for _ in range(600 if kind == "continuous" else 200):
         info = alg.train_step(_bandit_batch(spec)).info
         critic_losses.append(float(info.extra.critic.mean()))
     obs = torch.randn(256, 2)
     with torch.no_grad():
         mode = alg.predict_step(TimeStep(observation=obs)).output
     if kind == "continuous":
-        assert (mode - BEST_BOX_ACTION).abs().max() < 0.25
+        assert (mode - BEST_BOX_ACTION).abs().mean() < 0.15
     else:
         assert (mode == 2).float().mean() > 0.95
     assert sum(critic_losses[-20:]) < 0.2 * sum(critic_losses[:20])
@@ -96,7 +106,8 @@ def test_learns_the_bandit_with_every_controller(kind, name):
         # the entropy starts far above the target -2: alpha must fall
         assert alpha < alpha0
     else:
-        assert alpha != pytest.approx(alpha0)
+        # the greedy discrete policy's entropy falls below the target 0.3: alpha rises
+        assert alpha > alpha0
     assert int(alg.num_skipped_updates) == 0
 
 
@@ -161,12 +172,15 @@ def test_nonfinite_loss_skips_the_update(name, max_grad_norm):
         if torch.is_tensor(v) and k in params and not k.endswith(("_num_skipped",)):
             if "target_critic" in k:
                 continue  # lerp towards the unchanged critics
+            if name == "staged" and "_entropy_target_algorithm" in k:
+                continue  # it advanced on the (finite) entropy before the loss
             assert torch.equal(v, params[k]), k
     after = [s for opt in alg.optimizers() for s in opt.state.values()]
     for old, new in zip(opt_state, after):
         assert all(torch.equal(old[k], new[k]) for k in old)
-    if name == "sgd":
+    if name == "sgd":  # log_alpha is trained by the skipped step
         assert torch.equal(alg.entropy_coefficient(), alpha)
+    assert torch.isfinite(alg.entropy_coefficient())
     assert all(torch.isfinite(p).all() for p in alg.parameters())
     alg.train_step(_bandit_batch(BOX))  # and training goes on
     assert int(alg.num_skipped_updates) == 1
