@@ -63,7 +63,8 @@ def test_discrete_actions_and_num_iterations_limit(tmp_path):
     trainer = _trainer(
         tmp_path,
         "sac_cartpole.gin",
-        ["OffPolicyTrainer.num_iterations = 60", "OffPolicyTrainer.initial_collect_steps = 20"],
+        ["OffPolicyTrainer.num_iterations = 60", "OffPolicyTrainer.initial_collect_steps = 20",
+         "OffPolicyTrainer.stop_eval_return = None"],
         num_envs=2,
     )
     result = trainer.train()
@@ -128,7 +129,8 @@ def test_kill_and_restart_gives_the_uninterrupted_final_checkpoint(tmp_path):
             time.sleep(0.05)
         time.sleep(rng.uniform(0.0, 0.5))
         proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        assert proc.wait() == -signal.SIGKILL  # killed mid-run, not finished
+        assert latest_checkpoint(str(ckpt_dir)) != os.path.join(ckpt_dir, "ckpt-00000240.pt")
     subprocess.run(args, env=env, check=True, capture_output=True, timeout=300)
     final = load_checkpoint(os.path.join(ckpt_dir, "ckpt-00000240.pt"))
 
