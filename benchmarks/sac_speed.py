@@ -1,8 +1,9 @@
 """SAC training speed on Pendulum-v1: our SacAlgorithm vs. Stable-Baselines3's SAC.
 
-For each seed, in one process and one after the other (ours first, then
-SB3, alternating the order on odd seeds), each implementation trains for
-``--steps`` env steps and this prints:
+For each seed, both implementations train for ``--steps`` env steps at the
+same time, in two single-threaded worker processes, so that both see the same
+background load of a shared machine (run one after the other, a change of
+load between the two runs shows up as a speed ratio).  This prints:
 
 * env-steps/s: env steps divided by training wall time (no evaluation inside);
 * the eval return after training: mean return of ``--eval_episodes``
@@ -31,9 +32,11 @@ Usage::
     python benchmarks/sac_speed.py [--seeds 0 1] [--steps 6000]
 """
 import argparse
+import multiprocessing
 import statistics
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Callable, Dict, List
 
 import numpy as np
@@ -135,6 +138,12 @@ def run_sb3(seed: int, args: argparse.Namespace) -> Dict[str, Any]:
     return {"steps_per_sec": args.steps / wall, "eval_return": _evaluate(policy, args.eval_episodes)}
 
 
+def _worker(name: str, seed: int, args: argparse.Namespace) -> Dict[str, Any]:
+    """Run one implementation in a worker process (one torch thread)."""
+    torch.set_num_threads(1)
+    return (run_ours if name == "ours" else run_sb3)(seed, args)
+
+
 def main() -> None:
     """Run both implementations for every seed and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -143,14 +152,14 @@ def main() -> None:
     parser.add_argument("--learning_starts", type=int, default=1000)
     parser.add_argument("--eval_episodes", type=int, default=10)
     args = parser.parse_args()
-    torch.set_num_threads(1)
 
     rows: List[Dict[str, Any]] = []
-    for i, seed in enumerate(args.seeds):
-        runners = [("ours", run_ours), ("sb3", run_sb3)]
-        if i % 2:
-            runners.reverse()
-        out = {name: fn(seed, args) for name, fn in runners}
+    ctx = multiprocessing.get_context("spawn")
+    for seed in args.seeds:
+        with ProcessPoolExecutor(max_workers=2, mp_context=ctx) as pool:
+            ours = pool.submit(_worker, "ours", seed, args)
+            sb3 = pool.submit(_worker, "sb3", seed, args)
+            out = {"ours": ours.result(), "sb3": sb3.result()}
         row = {
             "seed": seed,
             "ours_sps": out["ours"]["steps_per_sec"],
@@ -167,7 +176,10 @@ def main() -> None:
             flush=True,
         )
 
-    print(f"\nSAC on {ENV_ID}, {args.steps} env steps, {args.learning_starts} random, 1 thread")
+    print(
+        f"\nSAC on {ENV_ID}, {args.steps} env steps ({args.learning_starts} random), "
+        "both at once, one torch thread each"
+    )
     print("| seed | ours env-steps/s | SB3 env-steps/s | ratio | ours eval return | SB3 eval return |")
     print("|---:|---:|---:|---:|---:|---:|")
     for r in rows:

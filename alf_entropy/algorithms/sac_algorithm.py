@@ -120,6 +120,21 @@ def _tanh_normal_rsample(dist: td.Distribution) -> Optional[Tuple[torch.Tensor, 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
 
+def _keep_steps_on_device(optimizers: List[torch.optim.Optimizer]) -> None:
+    """Make Adam-like optimisers keep their ``step`` counters on the
+    parameters' (non-CPU) device (``capturable=True``), so restoring them
+    with ``torch.where`` reads nothing back to the host."""
+    for opt in optimizers:
+        for group in opt.param_groups:
+            if group.get("capturable", True) or group["params"][0].device.type == "cpu":
+                continue
+            group["capturable"] = True
+            for p in group["params"]:
+                state = opt.state.get(p, {})
+                if torch.is_tensor(state.get("step")):
+                    state["step"] = state["step"].to(p.device)
+
+
 def masked_optimizer_step(
     optimizers: List[torch.optim.Optimizer], ok: torch.Tensor, sync_free: bool
 ) -> None:
@@ -130,6 +145,8 @@ def masked_optimizer_step(
     its parameters and state are then restored with ``torch.where`` where
     ``ok`` is false, so nothing waits for the device; a state created by
     this very step is restored to zeros (the optimiser's initial state).
+    Adam-like optimisers are switched to ``capturable=True`` there, so that
+    their step counters live on the device too.
 
     Args:
         optimizers: the optimisers (their gradients are already computed).
@@ -142,6 +159,7 @@ def masked_optimizer_step(
                 opt.step()
         return
     params = [p for opt in optimizers for g in opt.param_groups for p in g["params"]]
+    _keep_steps_on_device(optimizers)
     old_states = []
     for opt in optimizers:
         for g in opt.param_groups:
