@@ -29,6 +29,7 @@ setup(
     extras_require={
         "dev": ["pytest", "hypothesis"],
         "box2d": ["gymnasium[box2d]"],
+        "mujoco": ["gymnasium[mujoco]"],
         "sb3": ["stable-baselines3"],
     },
     entry_points={

@@ -1,9 +1,10 @@
-"""``alf-entropy-train``: train an A2C/PPO agent from gin configs.
+"""``alf-entropy-train``: train an A2C/PPO or SAC agent from gin configs.
 
 Usage::
 
     alf-entropy-train --root_dir runs/ppo_cartpole            # default config
     alf-entropy-train --root_dir runs/pendulum --gin_file ppo_pendulum.gin --device cuda
+    alf-entropy-train --root_dir runs/sac --gin_file sac_pendulum.gin   # OffPolicyTrainer
     alf-entropy-train --root_dir runs/quick --gin_param 'OnPolicyTrainer.num_iterations = 3'
     tensorboard --logdir runs
 
@@ -52,6 +53,28 @@ def _fail(message: str, status: int = 2) -> None:
     sys.exit(status)
 
 
+def _trainer_class() -> type:
+    """The trainer the parsed config is for: ``OffPolicyTrainer`` when it binds
+    any ``OffPolicyTrainer.*`` parameter (the SAC configs), else ``OnPolicyTrainer``.
+
+    Raises:
+        ValueError: if the config binds parameters of both trainers.
+    """
+    import gin
+
+    from alf_entropy.trainers.off_policy_trainer import OffPolicyTrainer
+    from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
+
+    text = gin.config_str()
+    on, off = "OnPolicyTrainer." in text, "OffPolicyTrainer." in text
+    if on and off:
+        raise ValueError(
+            "the config binds both OnPolicyTrainer and OffPolicyTrainer parameters; "
+            "a run uses one trainer"
+        )
+    return OffPolicyTrainer if off else OnPolicyTrainer
+
+
 def _run(argv: List[str]) -> None:
     """Parse the config, build the trainer and train (absl main)."""
     if len(argv) > 1:
@@ -73,7 +96,6 @@ def _run(argv: List[str]) -> None:
 def _train(device_flag: str) -> None:
     """Build the trainer from the parsed flags and train."""
     from alf_entropy.trainers.gin_config import GinConfigError, one_line, parse_gin_config
-    from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
     from alf_entropy.trainers.trainer import resolve_device
     from alf_entropy.utils import distributed
 
@@ -81,7 +103,7 @@ def _train(device_flag: str) -> None:
         device = resolve_device(device_flag)
         paths = parse_gin_config(FLAGS.gin_file, FLAGS.gin_param)
         logging.info("gin files: %s", paths)
-        trainer = OnPolicyTrainer(root_dir=FLAGS.root_dir, device=device)
+        trainer = _trainer_class()(root_dir=FLAGS.root_dir, device=device)
     except (GinConfigError, ValueError, TypeError) as e:
         _fail(one_line(e))
     try:
