@@ -20,10 +20,7 @@ jobs hits all alike) and the ratio to one rank, and where rank 0's time goes
 in that run: collecting (policy +
 env steps), training (epochs x minibatches, including the gradient
 all-reduce) and waiting in all-reduce (the collective's own cost plus any
-wait for the slower rank).  ``CPU-bound`` is the ratio the settings would
-reach with one free core per rank: global env steps over the slowest rank's
-CPU time (``time.process_time``, all threads; waiting for a core or a peer
-excluded), relative to one rank's.
+wait for the slower rank).
 
 Usage::
 
@@ -94,9 +91,7 @@ def _worker(args: argparse.Namespace) -> None:
         ],
     )
     trainer = OnPolicyTrainer(args.root_dir, device=args.device)
-    cpu = time.process_time()
     result = trainer.train()
-    times["cpu"] = time.process_time() - cpu
     times["total"] = result["wall_time"]
     times["env_steps"] = result["env_steps"]
     gathered = distributed.gather_object(times)
@@ -152,10 +147,10 @@ def main() -> None:
           f"{os.cpu_count()} CPUs, best of {args.repeats}, load average "
           f"{os.getloadavg()[0]:.1f} at the start")
     header = (f"{'setting':36s} {'envs':>5s} {'env-steps/s':>12s} {'vs 1 rank':>9s} "
-              f"{'CPU-bound':>11s} {'collect s':>9s} {'train s':>8s} {'all-reduce s':>12s}")
+              f"{'collect s':>9s} {'train s':>8s} {'all-reduce s':>12s}")
     print(header)
     print("-" * len(header))
-    best, best_cpu = {}, {}
+    best = {}
     for _ in range(args.repeats):
         for label, ranks, mult, copies in SETTINGS:
             runs = _run_setting(ranks, args.envs_per_rank * mult, copies, args)
@@ -163,18 +158,13 @@ def main() -> None:
             t0 = dict(runs[0][0], sps=sum(r[0]["env_steps"] / r[0]["total"] for r in runs))
             if label not in best or t0["sps"] > best[label]["sps"]:
                 best[label] = t0
-            # CPU-bound estimate for one free core per rank: the slowest
-            # rank's CPU time (excludes waiting for a core or a peer).
-            cpu_sps = sum(r[0]["env_steps"] / max(t["cpu"] for t in r) for r in runs)
-            best_cpu[label] = max(best_cpu.get(label, cpu_sps), cpu_sps)
-    base = base_cpu = None
-    for label, ranks, mult, copies in SETTINGS:
+    base = None
+    for label, _ranks, mult, copies in SETTINGS:
         num_envs = args.envs_per_rank * mult * copies
         t0 = best[label]
-        sps, cpu_sps = t0["sps"], best_cpu[label]
-        base, base_cpu = base or sps, base_cpu or cpu_sps
+        sps = t0["sps"]
+        base = base or sps
         print(f"{label:36s} {num_envs:5d} {sps:12.0f} {sps / base:8.2f}x "
-              f"{cpu_sps / base_cpu:10.2f}x "
               f"{t0['total'] - t0['train']:9.2f} {t0['train']:8.2f} {t0['all_reduce']:12.2f}")
 
 

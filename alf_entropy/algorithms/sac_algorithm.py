@@ -44,7 +44,7 @@ from alf_entropy.data_structures import AlgStep, LossInfo, TimeStep, namedtuple
 from alf_entropy.networks import ActorDistributionNetwork, mode_of
 from alf_entropy.networks.critic_networks import CriticNetworks
 from alf_entropy.tensor_specs import BoundedTensorSpec
-from alf_entropy.utils import nest, summary
+from alf_entropy.utils import distributed, nest, summary
 from alf_entropy.utils.replay_buffer import Transition
 
 __all__ = ["SacAlgorithm", "SacLossInfo", "masked_optimizer_step"]
@@ -456,9 +456,11 @@ class SacAlgorithm(Algorithm):
         for opt in self._optimizer_list:
             opt.zero_grad(set_to_none=True)
         loss.backward()
-        ok = torch.isfinite(loss)
+        params = [p for opt in self._optimizer_list for g in opt.param_groups for p in g["params"]]
+        # Data-parallel: average the gradients; skip (on every rank) if any was not finite.
+        finite = distributed.all_reduce_gradients_(params)
+        ok = torch.isfinite(loss) if finite is None else finite
         if self._max_grad_norm is not None:
-            params = [p for opt in self._optimizer_list for g in opt.param_groups for p in g["params"]]
             norm = nn.utils.clip_grad_norm_(params, self._max_grad_norm)
             ok = ok & torch.isfinite(norm)
         masked_optimizer_step(

@@ -34,7 +34,7 @@ from alf_entropy.data_structures import StepType
 from alf_entropy.environments import GymVectorEnv
 from alf_entropy.tensor_specs import BoundedTensorSpec
 from alf_entropy.trainers.trainer import Trainer, _check_positive_int, resolve_device
-from alf_entropy.utils import nest
+from alf_entropy.utils import distributed, nest
 from alf_entropy.utils.replay_buffer import ReplayBuffer, Transition
 
 __all__ = ["OffPolicyTrainer"]
@@ -63,6 +63,10 @@ class OffPolicyTrainer(Trainer):
             rows (at least one).  Must not exceed ``num_env_steps``.
         replay_buffer_length: rows the buffer keeps (ALF's name).
         mini_batch_size: rows per update; at most ``replay_buffer_length``.
+            Under ``torchrun`` with ``W`` ranks, ``num_envs``,
+            ``replay_buffer_length`` and ``mini_batch_size`` are totals: each
+            rank keeps ``1/W`` of each (they must divide) and the gradients
+            are averaged, so an update sees ``mini_batch_size`` rows.
         num_updates_per_train_iter: gradient updates per iteration (per
             ``num_envs`` env steps).
         checkpoint_replay_buffer: save the buffer in checkpoints (exact
@@ -127,8 +131,21 @@ class OffPolicyTrainer(Trainer):
                 f"initial_collect_steps ({initial_collect_steps}) must be <= num_env_steps "
                 f"({num_env_steps}): the run would end before learning starts"
             )
+        # Data-parallel (torchrun): each rank holds its share of the totals.
+        world = distributed.env_world_size()
+        for name, value in (
+            ("replay_buffer_length", replay_buffer_length),
+            ("mini_batch_size", mini_batch_size),
+        ):
+            if value % world:
+                raise ValueError(
+                    f"{name} ({value}) is the total over all ranks and must be divisible by "
+                    f"the number of ranks ({world})"
+                )
+        replay_buffer_length //= world
+        mini_batch_size //= world
         self._initial_collect_steps = initial_collect_steps
-        self._learning_starts = max(1, min(initial_collect_steps, replay_buffer_length))
+        self._learning_starts = max(1, min(initial_collect_steps // world, replay_buffer_length))
         self._mini_batch_size = mini_batch_size
         self._num_updates_per_train_iter = num_updates_per_train_iter
         self._checkpoint_replay_buffer = bool(checkpoint_replay_buffer)
@@ -138,7 +155,9 @@ class OffPolicyTrainer(Trainer):
                 "resumed run refills it and is only approximately the same as an "
                 "uninterrupted one"
             )
-        self._replay_buffer = ReplayBuffer(replay_buffer_length, device=resolve_device(device))
+        self._replay_buffer = ReplayBuffer(
+            replay_buffer_length, device=distributed.rank_device(resolve_device(device))
+        )
         super().__init__(
             root_dir,
             env_id=env_id,
@@ -212,7 +231,7 @@ class OffPolicyTrainer(Trainer):
         if self._replay_buffer.size >= self._learning_starts:
             for _ in range(self._num_updates_per_train_iter):
                 algorithm.train_step(self._replay_buffer.sample(self._mini_batch_size))
-        return self._num_envs
+        return self._steps_per_iteration  # all ranks' env steps
 
     def _example_transition(self) -> Transition:
         """A one-row ``Transition`` with the stored shapes and dtypes."""

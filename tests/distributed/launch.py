@@ -58,7 +58,7 @@ def run_ranks(
         ))
     deadline = time.monotonic() + timeout_s
     results = []
-    for r, p in enumerate(procs):
+    for p in procs:
         try:
             out, err = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
             code = p.returncode

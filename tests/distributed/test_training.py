@@ -1,10 +1,13 @@
-"""Data-parallel PPO on two gloo ranks (127.0.0.1): one model, one alpha, resume, faults.
+"""Data-parallel PPO and SAC on two gloo ranks (127.0.0.1): one model, one alpha,
+resume, faults.
 
 ``ppo_run`` trains the shipped PPO CartPole config on two ranks for a few
 iterations; the tests compare the ranks with each other, resume it with
-``torchrun`` and kill a rank of a ``torchrun`` run.
+``torchrun`` and kill a rank of a ``torchrun`` run.  ``test_sac_...`` does
+the same comparison for SAC Pendulum with the staged controller.
 """
 import glob
+import math
 import os
 import shutil
 import signal
@@ -133,3 +136,23 @@ def test_num_envs_must_divide_over_the_ranks(monkeypatch, tmp_path):
     with pytest.raises(ValueError, match=r"num_envs \(3\) is the total over all ranks and "
                                          r"must be divisible by the number of ranks \(2\)"):
         OnPolicyTrainer(str(tmp_path), num_envs=3, num_iterations=1, device="cpu")
+
+
+def test_sac_parameters_and_controller_bit_identical_across_ranks(tmp_path):
+    results = run_ranks("sac_train", str(tmp_path), timeout_s=240)
+    for r, res in enumerate(results):
+        assert res.returncode == 0, f"rank {r} exited {res.returncode}:\n{res.stderr[-4000:]}"
+    r0, r1 = (torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2))
+    assert r0["result"]["env_steps"] == r1["result"]["env_steps"] == 80  # global count
+    _assert_equal_state(r0["algorithm"], r1["algorithm"], "algorithm")
+    for i, (o0, o1) in enumerate(zip(r0["optimizers"], r1["optimizers"])):
+        for p, (s0, s1) in enumerate(zip(o0["state"].values(), o1["state"].values())):
+            _assert_equal_state(s0, s1, f"optimizer {i} param {p}")
+    (log_alpha,) = [v for k, v in r0["algorithm"].items() if k.endswith("_log_alpha")]
+    assert abs(log_alpha.item() - math.log(0.1)) > 1e-6  # the staged controller moved
+    # Each rank's replay buffer (its own transitions) is in rank 0's checkpoint.
+    state = ckpt.load_checkpoint(tmp_path / "run" / "checkpoints" / "ckpt-00000040.pt")
+    bufs = [state["extra"]["replay_buffer"], state["rank_states"][0]["extra"]["replay_buffer"]]
+    assert [b["size"] for b in bufs] == [40, 40]  # one env per rank, 40 iterations
+    # The ranks stepped different envs: their transitions differ.
+    assert not torch.equal(bufs[0]["data"][0], bufs[1]["data"][0])

@@ -213,5 +213,34 @@ def _save_final(trainer, result, out_dir: str) -> None:
     distributed.shutdown()
 
 
+SAC_PARAMS = [
+    "OffPolicyTrainer.num_envs = 2",  # 1 per rank
+    "OffPolicyTrainer.num_iterations = 40",  # 80 env steps over both ranks
+    "OffPolicyTrainer.num_env_steps = 0",
+    "OffPolicyTrainer.initial_collect_steps = 32",
+    "OffPolicyTrainer.replay_buffer_length = 200",
+    "OffPolicyTrainer.mini_batch_size = 16",
+    "OffPolicyTrainer.summary_interval = 10",
+    "OffPolicyTrainer.eval_interval = None",
+    "OffPolicyTrainer.checkpoint_interval = None",
+    "OffPolicyTrainer.progress_bar = False",
+    "ActorDistributionNetwork.fc_layer_params = (32, 32)",
+    "CriticNetworks.fc_layer_params = (32, 32)",
+    "SacAlgorithm.entropy_target_cls = @EntropyTargetAlgorithm",
+]
+"""gin bindings of the 2-rank SAC run (the staged controller: it would drift apart)."""
+
+
+def sac_train(out_dir: str) -> None:
+    """2-rank SAC Pendulum in ``out_dir/run``; saves this rank's final state."""
+    from alf_entropy.trainers.gin_config import parse_gin_config
+    from alf_entropy.trainers.off_policy_trainer import OffPolicyTrainer
+
+    torch.set_num_threads(1)
+    parse_gin_config(["sac_pendulum"], SAC_PARAMS)
+    trainer = OffPolicyTrainer(os.path.join(out_dir, "run"), device="cpu")
+    _save_final(trainer, trainer.train(), out_dir)
+
+
 if __name__ == "__main__":
     globals()[sys.argv[1]](sys.argv[2])
