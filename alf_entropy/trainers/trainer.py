@@ -34,6 +34,16 @@ The base class owns the run around the algorithm-specific iteration:
   with a larger limit continues; one already at its limit logs one line and
   :meth:`Trainer.train` returns ``already_done=True`` at once.
 
+Data-parallel under ``torchrun`` (``WORLD_SIZE > 1``, see
+:mod:`alf_entropy.utils.distributed`): every rank builds the same trainer;
+``num_envs`` and the limits are global totals (each rank steps
+``num_envs / W`` envs with its own seeds, progress counts all ranks' env
+steps); the model starts as rank 0's and its gradients are averaged in
+``update_with_gradient``; rank 0 alone evaluates (the stop verdict is
+broadcast) and writes summaries, the config and checkpoints, which gather
+every rank's RNG, environment and extra state; on resume rank 0 reads the
+checkpoint and sends every rank its part.
+
 Extension points for a subclass (``OnPolicyTrainer``, ``OffPolicyTrainer``):
 
 * ``__init__``: call ``super().__init__(..., steps_per_iteration=...)``
