@@ -72,6 +72,18 @@ class TensorSpec:
         """A zero tensor of this spec with ``outer_dims`` batch dimensions."""
         return torch.zeros(tuple(outer_dims) + self._shape, dtype=self._dtype, device=device)
 
+    def replace(self, shape: Optional[Sequence[int]] = None, dtype: Any = None) -> "TensorSpec":
+        """A copy with ``shape`` and/or ``dtype`` replaced (ALF's ``replace``).
+
+        Args:
+            shape: the new shape, or None to keep it.
+            dtype: the new dtype, or None to keep it.
+
+        Returns:
+            TensorSpec: the new spec.
+        """
+        return TensorSpec(self._shape if shape is None else shape, self._dtype if dtype is None else dtype)
+
     def __eq__(self, other: Any) -> bool:
         return (
             type(self) is type(other)
@@ -127,6 +139,74 @@ class BoundedTensorSpec(TensorSpec):
             )
         self._minimum = np.array(minimum, dtype=np_dtype)
         self._maximum = np.array(maximum, dtype=np_dtype)
+
+    def replace(
+        self,
+        shape: Optional[Sequence[int]] = None,
+        dtype: Any = None,
+        minimum: Optional[_Number] = None,
+        maximum: Optional[_Number] = None,
+    ) -> "BoundedTensorSpec":
+        """A copy with any of ``shape``, ``dtype``, ``minimum``, ``maximum`` replaced.
+
+        Args:
+            shape: the new shape, or None to keep it.
+            dtype: the new dtype, or None to keep it.
+            minimum: the new lower bound, or None to keep it.
+            maximum: the new upper bound, or None to keep it.
+
+        Returns:
+            BoundedTensorSpec: the new spec.
+
+        Raises:
+            ValueError: if the bounds do not fit the new shape (see the constructor).
+        """
+        return BoundedTensorSpec(
+            self._shape if shape is None else shape,
+            self._dtype if dtype is None else dtype,
+            self._minimum if minimum is None else minimum,
+            self._maximum if maximum is None else maximum,
+        )
+
+    def sample(self, outer_dims: Sequence[int] = (), device: Any = None) -> torch.Tensor:
+        """A uniform random tensor within the bounds (ALF's ``sample``).
+
+        Integers are drawn from ``[minimum, maximum]`` inclusive (never outside
+        the dtype's range), floats from ``[minimum, maximum]``.  The draw uses
+        numpy seeded from torch's generator, so ``torch.manual_seed`` makes it
+        reproducible.
+
+        Args:
+            outer_dims: batch dimensions in front of ``shape``.
+            device: the device of the result.
+
+        Returns:
+            torch.Tensor: of shape ``outer_dims + shape`` and the spec's dtype.
+
+        Raises:
+            ValueError: for a float spec with an infinite bound.
+        """
+        shape = tuple(outer_dims) + self._shape
+        rng = np.random.default_rng(int(torch.randint(0, 2**62, ())))
+        np_dtype = torch.empty((), dtype=self._dtype).numpy().dtype
+        lo = np.broadcast_to(self._minimum, shape)
+        hi = np.broadcast_to(self._maximum, shape)
+        if self.is_discrete:
+            if np_dtype == np.bool_:
+                value = rng.integers(lo, hi, size=shape, endpoint=True).astype(np.bool_)
+            else:
+                info = np.iinfo(np_dtype)
+                lo, hi = np.clip(lo, info.min, info.max), np.clip(hi, info.min, info.max)
+                value = rng.integers(lo, hi, size=shape, dtype=np_dtype, endpoint=True)
+        else:
+            if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
+                raise ValueError(f"sample needs finite bounds, got {self!r}")
+            value = (lo + (hi - lo) * rng.random(size=shape)).astype(np_dtype)
+            # Rounding to the dtype may step just outside a bound: clip in it.
+            value = np.clip(value, lo.astype(np_dtype), hi.astype(np_dtype))
+            value = np.where(value < lo, np.nextafter(value, np_dtype.type(np.inf)), value)
+            value = np.where(value > hi, np.nextafter(value, np_dtype.type(-np.inf)), value)
+        return torch.from_numpy(np.ascontiguousarray(value, dtype=np_dtype)).to(device)
 
     @classmethod
     def from_spec(cls, spec: TensorSpec, minimum: _Number, maximum: _Number):

@@ -8,6 +8,7 @@ import pytest
 
 from alf_entropy.algorithms.entropy_target_algorithm import (
     EntropyTargetAlgorithm,
+    FixedEntropyCoefficient,
     NestedEntropyTargetAlgorithm,
     SGDEntropyTargetAlgorithm,
 )
@@ -44,7 +45,8 @@ def test_every_shipped_gin_file_parses(path):
 def test_entropy_target_defaults_file_states_the_true_defaults():
     parse_gin_config([os.path.join(CONFIG_DIR, "entropy_target_defaults.gin")], [])
     checked = 0
-    for cls in (EntropyTargetAlgorithm, NestedEntropyTargetAlgorithm, SGDEntropyTargetAlgorithm):
+    for cls in (EntropyTargetAlgorithm, NestedEntropyTargetAlgorithm, SGDEntropyTargetAlgorithm,
+                FixedEntropyCoefficient):
         params = inspect.signature(cls.__init__).parameters
         for name, param in params.items():
             try:
@@ -53,4 +55,4 @@ def test_entropy_target_defaults_file_states_the_true_defaults():
                 continue  # not bound in the file (e.g. fast_update_rate, see its comment)
             assert bound == param.default, f"{cls.__name__}.{name}: file {bound!r} != {param.default!r}"
             checked += 1
-    assert checked >= 14
+    assert checked >= 18

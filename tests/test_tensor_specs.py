@@ -198,3 +198,49 @@ def test_from_gym_dict_and_tuple():
 def test_from_gym_unsupported_space_raises(space):
     with pytest.raises(TypeError, match="Unsupported"):
         from_gym_space(space)
+
+
+# ------------------------------------------------------- replace and sample (ALF)
+def test_replace_keeps_what_is_not_given():
+    spec = TensorSpec((2,), torch.float32)
+    assert spec.replace(dtype=torch.int32) == TensorSpec((2,), torch.int32)
+    assert spec.replace(shape=(3, 1)) == TensorSpec((3, 1), torch.float32)
+    bounded = BoundedTensorSpec((2,), torch.float32, -1.0, 1.0)
+    assert bounded.replace(maximum=2.0) == BoundedTensorSpec((2,), torch.float32, -1.0, 2.0)
+    assert bounded.replace(shape=(4,)).shape == (4,)
+    assert isinstance(bounded.replace(dtype=torch.float64), BoundedTensorSpec)
+    with pytest.raises(ValueError, match="minimum"):
+        bounded.replace(minimum=3.0)
+
+
+@pytest.mark.parametrize(
+    "dtype,lo,hi",
+    [
+        (torch.int64, 0, 3),
+        (torch.uint8, 0, 255),
+        (torch.int8, -128, 127),
+        (torch.int64, np.iinfo(np.int64).max - 2, np.iinfo(np.int64).max),
+        (torch.int32, np.iinfo(np.int32).min, np.iinfo(np.int32).min + 1),
+    ],
+)
+def test_integer_sample_includes_the_upper_bound_and_stays_in_the_dtype(dtype, lo, hi):
+    torch.manual_seed(0)
+    x = BoundedTensorSpec((2,), dtype, lo, hi).sample(outer_dims=(5000,))
+    assert x.shape == (5000, 2) and x.dtype == dtype
+    values = set(x.flatten().tolist())
+    assert values == set(range(int(lo), int(hi) + 1))
+
+
+def test_float_sample_is_within_bounds_even_when_they_round_in_float32():
+    torch.manual_seed(0)
+    spec = BoundedTensorSpec((3,), torch.float32, [-1.0, 0.0, 0.1], [0.1, 1e-30, 0.3])
+    x = spec.sample(outer_dims=(5, 2000)).double().numpy()
+    assert x.shape == (5, 2000, 3)
+    assert (x >= spec.minimum).all() and (x <= spec.maximum).all()
+    assert x[..., 0].max() > 0.09 and x[..., 0].min() < -0.99  # it covers the range
+    torch.manual_seed(1)
+    a = spec.sample((4,))
+    torch.manual_seed(1)
+    assert torch.equal(a, spec.sample((4,)))  # reproducible from torch's seed
+    with pytest.raises(ValueError, match="finite"):
+        BoundedTensorSpec((), torch.float32, -np.inf, 0.0).sample()

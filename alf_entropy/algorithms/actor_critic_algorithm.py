@@ -49,7 +49,7 @@ import torch.nn as nn
 from alf_entropy.algorithms.algorithm import Algorithm, OptimizerArg, combine_loss_infos
 from alf_entropy.data_structures import AlgStep, Experience, LossInfo, StepType, TimeStep, namedtuple
 from alf_entropy.networks import ActorDistributionNetwork, ValueNetwork, mode_of
-from alf_entropy.utils import dist_utils, nest, schedulers, summary, value_ops
+from alf_entropy.utils import dist_utils, math_ops, nest, schedulers, summary, value_ops
 
 __all__ = [
     "ActorCriticInfo",
@@ -87,13 +87,12 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
     Args:
         x: a tensor.
-        mask: a bool or float tensor of ``x``'s shape.
+        mask: a bool or 0/1 tensor broadcastable with ``x``.
 
     Returns:
         torch.Tensor: a scalar; 0 if the mask is empty (no host sync).
     """
-    mask = mask.to(x.dtype)
-    return (x * mask).sum() / mask.sum().clamp(min=1.0)
+    return math_ops.masked_mean(x, mask)[0]
 
 
 def _masked_normalize(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
@@ -121,6 +120,18 @@ def default_optimizer(params: List[nn.Parameter]) -> torch.optim.Optimizer:
     # on CUDA anyway; on the CPU it computes the same values as the per-tensor
     # loop, with less Python overhead per step.
     return torch.optim.Adam(params, lr=3e-4, eps=1e-5, foreach=True)
+
+
+_ENTROPY_TARGET_UPDATES = ("per_minibatch", "per_iteration")
+
+
+def _sum_leaves(value: Any) -> torch.Tensor:
+    """The sum over a nest of tensors (the tensor itself if not nested)."""
+    leaves = nest.flatten(value)
+    total = leaves[0]
+    for leaf in leaves[1:]:
+        total = total + leaf
+    return total
 
 
 def _is_nested_spec(spec: Any) -> bool:
@@ -170,6 +181,14 @@ class ActorCriticAlgorithm(Algorithm):
             means ``EntropyTargetAlgorithm`` (``NestedEntropyTargetAlgorithm``
             for a nested ``action_spec``).  Only used with
             ``enforce_entropy_target``.
+        entropy_target_update: when the controller advances:
+            ``"per_minibatch"`` (ALF's, the default: once per gradient update)
+            or ``"per_iteration"`` (once per unroll, after all updates, from
+            the mean entropy of its minibatches; the minibatches use the
+            ``alpha`` of the iteration's start).  With many minibatches per
+            unroll the fast rate (log 2 per update) can swing ``alpha`` by
+            orders of magnitude within one unroll; once per unroll it moves
+            at most one step per unroll.
         max_grad_norm: clip the global gradient norm to this (``None``: no
             clipping).
         num_epochs: passes over each unroll (1 for A2C).
@@ -198,6 +217,7 @@ class ActorCriticAlgorithm(Algorithm):
         entropy_regularization: Optional[Union[float, Callable[[], float]]] = None,
         enforce_entropy_target: bool = False,
         entropy_target_cls: Optional[Callable[..., Algorithm]] = None,
+        entropy_target_update: str = "per_minibatch",
         max_grad_norm: Optional[float] = 0.5,
         num_epochs: int = 1,
         num_minibatches: int = 1,
@@ -230,6 +250,13 @@ class ActorCriticAlgorithm(Algorithm):
             raise TypeError("actor_network_ctor must be callable")
         if not callable(value_network_ctor):
             raise TypeError("value_network_ctor must be callable")
+        if entropy_target_update not in _ENTROPY_TARGET_UPDATES:
+            raise ValueError(
+                f"entropy_target_update must be one of {_ENTROPY_TARGET_UPDATES}, got "
+                f"{entropy_target_update!r}"
+            )
+        self._per_iteration = entropy_target_update == "per_iteration"
+        self._iteration_entropies: List[Any] = []
         if enforce_entropy_target and entropy_regularization is not None:
             raise ValueError(
                 "entropy_regularization must be None when enforce_entropy_target is "
@@ -412,11 +439,16 @@ class ActorCriticAlgorithm(Algorithm):
         value = self._value_network(observation)
         log_prob = self._log_prob(dist, inputs.action)
         entropy_target_info = ()
-        if self._entropy_target_algorithm is not None:
+        if self._entropy_target_algorithm is None:
+            entropy, entropy_for_gradient = dist_utils.entropy_with_fallback(dist)
+        else:
+            # The entropy is computed once, by the controller; the summaries
+            # and the loss use the same values (and samples).
             entropy_target_info = self._entropy_target_algorithm.train_step(
                 dist, inputs.step_type
             ).info
-        entropy, entropy_for_gradient = dist_utils.entropy_with_fallback(dist)
+            entropy = -_sum_leaves(entropy_target_info.loss.extra.neg_entropy)
+            entropy_for_gradient = -_sum_leaves(entropy_target_info.loss.loss)
         return AlgStep(
             output=(),
             state=state,
@@ -516,9 +548,20 @@ class ActorCriticAlgorithm(Algorithm):
         )
         if self._entropy_target_algorithm is None:
             return main
-        entropy_loss = self._entropy_target_algorithm.calc_loss(
-            experience, train_info.entropy_target, valid_mask=mask
-        )
+        controller = self._entropy_target_algorithm
+        if self._per_iteration:
+            # No update here: record the minibatch's mean entropy (per action
+            # leaf) for the one update at the end of train_from_unroll.
+            info = train_info.entropy_target
+            entropy = nest.map_structure(torch.neg, info.loss.extra.neg_entropy)
+            self._iteration_entropies.append(
+                nest.map_structure(lambda e: masked_mean(e.detach(), mask), entropy)
+            )
+            entropy_loss = controller.entropy_loss(
+                entropy, mask, nest.map_structure(torch.neg, info.loss.loss), update=False
+            )
+        else:
+            entropy_loss = controller.calc_loss(experience, train_info.entropy_target, valid_mask=mask)
         return combine_loss_infos(main, entropy_target=entropy_loss)
 
     @staticmethod
@@ -588,6 +631,12 @@ class ActorCriticAlgorithm(Algorithm):
                 )
                 self.after_update()
                 last_batch = batch
+        if self._iteration_entropies:  # entropy_target_update="per_iteration"
+            means = self._iteration_entropies
+            self._iteration_entropies = []
+            self._entropy_target_algorithm.adjust_alpha(
+                nest.map_structure(lambda *m: torch.stack(m).mean(), *means)
+            )
         if summary.should_record_summaries():
             self.summarize_train(last_batch, loss_info, train_info, mask)
         return loss_info, train_info, mask

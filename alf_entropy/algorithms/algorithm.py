@@ -101,6 +101,7 @@ class Algorithm(nn.Module):
             optimizer if isinstance(optimizer, torch.optim.Optimizer) else None
         )
         self._on_policy: Optional[bool] = None
+        self._parent_optimizer: Optional[torch.optim.Optimizer] = None
 
     # ------------------------------------------------------------------ info
     @property
@@ -117,6 +118,15 @@ class Algorithm(nn.Module):
     def on_policy(self) -> Optional[bool]:
         """True/False once set by ``set_on_policy``; ``None`` before."""
         return self._on_policy
+
+    @property
+    def parent_optimizer(self) -> Optional[torch.optim.Optimizer]:
+        """The ancestor's optimiser that trains this algorithm's parameters.
+
+        Set when the ancestor's ``optimizers()`` is built; None for an
+        algorithm with its own optimiser or outside any tree.
+        """
+        return self._parent_optimizer
 
     def set_on_policy(self, on_policy: bool) -> None:
         """Declare whether training is on-policy; propagates to sub-algorithms.
@@ -234,7 +244,9 @@ class Algorithm(nn.Module):
         """
         return self._collect_optimizers(is_root=True)
 
-    def _collect_optimizers(self, is_root: bool) -> List[torch.optim.Optimizer]:
+    def _collect_optimizers(
+        self, is_root: bool, inherited: Optional[torch.optim.Optimizer] = None
+    ) -> List[torch.optim.Optimizer]:
         result: List[torch.optim.Optimizer] = []
         if self._optimizer_arg is not None:
             if self._optimizer is None:
@@ -246,7 +258,9 @@ class Algorithm(nn.Module):
                         f"{type(self._optimizer).__name__}, not a torch Optimizer"
                     )
             result.append(self._optimizer)
+            inherited = self._optimizer
         else:
+            self._parent_optimizer = inherited
             orphans = [p for p in self._own_parameters() if p.requires_grad]
             if orphans and is_root:
                 raise ValueError(
@@ -254,7 +268,7 @@ class Algorithm(nn.Module):
                     "optimizer; pass optimizer=... to this algorithm"
                 )
         for alg in self.sub_algorithms():
-            result.extend(alg._collect_optimizers(is_root=False))
+            result.extend(alg._collect_optimizers(is_root=False, inherited=inherited))
         return result
 
     def update_with_gradient(

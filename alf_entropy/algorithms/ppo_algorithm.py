@@ -59,6 +59,8 @@ class PPOAlgorithm(ActorCriticAlgorithm):
             controller.
         entropy_target_cls: the controller class (see
             ``ActorCriticAlgorithm``).
+        entropy_target_update: ``"per_minibatch"`` (default) or
+            ``"per_iteration"`` (see ``ActorCriticAlgorithm``).
         max_grad_norm: global gradient-norm clipping (``None``: none).
         num_epochs: passes over each unroll (>= 1).
         num_minibatches: shuffled minibatches per pass (>= 1).
@@ -86,6 +88,7 @@ class PPOAlgorithm(ActorCriticAlgorithm):
         entropy_regularization: Optional[Union[float, Callable[[], float]]] = None,
         enforce_entropy_target: bool = False,
         entropy_target_cls: Optional[Callable[..., Algorithm]] = None,
+        entropy_target_update: str = "per_minibatch",
         max_grad_norm: Optional[float] = 0.5,
         num_epochs: int = 4,
         num_minibatches: int = 4,
@@ -117,6 +120,7 @@ class PPOAlgorithm(ActorCriticAlgorithm):
             entropy_regularization=entropy_regularization,
             enforce_entropy_target=enforce_entropy_target,
             entropy_target_cls=entropy_target_cls,
+            entropy_target_update=entropy_target_update,
             max_grad_norm=max_grad_norm,
             num_epochs=num_epochs,
             num_minibatches=num_minibatches,

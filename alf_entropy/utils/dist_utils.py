@@ -30,6 +30,7 @@ import torch.distributions as td
 
 from alf_entropy.tensor_specs import BoundedTensorSpec, TensorSpec
 from alf_entropy.utils import nest
+from alf_entropy.utils.checks import check_int
 
 __all__ = [
     "calc_default_target_entropy",
@@ -291,8 +292,7 @@ def estimated_entropy(
             f"estimated_entropy: dist must be a torch.distributions.Distribution, "
             f"got {type(dist).__name__}"
         )
-    if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
-        raise ValueError(f"estimated_entropy: num_samples must be an int >= 1, got {num_samples!r}")
+    check_int("num_samples", num_samples, minimum=1)
     sample_shape = torch.Size([num_samples])
     if dist.has_rsample:
         x = dist.rsample(sample_shape)

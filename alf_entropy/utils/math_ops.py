@@ -30,13 +30,15 @@ def masked_mean(
     if mask is None:
         count = x.new_full((), x.numel(), dtype=torch.int64)
         return x.sum() / count.clamp(min=1), count
-    try:
-        x, mask = torch.broadcast_tensors(x, mask)
-    except RuntimeError as e:
-        raise ValueError(
-            f"{name} of shape {tuple(mask.shape)} does not broadcast against the "
-            f"shape {tuple(x.shape)}"
-        ) from e
-    mask = mask != 0
+    if mask.shape != x.shape:
+        try:
+            x, mask = torch.broadcast_tensors(x, mask)
+        except RuntimeError as e:
+            raise ValueError(
+                f"{name} of shape {tuple(mask.shape)} does not broadcast against the "
+                f"shape {tuple(x.shape)}"
+            ) from e
+    if mask.dtype != torch.bool:
+        mask = mask != 0
     count = mask.sum()
     return torch.where(mask, x, 0.0).sum() / count.clamp(min=1), count

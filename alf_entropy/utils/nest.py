@@ -2,8 +2,8 @@
 
 A thin layer over `optree <https://github.com/metaopt/optree>`_ with ALF's
 function names, so algorithm code can say ``nest.map_structure(f, info)``
-without caring how the tree is walked.  ``None`` is an empty node (no leaves),
-as in ``tf.nest``/ALF; ``()`` is an empty tuple.
+without caring how the tree is walked.  ``None`` is a leaf, as in ALF
+(``flatten(None) == [None]``); ``()`` is an empty node.
 """
 from typing import Any, Callable, List, Tuple
 
@@ -28,7 +28,7 @@ def is_nested(value: Any) -> bool:
 
 def flatten(nest: Any) -> List[Any]:
     """Leaves of ``nest`` in a deterministic order (dicts by sorted key)."""
-    return optree.tree_leaves(nest)
+    return optree.tree_leaves(nest, none_is_leaf=True)
 
 
 def _entry_str(entry: Any) -> str:
@@ -51,13 +51,13 @@ def flatten_with_path(nest: Any) -> List[Tuple[str, Any]]:
     e.g. ``{"a": TimeStep(reward=r)}`` gives ``[("a.reward", r)]``.  A bare
     leaf has path ``""``.
     """
-    accessors, leaves, _ = optree.tree_flatten_with_accessor(nest)
+    accessors, leaves, _ = optree.tree_flatten_with_accessor(nest, none_is_leaf=True)
     return [(_accessor_str(a), leaf) for a, leaf in zip(accessors, leaves)]
 
 
 def pack_sequence_as(structure: Any, flat: List[Any]) -> Any:
     """Inverse of ``flatten``: put ``flat`` leaves into ``structure``'s shape."""
-    treespec = optree.tree_structure(structure)
+    treespec = optree.tree_structure(structure, none_is_leaf=True)
     flat = list(flat)
     if len(flat) != treespec.num_leaves:
         raise ValueError(
@@ -69,8 +69,8 @@ def pack_sequence_as(structure: Any, flat: List[Any]) -> Any:
 
 def assert_same_structure(nest1: Any, nest2: Any) -> None:
     """Raise ``ValueError`` unless both nests have the same tree structure."""
-    s1 = optree.tree_structure(nest1)
-    s2 = optree.tree_structure(nest2)
+    s1 = optree.tree_structure(nest1, none_is_leaf=True)
+    s2 = optree.tree_structure(nest2, none_is_leaf=True)
     if s1 != s2:
         raise ValueError(f"Nests have different structures: {s1} vs {s2}")
 
@@ -81,7 +81,7 @@ def map_structure(func: Callable[..., Any], *nests: Any) -> Any:
         raise ValueError("map_structure needs at least one nest")
     for other in nests[1:]:
         assert_same_structure(nests[0], other)
-    return optree.tree_map(func, *nests)
+    return optree.tree_map(func, *nests, none_is_leaf=True)
 
 
 def map_structure_with_path(func: Callable[..., Any], *nests: Any) -> Any:
@@ -110,6 +110,6 @@ def flatten_up_to(shallow: Any, nest: Any) -> List[Any]:
             ``shallow``'s leaves.
     """
     try:
-        return optree.tree_structure(shallow).flatten_up_to(nest)
+        return optree.tree_structure(shallow, none_is_leaf=True).flatten_up_to(nest)
     except (ValueError, TypeError) as e:
         raise ValueError(f"Nest does not match the structure of {shallow!r}: {e}") from e

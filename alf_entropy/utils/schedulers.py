@@ -36,11 +36,13 @@ from typing import Any, Callable, Dict, List, Mapping, Sequence, Tuple, Union
 import gin
 
 from alf_entropy.utils import summary
+from alf_entropy.utils.checks import is_real
 
 __all__ = [
     "PROGRESS_TYPES",
     "update_progress",
     "get_progress",
+    "progress_was_fed",
     "reset_progress",
     "get_all_progress",
     "set_all_progress",
@@ -62,16 +64,13 @@ PROGRESS_TYPES: Tuple[str, ...] = (
 
 # Progress values stored here; "global_counter" lives in ``summary``.
 _progress: Dict[str, float] = {"iterations": 0.0, "env_steps": 0.0, "percent": 0.0}
-
-
-def _is_real(x: Any) -> bool:
-    """Whether ``x`` is a real number (bools and tensors excluded)."""
-    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+# Progress types set by update_progress since the last reset_progress.
+_fed: set = set()
 
 
 def _check_real(x: Any, arg_name: str, finite: bool = True) -> float:
     """Return ``float(x)`` or raise ValueError naming ``arg_name``."""
-    if not _is_real(x):
+    if not is_real(x):
         raise ValueError(f"{arg_name} must be a real number, got {x!r}")
     value = float(x)
     if finite and not math.isfinite(value):
@@ -108,6 +107,7 @@ def update_progress(progress_type: str, value: numbers.Real) -> None:
     v = _check_real(value, "value")
     if v < 0:
         raise ValueError(f"value (progress {progress_type!r}) must be >= 0, got {v}")
+    _fed.add(progress_type)
     if progress_type == "global_counter":
         if v != int(v):
             raise ValueError(f"value for 'global_counter' must be an integer, got {v}")
@@ -138,7 +138,23 @@ def reset_progress() -> None:
     """Set every progress, the summary global counter included, to 0."""
     for key in _progress:
         _progress[key] = 0.0
+    _fed.clear()
     summary.set_global_counter(0)
+
+
+def progress_was_fed(progress_type: str) -> bool:
+    """Whether this progress was ever set (by :func:`update_progress`, or is non-zero).
+
+    A scheduler whose progress is never fed stays at its first value; the
+    entropy controllers use this to warn about a forgotten ``update_progress``.
+
+    Args:
+        progress_type: one of :data:`PROGRESS_TYPES`.
+
+    Returns:
+        bool: True once it was set since the last :func:`reset_progress`.
+    """
+    return progress_type in _fed or get_progress(progress_type) != 0
 
 
 def get_all_progress() -> Dict[str, float]:
@@ -265,6 +281,17 @@ class Scheduler:
         """
         raise NotImplementedError(f"{type(self).__name__} must implement final_value")
 
+    def max_value(self) -> float:
+        """Return the largest value the schedule can produce (may be inf).
+
+        Returns:
+            float: the supremum of the values over all progress.
+
+        Raises:
+            NotImplementedError: in the base class (unknown).
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not know its max_value")
+
 
 @gin.configurable
 class ConstantScheduler:
@@ -283,7 +310,7 @@ class ConstantScheduler:
         Raises:
             TypeError: if ``value`` is not a real number.
         """
-        if not _is_real(value):
+        if not is_real(value):
             raise TypeError(f"value must be a real number, got {type(value).__name__}")
         self._value = float(value)
 
@@ -296,6 +323,14 @@ class ConstantScheduler:
         return self._value
 
     def final_value(self) -> float:
+        """Return the constant.
+
+        Returns:
+            float: ``value``.
+        """
+        return self._value
+
+    def max_value(self) -> float:
         """Return the constant.
 
         Returns:
@@ -383,6 +418,15 @@ class StepScheduler(Scheduler):
         """
         return self._values[-1]
 
+    def max_value(self) -> float:
+        """Return the largest value (0 counts when there is a warm-up or a start).
+
+        Returns:
+            float: the largest value.
+        """
+        ramp = (0.0,) if self._start > 0 or self._warm_up_period > 0 else ()
+        return max(self._values + ramp)
+
     def __repr__(self) -> str:
         """Return an ALF-style, constructor-like description."""
         return "StepScheduler('%s', %s, warm_up_period=%s, start=%s)" % (
@@ -455,6 +499,14 @@ class LinearScheduler(Scheduler):
         """
         return self._values[-1]
 
+    def max_value(self) -> float:
+        """Return the largest knot value.
+
+        Returns:
+            float: the largest value.
+        """
+        return max(self._values)
+
     def __repr__(self) -> str:
         """Return an ALF-style, constructor-like description."""
         return "LinearScheduler('%s', %s)" % (
@@ -520,6 +572,14 @@ class ExponentialScheduler(Scheduler):
         if self._decay_rate == 1:
             return self._initial_value
         return math.copysign(math.inf, self._initial_value)
+
+    def max_value(self) -> float:
+        """Return the supremum over progress >= 0.
+
+        Returns:
+            float: ``initial_value`` or the limit, whichever is larger.
+        """
+        return max(self._initial_value, self.final_value())
 
     def __repr__(self) -> str:
         """Return an ALF-style, constructor-like description."""
@@ -625,6 +685,14 @@ class CyclicalScheduler(Scheduler):
         """
         raise RuntimeError("CyclicalScheduler is cyclical and has no final value.")
 
+    def max_value(self) -> float:
+        """Return the larger bound.
+
+        Returns:
+            float: ``max(base_lr, bound_lr)``.
+        """
+        return max(self._base_lr, self._bound_lr)
+
     def __repr__(self) -> str:
         """Return an ALF-style, constructor-like description."""
         return (
@@ -657,7 +725,7 @@ def as_scheduler(
     """
     if callable(value_or_scheduler):
         return value_or_scheduler
-    if _is_real(value_or_scheduler):
+    if is_real(value_or_scheduler):
         return ConstantScheduler(value_or_scheduler)
     raise TypeError(
         f"value_or_scheduler must be a real number or a zero-argument callable, "

@@ -32,6 +32,8 @@ from typing import Any, Callable, List, Optional, Tuple, Union
 import torch
 from torch.utils.tensorboard import SummaryWriter
 
+from alf_entropy.utils.checks import check_int
+
 __all__ = [
     "create_summary_writer",
     "set_default_writer",
@@ -86,8 +88,7 @@ def create_summary_writer(
         raise ValueError(f"root_dir must be a non-empty path string, got {root_dir!r}")
     if not isinstance(flush_secs, numbers.Real) or not flush_secs > 0:
         raise ValueError(f"flush_secs must be a number > 0, got {flush_secs!r}")
-    if isinstance(max_queue, bool) or not isinstance(max_queue, int) or max_queue < 1:
-        raise ValueError(f"max_queue must be an int >= 1, got {max_queue!r}")
+    check_int("max_queue", max_queue, minimum=1)
     return SummaryWriter(log_dir=root_dir, flush_secs=flush_secs, max_queue=max_queue)
 
 

@@ -219,11 +219,17 @@ def test_nested_spec_uses_nested_controller_and_summed_log_prob():
     assert float(alg.entropy_coefficient()) > 0
 
 
-def test_entropy_target_cls_swaps_in_sgd_controller():
-    alg = _alg(enforce_entropy_target=True, entropy_target_cls=SGDEntropyTargetAlgorithm)
+@pytest.mark.parametrize("own_optimizer", [False, True])
+def test_entropy_target_cls_swaps_in_sgd_controller(own_optimizer):
+    # optimizer=None (ALF's default): the parent's optimiser trains log_alpha.
+    cls = SGDEntropyTargetAlgorithm
+    if own_optimizer:
+        cls = functools.partial(cls, optimizer=functools.partial(torch.optim.Adam, lr=0.1))
+    alg = _alg(enforce_entropy_target=True, entropy_target_cls=cls)
     controller = alg.entropy_target_algorithm
     assert isinstance(controller, SGDEntropyTargetAlgorithm)
-    assert len(alg.optimizers()) == 2  # its own optimiser for log_alpha
+    assert len(alg.optimizers()) == (2 if own_optimizer else 1)
+    assert (controller.parent_optimizer is None) == own_optimizer
     before = controller.log_alpha.clone()
     exp, final = _unroll(alg, [[F, M], [M, M], [M, M]])
     alg.train_from_unroll(exp, final)

@@ -6,6 +6,7 @@ with no ``isinstance`` checks: ``adjust_alpha`` with a float or a tensor,
 ``predict_step``, the common properties and ``from_space``, on the CPU and
 (where available) on CUDA.
 """
+import contextlib
 import functools
 
 import gin
@@ -33,13 +34,29 @@ FACTORIES = {
     ),
     "fixed": lambda: FixedEntropyCoefficient.from_space(SPACE, alpha=0.2),
 }
-DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+DEVICES = [
+    "cpu",
+    pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")),
+]
 
 
 def _entropy(controller, value):
     """``value`` in the form ``adjust_alpha`` takes for this controller's spec."""
     spec = controller.action_spec
     return value if not isinstance(spec, dict) else {k: value for k in spec}
+
+
+@contextlib.contextmanager
+def _no_host_sync(device):
+    """On CUDA, make any synchronising call inside the block raise."""
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+    try:
+        yield
+    finally:
+        if device == "cuda":
+            torch.cuda.set_sync_debug_mode("default")
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -52,35 +69,36 @@ def test_every_controller_has_the_same_interface(kind, device):
     assert isinstance(controller.target_entropy, float)
     assert controller.stage.shape == ()
     assert controller.predict_step() == AlgStep()
-    # Float and tensor inputs; entropy far above the target lowers alpha.
-    a1 = controller.adjust_alpha(_entropy(controller, 1.3))
-    a2 = controller.adjust_alpha(_entropy(controller, torch.tensor(1.35, device=device)))
+    tensor_entropy = torch.tensor(1.35, device=device)
+    ent = torch.full((3, 2), 0.9, device=device)
+    ent[:, 1] = float("nan")  # masked out below: ignored
+    ent.requires_grad_()
+    mask = torch.tensor([True, False], device=device)  # broadcasts over time
+    dist = _entropy(controller, torch.distributions.Categorical(logits=torch.zeros(3, 2, 4, device=device)))
+    step_type = torch.full((3, 2), StepType.MID, device=device)
+    with _no_host_sync(device):
+        a1 = controller.adjust_alpha(_entropy(controller, 1.3))  # a Python float
+        a2 = controller.adjust_alpha(_entropy(controller, tensor_entropy))
+        alpha_before_loss = controller.alpha.clone()
+        li = controller.entropy_loss(_entropy(controller, ent), mask)
+        alpha_after_loss = controller.alpha.clone()
+        info = controller.rollout_step(dist, step_type).info
+        li2 = controller.calc_loss(Experience(step_type=step_type), info)
     for a in (a1, a2):
         assert a.shape == () and a.device.type == device
+    # Entropy far above the target lowers alpha (the fixed one stays put).
     if kind == "fixed":
         assert a2.item() == pytest.approx(0.2)
     else:
         assert a2.item() < alpha0.item()
-    # The loss helper: -alpha * entropy per element, NaN in masked-out steps ignored.
-    entropy = torch.full((3, 2), 0.9, device=device, requires_grad=True)
-    mask = torch.tensor([True, False], device=device)  # broadcasts over time
-    ent = entropy.detach().clone()
-    ent[:, 1] = float("nan")
-    ent.requires_grad_()
-    li = controller.entropy_loss(_entropy(controller, ent), mask)
-    loss = li.loss
-    assert loss.shape == (3, 2)
-    torch.testing.assert_close(loss[:, 0], -controller.alpha.detach().expand(3) * 0.9)
-    # The actor-critic path: train_step + calc_loss with a step_type.
-    dist = torch.distributions.Categorical(logits=torch.zeros(3, 2, 4, device=device))
-    dist = _entropy(controller, dist)
-    step_type = torch.full((3, 2), StepType.MID, device=device)
-    info = controller.rollout_step(dist, step_type).info
-    li = controller.calc_loss(Experience(step_type=step_type), info)
+    # -alpha * entropy per element; SGD's alpha moves only with an optimiser step.
     assert li.loss.shape == (3, 2)
-    scalar = li.scalar_loss
-    assert (kind == "sgd") == isinstance(scalar, torch.Tensor)
-    del entropy
+    alpha_used = alpha_before_loss if kind == "sgd" else alpha_after_loss
+    if kind != "nested":  # the nested loss sums its leaves' alphas
+        expected = (-alpha_used * 0.9).expand(3)
+        torch.testing.assert_close(li.loss[:, 0].detach(), expected)
+    assert li2.loss.shape == (3, 2)
+    assert (kind == "sgd") == isinstance(li2.scalar_loss, torch.Tensor)
 
 
 def test_sgd_adjust_alpha_steps_its_optimiser_in_the_gradient_direction():

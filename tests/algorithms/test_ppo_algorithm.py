@@ -1,5 +1,8 @@
 """Tests for alf_entropy.algorithms.ppo_algorithm (PPO-clip)."""
 import functools
+import math
+
+import numpy as np
 
 import pytest
 import torch
@@ -170,3 +173,47 @@ def test_summaries_written_only_when_recording(tmp_path, monkeypatch):
 def test_bad_clipping(clip):
     with pytest.raises(ValueError, match="importance_ratio_clipping"):
         _ppo(importance_ratio_clipping=clip)
+
+
+class _RecordingController(EntropyTargetAlgorithm):
+    """Counts updates and records alpha after each."""
+
+    def __init__(self, action_spec, debug_summaries=False):
+        super().__init__(action_spec, target_entropy=0.6, initial_alpha=0.01,
+                         skip_free_stage=True, debug_summaries=debug_summaries)
+        self.alphas = []
+
+    def _update(self, entropy, count):
+        alpha, loss = super()._update(entropy, count)
+        self.alphas.append(alpha.item())
+        return alpha, loss
+
+
+def test_entropy_target_update_frequency_on_cartpole(tmp_path):
+    from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
+
+    torch.set_num_threads(1)
+    iterations, epochs, minibatches = 3, 2, 4
+    alphas = {}
+    for frequency in ("per_minibatch", "per_iteration"):
+        ctor = functools.partial(
+            PPOAlgorithm, enforce_entropy_target=True, entropy_target_cls=_RecordingController,
+            num_epochs=epochs, num_minibatches=minibatches, entropy_target_update=frequency)
+        trainer = OnPolicyTrainer(str(tmp_path / frequency), algorithm_ctor=ctor, num_envs=2,
+                                  unroll_length=16, num_iterations=iterations, progress_bar=False,
+                                  device="cpu", eval_interval=None)
+        trainer.train()
+        alphas[frequency] = np.array([0.01] + trainer.algorithm.entropy_target_algorithm.alphas)
+    # One update per minibatch (ALF's default) or one per unroll.
+    assert len(alphas["per_minibatch"]) == 1 + iterations * epochs * minibatches
+    assert len(alphas["per_iteration"]) == 1 + iterations
+    for a in alphas.values():  # each update moves log_alpha by at most log 2
+        log_steps = np.abs(np.diff(np.log(a)))
+        assert (log_steps <= math.log(2) + 1e-5).all() and (log_steps > 0).any()
+    spread = {k: np.log(a.max() / a.min()) for k, a in alphas.items()}
+    assert spread["per_iteration"] < spread["per_minibatch"]
+
+
+def test_entropy_target_update_must_be_known():
+    with pytest.raises(ValueError, match="entropy_target_update"):
+        _ppo(entropy_target_update="per_epoch")

@@ -36,11 +36,15 @@ def test_flatten_mixed_nest():
     assert nest.flatten(n) == [4, 1, 2, 3]
 
 
-def test_none_is_an_empty_node():
-    assert nest.flatten([1, None, 2]) == [1, 2]
-    assert nest.flatten(None) == []
-    assert nest.map_structure(lambda x: x * 10, [1, None, 2]) == [10, None, 20]
-    assert nest.pack_sequence_as({"a": None, "b": 0}, [7]) == {"a": None, "b": 7}
+def test_none_is_a_leaf_as_in_alf():
+    assert nest.flatten(None) == [None]
+    assert nest.flatten([1, None, 2]) == [1, None, 2]
+    assert nest.map_structure(lambda x: x is None, [1, None]) == [False, True]
+    assert nest.pack_sequence_as({"a": None, "b": 0}, [7, 8]) == {"a": 7, "b": 8}
+    assert nest.flatten_with_path({"a": None}) == [("a", None)]
+    nest.assert_same_structure({"a": None}, {"a": 1})
+    with pytest.raises(ValueError):
+        nest.assert_same_structure([None], [])
 
 
 def test_is_nested():

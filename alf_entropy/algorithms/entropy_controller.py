@@ -1,0 +1,394 @@
+"""The interface every entropy controller shares, and the fixed coefficient.
+
+An entropy controller turns a policy's entropy into the coefficient ``alpha``
+of its entropy bonus.  Every controller (``EntropyTargetAlgorithm``,
+``SGDEntropyTargetAlgorithm``, ``NestedEntropyTargetAlgorithm``,
+``FixedEntropyCoefficient``) has the same members:
+
+* ``adjust_alpha(entropy)``: one update from a batch-mean entropy (a float
+  or a tensor); returns the new ``alpha``.
+* ``entropy_loss(entropy, mask=None, entropy_for_gradient=None)``: one update
+  from the masked mean of a batch of entropies; returns ``LossInfo(loss=-alpha
+  * entropy per element, scalar_loss=the controller's own loss or ())``.
+* as a sub-algorithm (ALF): ``predict_step``, ``rollout_step``/``train_step``
+  (the distribution's entropy) and ``calc_loss(experience, info,
+  valid_mask)`` (masks ``LAST`` steps, calls ``entropy_loss``).
+* ``alpha``, ``target_entropy``, ``stage``, ``leaf_algorithms()``,
+  ``state_dict()`` and ``from_space(space, **kwargs)``.
+
+Nothing on this interface reads a tensor value on the host.
+"""
+import functools
+import math
+import warnings
+from typing import Any, Callable, Dict, Optional, Tuple, Union
+
+import gin
+import torch
+from absl import logging
+
+from alf_entropy.algorithms.algorithm import Algorithm, OptimizerArg
+from alf_entropy.data_structures import (
+    AlgStep,
+    Experience,
+    LossInfo,
+    StepType,
+    namedtuple,
+)
+from alf_entropy.tensor_specs import TensorSpec, from_gym_space
+from alf_entropy.utils import distributed, nest, schedulers, summary
+from alf_entropy.utils.checks import check_real, is_real
+from alf_entropy.utils.dist_utils import (
+    calc_default_target_entropy,
+    calc_max_possible_entropy,
+    entropy_with_fallback,
+)
+from alf_entropy.utils.math_ops import masked_mean
+
+__all__ = [
+    "EntropyTargetLossInfo",
+    "EntropyTargetInfo",
+    "TargetEntropy",
+    "EntropyController",
+    "FixedEntropyCoefficient",
+]
+
+EntropyTargetLossInfo = namedtuple("EntropyTargetLossInfo", ["neg_entropy"], default_value=())
+"""``extra`` of a controller's ``LossInfo``: the per-step negative entropy."""
+
+EntropyTargetInfo = namedtuple("EntropyTargetInfo", ["loss"], default_value=())
+"""``info`` of a controller's ``rollout_step``/``train_step``."""
+
+TargetArg = Optional[Union[float, Callable[[], float]]]
+PROGRESS_GRACE = 10
+"""Updates after which a scheduled target whose progress was never fed warns."""
+
+
+class TargetEntropy:
+    """A target entropy (number, scheduler or callable), evaluated on the host.
+
+    No value above the largest entropy the action spec allows (``reachable``)
+    is ever used: a constant, or a scheduler whose values are known
+    (``Scheduler.max_value``), above it is rejected here; any other callable
+    is clamped to it with one warning.  A scheduler whose progress is never
+    fed warns once after ``PROGRESS_GRACE`` updates.
+
+    Args:
+        target_entropy: a number, a zero-argument callable, or None for the
+            sum of ``calc_default_target_entropy`` over the spec.
+        action_spec: nest of ``BoundedTensorSpec``.
+        name: the controller's name, for messages.
+
+    Raises:
+        TypeError: if ``target_entropy`` is neither a number nor callable.
+        ValueError: if it is not finite or can exceed the reachable entropy.
+    """
+
+    def __init__(self, target_entropy: TargetArg, action_spec: Any, name: str):
+        specs = nest.flatten(action_spec)
+        self.reachable = float(sum(calc_max_possible_entropy(s) for s in specs))
+        if target_entropy is None:
+            target_entropy = float(sum(calc_default_target_entropy(s) for s in specs))
+            logging.info("%s: target_entropy=%s (the action spec's default)", name, target_entropy)
+        if not callable(target_entropy):
+            target_entropy = schedulers.ConstantScheduler(check_real("target_entropy", target_entropy))
+        self.fn = target_entropy
+        self.constant = isinstance(target_entropy, schedulers.ConstantScheduler)
+        self._name, self._updates, self._warned = name, 0, set()
+        try:
+            known_max = target_entropy.max_value()
+        except (AttributeError, NotImplementedError):
+            known_max = None
+        if known_max is not None and known_max > self.reachable:
+            raise ValueError(
+                f"{name}: target_entropy reaches {known_max:.4g}, above the largest entropy the "
+                f"action spec allows ({self.reachable:.4g}, e.g. log N for N discrete actions); "
+                "the controller would push alpha up forever"
+            )
+        self.initial = self()
+
+    def _warn_once(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            warnings.warn(f"{self._name}: {message}", stacklevel=4)
+
+    def __call__(self, counting: bool = False) -> float:
+        """The current value; ``counting=True`` for a controller update."""
+        value = self.fn()
+        if not is_real(value) or not math.isfinite(value):
+            raise ValueError(
+                f"target_entropy must be a number or a zero-argument callable returning a finite "
+                f"number; {self.fn!r} returned {type(value).__name__}: {value!r}"
+            )
+        if value > self.reachable:
+            self._warn_once("clamp", f"target_entropy {value:.4g} is above the largest entropy the "
+                            f"action spec allows ({self.reachable:.4g}); clamped to it")
+            value = self.reachable
+        progress_type = getattr(self.fn, "progress_type", None)
+        if counting and progress_type is not None:
+            self._updates += 1
+            if self._updates >= PROGRESS_GRACE and not schedulers.progress_was_fed(progress_type):
+                self._warn_once(
+                    "progress",
+                    f"the target's progress {progress_type!r} was never fed in {self._updates} "
+                    "updates, so the target stays at its first value; call "
+                    f"alf_entropy.utils.schedulers.update_progress({progress_type!r}, value)",
+                )
+        return float(value)
+
+
+def _scalar_entropy(entropy: Union[float, torch.Tensor], like: torch.Tensor) -> torch.Tensor:
+    """``adjust_alpha``'s input as a detached 0-d tensor on ``like``'s device
+    (averaged over the ranks of a data-parallel run: one alpha)."""
+    if isinstance(entropy, torch.Tensor):
+        if entropy.numel() != 1:
+            raise ValueError(
+                f"entropy must be a number or a one-element tensor, got shape {tuple(entropy.shape)}"
+            )
+        entropy = entropy.detach().reshape(()).to(like.device)
+    elif not is_real(entropy):
+        raise TypeError(f"entropy must be a number or a tensor, got {type(entropy).__name__}")
+    else:
+        # A fill, not a host-to-device copy: no synchronisation on a GPU.
+        entropy = like.new_full((), float(entropy), dtype=torch.float32)
+    return distributed.all_reduce_masked_mean(entropy, None)[0]
+
+
+_neg = functools.partial(nest.map_structure, torch.neg)
+
+
+class EntropyController(Algorithm):
+    """Base of the entropy controllers: the shared interface (module docstring).
+
+    Subclasses provide ``alpha``, ``target_entropy``, ``stage`` and
+    ``_update(mean_entropy, count) -> (alpha, scalar_loss)``.
+
+    Args:
+        action_spec: nest of ``BoundedTensorSpec`` of the actions.
+        optimizer: optimiser of the controller's parameters (SGD rule only).
+        debug_summaries: write the controller's own summaries.
+        name: the name (summary scope).
+
+    Raises:
+        TypeError: if ``action_spec`` is not a non-empty nest of ``TensorSpec``.
+    """
+
+    def __init__(self, action_spec: Any, optimizer: OptimizerArg = None,
+                 debug_summaries: bool = False, name: str = "EntropyController"):
+        super().__init__(optimizer=optimizer, debug_summaries=debug_summaries, name=name)
+        specs = nest.flatten(action_spec)
+        if not specs or not all(isinstance(s, TensorSpec) for s in specs):
+            raise TypeError(f"action_spec must be a non-empty nest of TensorSpec, got {action_spec!r}")
+        self._action_spec = action_spec
+
+    @classmethod
+    def from_space(cls, space: Any, **kwargs: Any) -> "EntropyController":
+        """The controller for a gymnasium action space.
+
+        Args:
+            space: a ``gymnasium.spaces.Space`` (``Box``, ``Discrete``,
+                ``MultiDiscrete``, ``Dict``, ``Tuple``).
+            **kwargs: the other constructor arguments.
+
+        Returns:
+            ``cls(from_gym_space(space), **kwargs)``.
+        """
+        return cls(from_gym_space(space), **kwargs)
+
+    @property
+    def action_spec(self) -> Any:
+        """The action spec."""
+        return self._action_spec
+
+    @property
+    def alpha(self) -> torch.Tensor:
+        """The current entropy coefficient (a detached 0-d tensor)."""
+        raise NotImplementedError
+
+    @property
+    def target_entropy(self) -> float:
+        """The current target entropy (a host float)."""
+        raise NotImplementedError
+
+    @property
+    def stage(self) -> torch.Tensor:
+        """The stage (0-d int32): < -2 estimating, -2 init, -1 free, 0/1 adjust."""
+        raise NotImplementedError
+
+    def leaf_algorithms(self) -> Dict[str, "EntropyController"]:
+        """The per-action controllers by path in the spec; ``{"": self}`` unless nested."""
+        return {"": self}
+
+    def adjust_alpha(self, entropy: Union[float, torch.Tensor]) -> torch.Tensor:
+        """One update from the (batch-mean) entropy; NaN/inf changes nothing.
+
+        Args:
+            entropy: a Python float or a one-element tensor.
+
+        Returns:
+            The new ``alpha``, a 0-d tensor on the controller's device.
+
+        Raises:
+            TypeError: if ``entropy`` is neither a number nor a tensor.
+            ValueError: if it is a tensor with more than one element.
+        """
+        alpha, _ = self._update(_scalar_entropy(entropy, self.stage), None)
+        return alpha
+
+    def entropy_loss(self, entropy: torch.Tensor, mask: Optional[torch.Tensor] = None,
+                     entropy_for_gradient: Optional[torch.Tensor] = None,
+                     update: bool = True) -> LossInfo:
+        """One update from the masked mean of ``entropy`` (detached); the bonus as a loss.
+
+        No element counting, or a NaN/inf mean, leaves the controller as is.
+
+        Args:
+            entropy: per-step entropies, any shape.
+            mask: bool or 0/1, broadcastable with ``entropy`` (the mean is over
+                the broadcast elements); masked-out entries may be NaN.  None:
+                every element counts.
+            entropy_for_gradient: what to differentiate instead of ``entropy``.
+            update: False: only the loss with the current ``alpha`` (no
+                update, ``scalar_loss=()``), for a caller that advances the
+                controller itself, e.g. once per iteration with ``adjust_alpha``.
+
+        Returns:
+            LossInfo: ``loss = -alpha * entropy_for_gradient`` per element
+            (``alpha`` detached); ``scalar_loss``: the SGD rule's
+            ``log_alpha * (mean_entropy - target)``, ``()`` for the others;
+            ``extra``: an ``EntropyTargetLossInfo``.
+
+        Raises:
+            ValueError: if ``mask`` does not broadcast with ``entropy``.
+        """
+        grad = entropy if entropy_for_gradient is None else entropy_for_gradient
+        return self._loss(_neg(entropy), mask, _neg(grad), update)
+
+    def _loss(self, neg_entropy: Any, mask: Optional[torch.Tensor], neg_grad: Any,
+              update: bool) -> LossInfo:
+        """``entropy_loss`` on negated entropies (the form ``train_step`` stores)."""
+        if not update:
+            return LossInfo(loss=neg_grad * self.alpha.detach(),
+                            extra=EntropyTargetLossInfo(neg_entropy=neg_entropy))
+        detached = neg_entropy.detach()
+        neg_mean, count = masked_mean(detached, mask)
+        # Data-parallel: the mean over every rank's batch, so alpha is one.
+        pooled, pooled_count = distributed.all_reduce_masked_mean(neg_mean, count)
+        alpha, scalar_loss = self._update(-pooled, pooled_count)
+        if self._debug_summaries and summary.should_record_summaries():
+            square, _ = masked_mean(detached * detached, mask)
+            with summary.scope(self._name):
+                std = torch.sqrt(torch.clamp(square - neg_mean * neg_mean, min=0.0))
+                summary.scalar("entropy_std", std)
+        return LossInfo(loss=neg_grad * alpha.detach(), scalar_loss=scalar_loss,
+                        extra=EntropyTargetLossInfo(neg_entropy=neg_entropy))
+
+    def _update(self, entropy: torch.Tensor, count: Optional[torch.Tensor]) -> Tuple[torch.Tensor, Any]:
+        """Advance once (not if ``count == 0``); return ``(alpha, scalar_loss)``."""
+        raise NotImplementedError
+
+    def predict_step(self, *args: Any, **kwargs: Any) -> AlgStep:
+        """Nothing to do when acting for evaluation: an empty ``AlgStep``."""
+        return AlgStep()
+
+    def rollout_step(self, distribution: Any, step_type: Any = None,
+                     on_policy_training: bool = True) -> AlgStep:
+        """``train_step`` when training on-policy, else an empty ``AlgStep``.
+
+        Args:
+            distribution: nest of action distributions from the policy.
+            step_type: unused (masking happens in ``calc_loss``).
+            on_policy_training: if False, return an empty ``AlgStep``.
+
+        Returns:
+            AlgStep: as ``train_step`` (empty off-policy).
+        """
+        return self.train_step(distribution, step_type) if on_policy_training else AlgStep()
+
+    def train_step(self, distribution: Any, step_type: Any = None) -> AlgStep:
+        """The policy's entropy and its gradient surrogate, for ``calc_loss``.
+
+        Args:
+            distribution: nest of action distributions; a per-dimension one
+                (e.g. ``Normal`` ``[T, B, D]``) is summed over the spec's dims.
+            step_type: unused (masking happens in ``calc_loss``).
+
+        Returns:
+            AlgStep: ``info=EntropyTargetInfo(loss=LossInfo(loss=-entropy_for_gradient,
+            extra=EntropyTargetLossInfo(neg_entropy=-entropy)))``.
+        """
+        entropy, for_gradient = self._entropy(distribution)
+        return AlgStep(info=EntropyTargetInfo(loss=LossInfo(
+            loss=_neg(for_gradient), extra=EntropyTargetLossInfo(neg_entropy=_neg(entropy)))))
+
+    def _entropy(self, distribution: Any) -> Tuple[Any, Any]:
+        return entropy_with_fallback(distribution, action_spec=self._action_spec)
+
+    def calc_loss(self, experience: Experience, info: EntropyTargetInfo,
+                  valid_mask: Optional[torch.Tensor] = None) -> LossInfo:
+        """``entropy_loss`` over the steps that are not ``LAST`` and are valid.
+
+        Args:
+            experience: anything with a ``step_type`` tensor broadcastable
+                with the entropies (e.g. ``[T, B]``, ``[B]`` or 0-d).
+            info: the (time-stacked) ``EntropyTargetInfo`` of ``train_step``.
+            valid_mask: optional bool or 0/1 mask, broadcastable likewise.
+
+        Returns:
+            LossInfo: see ``entropy_loss``.
+
+        Raises:
+            ValueError: if ``valid_mask``, ``step_type`` and the entropy do
+                not broadcast together.
+        """
+        mask = experience.step_type != StepType.LAST
+        if valid_mask is not None:
+            try:
+                mask = mask & (valid_mask != 0)
+            except RuntimeError as e:
+                raise ValueError(f"valid_mask of shape {tuple(valid_mask.shape)} does not broadcast "
+                                 f"with experience.step_type of shape {tuple(mask.shape)}") from e
+        return self._loss(info.loss.extra.neg_entropy, mask, info.loss.loss, True)
+
+
+@gin.configurable
+class FixedEntropyCoefficient(EntropyController):
+    """A constant ``alpha``: "no adjustment" as a controller.
+
+    ``entropy_target_cls = @FixedEntropyCoefficient`` (with
+    ``enforce_entropy_target=True``) gives an actor-critic a fixed entropy
+    coefficient through the same code path as the adaptive controllers.
+
+    Args:
+        action_spec: nest of ``BoundedTensorSpec`` of the actions.
+        alpha: the coefficient (>= 0).
+        target_entropy: only reported; None for the spec's default.
+        debug_summaries: write ``entropy_std`` of each batch.
+        name: the name.
+    """
+
+    def __init__(self, action_spec: Any, alpha: float = 0.01, target_entropy: Optional[float] = None,
+                 debug_summaries: bool = False, name: str = "FixedEntropyCoefficient"):
+        super().__init__(action_spec, debug_summaries=debug_summaries, name=name)
+        alpha = check_real("alpha", alpha, minimum=0.0)
+        self._target_entropy = TargetEntropy(target_entropy, action_spec, name).initial
+        self.register_buffer("_alpha", torch.tensor(alpha, dtype=torch.float32), persistent=False)
+        self.register_buffer("_stage", torch.tensor(-1, dtype=torch.int32), persistent=False)
+
+    @property
+    def alpha(self) -> torch.Tensor:
+        """The constant ``alpha``."""
+        return self._alpha
+
+    @property
+    def target_entropy(self) -> float:
+        """The reported target."""
+        return self._target_entropy
+
+    @property
+    def stage(self) -> torch.Tensor:
+        """Always -1 (the free stage: alpha fixed)."""
+        return self._stage
+
+    def _update(self, entropy: torch.Tensor, count: Optional[torch.Tensor]) -> Tuple[torch.Tensor, Any]:
+        return self._alpha, ()
