@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from alf_entropy.trainers import checkpoint as ckpt
+from alf_entropy.utils import schedulers
 from tests.distributed import workers
 from tests.distributed.launch import REPO_ROOT, local_env, run_ranks, torchrun
 
@@ -156,3 +157,31 @@ def test_sac_parameters_and_controller_bit_identical_across_ranks(tmp_path):
     assert [b["size"] for b in bufs] == [40, 40]  # one env per rank, 40 iterations
     # The ranks stepped different envs: their transitions differ.
     assert not torch.equal(bufs[0]["data"][0], bufs[1]["data"][0])
+
+
+def test_torchrun_resumes_a_single_process_checkpoint(tmp_path):
+    """A 1-process run continued on 2 ranks: shared state restored, episodes restart."""
+    import gin
+
+    from alf_entropy.trainers.gin_config import parse_gin_config
+    from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
+
+    root = tmp_path / "grown"
+    gin.clear_config()
+    try:
+        parse_gin_config(["ppo_cartpole"],
+                         workers.PPO_PARAMS + ["OnPolicyTrainer.num_iterations = 2"])
+        single = OnPolicyTrainer(str(root), device="cpu")
+        single.train()
+    finally:
+        gin.clear_config()
+        schedulers.reset_progress()
+    saved = ckpt.load_checkpoint(root / "checkpoints" / "ckpt-00000002.pt")
+    res = torchrun(["-m", "alf_entropy.bin.train", "--root_dir", str(root), *_gin_args(3)])
+    assert res.returncode == 0, res.stderr[-4000:]
+    assert "was written by 1 rank(s), this run has 2" in res.stderr
+    final = ckpt.load_checkpoint(root / "checkpoints" / "ckpt-00000003.pt")
+    assert final["world_size"] == 2 and final["env_steps"] == saved["env_steps"] + 64
+    # Training went on from the restored networks.
+    assert any(not torch.equal(final["algorithm"][k], v)
+               for k, v in saved["algorithm"].items() if v.is_floating_point())
