@@ -29,6 +29,7 @@ Usage::
 On CUDA each rank takes one GPU (``cuda:LOCAL_RANK``); with one GPU only the
 1-rank row can run.
 """
+
 import argparse
 import json
 import os
@@ -111,11 +112,24 @@ def _run_setting(ranks: int, num_envs: int, copies: int, args: argparse.Namespac
         for i in range(copies):
             outs.append(os.path.join(tmp, f"times{i}.json"))
             cmd = [
-                sys.executable, "-m", "torch.distributed.run", "--standalone",
-                "--nproc_per_node", str(ranks), os.path.abspath(__file__), "--worker",
-                "--num_envs", str(num_envs), "--iterations", str(args.iterations),
-                "--device", args.device, "--root_dir", os.path.join(tmp, f"run{i}"),
-                "--out", outs[-1],
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc_per_node",
+                str(ranks),
+                os.path.abspath(__file__),
+                "--worker",
+                "--num_envs",
+                str(num_envs),
+                "--iterations",
+                str(args.iterations),
+                "--device",
+                args.device,
+                "--root_dir",
+                os.path.join(tmp, f"run{i}"),
+                "--out",
+                outs[-1],
             ]
             procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL))
         for p in procs:
@@ -143,11 +157,15 @@ def main() -> None:
     if args.worker:
         _worker(args)
         return
-    print(f"PPO CartPole, {args.iterations} iterations x 128 steps, device {args.device}, "
-          f"{os.cpu_count()} CPUs, best of {args.repeats}, load average "
-          f"{os.getloadavg()[0]:.1f} at the start")
-    header = (f"{'setting':36s} {'envs':>5s} {'env-steps/s':>12s} {'vs 1 rank':>9s} "
-              f"{'collect s':>9s} {'train s':>8s} {'all-reduce s':>12s}")
+    print(
+        f"PPO CartPole, {args.iterations} iterations x 128 steps, device {args.device}, "
+        f"{os.cpu_count()} CPUs, best of {args.repeats}, load average "
+        f"{os.getloadavg()[0]:.1f} at the start"
+    )
+    header = (
+        f"{'setting':36s} {'envs':>5s} {'env-steps/s':>12s} {'vs 1 rank':>9s} "
+        f"{'collect s':>9s} {'train s':>8s} {'all-reduce s':>12s}"
+    )
     print(header)
     print("-" * len(header))
     best = {}
@@ -164,8 +182,10 @@ def main() -> None:
         t0 = best[label]
         sps = t0["sps"]
         base = base or sps
-        print(f"{label:36s} {num_envs:5d} {sps:12.0f} {sps / base:8.2f}x "
-              f"{t0['total'] - t0['train']:9.2f} {t0['train']:8.2f} {t0['all_reduce']:12.2f}")
+        print(
+            f"{label:36s} {num_envs:5d} {sps:12.0f} {sps / base:8.2f}x "
+            f"{t0['total'] - t0['train']:9.2f} {t0['train']:8.2f} {t0['all_reduce']:12.2f}"
+        )
 
 
 if __name__ == "__main__":

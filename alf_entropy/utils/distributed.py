@@ -21,6 +21,7 @@ computes exactly the numbers it computed before, at no extra cost.
 * :func:`gather_object`/:func:`scatter_object`/:func:`broadcast_object` move
   picklable Python objects (per-rank checkpoint state, a stop decision).
 """
+
 import datetime
 import os
 from typing import Any, Callable, Iterable, List, Optional, Tuple, TypeVar

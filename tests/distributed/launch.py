@@ -5,6 +5,7 @@ subprocess with torchrun's environment variables (``RANK``, ``WORLD_SIZE``,
 ``LOCAL_RANK``, ``MASTER_ADDR=127.0.0.1``, a free ``MASTER_PORT``) and gloo
 bound to the loopback interface, so nothing leaves this machine.
 """
+
 import os
 import socket
 import subprocess
@@ -33,7 +34,10 @@ def local_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
 
 
 def run_ranks(
-    name: str, out_dir: str, world_size: int = 2, timeout_s: float = 120.0,
+    name: str,
+    out_dir: str,
+    world_size: int = 2,
+    timeout_s: float = 120.0,
     env: Optional[Dict[str, str]] = None,
 ) -> List[subprocess.CompletedProcess]:
     """Run ``workers.NAME(out_dir)`` on ``world_size`` ranks and wait for all.
@@ -48,14 +52,22 @@ def run_ranks(
     for r in range(world_size):
         rank_env = local_env(env)
         rank_env.update(
-            RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(world_size),
-            MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
+            RANK=str(r),
+            LOCAL_RANK=str(r),
+            WORLD_SIZE=str(world_size),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=port,
         )
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "tests.distributed.workers", name, out_dir],
-            cwd=REPO_ROOT, env=rank_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True,
-        ))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "tests.distributed.workers", name, out_dir],
+                cwd=REPO_ROOT,
+                env=rank_env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     deadline = time.monotonic() + timeout_s
     results = []
     for p in procs:
@@ -70,10 +82,19 @@ def run_ranks(
     return results
 
 
-def torchrun(args: List[str], timeout_s: float = 180.0,
-             env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
+def torchrun(
+    args: List[str], timeout_s: float = 180.0, env: Optional[Dict[str, str]] = None
+) -> subprocess.CompletedProcess:
     """``python -m torch.distributed.run --standalone --nproc_per_node 2 ARGS``."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           "--nproc_per_node", "2", *args]
-    return subprocess.run(cmd, cwd=REPO_ROOT, env=local_env(env), capture_output=True,
-                          text=True, timeout=timeout_s)
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        *args,
+    ]
+    return subprocess.run(
+        cmd, cwd=REPO_ROOT, env=local_env(env), capture_output=True, text=True, timeout=timeout_s
+    )

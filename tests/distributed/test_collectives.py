@@ -4,6 +4,7 @@ The ranks run ``tests.distributed.workers`` in subprocesses; the parent
 compares what they saved with each other and with a single process that
 sees the pooled batch.
 """
+
 import pytest
 import torch
 
@@ -71,7 +72,9 @@ def test_bad_environment_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", "1")
     monkeypatch.setenv(distributed.TIMEOUT_ENV, "-3")
-    with pytest.raises(ValueError, match="ALF_ENTROPY_DIST_TIMEOUT_S must be a number of seconds > 0"):
+    with pytest.raises(
+        ValueError, match="ALF_ENTROPY_DIST_TIMEOUT_S must be a number of seconds > 0"
+    ):
         distributed.init_from_env(torch.device("cpu"))
     assert not distributed.is_distributed()
 
@@ -117,8 +120,9 @@ def test_controllers_equal_single_process_on_pooled_batch(ranks):
             got = ranks[0]["trajectories"][name][k]
             assert want.keys() == got.keys()
             for key in want:
-                torch.testing.assert_close(got[key], want[key], rtol=0, atol=1e-6,
-                                           msg=f"{name} step {k} {key}")
+                torch.testing.assert_close(
+                    got[key], want[key], rtol=0, atol=1e-6, msg=f"{name} step {k} {key}"
+                )
     # adjust_alpha: the ranks' scalars are averaged.
     want = workers.adjust_alpha_trajectories([1.2 - 0.1 * k + 0.2 for k in range(6)])
     for name in want:
@@ -146,8 +150,9 @@ def test_gradients_averaged(ranks):
 
 @pytest.mark.parametrize("fault", ["dies", "hangs"])
 def test_failed_peer_makes_others_fail_in_bounded_time(tmp_path, fault):
-    results = run_ranks(f"peer_{fault}", str(tmp_path), timeout_s=90,
-                        env={distributed.TIMEOUT_ENV: "3"})
+    results = run_ranks(
+        f"peer_{fault}", str(tmp_path), timeout_s=90, env={distributed.TIMEOUT_ENV: "3"}
+    )
     assert results[0].returncode == 3, results[0].stderr[-3000:]
     elapsed, message = (tmp_path / "error.txt").read_text().split("\n", 1)
     assert "rank 0/2" in message and "another rank died" in message and "3s timeout" in message

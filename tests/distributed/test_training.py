@@ -6,6 +6,7 @@ iterations; the tests compare the ranks with each other, resume it with
 ``torchrun`` and kill a rank of a ``torchrun`` run.  ``test_sac_...`` does
 the same comparison for SAC Pendulum with the staged controller.
 """
+
 import glob
 import math
 import os
@@ -83,8 +84,9 @@ def test_torchrun_resume_equals_uninterrupted_run(ppo_run, tmp_path):
     root = tmp_path / "resumed"
     os.makedirs(root / "checkpoints")
     shutil.copy(out / "run" / "checkpoints" / "ckpt-00000002.pt", root / "checkpoints")
-    res = torchrun(["-m", "alf_entropy.bin.train", "--root_dir", str(root),
-                    *_gin_args(workers.PPO_ITERATIONS)])
+    res = torchrun(
+        ["-m", "alf_entropy.bin.train", "--root_dir", str(root), *_gin_args(workers.PPO_ITERATIONS)]
+    )
     assert res.returncode == 0, res.stderr[-4000:]
     assert res.stderr.count("Resumed from") == 2  # both ranks
     assert res.stdout.count("alf-entropy-train: done: 4 iterations") == 1  # rank 0 reports
@@ -92,8 +94,10 @@ def test_torchrun_resume_equals_uninterrupted_run(ppo_run, tmp_path):
     got = ckpt.load_checkpoint(root / "checkpoints" / "ckpt-00000004.pt")
     _assert_equal_state(got["algorithm"], want["algorithm"], "resumed algorithm")
     assert got["env_steps"] == want["env_steps"] and got["progress"] == want["progress"]
-    for a, b in zip([got["rng"]] + [s["rng"] for s in got["rank_states"]],
-                    [want["rng"]] + [s["rng"] for s in want["rank_states"]]):
+    for a, b in zip(
+        [got["rng"]] + [s["rng"] for s in got["rank_states"]],
+        [want["rng"]] + [s["rng"] for s in want["rank_states"]],
+    ):
         assert torch.equal(a["torch"], b["torch"])
 
 
@@ -106,10 +110,27 @@ def test_torchrun_killed_rank_fails_the_run(tmp_path):
     """SIGKILL one rank mid-run: the run exits non-zero in bounded time and says why."""
     root = tmp_path / "killed"
     args = _gin_args(10_000)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-           "2", "-m", "alf_entropy.bin.train", "--root_dir", str(root), *args]
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=local_env({"ALF_ENTROPY_DIST_TIMEOUT_S": "10"}),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "alf_entropy.bin.train",
+        "--root_dir",
+        str(root),
+        *args,
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=REPO_ROOT,
+        env=local_env({"ALF_ENTROPY_DIST_TIMEOUT_S": "10"}),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 120
         while not glob.glob(str(root / "checkpoints" / "ckpt-*.pt")):  # training is under way
@@ -134,8 +155,11 @@ def test_num_envs_must_divide_over_the_ranks(monkeypatch, tmp_path):
     from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
 
     monkeypatch.setenv("WORLD_SIZE", "2")  # checked before any process group is made
-    with pytest.raises(ValueError, match=r"num_envs \(3\) is the total over all ranks and "
-                                         r"must be divisible by the number of ranks \(2\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"num_envs \(3\) is the total over all ranks and "
+        r"must be divisible by the number of ranks \(2\)",
+    ):
         OnPolicyTrainer(str(tmp_path), num_envs=3, num_iterations=1, device="cpu")
 
 
@@ -169,8 +193,9 @@ def test_torchrun_resumes_a_single_process_checkpoint(tmp_path):
     root = tmp_path / "grown"
     gin.clear_config()
     try:
-        parse_gin_config(["ppo_cartpole"],
-                         workers.PPO_PARAMS + ["OnPolicyTrainer.num_iterations = 2"])
+        parse_gin_config(
+            ["ppo_cartpole"], workers.PPO_PARAMS + ["OnPolicyTrainer.num_iterations = 2"]
+        )
         single = OnPolicyTrainer(str(root), device="cpu")
         single.train()
     finally:
@@ -183,5 +208,8 @@ def test_torchrun_resumes_a_single_process_checkpoint(tmp_path):
     final = ckpt.load_checkpoint(root / "checkpoints" / "ckpt-00000003.pt")
     assert final["world_size"] == 2 and final["env_steps"] == saved["env_steps"] + 64
     # Training went on from the restored networks.
-    assert any(not torch.equal(final["algorithm"][k], v)
-               for k, v in saved["algorithm"].items() if v.is_floating_point())
+    assert any(
+        not torch.equal(final["algorithm"][k], v)
+        for k, v in saved["algorithm"].items()
+        if v.is_floating_point()
+    )

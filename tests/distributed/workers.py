@@ -3,6 +3,7 @@
 Each worker joins the group from the environment, does its part and writes
 ``OUT_DIR/rank{RANK}.pt`` for the test (in the parent process) to compare.
 """
+
 import os
 import sys
 import time
@@ -58,7 +59,9 @@ def feed(alg, neg_entropy, step_type, valid):
     from alf_entropy.data_structures import Experience, LossInfo
 
     info = EntropyTargetInfo(
-        loss=LossInfo(loss=neg_entropy.clone(), extra=EntropyTargetLossInfo(neg_entropy=neg_entropy))
+        loss=LossInfo(
+            loss=neg_entropy.clone(), extra=EntropyTargetLossInfo(neg_entropy=neg_entropy)
+        )
     )
     loss = alg.calc_loss(Experience(step_type=step_type), info, valid)
     if isinstance(loss.scalar_loss, torch.Tensor):
@@ -82,10 +85,15 @@ def collectives(out_dir: str) -> None:
     """Utilities, controllers fed different entropies, averaged gradients."""
     distributed.init_from_env(torch.device("cpu"), timeout_s=60)
     r, n = distributed.rank(), distributed.world_size()
-    out = {"rank": r, "world_size": n, "is_main": distributed.is_main_process(),
-           "is_distributed": distributed.is_distributed()}
+    out = {
+        "rank": r,
+        "world_size": n,
+        "is_main": distributed.is_main_process(),
+        "is_distributed": distributed.is_distributed(),
+    }
     out["masked_mean"] = distributed.all_reduce_masked_mean(
-        torch.tensor(1.5 + r, dtype=torch.float32), torch.tensor(2 + 3 * r))
+        torch.tensor(1.5 + r, dtype=torch.float32), torch.tensor(2 + 3 * r)
+    )
     out["plain_mean"] = distributed.all_reduce_masked_mean(torch.tensor(1.5 + r), None)
     out["mean"] = distributed.all_reduce_mean(torch.tensor([float(r), 10.0 * r]))
     out["object"] = distributed.broadcast_object({"from": r})
@@ -204,8 +212,9 @@ def _save_final(trainer, result, out_dir: str) -> None:
     torch.save(
         {
             "result": result,
-            "algorithm": {k: v.clone() for k, v in alg.state_dict().items()
-                          if isinstance(v, torch.Tensor)},
+            "algorithm": {
+                k: v.clone() for k, v in alg.state_dict().items() if isinstance(v, torch.Tensor)
+            },
             "optimizers": [opt.state_dict() for opt in alg.optimizers()],
         },
         os.path.join(out_dir, f"rank{distributed.rank()}.pt"),
