@@ -32,6 +32,7 @@ setup(
         "report": ["matplotlib"],
         "ray": ["ray"],
         "box2d": ["gymnasium[box2d]"],
+        "mujoco": ["gymnasium[mujoco]"],
         "sb3": ["stable-baselines3"],
     },
     entry_points={

@@ -30,6 +30,7 @@ import torch
 import torch.nn as nn
 
 from alf_entropy.data_structures import AlgStep, LossInfo
+from alf_entropy.utils import distributed
 
 __all__ = ["Algorithm", "OptimizerArg", "combine_loss_infos"]
 
@@ -280,7 +281,8 @@ class Algorithm(nn.Module):
 
         The per-step ``loss_info.loss`` is averaged (over ``valid_masks`` if
         given, i.e. ``sum(loss * mask) / max(sum(mask), 1)``), ``scalar_loss``
-        is added, and every optimiser of the tree takes a step.
+        is added, gradients are averaged over the ranks of a data-parallel run
+        (``utils.distributed``) and every optimiser of the tree takes a step.
 
         Args:
             loss_info: the loss from ``calc_loss``.
@@ -311,6 +313,8 @@ class Algorithm(nn.Module):
         params = [
             p for opt in optimizers for g in opt.param_groups for p in g["params"]
         ]
+        # Data-parallel: every rank steps with the gradient averaged over all.
+        distributed.all_reduce_gradients_(params)
         if max_grad_norm is not None:
             nn.utils.clip_grad_norm_(params, max_grad_norm)
         for opt in optimizers:

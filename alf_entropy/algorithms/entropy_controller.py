@@ -36,7 +36,7 @@ from alf_entropy.data_structures import (
     namedtuple,
 )
 from alf_entropy.tensor_specs import TensorSpec, from_gym_space
-from alf_entropy.utils import nest, schedulers, summary
+from alf_entropy.utils import distributed, nest, schedulers, summary
 from alf_entropy.utils.checks import check_real, is_real
 from alf_entropy.utils.dist_utils import (
     calc_default_target_entropy,
@@ -138,17 +138,20 @@ class TargetEntropy:
 
 
 def _scalar_entropy(entropy: Union[float, torch.Tensor], like: torch.Tensor) -> torch.Tensor:
-    """``adjust_alpha``'s input as a detached 0-d tensor on ``like``'s device."""
+    """``adjust_alpha``'s input as a detached 0-d tensor on ``like``'s device
+    (averaged over the ranks of a data-parallel run: one alpha)."""
     if isinstance(entropy, torch.Tensor):
         if entropy.numel() != 1:
             raise ValueError(
                 f"entropy must be a number or a one-element tensor, got shape {tuple(entropy.shape)}"
             )
-        return entropy.detach().reshape(()).to(like.device)
-    if not is_real(entropy):
+        entropy = entropy.detach().reshape(()).to(like.device)
+    elif not is_real(entropy):
         raise TypeError(f"entropy must be a number or a tensor, got {type(entropy).__name__}")
-    # A fill, not a host-to-device copy: no synchronisation on a GPU.
-    return like.new_full((), float(entropy), dtype=torch.float32)
+    else:
+        # A fill, not a host-to-device copy: no synchronisation on a GPU.
+        entropy = like.new_full((), float(entropy), dtype=torch.float32)
+    return distributed.all_reduce_masked_mean(entropy, None)[0]
 
 
 _neg = functools.partial(nest.map_structure, torch.neg)
@@ -269,7 +272,9 @@ class EntropyController(Algorithm):
                             extra=EntropyTargetLossInfo(neg_entropy=neg_entropy))
         detached = neg_entropy.detach()
         neg_mean, count = masked_mean(detached, mask)
-        alpha, scalar_loss = self._update(-neg_mean, count)
+        # Data-parallel: the mean over every rank's batch, so alpha is one.
+        pooled, pooled_count = distributed.all_reduce_masked_mean(neg_mean, count)
+        alpha, scalar_loss = self._update(-pooled, pooled_count)
         if self._debug_summaries and summary.should_record_summaries():
             square, _ = masked_mean(detached * detached, mask)
             with summary.scope(self._name):

@@ -1,9 +1,10 @@
-"""``alf-entropy-train``: train an A2C/PPO agent from gin configs.
+"""``alf-entropy-train``: train an A2C/PPO or SAC agent from gin configs.
 
 Usage::
 
     alf-entropy-train --root_dir runs/ppo_cartpole            # default config
     alf-entropy-train --root_dir runs/pendulum --gin_file ppo_pendulum.gin --device cuda
+    alf-entropy-train --root_dir runs/sac --gin_file sac_pendulum.gin   # OffPolicyTrainer
     alf-entropy-train --root_dir runs/quick --gin_param 'OnPolicyTrainer.num_iterations = 3'
     tensorboard --logdir runs
 
@@ -19,6 +20,11 @@ reached first (0 or None: no limit from that one).
 A missing file, a misspelt binding or an invalid value exits with status 2
 and a single ``alf-entropy-train: error: ...`` line on stderr; Ctrl-C saves a
 checkpoint and exits with status 130.
+
+Under ``torchrun`` (``torchrun --standalone --nproc_per_node 2 -m
+alf_entropy.bin.train ...``) every rank runs this command and trains data-parallel
+(see the README's "Distributed training"); if another rank dies or hangs,
+each survivor exits with status 1 and one error line.
 """
 import sys
 from typing import List
@@ -47,6 +53,28 @@ def _fail(message: str, status: int = 2) -> None:
     sys.exit(status)
 
 
+def _trainer_class() -> type:
+    """The trainer the parsed config is for: ``OffPolicyTrainer`` when it binds
+    any ``OffPolicyTrainer.*`` parameter (the SAC configs), else ``OnPolicyTrainer``.
+
+    Raises:
+        ValueError: if the config binds parameters of both trainers.
+    """
+    import gin
+
+    from alf_entropy.trainers.off_policy_trainer import OffPolicyTrainer
+    from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
+
+    text = gin.config_str()
+    on, off = "OnPolicyTrainer." in text, "OffPolicyTrainer." in text
+    if on and off:
+        raise ValueError(
+            "the config binds both OnPolicyTrainer and OffPolicyTrainer parameters; "
+            "a run uses one trainer"
+        )
+    return OffPolicyTrainer if off else OnPolicyTrainer
+
+
 def _run(argv: List[str]) -> None:
     """Parse the config, build the trainer and train (absl main)."""
     if len(argv) > 1:
@@ -54,21 +82,38 @@ def _run(argv: List[str]) -> None:
     if not FLAGS.root_dir:
         _fail("--root_dir is required")
     # Imported here so that --help does not pay for importing torch.
-    from alf_entropy.trainers.gin_config import GinConfigError, one_line, parse_gin_config
-    from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
-    from alf_entropy.trainers.trainer import resolve_device
+    from alf_entropy.trainers.gin_config import one_line
+    from alf_entropy.utils import distributed
 
     try:
-        device = resolve_device(FLAGS.device)
+        _train(device_flag=FLAGS.device)
+    except distributed.DistributedError as e:
+        _fail(one_line(e), status=1)
+    finally:
+        distributed.shutdown()
+
+
+def _train(device_flag: str) -> None:
+    """Build the trainer from the parsed flags and train."""
+    from alf_entropy.trainers.gin_config import GinConfigError, one_line, parse_gin_config
+    from alf_entropy.trainers.trainer import resolve_device
+    from alf_entropy.utils import distributed
+
+    try:
+        device = resolve_device(device_flag)
         paths = parse_gin_config(FLAGS.gin_file, FLAGS.gin_param)
         logging.info("gin files: %s", paths)
-        trainer = OnPolicyTrainer(root_dir=FLAGS.root_dir, device=device)
+        trainer = _trainer_class()(root_dir=FLAGS.root_dir, device=device)
     except (GinConfigError, ValueError, TypeError) as e:
         _fail(one_line(e))
     try:
         result = trainer.train()
     except KeyboardInterrupt:
+        if distributed.is_distributed():
+            _fail(f"interrupted; resume from the last checkpoint in {trainer.root_dir}", 130)
         _fail(f"interrupted; checkpoint saved in {trainer.root_dir}", status=130)
+    if not distributed.is_main_process():
+        return  # rank 0 reports
     if result["already_done"]:
         print(
             f"{PROG}: nothing to do: the run in {trainer.root_dir} is already at its limit "

@@ -1,5 +1,6 @@
-"""Networks: encoders, actor distribution networks and value networks."""
+"""Networks: encoders, actor distribution networks, value and critic networks."""
 from alf_entropy.networks.actor_distribution_network import ActorDistributionNetwork
+from alf_entropy.networks.critic_networks import CriticNetworks
 from alf_entropy.networks.distributions import StableTanh, mode_of
 from alf_entropy.networks.encoding_network import (
     MLP,
@@ -17,6 +18,7 @@ from alf_entropy.networks.value_network import ValueNetwork
 __all__ = [
     "ActorDistributionNetwork",
     "CategoricalProjectionNetwork",
+    "CriticNetworks",
     "EncodingNetwork",
     "MLP",
     "NormalProjectionNetwork",

@@ -41,11 +41,13 @@ _CONFIGURABLE_MODULES = (
     "alf_entropy.algorithms.entropy_target_algorithm",
     "alf_entropy.algorithms.actor_critic_algorithm",
     "alf_entropy.algorithms.ppo_algorithm",
+    "alf_entropy.algorithms.sac_algorithm",
     "alf_entropy.networks",
     "alf_entropy.environments",
     "alf_entropy.utils.schedulers",
     "alf_entropy.utils.dist_utils",
     "alf_entropy.trainers.on_policy_trainer",
+    "alf_entropy.trainers.off_policy_trainer",
 )
 
 

@@ -34,6 +34,16 @@ The base class owns the run around the algorithm-specific iteration:
   with a larger limit continues; one already at its limit logs one line and
   :meth:`Trainer.train` returns ``already_done=True`` at once.
 
+Data-parallel under ``torchrun`` (``WORLD_SIZE > 1``, see
+:mod:`alf_entropy.utils.distributed`): every rank builds the same trainer;
+``num_envs`` and the limits are global totals (each rank steps
+``num_envs / W`` envs with its own seeds, progress counts all ranks' env
+steps); the model starts as rank 0's and its gradients are averaged in
+``update_with_gradient``; rank 0 alone evaluates (the stop verdict is
+broadcast) and writes summaries, the config and checkpoints, which gather
+every rank's RNG, environment and extra state; on resume rank 0 reads the
+checkpoint and sends every rank its part.
+
 Extension points for a subclass (``OnPolicyTrainer``, ``OffPolicyTrainer``):
 
 * ``__init__``: call ``super().__init__(..., steps_per_iteration=...)``
@@ -69,11 +79,12 @@ from alf_entropy.algorithms.algorithm import Algorithm
 from alf_entropy.data_structures import TimeStep
 from alf_entropy.environments import GymVectorEnv, evaluate
 from alf_entropy.trainers import checkpoint as ckpt
-from alf_entropy.utils import schedulers, summary
+from alf_entropy.utils import distributed, schedulers, summary
 
 __all__ = ["Trainer", "resolve_device"]
 
 _EVAL_SEED_OFFSET = 1_000_003
+_RANK_SEED_OFFSET = 7_919_993
 
 
 def resolve_device(device: Any) -> torch.device:
@@ -125,6 +136,23 @@ def _time_step_to_dict(time_step: TimeStep) -> Dict[str, Any]:
     return dict(time_step._asdict())
 
 
+def _seed_all(seed: int) -> None:
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    random.seed(seed)
+
+
+def _to_cpu(obj: Any) -> Any:
+    """``obj`` with every tensor (in dicts, lists, tuples) moved to the CPU."""
+    if isinstance(obj, torch.Tensor):
+        return obj.cpu()
+    if isinstance(obj, dict):
+        return {k: _to_cpu(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
+        return type(obj)(_to_cpu(v) for v in obj)
+    return obj
+
+
 class Trainer:
     """The shared part of the trainers (see the module docstring).
 
@@ -132,7 +160,9 @@ class Trainer:
         root_dir: where summaries, checkpoints and the config go; an existing
             run there is resumed.
         env_id: the gymnasium id.
-        num_envs: parallel environments ``B``.
+        num_envs: parallel environments ``B`` in total; under ``torchrun``
+            each of the ``W`` ranks steps ``B / W`` of them (``B`` must be
+            divisible by ``W``).
         algorithm_ctor: ``(observation_spec, action_spec) -> Algorithm``.
         env_ctor: ``(env_id, num_envs=, seed=, device=) -> env`` (a
             ``GymVectorEnv``).
@@ -150,8 +180,10 @@ class Trainer:
             iterations (and at the start and the end); ``None``: never.
         num_eval_episodes: episodes per evaluation.
         max_checkpoints: how many recent checkpoints to keep.
-        seed: seeds torch, NumPy, Python ``random`` and the environments.
-        device: ``"auto"``, ``"cpu"``, ``"cuda"`` or a ``torch.device``.
+        seed: seeds torch, NumPy, Python ``random`` and the environments
+            (rank ``r`` of a data-parallel run: its own seeds derived from it).
+        device: ``"auto"``, ``"cpu"``, ``"cuda"`` or a ``torch.device``
+            (under ``torchrun`` with CUDA: ``cuda:LOCAL_RANK``).
         num_threads: if given, ``torch.set_num_threads(num_threads)``.
         progress_bar: show a tqdm progress line.
         summary_flush_secs: how often summaries are flushed to disk.
@@ -160,7 +192,10 @@ class Trainer:
 
     Raises:
         ValueError: for out-of-range arguments (no positive limit, negative
-            limits, non-positive sizes, an unknown device, ...).
+            limits, non-positive sizes, an unknown device, ``num_envs`` not
+            divisible by the number of ranks, ...).
+        DistributedError: if ``WORLD_SIZE > 1`` and the ranks cannot form
+            a process group.
     """
 
     def __init__(
@@ -211,7 +246,16 @@ class Trainer:
         self._root_dir = os.path.abspath(os.path.expanduser(root_dir))
         self._checkpoint_dir = os.path.join(self._root_dir, "checkpoints")
         self._env_id = env_id
-        self._num_envs = num_envs
+        # Data-parallel (under torchrun): join the group; sizes stay global.
+        if num_envs % distributed.env_world_size():
+            raise ValueError(
+                f"num_envs ({num_envs}) is the total over all ranks and must be divisible "
+                f"by the number of ranks ({distributed.env_world_size()})"
+            )
+        self._device = distributed.init_from_env(resolve_device(device))
+        self._world_size, self._rank = distributed.world_size(), distributed.rank()
+        self._total_envs = num_envs
+        self._num_envs = num_envs // self._world_size  # this rank's
         self._algorithm_ctor = algorithm_ctor
         self._env_ctor = env_ctor
         self._max_iterations = max_iterations
@@ -229,17 +273,15 @@ class Trainer:
         self._num_eval_episodes = num_eval_episodes
         self._max_checkpoints = max_checkpoints
         self._seed = seed
-        self._device = resolve_device(device)
-        self._progress_bar = bool(progress_bar)
+        self._is_main = distributed.is_main_process()
+        self._progress_bar = bool(progress_bar) and self._is_main
         self._summary_flush_secs = summary_flush_secs
         self._stop_eval_return = None if stop_eval_return is None else float(stop_eval_return)
         self._eval_time = 0.0
         if num_threads is not None:
             torch.set_num_threads(num_threads)
 
-        torch.manual_seed(seed)
-        np.random.seed(seed)
-        random.seed(seed)
+        _seed_all(seed)
         self._iteration = 0
         self._env_steps = 0
         schedulers.reset_progress()
@@ -251,6 +293,9 @@ class Trainer:
         probe.close()
         self._algorithm = self._build_algorithm(self._observation_spec, self._action_spec)
         self._algorithm.to(self._device)
+        if self._world_size > 1:
+            distributed.broadcast_module_(self._algorithm)  # the same start everywhere
+            _seed_all(seed + self._rank * _RANK_SEED_OFFSET)  # each rank its own samples
         self._env: Any = None
         self._time_step: Optional[TimeStep] = None
         self._restored_env: Optional[Dict[str, Any]] = None
@@ -258,12 +303,17 @@ class Trainer:
         self._last_return: Optional[float] = None
         self._last_eval_return: Optional[float] = None
         self._restored_from: Optional[str] = None
-        for stale in ckpt.remove_partial_checkpoints(self._checkpoint_dir):
-            logging.info("Removed %s, left by a checkpoint write that was killed", stale)
-        path = ckpt.latest_checkpoint(self._checkpoint_dir)
+        # Every rank resumes from rank 0's choice (rank 0 alone writes files).
+        path = None
+        if self._is_main:
+            for stale in ckpt.remove_partial_checkpoints(self._checkpoint_dir):
+                logging.info("Removed %s, left by a checkpoint write that was killed", stale)
+            path = ckpt.latest_checkpoint(self._checkpoint_dir)
+        path = distributed.broadcast_object(path)
         if path is not None:
             self.load_checkpoint(path)
-        self._write_operative_config()
+        if self._is_main:
+            self._write_operative_config()
 
     # ------------------------------------------------------- extension points
     def _build_algorithm(self, observation_spec: Any, action_spec: Any) -> Algorithm:
@@ -380,22 +430,57 @@ class Trainer:
         empty when the environments cannot be pickled or when saving mid-iteration
         on ``KeyboardInterrupt``) and ``extra`` (see :meth:`_extra_state`).
 
+        In a data-parallel run every rank must call it: ``rng``, ``env`` and
+        ``extra`` are rank 0's, ``rank_states`` holds those of ranks 1, 2, ...
+        (gathered to rank 0) and ``world_size`` the number of ranks; rank 0
+        alone writes the file.
+
         Returns:
             str: the checkpoint path.
         """
+        local = {"rng": ckpt.rng_state(), "env": self._env_state(), "extra": self._extra_state()}
+        path = ckpt.checkpoint_path(self._checkpoint_dir, self._iteration)
+        if self._world_size > 1:
+            ranks = distributed.gather_object(_to_cpu(local))
+            if not self._is_main:
+                return path
+            local = dict(ranks[0], world_size=self._world_size, rank_states=ranks[1:])
         state = {
             "iteration": self._iteration,
             "env_steps": self._env_steps,
             "progress": schedulers.get_all_progress(),
             "algorithm": self._algorithm.state_dict(),
             "optimizers": [opt.state_dict() for opt in self._algorithm.optimizers()],
-            "rng": ckpt.rng_state(),
-            "env": self._env_state(),
-            "extra": self._extra_state(),
+            **local,
         }
         return ckpt.save_checkpoint(
             self._checkpoint_dir, self._iteration, state, self._max_checkpoints
         )
+
+    def _share_checkpoint(self, state: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+        """Rank 0's loaded ``state`` on every rank, with each rank's own part.
+
+        A checkpoint of another number of ranks restores the shared state
+        only: ranks keep their fresh RNGs and restart their episodes.
+        """
+        per_rank = None
+        if self._is_main:
+            local_keys = ("rng", "env", "extra")
+            saved = [{k: state.pop(k, None) for k in local_keys}]
+            saved += state.pop("rank_states", [])
+            if state.pop("world_size", 1) == self._world_size:
+                per_rank = saved
+            else:
+                logging.warning(
+                    "%s was written by %d rank(s), this run has %d: networks, optimisers, "
+                    "controllers and progress are restored, the ranks' RNG and environment "
+                    "state are not (episodes restart; not bit-exact).",
+                    self._restored_from, len(saved), self._world_size,
+                )
+                per_rank = [{"rng": None, "env": {}, "extra": {}}] * self._world_size
+        state = distributed.broadcast_object(state)
+        state.update(distributed.scatter_object(per_rank))
+        return state
 
     def load_checkpoint(self, path: str) -> None:
         """Restore everything :meth:`save_checkpoint` wrote.
@@ -408,7 +493,10 @@ class Trainer:
         Raises:
             ValueError: if the checkpoint does not match the algorithm.
         """
-        state = ckpt.load_checkpoint(path)
+        self._restored_from = path
+        state = ckpt.load_checkpoint(path) if self._is_main else None
+        if self._world_size > 1:
+            state = self._share_checkpoint(state)
         try:
             self._algorithm.load_state_dict(state["algorithm"])
             optimizers = self._algorithm.optimizers()
@@ -426,9 +514,9 @@ class Trainer:
         self._iteration = int(state["iteration"])
         self._env_steps = int(state["env_steps"])
         schedulers.set_all_progress(state["progress"])
-        ckpt.set_rng_state(state["rng"])
+        if state["rng"] is not None:
+            ckpt.set_rng_state(state["rng"])
         self._restored_env = state.get("env", {})
-        self._restored_from = path
         logging.info("Resumed from %s (iteration %d)", path, self._iteration)
 
     # ------------------------------------------------------------ evaluation
@@ -481,6 +569,12 @@ class Trainer:
         )
         self._last_summary_time, self._last_summary_steps = now, self._env_steps
         returns, lengths = self._env.pop_episode_statistics()
+        if self._world_size > 1:  # the episodes of all ranks
+            stats = distributed.gather_object((list(returns), list(lengths)))
+            if not self._is_main:
+                return ""
+            returns = [x for r, _ in stats for x in r]
+            lengths = [x for _, n in stats for x in n]
         summary.scalar("env_steps", self._env_steps)
         summary.scalar("steps_per_sec", sps)
         if returns:
@@ -498,10 +592,13 @@ class Trainer:
         if self._eval_interval is not None and (
             done or self._iteration % self._eval_interval == 0
         ):
-            value = self._evaluate_and_record()
-            if self._stop_eval_return is not None and value >= self._stop_eval_return:
-                logging.info("eval return %.2f >= stop_eval_return: stopping", value)
-                done = True
+            stop = False
+            if self._is_main:  # one evaluation; the others wait for its verdict
+                value = self._evaluate_and_record()
+                stop = self._stop_eval_return is not None and value >= self._stop_eval_return
+                if stop:
+                    logging.info("eval return %.2f >= stop_eval_return: stopping", value)
+            done = distributed.broadcast_object(stop) or done
         if done or (
             self._checkpoint_interval is not None
             and self._iteration % self._checkpoint_interval == 0
@@ -515,7 +612,8 @@ class Trainer:
         env = self._env_ctor(
             self._env_id,
             num_envs=self._num_envs,
-            seed=self._seed + self._iteration * self._num_envs,
+            # Rank r's envs continue the numbering of the global batch.
+            seed=self._seed + self._iteration * self._total_envs + self._rank * self._num_envs,
             device=self._device,
         )
         restored, self._restored_env = self._restored_env, None
@@ -569,9 +667,11 @@ class Trainer:
                 self._root_dir, reached, self._iteration, self._env_steps,
             )
             return self._result(start_time, already_done=True)
-        writer = summary.create_summary_writer(
-            os.path.join(self._root_dir, "train"), flush_secs=self._summary_flush_secs
-        )
+        writer = None
+        if self._is_main:  # rank 0 alone writes summaries
+            writer = summary.create_summary_writer(
+                os.path.join(self._root_dir, "train"), flush_secs=self._summary_flush_secs
+            )
         summary.set_default_writer(writer)
         bar = tqdm(
             total=self._num_iterations,
@@ -583,7 +683,7 @@ class Trainer:
         self._last_summary_time, self._last_summary_steps = time.time(), self._env_steps
         status = ""
         try:
-            if self._eval_interval is not None and self._iteration == 0:
+            if self._eval_interval is not None and self._iteration == 0 and self._is_main:
                 self._evaluate_and_record()  # the untrained policy: the curve's start
             self._env, self._time_step = self._start_env()
             while self._limit_reached() is None:
@@ -601,6 +701,10 @@ class Trainer:
                 if self._evaluate_and_checkpoint():
                     break
         except KeyboardInterrupt:
+            if self._world_size > 1:
+                # The ranks stop at different points: no common checkpoint.
+                logging.warning("Interrupted; resume from the last periodic checkpoint")
+                raise
             self._update_progress()
             path = self.save_checkpoint()
             logging.warning("Interrupted; saved %s", path)
@@ -612,5 +716,6 @@ class Trainer:
             self._env, self._time_step, self._in_iteration = None, None, False
             summary.flush()
             summary.set_default_writer(None)
-            writer.close()
+            if writer is not None:
+                writer.close()
         return self._result(start_time)

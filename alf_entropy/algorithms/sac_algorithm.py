@@ -1,0 +1,509 @@
+"""``SacAlgorithm``: soft actor-critic whose temperature comes from a controller.
+
+SAC (Haarnoja et al., 2018) with twin Q critics, Polyak-averaged target
+critics and an entropy bonus whose coefficient ``alpha`` is set by any entropy
+controller (``entropy_target_cls``): ``SGDEntropyTargetAlgorithm`` (SAC's own
+gradient rule, the default), ``EntropyTargetAlgorithm`` (ALF's staged
+controller, with a schedulable target) or ``FixedEntropyCoefficient``.
+
+One update on a batch of ``Transition``s (``o, a, r, d, o'``), CleanRL-style::
+
+    with no_grad:                                   # the soft TD target
+        a' ~ pi(o');  y = r + gamma * d * (min_i Qtarg_i(o', a') - alpha * log pi(a'|o'))
+    critic_loss = 0.5 * sum_i (Q_i(o, a) - y)^2
+    a~ ~ pi(o) (reparameterised);  H = -log pi(a~|o)
+    li = controller.entropy_loss(H)                 # advances alpha once
+    actor_loss = -min_i Q_i(o, a~) + li.loss         # li.loss = alpha * log pi
+    loss = mean(critic_loss + actor_loss) + li.scalar_loss   # one backward, one step
+    Qtarg <- lerp(Qtarg, Q, tau)
+
+Discrete actions (Christodoulou, 2019): the critics output ``Q(o, .)`` for every
+action, the TD target and the actor loss take the expectation over the
+policy's probabilities instead of a sample, and ``H`` is the exact entropy.
+``alpha`` is used detached everywhere; the actor's gradient does not reach the
+critics (they are evaluated with detached weights for the actor loss).
+
+Faults: an update whose loss (or, with clipping, gradient norm) is not finite
+is skipped (networks, optimiser states and ``log_alpha`` keep their values)
+and counted in ``num_skipped_updates``, without reading the flag on the host
+on a GPU (see :func:`masked_optimizer_step`).
+"""
+import copy
+import math
+import numbers
+from typing import Any, Callable, List, Optional, Tuple
+
+import gin
+import torch
+import torch.distributions as td
+import torch.nn as nn
+import torch.nn.functional as F
+
+from alf_entropy.algorithms.algorithm import Algorithm, OptimizerArg
+from alf_entropy.data_structures import AlgStep, LossInfo, TimeStep, namedtuple
+from alf_entropy.networks import ActorDistributionNetwork, mode_of
+from alf_entropy.networks.critic_networks import CriticNetworks
+from alf_entropy.tensor_specs import BoundedTensorSpec
+from alf_entropy.utils import distributed, nest, summary
+from alf_entropy.utils.replay_buffer import Transition
+
+__all__ = ["SacAlgorithm", "SacLossInfo", "masked_optimizer_step"]
+
+SacLossInfo = namedtuple(
+    "SacLossInfo",
+    ["critic", "actor", "entropy", "q", "alpha"],
+    default_value=(),
+)
+"""``LossInfo.extra`` of an update (all detached scalars, for summaries)."""
+
+
+def _default_actor(observation_spec: Any, action_spec: Any) -> nn.Module:
+    return ActorDistributionNetwork(
+        observation_spec,
+        action_spec,
+        fc_layer_params=(256, 256),
+        activation=nn.ReLU,
+        squash_to_spec=True,
+        state_dependent_std=True,
+    )
+
+
+def _default_optimizer(params: List[nn.Parameter]) -> torch.optim.Optimizer:
+    return torch.optim.Adam(params, lr=3e-4, foreach=True)
+
+
+def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    mask = mask.to(x.dtype)
+    return (x * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def _tanh_normal_rsample(dist: td.Distribution) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
+    """``(action, log_prob)`` of a reparameterised sample of the squashed
+    Normal ``ActorDistributionNetwork(squash_to_spec=True)`` builds
+    (``Normal -> TanhTransform -> AffineTransform``), or ``None`` for any
+    other distribution.
+
+    The same formulas as ``rsample`` + ``log_prob`` of torch's
+    ``TransformedDistribution`` (``log N(u) - log|d tanh(u)/du| - log|scale|``
+    with torch's stable ``2 (log 2 - u - softplus(-2u))``), written out
+    once: the generic path re-derives the pre-tanh sample through the
+    transforms' caches and costs several times more Python per call.
+    """
+    if not isinstance(dist, td.TransformedDistribution) or len(dist.transforms) != 2:
+        return None
+    tanh, affine = dist.transforms
+    if not isinstance(tanh, td.TanhTransform) or not isinstance(affine, td.AffineTransform):
+        return None
+    base = dist.base_dist
+    event_dims = 0
+    if isinstance(base, td.Independent):
+        event_dims = base.reinterpreted_batch_ndims
+        base = base.base_dist
+    if type(base) is not td.Normal:
+        return None
+    loc, scale = base.loc, base.scale
+    eps = torch.randn_like(loc)
+    u = loc + scale * eps
+    action = affine.loc + affine.scale * torch.tanh(u)
+    log_prob = (
+        -0.5 * eps.square()
+        - scale.log()
+        - _HALF_LOG_2PI
+        - 2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))
+        - torch.as_tensor(affine.scale).abs().log()
+    )
+    if event_dims:
+        log_prob = log_prob.flatten(-event_dims).sum(-1)
+    return action, log_prob
+
+
+_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+
+
+def _keep_steps_on_device(optimizers: List[torch.optim.Optimizer]) -> None:
+    """Make Adam-like optimisers keep their ``step`` counters on the
+    parameters' (non-CPU) device (``capturable=True``), so restoring them
+    with ``torch.where`` reads nothing back to the host."""
+    for opt in optimizers:
+        for group in opt.param_groups:
+            if group.get("capturable", True) or group["params"][0].device.type == "cpu":
+                continue
+            group["capturable"] = True
+            for p in group["params"]:
+                state = opt.state.get(p, {})
+                if torch.is_tensor(state.get("step")):
+                    state["step"] = state["step"].to(p.device)
+
+
+def masked_optimizer_step(
+    optimizers: List[torch.optim.Optimizer], ok: torch.Tensor, sync_free: bool
+) -> None:
+    """Step every optimiser only if ``ok`` (a 0-d bool tensor) is true.
+
+    With ``sync_free=False`` the flag is read on the host (free for CPU
+    tensors). With ``sync_free=True`` (for GPUs) every optimiser steps and
+    its parameters and state are then restored with ``torch.where`` where
+    ``ok`` is false, so nothing waits for the device; a state created by
+    this very step is restored to zeros (the optimiser's initial state).
+    Adam-like optimisers are switched to ``capturable=True`` there, so that
+    their step counters live on the device too.
+
+    Args:
+        optimizers: the optimisers (their gradients are already computed).
+        ok: whether the update is valid.
+        sync_free: see above.
+    """
+    if not sync_free:
+        if bool(ok):
+            for opt in optimizers:
+                opt.step()
+        return
+    params = [p for opt in optimizers for g in opt.param_groups for p in g["params"]]
+    _keep_steps_on_device(optimizers)
+    old_states = []
+    for opt in optimizers:
+        for g in opt.param_groups:
+            for p in g["params"]:
+                st = opt.state.get(p, {})
+                old_states.append({k: v.clone() for k, v in st.items() if torch.is_tensor(v)})
+    old_params = [p.detach().clone() for p in params]
+    for opt in optimizers:
+        opt.step()
+    with torch.no_grad():
+        for p, old in zip(params, old_params):
+            p.copy_(torch.where(ok, p, old))
+        i = 0
+        for opt in optimizers:
+            for g in opt.param_groups:
+                for p in g["params"]:
+                    for k, v in opt.state.get(p, {}).items():
+                        if torch.is_tensor(v):
+                            old = old_states[i].get(k)
+                            v.copy_(torch.where(ok, v, torch.zeros_like(v) if old is None else old))
+                    i += 1
+
+
+@gin.configurable
+class SacAlgorithm(Algorithm):
+    """Soft actor-critic with a pluggable temperature controller.
+
+    Args:
+        observation_spec: the observation spec (nest of ``TensorSpec``).
+        action_spec: one ``BoundedTensorSpec``: float (any shape, finite
+            bounds) or integer (scalar, ``minimum`` 0).
+        actor_network_ctor: ``(observation_spec, action_spec) -> network``
+            returning the action distribution; the default is a 256x256 ReLU
+            ``ActorDistributionNetwork`` with a tanh-squashed Normal and
+            state-dependent std.
+        critic_network_ctor: ``(observation_spec, action_spec) -> module``
+            with :class:`CriticNetworks`' ``forward``; default twin 256x256.
+        entropy_target_cls: the temperature controller class, called as
+            ``entropy_target_cls(action_spec, debug_summaries=...)``;
+            ``None`` means ``SGDEntropyTargetAlgorithm`` (SAC's rule).
+        optimizer: factory ``params -> Optimizer`` for actor and critics;
+            ``None`` for ``Adam(lr=3e-4)``.  The SGD controller keeps its own
+            optimiser for ``log_alpha``.
+        gamma: discount in ``[0, 1]``.
+        target_update_tau: Polyak factor in ``(0, 1]`` of the target critics.
+        target_update_period: update the target critics every this many
+            updates.
+        reward_scale: rewards are multiplied by this (> 0).
+        max_grad_norm: clip the global gradient norm (``None``: no clipping).
+        debug_summaries: extra summaries (passed to the controller).
+        name: the name (summary scope).
+
+    Raises:
+        TypeError: for a nested or non-``BoundedTensorSpec`` action spec, or a
+            non-callable ctor.
+        ValueError: for out-of-range arguments or an action spec SAC cannot
+            handle (see above); the controller raises for a target its spec
+            cannot reach.
+    """
+
+    def __init__(
+        self,
+        observation_spec: Any,
+        action_spec: BoundedTensorSpec,
+        actor_network_ctor: Callable[..., nn.Module] = _default_actor,
+        critic_network_ctor: Callable[..., nn.Module] = CriticNetworks,
+        entropy_target_cls: Optional[Callable[..., Algorithm]] = None,
+        optimizer: OptimizerArg = None,
+        gamma: float = 0.99,
+        target_update_tau: float = 0.005,
+        target_update_period: int = 1,
+        reward_scale: float = 1.0,
+        max_grad_norm: Optional[float] = None,
+        debug_summaries: bool = False,
+        name: str = "SacAlgorithm",
+    ):
+        super().__init__(
+            optimizer=_default_optimizer if optimizer is None else optimizer,
+            debug_summaries=debug_summaries,
+            name=name,
+        )
+        if nest.is_nested(action_spec) or not isinstance(action_spec, BoundedTensorSpec):
+            raise TypeError(
+                "SacAlgorithm: action_spec must be a single BoundedTensorSpec (one "
+                f"discrete or one continuous action), got {action_spec!r}"
+            )
+        if action_spec.is_discrete and action_spec.shape != ():
+            raise ValueError(
+                "SacAlgorithm: a discrete action must be scalar (gymnasium Discrete), got "
+                f"shape {action_spec.shape}"
+            )
+        if not 0.0 <= gamma <= 1.0:
+            raise ValueError(f"gamma must be in [0, 1], got {gamma!r}")
+        if not 0.0 < target_update_tau <= 1.0:
+            raise ValueError(f"target_update_tau must be in (0, 1], got {target_update_tau!r}")
+        if (
+            isinstance(target_update_period, bool)
+            or not isinstance(target_update_period, int)
+            or target_update_period < 1
+        ):
+            raise ValueError(
+                f"target_update_period must be an int >= 1, got {target_update_period!r}"
+            )
+        if not reward_scale > 0:
+            raise ValueError(f"reward_scale must be > 0, got {reward_scale!r}")
+        if max_grad_norm is not None and not max_grad_norm > 0:
+            raise ValueError(f"max_grad_norm must be > 0 or None, got {max_grad_norm!r}")
+        for arg, ctor in (
+            ("actor_network_ctor", actor_network_ctor),
+            ("critic_network_ctor", critic_network_ctor),
+        ):
+            if not callable(ctor):
+                raise TypeError(f"{arg} must be callable, got {ctor!r}")
+
+        self._observation_spec = observation_spec
+        self._action_spec = action_spec
+        self._discrete = action_spec.is_discrete
+        self._gamma = float(gamma)
+        self._tau = float(target_update_tau)
+        self._target_update_period = target_update_period
+        self._reward_scale = float(reward_scale)
+        self._max_grad_norm = None if max_grad_norm is None else float(max_grad_norm)
+
+        self._actor_network = actor_network_ctor(observation_spec, action_spec)
+        self._critic_networks = critic_network_ctor(observation_spec, action_spec)
+        self._target_critic_networks = copy.deepcopy(self._critic_networks)
+        self._target_critic_networks.requires_grad_(False)
+        if entropy_target_cls is None:
+            from alf_entropy.algorithms.entropy_target_algorithm import (
+                SGDEntropyTargetAlgorithm as entropy_target_cls,
+            )
+        self._entropy_target_algorithm = entropy_target_cls(
+            action_spec, debug_summaries=debug_summaries
+        )
+        target = self._entropy_target_algorithm.target_entropy
+        if self._discrete and isinstance(target, numbers.Real) and target < 0:
+            raise ValueError(
+                f"SacAlgorithm: target_entropy {target} is below 0 for a discrete action "
+                "(a discrete entropy is never negative, so alpha would fall forever); "
+                "negative targets such as -dim(A) are for continuous actions"
+            )
+        self.register_buffer("_num_skipped", torch.zeros((), dtype=torch.int64))
+        self._optimizer_list = self.optimizers()
+        self._target_pairs: Optional[tuple] = None
+        # Updates counted on the host (for the target period; checkpointed
+        # through get/set_extra_state), so no tensor is read to decide.
+        self._host_updates = 0
+
+    # ------------------------------------------------------------ properties
+    @property
+    def action_spec(self) -> BoundedTensorSpec:
+        """The action spec."""
+        return self._action_spec
+
+    @property
+    def actor_network(self) -> nn.Module:
+        """The policy network."""
+        return self._actor_network
+
+    @property
+    def critic_networks(self) -> nn.Module:
+        """The (twin) critics."""
+        return self._critic_networks
+
+    @property
+    def target_critic_networks(self) -> nn.Module:
+        """The Polyak-averaged target critics."""
+        return self._target_critic_networks
+
+    @property
+    def entropy_target_algorithm(self) -> Algorithm:
+        """The temperature controller."""
+        return self._entropy_target_algorithm
+
+    @property
+    def num_skipped_updates(self) -> torch.Tensor:
+        """Updates skipped because the loss was not finite (0-d int64 tensor)."""
+        return self._num_skipped
+
+    def entropy_coefficient(self) -> torch.Tensor:
+        """The controller's current ``alpha`` (for summaries and progress bars)."""
+        return self._entropy_target_algorithm.alpha
+
+    # ----------------------------------------------------------------- acting
+    def predict_step(self, inputs: TimeStep, state: Any = ()) -> AlgStep:
+        """The deterministic action (mode of the policy), for evaluation.
+
+        Args:
+            inputs: a ``TimeStep`` with a batched ``observation``.
+            state: unused.
+
+        Returns:
+            AlgStep: ``output`` the action ``[B, ...]``.
+        """
+        return AlgStep(output=mode_of(self._actor_network(inputs.observation)), state=state)
+
+    def rollout_step(self, inputs: TimeStep, state: Any = ()) -> AlgStep:
+        """A sampled action, for collecting experience (call under no_grad).
+
+        Args:
+            inputs: a ``TimeStep`` with a batched ``observation``.
+            state: unused.
+
+        Returns:
+            AlgStep: ``output`` the action ``[B, ...]``.
+        """
+        return AlgStep(output=self._actor_network(inputs.observation).sample(), state=state)
+
+    # --------------------------------------------------------------- training
+    def _policy(self, observation: Any):
+        """``(action_or_probs, log_prob)``: a reparameterised sample and its
+        log-probability (continuous), or all probabilities and log-probs
+        ``[B, A]`` (discrete)."""
+        dist = self._actor_network(observation)
+        if self._discrete:
+            log_probs = dist.logits  # torch normalises Categorical logits
+            return log_probs.exp(), log_probs
+        fast = _tanh_normal_rsample(dist)
+        if fast is not None:
+            return fast
+        action = dist.rsample()
+        return action, dist.log_prob(action)
+
+    def calc_loss(self, batch: Transition) -> LossInfo:
+        """SAC's losses on a batch (advances the controller once).
+
+        Args:
+            batch: a ``Transition`` of ``[N, ...]`` tensors.
+
+        Returns:
+            LossInfo: ``loss`` the per-row critic + actor loss ``[N]``,
+            ``scalar_loss`` the controller's (or ``()``), ``extra`` a
+            ``SacLossInfo`` of detached scalars.
+        """
+        controller = self._entropy_target_algorithm
+        alpha = controller.alpha.detach()
+        valid = batch.valid
+        critics, targets = self._critic_networks, self._target_critic_networks
+        with torch.no_grad():
+            next_a, next_logp = self._policy(batch.next_observation)
+            if self._discrete:
+                target_q = targets(batch.next_observation).min(dim=0).values  # [N, A]
+                next_v = (next_a * (target_q - alpha * next_logp)).sum(-1)
+            else:
+                target_q = targets(batch.next_observation, next_a).min(dim=0).values
+                next_v = target_q - alpha * next_logp
+            y = (
+                self._reward_scale * batch.reward
+                + self._gamma * batch.discount.to(next_v.dtype) * next_v
+            )
+        if self._discrete:
+            q_all = critics(batch.observation)  # [n, N, A]
+            index = batch.action.long().reshape(1, -1, 1).expand(q_all.shape[0], -1, 1)
+            q = q_all.gather(-1, index).squeeze(-1)
+            probs, logp = self._policy(batch.observation)
+            q_pi = (probs * q_all.detach().min(dim=0).values).sum(-1)
+            entropy = -(probs * logp).sum(-1)
+        else:
+            q = critics(batch.observation, batch.action)  # [n, N]
+            action, logp = self._policy(batch.observation)
+            q_pi = critics(batch.observation, action, detach_params=True).min(dim=0).values
+            entropy = -logp
+        critic_loss = 0.5 * (q - y.unsqueeze(0)).square().sum(0)
+        li = controller.entropy_loss(entropy, mask=valid)
+        actor_loss = -q_pi + li.loss
+        return LossInfo(
+            loss=critic_loss + actor_loss,
+            scalar_loss=li.scalar_loss,
+            extra=SacLossInfo(
+                critic=critic_loss.detach(),
+                actor=actor_loss.detach(),
+                entropy=entropy.detach(),
+                q=q.detach().mean(0),
+                alpha=alpha,
+            ),
+        )
+
+    def train_step(self, inputs: Transition, state: Any = (), rollout_info: Any = ()) -> AlgStep:
+        """One gradient update on a batch (see the module docstring).
+
+        Args:
+            inputs: a ``Transition`` batch sampled from the replay buffer.
+            state: unused.
+            rollout_info: unused.
+
+        Returns:
+            AlgStep: ``info`` the ``LossInfo`` (``loss`` the minimised
+            scalar, detached).
+        """
+        loss_info = self.calc_loss(inputs)
+        loss = _masked_mean(loss_info.loss, inputs.valid)
+        if isinstance(loss_info.scalar_loss, torch.Tensor):
+            loss = loss + loss_info.scalar_loss
+        for opt in self._optimizer_list:
+            opt.zero_grad(set_to_none=True)
+        loss.backward()
+        params = [p for opt in self._optimizer_list for g in opt.param_groups for p in g["params"]]
+        # Data-parallel: average the gradients; skip (on every rank) if any was not finite.
+        finite = distributed.all_reduce_gradients_(params)
+        ok = torch.isfinite(loss) if finite is None else finite
+        if self._max_grad_norm is not None:
+            norm = nn.utils.clip_grad_norm_(params, self._max_grad_norm)
+            ok = ok & torch.isfinite(norm)
+        masked_optimizer_step(
+            self._optimizer_list, ok, sync_free=loss.device.type != "cpu"
+        )
+        self._num_skipped.add_((~ok).to(torch.int64))
+        self._update_targets()
+        loss_info = loss_info._replace(loss=loss.detach())
+        if summary.should_record_summaries():
+            self._summarize(loss_info, inputs.valid)
+        return AlgStep(output=(), state=state, info=loss_info)
+
+    def _update_targets(self) -> None:
+        """Polyak-average the target critics (every ``target_update_period``)."""
+        self._host_updates += 1
+        if self._host_updates % self._target_update_period:
+            return
+        if self._target_pairs is None:
+            self._target_pairs = (
+                list(self._target_critic_networks.parameters()),
+                list(self._critic_networks.parameters()),
+            )
+        with torch.no_grad():
+            torch._foreach_lerp_(self._target_pairs[0], self._target_pairs[1], self._tau)
+
+    def get_extra_state(self) -> Any:
+        """The host-side update count (for the target-update period)."""
+        return {"host_updates": self._host_updates}
+
+    def set_extra_state(self, state: Any) -> None:
+        """Restore :meth:`get_extra_state`."""
+        self._host_updates = int(state["host_updates"])
+
+    def _summarize(self, loss_info: LossInfo, valid: torch.Tensor) -> None:
+        extra = loss_info.extra
+        controller = self._entropy_target_algorithm
+        summary.scalar("loss/total", loss_info.loss)
+        summary.scalar("loss/critic", _masked_mean(extra.critic, valid))
+        summary.scalar("loss/actor", _masked_mean(extra.actor, valid))
+        summary.scalar("entropy", _masked_mean(extra.entropy, valid))
+        summary.scalar("alpha", controller.alpha)
+        summary.scalar("target_entropy", controller.target_entropy)
+        summary.scalar("stage", controller.stage)
+        summary.scalar("q", _masked_mean(extra.q, valid))
+        summary.scalar("num_skipped_updates", self._num_skipped)
+

@@ -1,0 +1,151 @@
+"""``CriticNetworks``: ``n`` independent Q networks evaluated as one batched module.
+
+SAC keeps two critics (and their target copies).  Evaluating them as two
+``nn.Sequential`` costs two sets of small matmuls and their Python overhead;
+here the ``n`` MLPs' weights are stacked (``[n, in, out]``) and every layer is
+one ``torch.baddbmm`` over all critics at once, with the same values as ``n``
+separate ``nn.Linear`` stacks (each critic is initialised like ``nn.Linear``).
+
+* Continuous actions: ``Q(observation, action)``, the flattened observation
+  concatenated with the action, gives ``[n, B]``.
+* Discrete actions: ``Q(observation)`` for every action gives ``[n, B, A]``
+  (the action is not an input, as in discrete SAC).
+
+``forward(..., detach_params=True)`` evaluates with detached weights: SAC's
+actor loss differentiates ``Q(s, a(s))`` with respect to the action only,
+without sending gradients into the critics.
+"""
+import math
+from typing import Any, Optional, Sequence
+
+import gin
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from alf_entropy.networks.encoding_network import (
+    ActivationArg,
+    flat_input_size,
+    flatten_observation,
+    get_activation,
+)
+from alf_entropy.tensor_specs import BoundedTensorSpec
+
+__all__ = ["CriticNetworks"]
+
+
+@gin.configurable
+class CriticNetworks(nn.Module):
+    """``num_critics`` Q networks with stacked weights (see the module docstring).
+
+    Args:
+        input_tensor_spec: the observation spec (nest; leaves are flattened).
+        action_spec: a single ``BoundedTensorSpec``: float for ``Q(s, a)``,
+            integer (scalar, ``minimum`` 0) for ``Q(s, .)`` over all actions.
+        fc_layer_params: hidden layer sizes.
+        activation: hidden activation (class, factory or name).
+        num_critics: how many independent critics (2 for SAC's twin Q).
+
+    Raises:
+        TypeError: if ``action_spec`` is not a single ``BoundedTensorSpec``.
+        ValueError: for a non-scalar discrete spec, ``num_critics < 1`` or
+            non-positive layer sizes.
+    """
+
+    def __init__(
+        self,
+        input_tensor_spec: Any,
+        action_spec: BoundedTensorSpec,
+        fc_layer_params: Sequence[int] = (256, 256),
+        activation: ActivationArg = nn.ReLU,
+        num_critics: int = 2,
+    ):
+        super().__init__()
+        if not isinstance(action_spec, BoundedTensorSpec):
+            raise TypeError(
+                "CriticNetworks: action_spec must be a single BoundedTensorSpec, got "
+                f"{type(action_spec).__name__}"
+            )
+        if isinstance(num_critics, bool) or not isinstance(num_critics, int) or num_critics < 1:
+            raise ValueError(f"num_critics must be an int >= 1, got {num_critics!r}")
+        sizes = list(fc_layer_params)
+        if any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in sizes):
+            raise ValueError(f"fc_layer_params must be positive ints, got {fc_layer_params!r}")
+        self._input_tensor_spec = input_tensor_spec
+        self._discrete = action_spec.is_discrete
+        obs_size = flat_input_size(input_tensor_spec)
+        if self._discrete:
+            if action_spec.shape != ():
+                raise ValueError(
+                    "CriticNetworks: a discrete action_spec must be scalar, got shape "
+                    f"{action_spec.shape}"
+                )
+            in_size, out_size = obs_size, action_spec.num_actions
+        else:
+            in_size, out_size = obs_size + action_spec.numel, 1
+        self._num_critics = num_critics
+        self._activation = get_activation(activation)
+        # ReLU in place on the fresh matmul output: one allocation less per layer.
+        self._act = torch.relu_ if isinstance(self._activation, nn.ReLU) else self._activation
+        dims = [in_size] + sizes + [out_size]
+        self.weights = nn.ParameterList()
+        self.biases = nn.ParameterList()
+        for fan_in, fan_out in zip(dims[:-1], dims[1:]):
+            # nn.Linear's default initialisation, drawn per critic.
+            bound = 1.0 / math.sqrt(fan_in)
+            self.weights.append(
+                nn.Parameter(torch.empty(num_critics, fan_in, fan_out).uniform_(-bound, bound))
+            )
+            self.biases.append(
+                nn.Parameter(torch.empty(num_critics, 1, fan_out).uniform_(-bound, bound))
+            )
+
+    @property
+    def num_critics(self) -> int:
+        """How many critics are stacked."""
+        return self._num_critics
+
+    @property
+    def discrete(self) -> bool:
+        """Whether the critics output one value per discrete action."""
+        return self._discrete
+
+    def forward(
+        self,
+        observation: Any,
+        action: Optional[torch.Tensor] = None,
+        detach_params: bool = False,
+    ) -> torch.Tensor:
+        """Evaluate every critic.
+
+        Args:
+            observation: ``[B, *obs_shape]`` (or a nest matching the spec).
+            action: ``[B, *action_shape]`` for continuous critics; ignored
+                (may be ``None``) for discrete ones.
+            detach_params: use detached weights (gradients reach the inputs
+                only).
+
+        Returns:
+            torch.Tensor: ``[n, B]`` for continuous, ``[n, B, A]`` for
+            discrete actions.
+        """
+        x = flatten_observation(observation, self._input_tensor_spec, self.weights[0].dtype)
+        if not self._discrete:
+            x = torch.cat([x, action.reshape(action.shape[0], -1).to(x.dtype)], dim=-1)
+        x = x.unsqueeze(0).expand(self._num_critics, *x.shape)
+        last = len(self.weights) - 1
+        for i, (w, b) in enumerate(zip(self.weights, self.biases)):
+            if detach_params:
+                w, b = w.detach(), b.detach()
+            if i < last:
+                x = self._act(torch.baddbmm(b, x, w))
+            else:
+                # Batched matmuls with a few output columns take a slow
+                # (matrix-vector) path on the CPU; per-critic linears do not.
+                x = torch.stack(
+                    [
+                        F.linear(xk, wk.t(), bk[0])
+                        for xk, wk, bk in zip(x.unbind(0), w.unbind(0), b.unbind(0))
+                    ]
+                )
+        return x if self._discrete else x.squeeze(-1)

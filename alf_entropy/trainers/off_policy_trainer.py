@@ -1,0 +1,262 @@
+"""``OffPolicyTrainer``: the training loop of SAC (any replay-buffer algorithm).
+
+One iteration (``_train_iteration``) is one step of each of the ``num_envs``
+environments, then ``num_updates_per_train_iter`` gradient updates, CleanRL-style::
+
+    action = random_action() if env_steps < initial_collect_steps \\
+        else algorithm.rollout_step(time_step).output
+    next_time_step = env.step(action)
+    replay_buffer.add(Transition(o, a, r', d', o', valid=time_step is not LAST))
+    if replay_buffer.size >= initial_collect_steps:      # learning has started
+        for _ in range(num_updates_per_train_iter):
+            algorithm.train_step(replay_buffer.sample(mini_batch_size))
+
+The replay buffer (:class:`~alf_entropy.utils.replay_buffer.ReplayBuffer`)
+lives on the training device and is sampled there without host reads; random
+actions are drawn with torch's generator from the action bounds, so the
+checkpointed RNG states reproduce them.  Everything else -- limits
+(``num_iterations`` and ``num_env_steps``, whichever comes first), progress,
+summaries, evaluation, checkpoints and exact resume -- is
+:class:`~alf_entropy.trainers.trainer.Trainer`'s.  The replay buffer is part
+of the checkpoint (``checkpoint_replay_buffer=True``), so a resumed run
+continues bit for bit; without it a resumed run refills the buffer (with the
+current policy) for ``initial_collect_steps`` steps before updating again.
+"""
+from typing import Any, Callable, Dict, Optional
+
+import gin
+import torch
+from absl import logging
+
+from alf_entropy.algorithms.algorithm import Algorithm
+from alf_entropy.algorithms.sac_algorithm import SacAlgorithm
+from alf_entropy.data_structures import StepType
+from alf_entropy.environments import GymVectorEnv
+from alf_entropy.tensor_specs import BoundedTensorSpec
+from alf_entropy.trainers.trainer import Trainer, _check_positive_int, resolve_device
+from alf_entropy.utils import distributed, nest
+from alf_entropy.utils.replay_buffer import ReplayBuffer, Transition
+
+__all__ = ["OffPolicyTrainer"]
+
+
+@gin.configurable
+class OffPolicyTrainer(Trainer):
+    """Train an off-policy algorithm (``SacAlgorithm``) from a replay buffer.
+
+    Args:
+        root_dir: where summaries, checkpoints and the config go (see
+            :mod:`alf_entropy.trainers.trainer`); an existing run is resumed.
+        env_id: the gymnasium id.
+        num_envs: parallel environments ``B`` (one iteration steps each once).
+        algorithm_ctor: ``(observation_spec, action_spec) -> Algorithm``
+            with ``rollout_step``, ``predict_step`` and ``train_step(batch)``
+            taking a ``Transition`` batch.
+        env_ctor: ``(env_id, num_envs=, seed=, device=) -> env``.
+        num_iterations: stop after this many iterations; ``None`` or 0: no
+            limit from it.
+        num_env_steps: stop once this many env steps are done; ``None`` or 0:
+            no limit from it.  At least one limit must be positive; the first
+            one reached ends the run.
+        initial_collect_steps: env steps of uniformly random actions before
+            the policy acts; updates start once the buffer holds this many
+            rows (at least one).  Must not exceed ``num_env_steps``.
+        replay_buffer_length: rows the buffer keeps (ALF's name).
+        mini_batch_size: rows per update; at most ``replay_buffer_length``.
+            Under ``torchrun`` with ``W`` ranks, ``num_envs``,
+            ``replay_buffer_length`` and ``mini_batch_size`` are totals: each
+            rank keeps ``1/W`` of each (they must divide) and the gradients
+            are averaged, so an update sees ``mini_batch_size`` rows.
+        num_updates_per_train_iter: gradient updates per iteration (per
+            ``num_envs`` env steps).
+        checkpoint_replay_buffer: save the buffer in checkpoints (exact
+            resume).  Turn off for huge buffers: resume is then approximate
+            (a warning says so).
+        **kwargs: the other :class:`~alf_entropy.trainers.trainer.Trainer`
+            arguments (``summary_interval``, ``checkpoint_interval``,
+            ``eval_interval``, ``num_eval_episodes``, ``max_checkpoints``,
+            ``seed``, ``device``, ``num_threads``, ``progress_bar``,
+            ``summary_flush_secs``, ``stop_eval_return``).
+
+    Raises:
+        ValueError: for out-of-range arguments, a buffer smaller than the
+            mini-batch, or ``initial_collect_steps > num_env_steps``.
+    """
+
+    def __init__(
+        self,
+        root_dir: str,
+        env_id: str = "Pendulum-v1",
+        num_envs: int = 1,
+        algorithm_ctor: Callable[..., Algorithm] = SacAlgorithm,
+        env_ctor: Callable[..., Any] = GymVectorEnv,
+        num_iterations: Optional[int] = None,
+        num_env_steps: Optional[int] = None,
+        initial_collect_steps: int = 1000,
+        replay_buffer_length: int = 1_000_000,
+        mini_batch_size: int = 256,
+        num_updates_per_train_iter: int = 1,
+        checkpoint_replay_buffer: bool = True,
+        summary_interval: int = 1000,
+        checkpoint_interval: Optional[int] = 10000,
+        eval_interval: Optional[int] = None,
+        num_eval_episodes: int = 10,
+        max_checkpoints: int = 3,
+        seed: int = 0,
+        device: Any = "auto",
+        num_threads: Optional[int] = None,
+        progress_bar: bool = True,
+        summary_flush_secs: float = 10.0,
+        stop_eval_return: Optional[float] = None,
+    ):
+        _check_positive_int(num_envs, "num_envs")
+        _check_positive_int(replay_buffer_length, "replay_buffer_length")
+        _check_positive_int(mini_batch_size, "mini_batch_size")
+        _check_positive_int(num_updates_per_train_iter, "num_updates_per_train_iter")
+        if (
+            isinstance(initial_collect_steps, bool)
+            or not isinstance(initial_collect_steps, int)
+            or initial_collect_steps < 0
+        ):
+            raise ValueError(
+                f"initial_collect_steps must be an int >= 0, got {initial_collect_steps!r}"
+            )
+        if mini_batch_size > replay_buffer_length:
+            raise ValueError(
+                f"mini_batch_size ({mini_batch_size}) must be <= replay_buffer_length "
+                f"({replay_buffer_length})"
+            )
+        if num_env_steps and initial_collect_steps > num_env_steps:
+            raise ValueError(
+                f"initial_collect_steps ({initial_collect_steps}) must be <= num_env_steps "
+                f"({num_env_steps}): the run would end before learning starts"
+            )
+        # Data-parallel (torchrun): each rank holds its share of the totals.
+        world = distributed.env_world_size()
+        for name, value in (
+            ("replay_buffer_length", replay_buffer_length),
+            ("mini_batch_size", mini_batch_size),
+        ):
+            if value % world:
+                raise ValueError(
+                    f"{name} ({value}) is the total over all ranks and must be divisible by "
+                    f"the number of ranks ({world})"
+                )
+        replay_buffer_length //= world
+        mini_batch_size //= world
+        self._initial_collect_steps = initial_collect_steps
+        self._learning_starts = max(1, min(initial_collect_steps // world, replay_buffer_length))
+        self._mini_batch_size = mini_batch_size
+        self._num_updates_per_train_iter = num_updates_per_train_iter
+        self._checkpoint_replay_buffer = bool(checkpoint_replay_buffer)
+        if not self._checkpoint_replay_buffer:
+            logging.warning(
+                "checkpoint_replay_buffer=False: checkpoints omit the replay buffer, so a "
+                "resumed run refills it and is only approximately the same as an "
+                "uninterrupted one"
+            )
+        self._replay_buffer = ReplayBuffer(
+            replay_buffer_length, device=distributed.rank_device(resolve_device(device))
+        )
+        super().__init__(
+            root_dir,
+            env_id=env_id,
+            num_envs=num_envs,
+            algorithm_ctor=algorithm_ctor,
+            env_ctor=env_ctor,
+            num_iterations=num_iterations,
+            num_env_steps=num_env_steps,
+            steps_per_iteration=num_envs,
+            summary_interval=summary_interval,
+            checkpoint_interval=checkpoint_interval,
+            eval_interval=eval_interval,
+            num_eval_episodes=num_eval_episodes,
+            max_checkpoints=max_checkpoints,
+            seed=seed,
+            device=device,
+            num_threads=num_threads,
+            progress_bar=progress_bar,
+            summary_flush_secs=summary_flush_secs,
+            stop_eval_return=stop_eval_return,
+        )
+
+    @property
+    def replay_buffer(self) -> ReplayBuffer:
+        """The replay buffer."""
+        return self._replay_buffer
+
+    def _build_algorithm(self, observation_spec: Any, action_spec: Any) -> Algorithm:
+        if nest.is_nested(action_spec) or not isinstance(action_spec, BoundedTensorSpec):
+            raise TypeError(
+                "OffPolicyTrainer: the environment must have a single bounded action "
+                f"space (Box or Discrete), got {action_spec!r}"
+            )
+        device = self._replay_buffer.device
+        self._random_low = torch.as_tensor(action_spec.minimum, device=device)
+        self._random_high = torch.as_tensor(action_spec.maximum, device=device)
+        return super()._build_algorithm(observation_spec, action_spec)
+
+    def _random_action(self) -> torch.Tensor:
+        """Uniform random actions ``[B, ...]`` from torch's generator."""
+        spec = self._action_spec
+        shape = (self._num_envs,) + tuple(spec.shape)
+        low, high = self._random_low, self._random_high
+        if spec.is_discrete:  # integers in [low, high]
+            u = torch.rand(shape, dtype=torch.float64, device=low.device)
+            return (low + (u * (high - low + 1)).floor()).to(spec.dtype)
+        u = torch.rand(shape, dtype=spec.dtype, device=low.device)
+        return low.to(spec.dtype) + u * (high - low).to(spec.dtype)
+
+    def _train_iteration(self) -> int:
+        """Step every env once, store the transitions, update; return the env steps."""
+        algorithm, env, time_step = self._algorithm, self._env, self._time_step
+        if self._env_steps < self._initial_collect_steps:
+            action = self._random_action()
+        else:
+            with torch.no_grad():
+                action = algorithm.rollout_step(time_step).output
+        action = action.to(self._action_spec.dtype)
+        next_time_step = env.step(action)
+        self._replay_buffer.add(
+            Transition(
+                observation=time_step.observation,
+                action=action,
+                reward=next_time_step.reward,
+                discount=next_time_step.discount,
+                next_observation=next_time_step.observation,
+                valid=time_step.step_type != StepType.LAST,
+            )
+        )
+        self._time_step = next_time_step
+        if self._replay_buffer.size >= self._learning_starts:
+            for _ in range(self._num_updates_per_train_iter):
+                algorithm.train_step(self._replay_buffer.sample(self._mini_batch_size))
+        return self._steps_per_iteration  # all ranks' env steps
+
+    def _example_transition(self) -> Transition:
+        """A one-row ``Transition`` with the stored shapes and dtypes."""
+        obs = nest.map_structure(lambda s: s.zeros((1,)), self._observation_spec)
+        return Transition(
+            observation=obs,
+            action=self._action_spec.zeros((1,)),
+            reward=torch.zeros(1),
+            discount=torch.zeros(1),
+            next_observation=obs,
+            valid=torch.zeros(1, dtype=torch.bool),
+        )
+
+    def _extra_state(self) -> Dict[str, Any]:
+        if not self._checkpoint_replay_buffer:
+            return {}
+        return {"replay_buffer": self._replay_buffer.state_dict()}
+
+    def _load_extra_state(self, state: Dict[str, Any]) -> None:
+        if "replay_buffer" in state:
+            self._replay_buffer.load_state_dict(
+                state["replay_buffer"], self._example_transition()
+            )
+        else:
+            logging.warning(
+                "The checkpoint holds no replay buffer: it is refilled before updates "
+                "resume, so this run is not bit-exact with an uninterrupted one."
+            )

@@ -1,0 +1,404 @@
+"""Data-parallel helpers over ``torch.distributed`` for runs under ``torchrun``.
+
+``torchrun`` starts one process per rank and sets ``RANK``, ``WORLD_SIZE``,
+``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``.  :func:`init_from_env`
+turns them into a process group: gloo on the CPU, NCCL on CUDA with one GPU
+per local rank (``cuda:LOCAL_RANK``).  Its collectives give up after a timeout
+(``timeout_s``, else ``$ALF_ENTROPY_DIST_TIMEOUT_S``, else 300 s), so a rank
+that died or hangs makes the others fail with a :class:`DistributedError`
+instead of waiting forever.
+
+Every other function is a no-op in a single process (no group, or a group of
+one rank): the training code calls them unconditionally, and a single process
+computes exactly the numbers it computed before, at no extra cost.
+
+* :func:`all_reduce_masked_mean` pools a masked mean (the entropy
+  controllers' statistic) from each rank's ``(mean, count)``, so every rank
+  sees the statistic of the global batch.
+* :func:`all_reduce_gradients_` averages gradients after ``backward()``
+  (what DDP does, without wrapping modules).
+* :func:`broadcast_module_` copies rank 0's parameters and buffers to all.
+* :func:`gather_object`/:func:`scatter_object`/:func:`broadcast_object` move
+  picklable Python objects (per-rank checkpoint state, a stop decision).
+"""
+
+import datetime
+import os
+from typing import Any, Callable, Iterable, List, Optional, Tuple, TypeVar
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "TIMEOUT_ENV",
+    "DistributedError",
+    "env_world_size",
+    "init_from_env",
+    "shutdown",
+    "is_distributed",
+    "world_size",
+    "rank",
+    "rank_device",
+    "local_rank",
+    "is_main_process",
+    "all_reduce_masked_mean",
+    "all_reduce_mean",
+    "all_reduce_gradients_",
+    "broadcast_module_",
+    "broadcast_object",
+    "gather_object",
+    "scatter_object",
+    "barrier",
+]
+
+DEFAULT_TIMEOUT_S = 300.0
+"""Seconds a collective waits for the other ranks before failing."""
+
+TIMEOUT_ENV = "ALF_ENTROPY_DIST_TIMEOUT_S"
+"""Environment variable overriding :data:`DEFAULT_TIMEOUT_S`."""
+
+_timeout_s = DEFAULT_TIMEOUT_S
+T = TypeVar("T")
+
+
+class DistributedError(RuntimeError):
+    """A collective failed: another rank died, hung past the timeout or left."""
+
+
+def _env_int(name: str, default: Optional[int] = None) -> int:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        if default is None:
+            raise ValueError(f"environment variable {name} must be set (torchrun sets it)")
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"environment variable {name} must be an integer, got {value!r}") from None
+
+
+def env_world_size() -> int:
+    """``$WORLD_SIZE`` (1 when unset): how many ranks the launcher started.
+
+    Returns:
+        int: the world size requested by the environment.
+
+    Raises:
+        ValueError: if ``WORLD_SIZE`` is not an integer >= 1.
+    """
+    n = _env_int("WORLD_SIZE", 1)
+    if n < 1:
+        raise ValueError(f"environment variable WORLD_SIZE must be >= 1, got {n}")
+    return n
+
+
+def rank_device(device: torch.device) -> torch.device:
+    """The device this process trains on: ``cuda:LOCAL_RANK`` for a CUDA
+    device when ``WORLD_SIZE > 1``, else ``device`` itself.
+
+    Args:
+        device: the device asked for.
+
+    Returns:
+        torch.device: this rank's device (usable before :func:`init_from_env`).
+    """
+    device = torch.device(device)
+    if device.type == "cuda" and env_world_size() > 1:
+        return torch.device("cuda", _env_int("LOCAL_RANK", _env_int("RANK")))
+    return device
+
+
+def _resolve_timeout(timeout_s: Optional[float]) -> float:
+    source = "timeout_s"
+    if timeout_s is None:
+        env = os.environ.get(TIMEOUT_ENV)
+        if env is None or env == "":
+            return DEFAULT_TIMEOUT_S
+        source = TIMEOUT_ENV
+        try:
+            timeout_s = float(env)
+        except ValueError:
+            raise ValueError(f"{TIMEOUT_ENV} must be a number of seconds, got {env!r}") from None
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
+        raise ValueError(f"{source} must be a number of seconds > 0, got {timeout_s!r}")
+    return float(timeout_s)
+
+
+def init_from_env(device: torch.device, timeout_s: Optional[float] = None) -> torch.device:
+    """Join the process group described by torchrun's environment variables.
+
+    With ``WORLD_SIZE`` unset or 1 nothing happens and ``device`` is returned.
+    Otherwise the group is created once (later calls only return the device):
+    NCCL with ``cuda:LOCAL_RANK`` as this rank's device when ``device`` is a
+    CUDA device, gloo otherwise.
+
+    Args:
+        device: the device asked for (``cpu`` or ``cuda``; a CUDA index is
+            replaced by ``LOCAL_RANK``).
+        timeout_s: how long a collective waits for the other ranks; default
+            ``$ALF_ENTROPY_DIST_TIMEOUT_S`` or :data:`DEFAULT_TIMEOUT_S`.
+
+    Returns:
+        torch.device: the device this rank trains on.
+
+    Raises:
+        ValueError: for missing or inconsistent ``RANK``/``WORLD_SIZE``/
+            ``LOCAL_RANK``/``MASTER_ADDR``/``MASTER_PORT``, a bad timeout, or
+            fewer GPUs than local ranks.
+        DistributedError: if the other ranks do not join within the timeout.
+    """
+    global _timeout_s
+    device = torch.device(device)
+    n = env_world_size()
+    if n == 1:
+        return device
+    rank_ = _env_int("RANK")
+    local = _env_int("LOCAL_RANK", rank_)
+    if not 0 <= rank_ < n:
+        raise ValueError(f"environment variable RANK must be in [0, {n}), got {rank_}")
+    if local < 0:
+        raise ValueError(f"environment variable LOCAL_RANK must be >= 0, got {local}")
+    for name in ("MASTER_ADDR", "MASTER_PORT"):
+        if not os.environ.get(name):
+            raise ValueError(f"environment variable {name} must be set (torchrun sets it)")
+    if device.type == "cuda":
+        device = rank_device(device)
+        if local >= torch.cuda.device_count():
+            raise ValueError(
+                f"LOCAL_RANK {local} needs GPU {local}, but only {torch.cuda.device_count()} "
+                "are visible: start at most one rank per GPU (--nproc_per_node)"
+            )
+        torch.cuda.set_device(device)
+        backend = "nccl"
+    elif device.type == "cpu":
+        backend = "gloo"
+    else:
+        raise ValueError(f"device must be a cpu or cuda device, got {device}")
+    if dist.is_initialized():
+        if dist.get_world_size() != n or dist.get_backend() != backend:
+            raise ValueError(
+                f"a process group ({dist.get_backend()}, {dist.get_world_size()} ranks) "
+                f"already exists; wanted {backend} with {n} ranks"
+            )
+        return device
+    _timeout_s = _resolve_timeout(timeout_s)
+    try:
+        dist.init_process_group(
+            backend,
+            init_method="env://",
+            rank=rank_,
+            world_size=n,
+            timeout=datetime.timedelta(seconds=_timeout_s),
+            **({"device_id": device} if backend == "nccl" else {}),
+        )
+    except RuntimeError as e:  # includes dist.DistError
+        raise DistributedError(
+            f"rank {rank_}/{n}: could not join the process group at "
+            f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']} within {_timeout_s:g}s: {e}"
+        ) from e
+    return device
+
+
+def shutdown() -> None:
+    """Leave the process group, if one was created (safe to call always)."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def is_distributed() -> bool:
+    """Whether a process group with more than one rank is initialised."""
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def world_size() -> int:
+    """The number of ranks (1 without a process group)."""
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def rank() -> int:
+    """This process's rank (0 without a process group)."""
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def local_rank() -> int:
+    """This process's rank on its machine (``$LOCAL_RANK``, else 0)."""
+    return _env_int("LOCAL_RANK", 0) if is_distributed() else 0
+
+
+def is_main_process() -> bool:
+    """True on rank 0 (and in a single process): the one that writes files."""
+    return rank() == 0
+
+
+def _collective(what: str, fn: Callable[[], T]) -> T:
+    """Run a collective, turning a backend failure into a clear error."""
+    try:
+        return fn()
+    except RuntimeError as e:  # includes dist.DistError
+        raise DistributedError(
+            f"rank {rank()}/{world_size()}: {what} failed: another rank died, left, or did "
+            f"not reach the same point within the {_timeout_s:g}s timeout ({TIMEOUT_ENV}). "
+            f"Cause: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+        ) from e
+
+
+def all_reduce_masked_mean(
+    mean: torch.Tensor, count: Optional[torch.Tensor]
+) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Pool a masked mean over all ranks: the mean of every rank's elements.
+
+    With ``count`` the ranks' sums (``mean * count``) and counts are
+    all-reduced in one collective, in float64 (exact for counts below
+    2**53), and every rank gets the same bits: the mean of the pooled batch
+    (to float rounding; NaN if any rank's counted elements hold one).  With
+    ``count=None`` each rank's ``mean`` weighs the same.  Without a
+    multi-rank group the inputs are returned unchanged (no cost).
+
+    Args:
+        mean: 0-d tensor, this rank's mean (any value when ``count`` is 0).
+        count: 0-d integer tensor, the number of elements behind ``mean``,
+            or None.
+
+    Returns:
+        ``(mean, count)`` over all ranks, in the input dtypes.
+    """
+    if not is_distributed():
+        return mean, count
+    if count is None:
+        return all_reduce_mean(mean), None
+    n = count.to(torch.float64)
+    total = torch.where(n > 0, mean.detach().to(torch.float64) * n, 0.0)
+    packed = torch.stack([total, n])
+    _collective("all_reduce of the entropy statistic", lambda: dist.all_reduce(packed))
+    total, n = packed.unbind()
+    return (total / n.clamp(min=1)).to(mean.dtype), n.to(count.dtype)
+
+
+def all_reduce_mean(value: torch.Tensor) -> torch.Tensor:
+    """The mean of ``value`` over all ranks (``value`` itself in one process).
+
+    Args:
+        value: a tensor of the same shape on every rank.
+
+    Returns:
+        torch.Tensor: the element-wise mean (a new tensor when reduced).
+    """
+    if not is_distributed():
+        return value
+    out = value.detach().clone()
+    _collective("all_reduce of a mean", lambda: dist.all_reduce(out))
+    return out / dist.get_world_size()
+
+
+def all_reduce_gradients_(params: Iterable[nn.Parameter]) -> Optional[torch.Tensor]:
+    """Average ``.grad`` of ``params`` over all ranks, in place.
+
+    Gradients are flattened into one buffer per dtype and device, so each
+    update costs one collective per dtype.  A parameter without a gradient
+    contributes zeros (and gets the average), so every rank steps the same
+    parameters.  No-op without a multi-rank group.
+
+    Args:
+        params: the parameters, in the same order on every rank.
+
+    Returns:
+        None in one process; else a 0-d bool tensor, the same on every rank:
+        whether the averaged gradients are all finite (False if any rank's
+        were not), for a caller that skips non-finite updates.
+    """
+    if not is_distributed():
+        return None
+    params = [p for p in params if p.requires_grad]
+    groups = {}
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        groups.setdefault((p.grad.dtype, p.grad.device), []).append(p)
+    n = dist.get_world_size()
+    finite = None
+    for group in groups.values():
+        flat = torch.cat([p.grad.reshape(-1) for p in group])
+        _collective("all_reduce of the gradients", lambda f=flat: dist.all_reduce(f))
+        flat.div_(n)
+        ok = torch.isfinite(flat).all()
+        finite = ok if finite is None else finite & ok.to(finite.device)
+        offset = 0
+        for p in group:
+            k = p.grad.numel()
+            p.grad.copy_(flat[offset : offset + k].view_as(p.grad))
+            offset += k
+    return finite if finite is not None else torch.ones((), dtype=torch.bool)
+
+
+def broadcast_module_(module: nn.Module, src: int = 0) -> None:
+    """Copy rank ``src``'s parameters and buffers into ``module`` on every rank.
+
+    Args:
+        module: the module, built identically on every rank.
+        src: the rank whose values win.
+    """
+    if not is_distributed():
+        return
+    with torch.no_grad():
+        for t in list(module.parameters()) + list(module.buffers()):
+            _collective("broadcast of the model", lambda t=t: dist.broadcast(t.data, src))
+
+
+def broadcast_object(obj: T, src: int = 0) -> T:
+    """Rank ``src``'s ``obj`` on every rank (``obj`` itself in one process).
+
+    Args:
+        obj: a picklable object (only rank ``src``'s value is used).
+        src: the sending rank.
+
+    Returns:
+        The object sent by rank ``src``.
+    """
+    if not is_distributed():
+        return obj
+    box = [obj]
+    _collective("broadcast of an object", lambda: dist.broadcast_object_list(box, src))
+    return box[0]
+
+
+def gather_object(obj: Any) -> Optional[List[Any]]:
+    """Every rank's ``obj`` as a list on rank 0 (``None`` on other ranks).
+
+    Args:
+        obj: a picklable object.
+
+    Returns:
+        ``[obj_rank0, obj_rank1, ...]`` on rank 0, ``None`` elsewhere; ``[obj]``
+        in one process.
+    """
+    if not is_distributed():
+        return [obj]
+    out = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+    _collective("gather of per-rank state", lambda: dist.gather_object(obj, out, dst=0))
+    return out
+
+
+def scatter_object(objs: Optional[List[Any]], src: int = 0) -> Any:
+    """Rank ``r`` gets ``objs[r]`` of rank ``src`` (``objs[0]`` in one process).
+
+    Args:
+        objs: on rank ``src``, one picklable object per rank; ignored elsewhere.
+        src: the sending rank.
+
+    Returns:
+        This rank's object.
+    """
+    if not is_distributed():
+        return objs[0]
+    out = [None]
+    send = objs if dist.get_rank() == src else None
+    _collective("scatter of per-rank state", lambda: dist.scatter_object_list(out, send, src))
+    return out[0]
+
+
+def barrier() -> None:
+    """Wait for every rank (no-op in one process)."""
+    if is_distributed():
+        _collective("barrier", dist.barrier)

@@ -1,0 +1,180 @@
+"""``ReplayBuffer``: a ring buffer of tensors on the training device.
+
+Each field of the stored nest (e.g. a ``Transition``) is one preallocated
+tensor ``[capacity, ...]`` on ``device``.  ``add`` writes a batch of ``B``
+rows at the write position (wrapping around, overwriting the oldest rows);
+``sample`` draws ``batch_size`` rows uniformly with replacement with
+``torch.randint`` on the device.  Positions and sizes are Python ints that
+the caller's loop determines, so neither call ever reads a tensor on the host
+(no GPU sync).  ``state_dict``/``load_state_dict`` save the filled rows, so a
+checkpoint can resume a run with the same buffer content.
+"""
+from typing import Any, Dict, List, Optional
+
+import torch
+
+from alf_entropy.data_structures import namedtuple
+from alf_entropy.utils import nest
+
+__all__ = ["ReplayBuffer", "Transition"]
+
+Transition = namedtuple(
+    "Transition",
+    [
+        "observation",  # [B, ...]: o_t
+        "action",  # [B, ...]: a_t
+        "reward",  # [B]: r_{t+1}
+        "discount",  # [B]: 0 if the episode terminated at t+1, else 1
+        "next_observation",  # [B, ...]: o_{t+1} (the final one when t+1 is LAST)
+        "valid",  # [B] bool: False when t was LAST (a_t was ignored: o_{t+1} is a reset)
+    ],
+    default_value=(),
+)
+"""One environment step as off-policy algorithms train on it."""
+
+
+class ReplayBuffer:
+    """A fixed-capacity FIFO of tensor nests, sampled uniformly.
+
+    Args:
+        capacity: the number of rows kept (the oldest are overwritten).
+        device: where the storage lives (``"cpu"``, ``"cuda"``, a device).
+
+    Raises:
+        ValueError: if ``capacity`` is not a positive int.
+    """
+
+    def __init__(self, capacity: int, device: Any = "cpu"):
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+            raise ValueError(f"capacity must be a positive int, got {capacity!r}")
+        self._capacity = capacity
+        self._device = torch.device(device)
+        self._storage: Optional[Any] = None  # nest of [capacity, ...] tensors
+        self._flat: List[torch.Tensor] = []
+        self._pos = 0
+        self._size = 0
+
+    @property
+    def capacity(self) -> int:
+        """The maximum number of rows."""
+        return self._capacity
+
+    @property
+    def device(self) -> torch.device:
+        """Where the storage lives."""
+        return self._device
+
+    @property
+    def size(self) -> int:
+        """The number of rows stored (at most ``capacity``)."""
+        return self._size
+
+    def __len__(self) -> int:
+        return self._size
+
+    def _allocate(self, batch: Any) -> None:
+        self._storage = nest.map_structure(
+            lambda x: torch.zeros(
+                (self._capacity,) + tuple(x.shape[1:]), dtype=x.dtype, device=self._device
+            ),
+            batch,
+        )
+        self._flat = nest.flatten(self._storage)
+
+    def add(self, batch: Any) -> None:
+        """Append ``B`` rows (every leaf of ``batch`` is ``[B, ...]``).
+
+        Args:
+            batch: a nest of tensors with one leading batch dimension; the
+                first call fixes the structure, shapes and dtypes.
+
+        Raises:
+            ValueError: if the structure or a leaf shape differs from the
+                first batch, or ``B`` exceeds the capacity.
+        """
+        if self._storage is None:
+            self._allocate(batch)
+        leaves = nest.flatten(batch)
+        if len(leaves) != len(self._flat):
+            raise ValueError(
+                f"ReplayBuffer.add: batch has {len(leaves)} fields, the buffer {len(self._flat)}"
+            )
+        n = leaves[0].shape[0]
+        if n > self._capacity:
+            raise ValueError(f"ReplayBuffer.add: batch of {n} rows > capacity {self._capacity}")
+        end = self._pos + n
+        for store, x in zip(self._flat, leaves):
+            if x.shape[0] != n or x.shape[1:] != store.shape[1:]:
+                raise ValueError(
+                    f"ReplayBuffer.add: leaf of shape {tuple(x.shape)} does not fit rows "
+                    f"of shape {tuple(store.shape[1:])} ({n} rows)"
+                )
+            if end <= self._capacity:
+                store[self._pos : end] = x
+            else:  # wrap around
+                first = self._capacity - self._pos
+                store[self._pos :] = x[:first]
+                store[: n - first] = x[first:]
+        self._pos = end % self._capacity
+        self._size = min(self._size + n, self._capacity)
+
+    def sample(self, batch_size: int) -> Any:
+        """Draw ``batch_size`` rows uniformly (with replacement).
+
+        Args:
+            batch_size: the number of rows.
+
+        Returns:
+            A nest like the added batches, every leaf ``[batch_size, ...]``.
+
+        Raises:
+            ValueError: if the buffer is empty.
+        """
+        if self._size == 0:
+            raise ValueError("ReplayBuffer.sample: the buffer is empty")
+        idx = torch.randint(0, self._size, (batch_size,), device=self._device)
+        return nest.pack_sequence_as(self._storage, [x[idx] for x in self._flat])
+
+    def state_dict(self) -> Dict[str, Any]:
+        """The filled rows (in storage order) and the write position.
+
+        Returns:
+            dict: ``{"pos", "size", "data"}`` with ``data`` a list of the
+            leaves' first ``size`` rows (an empty list before the first add).
+        """
+        return {
+            "pos": self._pos,
+            "size": self._size,
+            "data": [x[: self._size] for x in self._flat],
+        }
+
+    def load_state_dict(self, state: Dict[str, Any], example: Any) -> None:
+        """Restore a ``state_dict``.
+
+        Args:
+            state: what ``state_dict`` returned.
+            example: a batch nest with the stored structure (only its
+                structure, trailing shapes and dtypes are used) to allocate
+                the storage.
+
+        Raises:
+            ValueError: if the saved data does not fit this buffer.
+        """
+        size, pos, data = int(state["size"]), int(state["pos"]), state["data"]
+        if size > self._capacity:
+            raise ValueError(
+                f"ReplayBuffer: saved {size} rows do not fit capacity {self._capacity}"
+            )
+        self._allocate(example)
+        if size and len(data) != len(self._flat):
+            raise ValueError(
+                f"ReplayBuffer: saved {len(data)} fields, the buffer has {len(self._flat)}"
+            )
+        for store, x in zip(self._flat, data if size else []):
+            if x.shape[1:] != store.shape[1:]:
+                raise ValueError(
+                    f"ReplayBuffer: saved rows of shape {tuple(x.shape[1:])}, expected "
+                    f"{tuple(store.shape[1:])}"
+                )
+            store[:size] = x.to(store.device)
+        self._pos, self._size = pos, size

@@ -1,0 +1,200 @@
+"""SAC training speed on Pendulum-v1: our SacAlgorithm vs. Stable-Baselines3's SAC.
+
+For each seed, both implementations train for ``--steps`` env steps at the
+same time, in two single-threaded worker processes, so that both see the same
+background load of a shared machine (run one after the other, a change of
+load between the two runs shows up as a speed ratio).  This prints:
+
+* env-steps/s: env steps divided by training wall time (no evaluation inside);
+* the eval return after training: mean return of ``--eval_episodes``
+  deterministic episodes, with the same evaluation code and seeds for both.
+
+Matched settings (SB3's defaults, CleanRL's too): one env, 256x256 ReLU actor
+and twin critics, tanh-squashed Gaussian policy with state-dependent std,
+batch 256, Adam(lr=3e-4) everywhere, gamma 0.99, tau 0.005, one gradient step
+per env step after ``--learning_starts`` random steps, automatic temperature
+starting at alpha = 1 with target entropy -1 (SAC's rule: our
+``SGDEntropyTargetAlgorithm``), replay buffer 1M, CPU with one torch thread.
+Ours is ``sac_pendulum.gin`` run by ``OffPolicyTrainer`` (checkpoints and
+summaries off, as SB3's defaults have none).
+
+Where the speed comes from (no change to the maths): the twin critics are one
+batched module (one ``baddbmm`` per hidden layer for both), actor, critic and
+temperature losses take one backward and one optimiser step, the actor loss
+evaluates the critics with detached weights (no wasted critic weight
+gradients), target networks are updated with one ``torch._foreach_lerp_``,
+and the replay buffer samples tensors in place (no NumPy round trip).
+
+Stable-Baselines3 is needed (``pip install stable-baselines3 --no-deps``).
+
+Usage::
+
+    python benchmarks/sac_speed.py [--seeds 0 1] [--steps 6000]
+"""
+import argparse
+import multiprocessing
+import statistics
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any, Callable, Dict, List
+
+import numpy as np
+import torch
+
+ENV_ID = "Pendulum-v1"
+EVAL_SEED = 1_000_003
+
+
+def _evaluate(policy_fn: Callable[[Any], Any], episodes: int) -> float:
+    from alf_entropy.environments import evaluate
+
+    return evaluate(ENV_ID, policy_fn, num_episodes=episodes, seed=EVAL_SEED, device="cpu")
+
+
+def run_ours(seed: int, args: argparse.Namespace) -> Dict[str, Any]:
+    """Train ``sac_pendulum.gin`` for ``args.steps`` env steps.
+
+    Args:
+        seed: the run's seed.
+        args: the parsed command line.
+
+    Returns:
+        dict with ``steps_per_sec`` and ``eval_return``.
+    """
+    import gin
+
+    from alf_entropy.data_structures import TimeStep
+    from alf_entropy.trainers.gin_config import parse_gin_config
+    from alf_entropy.trainers.off_policy_trainer import OffPolicyTrainer
+
+    gin.clear_config()
+    parse_gin_config(
+        ["sac_pendulum.gin"],
+        [
+            f"OffPolicyTrainer.num_env_steps = {args.steps}",
+            f"OffPolicyTrainer.initial_collect_steps = {args.learning_starts}",
+            f"OffPolicyTrainer.seed = {seed}",
+            "OffPolicyTrainer.eval_interval = None",
+            "OffPolicyTrainer.checkpoint_interval = None",
+            "OffPolicyTrainer.summary_interval = 1000000000",
+            "OffPolicyTrainer.progress_bar = False",
+            "OffPolicyTrainer.device = 'cpu'",
+        ],
+    )
+    with tempfile.TemporaryDirectory() as root:
+        trainer = OffPolicyTrainer(root_dir=root)
+        result = trainer.train()
+        alg = trainer.algorithm
+        alg.eval()
+
+        def policy(obs: torch.Tensor) -> torch.Tensor:
+            return alg.predict_step(TimeStep(observation=obs)).output
+
+        eval_return = _evaluate(policy, args.eval_episodes)
+    gin.clear_config()
+    # The final checkpoint is in wall_time too: a few ms.
+    return {"steps_per_sec": args.steps / result["wall_time"], "eval_return": eval_return}
+
+
+def run_sb3(seed: int, args: argparse.Namespace) -> Dict[str, Any]:
+    """Train Stable-Baselines3's SAC with the matched settings.
+
+    Args:
+        seed: the run's seed.
+        args: the parsed command line.
+
+    Returns:
+        dict with ``steps_per_sec`` and ``eval_return``.
+    """
+    from stable_baselines3 import SAC
+
+    model = SAC(
+        "MlpPolicy",
+        ENV_ID,
+        learning_rate=3e-4,
+        buffer_size=1_000_000,
+        learning_starts=args.learning_starts,
+        batch_size=256,
+        tau=0.005,
+        gamma=0.99,
+        train_freq=1,
+        gradient_steps=1,
+        ent_coef="auto_1.0",
+        target_entropy=-1.0,
+        policy_kwargs={"net_arch": [256, 256]},
+        seed=seed,
+        device="cpu",
+        verbose=0,
+    )
+    start = time.time()
+    model.learn(total_timesteps=args.steps)
+    wall = time.time() - start
+
+    def policy(obs: torch.Tensor) -> np.ndarray:
+        action, _ = model.predict(obs.numpy(), deterministic=True)
+        return action
+
+    return {"steps_per_sec": args.steps / wall, "eval_return": _evaluate(policy, args.eval_episodes)}
+
+
+def _worker(name: str, seed: int, args: argparse.Namespace) -> Dict[str, Any]:
+    """Run one implementation in a worker process (one torch thread)."""
+    torch.set_num_threads(1)
+    return (run_ours if name == "ours" else run_sb3)(seed, args)
+
+
+def main() -> None:
+    """Run both implementations for every seed and print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--steps", type=int, default=6000)
+    parser.add_argument("--learning_starts", type=int, default=1000)
+    parser.add_argument("--eval_episodes", type=int, default=10)
+    args = parser.parse_args()
+
+    rows: List[Dict[str, Any]] = []
+    ctx = multiprocessing.get_context("spawn")
+    for seed in args.seeds:
+        with ProcessPoolExecutor(max_workers=2, mp_context=ctx) as pool:
+            ours = pool.submit(_worker, "ours", seed, args)
+            sb3 = pool.submit(_worker, "sb3", seed, args)
+            out = {"ours": ours.result(), "sb3": sb3.result()}
+        row = {
+            "seed": seed,
+            "ours_sps": out["ours"]["steps_per_sec"],
+            "sb3_sps": out["sb3"]["steps_per_sec"],
+            "ours_eval": out["ours"]["eval_return"],
+            "sb3_eval": out["sb3"]["eval_return"],
+        }
+        row["ratio"] = row["ours_sps"] / row["sb3_sps"]
+        rows.append(row)
+        print(
+            f"seed {seed}: ours {row['ours_sps']:.1f} steps/s eval {row['ours_eval']:.1f} | "
+            f"sb3 {row['sb3_sps']:.1f} steps/s eval {row['sb3_eval']:.1f} | "
+            f"ratio {row['ratio']:.2f}x",
+            flush=True,
+        )
+
+    print(
+        f"\nSAC on {ENV_ID}, {args.steps} env steps ({args.learning_starts} random), "
+        "both at once, one torch thread each"
+    )
+    print("| seed | ours env-steps/s | SB3 env-steps/s | ratio | ours eval return | SB3 eval return |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(
+            f"| {r['seed']} | {r['ours_sps']:.1f} | {r['sb3_sps']:.1f} | {r['ratio']:.2f}x | "
+            f"{r['ours_eval']:.1f} | {r['sb3_eval']:.1f} |"
+        )
+    if len(rows) > 1:
+        ratios = [r["ratio"] for r in rows]
+        print(
+            f"| mean | | | {statistics.mean(ratios):.2f}x | "
+            f"{statistics.mean(r['ours_eval'] for r in rows):.1f} | "
+            f"{statistics.mean(r['sb3_eval'] for r in rows):.1f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()

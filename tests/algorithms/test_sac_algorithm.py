@@ -1,0 +1,223 @@
+"""SacAlgorithm: learning on one-step bandits with every controller, both action
+kinds; skipped non-finite updates; target updates; summaries; bad input."""
+import functools
+
+import pytest
+import torch
+import torch.nn as nn
+
+from alf_entropy.algorithms.entropy_target_algorithm import (
+    EntropyTargetAlgorithm,
+    FixedEntropyCoefficient,
+    SGDEntropyTargetAlgorithm,
+)
+from alf_entropy.algorithms.sac_algorithm import SacAlgorithm, masked_optimizer_step
+from alf_entropy.data_structures import TimeStep
+from alf_entropy.networks import ActorDistributionNetwork, CriticNetworks
+from alf_entropy.tensor_specs import BoundedTensorSpec, TensorSpec
+from alf_entropy.utils import summary
+from alf_entropy.utils.replay_buffer import Transition
+
+OBS = TensorSpec((2,))
+BOX = BoundedTensorSpec((1,), torch.float32, -1.0, 1.0)
+DISCRETE = BoundedTensorSpec((), torch.int64, 0, 2)
+BEST_BOX_ACTION = 0.5
+
+CONTROLLERS = {
+    "sgd": functools.partial(SGDEntropyTargetAlgorithm, initial_alpha=0.05, target_entropy=-2.0),
+    "staged": functools.partial(
+        EntropyTargetAlgorithm,
+        initial_alpha=0.05,
+        target_entropy=-2.0,
+        skip_free_stage=True,
+        slow_update_rate=0.01,
+        fast_update_rate=0.01,
+    ),
+    "fixed": functools.partial(FixedEntropyCoefficient, alpha=0.05),
+}
+DISCRETE_TARGET = 0.3  # reachable: < log 3
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny networks: one thread (several threads on a loaded 2-core machine
+    make every small op wait for the others)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _sac(action_spec, controller, **kwargs):
+    if action_spec.is_discrete and controller.func is not FixedEntropyCoefficient:
+        controller = functools.partial(controller, target_entropy=DISCRETE_TARGET)
+    return SacAlgorithm(
+        OBS,
+        action_spec,
+        actor_network_ctor=functools.partial(
+            ActorDistributionNetwork,
+            fc_layer_params=(32,),
+            activation=nn.ReLU,
+            squash_to_spec=True,
+            state_dependent_std=True,
+        ),
+        critic_network_ctor=functools.partial(CriticNetworks, fc_layer_params=(32,)),
+        entropy_target_cls=controller,
+        optimizer=functools.partial(torch.optim.Adam, lr=3e-3),
+        **kwargs,
+    )
+
+
+def _bandit_batch(action_spec, n=64):
+    """One-step episodes (discount 0) whose reward depends on the action only."""
+    obs = torch.randn(n, 2)
+    if action_spec.is_discrete:
+        action = torch.randint(0, 3, (n,))
+        reward = (action == 2).float()
+    else:
+        action = torch.rand(n, 1) * 2 - 1
+        reward = -4 * (action[:, 0] - BEST_BOX_ACTION) ** 2
+    return Transition(obs, action, reward, torch.zeros(n), torch.randn(n, 2), torch.ones(n, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("name", sorted(CONTROLLERS))
+@pytest.mark.parametrize("kind", ["continuous", "discrete"])
+def test_learns_the_bandit_with_every_controller(kind, name):
+    torch.manual_seed(0)
+    spec = BOX if kind == "continuous" else DISCRETE
+    alg = _sac(spec, CONTROLLERS[name])
+    alpha0 = float(alg.entropy_coefficient())
+    critic_losses = []
+    for _ in range(600 if kind == "continuous" else 200):
+        info = alg.train_step(_bandit_batch(spec)).info
+        critic_losses.append(float(info.extra.critic.mean()))
+    obs = torch.randn(256, 2)
+    with torch.no_grad():
+        mode = alg.predict_step(TimeStep(observation=obs)).output
+    if kind == "continuous":
+        assert (mode - BEST_BOX_ACTION).abs().mean() < 0.15
+    else:
+        assert (mode == 2).float().mean() > 0.95
+    assert sum(critic_losses[-20:]) < 0.2 * sum(critic_losses[:20])
+    alpha = float(alg.entropy_coefficient())
+    if name == "fixed":
+        assert alpha == pytest.approx(alpha0)
+    elif kind == "continuous":
+        # the entropy starts far above the target -2: alpha must fall
+        assert alpha < alpha0
+    else:
+        # the greedy discrete policy's entropy falls below the target 0.3: alpha rises
+        assert alpha > alpha0
+    assert int(alg.num_skipped_updates) == 0
+
+
+def test_controller_sees_sac_entropy_and_summaries_are_written(tmp_path, monkeypatch):
+    torch.manual_seed(0)
+    alg = _sac(BOX, CONTROLLERS["staged"])
+    seen = []
+    original = alg.entropy_target_algorithm.entropy_loss
+    monkeypatch.setattr(
+        alg.entropy_target_algorithm,
+        "entropy_loss",
+        lambda entropy, mask=None, **kw: seen.append(entropy.detach()) or original(entropy, mask=mask, **kw),
+    )
+    recorded = {}
+    monkeypatch.setattr(summary, "scalar", lambda name, value, step=None: recorded.__setitem__(name, value))
+    writer = summary.create_summary_writer(str(tmp_path))
+    summary.set_default_writer(writer)
+    try:
+        with summary.record_if(lambda: True):
+            alg.train_step(_bandit_batch(BOX))
+    finally:
+        summary.set_default_writer(None)
+        writer.close()
+    assert len(seen) == 1 and seen[0].shape == (64,)  # -log pi of 64 fresh samples
+    for name in ("alpha", "entropy", "target_entropy", "stage", "loss/critic", "loss/actor"):
+        assert name in recorded
+    assert float(recorded["target_entropy"]) == -2.0
+
+
+def test_target_critics_follow_by_polyak_averaging():
+    torch.manual_seed(0)
+    alg = _sac(BOX, CONTROLLERS["fixed"], target_update_tau=0.25, target_update_period=2)
+    target = [p.clone() for p in alg.target_critic_networks.parameters()]
+    alg.train_step(_bandit_batch(BOX))
+    assert all(torch.equal(a, b) for a, b in zip(target, alg.target_critic_networks.parameters()))
+    alg.train_step(_bandit_batch(BOX))
+    for old, new, p in zip(target, alg.target_critic_networks.parameters(), alg.critic_networks.parameters()):
+        torch.testing.assert_close(new, old + 0.25 * (p.detach() - old))
+    assert not any(p.requires_grad for p in alg.target_critic_networks.parameters())
+    # the host-side period counter is in the state dict
+    clone = _sac(BOX, CONTROLLERS["fixed"], target_update_tau=0.25, target_update_period=2)
+    clone.load_state_dict(alg.state_dict())
+    assert clone.get_extra_state() == alg.get_extra_state() == {"host_updates": 2}
+
+
+@pytest.mark.parametrize("name", ["sgd", "staged"])
+@pytest.mark.parametrize("max_grad_norm", [None, 1.0])
+def test_nonfinite_loss_skips_the_update(name, max_grad_norm):
+    torch.manual_seed(0)
+    alg = _sac(BOX, CONTROLLERS[name], max_grad_norm=max_grad_norm)
+    alg.train_step(_bandit_batch(BOX))
+    params = {k: v.clone() for k, v in alg.state_dict().items() if torch.is_tensor(v)}
+    opt_state = [
+        {k: v.clone() for k, v in s.items()} for opt in alg.optimizers() for s in opt.state.values()
+    ]
+    alpha = alg.entropy_coefficient().clone()
+    bad = _bandit_batch(BOX)
+    bad.reward[3] = float("nan")
+    alg.train_step(bad)
+    assert int(alg.num_skipped_updates) == 1
+    for k, v in alg.state_dict().items():
+        if torch.is_tensor(v) and k in params and not k.endswith(("_num_skipped",)):
+            if "target_critic" in k:
+                continue  # lerp towards the unchanged critics
+            if name == "staged" and "_entropy_target_algorithm" in k:
+                continue  # it advanced on the (finite) entropy before the loss
+            assert torch.equal(v, params[k]), k
+    after = [s for opt in alg.optimizers() for s in opt.state.values()]
+    for old, new in zip(opt_state, after):
+        assert all(torch.equal(old[k], new[k]) for k in old)
+    if name == "sgd":  # log_alpha is trained by the skipped step
+        assert torch.equal(alg.entropy_coefficient(), alpha)
+    assert torch.isfinite(alg.entropy_coefficient())
+    assert all(torch.isfinite(p).all() for p in alg.parameters())
+    alg.train_step(_bandit_batch(BOX))  # and training goes on
+    assert int(alg.num_skipped_updates) == 1
+
+
+@pytest.mark.parametrize("sync_free", [False, True])
+def test_masked_optimizer_step_restores_params_and_state(sync_free):
+    p = nn.Parameter(torch.ones(3))
+    opt = torch.optim.Adam([p], lr=0.1)
+    for ok, expect_change in ((False, False), (True, True), (False, False)):
+        before = p.detach().clone()
+        state = {k: v.clone() for k, v in opt.state.get(p, {}).items()}
+        p.grad = torch.tensor([1.0, float("nan") if not ok else 2.0, 3.0])
+        masked_optimizer_step([opt], torch.tensor(ok), sync_free=sync_free)
+        assert torch.equal(p.detach(), before) != expect_change
+        if not expect_change:
+            for k, v in opt.state.get(p, {}).items():
+                assert torch.equal(v, state.get(k, torch.zeros_like(v))), k
+
+
+def test_bad_inputs():
+    with pytest.raises(TypeError, match="single BoundedTensorSpec"):
+        SacAlgorithm(OBS, {"a": BOX, "b": DISCRETE})
+    with pytest.raises(ValueError, match="scalar"):
+        SacAlgorithm(OBS, BoundedTensorSpec((2,), torch.int64, 0, 2))
+    with pytest.raises(ValueError, match="target_update_tau"):
+        SacAlgorithm(OBS, BOX, target_update_tau=0.0)
+    with pytest.raises(ValueError, match="gamma"):
+        SacAlgorithm(OBS, BOX, gamma=1.5)
+    with pytest.raises(ValueError, match="target_update_period"):
+        SacAlgorithm(OBS, BOX, target_update_period=0)
+    # A continuous-action target (SAC's -dim(A)) for a discrete action: an
+    # entropy is never below 0, so alpha would sink forever.
+    with pytest.raises(ValueError, match="discrete"):
+        SacAlgorithm(OBS, DISCRETE, entropy_target_cls=functools.partial(
+            SGDEntropyTargetAlgorithm, target_entropy=-1.0))
+    # A target above the largest entropy the spec allows (log 3 here).
+    with pytest.raises(ValueError, match="target_entropy"):
+        SacAlgorithm(OBS, DISCRETE, entropy_target_cls=functools.partial(
+            EntropyTargetAlgorithm, target_entropy=1.2))
