@@ -23,7 +23,7 @@ setup(
         "tensorboard",
         "numpy",
         "optree>=0.10",
-        "gymnasium>=0.29",
+        "gymnasium>=1.1",  # AutoresetMode; .ci/run tests this minimum
         "tqdm",
     ],
     extras_require={

@@ -78,3 +78,13 @@ def test_gin_configs_are_package_data(tmp_path):
     }
     assert wheel_gins == source_gins
     assert "alf_entropy/__init__.py" in names
+
+
+def test_declared_gymnasium_minimum_is_the_one_ci_tests():
+    """setup.py's lower bound for gymnasium is the version .ci/run tests."""
+    import re
+
+    declared = re.search(r'"gymnasium>=([0-9.]+)"', (REPO / "setup.py").read_text())
+    tested = re.search(r"MIN_GYM=([0-9.]+)", (REPO / ".ci" / "run").read_text())
+    assert declared and tested, "setup.py or .ci/run lost its gymnasium minimum"
+    assert tested.group(1).startswith(declared.group(1)), (declared.group(1), tested.group(1))
