@@ -66,7 +66,8 @@ def test_rollout_and_predict_shapes_discrete_and_squashed():
     ts = _time_step([F, M, L])
     step = alg.rollout_step(ts)
     assert step.output.shape == (3,) and step.output.dtype == torch.int64
-    assert step.info.value.shape == (3,) and step.info.log_prob.shape == (3,)
+    assert step.info.log_prob.shape == (3,)
+    assert step.info.value == ()  # computed for the whole unroll in preprocess_experience
     assert torch.all(step.info.log_prob <= 0)
 
     alg = _alg(
@@ -95,7 +96,10 @@ def test_preprocess_bootstraps_and_matches_value_ops():
     assert flat.time_step.observation.shape == (8, 4)
     with torch.no_grad():
         v_final = alg.value_network(final.observation)
-    values = torch.cat([exp.rollout_info.value, v_final[None]])
+        value = torch.stack([alg.value_network(o) for o in exp.time_step.observation])
+    # The batched values equal one forward pass per step.
+    torch.testing.assert_close(flat.rollout_info.value, value.reshape(-1))
+    values = torch.cat([value, v_final[None]])
     expected = value_ops.generalized_advantage_estimation(
         torch.tensor(rewards, dtype=torch.float32),
         values,
@@ -105,17 +109,17 @@ def test_preprocess_bootstraps_and_matches_value_ops():
     )
     torch.testing.assert_close(flat.rollout_info.advantages, expected.reshape(-1))
     torch.testing.assert_close(
-        flat.rollout_info.returns, (expected + exp.rollout_info.value).reshape(-1)
+        flat.rollout_info.returns, (expected + value).reshape(-1)
     )
     # The LAST step (t=2, env 0) gets no advantage; the step before it is not
     # bootstrapped (terminated: discount 0).
     adv = flat.rollout_info.advantages.reshape(4, 2)
     assert adv[2, 0] == 0
-    assert adv[1, 0].item() == pytest.approx(3.0 - exp.rollout_info.value[1, 0].item(), abs=1e-5)
+    assert adv[1, 0].item() == pytest.approx(3.0 - value[1, 0].item(), abs=1e-5)
     # The last stored step of env 1 is bootstrapped from the final time step
     # (a truncation there: LAST with discount 1).
     assert adv[3, 1].item() == pytest.approx(
-        7.0 + 0.9 * v_final[1].item() - exp.rollout_info.value[3, 1].item(), abs=1e-5
+        7.0 + 0.9 * v_final[1].item() - value[3, 1].item(), abs=1e-5
     )
 
 
