@@ -6,6 +6,7 @@ Each training runs in a forked child process (fast to start: torch is already
 imported), which is what gets ``SIGKILL``-ed.
 """
 import functools
+import glob
 import multiprocessing
 import os
 import random
@@ -144,14 +145,18 @@ def _one_thread():
 def test_sigkill_and_restart_gives_the_uninterrupted_checkpoint(tmp_path, env_id):
     schedulers.reset_progress()
     reference = str(tmp_path / "reference")
-    start = time.time()
     _run_to_completion(reference, env_id)
-    duration = time.time() - start
     expected = _final_state(reference)
+    # One iteration's time, from the spacing of the last checkpoints (one per
+    # iteration): the whole run's time over its iterations would include the
+    # process start and let a "random moment" span several iterations.
+    saved = glob.glob(os.path.join(reference, "checkpoints", "ckpt-*.pt"))
+    mtimes = sorted(os.path.getmtime(path) for path in saved)
+    iteration_time = (mtimes[-1] - mtimes[0]) / max(len(mtimes) - 1, 1)
 
     interrupted = str(tmp_path / "interrupted")
     kills = _run_to_completion(interrupted, env_id, kills=3, rng=random.Random(env_id),
-                               iteration_time=duration / NUM_ITERATIONS)
+                               iteration_time=iteration_time)
     assert kills == 3, f"only {kills} kills: the run ended first"
     got = _final_state(interrupted)
     _assert_equal_states(got["algorithm"], expected["algorithm"])
