@@ -4,5 +4,5 @@
 # Usage (repository root): bash benchmarks/gpu_check.sh
 set -euo pipefail
 python -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print(torch.cuda.get_device_name(0))"
-python -m pytest -q -o addopts="" -rs -k cuda tests/algorithms tests/environments
+python -m pytest -q -o addopts="" -rs -k cuda tests
 python benchmarks/controller_overhead.py --device cuda --iters 700

@@ -1,5 +1,6 @@
 """OffPolicyTrainer: buffer and limits, checkpoints holding the buffer, exact
 resume after SIGKILL, bad inputs."""
+import glob
 import os
 import random
 import signal
@@ -115,7 +116,12 @@ def test_kill_and_restart_gives_the_uninterrupted_final_checkpoint(tmp_path):
     its final checkpoint equals an uninterrupted run's, tensor for tensor."""
     args, env = _cli(tmp_path / "straight")
     subprocess.run(args, env=env, check=True, capture_output=True, timeout=300)
-    reference = load_checkpoint(os.path.join(tmp_path, "straight", "checkpoints", "ckpt-00000240.pt"))
+    straight = os.path.join(tmp_path, "straight", "checkpoints")
+    reference = load_checkpoint(os.path.join(straight, "ckpt-00000240.pt"))
+    # The time between two checkpoints of that run: a kill at a random moment
+    # within half of it lands before the next checkpoint, whatever the load.
+    mtimes = sorted(os.path.getmtime(p) for p in glob.glob(os.path.join(straight, "ckpt-*.pt")))
+    between = (mtimes[-1] - mtimes[0]) / max(len(mtimes) - 1, 1)
 
     rng = random.Random(0)
     args, env = _cli(tmp_path / "killed")
@@ -127,7 +133,7 @@ def test_kill_and_restart_gives_the_uninterrupted_final_checkpoint(tmp_path):
         start = latest_checkpoint(str(ckpt_dir))
         while latest_checkpoint(str(ckpt_dir)) == start and proc.poll() is None and time.time() < deadline:
             time.sleep(0.05)
-        time.sleep(rng.uniform(0.0, 0.5))
+        time.sleep(rng.uniform(0.0, 0.5 * between))
         proc.send_signal(signal.SIGKILL)
         assert proc.wait() == -signal.SIGKILL  # killed mid-run, not finished
         assert latest_checkpoint(str(ckpt_dir)) != os.path.join(ckpt_dir, "ckpt-00000240.pt")
