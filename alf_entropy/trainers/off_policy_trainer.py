@@ -33,8 +33,9 @@ from alf_entropy.algorithms.sac_algorithm import SacAlgorithm
 from alf_entropy.data_structures import StepType
 from alf_entropy.environments import GymVectorEnv
 from alf_entropy.tensor_specs import BoundedTensorSpec
-from alf_entropy.trainers.trainer import Trainer, _check_positive_int, resolve_device
+from alf_entropy.trainers.trainer import Trainer, resolve_device
 from alf_entropy.utils import distributed, nest
+from alf_entropy.utils.checks import check_int
 from alf_entropy.utils.replay_buffer import ReplayBuffer, Transition
 
 __all__ = ["OffPolicyTrainer"]
@@ -109,10 +110,10 @@ class OffPolicyTrainer(Trainer):
         summary_flush_secs: float = 10.0,
         stop_eval_return: Optional[float] = None,
     ):
-        _check_positive_int(num_envs, "num_envs")
-        _check_positive_int(replay_buffer_length, "replay_buffer_length")
-        _check_positive_int(mini_batch_size, "mini_batch_size")
-        _check_positive_int(num_updates_per_train_iter, "num_updates_per_train_iter")
+        check_int("num_envs", num_envs, minimum=1)
+        check_int("replay_buffer_length", replay_buffer_length, minimum=1)
+        check_int("mini_batch_size", mini_batch_size, minimum=1)
+        check_int("num_updates_per_train_iter", num_updates_per_train_iter, minimum=1)
         if (
             isinstance(initial_collect_steps, bool)
             or not isinstance(initial_collect_steps, int)

@@ -24,8 +24,9 @@ from alf_entropy.algorithms.algorithm import Algorithm
 from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
 from alf_entropy.data_structures import make_experience
 from alf_entropy.environments import GymVectorEnv
-from alf_entropy.trainers.trainer import Trainer, _check_positive_int
+from alf_entropy.trainers.trainer import Trainer
 from alf_entropy.utils import nest
+from alf_entropy.utils.checks import check_int
 
 __all__ = ["OnPolicyTrainer", "stack_experiences"]
 
@@ -102,8 +103,8 @@ class OnPolicyTrainer(Trainer):
         summary_flush_secs: float = 10.0,
         stop_eval_return: Optional[float] = None,
     ):
-        _check_positive_int(num_envs, "num_envs")
-        _check_positive_int(unroll_length, "unroll_length")
+        check_int("num_envs", num_envs, minimum=1)
+        check_int("unroll_length", unroll_length, minimum=1)
         self._unroll_length = unroll_length
         super().__init__(
             root_dir,

@@ -80,6 +80,7 @@ from alf_entropy.data_structures import TimeStep
 from alf_entropy.environments import GymVectorEnv, evaluate
 from alf_entropy.trainers import checkpoint as ckpt
 from alf_entropy.utils import distributed, schedulers, summary
+from alf_entropy.utils.checks import check_int
 
 __all__ = ["Trainer", "resolve_device"]
 
@@ -112,15 +113,6 @@ def resolve_device(device: Any) -> torch.device:
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {device!r} requested but CUDA is not available")
     return dev
-
-
-def _check_positive_int(value: Any, name: str, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(
-            f"{name} must be a positive int{' or None' if allow_none else ''}, got {value!r}"
-        )
 
 
 def _check_limit(value: Any, name: str) -> int:
@@ -230,14 +222,14 @@ class Trainer:
                 f"None means no limit), got num_iterations={num_iterations!r}, "
                 f"num_env_steps={num_env_steps!r}"
             )
-        _check_positive_int(num_envs, "num_envs")
-        _check_positive_int(steps_per_iteration, "steps_per_iteration")
-        _check_positive_int(summary_interval, "summary_interval")
-        _check_positive_int(checkpoint_interval, "checkpoint_interval", allow_none=True)
-        _check_positive_int(eval_interval, "eval_interval", allow_none=True)
-        _check_positive_int(num_eval_episodes, "num_eval_episodes")
-        _check_positive_int(max_checkpoints, "max_checkpoints")
-        _check_positive_int(num_threads, "num_threads", allow_none=True)
+        check_int("num_envs", num_envs, minimum=1)
+        check_int("steps_per_iteration", steps_per_iteration, minimum=1)
+        check_int("summary_interval", summary_interval, minimum=1)
+        check_int("checkpoint_interval", checkpoint_interval, minimum=1, allow_none=True)
+        check_int("eval_interval", eval_interval, minimum=1, allow_none=True)
+        check_int("num_eval_episodes", num_eval_episodes, minimum=1)
+        check_int("max_checkpoints", max_checkpoints, minimum=1)
+        check_int("num_threads", num_threads, minimum=1, allow_none=True)
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise ValueError(f"seed must be an int >= 0, got {seed!r}")
         if stop_eval_return is not None and eval_interval is None:

@@ -54,26 +54,32 @@ def check_real(
     return v
 
 
-def check_int(name: str, value: Any, minimum: Optional[int] = None) -> int:
+def check_int(
+    name: str, value: Any, minimum: Optional[int] = None, *, allow_none: bool = False
+) -> Optional[int]:
     """Return ``value`` as an int, or raise ``ValueError`` naming ``name``.
 
     Args:
         name: the argument's name, for the message.
         value: the value to check (a ``bool`` is rejected).
         minimum: require ``value >= minimum`` if given.
+        allow_none: accept (and return) ``None``.
 
     Returns:
-        ``int(value)``.
+        ``int(value)``, or ``None`` when it is ``None`` and allowed.
 
     Raises:
         ValueError: if ``value`` is not an int or is below ``minimum``.
     """
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ValueError(f"{name} must be an int{_ge(minimum)}, got {value!r}")
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{name} must be an int{_ge(minimum)}, got {value!r}")
+    if value is None and allow_none:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Integral)
+        or (minimum is not None and value < minimum)
+    ):
+        allowed = "" if minimum is None else f" >= {minimum}"
+        raise ValueError(
+            f"{name} must be an int{allowed}{' or None' if allow_none else ''}, got {value!r}"
+        )
     return int(value)
-
-
-def _ge(minimum: Optional[int]) -> str:
-    return "" if minimum is None else f" >= {minimum}"
