@@ -48,6 +48,7 @@ import functools
 import inspect
 import math
 import os
+import shutil
 import sys
 import time
 import types
@@ -152,9 +153,9 @@ def synthetic_metrics(entropy, alpha, target):
     }
 
 
-def _fmt(v, digits=3):
+def _fmt(v, digits=3, nan="never"):
     if isinstance(v, float) and math.isnan(v):
-        return "never"
+        return nan
     return f"{v:.{digits}g}"
 
 
@@ -312,15 +313,27 @@ def benchmark_sac(seeds, out_dir, jobs, steps=10000, only=None):
                            log=lambda s: print(s, file=sys.stderr))
         print(f"  {name}: {time.time() - start:.0f}s, failed {result['failed']}", file=sys.stderr)
         dirs += [r.root_dir for r in result["runs"]]
-    rep = write_report(dirs, os.path.join(out_dir, "sac", "report"))
+    from alf_entropy.bin.report import load_run
+
+    rep = write_report(dirs, os.path.join(out_dir, "sac", "report"), dpi=60)
     print(f"\n(c) SAC Pendulum, target entropy -1, {steps} env steps, seeds {list(seeds)}\n")
-    print("| controller | tracking RMSE | frac >5% below | largest alpha change in one iteration | final eval return |")
-    print("| --- | --- | --- | --- | --- |")
+    print("| controller | reaches target (env step) | tracking RMSE | frac >5% below | "
+          "mean entropy, last 1k steps | largest alpha change in one iteration | final alpha | "
+          "final eval return |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    common = os.path.commonpath([os.path.abspath(d) for d in dirs])
     for row in rep["rows"]:
-        print(f"| {row['run']} | {row['tracking_rmse']:.3f} | {row['frac_5pct_below']:.2f} | "
+        run = load_run(os.path.join(common, row["run"]) if len(dirs) > 1 else dirs[0])
+        ent_steps, ent = run.get("entropy")
+        alpha = run.get("alpha")[1]
+        last = ent[ent_steps > ent_steps[-1] - 1000] if ent.size else ent
+        print(f"| {row['run']} | {_fmt(row['tracking_from_env_step'], 5)} | {_fmt(row['tracking_rmse'], nan='–')} | "
+              f"{_fmt(row['frac_5pct_below'], 2, '–')} | {_fmt(float(np.mean(last)) if last.size else math.nan, nan='–')} | "
               f"×{row['max_alpha_change_x']:.3g} ({row['max_alpha_change']}) | "
-              f"{row['final_eval_return']:.1f} |")
-    print(f"\nreport: {rep['out_dir']}")
+              f"{_fmt(float(alpha[-1]) if alpha.size else math.nan)} | {row['final_eval_return']:.1f} |")
+    fig = os.path.join(out_dir, "control_quality_sac.png")
+    shutil.copy(os.path.join(rep["out_dir"], "overview.png"), fig)
+    print(f"\nreport: {rep['out_dir']}; figure: {fig}")
 
 
 def main():
