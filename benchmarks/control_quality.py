@@ -329,7 +329,7 @@ def benchmark_sac(seeds, out_dir, jobs, steps=10000, only=None):
         last = ent[ent_steps > ent_steps[-1] - 1000] if ent.size else ent
         print(f"| {row['run']} | {_fmt(row['tracking_from_env_step'], 5)} | {_fmt(row['tracking_rmse'], nan='–')} | "
               f"{_fmt(row['frac_5pct_below'], 2, '–')} | {_fmt(float(np.mean(last)) if last.size else math.nan, nan='–')} | "
-              f"×{row['max_alpha_change_x']:.3g} ({row['max_alpha_change']}) | "
+              f"×{row['max_alpha_change_x']:.4f} ({row['max_alpha_change']}) | "
               f"{_fmt(float(alpha[-1]) if alpha.size else math.nan)} | {row['final_eval_return']:.1f} |")
     fig = os.path.join(out_dir, "control_quality_sac.png")
     shutil.copy(os.path.join(rep["out_dir"], "overview.png"), fig)
