@@ -5,6 +5,7 @@ Usage::
     python benchmarks/control_quality.py                 # (a) synthetic, ~10-25 min on 2 busy cores
     python benchmarks/control_quality.py --ppo           # + (b) PPO CartPole, ~15 min more
     python benchmarks/control_quality.py --no_synthetic --ppo --ppo_only staged responsive
+    python benchmarks/control_quality.py --no_synthetic --sac --seeds 0  # (c) SAC Pendulum
     python benchmarks/control_quality.py --out_dir /tmp/cq --seeds 0 1 2 --jobs 4
 
 Controllers: the staged controller (``EntropyTargetAlgorithm`` with the seed
@@ -27,8 +28,12 @@ Tasks:
     over 100k env steps, summaries every iteration), run with
     ``alf-entropy-sweep``; metrics per logged iteration, from the report.  The
     shipped config as it is (0.65 -> 0.45, 200k steps) runs once too.
-(c) SAC on Pendulum: not included (there was no SAC in this package when
-    this was written).
+(c) SAC on Pendulum (``sac_pendulum.gin``, target entropy -1, 10k env
+    steps, one update per env step, summaries every update): the staged
+    controller as in ``sac_pendulum_staged.gin`` (``skip_free_stage=True``,
+    rates 4 x SAC's lr), SAC's rule as shipped, and a fixed alpha (SAC's
+    rule with learning rate 0 from alpha 0.05, so that the target is still
+    logged); run with ``alf-entropy-sweep``, metrics from the report.
 
 Metrics (``alf_entropy.utils.control_metrics``, band ±5% of the target):
 tracking RMSE after warm-up (from the first update whose entropy is within
@@ -43,6 +48,7 @@ import functools
 import inspect
 import math
 import os
+import shutil
 import sys
 import time
 import types
@@ -147,9 +153,9 @@ def synthetic_metrics(entropy, alpha, target):
     }
 
 
-def _fmt(v, digits=3):
+def _fmt(v, digits=3, nan="never"):
     if isinstance(v, float) and math.isnan(v):
-        return "never"
+        return nan
     return f"{v:.{digits}g}"
 
 
@@ -275,11 +281,70 @@ def benchmark_ppo(seeds, out_dir, jobs, only=None):
     print(f"\nreport: {rep['out_dir']}")
 
 
+SAC_COMMON = [
+    "OffPolicyTrainer.summary_interval = 1",
+    "OffPolicyTrainer.progress_bar = False",
+]
+
+
+def benchmark_sac(seeds, out_dir, jobs, steps=10000, only=None):
+    from alf_entropy.bin.report import write_report
+    from alf_entropy.bin.sweep import run_sweep
+
+    common = SAC_COMMON + [f"OffPolicyTrainer.num_env_steps = {steps}"]
+    base = {"seeds": list(seeds), "seed_binding": "OffPolicyTrainer.seed"}
+    sweeps = {
+        "staged": dict(base, gin_file=["sac_pendulum_staged.gin"], gin_param=common),
+        "sac_rule": dict(base, gin_file=["sac_pendulum.gin"], gin_param=common),
+        # Adam with lr 0 never moves log_alpha: a fixed alpha whose summaries
+        # still carry the target.
+        "fixed": dict(base, gin_file=["sac_pendulum.gin"], gin_param=common + [
+            "SGDEntropyTargetAlgorithm.initial_alpha = 0.05",
+            "SGDEntropyTargetAlgorithm.optimizer = @alpha/torch.optim.Adam",
+            "alpha/torch.optim.Adam.lr = 0.0",
+        ]),
+    }
+    if only:
+        sweeps = {k: v for k, v in sweeps.items() if k in only}
+    dirs = []
+    for name, spec in sweeps.items():
+        start = time.time()
+        result = run_sweep(spec, os.path.join(out_dir, "sac", name), jobs=jobs, report=False,
+                           log=lambda s: print(s, file=sys.stderr))
+        print(f"  {name}: {time.time() - start:.0f}s, failed {result['failed']}", file=sys.stderr)
+        dirs += [r.root_dir for r in result["runs"]]
+    from alf_entropy.bin.report import load_run
+
+    rep = write_report(dirs, os.path.join(out_dir, "sac", "report"), dpi=60)
+    print(f"\n(c) SAC Pendulum, target entropy -1, {steps} env steps, seeds {list(seeds)}\n")
+    print("| controller | reaches target (env step) | tracking RMSE | frac >5% below | "
+          "mean entropy, last 1k steps | largest alpha change in one iteration | final alpha | "
+          "final eval return |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    common = os.path.commonpath([os.path.abspath(d) for d in dirs])
+    for row in rep["rows"]:
+        run = load_run(os.path.join(common, row["run"]) if len(dirs) > 1 else dirs[0])
+        ent_steps, ent = run.get("entropy")
+        alpha = run.get("alpha")[1]
+        last = ent[ent_steps > ent_steps[-1] - 1000] if ent.size else ent
+        print(f"| {row['run']} | {_fmt(row['tracking_from_env_step'], 5)} | {_fmt(row['tracking_rmse'], nan='–')} | "
+              f"{_fmt(row['frac_5pct_below'], 2, '–')} | {_fmt(float(np.mean(last)) if last.size else math.nan, nan='–')} | "
+              f"×{row['max_alpha_change_x']:.4f} ({row['max_alpha_change']}) | "
+              f"{_fmt(float(alpha[-1]) if alpha.size else math.nan)} | {row['final_eval_return']:.1f} |")
+    fig = os.path.join(out_dir, "control_quality_sac.png")
+    shutil.copy(os.path.join(rep["out_dir"], "overview.png"), fig)
+    print(f"\nreport: {rep['out_dir']}; figure: {fig}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--out_dir", default="control_quality_out")
     parser.add_argument("--ppo", action="store_true", help="also run (b), PPO CartPole")
+    parser.add_argument("--sac", action="store_true", help="also run (c), SAC Pendulum")
+    parser.add_argument("--sac_steps", type=int, default=10000, help="(c): env steps per run")
+    parser.add_argument("--sac_only", nargs="+", default=None,
+                        help="(c): only these sweeps (staged, sac_rule, fixed)")
     parser.add_argument("--no_synthetic", action="store_true", help="skip (a)")
     parser.add_argument("--jobs", type=int, default=2, help="parallel PPO runs")
     parser.add_argument("--only", nargs="+", default=None,
@@ -293,6 +358,8 @@ def main():
         benchmark_synthetic(args.seeds, args.out_dir, args.only)
     if args.ppo:
         benchmark_ppo(args.seeds[:2], args.out_dir, args.jobs, args.ppo_only)
+    if args.sac:
+        benchmark_sac(args.seeds, args.out_dir, args.jobs, args.sac_steps, args.sac_only)
 
 
 if __name__ == "__main__":
