@@ -82,11 +82,9 @@ def run_ranks(
     return results
 
 
-def torchrun(
-    args: List[str], timeout_s: float = 180.0, env: Optional[Dict[str, str]] = None
-) -> subprocess.CompletedProcess:
-    """``python -m torch.distributed.run --standalone --nproc_per_node 2 ARGS``."""
-    cmd = [
+def torchrun_cmd(args: List[str]) -> List[str]:
+    """The command ``python -m torch.distributed.run --standalone --nproc_per_node 2 ARGS``."""
+    return [
         sys.executable,
         "-m",
         "torch.distributed.run",
@@ -95,6 +93,17 @@ def torchrun(
         "2",
         *args,
     ]
+
+
+def torchrun(
+    args: List[str], timeout_s: float = 180.0, env: Optional[Dict[str, str]] = None
+) -> subprocess.CompletedProcess:
+    """Run :func:`torchrun_cmd` ``(args)`` to completion, capturing its output."""
     return subprocess.run(
-        cmd, cwd=REPO_ROOT, env=local_env(env), capture_output=True, text=True, timeout=timeout_s
+        torchrun_cmd(args),
+        cwd=REPO_ROOT,
+        env=local_env(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
     )

@@ -13,7 +13,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
@@ -22,7 +21,7 @@ import torch
 from alf_entropy.trainers import checkpoint as ckpt
 from alf_entropy.utils import schedulers
 from tests.distributed import workers
-from tests.distributed.launch import REPO_ROOT, local_env, run_ranks, torchrun
+from tests.distributed.launch import REPO_ROOT, local_env, run_ranks, torchrun, torchrun_cmd
 
 
 @pytest.fixture(scope="module")
@@ -110,19 +109,7 @@ def test_torchrun_killed_rank_fails_the_run(tmp_path):
     """SIGKILL one rank mid-run: the run exits non-zero in bounded time and says why."""
     root = tmp_path / "killed"
     args = _gin_args(10_000)
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        "-m",
-        "alf_entropy.bin.train",
-        "--root_dir",
-        str(root),
-        *args,
-    ]
+    cmd = torchrun_cmd(["-m", "alf_entropy.bin.train", "--root_dir", str(root), *args])
     proc = subprocess.Popen(
         cmd,
         cwd=REPO_ROOT,
