@@ -7,6 +7,7 @@ Each worker joins the group from the environment, does its part and writes
 import os
 import sys
 import time
+from typing import Dict, Optional
 
 import torch
 
@@ -122,18 +123,7 @@ def collectives(out_dir: str) -> None:
     out["adjust_alpha"] = adjust_alpha_trajectories([1.2 - 0.1 * k + 0.4 * r for k in range(6)])
 
     # Gradients: a tiny regression, each rank on its own half of the data.
-    from alf_entropy.algorithms.algorithm import Algorithm
-    from alf_entropy.data_structures import LossInfo
-
-    torch.manual_seed(0)
-    alg = Algorithm(optimizer=lambda p: torch.optim.Adam(p, lr=0.1))
-    alg.net = torch.nn.Linear(3, 1)
-    g = torch.Generator().manual_seed(7)
-    x, y = torch.randn(2, 16, 3, generator=g), torch.randn(2, 16, 1, generator=g)
-    for _ in range(5):
-        loss = (alg.net(x[r]) - y[r]).square().squeeze(-1)
-        alg.update_with_gradient(LossInfo(loss=loss), max_grad_norm=0.5)
-    out["regression"] = {k: v.detach().clone() for k, v in alg.state_dict().items()}
+    out["regression"] = regression_state(r)
     torch.save(out, os.path.join(out_dir, f"rank{r}.pt"))
     distributed.shutdown()
 
@@ -249,6 +239,34 @@ def sac_train(out_dir: str) -> None:
     parse_gin_config(["sac_pendulum"], SAC_PARAMS)
     trainer = OffPolicyTrainer(os.path.join(out_dir, "run"), device="cpu")
     _save_final(trainer, trainer.train(), out_dir)
+
+
+def regression_state(rank: Optional[int]) -> Dict[str, torch.Tensor]:
+    """Five Adam steps of a tiny linear regression; its final ``state_dict``.
+
+    Args:
+        rank: train on this rank's half of the data, or None for all of it
+            (what one process with the pooled batch does).
+
+    Returns:
+        The trained parameters (cloned).
+    """
+    from alf_entropy.algorithms.algorithm import Algorithm
+    from alf_entropy.data_structures import LossInfo
+
+    torch.manual_seed(0)
+    alg = Algorithm(optimizer=lambda p: torch.optim.Adam(p, lr=0.1))
+    alg.net = torch.nn.Linear(3, 1)
+    g = torch.Generator().manual_seed(7)
+    x, y = torch.randn(2, 16, 3, generator=g), torch.randn(2, 16, 1, generator=g)
+    if rank is None:
+        x, y = x.reshape(32, 3), y.reshape(32, 1)
+    else:
+        x, y = x[rank], y[rank]
+    for _ in range(5):
+        loss = (alg.net(x) - y).square().squeeze(-1)
+        alg.update_with_gradient(LossInfo(loss=loss), max_grad_norm=0.5)
+    return {k: v.detach().clone() for k, v in alg.state_dict().items()}
 
 
 if __name__ == "__main__":
