@@ -10,6 +10,7 @@ from alf_entropy.trainers import trainer as trainer_module
 from alf_entropy.trainers.checkpoint import latest_checkpoint
 from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
 from alf_entropy.utils import schedulers
+from tests.trainers.test_on_policy_trainer import _trainer as small_trainer
 
 STEPS_PER_ITERATION = 2 * 16
 
@@ -24,14 +25,11 @@ def _clean():
 
 
 def _trainer(root_dir, **kwargs):
+    """The on-policy tests' small trainer, with one cheap update per iteration."""
     kwargs.setdefault(
         "algorithm_ctor", functools.partial(PPOAlgorithm, num_epochs=1, num_minibatches=1)
     )
-    kwargs.setdefault("num_envs", 2)
-    kwargs.setdefault("unroll_length", 16)
-    kwargs.setdefault("progress_bar", False)
-    kwargs.setdefault("device", "cpu")
-    return OnPolicyTrainer(str(root_dir), **kwargs)
+    return small_trainer(root_dir, **kwargs)
 
 
 def _record_progress(monkeypatch):
