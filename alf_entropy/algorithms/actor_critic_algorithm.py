@@ -48,7 +48,12 @@ import torch
 import torch.distributions as td
 import torch.nn as nn
 
-from alf_entropy.algorithms.algorithm import Algorithm, OptimizerArg, combine_loss_infos
+from alf_entropy.algorithms.algorithm import (
+    Algorithm,
+    OptimizerArg,
+    combine_loss_infos,
+    fused_adam,
+)
 from alf_entropy.data_structures import (
     AlgStep,
     Experience,
@@ -126,9 +131,7 @@ def default_optimizer(params: List[nn.Parameter]) -> torch.optim.Optimizer:
     Returns:
         torch.optim.Optimizer: the optimiser.
     """
-    # ``fused=True``: one kernel for the whole parameter list (CPU and CUDA),
-    # the least Python overhead per step for these small networks.
-    return torch.optim.Adam(params, lr=3e-4, eps=1e-5, fused=True)
+    return fused_adam(params, lr=3e-4, eps=1e-5)
 
 
 _ENTROPY_TARGET_UPDATES = ("per_minibatch", "per_iteration")

@@ -29,17 +29,14 @@ and counted in ``num_skipped_updates``, without reading the flag on the host
 on a GPU (see :func:`masked_optimizer_step`).
 """
 import copy
-import math
 import numbers
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Optional
 
 import gin
 import torch
-import torch.distributions as td
 import torch.nn as nn
-import torch.nn.functional as F
 
-from alf_entropy.algorithms.algorithm import Algorithm, OptimizerArg
+from alf_entropy.algorithms.algorithm import Algorithm, OptimizerArg, fused_adam
 from alf_entropy.data_structures import AlgStep, LossInfo, TimeStep, namedtuple
 from alf_entropy.networks import ActorDistributionNetwork, mode_of
 from alf_entropy.networks.critic_networks import CriticNetworks
@@ -69,55 +66,12 @@ def _default_actor(observation_spec: Any, action_spec: Any) -> nn.Module:
 
 
 def _default_optimizer(params: List[nn.Parameter]) -> torch.optim.Optimizer:
-    return torch.optim.Adam(params, lr=3e-4, foreach=True)
+    return fused_adam(params, lr=3e-4)
 
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     mask = mask.to(x.dtype)
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
-
-
-def _tanh_normal_rsample(dist: td.Distribution) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
-    """``(action, log_prob)`` of a reparameterised sample of the squashed
-    Normal ``ActorDistributionNetwork(squash_to_spec=True)`` builds
-    (``Normal -> TanhTransform -> AffineTransform``), or ``None`` for any
-    other distribution.
-
-    The same formulas as ``rsample`` + ``log_prob`` of torch's
-    ``TransformedDistribution`` (``log N(u) - log|d tanh(u)/du| - log|scale|``
-    with torch's stable ``2 (log 2 - u - softplus(-2u))``), written out
-    once: the generic path re-derives the pre-tanh sample through the
-    transforms' caches and costs several times more Python per call.
-    """
-    if not isinstance(dist, td.TransformedDistribution) or len(dist.transforms) != 2:
-        return None
-    tanh, affine = dist.transforms
-    if not isinstance(tanh, td.TanhTransform) or not isinstance(affine, td.AffineTransform):
-        return None
-    base = dist.base_dist
-    event_dims = 0
-    if isinstance(base, td.Independent):
-        event_dims = base.reinterpreted_batch_ndims
-        base = base.base_dist
-    if type(base) is not td.Normal:
-        return None
-    loc, scale = base.loc, base.scale
-    eps = torch.randn_like(loc)
-    u = loc + scale * eps
-    action = affine.loc + affine.scale * torch.tanh(u)
-    log_prob = (
-        -0.5 * eps.square()
-        - scale.log()
-        - _HALF_LOG_2PI
-        - 2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))
-        - torch.as_tensor(affine.scale).abs().log()
-    )
-    if event_dims:
-        log_prob = log_prob.flatten(-event_dims).sum(-1)
-    return action, log_prob
-
-
-_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
 
 def _keep_steps_on_device(optimizers: List[torch.optim.Optimizer]) -> None:
@@ -285,6 +239,9 @@ class SacAlgorithm(Algorithm):
 
         self._actor_network = actor_network_ctor(observation_spec, action_spec)
         self._critic_networks = critic_network_ctor(observation_spec, action_spec)
+        self._rsample_and_log_prob = None
+        if not self._discrete:
+            self._rsample_and_log_prob = getattr(self._actor_network, "rsample_and_log_prob", None)
         self._target_critic_networks = copy.deepcopy(self._critic_networks)
         self._target_critic_networks.requires_grad_(False)
         if entropy_target_cls is None:
@@ -373,13 +330,12 @@ class SacAlgorithm(Algorithm):
         """``(action_or_probs, log_prob)``: a reparameterised sample and its
         log-probability (continuous), or all probabilities and log-probs
         ``[B, A]`` (discrete)."""
+        if self._rsample_and_log_prob is not None:  # closed form, no distribution objects
+            return self._rsample_and_log_prob(observation)
         dist = self._actor_network(observation)
         if self._discrete:
             log_probs = dist.logits  # torch normalises Categorical logits
             return log_probs.exp(), log_probs
-        fast = _tanh_normal_rsample(dist)
-        if fast is not None:
-            return fast
         action = dist.rsample()
         return action, dist.log_prob(action)
 

@@ -15,9 +15,10 @@ gives the same nest of distributions (all heads share the encoder).
 
 Use ``alf_entropy.networks.mode_of`` for the deterministic evaluation action.
 """
-from typing import Any, Sequence
+from typing import Any, Sequence, Tuple
 
 import gin
+import torch
 import torch.nn as nn
 
 from alf_entropy.networks.encoding_network import (
@@ -121,6 +122,32 @@ class ActorDistributionNetwork(nn.Module):
     def action_spec(self) -> Any:
         """The action spec (nest)."""
         return self._action_spec
+
+    def rsample_and_log_prob(self, observation: Any) -> Tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterised action and its log-probability, for SAC.
+
+        See :meth:`NormalProjectionNetwork.rsample_and_log_prob`: the same
+        distribution as ``forward(observation)``, without building it.
+
+        Args:
+            observation: tensor ``[B, *obs_shape]`` (or nest matching
+                ``input_tensor_spec``).
+
+        Returns:
+            tuple: the action ``[B, *action_shape]`` and its log-probability
+            ``[B]``.
+
+        Raises:
+            TypeError: unless the action spec is a single continuous spec.
+        """
+        head = self._heads[0]
+        if not (self._single_head and isinstance(head, NormalProjectionNetwork)):
+            raise TypeError(
+                "rsample_and_log_prob needs a single continuous action spec, got "
+                f"{self._action_spec!r}"
+            )
+        x = flatten_observation(observation, self._input_tensor_spec, self._encoder.dtype)
+        return head.rsample_and_log_prob(self._encoder(x))
 
     def forward(self, observation: Any) -> Any:
         """Compute the action distribution(s).

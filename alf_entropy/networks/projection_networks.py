@@ -17,13 +17,15 @@ Mirrors ALF's ``projection_networks``:
 Every distribution is created with ``validate_args=False``: argument
 validation would read tensors on the host (a GPU sync) at every step.
 """
-from typing import Union
+import math
+from typing import Tuple, Union
 
 import gin
 import numpy as np
 import torch
 import torch.distributions as td
 import torch.nn as nn
+import torch.nn.functional as F
 
 from alf_entropy.networks.distributions import Categorical, StableTanh
 from alf_entropy.tensor_specs import BoundedTensorSpec
@@ -32,6 +34,9 @@ __all__ = ["CategoricalProjectionNetwork", "NormalProjectionNetwork", "POLICY_IN
 
 POLICY_INIT_SCALE = 0.01
 """Orthogonal gain of policy output layers (near-uniform initial policy)."""
+
+_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+_LOG_2 = math.log(2.0)
 
 
 def _policy_linear(input_size: int, output_size: int, bias: float = 0.0) -> nn.Linear:
@@ -194,6 +199,49 @@ class NormalProjectionNetwork(nn.Module):
         """Whether samples are squashed into the action bounds."""
         return self._squash
 
+    def _mean_and_log_std(self, encoding: torch.Tensor):
+        out_shape = encoding.shape[:-1] + self._shape
+        mean = self._mean_layer(encoding).reshape(out_shape)
+        if self._state_dependent_std:
+            log_std = self._log_std_layer(encoding).reshape(out_shape)
+        else:
+            log_std = self.log_std.expand(out_shape)
+        return mean, log_std.clamp(self._min_log_std, self._max_log_std)
+
+    def rsample_and_log_prob(self, encoding: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterised action sample and its log-probability.
+
+        The same distribution as ``forward(encoding)``'s ``rsample`` and
+        ``log_prob``, computed in closed form without building
+        ``torch.distributions`` objects (SAC does this twice per update, and
+        the generic path costs several times more Python).  The squashed
+        log-probability uses torch's stable ``log(1 - tanh(u)^2) =
+        2 (log 2 - u - softplus(-2u))``.
+
+        Args:
+            encoding: float tensor ``[B, input_size]``.
+
+        Returns:
+            tuple: the action ``[B, *action_shape]`` and its log-probability
+            ``[B]`` (summed over the action's elements).
+        """
+        mean, log_std = self._mean_and_log_std(encoding)
+        eps = torch.randn_like(mean)
+        u = mean + log_std.exp() * eps
+        log_prob = -0.5 * eps.square() - log_std - _HALF_LOG_2PI
+        if self._squash:
+            action = self._action_loc + self._action_scale * torch.tanh(u)
+            log_prob = (
+                log_prob
+                - 2.0 * (_LOG_2 - u - F.softplus(-2.0 * u))
+                - self._action_scale.log()
+            )
+        else:
+            action = u
+        if self._shape:
+            log_prob = log_prob.flatten(-len(self._shape)).sum(-1)
+        return action, log_prob
+
     def forward(self, encoding: torch.Tensor) -> td.Distribution:
         """Compute the action distribution.
 
@@ -206,13 +254,7 @@ class NormalProjectionNetwork(nn.Module):
             that distribution transformed by ``[StableTanh, AffineTransform]``
             when ``squash_to_spec``.
         """
-        out_shape = encoding.shape[:-1] + self._shape
-        mean = self._mean_layer(encoding).reshape(out_shape)
-        if self._state_dependent_std:
-            log_std = self._log_std_layer(encoding).reshape(out_shape)
-        else:
-            log_std = self.log_std.expand(out_shape)
-        log_std = log_std.clamp(self._min_log_std, self._max_log_std)
+        mean, log_std = self._mean_and_log_std(encoding)
         dist: td.Distribution = td.Normal(mean, log_std.exp(), validate_args=False)
         event_dims = len(self._shape)
         if event_dims:
