@@ -5,7 +5,10 @@ same time, in two single-threaded worker processes, so that both see the same
 background load of a shared machine (run one after the other, a change of
 load between the two runs shows up as a speed ratio).  This prints:
 
-* env-steps/s: env steps divided by training wall time (no evaluation inside);
+* env-steps/s: env steps divided by training wall time (no evaluation inside),
+  and the same ratio in process CPU time (on a shared machine the two
+  processes may get different shares of a core; CPU time is what each
+  implementation itself costs);
 * the eval return after training: mean return of ``--eval_episodes``
   deterministic episodes, with the same evaluation code and seeds for both.
 
@@ -84,7 +87,9 @@ def run_ours(seed: int, args: argparse.Namespace) -> Dict[str, Any]:
     )
     with tempfile.TemporaryDirectory() as root:
         trainer = OffPolicyTrainer(root_dir=root)
+        cpu_start = time.process_time()
         result = trainer.train()
+        cpu = time.process_time() - cpu_start
         alg = trainer.algorithm
         alg.eval()
 
@@ -94,7 +99,11 @@ def run_ours(seed: int, args: argparse.Namespace) -> Dict[str, Any]:
         eval_return = _evaluate(policy, args.eval_episodes)
     gin.clear_config()
     # The final checkpoint is in wall_time too: a few ms.
-    return {"steps_per_sec": args.steps / result["wall_time"], "eval_return": eval_return}
+    return {
+        "steps_per_sec": args.steps / result["wall_time"],
+        "cpu_steps_per_sec": args.steps / cpu,
+        "eval_return": eval_return,
+    }
 
 
 def run_sb3(seed: int, args: argparse.Namespace) -> Dict[str, Any]:
@@ -127,15 +136,19 @@ def run_sb3(seed: int, args: argparse.Namespace) -> Dict[str, Any]:
         device="cpu",
         verbose=0,
     )
-    start = time.time()
+    start, cpu_start = time.time(), time.process_time()
     model.learn(total_timesteps=args.steps)
-    wall = time.time() - start
+    wall, cpu = time.time() - start, time.process_time() - cpu_start
 
     def policy(obs: torch.Tensor) -> np.ndarray:
         action, _ = model.predict(obs.numpy(), deterministic=True)
         return action
 
-    return {"steps_per_sec": args.steps / wall, "eval_return": _evaluate(policy, args.eval_episodes)}
+    return {
+        "steps_per_sec": args.steps / wall,
+        "cpu_steps_per_sec": args.steps / cpu,
+        "eval_return": _evaluate(policy, args.eval_episodes),
+    }
 
 
 def _worker(name: str, seed: int, args: argparse.Namespace) -> Dict[str, Any]:
@@ -168,11 +181,12 @@ def main() -> None:
             "sb3_eval": out["sb3"]["eval_return"],
         }
         row["ratio"] = row["ours_sps"] / row["sb3_sps"]
+        row["cpu_ratio"] = out["ours"]["cpu_steps_per_sec"] / out["sb3"]["cpu_steps_per_sec"]
         rows.append(row)
         print(
             f"seed {seed}: ours {row['ours_sps']:.1f} steps/s eval {row['ours_eval']:.1f} | "
             f"sb3 {row['sb3_sps']:.1f} steps/s eval {row['sb3_eval']:.1f} | "
-            f"ratio {row['ratio']:.2f}x",
+            f"ratio {row['ratio']:.2f}x (CPU time {row['cpu_ratio']:.2f}x)",
             flush=True,
         )
 
@@ -180,17 +194,22 @@ def main() -> None:
         f"\nSAC on {ENV_ID}, {args.steps} env steps ({args.learning_starts} random), "
         "both at once, one torch thread each"
     )
-    print("| seed | ours env-steps/s | SB3 env-steps/s | ratio | ours eval return | SB3 eval return |")
-    print("|---:|---:|---:|---:|---:|---:|")
+    print(
+        "| seed | ours env-steps/s | SB3 env-steps/s | ratio | ratio in CPU time "
+        "| ours eval return | SB3 eval return |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(
             f"| {r['seed']} | {r['ours_sps']:.1f} | {r['sb3_sps']:.1f} | {r['ratio']:.2f}x | "
+            f"{r['cpu_ratio']:.2f}x | "
             f"{r['ours_eval']:.1f} | {r['sb3_eval']:.1f} |"
         )
     if len(rows) > 1:
         ratios = [r["ratio"] for r in rows]
         print(
             f"| mean | | | {statistics.mean(ratios):.2f}x | "
+            f"{statistics.mean(r['cpu_ratio'] for r in rows):.2f}x | "
             f"{statistics.mean(r['ours_eval'] for r in rows):.1f} | "
             f"{statistics.mean(r['sb3_eval'] for r in rows):.1f} |"
         )
