@@ -60,6 +60,7 @@ from alf_entropy.data_structures import (
 from alf_entropy.networks import ActorDistributionNetwork, ValueNetwork, mode_of
 from alf_entropy.networks.distributions import Categorical
 from alf_entropy.utils import dist_utils, math_ops, nest, schedulers, summary, value_ops
+from alf_entropy.utils.optimizers import FusedAdam
 
 __all__ = [
     "ActorCriticInfo",
@@ -126,9 +127,9 @@ def default_optimizer(params: List[nn.Parameter]) -> torch.optim.Optimizer:
     Returns:
         torch.optim.Optimizer: the optimiser.
     """
-    # ``fused=True``: one kernel for the whole parameter list (CPU and CUDA),
-    # the least Python overhead per step for these small networks.
-    return torch.optim.Adam(params, lr=3e-4, eps=1e-5, fused=True)
+    # torch's ``Adam(fused=True)`` (one kernel for the whole parameter list)
+    # with the least Python overhead per step for these small networks.
+    return FusedAdam(params, lr=3e-4, eps=1e-5)
 
 
 _ENTROPY_TARGET_UPDATES = ("per_minibatch", "per_iteration")
