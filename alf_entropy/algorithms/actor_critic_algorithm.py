@@ -57,7 +57,7 @@ from alf_entropy.data_structures import (
     TimeStep,
     namedtuple,
 )
-from alf_entropy.networks import ActorDistributionNetwork, ValueNetwork, mode_of
+from alf_entropy.networks import ActorDistributionNetwork, ValueNetwork, call_module, mode_of
 from alf_entropy.networks.distributions import Categorical
 from alf_entropy.utils import dist_utils, math_ops, nest, schedulers, summary, value_ops
 from alf_entropy.utils.optimizers import FusedAdam
@@ -389,7 +389,7 @@ class ActorCriticAlgorithm(Algorithm):
         Returns:
             AlgStep: ``output`` is the action nest.
         """
-        dist = self._actor_network(inputs.observation)
+        dist = call_module(self._actor_network, inputs.observation)
         return AlgStep(output=mode_of(dist), state=state)
 
     def rollout_step(self, inputs: TimeStep, state: Any = ()) -> AlgStep:
@@ -408,7 +408,7 @@ class ActorCriticAlgorithm(Algorithm):
             AlgStep: ``output`` the action nest, ``info`` an
             ``ActorCriticInfo(log_prob, entropy_target)``.
         """
-        dist = self._actor_network(inputs.observation)
+        dist = call_module(self._actor_network, inputs.observation)
         if isinstance(dist, td.Distribution):
             action = dist.sample()
         else:
@@ -443,8 +443,8 @@ class ActorCriticAlgorithm(Algorithm):
             info.
         """
         observation = inputs.time_step.observation
-        dist = self._actor_network(observation)
-        value = self._value_network(observation)
+        dist = call_module(self._actor_network, observation)
+        value = call_module(self._value_network, observation)
         log_prob = self._log_prob(dist, inputs.action)
         entropy_target_info = ()
         if self._entropy_target_algorithm is None:
@@ -495,7 +495,7 @@ class ActorCriticAlgorithm(Algorithm):
                 time_step.observation,
                 final_time_step.observation,
             )
-            values = self._value_network(observations).reshape(T + 1, B)
+            values = call_module(self._value_network, observations).reshape(T + 1, B)
             rewards = torch.cat([time_step.reward, final_time_step.reward.unsqueeze(0)], dim=0)
             discounts = torch.cat(
                 [time_step.discount, final_time_step.discount.unsqueeze(0)], dim=0

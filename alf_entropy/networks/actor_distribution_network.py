@@ -23,6 +23,7 @@ import torch.nn as nn
 from alf_entropy.networks.encoding_network import (
     ActivationArg,
     EncodingNetwork,
+    call_module,
     flat_input_size,
     flatten_observation,
 )
@@ -137,8 +138,8 @@ class ActorDistributionNetwork(nn.Module):
             ValueError: if the observation does not match the spec.
         """
         x = flatten_observation(observation, self._input_tensor_spec, self._encoder.dtype)
-        encoding = self._encoder(x)
+        encoding = call_module(self._encoder, x)
         if self._single_head:
-            return self._heads[0](encoding)
-        dists = [head(encoding) for head in self._heads]
+            return call_module(self._heads[0], encoding)
+        dists = [call_module(head, encoding) for head in self._heads]
         return nest.pack_sequence_as(self._action_spec, dists)

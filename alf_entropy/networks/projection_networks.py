@@ -26,6 +26,7 @@ import torch.distributions as td
 import torch.nn as nn
 
 from alf_entropy.networks.distributions import Categorical, StableTanh
+from alf_entropy.networks.encoding_network import call_module
 from alf_entropy.tensor_specs import BoundedTensorSpec
 
 __all__ = ["CategoricalProjectionNetwork", "NormalProjectionNetwork", "POLICY_INIT_SCALE"]
@@ -94,8 +95,9 @@ class CategoricalProjectionNetwork(nn.Module):
             ``Independent(Categorical, len(shape))`` with event shape
             ``shape``.
         """
-        logits = self._layer(encoding)
-        logits = logits.reshape(encoding.shape[:-1] + self._shape + (self._num_actions,))
+        logits = call_module(self._layer, encoding)
+        if self._shape:  # (for a scalar action the logits have their shape already)
+            logits = logits.reshape(encoding.shape[:-1] + self._shape + (self._num_actions,))
         dist = Categorical(logits)
         if self._shape:
             dist = td.Independent(dist, len(self._shape), validate_args=False)
