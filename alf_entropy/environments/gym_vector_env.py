@@ -292,8 +292,8 @@ class GymVectorEnv:
             # No copy needed: gymnasium only reads the actions, and
             # ``prev_action`` is built from a fresh array.
             array = array.astype(np.int64, copy=False)
-            if isinstance(spec, BoundedTensorSpec) and (
-                (array < spec.minimum).any() or (array > spec.maximum).any()
+            if isinstance(spec, BoundedTensorSpec) and np.count_nonzero(
+                (array < spec.minimum) | (array > spec.maximum)
             ):
                 raise ValueError(
                     f"discrete action must be in [{spec.minimum.tolist()}, "
@@ -378,8 +378,8 @@ class GymVectorEnv:
             ValueError: if an action has the wrong shape or a discrete action
                 is out of range.
         """
-        self._check_open()
-        if not self._started:
+        if self._closed or not self._started:
+            self._check_open()
             raise RuntimeError("call reset() before step()")
         if self._action_is_leaf and isinstance(action, torch.Tensor):
             # A tensor is a leaf: it matches a single action spec.
@@ -397,9 +397,9 @@ class GymVectorEnv:
         not_first = ~first
         terminated = np.asarray(terminated, dtype=bool) & not_first
         done = (terminated | np.asarray(truncated, dtype=bool)) & not_first
-        step_type = np.where(
-            first, StepType.FIRST, np.where(done, StepType.LAST, StepType.MID)
-        )
+        # FIRST (0) where first, else MID (1) + 1 where done (LAST, 2).
+        step_type = done.astype(np.int64)
+        step_type += not_first
         reward = np.asarray(reward)
         self._record_episodes(reward, not_first, done)
         # Same values as computing in float64 and casting: 0 is exact.
@@ -426,7 +426,7 @@ class GymVectorEnv:
         returns, lengths = self._episode_returns, self._episode_lengths
         np.add(returns, reward, out=returns, where=not_first)
         lengths += not_first
-        if done.any():
+        if np.count_nonzero(done):
             index = np.flatnonzero(done)
             self._finished.extend(zip(returns[index].tolist(), lengths[index].tolist()))
             returns[index] = 0.0
@@ -434,7 +434,9 @@ class GymVectorEnv:
 
     def _prev_action(self, action: np.ndarray, first: np.ndarray, dtype: np.dtype) -> torch.Tensor:
         """The action taken (``[B, ...]``), zeroed for envs whose step is ``FIRST``."""
-        a = np.where(first.reshape((-1,) + (1,) * (action.ndim - 1)), 0, action)
+        if action.ndim > 1:
+            first = first.reshape((-1,) + (1,) * (action.ndim - 1))
+        a = np.where(first, 0, action)
         # ``np.where`` returns a fresh array: convert without another copy.
         return self._tensor(a.astype(dtype, copy=False))
 
