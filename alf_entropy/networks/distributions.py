@@ -25,7 +25,7 @@ import torch.distributions as td
 
 from alf_entropy.utils import nest
 
-__all__ = ["Categorical", "StableTanh", "mode_of"]
+__all__ = ["Categorical", "StableTanh", "categorical_log_prob", "mode_of", "sample_categorical"]
 
 
 class Categorical(td.Categorical):
@@ -71,13 +71,33 @@ class Categorical(td.Categorical):
         Returns:
             torch.Tensor: int64 indices of shape ``sample_shape + batch_shape``.
         """
-        cdf = self.probs.cumsum(-1)
-        # A plain tuple: torch parses it faster than a ``torch.Size``.
-        shape = (*sample_shape, *self._batch_shape, 1)
-        u = torch.rand(shape, dtype=cdf.dtype, device=cdf.device)
-        # Index k is drawn when cdf[k-1] <= u < cdf[k]; clamp guards against a
-        # last cdf entry that rounds below 1.
-        return (cdf < u).sum(-1).clamp_(max=self._num_events - 1)
+        return sample_categorical(self.probs, sample_shape)
+
+
+def sample_categorical(probs: torch.Tensor, sample_shape: Sequence[int] = ()) -> torch.Tensor:
+    """``Categorical.sample``: draw indices from ``probs`` by inverting the CDF.
+
+    Args:
+        probs: probabilities ``[..., num_events]`` (summing to 1).
+        sample_shape: leading sample dimensions.
+
+    Returns:
+        torch.Tensor: int64 indices of shape ``sample_shape + probs.shape[:-1]``.
+    """
+    cdf = probs.cumsum(-1)
+    # A plain tuple: torch parses it faster than a ``torch.Size``.
+    shape = (*sample_shape, *probs.shape[:-1], 1)
+    u = torch.rand(shape, dtype=cdf.dtype, device=cdf.device)
+    # Index k is drawn when cdf[k-1] <= u < cdf[k]; clamp guards against a
+    # last cdf entry that rounds below 1.
+    return (cdf < u).sum(-1).clamp_(max=probs.shape[-1] - 1)
+
+
+def categorical_log_prob(logits: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+    """``log_prob(action)`` of normalised ``logits`` ``[..., N]`` for indices of
+    the same batch shape: ``Categorical.log_prob`` without its
+    ``broadcast_tensors`` (a no-op then), the same gather."""
+    return logits.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
 
 
 class StableTanh(td.TanhTransform):

@@ -80,6 +80,16 @@ class CategoricalProjectionNetwork(nn.Module):
         self._layer = _policy_linear(input_size, numel * self._num_actions)
 
     @property
+    def linear(self) -> nn.Linear:
+        """The layer computing the logits."""
+        return self._layer
+
+    @property
+    def action_spec_shape(self) -> tuple:
+        """The action spec's shape (``()`` for a single choice)."""
+        return self._shape
+
+    @property
     def num_actions(self) -> int:
         """Number of choices of each action element."""
         return self._num_actions
