@@ -622,7 +622,7 @@ class ActorCriticAlgorithm(Algorithm):
                 f"num_minibatches={self._num_minibatches}"
             )
         perm = torch.randperm(num_samples, device=exp.step_type.device)
-        shuffled = nest.map_structure(lambda x: x[perm], exp)
+        shuffled = nest.map_structure(lambda x: x.index_select(0, perm), exp)
         # ``tensor_split``'s chunk sizes: the first ``num_samples % n`` chunks
         # are one larger.
         n = self._num_minibatches

@@ -105,7 +105,10 @@ def clip_grad_norm_(params: List[nn.Parameter], max_norm: float) -> None:
         return
     with torch.no_grad():
         norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
-        torch._foreach_mul_(grads, torch.clamp(float(max_norm) / (norm + 1e-6), max=1.0))
+        # ``max_norm / (norm + 1e-6)`` is ``(norm + 1e-6).reciprocal() * max_norm``
+        # in torch (``Tensor.__rdiv__``): the same two ops, without its wrapper.
+        coef = (norm + 1e-6).reciprocal_().mul_(float(max_norm))
+        torch._foreach_mul_(grads, coef.clamp_(max=1.0))
 
 
 @gin.configurable
