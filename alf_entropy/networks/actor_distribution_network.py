@@ -173,22 +173,22 @@ class ActorDistributionNetwork(nn.Module):
             return None
         head = self._heads[0]
         spec, encoder = self._input_tensor_spec, self._encoder
+        if type(head) is not CategoricalProjectionNetwork or head.action_spec_shape:
+            return None
+        layers, linear = encoder.layers, head.linear
         if (
-            type(head) is not CategoricalProjectionNetwork
-            or head.action_spec_shape
-            or not isinstance(spec, TensorSpec)
-            or len(spec.shape) != 1
-            or observation.shape[1:] != spec.shape
+            not isinstance(spec, TensorSpec)
             or observation.dim() != 2
+            or observation.shape[1:] != spec.shape
             or observation.dtype != encoder.dtype
-            or not forward_only(self, encoder, head, head.linear, *encoder.layers)
+            or not forward_only(self, encoder, head, linear, *layers)
         ):
             return None
         # flatten_observation would return ``observation`` itself here.
         x = observation
-        for layer in encoder.layers:
+        for layer in layers:
             x = layer.forward(x)
         # Categorical(logits): normalised logits; .sample(); .log_prob().
-        logits = torch.log_softmax(head.linear.forward(x), dim=-1)
+        logits = torch.log_softmax(linear.forward(x), dim=-1)
         action = sample_categorical(torch.softmax(logits, dim=-1))
         return action, categorical_log_prob(logits, action)
