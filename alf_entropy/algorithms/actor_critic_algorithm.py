@@ -310,10 +310,15 @@ class ActorCriticAlgorithm(Algorithm):
             )
         # rollout_step may draw through the actor's sample_with_log_prob when
         # the controller's rollout_step is the base one (ignoring the
-        # distribution off-policy).
-        self._fast_acting = isinstance(self._actor_network, ActorDistributionNetwork) and (
-            self._entropy_target_algorithm is None
-            or type(self._entropy_target_algorithm).rollout_step is EntropyController.rollout_step
+        # distribution off-policy) and _log_prob is this class's.
+        self._fast_acting = (
+            isinstance(self._actor_network, ActorDistributionNetwork)
+            and type(self)._log_prob is ActorCriticAlgorithm._log_prob
+            and (
+                self._entropy_target_algorithm is None
+                or type(self._entropy_target_algorithm).rollout_step
+                is EntropyController.rollout_step
+            )
         )
         # Created now so that a checkpoint can restore its state at once.
         self.optimizers()

@@ -173,8 +173,13 @@ class ActorDistributionNetwork(nn.Module):
             return None
         head = self._heads[0]
         spec, encoder = self._input_tensor_spec, self._encoder
-        if type(head) is not CategoricalProjectionNetwork or head.action_spec_shape:
-            return None
+        if (
+            type(head) is not CategoricalProjectionNetwork
+            or head.action_spec_shape
+            or type(self).forward is not ActorDistributionNetwork.forward
+            or type(encoder).forward is not EncodingNetwork.forward
+        ):
+            return None  # (an overridden forward must run)
         layers, linear = encoder.layers, head.linear
         if (
             not isinstance(spec, TensorSpec)

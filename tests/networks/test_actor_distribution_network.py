@@ -154,3 +154,11 @@ def test_sample_with_log_prob_declines_what_it_does_not_cover():
     assert discrete.sample_with_log_prob(torch.randn(3, 4)) is None
     handle.remove()
     assert discrete.sample_with_log_prob(torch.randn(3, 4)) is not None
+
+
+def test_sample_with_log_prob_declines_an_overridden_forward():
+    class Shifted(ActorDistributionNetwork):
+        def forward(self, observation):
+            return super().forward(observation + 1.0)
+
+    assert Shifted(OBS, DISCRETE).sample_with_log_prob(torch.randn(3, 4)) is None
