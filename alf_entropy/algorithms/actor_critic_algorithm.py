@@ -48,12 +48,8 @@ import torch
 import torch.distributions as td
 import torch.nn as nn
 
-from alf_entropy.algorithms.algorithm import (
-    Algorithm,
-    OptimizerArg,
-    combine_loss_infos,
-    fused_adam,
-)
+from alf_entropy.algorithms.algorithm import Algorithm, OptimizerArg, combine_loss_infos
+from alf_entropy.algorithms.entropy_controller import EntropyController
 from alf_entropy.data_structures import (
     AlgStep,
     Experience,
@@ -62,9 +58,10 @@ from alf_entropy.data_structures import (
     TimeStep,
     namedtuple,
 )
-from alf_entropy.networks import ActorDistributionNetwork, ValueNetwork, mode_of
-from alf_entropy.networks.distributions import Categorical
+from alf_entropy.networks import ActorDistributionNetwork, ValueNetwork, call_module, mode_of
+from alf_entropy.networks.distributions import Categorical, categorical_log_prob
 from alf_entropy.utils import dist_utils, math_ops, nest, schedulers, summary, value_ops
+from alf_entropy.utils.optimizers import fused_adam
 
 __all__ = [
     "ActorCriticInfo",
@@ -309,6 +306,18 @@ class ActorCriticAlgorithm(Algorithm):
             self._entropy_target_algorithm = entropy_target_cls(
                 action_spec, debug_summaries=debug_summaries
             )
+        # rollout_step may draw through the actor's sample_with_log_prob when
+        # the controller's rollout_step is the base one (ignoring the
+        # distribution off-policy) and _log_prob is this class's.
+        self._fast_acting = (
+            isinstance(self._actor_network, ActorDistributionNetwork)
+            and type(self)._log_prob is ActorCriticAlgorithm._log_prob
+            and (
+                self._entropy_target_algorithm is None
+                or type(self._entropy_target_algorithm).rollout_step
+                is EntropyController.rollout_step
+            )
+        )
         # Created now so that a checkpoint can restore its state at once.
         self.optimizers()
 
@@ -370,9 +379,7 @@ class ActorCriticAlgorithm(Algorithm):
                 and not dist._validate_args
                 and action.shape == dist.logits.shape[:-1]
             ):
-                # ``Categorical.log_prob`` without its ``broadcast_tensors``
-                # (a no-op for equal batch shapes): the same gather.
-                return dist.logits.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
+                return categorical_log_prob(dist.logits, action)
             return dist.log_prob(action)
         log_probs = nest.map_structure(lambda d, a: d.log_prob(a), dist, action)
         flat = nest.flatten(log_probs)
@@ -391,7 +398,7 @@ class ActorCriticAlgorithm(Algorithm):
         Returns:
             AlgStep: ``output`` is the action nest.
         """
-        dist = self._actor_network(inputs.observation)
+        dist = call_module(self._actor_network, inputs.observation)
         return AlgStep(output=mode_of(dist), state=state)
 
     def rollout_step(self, inputs: TimeStep, state: Any = ()) -> AlgStep:
@@ -410,7 +417,15 @@ class ActorCriticAlgorithm(Algorithm):
             AlgStep: ``output`` the action nest, ``info`` an
             ``ActorCriticInfo(log_prob, entropy_target)``.
         """
-        dist = self._actor_network(inputs.observation)
+        if self._fast_acting:
+            drawn = self._actor_network.sample_with_log_prob(inputs.observation)
+            if drawn is not None:
+                # What the path below gives (the controller's rollout_step
+                # returns an empty AlgStep off-policy), at a third less cost.
+                action, log_prob = drawn
+                return AlgStep(output=action, state=state,
+                               info=ActorCriticInfo(log_prob=log_prob, entropy_target=()))
+        dist = call_module(self._actor_network, inputs.observation)
         if isinstance(dist, td.Distribution):
             action = dist.sample()
         else:
@@ -445,8 +460,8 @@ class ActorCriticAlgorithm(Algorithm):
             info.
         """
         observation = inputs.time_step.observation
-        dist = self._actor_network(observation)
-        value = self._value_network(observation)
+        dist = call_module(self._actor_network, observation)
+        value = call_module(self._value_network, observation)
         log_prob = self._log_prob(dist, inputs.action)
         entropy_target_info = ()
         if self._entropy_target_algorithm is None:
@@ -497,7 +512,7 @@ class ActorCriticAlgorithm(Algorithm):
                 time_step.observation,
                 final_time_step.observation,
             )
-            values = self._value_network(observations).reshape(T + 1, B)
+            values = call_module(self._value_network, observations).reshape(T + 1, B)
             rewards = torch.cat([time_step.reward, final_time_step.reward.unsqueeze(0)], dim=0)
             discounts = torch.cat(
                 [time_step.discount, final_time_step.discount.unsqueeze(0)], dim=0
@@ -610,7 +625,7 @@ class ActorCriticAlgorithm(Algorithm):
                 f"num_minibatches={self._num_minibatches}"
             )
         perm = torch.randperm(num_samples, device=exp.step_type.device)
-        shuffled = nest.map_structure(lambda x: x[perm], exp)
+        shuffled = nest.map_structure(lambda x: x.index_select(0, perm), exp)
         # ``tensor_split``'s chunk sizes: the first ``num_samples % n`` chunks
         # are one larger.
         n = self._num_minibatches

@@ -36,12 +36,13 @@ import gin
 import torch
 import torch.nn as nn
 
-from alf_entropy.algorithms.algorithm import Algorithm, OptimizerArg, fused_adam
+from alf_entropy.algorithms.algorithm import Algorithm, OptimizerArg
 from alf_entropy.data_structures import AlgStep, LossInfo, TimeStep, namedtuple
 from alf_entropy.networks import ActorDistributionNetwork, mode_of
 from alf_entropy.networks.critic_networks import CriticNetworks
 from alf_entropy.tensor_specs import BoundedTensorSpec
 from alf_entropy.utils import distributed, nest, summary
+from alf_entropy.utils.optimizers import fused_adam
 from alf_entropy.utils.replay_buffer import Transition
 
 __all__ = ["SacAlgorithm", "SacLossInfo", "masked_optimizer_step"]

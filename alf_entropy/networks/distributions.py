@@ -25,7 +25,7 @@ import torch.distributions as td
 
 from alf_entropy.utils import nest
 
-__all__ = ["Categorical", "StableTanh", "mode_of"]
+__all__ = ["Categorical", "StableTanh", "categorical_log_prob", "mode_of", "sample_categorical"]
 
 
 class Categorical(td.Categorical):
@@ -44,6 +44,24 @@ class Categorical(td.Categorical):
         self._num_events = logits.shape[-1]
         td.Distribution.__init__(self, logits.shape[:-1], validate_args=validate_args)
 
+    @property
+    def probs(self) -> torch.Tensor:
+        """``softmax(logits)``, computed on first use (as torch's ``lazy_property``).
+
+        Like torch's, it is differentiable even when first read under
+        ``no_grad``; its ``enable_grad`` context is only entered then (it
+        costs as much as the softmax itself for a rollout-sized batch).
+        """
+        probs = self.__dict__.get("_probs")
+        if probs is None:
+            if torch.is_grad_enabled() or torch.is_inference_mode_enabled():
+                probs = torch.softmax(self.logits, dim=-1)
+            else:
+                with torch.enable_grad():
+                    probs = torch.softmax(self.logits, dim=-1)
+            self._probs = probs
+        return probs
+
     def sample(self, sample_shape: Sequence[int] = ()) -> torch.Tensor:
         """Draw indices by inverting the CDF (no host sync).
 
@@ -53,12 +71,33 @@ class Categorical(td.Categorical):
         Returns:
             torch.Tensor: int64 indices of shape ``sample_shape + batch_shape``.
         """
-        shape = torch.Size(sample_shape) + self.batch_shape
-        cdf = self.probs.cumsum(-1)
-        u = torch.rand(shape + (1,), dtype=cdf.dtype, device=cdf.device)
-        # Index k is drawn when cdf[k-1] <= u < cdf[k]; clamp guards against a
-        # last cdf entry that rounds below 1.
-        return (cdf < u).sum(-1).clamp_(max=self._num_events - 1)
+        return sample_categorical(self.probs, sample_shape)
+
+
+def sample_categorical(probs: torch.Tensor, sample_shape: Sequence[int] = ()) -> torch.Tensor:
+    """``Categorical.sample``: draw indices from ``probs`` by inverting the CDF.
+
+    Args:
+        probs: probabilities ``[..., num_events]`` (summing to 1).
+        sample_shape: leading sample dimensions.
+
+    Returns:
+        torch.Tensor: int64 indices of shape ``sample_shape + probs.shape[:-1]``.
+    """
+    cdf = probs.cumsum(-1)
+    # A plain tuple: torch parses it faster than a ``torch.Size``.
+    shape = (*sample_shape, *probs.shape[:-1], 1)
+    u = torch.rand(shape, dtype=cdf.dtype, device=cdf.device)
+    # Index k is drawn when cdf[k-1] <= u < cdf[k]; clamp guards against a
+    # last cdf entry that rounds below 1.
+    return (cdf < u).sum(-1).clamp_(max=probs.shape[-1] - 1)
+
+
+def categorical_log_prob(logits: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+    """``log_prob(action)`` of normalised ``logits`` ``[..., N]`` for indices of
+    the same batch shape: ``Categorical.log_prob`` without its
+    ``broadcast_tensors`` (a no-op then), the same gather."""
+    return logits.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
 
 
 class StableTanh(td.TanhTransform):

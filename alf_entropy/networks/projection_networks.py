@@ -28,6 +28,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from alf_entropy.networks.distributions import Categorical, StableTanh
+from alf_entropy.networks.encoding_network import call_module
 from alf_entropy.tensor_specs import BoundedTensorSpec
 
 __all__ = ["CategoricalProjectionNetwork", "NormalProjectionNetwork", "POLICY_INIT_SCALE"]
@@ -84,6 +85,16 @@ class CategoricalProjectionNetwork(nn.Module):
         self._layer = _policy_linear(input_size, numel * self._num_actions)
 
     @property
+    def linear(self) -> nn.Linear:
+        """The layer computing the logits."""
+        return self._layer
+
+    @property
+    def action_spec_shape(self) -> tuple:
+        """The action spec's shape (``()`` for a single choice)."""
+        return self._shape
+
+    @property
     def num_actions(self) -> int:
         """Number of choices of each action element."""
         return self._num_actions
@@ -99,8 +110,9 @@ class CategoricalProjectionNetwork(nn.Module):
             ``Independent(Categorical, len(shape))`` with event shape
             ``shape``.
         """
-        logits = self._layer(encoding)
-        logits = logits.reshape(encoding.shape[:-1] + self._shape + (self._num_actions,))
+        logits = call_module(self._layer, encoding)
+        if self._shape:  # (for a scalar action the logits have their shape already)
+            logits = logits.reshape(encoding.shape[:-1] + self._shape + (self._num_actions,))
         dist = Categorical(logits)
         if self._shape:
             dist = td.Independent(dist, len(self._shape), validate_args=False)

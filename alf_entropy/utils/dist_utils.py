@@ -453,6 +453,15 @@ def entropy_with_fallback(
             structure or a shape the distribution does not end with, or if
             ``return_sum`` is True and leaf results differ in shape.
     """
+    if isinstance(distributions, td.Distribution) and (
+        action_spec is None or isinstance(action_spec, TensorSpec)
+    ):
+        # A single distribution (the common case): no nest walking; the
+        # sums below would return its results unchanged.
+        results = _leaf_entropy(distributions)
+        if action_spec is not None:
+            results = _reduce_to_spec("", distributions, action_spec, results)
+        return results[0], results[1]
     flat_paths = nest.flatten_with_path(distributions)
     if not flat_paths:
         raise ValueError("entropy_with_fallback: distributions must contain at least one Distribution")

@@ -290,3 +290,33 @@ def test_too_few_samples_for_minibatches():
     exp, final = _unroll(alg, [[F, M], [M, M], [M, M]])
     with pytest.raises(ValueError, match="num_minibatches"):
         alg.train_from_unroll(exp, final)
+
+
+def test_fast_acting_gives_the_module_path_bits():
+    """rollout_step through the actor's sample_with_log_prob equals the
+    distribution path (same draws, same log-probabilities)."""
+    alg = _alg(enforce_entropy_target=True)
+    assert alg._fast_acting
+    ts = _time_step([F, M, L])
+    with torch.no_grad():
+        torch.manual_seed(1)
+        fast = alg.rollout_step(ts)
+        alg._fast_acting = False
+        torch.manual_seed(1)
+        slow = alg.rollout_step(ts)
+    assert torch.equal(fast.output, slow.output)
+    assert torch.equal(fast.info.log_prob, slow.info.log_prob)
+    assert fast.info.entropy_target == slow.info.entropy_target == ()
+
+
+def test_no_fast_acting_for_a_controller_with_its_own_rollout_step():
+    class Watching(EntropyTargetAlgorithm):
+        def rollout_step(self, distribution, step_type=None, on_policy_training=True):
+            self.seen = distribution
+            return super().rollout_step(distribution, step_type, on_policy_training)
+
+    alg = _alg(enforce_entropy_target=True, entropy_target_cls=Watching)
+    assert not alg._fast_acting
+    with torch.no_grad():
+        alg.rollout_step(_time_step([F, M, M]))
+    assert alg.entropy_target_algorithm.seen.batch_shape == (3,)

@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from alf_entropy.algorithms.algorithm import Algorithm, combine_loss_infos
+from alf_entropy.algorithms.algorithm import Algorithm, clip_grad_norm_, combine_loss_infos
 from alf_entropy.data_structures import AlgStep, LossInfo
 
 SGD = functools.partial(torch.optim.SGD, lr=0.1)
@@ -137,6 +137,40 @@ def test_child_with_own_optimizer_keeps_params_out_of_parent():
     assert _opt_param_ids(parent_opt) == {id(parent.w)}
     assert _opt_param_ids(child_opt) == _ids(parent.child.parameters())
     assert not (_opt_param_ids(parent_opt) & _opt_param_ids(child_opt))
+
+
+def test_tree_walks_are_cached_until_a_module_is_assigned():
+    parent = Parent(optimizer=SGD)
+    first = parent.sub_algorithms()
+    assert first == [parent.child]
+    first.append("not part of the tree")  # callers get copies of the cache
+    assert parent.sub_algorithms() == [parent.child]
+    opts = parent.optimizers()
+    parent.other = Child(optimizer=SGD, name="other")  # invalidates the cache
+    assert parent.sub_algorithms() == [parent.child, parent.other]
+    new_opts = parent.optimizers()
+    assert new_opts[0] is opts[0] and len(new_opts) == 2
+    assert _opt_param_ids(new_opts[1]) == _ids(parent.other.parameters())
+    del parent.other
+    assert parent.sub_algorithms() == [parent.child]
+
+
+@pytest.mark.parametrize("scale", [1e-3, 10.0])  # below / above max_norm
+def test_clip_grad_norm_gives_torchs_bits(scale):
+    gen = torch.Generator().manual_seed(0)
+    shapes = [(64, 4), (64,), (64, 64), (2, 64), (2,)]
+    a = [nn.Parameter(torch.zeros(s)) for s in shapes]
+    b = [nn.Parameter(torch.zeros(s)) for s in shapes]
+    for p, q in zip(a, b):
+        p.grad = torch.randn(p.shape, generator=gen) * scale
+        q.grad = p.grad.clone()
+    a[1].grad = b[1].grad = None  # parameters without a gradient are skipped
+    clip_grad_norm_(a, 0.5)
+    torch.nn.utils.clip_grad_norm_(b, 0.5)
+    for p, q in zip(a, b):
+        assert (p.grad is None and q.grad is None) or torch.equal(p.grad, q.grad)
+    norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in a if p.grad is not None]))
+    assert norm <= 0.5 + 1e-6 if scale > 1 else norm < 0.5
 
 
 def test_root_without_optimizer_but_trainable_params_raises():

@@ -6,6 +6,7 @@ import torch
 
 from alf_entropy.data_structures import StepType, TimeStep
 from alf_entropy.environments import GymVectorEnv
+from alf_entropy.environments.gym_vector_env import _make_vector_env
 from alf_entropy.tensor_specs import BoundedTensorSpec
 
 
@@ -195,6 +196,38 @@ def test_episode_statistics_match_the_time_steps():
         assert env.pop_episode_statistics() == ([], [])
 
 
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_episode_statistics_equal_gymnasiums_wrapper(env_id):
+    """Our tracker gives gymnasium's ``RecordEpisodeStatistics`` values exactly
+    (CartPole: terminations, float32 rewards; Pendulum: truncations, float64
+    rewards), also across a second ``reset()``."""
+    from gymnasium.wrappers.vector import RecordEpisodeStatistics
+
+    n = 3
+    with GymVectorEnv(env_id, num_envs=n, seed=2, max_episode_steps=30) as env:
+        ref = RecordEpisodeStatistics(
+            _make_vector_env(env_id, n, "auto", 30, {}), buffer_length=10_000
+        )
+        gen = torch.Generator().manual_seed(1)
+        ours, theirs = [], []
+        for part in range(2):
+            env.reset()
+            ref.reset(seed=2 if part == 0 else None)
+            for _ in range(100):
+                if env_id == "CartPole-v1":
+                    action = torch.randint(0, 2, (n,), generator=gen)
+                else:
+                    action = torch.rand(n, 1, generator=gen) * 4 - 2
+                env.step(action)
+                ref.step(action.numpy())
+            returns, lengths = env.pop_episode_statistics()
+            ours += list(zip(returns, lengths))
+        theirs = list(zip(ref.return_queue, ref.length_queue))
+        assert len(ours) > 5
+        assert ours == [(float(r), int(x)) for r, x in theirs]
+        ref.close()
+
+
 def test_state_round_trip_continues_identically():
     a = GymVectorEnv("Pendulum-v1", num_envs=2, seed=1)
     a.reset()
@@ -218,16 +251,51 @@ def test_state_round_trip_continues_identically():
         env.close()
 
 
+def test_state_of_the_wrapper_version_still_resumes():
+    """A state saved when the envs were wrapped in gymnasium's
+    ``RecordEpisodeStatistics`` (older checkpoints) continues identically."""
+    import pickle
+
+    from gymnasium.wrappers.vector import RecordEpisodeStatistics
+
+    a = GymVectorEnv("CartPole-v1", num_envs=3, seed=4)
+    a.reset()
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(60):
+        a.step(torch.randint(0, 2, (3,), generator=gen))
+    a.pop_episode_statistics()
+    wrapper = RecordEpisodeStatistics(pickle.loads(pickle.dumps(a.gym_env)), buffer_length=100)
+    # What the old version held: one unpopped finished episode and the
+    # counters of the episodes in progress, zeroed where a LAST step was just
+    # taken (the wrapper zeroes them on the next step).
+    wrapper.episode_count, wrapper.return_queue, wrapper.length_queue = 7, [50.0, 9.0], [50, 9]
+    wrapper.episode_returns = np.where(a._autoreset, 9.0, a._episode_returns)
+    wrapper.episode_lengths = np.where(a._autoreset, 9, a._episode_lengths)
+    a._finished.append((9.0, 9))
+    b = GymVectorEnv("CartPole-v1", num_envs=3, seed=99)
+    b.set_state(pickle.dumps((wrapper, a._autoreset.copy(), True, True, 6)))
+    for _ in range(200):
+        action = torch.randint(0, 2, (3,), generator=gen)
+        ta, tb = a.step(action), b.step(action)
+        for x, y in zip(ta[:5], tb[:5]):
+            assert torch.equal(x, y)
+    returns, lengths = a.pop_episode_statistics()
+    assert returns[0] == 9.0 and len(returns) > 3
+    assert b.pop_episode_statistics() == (returns, lengths)
+    a.close()
+    b.close()
+
+
 def test_numpy_vectorised_cartpole_is_the_same_mdp():
     """CartPole's own vector env ("auto" picks it) steps like the plain envs."""
     fast = GymVectorEnv("CartPole-v1", num_envs=4, seed=0)
     slow = GymVectorEnv("CartPole-v1", num_envs=4, seed=0, vectorization_mode="sync")
-    assert type(fast.gym_env.env).__name__ == "CartPoleVectorEnv"
-    assert type(slow.gym_env.env).__name__ == "SyncVectorEnv"
+    assert type(fast.gym_env).__name__ == "CartPoleVectorEnv"
+    assert type(slow.gym_env).__name__ == "SyncVectorEnv"
     fast.reset()
     slow.reset()
-    state = fast.gym_env.env.state  # [4 (x, x_dot, theta, theta_dot), num_envs], float64
-    for i, env in enumerate(slow.gym_env.env.envs):
+    state = fast.gym_env.state  # [4 (x, x_dot, theta, theta_dot), num_envs], float64
+    for i, env in enumerate(slow.gym_env.envs):
         env.unwrapped.state = state[:, i].copy()
     gen = torch.Generator().manual_seed(0)
     ended = torch.zeros(4, dtype=torch.bool)

@@ -153,3 +153,46 @@ def test_rsample_and_log_prob_needs_one_continuous_spec():
         ActorDistributionNetwork(OBS, DISCRETE).rsample_and_log_prob(torch.randn(2, 4))
     with pytest.raises(TypeError, match="single continuous"):
         ActorDistributionNetwork(OBS, {"a": BOX}).rsample_and_log_prob(torch.randn(2, 4))
+
+
+def test_sample_with_log_prob_is_sample_and_log_prob_of_forward():
+    net = ActorDistributionNetwork(OBS, DISCRETE, fc_layer_params=(8, 8), activation="relu")
+    obs = torch.randn(6, 4)
+    for grad_mode in (torch.no_grad, torch.inference_mode):
+        with grad_mode():
+            torch.manual_seed(3)
+            dist = net(obs)
+            action = dist.sample()
+            log_prob = dist.log_prob(action)
+            torch.manual_seed(3)
+            fast_action, fast_log_prob = net.sample_with_log_prob(obs)
+        # The same random draws and bits.
+        assert torch.equal(fast_action, action) and torch.equal(fast_log_prob, log_prob)
+
+
+def test_sample_with_log_prob_declines_what_it_does_not_cover():
+    discrete = ActorDistributionNetwork(OBS, DISCRETE)
+    assert discrete.sample_with_log_prob(torch.randn(3, 4)) is not None
+    # Not a single scalar categorical head, or an observation forward must check.
+    assert ActorDistributionNetwork(OBS, BOX).sample_with_log_prob(torch.randn(3, 4)) is None
+    nested = ActorDistributionNetwork(OBS, {"a": DISCRETE})
+    assert nested.sample_with_log_prob(torch.randn(3, 4)) is None
+    multi = ActorDistributionNetwork(OBS, BoundedTensorSpec((2,), torch.int64, 0, 2))
+    assert multi.sample_with_log_prob(torch.randn(3, 4)) is None
+    assert discrete.sample_with_log_prob(torch.randn(3, 5)) is None
+    assert discrete.sample_with_log_prob(torch.randn(3, 4, dtype=torch.float64)) is None
+    # A hook must run: the module path is used.
+    handle = discrete._encoder.layers[0].register_forward_hook(
+        lambda *args: None
+    )
+    assert discrete.sample_with_log_prob(torch.randn(3, 4)) is None
+    handle.remove()
+    assert discrete.sample_with_log_prob(torch.randn(3, 4)) is not None
+
+
+def test_sample_with_log_prob_declines_an_overridden_forward():
+    class Shifted(ActorDistributionNetwork):
+        def forward(self, observation):
+            return super().forward(observation + 1.0)
+
+    assert Shifted(OBS, DISCRETE).sample_with_log_prob(torch.randn(3, 4)) is None

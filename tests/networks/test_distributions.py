@@ -70,3 +70,18 @@ def test_fast_categorical_is_torch_categorical():
     torch.testing.assert_close(freq, ref.probs, atol=0.01, rtol=0)
     with pytest.raises(ValueError, match="logits"):
         Categorical(torch.tensor(1.0))
+
+
+def test_fast_categorical_probs_are_lazy_softmax_and_differentiable():
+    from alf_entropy.networks.distributions import Categorical
+
+    logits = torch.randn(4, 3, requires_grad=True)
+    fast = Categorical(logits)
+    with torch.no_grad():  # first read under no_grad: still differentiable, as torch's
+        probs = fast.probs
+    assert probs.requires_grad and fast.probs is probs
+    assert torch.equal(probs, torch.softmax(fast.logits, dim=-1))
+    probs[:, 0].sum().backward()
+    assert logits.grad is not None and logits.grad.abs().sum() > 0
+    with torch.inference_mode():
+        assert torch.equal(Categorical(logits.detach()).probs, probs.detach())

@@ -122,18 +122,20 @@ def test_bad_inputs():
         value_ops.discounted_return(x, np.zeros((5, 2)), x.long(), x)
 
 
-def test_gae_float32_bitwise_equal_to_buffer_recursion():
-    # The speed-oriented recursion (per-row views, running tensor) must give
-    # bit-for-bit the values of the textbook in-place buffer recursion in
-    # float32, so that training results do not change.
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("lam", [0.95, "tensor"])
+def test_gae_bitwise_equal_to_torch_buffer_recursion(dtype, lam):
+    # The speed-oriented recursion (NumPy on the CPU) must give bit-for-bit
+    # the values of the textbook in-place torch buffer recursion, so that
+    # training results do not change.
     g = torch.Generator().manual_seed(0)
-    T, B = 33, 8
-    values = torch.randn(T, B, generator=g)
-    rewards = torch.randn(T, B, generator=g)
+    T, B = 129, 8
+    values = torch.randn(T, B, generator=g, dtype=dtype)
+    rewards = torch.randn(T, B, generator=g, dtype=dtype)
     step_types = torch.randint(0, 3, (T, B), generator=g)
-    discounts = (torch.rand(T, B, generator=g) > 0.1).float() * 0.99
-    lam = 0.95
-    is_lasts = (step_types == L).float()
+    discounts = (torch.rand(T, B, generator=g) > 0.1).to(dtype) * 0.99
+    lam = torch.tensor(0.95, dtype=dtype) if lam == "tensor" else lam
+    is_lasts = (step_types == L).to(dtype)
     advs = torch.zeros_like(values)
     delta = rewards[1:] + discounts[1:] * values[1:] - values[:-1]
     weighted = discounts[1:] * lam
@@ -142,4 +144,4 @@ def test_gae_float32_bitwise_equal_to_buffer_recursion():
     got = value_ops.generalized_advantage_estimation(
         rewards, values, step_types, discounts, td_lambda=lam
     )
-    assert got.dtype == torch.float32 and torch.equal(got, advs[:-1])
+    assert got.dtype == dtype and torch.equal(got, advs[:-1])

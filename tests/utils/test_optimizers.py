@@ -1,0 +1,94 @@
+"""Tests for alf_entropy/utils/optimizers.py: FusedAdam is torch's fused Adam, bit for bit."""
+import pickle
+
+import torch
+
+from alf_entropy.utils.optimizers import FusedAdam
+
+SHAPES = [(64, 4), (64,), (64, 64), (2, 64), (2,)]
+
+
+def _params(seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.nn.Parameter(torch.randn(s, generator=gen)) for s in SHAPES]
+
+
+def _groups(params):
+    # Two groups with their own options, as a user might build them.
+    return [{"params": params[:3]}, {"params": params[3:], "lr": 1e-2, "weight_decay": 0.1}]
+
+
+def _set_grads(params, step, skip=None):
+    gen = torch.Generator().manual_seed(100 + step)
+    for i, p in enumerate(params):
+        p.grad = None if i == skip else torch.randn(p.shape, generator=gen)
+
+
+def _run(opt, params, steps, start=0):
+    for k in range(start, start + steps):
+        # A missing gradient once (torch's step then runs) and an lr change.
+        _set_grads(params, k, skip=1 if k == 4 else None)
+        if k == 6:
+            opt.param_groups[0]["lr"] = 5e-4
+        opt.step()
+
+
+def _same(a, b):
+    return all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+def test_same_bits_as_torch_fused_adam():
+    ours, ref = _params(), _params()
+    opt = FusedAdam(_groups(ours), lr=3e-4, eps=1e-5)
+    ref_opt = torch.optim.Adam(_groups(ref), lr=3e-4, eps=1e-5, fused=True)
+    _run(opt, ours, 10)
+    _run(ref_opt, ref, 10)
+    assert _same(ours, ref)
+    assert opt._lean is not None  # the lean step did run
+    a, b = opt.state_dict()["state"], ref_opt.state_dict()["state"]
+    assert a.keys() == b.keys()
+    for i in a:
+        for key in ("step", "exp_avg", "exp_avg_sq"):
+            assert torch.equal(a[i][key], b[i][key]), (i, key)
+
+
+def test_state_dicts_are_interchangeable_with_torchs():
+    ours, ref = _params(), _params()
+    opt = FusedAdam(_groups(ours), lr=3e-4)
+    ref_opt = torch.optim.Adam(_groups(ref), lr=3e-4, fused=True)
+    _run(opt, ours, 5)
+    _run(ref_opt, ref, 5)
+    # Swap: each continues from the other's state (through a pickle, as a
+    # checkpoint would).
+    ours2, ref2 = [p.detach().clone().requires_grad_() for p in ours], _params()
+    with torch.no_grad():
+        for p, q in zip(ref2, ref):
+            p.copy_(q)
+    opt2 = torch.optim.Adam(_groups(ours2), lr=3e-4, fused=True)
+    opt2.load_state_dict(pickle.loads(pickle.dumps(opt.state_dict())))
+    ref_opt2 = FusedAdam(_groups(ref2), lr=3e-4)
+    ref_opt2.load_state_dict(pickle.loads(pickle.dumps(ref_opt.state_dict())))
+    _run(opt2, ours2, 5, start=5)
+    _run(ref_opt2, ref2, 5, start=5)
+    _run(opt, ours, 5, start=5)
+    assert _same(ours, ours2) and _same(ours, ref2)
+
+
+def test_closure_falls_back_and_hooks_run_once():
+    ours, ref = _params(), _params()
+    opt = FusedAdam(ours, lr=1e-3)
+    ref_opt = torch.optim.Adam(ref, lr=1e-3, fused=True)
+    calls = []
+    opt.register_step_post_hook(lambda *args: calls.append(1))
+    for k in range(3):
+        _set_grads(ours, k)
+        _set_grads(ref, k)
+        assert opt.step(closure=lambda: 7.0) == 7.0
+        ref_opt.step()
+    assert calls == [1, 1, 1] and _same(ours, ref)
+    for k in range(3, 5):  # the lean step: the hook still runs once per step
+        _set_grads(ours, k)
+        _set_grads(ref, k)
+        opt.step()
+        ref_opt.step()
+    assert opt._lean is not None and calls == [1] * 5 and _same(ours, ref)
