@@ -26,7 +26,9 @@ batched module (one ``baddbmm`` per hidden layer for both), actor, critic and
 temperature losses take one backward and one optimiser step, the actor loss
 evaluates the critics with detached weights (no wasted critic weight
 gradients), target networks are updated with one ``torch._foreach_lerp_``,
-and the replay buffer samples tensors in place (no NumPy round trip).
+Adam is torch's fused kernel, the squashed-Normal sample and log-probability
+are computed in closed form (no ``torch.distributions`` objects), and the
+replay buffer samples tensors in place (no NumPy round trip).
 
 Stable-Baselines3 is needed (``pip install stable-baselines3 --no-deps``).
 

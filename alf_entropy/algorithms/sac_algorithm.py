@@ -156,7 +156,7 @@ class SacAlgorithm(Algorithm):
             ``entropy_target_cls(action_spec, debug_summaries=...)``;
             ``None`` means ``SGDEntropyTargetAlgorithm`` (SAC's rule).
         optimizer: factory ``params -> Optimizer`` for actor and critics;
-            ``None`` for ``Adam(lr=3e-4)``.  The SGD controller keeps its own
+            ``None`` for ``fused_adam(lr=3e-4)`` (Adam).  The SGD controller keeps its own
             optimiser for ``log_alpha``.
         gamma: discount in ``[0, 1]``.
         target_update_tau: Polyak factor in ``(0, 1]`` of the target critics.
