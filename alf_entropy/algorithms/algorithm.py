@@ -143,7 +143,9 @@ class Algorithm(nn.Module):
         self._tree_cache: Dict[str, Any] = {}
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if isinstance(value, nn.Module) and "_tree_cache" in self.__dict__:
+        if "_tree_cache" in self.__dict__ and (
+            isinstance(value, nn.Module) or name in self._modules
+        ):
             self._tree_cache.clear()  # the tree changes: walk it again
         super().__setattr__(name, value)
 

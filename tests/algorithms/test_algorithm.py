@@ -153,6 +153,8 @@ def test_tree_walks_are_cached_until_a_module_is_assigned():
     assert _opt_param_ids(new_opts[1]) == _ids(parent.other.parameters())
     del parent.other
     assert parent.sub_algorithms() == [parent.child]
+    parent.child = None  # a registered sub-module replaced by None leaves the tree too
+    assert parent.sub_algorithms() == []
 
 
 @pytest.mark.parametrize("scale", [1e-3, 10.0])  # below / above max_norm
