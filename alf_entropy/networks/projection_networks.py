@@ -211,7 +211,8 @@ class NormalProjectionNetwork(nn.Module):
         """Whether samples are squashed into the action bounds."""
         return self._squash
 
-    def _mean_and_log_std(self, encoding: torch.Tensor):
+    def _mean_and_log_std(self, encoding: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The Normal's mean and clamped ``log_std``, ``[B, *action_shape]`` each."""
         out_shape = encoding.shape[:-1] + self._shape
         mean = self._mean_layer(encoding).reshape(out_shape)
         if self._state_dependent_std:
