@@ -240,9 +240,15 @@ class SacAlgorithm(Algorithm):
 
         self._actor_network = actor_network_ctor(observation_spec, action_spec)
         self._critic_networks = critic_network_ctor(observation_spec, action_spec)
+        # The closed-form sample of our actor, unless a subclass changes its forward.
+        actor = self._actor_network
         self._rsample_and_log_prob = None
-        if not self._discrete:
-            self._rsample_and_log_prob = getattr(self._actor_network, "rsample_and_log_prob", None)
+        if (
+            not self._discrete
+            and isinstance(actor, ActorDistributionNetwork)
+            and type(actor).forward is ActorDistributionNetwork.forward
+        ):
+            self._rsample_and_log_prob = actor.rsample_and_log_prob
         self._target_critic_networks = copy.deepcopy(self._critic_networks)
         self._target_critic_networks.requires_grad_(False)
         if entropy_target_cls is None:

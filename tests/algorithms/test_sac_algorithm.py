@@ -223,3 +223,34 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="target_entropy"):
         SacAlgorithm(OBS, DISCRETE, entropy_target_cls=functools.partial(
             EntropyTargetAlgorithm, target_entropy=1.2))
+
+
+class _CountingActor(ActorDistributionNetwork):
+    """An actor whose ``forward`` is overridden (here only to count calls)."""
+
+    calls = 0
+
+    def forward(self, observation):
+        type(self).calls += 1
+        return super().forward(observation)
+
+
+def test_closed_form_policy_only_for_an_unmodified_actor():
+    torch.manual_seed(0)
+    batch = _bandit_batch(BOX)
+    plain = _sac(BOX, CONTROLLERS["sgd"])
+    assert plain._rsample_and_log_prob is not None
+    custom = SacAlgorithm(
+        OBS, BOX,
+        actor_network_ctor=functools.partial(
+            _CountingActor, fc_layer_params=(32,), squash_to_spec=True, state_dependent_std=True
+        ),
+        critic_network_ctor=functools.partial(CriticNetworks, fc_layer_params=(32,)),
+    )
+    # An overridden forward must run: SAC falls back to the distribution it returns.
+    assert custom._rsample_and_log_prob is None
+    custom.calc_loss(batch)
+    with torch.no_grad():
+        action = custom.rollout_step(TimeStep(observation=batch.observation)).output
+    assert _CountingActor.calls == 3  # o' and o in the loss, o for acting
+    assert action.shape == (64, 1) and torch.all(action.abs() <= 1.0)
