@@ -65,7 +65,8 @@ def run_ours(seed: int, args: argparse.Namespace) -> Dict[str, Any]:
         args: the parsed command line.
 
     Returns:
-        dict with ``steps_per_sec`` and ``eval_return``.
+        dict with ``steps_per_sec`` (wall clock), ``cpu_steps_per_sec``
+        (process CPU time) and ``eval_return``.
     """
     import gin
 
@@ -116,7 +117,8 @@ def run_sb3(seed: int, args: argparse.Namespace) -> Dict[str, Any]:
         args: the parsed command line.
 
     Returns:
-        dict with ``steps_per_sec`` and ``eval_return``.
+        dict with ``steps_per_sec`` (wall clock), ``cpu_steps_per_sec``
+        (process CPU time) and ``eval_return``.
     """
     from stable_baselines3 import SAC
 

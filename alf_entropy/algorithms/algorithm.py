@@ -80,7 +80,7 @@ def combine_loss_infos(main: LossInfo, **sub_losses: LossInfo) -> LossInfo:
     return LossInfo(loss=loss, scalar_loss=scalar_loss, extra=extra, priority=main.priority)
 
 
-def clip_grad_norm_(params: List[nn.Parameter], max_norm: float) -> None:
+def clip_grad_norm_(params: List[nn.Parameter], max_norm: float) -> torch.Tensor:
     """``torch.nn.utils.clip_grad_norm_(params, max_norm)``, with less Python.
 
     For gradients on one CPU or CUDA device with one dtype (the usual case) it
@@ -93,22 +93,26 @@ def clip_grad_norm_(params: List[nn.Parameter], max_norm: float) -> None:
     Args:
         params: the parameters whose ``.grad`` is scaled in place.
         max_norm: the largest global 2-norm allowed.
+
+    Returns:
+        torch.Tensor: the total norm of the gradients before clipping (0-d),
+        as torch's returns it.
     """
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
-        return
+        return torch.zeros((), device=params[0].device if params else None)
     first = grads[0]
     if first.device.type not in ("cpu", "cuda") or any(
         g.device != first.device or g.dtype != first.dtype or g.is_sparse for g in grads
     ):
-        nn.utils.clip_grad_norm_(params, max_norm)
-        return
+        return nn.utils.clip_grad_norm_(params, max_norm)
     with torch.no_grad():
         norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
         # ``max_norm / (norm + 1e-6)`` is ``(norm + 1e-6).reciprocal() * max_norm``
         # in torch (``Tensor.__rdiv__``): the same two ops, without its wrapper.
         coef = (norm + 1e-6).reciprocal_().mul_(float(max_norm))
         torch._foreach_mul_(grads, coef.clamp_(max=1.0))
+    return norm
 
 
 @gin.configurable

@@ -36,7 +36,7 @@ import gin
 import torch
 import torch.nn as nn
 
-from alf_entropy.algorithms.algorithm import Algorithm, OptimizerArg
+from alf_entropy.algorithms.algorithm import Algorithm, OptimizerArg, clip_grad_norm_
 from alf_entropy.data_structures import AlgStep, LossInfo, TimeStep, namedtuple
 from alf_entropy.networks import ActorDistributionNetwork, mode_of
 from alf_entropy.networks.critic_networks import CriticNetworks
@@ -266,7 +266,7 @@ class SacAlgorithm(Algorithm):
                 "negative targets such as -dim(A) are for continuous actions"
             )
         self.register_buffer("_num_skipped", torch.zeros((), dtype=torch.int64))
-        self._optimizer_list = self.optimizers()
+        self.optimizers()  # fails now, not at the first update, if a parameter has none
         self._target_pairs: Optional[tuple] = None
         # Updates counted on the host (for the target period; checkpointed
         # through get/set_extra_state), so no tensor is read to decide.
@@ -418,19 +418,17 @@ class SacAlgorithm(Algorithm):
         loss = _masked_mean(loss_info.loss, inputs.valid)
         if isinstance(loss_info.scalar_loss, torch.Tensor):
             loss = loss + loss_info.scalar_loss
-        for opt in self._optimizer_list:
-            opt.zero_grad(set_to_none=True)
+        optimizers, params = self._optimizer_params()
+        for p in params:
+            p.grad = None
         loss.backward()
-        params = [p for opt in self._optimizer_list for g in opt.param_groups for p in g["params"]]
         # Data-parallel: average the gradients; skip (on every rank) if any was not finite.
         finite = distributed.all_reduce_gradients_(params)
         ok = torch.isfinite(loss) if finite is None else finite
         if self._max_grad_norm is not None:
-            norm = nn.utils.clip_grad_norm_(params, self._max_grad_norm)
+            norm = clip_grad_norm_(params, self._max_grad_norm)
             ok = ok & torch.isfinite(norm)
-        masked_optimizer_step(
-            self._optimizer_list, ok, sync_free=loss.device.type != "cpu"
-        )
+        masked_optimizer_step(optimizers, ok, sync_free=loss.device.type != "cpu")
         self._num_skipped.add_((~ok).to(torch.int64))
         self._update_targets()
         loss_info = loss_info._replace(loss=loss.detach())

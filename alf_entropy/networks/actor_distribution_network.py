@@ -155,7 +155,7 @@ class ActorDistributionNetwork(nn.Module):
                 f"{self._action_spec!r}"
             )
         x = flatten_observation(observation, self._input_tensor_spec, self._encoder.dtype)
-        return head.rsample_and_log_prob(self._encoder(x))
+        return head.rsample_and_log_prob(call_module(self._encoder, x))
 
     def forward(self, observation: Any) -> Any:
         """Compute the action distribution(s).

@@ -167,8 +167,9 @@ def test_clip_grad_norm_gives_torchs_bits(scale):
         p.grad = torch.randn(p.shape, generator=gen) * scale
         q.grad = p.grad.clone()
     a[1].grad = b[1].grad = None  # parameters without a gradient are skipped
-    clip_grad_norm_(a, 0.5)
-    torch.nn.utils.clip_grad_norm_(b, 0.5)
+    norm_a = clip_grad_norm_(a, 0.5)
+    norm_b = torch.nn.utils.clip_grad_norm_(b, 0.5)
+    assert torch.equal(norm_a, norm_b)  # the pre-clipping norm, as torch returns it
     for p, q in zip(a, b):
         assert (p.grad is None and q.grad is None) or torch.equal(p.grad, q.grad)
     norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in a if p.grad is not None]))
