@@ -62,3 +62,75 @@ def test_bad_specs():
         CriticNetworks(OBS, BOX, num_critics=0)
     with pytest.raises(ValueError, match="fc_layer_params"):
         CriticNetworks(OBS, BOX, fc_layer_params=(0,))
+
+
+def _autograd_reference(net, obs, act, detach):
+    """All critics through plain ops (autograd's own backward)."""
+    x = obs if act is None else torch.cat([obs, act], -1)
+    out = []
+    for k in range(net.num_critics):
+        h = x
+        for i in range(len(net.weights)):
+            w, b = net.weights[i][k], net.biases[i][k, 0]
+            if detach:
+                w, b = w.detach(), b.detach()
+            h = F.linear(h, w.t(), b)
+            if i < len(net.weights) - 1:
+                h = torch.relu(h)
+        out.append(h)
+    q = torch.stack(out)
+    return q if act is None else q.squeeze(-1)
+
+
+@pytest.mark.parametrize("spec", [BOX, DISCRETE], ids=["continuous", "discrete"])
+@pytest.mark.parametrize("layers", [(), (7,), (6, 5, 4)])
+@pytest.mark.parametrize("detach", [False, True])
+def test_hand_written_backward_equals_autograd(spec, layers, detach):
+    """The ReLU critics' fused backward gives autograd's gradients (float64)."""
+    torch.manual_seed(1)
+    net = CriticNetworks(OBS, spec, fc_layer_params=layers, num_critics=3).double()
+    obs = torch.randn(9, 3, dtype=torch.float64, requires_grad=True)
+    act = torch.rand(9, 2, dtype=torch.float64, requires_grad=True) if spec is BOX else None
+    weight = torch.randn(3, 9, *(() if spec is BOX else (4,)), dtype=torch.float64)
+    inputs = [obs] + ([act] if act is not None else []) + ([] if detach else list(net.parameters()))
+
+    q = net(obs, act, detach_params=detach)
+    got = torch.autograd.grad((q * weight).sum(), inputs)
+    ref_q = _autograd_reference(net, obs, act, detach)
+    want = torch.autograd.grad((ref_q * weight).sum(), inputs)
+    torch.testing.assert_close(q, ref_q)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+    assert any(g.abs().sum() > 0 for g in got)
+
+
+def test_inputs_without_grad_and_no_grad_mode():
+    """No input gradient is computed when none is needed; no_grad gives the same values."""
+    net = CriticNetworks(OBS, BOX, fc_layer_params=(8,))
+    obs, act = torch.randn(4, 3), torch.rand(4, 2)
+    q = net(obs, act)
+    q.sum().backward()
+    assert q.requires_grad and all(p.grad is not None for p in net.parameters())
+    with torch.no_grad():
+        torch.testing.assert_close(net(obs, act), q.detach())
+
+
+def test_other_activations_use_autograd():
+    """A non-ReLU critic still gets correct gradients (plain autograd path)."""
+    torch.manual_seed(2)
+    net = CriticNetworks(OBS, BOX, fc_layer_params=(5,), activation="tanh").double()
+    obs, act = torch.randn(6, 3, dtype=torch.float64), torch.rand(6, 2, dtype=torch.float64)
+    assert torch.autograd.gradcheck(lambda a: net(obs, a), (act.requires_grad_(),))
+
+
+def test_double_backward_is_refused_clearly_or_done_by_autograd():
+    """A gradient penalty never silently loses its graph."""
+    torch.manual_seed(3)
+    obs, act = torch.randn(4, 3), torch.rand(4, 2, requires_grad=True)
+    net = CriticNetworks(OBS, BOX, fc_layer_params=(8,))
+    with pytest.raises(RuntimeError, match="fused_backward=False"):
+        torch.autograd.grad(net(obs, act).sum(), act, create_graph=True)
+    plain = CriticNetworks(OBS, BOX, fc_layer_params=(8,), fused_backward=False)
+    (g,) = torch.autograd.grad(plain(obs, act).sum(), act, create_graph=True)
+    g.square().sum().backward()
+    assert plain.weights[0].grad is not None and plain.weights[0].grad.abs().sum() > 0
