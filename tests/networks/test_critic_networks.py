@@ -134,3 +134,20 @@ def test_double_backward_is_refused_clearly_or_done_by_autograd():
     (g,) = torch.autograd.grad(plain(obs, act).sum(), act, create_graph=True)
     g.square().sum().backward()
     assert plain.weights[0].grad is not None and plain.weights[0].grad.abs().sum() > 0
+
+
+def test_min_over_detached_critics_skips_zero_rows_with_autograds_gradient():
+    """SAC's actor loss: min over critics, so each row's gradient reaches one
+    critic; the row-skipping input gradient equals autograd's."""
+    torch.manual_seed(0)  # a seed where each critic is the minimum for some rows
+    net = CriticNetworks(OBS, BOX, fc_layer_params=(6, 5), num_critics=2).double()
+    obs = torch.randn(11, 3, dtype=torch.float64)
+    act = torch.rand(11, 2, dtype=torch.float64, requires_grad=True)
+    q = net(obs, act, detach_params=True)
+    weight = torch.randn(11, dtype=torch.float64)
+    (got,) = torch.autograd.grad((q.min(dim=0).values * weight).sum(), act)
+    ref = _autograd_reference(net, obs, act, detach=True)
+    (want,) = torch.autograd.grad((ref.min(dim=0).values * weight).sum(), act)
+    picked = q.argmin(dim=0)
+    assert 0 < int(picked.sum()) < 11  # both critics are the minimum somewhere
+    torch.testing.assert_close(got, want)
