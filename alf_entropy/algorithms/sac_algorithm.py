@@ -331,7 +331,8 @@ class SacAlgorithm(Algorithm):
             AlgStep: ``output`` the action ``[B, ...]``.
         """
         if self._rsample_and_log_prob is not None:  # the same distribution, built cheaper
-            return AlgStep(output=self._rsample_and_log_prob(inputs.observation)[0], state=state)
+            action, _ = self._rsample_and_log_prob(inputs.observation, log_prob=False)
+            return AlgStep(output=action, state=state)
         return AlgStep(output=self._actor_network(inputs.observation).sample(), state=state)
 
     # --------------------------------------------------------------- training

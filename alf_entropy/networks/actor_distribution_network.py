@@ -131,7 +131,9 @@ class ActorDistributionNetwork(nn.Module):
         """The action spec (nest)."""
         return self._action_spec
 
-    def rsample_and_log_prob(self, observation: Any) -> Tuple[torch.Tensor, torch.Tensor]:
+    def rsample_and_log_prob(
+        self, observation: Any, log_prob: bool = True
+    ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
         """A reparameterised action and its log-probability, for SAC.
 
         See :meth:`NormalProjectionNetwork.rsample_and_log_prob`: the same
@@ -140,10 +142,11 @@ class ActorDistributionNetwork(nn.Module):
         Args:
             observation: tensor ``[B, *obs_shape]`` (or nest matching
                 ``input_tensor_spec``).
+            log_prob: False to skip the log-probability (acting needs none).
 
         Returns:
             tuple: the action ``[B, *action_shape]`` and its log-probability
-            ``[B]``.
+            ``[B]`` (None when ``log_prob`` is False).
 
         Raises:
             TypeError: unless the action spec is a single continuous spec.
@@ -155,7 +158,7 @@ class ActorDistributionNetwork(nn.Module):
                 f"{self._action_spec!r}"
             )
         x = flatten_observation(observation, self._input_tensor_spec, self._encoder.dtype)
-        return head.rsample_and_log_prob(call_module(self._encoder, x))
+        return head.rsample_and_log_prob(call_module(self._encoder, x), log_prob)
 
     def forward(self, observation: Any) -> Any:
         """Compute the action distribution(s).

@@ -18,7 +18,7 @@ Every distribution is created with ``validate_args=False``: argument
 validation would read tensors on the host (a GPU sync) at every step.
 """
 import math
-from typing import Tuple, Union
+from typing import Optional, Tuple, Union
 
 import gin
 import numpy as np
@@ -221,7 +221,9 @@ class NormalProjectionNetwork(nn.Module):
             log_std = self.log_std.expand(out_shape)
         return mean, log_std.clamp(self._min_log_std, self._max_log_std)
 
-    def rsample_and_log_prob(self, encoding: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    def rsample_and_log_prob(
+        self, encoding: torch.Tensor, log_prob: bool = True
+    ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
         """A reparameterised action sample and its log-probability.
 
         The same distribution as ``forward(encoding)``'s ``rsample`` and
@@ -233,27 +235,26 @@ class NormalProjectionNetwork(nn.Module):
 
         Args:
             encoding: float tensor ``[B, input_size]``.
+            log_prob: False to skip the log-probability (acting needs none;
+                the draw is the same).
 
         Returns:
             tuple: the action ``[B, *action_shape]`` and its log-probability
-            ``[B]`` (summed over the action's elements).
+            ``[B]`` (summed over the action's elements; None when
+            ``log_prob`` is False).
         """
         mean, log_std = self._mean_and_log_std(encoding)
         eps = torch.randn_like(mean)
         u = mean + log_std.exp() * eps
-        log_prob = -0.5 * eps.square() - log_std - _HALF_LOG_2PI
+        action = self._action_loc + self._action_scale * torch.tanh(u) if self._squash else u
+        if not log_prob:
+            return action, None
+        lp = -0.5 * eps.square() - log_std - _HALF_LOG_2PI
         if self._squash:
-            action = self._action_loc + self._action_scale * torch.tanh(u)
-            log_prob = (
-                log_prob
-                - 2.0 * (_LOG_2 - u - F.softplus(-2.0 * u))
-                - self._action_scale.log()
-            )
-        else:
-            action = u
+            lp = lp - 2.0 * (_LOG_2 - u - F.softplus(-2.0 * u)) - self._action_scale.log()
         if self._shape:
-            log_prob = log_prob.flatten(-len(self._shape)).sum(-1)
-        return action, log_prob
+            lp = lp.flatten(-len(self._shape)).sum(-1)
+        return action, lp
 
     def forward(self, encoding: torch.Tensor) -> td.Distribution:
         """Compute the action distribution.

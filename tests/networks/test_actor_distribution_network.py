@@ -146,6 +146,12 @@ def test_rsample_and_log_prob_matches_the_distribution(squash, spec):
         assert torch.all(action >= lo) and torch.all(action <= hi)
     (action.sum() + log_prob.sum()).backward()
     assert all(p.grad is not None for p in net.parameters())
+    # Without the log-probability (acting): the same draw.
+    torch.manual_seed(1)
+    with_lp, _ = net.rsample_and_log_prob(obs[:5])
+    torch.manual_seed(1)
+    without, none = net.rsample_and_log_prob(obs[:5], log_prob=False)
+    assert none is None and torch.equal(without, with_lp)
 
 
 def test_rsample_and_log_prob_needs_one_continuous_spec():
