@@ -240,15 +240,10 @@ class SacAlgorithm(Algorithm):
 
         self._actor_network = actor_network_ctor(observation_spec, action_spec)
         self._critic_networks = critic_network_ctor(observation_spec, action_spec)
-        # The closed-form sample of our actor, unless a subclass changes its forward.
-        actor = self._actor_network
-        self._rsample_and_log_prob = None
-        if (
-            not self._discrete
-            and isinstance(actor, ActorDistributionNetwork)
-            and type(actor).forward is ActorDistributionNetwork.forward
-        ):
-            self._rsample_and_log_prob = actor.rsample_and_log_prob
+        # Our actor can draw its continuous sample in closed form (or say it cannot).
+        self._closed_form = not self._discrete and isinstance(
+            self._actor_network, ActorDistributionNetwork
+        )
         self._target_critic_networks = copy.deepcopy(self._critic_networks)
         self._target_critic_networks.requires_grad_(False)
         if entropy_target_cls is None:
@@ -330,9 +325,10 @@ class SacAlgorithm(Algorithm):
         Returns:
             AlgStep: ``output`` the action ``[B, ...]``.
         """
-        if self._rsample_and_log_prob is not None:  # the same distribution, built cheaper
-            action, _ = self._rsample_and_log_prob(inputs.observation, log_prob=False)
-            return AlgStep(output=action, state=state)
+        if self._closed_form:  # the same distribution, built cheaper
+            drawn = self._actor_network.rsample_and_log_prob(inputs.observation, log_prob=False)
+            if drawn is not None:
+                return AlgStep(output=drawn[0], state=state)
         return AlgStep(output=self._actor_network(inputs.observation).sample(), state=state)
 
     # --------------------------------------------------------------- training
@@ -340,8 +336,10 @@ class SacAlgorithm(Algorithm):
         """``(action_or_probs, log_prob)``: a reparameterised sample and its
         log-probability (continuous), or all probabilities and log-probs
         ``[B, A]`` (discrete)."""
-        if self._rsample_and_log_prob is not None:  # closed form, no distribution objects
-            return self._rsample_and_log_prob(observation)
+        if self._closed_form:  # no distribution objects
+            drawn = self._actor_network.rsample_and_log_prob(observation)
+            if drawn is not None:
+                return drawn
         dist = self._actor_network(observation)
         if self._discrete:
             log_probs = dist.logits  # torch normalises Categorical logits

@@ -133,11 +133,14 @@ class ActorDistributionNetwork(nn.Module):
 
     def rsample_and_log_prob(
         self, observation: Any, log_prob: bool = True
-    ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    ) -> Optional[Tuple[torch.Tensor, Optional[torch.Tensor]]]:
         """A reparameterised action and its log-probability, for SAC.
 
         See :meth:`NormalProjectionNetwork.rsample_and_log_prob`: the same
-        distribution as ``forward(observation)``, without building it.
+        distribution as ``forward(observation)``, without building it.  When
+        calling this network or its head would run more than the stock
+        ``forward`` (a subclass overrides it, or a hook is registered), this
+        returns None and the caller uses ``forward``.
 
         Args:
             observation: tensor ``[B, *obs_shape]`` (or nest matching
@@ -146,7 +149,7 @@ class ActorDistributionNetwork(nn.Module):
 
         Returns:
             tuple: the action ``[B, *action_shape]`` and its log-probability
-            ``[B]`` (None when ``log_prob`` is False).
+            ``[B]`` (None when ``log_prob`` is False); or None (see above).
 
         Raises:
             TypeError: unless the action spec is a single continuous spec.
@@ -157,6 +160,12 @@ class ActorDistributionNetwork(nn.Module):
                 "rsample_and_log_prob needs a single continuous action spec, got "
                 f"{self._action_spec!r}"
             )
+        if (
+            type(self).forward is not ActorDistributionNetwork.forward
+            or type(head).forward is not NormalProjectionNetwork.forward
+            or not forward_only(self, head)
+        ):
+            return None  # an overridden forward or a hook must run
         x = flatten_observation(observation, self._input_tensor_spec, self._encoder.dtype)
         return head.rsample_and_log_prob(call_module(self._encoder, x), log_prob)
 

@@ -239,7 +239,7 @@ def test_closed_form_policy_only_for_an_unmodified_actor():
     torch.manual_seed(0)
     batch = _bandit_batch(BOX)
     plain = _sac(BOX, CONTROLLERS["sgd"])
-    assert plain._rsample_and_log_prob is not None
+    assert plain.actor_network.rsample_and_log_prob(batch.observation) is not None
     custom = SacAlgorithm(
         OBS, BOX,
         actor_network_ctor=functools.partial(
@@ -248,7 +248,7 @@ def test_closed_form_policy_only_for_an_unmodified_actor():
         critic_network_ctor=functools.partial(CriticNetworks, fc_layer_params=(32,)),
     )
     # An overridden forward must run: SAC falls back to the distribution it returns.
-    assert custom._rsample_and_log_prob is None
+    assert custom.actor_network.rsample_and_log_prob(batch.observation) is None
     custom.calc_loss(batch)
     with torch.no_grad():
         action = custom.rollout_step(TimeStep(observation=batch.observation)).output

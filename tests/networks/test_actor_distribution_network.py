@@ -154,6 +154,25 @@ def test_rsample_and_log_prob_matches_the_distribution(squash, spec):
     assert none is None and torch.equal(without, with_lp)
 
 
+def test_rsample_and_log_prob_declines_when_forward_must_run():
+    """A hook or an overridden forward on the network or its head gives None."""
+    net = ActorDistributionNetwork(OBS, BOX, squash_to_spec=True)
+    obs = torch.randn(3, 4)
+    assert net.rsample_and_log_prob(obs) is not None
+    handle = net.register_forward_hook(lambda *args: None)
+    assert net.rsample_and_log_prob(obs) is None
+    handle.remove()
+    handle = net._heads[0].register_forward_pre_hook(lambda *args: None)
+    assert net.rsample_and_log_prob(obs) is None
+    handle.remove()
+
+    class Shifted(ActorDistributionNetwork):
+        def forward(self, observation):
+            return super().forward(observation + 1.0)
+
+    assert Shifted(OBS, BOX).rsample_and_log_prob(obs) is None
+
+
 def test_rsample_and_log_prob_needs_one_continuous_spec():
     with pytest.raises(TypeError, match="single continuous"):
         ActorDistributionNetwork(OBS, DISCRETE).rsample_and_log_prob(torch.randn(2, 4))
