@@ -254,3 +254,26 @@ def test_closed_form_policy_only_for_an_unmodified_actor():
         action = custom.rollout_step(TimeStep(observation=batch.observation)).output
     assert _CountingActor.calls == 3  # o' and o in the loss, o for acting
     assert action.shape == (64, 1) and torch.all(action.abs() <= 1.0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("name", sorted(CONTROLLERS))
+@pytest.mark.parametrize("kind", ["continuous", "discrete"])
+def test_cuda_updates_read_nothing_back_to_the_host(kind, name):
+    """On a GPU an update is sync-free (CUDA's sync debug mode raises on any
+    device-to-host read) and still trains every parameter."""
+    torch.manual_seed(0)
+    spec = BOX if kind == "continuous" else DISCRETE
+    alg = _sac(spec, CONTROLLERS[name]).cuda()
+    batches = [Transition(*(t.cuda() for t in _bandit_batch(spec))) for _ in range(3)]
+    alg.train_step(batches[0])  # creates the optimiser state
+    before = [p.detach().clone() for p in alg.parameters()]
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for batch in batches[1:]:
+            alg.train_step(batch)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    changed = [not torch.equal(b, p) for b, p in zip(before, alg.parameters())]
+    assert all(p.is_cuda for p in alg.parameters()) and sum(changed) >= len(changed) - 1
+    assert int(alg.num_skipped_updates) == 0

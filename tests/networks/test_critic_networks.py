@@ -151,3 +151,18 @@ def test_min_over_detached_critics_skips_zero_rows_with_autograds_gradient():
     picked = q.argmin(dim=0)
     assert 0 < int(picked.sum()) < 11  # both critics are the minimum somewhere
     torch.testing.assert_close(got, want)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("detach", [False, True])
+def test_hand_written_backward_on_cuda_equals_autograd(detach):
+    """The dense path (the row-skipping one is CPU only) on a GPU."""
+    torch.manual_seed(5)
+    net = CriticNetworks(OBS, BOX, fc_layer_params=(16, 8)).double().cuda()
+    obs = torch.randn(12, 3, dtype=torch.float64, device="cuda")
+    act = torch.rand(12, 2, dtype=torch.float64, device="cuda", requires_grad=True)
+    inputs = [act] + ([] if detach else list(net.parameters()))
+    got = torch.autograd.grad(net(obs, act, detach_params=detach).min(0).values.sum(), inputs)
+    ref = _autograd_reference(net, obs, act, detach).min(0).values.sum()
+    for g, w in zip(got, torch.autograd.grad(ref, inputs)):
+        torch.testing.assert_close(g, w)
