@@ -207,8 +207,6 @@ class _ReluMLP(torch.autograd.Function):
         inputs, params = saved[: ctx.num_inputs], saved[ctx.num_inputs :]
         needs = ctx.needs_input_grad  # (x, w0, b0, w1, b1, ...)
         grads: List[Optional[torch.Tensor]] = [None] * len(params)
-        if needs[0] and not any(needs[1:]) and grad.device.type == "cpu":
-            return (_input_grad_of_nonzero_rows(grad, inputs, params), *grads)
         d = grad
         for i in reversed(range(len(inputs))):
             h, w = inputs[i], params[2 * i]
@@ -229,26 +227,3 @@ class _ReluMLP(torch.autograd.Function):
         dx = d.sum(0) if needs[0] else None  # x was broadcast to every critic
         return (dx, *grads)
 
-
-def _input_grad_of_nonzero_rows(
-    grad: torch.Tensor, inputs: Sequence[torch.Tensor], params: Sequence[torch.Tensor]
-) -> torch.Tensor:
-    """The input gradient, sent back through each critic's nonzero rows only.
-
-    SAC's actor loss takes the minimum over the critics, so each row's
-    gradient reaches one critic: skipping the zero rows halves the matmul
-    work of that backward, with the same values as the dense path.  The row
-    count is data-dependent (a host sync on a GPU), hence used on the CPU only.
-    """
-    dx = grad.new_zeros(inputs[0].shape[1:])
-    for k in range(grad.shape[0]):
-        rows = grad[k].ne(0).any(-1).nonzero().squeeze(1)
-        d = grad[k].index_select(0, rows)
-        for i in reversed(range(len(inputs))):
-            w = params[2 * i][k]
-            d = d * w.t() if w.shape[-1] == 1 else d.mm(w.t())
-            if i > 0:
-                h = inputs[i][k].index_select(0, rows)
-                torch.ops.aten.threshold_backward.grad_input(d, h, 0.0, grad_input=d)
-        dx.index_add_(0, rows, d)
-    return dx

@@ -136,9 +136,9 @@ def test_double_backward_is_refused_clearly_or_done_by_autograd():
     assert plain.weights[0].grad is not None and plain.weights[0].grad.abs().sum() > 0
 
 
-def test_min_over_detached_critics_skips_zero_rows_with_autograds_gradient():
+def test_min_over_detached_critics_gives_autograds_gradient():
     """SAC's actor loss: min over critics, so each row's gradient reaches one
-    critic; the row-skipping input gradient equals autograd's."""
+    critic (zero rows in the incoming gradient); the result equals autograd's."""
     torch.manual_seed(0)  # a seed where each critic is the minimum for some rows
     net = CriticNetworks(OBS, BOX, fc_layer_params=(6, 5), num_critics=2).double()
     obs = torch.randn(11, 3, dtype=torch.float64)
@@ -156,7 +156,7 @@ def test_min_over_detached_critics_skips_zero_rows_with_autograds_gradient():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("detach", [False, True])
 def test_hand_written_backward_on_cuda_equals_autograd(detach):
-    """The dense path (the row-skipping one is CPU only) on a GPU."""
+    """The same on a GPU."""
     torch.manual_seed(5)
     net = CriticNetworks(OBS, BOX, fc_layer_params=(16, 8)).double().cuda()
     obs = torch.randn(12, 3, dtype=torch.float64, device="cuda")
