@@ -226,4 +226,3 @@ class _ReluMLP(torch.autograd.Function):
                 torch.ops.aten.threshold_backward.grad_input(d, h, 0.0, grad_input=d)
         dx = d.sum(0) if needs[0] else None  # x was broadcast to every critic
         return (dx, *grads)
-
