@@ -22,7 +22,8 @@ Ours is ``sac_pendulum.gin`` run by ``OffPolicyTrainer`` (checkpoints and
 summaries off, as SB3's defaults have none).
 
 Where the speed comes from (no change to the maths): the twin critics are one
-batched module (one ``baddbmm`` per hidden layer for both), actor, critic and
+batched module (one ``baddbmm`` per hidden layer for both) with a hand-written
+ReLU backward (one graph node, masks applied in place), actor, critic and
 temperature losses take one backward and one optimiser step, the actor loss
 evaluates the critics with detached weights (no wasted critic weight
 gradients), target networks are updated with one ``torch._foreach_lerp_``,
