@@ -11,11 +11,14 @@ BOX = BoundedTensorSpec((2,), torch.float32, -1.0, 1.0)
 DISCRETE = BoundedTensorSpec((), torch.int64, 0, 3)
 
 
-def _reference(net, k, x):
-    """Critic ``k`` computed as a plain stack of linear layers."""
+def _reference(net, k, x, detach=False):
+    """Critic ``k`` computed as a plain stack of linear layers (plain autograd)."""
     n = len(net.weights)
     for i in range(n):
-        x = F.linear(x, net.weights[i][k].t(), net.biases[i][k, 0])
+        w, b = net.weights[i][k], net.biases[i][k, 0]
+        if detach:
+            w, b = w.detach(), b.detach()
+        x = F.linear(x, w.t(), b)
         if i < n - 1:
             x = torch.relu(x)
     return x
@@ -67,18 +70,7 @@ def test_bad_specs():
 def _autograd_reference(net, obs, act, detach):
     """All critics through plain ops (autograd's own backward)."""
     x = obs if act is None else torch.cat([obs, act], -1)
-    out = []
-    for k in range(net.num_critics):
-        h = x
-        for i in range(len(net.weights)):
-            w, b = net.weights[i][k], net.biases[i][k, 0]
-            if detach:
-                w, b = w.detach(), b.detach()
-            h = F.linear(h, w.t(), b)
-            if i < len(net.weights) - 1:
-                h = torch.relu(h)
-        out.append(h)
-    q = torch.stack(out)
+    q = torch.stack([_reference(net, k, x, detach) for k in range(net.num_critics)])
     return q if act is None else q.squeeze(-1)
 
 
