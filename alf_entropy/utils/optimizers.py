@@ -8,7 +8,9 @@ parameter.  ``FusedAdam`` keeps torch's state layout, so its ``state_dict``
 is interchangeable with ``torch.optim.Adam``'s, and once that state exists it
 calls the same fused kernel with the same arguments -- hence the same bits --
 from cached lists, incrementing all ``step`` counters with one op (they
-become views of one buffer).  Anything else (a closure, a missing
+become views of one buffer).  Like torch's fused step it honours the
+``grad_scale``/``found_inf`` attributes ``torch.amp.GradScaler`` sets
+(unscale in the kernel; skip the step where ``found_inf`` is 1).  Anything else (a closure, a missing
 gradient, several devices or dtypes, options the fused kernel is not called
 with here) goes through torch's own ``step``.  Step hooks run as for any
 torch optimiser.
@@ -148,6 +150,13 @@ class FusedAdam(torch.optim.Adam):
         grads = [p.grad for p in lean["params"]]
         if any(g is None or g.is_sparse for g in grads):
             return adam_step(self)
+        # Set by GradScaler (or masked_optimizer_step) as torch's fused step
+        # expects: the kernel unscales, and skips the step where found_inf is 1.
+        device = lean["params"][0].device
+        grad_scale, found_inf = (
+            None if t is None else t.to(device, non_blocking=True)
+            for t in (getattr(self, "grad_scale", None), getattr(self, "found_inf", None))
+        )
         lean["counters"].add_(1)
         for g, (lo, hi) in zip(self.param_groups, lean["bounds"]):
             beta1, beta2 = g["betas"]
@@ -156,6 +165,8 @@ class FusedAdam(torch.optim.Adam):
                 lean["exp_avg_sqs"][lo:hi], [], lean["steps"][lo:hi],
                 amsgrad=False, lr=g["lr"], beta1=beta1, beta2=beta2,
                 weight_decay=g["weight_decay"], eps=g["eps"], maximize=False,
-                grad_scale=None, found_inf=None,
+                grad_scale=grad_scale, found_inf=found_inf,
             )
+        if found_inf is not None:  # a skipped step does not count
+            lean["counters"].sub_(found_inf)
         return None

@@ -92,3 +92,33 @@ def test_closure_falls_back_and_hooks_run_once():
         opt.step()
         ref_opt.step()
     assert opt._lean is not None and calls == [1] * 5 and _same(ours, ref)
+
+
+def test_grad_scaler_unscales_and_skips_as_with_torchs():
+    # GradScaler hands a fused optimiser its scale and inf flag as attributes
+    # (``grad_scale``, ``found_inf``) and leaves unscaling and skipping to the
+    # kernel: the lean step must pass them on, or it would apply gradients
+    # 2**16 times too large and steps with infs.
+    results = []
+    for cls, kwargs in ((FusedAdam, {}), (torch.optim.Adam, {"fused": True})):
+        params = _params()
+        opt = cls(_groups(params), lr=3e-4, **kwargs)
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
+        for k in range(6):
+            loss = sum(((p * torch.randn(p.shape, generator=torch.Generator().manual_seed(k))).sum()
+                        for p in params))
+            if k == 3:
+                loss = loss * float("inf")  # this step is skipped, the scale halves
+            for p in params:
+                p.grad = None
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        results.append((params, opt.state_dict()["state"], scaler.get_scale()))
+    (ours, ours_state, ours_scale), (ref, ref_state, ref_scale) = results
+    assert ours_scale == ref_scale == 2.0**15
+    assert _same(ours, ref)
+    for i in ref_state:
+        for key in ("step", "exp_avg", "exp_avg_sq"):
+            assert torch.equal(ours_state[i][key], ref_state[i][key]), (i, key)
+    assert float(ref_state[0]["step"]) == 5  # the inf step did not count
