@@ -96,12 +96,15 @@ def masked_optimizer_step(
     """Step every optimiser only if ``ok`` (a 0-d bool tensor) is true.
 
     With ``sync_free=False`` the flag is read on the host (free for CPU
-    tensors). With ``sync_free=True`` (for GPUs) every optimiser steps and
-    its parameters and state are then restored with ``torch.where`` where
-    ``ok`` is false, so nothing waits for the device; a state created by
-    this very step is restored to zeros (the optimiser's initial state).
-    Adam-like optimisers are switched to ``capturable=True`` there, so that
-    their step counters live on the device too.
+    tensors). With ``sync_free=True`` (for GPUs) nothing waits for the
+    device: fused optimisers (``FusedAdam``, torch's ``fused=True``) get the
+    flag as ``found_inf``, as ``torch.amp.GradScaler`` hands it to them, and
+    skip the step in their kernel; any other optimiser steps and its
+    parameters and state are then restored with ``torch.where`` where ``ok``
+    is false (a state created by this very step is restored to zeros, the
+    optimiser's initial state). Adam-like optimisers are switched to
+    ``capturable=True`` there, so that their step counters live on the
+    device too.
 
     Args:
         optimizers: the optimisers (their gradients are already computed).
@@ -113,22 +116,35 @@ def masked_optimizer_step(
             for opt in optimizers:
                 opt.step()
         return
-    params = [p for opt in optimizers for g in opt.param_groups for p in g["params"]]
-    _keep_steps_on_device(optimizers)
-    old_states = []
+    skip = (~ok).to(torch.float32)
+    rest = []
     for opt in optimizers:
+        if not getattr(opt, "_step_supports_amp_scaling", False):
+            rest.append(opt)
+            continue
+        opt.found_inf = skip
+        try:
+            opt.step()
+        finally:
+            del opt.found_inf
+    if not rest:
+        return
+    params = [p for opt in rest for g in opt.param_groups for p in g["params"]]
+    _keep_steps_on_device(rest)
+    old_states = []
+    for opt in rest:
         for g in opt.param_groups:
             for p in g["params"]:
                 st = opt.state.get(p, {})
                 old_states.append({k: v.clone() for k, v in st.items() if torch.is_tensor(v)})
     old_params = [p.detach().clone() for p in params]
-    for opt in optimizers:
+    for opt in rest:
         opt.step()
     with torch.no_grad():
         for p, old in zip(params, old_params):
             p.copy_(torch.where(ok, p, old))
         i = 0
-        for opt in optimizers:
+        for opt in rest:
             for g in opt.param_groups:
                 for p in g["params"]:
                     for k, v in opt.state.get(p, {}).items():
