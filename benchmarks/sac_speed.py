@@ -3,7 +3,10 @@
 For each seed, both implementations train for ``--steps`` env steps at the
 same time, in two single-threaded worker processes, so that both see the same
 background load of a shared machine (run one after the other, a change of
-load between the two runs shows up as a speed ratio).  This prints:
+load between the two runs shows up as a speed ratio).  With ``--threads``
+larger than half the cores, or ``--device cuda``, running both at once would
+make them fight over the cores (or the GPU), so they run one after the other
+instead, the order alternating from seed to seed.  This prints:
 
 * env-steps/s: env steps divided by training wall time (no evaluation inside),
   and the same ratio in process CPU time (on a shared machine the two
@@ -17,7 +20,8 @@ and twin critics, tanh-squashed Gaussian policy with state-dependent std,
 batch 256, Adam(lr=3e-4) everywhere, gamma 0.99, tau 0.005, one gradient step
 per env step after ``--learning_starts`` random steps, automatic temperature
 starting at alpha = 1 with target entropy -1 (SAC's rule: our
-``SGDEntropyTargetAlgorithm``), replay buffer 1M, CPU with one torch thread.
+``SGDEntropyTargetAlgorithm``), replay buffer 1M, CPU with one torch thread
+(``--device``, ``--threads``).
 Ours is ``sac_pendulum.gin`` run by ``OffPolicyTrainer`` (checkpoints and
 summaries off, as SB3's defaults have none).
 
@@ -35,10 +39,11 @@ Stable-Baselines3 is needed (``pip install stable-baselines3 --no-deps``).
 
 Usage::
 
-    python benchmarks/sac_speed.py [--seeds 0 1] [--steps 6000]
+    python benchmarks/sac_speed.py [--seeds 0 1] [--steps 6000] [--threads 1] [--device cpu]
 """
 import argparse
 import multiprocessing
+import os
 import statistics
 import tempfile
 import time
@@ -52,10 +57,12 @@ ENV_ID = "Pendulum-v1"
 EVAL_SEED = 1_000_003
 
 
-def _evaluate(policy_fn: Callable[[Any], Any], episodes: int) -> float:
+def _evaluate(policy_fn: Callable[[Any], Any], args: argparse.Namespace) -> float:
     from alf_entropy.environments import evaluate
 
-    return evaluate(ENV_ID, policy_fn, num_episodes=episodes, seed=EVAL_SEED, device="cpu")
+    return evaluate(
+        ENV_ID, policy_fn, num_episodes=args.eval_episodes, seed=EVAL_SEED, device=args.device
+    )
 
 
 def run_ours(seed: int, args: argparse.Namespace) -> Dict[str, Any]:
@@ -86,7 +93,8 @@ def run_ours(seed: int, args: argparse.Namespace) -> Dict[str, Any]:
             "OffPolicyTrainer.checkpoint_interval = None",
             "OffPolicyTrainer.summary_interval = 1000000000",
             "OffPolicyTrainer.progress_bar = False",
-            "OffPolicyTrainer.device = 'cpu'",
+            f"OffPolicyTrainer.device = '{args.device}'",
+            f"OffPolicyTrainer.num_threads = {args.threads}",
         ],
     )
     with tempfile.TemporaryDirectory() as root:
@@ -100,7 +108,7 @@ def run_ours(seed: int, args: argparse.Namespace) -> Dict[str, Any]:
         def policy(obs: torch.Tensor) -> torch.Tensor:
             return alg.predict_step(TimeStep(observation=obs)).output
 
-        eval_return = _evaluate(policy, args.eval_episodes)
+        eval_return = _evaluate(policy, args)
     gin.clear_config()
     # The final checkpoint is in wall_time too: a few ms.
     return {
@@ -138,7 +146,7 @@ def run_sb3(seed: int, args: argparse.Namespace) -> Dict[str, Any]:
         target_entropy=-1.0,
         policy_kwargs={"net_arch": [256, 256]},
         seed=seed,
-        device="cpu",
+        device=args.device,
         verbose=0,
     )
     start, cpu_start = time.time(), time.process_time()
@@ -146,19 +154,19 @@ def run_sb3(seed: int, args: argparse.Namespace) -> Dict[str, Any]:
     wall, cpu = time.time() - start, time.process_time() - cpu_start
 
     def policy(obs: torch.Tensor) -> np.ndarray:
-        action, _ = model.predict(obs.numpy(), deterministic=True)
+        action, _ = model.predict(obs.cpu().numpy(), deterministic=True)
         return action
 
     return {
         "steps_per_sec": args.steps / wall,
         "cpu_steps_per_sec": args.steps / cpu,
-        "eval_return": _evaluate(policy, args.eval_episodes),
+        "eval_return": _evaluate(policy, args),
     }
 
 
 def _worker(name: str, seed: int, args: argparse.Namespace) -> Dict[str, Any]:
-    """Run one implementation in a worker process (one torch thread)."""
-    torch.set_num_threads(1)
+    """Run one implementation in a worker process (``args.threads`` torch threads)."""
+    torch.set_num_threads(args.threads)
     return (run_ours if name == "ours" else run_sb3)(seed, args)
 
 
@@ -169,15 +177,24 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6000)
     parser.add_argument("--learning_starts", type=int, default=1000)
     parser.add_argument("--eval_episodes", type=int, default=10)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of each")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     args = parser.parse_args()
+    if args.threads < 1:
+        parser.error(f"--threads must be >= 1, got {args.threads}")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device is available")
+    at_once = args.device == "cpu" and 2 * args.threads <= (os.cpu_count() or 1)
 
     rows: List[Dict[str, Any]] = []
     ctx = multiprocessing.get_context("spawn")
-    for seed in args.seeds:
-        with ProcessPoolExecutor(max_workers=2, mp_context=ctx) as pool:
-            ours = pool.submit(_worker, "ours", seed, args)
-            sb3 = pool.submit(_worker, "sb3", seed, args)
-            out = {"ours": ours.result(), "sb3": sb3.result()}
+    for i, seed in enumerate(args.seeds):
+        # One after the other: alternate which goes first, so a drifting load
+        # favours neither.
+        order = ["ours", "sb3"] if at_once or i % 2 == 0 else ["sb3", "ours"]
+        with ProcessPoolExecutor(max_workers=2 if at_once else 1, mp_context=ctx) as pool:
+            futures = {name: pool.submit(_worker, name, seed, args) for name in order}
+            out = {name: f.result() for name, f in futures.items()}
         row = {
             "seed": seed,
             "ours_sps": out["ours"]["steps_per_sec"],
@@ -195,9 +212,10 @@ def main() -> None:
             flush=True,
         )
 
+    how = "both at once" if at_once else "one after the other"
     print(
         f"\nSAC on {ENV_ID}, {args.steps} env steps ({args.learning_starts} random), "
-        "both at once, one torch thread each"
+        f"{args.device}, {how}, {args.threads} torch thread(s) each"
     )
     print(
         "| seed | ours env-steps/s | SB3 env-steps/s | ratio | ratio in CPU time "
