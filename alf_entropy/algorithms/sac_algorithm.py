@@ -119,6 +119,7 @@ def masked_optimizer_step(
     skip = (~ok).to(torch.float32)
     rest = []
     for opt in optimizers:
+        # GradScaler's test for an optimiser that takes ``found_inf``.
         if not getattr(opt, "_step_supports_amp_scaling", False):
             rest.append(opt)
             continue

@@ -9,11 +9,11 @@ is interchangeable with ``torch.optim.Adam``'s, and once that state exists it
 calls the same fused kernel with the same arguments -- hence the same bits --
 from cached lists, incrementing all ``step`` counters with one op (they
 become views of one buffer).  Like torch's fused step it honours the
-``grad_scale``/``found_inf`` attributes ``torch.amp.GradScaler`` sets
-(unscale in the kernel; skip the step where ``found_inf`` is 1).  Anything else (a closure, a missing
-gradient, several devices or dtypes, options the fused kernel is not called
-with here) goes through torch's own ``step``.  Step hooks run as for any
-torch optimiser.
+``grad_scale``/``found_inf`` attributes that ``torch.amp.GradScaler`` sets
+(unscale in the kernel; skip the step where ``found_inf`` is 1).  Anything
+else (a closure, a missing gradient, several devices or dtypes, options the
+fused kernel is not called with here) goes through torch's own ``step``.
+Step hooks run as for any torch optimiser.
 """
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
