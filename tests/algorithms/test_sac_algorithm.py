@@ -154,20 +154,41 @@ def test_target_critics_follow_by_polyak_averaging():
     assert clone.get_extra_state() == alg.get_extra_state() == {"host_updates": 2}
 
 
+_DEVICES = [
+    "cpu",  # the flag is read on the host
+    pytest.param(  # the optimiser skips in its kernel, nothing is read back
+        "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+    ),
+]
+
+
+@pytest.mark.parametrize("device", _DEVICES)
 @pytest.mark.parametrize("name", ["sgd", "staged"])
 @pytest.mark.parametrize("max_grad_norm", [None, 1.0])
-def test_nonfinite_loss_skips_the_update(name, max_grad_norm):
+def test_nonfinite_loss_skips_the_update(name, max_grad_norm, device):
     torch.manual_seed(0)
-    alg = _sac(BOX, CONTROLLERS[name], max_grad_norm=max_grad_norm)
-    alg.train_step(_bandit_batch(BOX))
+
+    def batch(nan=False):
+        b = _bandit_batch(BOX)
+        if nan:
+            b.reward[3] = float("nan")
+        return Transition(*(t.to(device) for t in b))
+
+    alg = _sac(BOX, CONTROLLERS[name], max_grad_norm=max_grad_norm).to(device)
+    alg.train_step(batch())
     params = {k: v.clone() for k, v in alg.state_dict().items() if torch.is_tensor(v)}
     opt_state = [
         {k: v.clone() for k, v in s.items()} for opt in alg.optimizers() for s in opt.state.values()
     ]
     alpha = alg.entropy_coefficient().clone()
-    bad = _bandit_batch(BOX)
-    bad.reward[3] = float("nan")
-    alg.train_step(bad)
+    bad = batch(nan=True)
+    if device == "cuda":
+        torch.cuda.set_sync_debug_mode("error")
+    try:
+        alg.train_step(bad)
+    finally:
+        if device == "cuda":
+            torch.cuda.set_sync_debug_mode(0)
     assert int(alg.num_skipped_updates) == 1
     for k, v in alg.state_dict().items():
         if torch.is_tensor(v) and k in params and not k.endswith(("_num_skipped",)):
@@ -185,7 +206,7 @@ def test_nonfinite_loss_skips_the_update(name, max_grad_norm):
         assert torch.equal(alg.entropy_coefficient(), alpha)
     assert torch.isfinite(alg.entropy_coefficient())
     assert all(torch.isfinite(p).all() for p in alg.parameters())
-    alg.train_step(_bandit_batch(BOX))  # and training goes on
+    alg.train_step(batch())  # and training goes on
     assert int(alg.num_skipped_updates) == 1
 
 
