@@ -73,11 +73,12 @@ class OffPolicyTrainer(Trainer):
         checkpoint_replay_buffer: save the buffer in checkpoints (exact
             resume).  Turn off for huge buffers: resume is then approximate
             (a warning says so).
-        **kwargs: the other :class:`~alf_entropy.trainers.trainer.Trainer`
-            arguments (``summary_interval``, ``checkpoint_interval``,
-            ``eval_interval``, ``num_eval_episodes``, ``max_checkpoints``,
-            ``seed``, ``device``, ``num_threads``, ``progress_bar``,
-            ``summary_flush_secs``, ``stop_eval_return``).
+        summary_interval: see :class:`~alf_entropy.trainers.trainer.Trainer`;
+            so are ``checkpoint_interval``, ``eval_interval``,
+            ``num_eval_episodes``, ``max_checkpoints``, ``seed``, ``device``,
+            ``num_threads``, ``progress_bar``, ``summary_flush_secs`` and
+            ``stop_eval_return``.  They are repeated in this signature so
+            that gin rejects a misspelt binding when it parses the config.
 
     Raises:
         ValueError: for out-of-range arguments, a buffer smaller than the

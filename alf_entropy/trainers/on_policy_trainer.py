@@ -71,11 +71,12 @@ class OnPolicyTrainer(Trainer):
             ``None`` or 0: no limit from it.  At least one limit must be
             positive; the first one reached ends the run.
         unroll_length: steps per env per iteration ``T``.
-        **kwargs: the other :class:`~alf_entropy.trainers.trainer.Trainer`
-            arguments (``summary_interval``, ``checkpoint_interval``,
-            ``eval_interval``, ``num_eval_episodes``, ``max_checkpoints``,
-            ``seed``, ``device``, ``num_threads``, ``progress_bar``,
-            ``summary_flush_secs``, ``stop_eval_return``).
+        summary_interval: see :class:`~alf_entropy.trainers.trainer.Trainer`;
+            so are ``checkpoint_interval``, ``eval_interval``,
+            ``num_eval_episodes``, ``max_checkpoints``, ``seed``, ``device``,
+            ``num_threads``, ``progress_bar``, ``summary_flush_secs`` and
+            ``stop_eval_return``.  They are repeated in this signature so
+            that gin rejects a misspelt binding when it parses the config.
 
     Raises:
         ValueError: for out-of-range arguments.
