@@ -18,21 +18,19 @@ With an entropy controller its ``calc_loss`` runs, and adjusts ``alpha``, once
 per minibatch.
 """
 import numbers
-from typing import Any, Callable, Optional, Union
+from typing import Any
 
 import gin
 import torch
-import torch.nn as nn
 
 from alf_entropy.algorithms.actor_critic_algorithm import (
     ActorCriticAlgorithm,
     ActorCriticInfo,
     masked_mean,
 )
-from alf_entropy.algorithms.algorithm import Algorithm, OptimizerArg
 from alf_entropy.data_structures import Experience, LossInfo
-from alf_entropy.networks import ActorDistributionNetwork, ValueNetwork
 from alf_entropy.utils import summary
+from alf_entropy.utils.signatures import forwards_arguments
 
 __all__ = ["PPOAlgorithm"]
 
@@ -41,60 +39,37 @@ __all__ = ["PPOAlgorithm"]
 class PPOAlgorithm(ActorCriticAlgorithm):
     """PPO-clip (see the module docstring).
 
+    Takes ``ActorCriticAlgorithm``'s arguments (``gamma``, ``td_lambda``,
+    ``entropy_target_cls``, ``max_grad_norm``, ...), with PPO's defaults for
+    three of them, and adds the clip range.
+
     Args:
         observation_spec: the observation spec (nest of ``TensorSpec``).
         action_spec: the action spec (nest of ``BoundedTensorSpec``).
-        actor_network_ctor: ``(input_tensor_spec, action_spec) -> network``.
-        value_network_ctor: ``(input_tensor_spec) -> network``.
-        optimizer: an optimiser factory, or ``None`` for
-            ``Adam(lr=3e-4, eps=1e-5)``.
-        gamma: reward discount in ``[0, 1]``.
-        td_lambda: GAE lambda in ``[0, 1]``.
         normalize_advantages: normalise advantages per minibatch.
-        td_loss_weight: weight (>= 0) of the squared TD error.
-        reward_scale: multiplies rewards (> 0) before GAE.
-        entropy_regularization: a fixed entropy coefficient (number >= 0 or
-            scheduler) or ``None``; exclusive with ``enforce_entropy_target``.
-        enforce_entropy_target: adapt the entropy coefficient with an entropy
-            controller.
-        entropy_target_cls: the controller class (see
-            ``ActorCriticAlgorithm``).
-        entropy_target_update: ``"per_minibatch"`` (default) or
-            ``"per_iteration"`` (see ``ActorCriticAlgorithm``).
-        max_grad_norm: global gradient-norm clipping (``None``: none).
         num_epochs: passes over each unroll (>= 1).
         num_minibatches: shuffled minibatches per pass (>= 1).
         importance_ratio_clipping: the clip range ``eps`` in ``(0, 1)``.
-        debug_summaries: write extra summaries (passed to the controller).
         name: the name (summary scope).
+        **kwargs: ``ActorCriticAlgorithm``'s other arguments.
 
     Raises:
         ValueError: for out-of-range arguments (see also
             ``ActorCriticAlgorithm``).
     """
 
+    @forwards_arguments(ActorCriticAlgorithm.__init__)
     def __init__(
         self,
         observation_spec: Any,
         action_spec: Any,
-        actor_network_ctor: Callable[..., nn.Module] = ActorDistributionNetwork,
-        value_network_ctor: Callable[..., nn.Module] = ValueNetwork,
-        optimizer: OptimizerArg = None,
-        gamma: float = 0.99,
-        td_lambda: float = 0.95,
+        *,
         normalize_advantages: bool = True,
-        td_loss_weight: float = 0.5,
-        reward_scale: float = 1.0,
-        entropy_regularization: Optional[Union[float, Callable[[], float]]] = None,
-        enforce_entropy_target: bool = False,
-        entropy_target_cls: Optional[Callable[..., Algorithm]] = None,
-        entropy_target_update: str = "per_minibatch",
-        max_grad_norm: Optional[float] = 0.5,
         num_epochs: int = 4,
         num_minibatches: int = 4,
         importance_ratio_clipping: float = 0.2,
-        debug_summaries: bool = False,
         name: str = "PPOAlgorithm",
+        **kwargs: Any,
     ):
         if (
             isinstance(importance_ratio_clipping, bool)
@@ -109,23 +84,11 @@ class PPOAlgorithm(ActorCriticAlgorithm):
         super().__init__(
             observation_spec,
             action_spec,
-            actor_network_ctor=actor_network_ctor,
-            value_network_ctor=value_network_ctor,
-            optimizer=optimizer,
-            gamma=gamma,
-            td_lambda=td_lambda,
             normalize_advantages=normalize_advantages,
-            td_loss_weight=td_loss_weight,
-            reward_scale=reward_scale,
-            entropy_regularization=entropy_regularization,
-            enforce_entropy_target=enforce_entropy_target,
-            entropy_target_cls=entropy_target_cls,
-            entropy_target_update=entropy_target_update,
-            max_grad_norm=max_grad_norm,
             num_epochs=num_epochs,
             num_minibatches=num_minibatches,
-            debug_summaries=debug_summaries,
             name=name,
+            **kwargs,
         )
 
     @property

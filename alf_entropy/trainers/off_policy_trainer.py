@@ -31,12 +31,12 @@ from absl import logging
 from alf_entropy.algorithms.algorithm import Algorithm
 from alf_entropy.algorithms.sac_algorithm import SacAlgorithm
 from alf_entropy.data_structures import StepType
-from alf_entropy.environments import GymVectorEnv
 from alf_entropy.tensor_specs import BoundedTensorSpec
 from alf_entropy.trainers.trainer import Trainer, resolve_device
 from alf_entropy.utils import distributed, nest
 from alf_entropy.utils.checks import check_int
 from alf_entropy.utils.replay_buffer import ReplayBuffer, Transition
+from alf_entropy.utils.signatures import forwards_arguments
 
 __all__ = ["OffPolicyTrainer"]
 
@@ -44,6 +44,9 @@ __all__ = ["OffPolicyTrainer"]
 @gin.configurable
 class OffPolicyTrainer(Trainer):
     """Train an off-policy algorithm (``SacAlgorithm``) from a replay buffer.
+
+    Takes :class:`~alf_entropy.trainers.trainer.Trainer`'s arguments, with
+    these defaults and the replay buffer's.
 
     Args:
         root_dir: where summaries, checkpoints and the config go (see
@@ -53,12 +56,8 @@ class OffPolicyTrainer(Trainer):
         algorithm_ctor: ``(observation_spec, action_spec) -> Algorithm``
             with ``rollout_step``, ``predict_step`` and ``train_step(batch)``
             taking a ``Transition`` batch.
-        env_ctor: ``(env_id, num_envs=, seed=, device=) -> env``.
-        num_iterations: stop after this many iterations; ``None`` or 0: no
-            limit from it.
-        num_env_steps: stop once this many env steps are done; ``None`` or 0:
-            no limit from it.  At least one limit must be positive; the first
-            one reached ends the run.
+        num_env_steps: stop once this many env steps are done (see
+            ``Trainer``).
         initial_collect_steps: env steps of uniformly random actions before
             the policy acts; updates start once the buffer holds this many
             rows (at least one).  Must not exceed ``num_env_steps``.
@@ -73,26 +72,27 @@ class OffPolicyTrainer(Trainer):
         checkpoint_replay_buffer: save the buffer in checkpoints (exact
             resume).  Turn off for huge buffers: resume is then approximate
             (a warning says so).
-        summary_interval: see :class:`~alf_entropy.trainers.trainer.Trainer`;
-            so are ``checkpoint_interval``, ``eval_interval``,
-            ``num_eval_episodes``, ``max_checkpoints``, ``seed``, ``device``,
-            ``num_threads``, ``progress_bar``, ``summary_flush_secs`` and
-            ``stop_eval_return``.  They are repeated in this signature so
-            that gin rejects a misspelt binding when it parses the config.
+        summary_interval: write summaries every this many iterations.
+        checkpoint_interval: checkpoint every this many iterations (and at
+            the end); ``None``: only at the end.
+        device: the training device (see ``Trainer``); the replay buffer
+            lives there.
+        **kwargs: ``Trainer``'s other arguments (``num_iterations``,
+            ``eval_interval``, ``seed``, ``num_threads``, ...).
 
     Raises:
         ValueError: for out-of-range arguments, a buffer smaller than the
             mini-batch, or ``initial_collect_steps > num_env_steps``.
     """
 
+    @forwards_arguments(Trainer.__init__, supplied=("steps_per_iteration",))
     def __init__(
         self,
         root_dir: str,
+        *,
         env_id: str = "Pendulum-v1",
         num_envs: int = 1,
         algorithm_ctor: Callable[..., Algorithm] = SacAlgorithm,
-        env_ctor: Callable[..., Any] = GymVectorEnv,
-        num_iterations: Optional[int] = None,
         num_env_steps: Optional[int] = None,
         initial_collect_steps: int = 1000,
         replay_buffer_length: int = 1_000_000,
@@ -101,15 +101,8 @@ class OffPolicyTrainer(Trainer):
         checkpoint_replay_buffer: bool = True,
         summary_interval: int = 1000,
         checkpoint_interval: Optional[int] = 10000,
-        eval_interval: Optional[int] = None,
-        num_eval_episodes: int = 10,
-        max_checkpoints: int = 3,
-        seed: int = 0,
         device: Any = "auto",
-        num_threads: Optional[int] = None,
-        progress_bar: bool = True,
-        summary_flush_secs: float = 10.0,
-        stop_eval_return: Optional[float] = None,
+        **kwargs: Any,
     ):
         check_int("num_envs", num_envs, minimum=1)
         check_int("replay_buffer_length", replay_buffer_length, minimum=1)
@@ -165,21 +158,12 @@ class OffPolicyTrainer(Trainer):
             env_id=env_id,
             num_envs=num_envs,
             algorithm_ctor=algorithm_ctor,
-            env_ctor=env_ctor,
-            num_iterations=num_iterations,
             num_env_steps=num_env_steps,
             steps_per_iteration=num_envs,
             summary_interval=summary_interval,
             checkpoint_interval=checkpoint_interval,
-            eval_interval=eval_interval,
-            num_eval_episodes=num_eval_episodes,
-            max_checkpoints=max_checkpoints,
-            seed=seed,
             device=device,
-            num_threads=num_threads,
-            progress_bar=progress_bar,
-            summary_flush_secs=summary_flush_secs,
-            stop_eval_return=stop_eval_return,
+            **kwargs,
         )
 
     @property

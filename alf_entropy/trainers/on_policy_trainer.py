@@ -15,7 +15,7 @@ Nothing in the rollout or training path reads tensors on the host except the
 environment step itself (which must hand actions to gymnasium); episode
 statistics, losses and alpha are read only at summary time.
 """
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List
 
 import gin
 import torch
@@ -23,10 +23,10 @@ import torch
 from alf_entropy.algorithms.algorithm import Algorithm
 from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
 from alf_entropy.data_structures import make_experience
-from alf_entropy.environments import GymVectorEnv
 from alf_entropy.trainers.trainer import Trainer
 from alf_entropy.utils import nest
 from alf_entropy.utils.checks import check_int
+from alf_entropy.utils.signatures import forwards_arguments
 
 __all__ = ["OnPolicyTrainer", "stack_experiences"]
 
@@ -54,6 +54,12 @@ def stack_experiences(experiences: List[Any]) -> Any:
 class OnPolicyTrainer(Trainer):
     """Train an on-policy algorithm (A2C/PPO) on a gymnasium environment.
 
+    Takes :class:`~alf_entropy.trainers.trainer.Trainer`'s arguments
+    (``num_iterations``, ``num_env_steps``, ``eval_interval``, ``seed``,
+    ``device``, ...; ``num_env_steps`` counts whole iterations of
+    ``unroll_length * num_envs`` steps, so it is rounded up), with these
+    defaults and one more.
+
     Args:
         root_dir: where summaries, checkpoints and the config go (see
             :mod:`alf_entropy.trainers.trainer`); an existing run is resumed.
@@ -62,47 +68,23 @@ class OnPolicyTrainer(Trainer):
         algorithm_ctor: ``(observation_spec, action_spec) -> Algorithm``
             with ``rollout_step``, ``predict_step`` and ``train_from_unroll``
             (``ActorCriticAlgorithm``/``PPOAlgorithm``).
-        env_ctor: ``(env_id, num_envs=, seed=, device=) -> env`` (a
-            ``GymVectorEnv``, configurable through gin).
-        num_iterations: stop after this many iterations; ``None`` or 0: no
-            limit from it.
-        num_env_steps: stop once this many env steps are done (whole
-            iterations of ``unroll_length * num_envs`` steps, so rounded up);
-            ``None`` or 0: no limit from it.  At least one limit must be
-            positive; the first one reached ends the run.
         unroll_length: steps per env per iteration ``T``.
-        summary_interval: see :class:`~alf_entropy.trainers.trainer.Trainer`;
-            so are ``checkpoint_interval``, ``eval_interval``,
-            ``num_eval_episodes``, ``max_checkpoints``, ``seed``, ``device``,
-            ``num_threads``, ``progress_bar``, ``summary_flush_secs`` and
-            ``stop_eval_return``.  They are repeated in this signature so
-            that gin rejects a misspelt binding when it parses the config.
+        **kwargs: ``Trainer``'s other arguments.
 
     Raises:
         ValueError: for out-of-range arguments.
     """
 
+    @forwards_arguments(Trainer.__init__, supplied=("steps_per_iteration",))
     def __init__(
         self,
         root_dir: str,
+        *,
         env_id: str = "CartPole-v1",
         num_envs: int = 8,
         algorithm_ctor: Callable[..., Algorithm] = PPOAlgorithm,
-        env_ctor: Callable[..., Any] = GymVectorEnv,
-        num_iterations: Optional[int] = None,
-        num_env_steps: Optional[int] = None,
         unroll_length: int = 128,
-        summary_interval: int = 10,
-        checkpoint_interval: Optional[int] = 100,
-        eval_interval: Optional[int] = None,
-        num_eval_episodes: int = 10,
-        max_checkpoints: int = 3,
-        seed: int = 0,
-        device: Any = "auto",
-        num_threads: Optional[int] = None,
-        progress_bar: bool = True,
-        summary_flush_secs: float = 10.0,
-        stop_eval_return: Optional[float] = None,
+        **kwargs: Any,
     ):
         check_int("num_envs", num_envs, minimum=1)
         check_int("unroll_length", unroll_length, minimum=1)
@@ -112,21 +94,8 @@ class OnPolicyTrainer(Trainer):
             env_id=env_id,
             num_envs=num_envs,
             algorithm_ctor=algorithm_ctor,
-            env_ctor=env_ctor,
-            num_iterations=num_iterations,
-            num_env_steps=num_env_steps,
             steps_per_iteration=unroll_length * num_envs,
-            summary_interval=summary_interval,
-            checkpoint_interval=checkpoint_interval,
-            eval_interval=eval_interval,
-            num_eval_episodes=num_eval_episodes,
-            max_checkpoints=max_checkpoints,
-            seed=seed,
-            device=device,
-            num_threads=num_threads,
-            progress_bar=progress_bar,
-            summary_flush_secs=summary_flush_secs,
-            stop_eval_return=stop_eval_return,
+            **kwargs,
         )
 
     def _train_iteration(self) -> int:

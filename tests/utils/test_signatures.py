@@ -1,0 +1,47 @@
+"""Tests for alf_entropy/utils/signatures.py: the forwarded signature gin and help() see."""
+import inspect
+
+import gin
+import pytest
+
+from alf_entropy.utils.signatures import forwards_arguments
+
+
+class _Base:
+    def __init__(self, spec, gamma=0.99, steps=1, name="base", lr=None):
+        self.args = dict(spec=spec, gamma=gamma, steps=steps, name=name, lr=lr)
+
+
+class _Sub(_Base):
+    @forwards_arguments(_Base.__init__, supplied=("steps",))
+    def __init__(self, spec, *, name="sub", clip=0.2, **kwargs):
+        self.clip = clip
+        super().__init__(spec, steps=3, name=name, **kwargs)
+
+
+def test_signature_lists_base_arguments_with_the_subclass_defaults():
+    params = inspect.signature(_Sub).parameters
+    assert list(params) == ["spec", "gamma", "name", "lr", "clip"]  # "steps" is supplied
+    assert params["spec"].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+    assert all(params[k].kind is inspect.Parameter.KEYWORD_ONLY for k in ("gamma", "name", "clip"))
+    assert params["name"].default == "sub" and params["gamma"].default == 0.99
+
+
+def test_gin_binds_forwarded_arguments_and_rejects_unknown_ones():
+    gin.clear_config()
+    configurable = gin.external_configurable(_Sub, "_SigSub", module="test_signatures")
+    try:
+        gin.parse_config("_SigSub.gamma = 0.5\n_SigSub.clip = 0.1")
+        sub = configurable("obs")
+        assert sub.args == dict(spec="obs", gamma=0.5, steps=3, name="sub", lr=None)
+        assert sub.clip == 0.1
+        for bad in ("_SigSub.gama = 0.5", "_SigSub.steps = 2"):  # misspelt; supplied
+            with pytest.raises(ValueError, match="parameter named"):
+                gin.parse_config(bad)
+    finally:
+        gin.clear_config()
+
+
+def test_needs_kwargs():
+    with pytest.raises(TypeError, match=r"\*\*kwargs"):
+        forwards_arguments(_Base.__init__)(lambda self, spec: None)
