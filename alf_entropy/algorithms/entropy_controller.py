@@ -365,6 +365,13 @@ class FixedEntropyCoefficient(EntropyController):
         target_entropy: only reported; None for the spec's default.
         debug_summaries: write ``entropy_std`` of each batch.
         name: the name.
+
+    Examples:
+        >>> import torch
+        >>> from alf_entropy.tensor_specs import BoundedTensorSpec
+        >>> fixed = FixedEntropyCoefficient(BoundedTensorSpec((), torch.int64, 0, 3), alpha=0.05)
+        >>> fixed.entropy_loss(torch.full((4,), 1.0)).loss  # -alpha * entropy, every update
+        tensor([-0.0500, -0.0500, -0.0500, -0.0500])
     """
 
     def __init__(self, action_spec: Any, alpha: float = 0.01, target_entropy: Optional[float] = None,

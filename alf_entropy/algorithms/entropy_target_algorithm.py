@@ -186,6 +186,18 @@ class EntropyTargetAlgorithm(EntropyController):
         TypeError: for an argument of the wrong type.
         ValueError: for an argument out of range, ``target_entropy >
             max_entropy``, or a target above the largest entropy the spec allows.
+
+    Examples:
+        >>> import torch
+        >>> from alf_entropy.tensor_specs import BoundedTensorSpec
+        >>> spec = BoundedTensorSpec((), torch.int64, 0, 3)  # 4 actions
+        >>> controller = EntropyTargetAlgorithm(spec, target_entropy=0.5, skip_free_stage=True)
+        >>> for h in (1.2, 1.0, 0.8, 0.6, 0.45, 0.4):  # a policy losing entropy
+        ...     info = controller.entropy_loss(torch.full((16,), h))  # one update a batch
+        >>> round(float(controller.alpha), 4), int(controller.stage)  # 0.1 at first
+        (0.3732, 0)
+        >>> info.loss.shape  # -alpha * entropy per element: add it to the policy loss
+        torch.Size([16])
     """
 
     def __init__(
@@ -531,6 +543,14 @@ class SGDEntropyTargetAlgorithm(EntropyController):
             (ALF's default): the parent's optimiser trains it.
         debug_summaries: write ``alpha``, ``entropy`` and ``target_entropy``.
         name: the name.
+
+    Examples:
+        >>> import torch
+        >>> from alf_entropy.tensor_specs import BoundedTensorSpec
+        >>> spec = BoundedTensorSpec((2,), torch.float32, -1.0, 1.0)
+        >>> sgd = SGDEntropyTargetAlgorithm(spec, target_entropy=-2.0)  # SAC's -dim(A)
+        >>> float(sgd.adjust_alpha(0.5)) < 0.1  # entropy above the target: alpha falls
+        True
     """
 
     def __init__(

@@ -56,6 +56,17 @@ class PPOAlgorithm(ActorCriticAlgorithm):
     Raises:
         ValueError: for out-of-range arguments (see also
             ``ActorCriticAlgorithm``).
+
+    Examples:
+        >>> import torch
+        >>> from alf_entropy.data_structures import TimeStep
+        >>> from alf_entropy.tensor_specs import BoundedTensorSpec, TensorSpec
+        >>> ppo = PPOAlgorithm(TensorSpec((4,)), BoundedTensorSpec((), torch.int64, 0, 1),
+        ...                    enforce_entropy_target=True, gamma=0.98)
+        >>> ppo.rollout_step(TimeStep(observation=torch.randn(8, 4))).output.shape
+        torch.Size([8])
+        >>> type(ppo.entropy_target_algorithm).__name__  # the default controller
+        'EntropyTargetAlgorithm'
     """
 
     @forwards_arguments(ActorCriticAlgorithm.__init__)

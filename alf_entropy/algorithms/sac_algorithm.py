@@ -190,6 +190,25 @@ class SacAlgorithm(Algorithm):
         ValueError: for out-of-range arguments or an action spec SAC cannot
             handle (see above); the controller raises for a target its spec
             cannot reach.
+
+    Examples:
+        >>> import torch
+        >>> from alf_entropy.algorithms.entropy_target_algorithm import EntropyTargetAlgorithm
+        >>> from alf_entropy.data_structures import TimeStep
+        >>> from alf_entropy.tensor_specs import BoundedTensorSpec, TensorSpec
+        >>> from alf_entropy.utils.replay_buffer import Transition
+        >>> sac = SacAlgorithm(TensorSpec((3,)), BoundedTensorSpec((1,), torch.float32, -2.0, 2.0),
+        ...                    entropy_target_cls=EntropyTargetAlgorithm)  # the staged controller
+        >>> obs = torch.randn(256, 3)
+        >>> action = sac.rollout_step(TimeStep(observation=obs)).output
+        >>> action.shape, bool(action.abs().max() <= 2.0)
+        (torch.Size([256, 1]), True)
+        >>> batch = Transition(observation=obs, action=action, reward=torch.randn(256),
+        ...                    discount=torch.ones(256), next_observation=torch.randn(256, 3),
+        ...                    valid=torch.ones(256, dtype=torch.bool))
+        >>> info = sac.train_step(batch).info  # one step of actor, critics and alpha
+        >>> info.extra._fields
+        ('critic', 'actor', 'entropy', 'q', 'alpha')
     """
 
     def __init__(

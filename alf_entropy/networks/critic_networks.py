@@ -56,6 +56,16 @@ class CriticNetworks(nn.Module):
         TypeError: if ``action_spec`` is not a single ``BoundedTensorSpec``.
         ValueError: for a non-scalar discrete spec, ``num_critics < 1`` or
             non-positive layer sizes.
+
+    Examples:
+        >>> import torch
+        >>> from alf_entropy.tensor_specs import BoundedTensorSpec, TensorSpec
+        >>> box = BoundedTensorSpec((1,), torch.float32, -2.0, 2.0)
+        >>> CriticNetworks(TensorSpec((3,)), box)(torch.randn(5, 3), torch.randn(5, 1)).shape
+        torch.Size([2, 5])
+        >>> two_actions = BoundedTensorSpec((), torch.int64, 0, 1)
+        >>> CriticNetworks(TensorSpec((4,)), two_actions)(torch.randn(5, 4)).shape
+        torch.Size([2, 5, 2])
     """
 
     def __init__(

@@ -42,6 +42,14 @@ class ReplayBuffer:
 
     Raises:
         ValueError: if ``capacity`` is not a positive int.
+
+    Examples:
+        >>> import torch
+        >>> buffer = ReplayBuffer(capacity=1000)
+        >>> buffer.add({"obs": torch.randn(8, 3), "reward": torch.randn(8)})  # 8 rows
+        >>> batch = buffer.sample(32)  # with replacement
+        >>> buffer.size, batch["obs"].shape
+        (8, torch.Size([32, 3]))
     """
 
     def __init__(self, capacity: int, device: Any = "cpu"):

@@ -444,6 +444,13 @@ class LinearScheduler(Scheduler):
     Between ``p_{i-1}`` and ``p_i`` the value moves linearly from ``v_{i-1}``
     to ``v_i``; after the last knot it stays at the last value.  Two knots at
     the same progress make a jump.
+
+    Examples:
+        >>> target = LinearScheduler("iterations", [(0, 1.0), (100, 0.2)])
+        >>> update_progress("iterations", 50)  # the trainer does this
+        >>> target()
+        0.6
+        >>> reset_progress()
     """
 
     def __init__(

@@ -1,0 +1,30 @@
+"""The ``Examples:`` blocks of the public classes run as written (doctest)."""
+import doctest
+import importlib
+
+import pytest
+
+from alf_entropy.utils import schedulers
+
+MODULES = [
+    "alf_entropy.algorithms.entropy_controller",  # FixedEntropyCoefficient
+    "alf_entropy.algorithms.entropy_target_algorithm",  # EntropyTargetAlgorithm, SGD...
+    "alf_entropy.algorithms.sac_algorithm",
+    "alf_entropy.algorithms.ppo_algorithm",
+    "alf_entropy.networks.critic_networks",
+    "alf_entropy.utils.replay_buffer",
+    "alf_entropy.utils.schedulers",
+]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_examples_run(name):
+    try:
+        result = doctest.testmod(
+            importlib.import_module(name),
+            optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE,
+        )
+    finally:
+        schedulers.reset_progress()  # an example may move the global progress
+    assert result.attempted > 0, f"{name}: no examples found"
+    assert result.failed == 0, f"{name}: {result.failed} example(s) failed (see stdout)"
