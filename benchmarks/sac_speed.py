@@ -40,6 +40,7 @@ Stable-Baselines3 is needed (``pip install stable-baselines3 --no-deps``).
 Usage::
 
     python benchmarks/sac_speed.py [--seeds 0 1] [--steps 6000] [--threads 1] [--device cpu]
+    python benchmarks/sac_speed.py --updates_only [--batch_sizes 256 8]  # updates alone
 """
 import argparse
 import multiprocessing
@@ -65,6 +66,55 @@ def _evaluate(policy_fn: Callable[[Any], Any], args: argparse.Namespace) -> floa
     )
 
 
+def _ours(root: str, seed: int, args: argparse.Namespace, num_env_steps: int) -> Any:
+    """An ``OffPolicyTrainer`` for ``sac_pendulum.gin`` with the matched settings."""
+    import gin
+
+    from alf_entropy.trainers.gin_config import parse_gin_config
+    from alf_entropy.trainers.off_policy_trainer import OffPolicyTrainer
+
+    gin.clear_config()
+    parse_gin_config(
+        ["sac_pendulum.gin"],
+        [
+            f"OffPolicyTrainer.num_env_steps = {num_env_steps}",
+            f"OffPolicyTrainer.initial_collect_steps = {args.learning_starts}",
+            f"OffPolicyTrainer.seed = {seed}",
+            "OffPolicyTrainer.eval_interval = None",
+            "OffPolicyTrainer.checkpoint_interval = None",
+            "OffPolicyTrainer.summary_interval = 1000000000",
+            "OffPolicyTrainer.progress_bar = False",
+            f"OffPolicyTrainer.device = '{args.device}'",
+            f"OffPolicyTrainer.num_threads = {args.threads}",
+        ],
+    )
+    return OffPolicyTrainer(root_dir=root)
+
+
+def _sb3(seed: int, args: argparse.Namespace, batch_size: int = 256) -> Any:
+    """Stable-Baselines3's SAC with the matched settings."""
+    from stable_baselines3 import SAC
+
+    return SAC(
+        "MlpPolicy",
+        ENV_ID,
+        learning_rate=3e-4,
+        buffer_size=1_000_000,
+        learning_starts=args.learning_starts,
+        batch_size=batch_size,
+        tau=0.005,
+        gamma=0.99,
+        train_freq=1,
+        gradient_steps=1,
+        ent_coef="auto_1.0",
+        target_entropy=-1.0,
+        policy_kwargs={"net_arch": [256, 256]},
+        seed=seed,
+        device=args.device,
+        verbose=0,
+    )
+
+
 def run_ours(seed: int, args: argparse.Namespace) -> Dict[str, Any]:
     """Train ``sac_pendulum.gin`` for ``args.steps`` env steps.
 
@@ -76,29 +126,10 @@ def run_ours(seed: int, args: argparse.Namespace) -> Dict[str, Any]:
         dict with ``steps_per_sec`` (wall clock), ``cpu_steps_per_sec``
         (process CPU time) and ``eval_return``.
     """
-    import gin
-
     from alf_entropy.data_structures import TimeStep
-    from alf_entropy.trainers.gin_config import parse_gin_config
-    from alf_entropy.trainers.off_policy_trainer import OffPolicyTrainer
 
-    gin.clear_config()
-    parse_gin_config(
-        ["sac_pendulum.gin"],
-        [
-            f"OffPolicyTrainer.num_env_steps = {args.steps}",
-            f"OffPolicyTrainer.initial_collect_steps = {args.learning_starts}",
-            f"OffPolicyTrainer.seed = {seed}",
-            "OffPolicyTrainer.eval_interval = None",
-            "OffPolicyTrainer.checkpoint_interval = None",
-            "OffPolicyTrainer.summary_interval = 1000000000",
-            "OffPolicyTrainer.progress_bar = False",
-            f"OffPolicyTrainer.device = '{args.device}'",
-            f"OffPolicyTrainer.num_threads = {args.threads}",
-        ],
-    )
     with tempfile.TemporaryDirectory() as root:
-        trainer = OffPolicyTrainer(root_dir=root)
+        trainer = _ours(root, seed, args, args.steps)
         cpu_start = time.process_time()
         result = trainer.train()
         cpu = time.process_time() - cpu_start
@@ -109,7 +140,6 @@ def run_ours(seed: int, args: argparse.Namespace) -> Dict[str, Any]:
             return alg.predict_step(TimeStep(observation=obs)).output
 
         eval_return = _evaluate(policy, args)
-    gin.clear_config()
     # The final checkpoint is in wall_time too: a few ms.
     return {
         "steps_per_sec": args.steps / result["wall_time"],
@@ -129,26 +159,7 @@ def run_sb3(seed: int, args: argparse.Namespace) -> Dict[str, Any]:
         dict with ``steps_per_sec`` (wall clock), ``cpu_steps_per_sec``
         (process CPU time) and ``eval_return``.
     """
-    from stable_baselines3 import SAC
-
-    model = SAC(
-        "MlpPolicy",
-        ENV_ID,
-        learning_rate=3e-4,
-        buffer_size=1_000_000,
-        learning_starts=args.learning_starts,
-        batch_size=256,
-        tau=0.005,
-        gamma=0.99,
-        train_freq=1,
-        gradient_steps=1,
-        ent_coef="auto_1.0",
-        target_entropy=-1.0,
-        policy_kwargs={"net_arch": [256, 256]},
-        seed=seed,
-        device=args.device,
-        verbose=0,
-    )
+    model = _sb3(seed, args)
     start, cpu_start = time.time(), time.process_time()
     model.learn(total_timesteps=args.steps)
     wall, cpu = time.time() - start, time.process_time() - cpu_start
@@ -162,6 +173,48 @@ def run_sb3(seed: int, args: argparse.Namespace) -> Dict[str, Any]:
         "cpu_steps_per_sec": args.steps / cpu,
         "eval_return": _evaluate(policy, args),
     }
+
+
+def time_updates(args: argparse.Namespace) -> None:
+    """``--updates_only``: gradient updates alone, alternating in this process.
+
+    Both fill their buffers with ``--learning_starts`` random steps (seed
+    0), then take turns: ``--updates`` of ours (``train_step`` on a fresh
+    sample), the same number of SB3's (``train()``), ``--rounds`` times, for
+    each of ``--batch_sizes``.  Prints the median ms per update.  At a small
+    batch the products cost next to nothing and this measures the
+    per-operation overhead, which is what an update costs on a GPU.
+
+    Args:
+        args: the parsed command line.
+    """
+    torch.set_num_threads(args.threads)
+    print(f"SAC updates alone, {args.device}, {args.threads} torch thread(s), "
+          f"{args.rounds} rounds of {args.updates}, alternating; median ms per update")
+    print("| batch | ours ms/update | SB3 ms/update | ratio |")
+    print("|---:|---:|---:|---:|")
+    for batch in args.batch_sizes:
+        with tempfile.TemporaryDirectory() as root:
+            trainer = _ours(root, 0, args, args.learning_starts + 1)
+            trainer.train()
+            alg, buffer = trainer.algorithm, trainer.replay_buffer
+            model = _sb3(0, args, batch_size=batch)
+            model.learn(total_timesteps=args.learning_starts + 1)
+            ours, sb3 = [], []
+            for _ in range(args.rounds):
+                start = time.perf_counter()
+                for _ in range(args.updates):
+                    alg.train_step(buffer.sample(batch))
+                if args.device == "cuda":
+                    torch.cuda.synchronize()
+                ours.append((time.perf_counter() - start) / args.updates * 1e3)
+                start = time.perf_counter()
+                model.train(gradient_steps=args.updates, batch_size=batch)
+                if args.device == "cuda":
+                    torch.cuda.synchronize()
+                sb3.append((time.perf_counter() - start) / args.updates * 1e3)
+        o, b = statistics.median(ours), statistics.median(sb3)
+        print(f"| {batch} | {o:.2f} | {b:.2f} | {b / o:.2f}x |", flush=True)
 
 
 def _worker(name: str, seed: int, args: argparse.Namespace) -> Dict[str, Any]:
@@ -179,11 +232,22 @@ def main() -> None:
     parser.add_argument("--eval_episodes", type=int, default=10)
     parser.add_argument("--threads", type=int, default=1, help="torch threads of each")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--updates_only", action="store_true",
+                        help="time gradient updates alone (see time_updates)")
+    parser.add_argument("--batch_sizes", type=int, nargs="+", default=[256, 8])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--updates", type=int, default=300)
     args = parser.parse_args()
-    if args.threads < 1:
-        parser.error(f"--threads must be >= 1, got {args.threads}")
+    for name in ("threads", "rounds", "updates"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
+    if min(args.batch_sizes) < 1:
+        parser.error(f"--batch_sizes must be >= 1, got {args.batch_sizes}")
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is available")
+    if args.updates_only:
+        time_updates(args)
+        return
     at_once = args.device == "cpu" and 2 * args.threads <= (os.cpu_count() or 1)
 
     rows: List[Dict[str, Any]] = []
