@@ -20,5 +20,6 @@ export PYTHONUNBUFFERED=1
 failed=0
 "$PY" -m pytest -q -o addopts="" -p no:cacheprovider -rs -k cuda tests || failed=1
 "$PY" benchmarks/controller_overhead.py --device cuda --iters 700 || failed=1
+"$PY" benchmarks/sac_speed.py --device cuda --updates_only || failed=1
 "$PY" benchmarks/sac_speed.py --device cuda --seeds 0 1 || failed=1
 exit $failed
