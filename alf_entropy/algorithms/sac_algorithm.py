@@ -26,7 +26,7 @@ critics (they are evaluated with detached weights for the actor loss).
 Faults: an update whose loss (or, with clipping, gradient norm) is not finite
 is skipped (networks, optimiser states and ``log_alpha`` keep their values)
 and counted in ``num_skipped_updates``, without reading the flag on the host
-on a GPU (see :func:`masked_optimizer_step`).
+on a GPU (see :func:`~alf_entropy.utils.optimizers.masked_optimizer_step`).
 """
 import copy
 import numbers
@@ -42,10 +42,10 @@ from alf_entropy.networks import ActorDistributionNetwork, mode_of
 from alf_entropy.networks.critic_networks import CriticNetworks
 from alf_entropy.tensor_specs import BoundedTensorSpec
 from alf_entropy.utils import distributed, nest, summary
-from alf_entropy.utils.optimizers import fused_adam
+from alf_entropy.utils.optimizers import fused_adam, masked_optimizer_step
 from alf_entropy.utils.replay_buffer import Transition
 
-__all__ = ["SacAlgorithm", "SacLossInfo", "masked_optimizer_step"]
+__all__ = ["SacAlgorithm", "SacLossInfo"]
 
 SacLossInfo = namedtuple(
     "SacLossInfo",
@@ -73,86 +73,6 @@ def _default_optimizer(params: List[nn.Parameter]) -> torch.optim.Optimizer:
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     mask = mask.to(x.dtype)
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
-
-
-def _keep_steps_on_device(optimizers: List[torch.optim.Optimizer]) -> None:
-    """Make Adam-like optimisers keep their ``step`` counters on the
-    parameters' (non-CPU) device (``capturable=True``), so restoring them
-    with ``torch.where`` reads nothing back to the host."""
-    for opt in optimizers:
-        for group in opt.param_groups:
-            if group.get("capturable", True) or group["params"][0].device.type == "cpu":
-                continue
-            group["capturable"] = True
-            for p in group["params"]:
-                state = opt.state.get(p, {})
-                if torch.is_tensor(state.get("step")):
-                    state["step"] = state["step"].to(p.device)
-
-
-def masked_optimizer_step(
-    optimizers: List[torch.optim.Optimizer], ok: torch.Tensor, sync_free: bool
-) -> None:
-    """Step every optimiser only if ``ok`` (a 0-d bool tensor) is true.
-
-    With ``sync_free=False`` the flag is read on the host (free for CPU
-    tensors). With ``sync_free=True`` (for GPUs) nothing waits for the
-    device: fused optimisers (``FusedAdam``, torch's ``fused=True``) get the
-    flag as ``found_inf``, as ``torch.amp.GradScaler`` hands it to them, and
-    skip the step in their kernel; any other optimiser steps and its
-    parameters and state are then restored with ``torch.where`` where ``ok``
-    is false (a state created by this very step is restored to zeros, the
-    optimiser's initial state). Adam-like optimisers are switched to
-    ``capturable=True`` there, so that their step counters live on the
-    device too.
-
-    Args:
-        optimizers: the optimisers (their gradients are already computed).
-        ok: whether the update is valid.
-        sync_free: see above.
-    """
-    if not sync_free:
-        if bool(ok):
-            for opt in optimizers:
-                opt.step()
-        return
-    skip = (~ok).to(torch.float32)
-    rest = []
-    for opt in optimizers:
-        # GradScaler's test for an optimiser that takes ``found_inf``.
-        if not getattr(opt, "_step_supports_amp_scaling", False):
-            rest.append(opt)
-            continue
-        opt.found_inf = skip
-        try:
-            opt.step()
-        finally:
-            del opt.found_inf
-    if not rest:
-        return
-    params = [p for opt in rest for g in opt.param_groups for p in g["params"]]
-    _keep_steps_on_device(rest)
-    old_states = []
-    for opt in rest:
-        for g in opt.param_groups:
-            for p in g["params"]:
-                st = opt.state.get(p, {})
-                old_states.append({k: v.clone() for k, v in st.items() if torch.is_tensor(v)})
-    old_params = [p.detach().clone() for p in params]
-    for opt in rest:
-        opt.step()
-    with torch.no_grad():
-        for p, old in zip(params, old_params):
-            p.copy_(torch.where(ok, p, old))
-        i = 0
-        for opt in rest:
-            for g in opt.param_groups:
-                for p in g["params"]:
-                    for k, v in opt.state.get(p, {}).items():
-                        if torch.is_tensor(v):
-                            old = old_states[i].get(k)
-                            v.copy_(torch.where(ok, v, torch.zeros_like(v) if old is None else old))
-                    i += 1
 
 
 @gin.configurable

@@ -1,9 +1,12 @@
-"""Tests for alf_entropy/utils/optimizers.py: FusedAdam is torch's fused Adam, bit for bit."""
+"""Tests for alf_entropy/utils/optimizers.py: FusedAdam is torch's fused Adam, bit for bit;
+masked_optimizer_step skips an update exactly, with or without host reads."""
 import pickle
 
+import pytest
 import torch
+import torch.nn as nn
 
-from alf_entropy.utils.optimizers import FusedAdam
+from alf_entropy.utils.optimizers import FusedAdam, masked_optimizer_step
 
 SHAPES = [(64, 4), (64,), (64, 64), (2, 64), (2,)]
 
@@ -122,3 +125,39 @@ def test_grad_scaler_unscales_and_skips_as_with_torchs():
         for key in ("step", "exp_avg", "exp_avg_sq"):
             assert torch.equal(ours_state[i][key], ref_state[i][key]), (i, key)
     assert float(ref_state[0]["step"]) == 5  # the inf step did not count
+
+
+_OPTIMIZERS = {
+    "adam": lambda ps: torch.optim.Adam(ps, lr=0.1),  # restored with torch.where
+    "fused": lambda ps: FusedAdam(ps, lr=0.1),  # skips in its kernel (found_inf)
+    "torch_fused": lambda ps: torch.optim.Adam(ps, lr=0.1, fused=True),
+}
+
+
+@pytest.mark.parametrize("sync_free", [False, True])
+@pytest.mark.parametrize("kind", sorted(_OPTIMIZERS))
+def test_masked_optimizer_step_restores_params_and_state(sync_free, kind):
+    p = nn.Parameter(torch.ones(3))
+    opt = _OPTIMIZERS[kind]([p])
+    for ok, expect_change in ((False, False), (True, True), (False, False), (True, True)):
+        before = p.detach().clone()
+        state = {k: v.clone() for k, v in opt.state.get(p, {}).items()}
+        p.grad = torch.tensor([1.0, float("nan") if not ok else 2.0, 3.0])
+        with torch.profiler.profile() as prof:
+            masked_optimizer_step([opt], torch.tensor(ok), sync_free=sync_free)
+        # Fused optimisers skip in their kernel: no copies to restore.
+        restored = any(e.name == "aten::where" for e in prof.events())
+        assert restored == (sync_free and kind == "adam")
+        assert torch.equal(p.detach(), before) != expect_change
+        if not expect_change:
+            for k, v in opt.state.get(p, {}).items():
+                assert torch.equal(v, state.get(k, torch.zeros_like(v))), k
+        assert not hasattr(opt, "found_inf")
+    assert float(opt.state[p]["step"]) == 2  # skipped steps do not count
+    # The same parameters as two plain steps on the same gradients.
+    q = nn.Parameter(torch.ones(3))
+    ref = _OPTIMIZERS[kind]([q])
+    for grad in ([1.0, 2.0, 3.0], [1.0, 2.0, 3.0]):
+        q.grad = torch.tensor(grad)
+        ref.step()
+    assert torch.equal(p.detach(), q.detach())
