@@ -52,7 +52,8 @@ SacLossInfo = namedtuple(
     ["critic", "actor", "entropy", "q", "alpha"],
     default_value=(),
 )
-"""``LossInfo.extra`` of an update (all detached scalars, for summaries)."""
+"""``LossInfo.extra`` of an update, for summaries: detached per-row ``[N]``
+tensors, and ``alpha`` (0-d)."""
 
 
 def _default_actor(observation_spec: Any, action_spec: Any) -> nn.Module:
@@ -71,6 +72,10 @@ def _default_optimizer(params: List[nn.Parameter]) -> torch.optim.Optimizer:
 
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean over the valid rows.  Unlike ``math_ops.masked_mean`` it multiplies
+    by the mask rather than selecting: a NaN even in an invalid row makes the
+    loss NaN, so the update is skipped instead of back-propagating NaN into
+    the weights under a finite loss."""
     mask = mask.to(x.dtype)
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
