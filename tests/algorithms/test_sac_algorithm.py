@@ -153,6 +153,23 @@ def test_target_critics_follow_by_polyak_averaging():
     assert clone.get_extra_state() == alg.get_extra_state() == {"host_updates": 2}
 
 
+def test_nan_in_an_invalid_row_skips_the_update():
+    # Masking by selection would drop the row from the loss but not from the
+    # weight gradients (0 * NaN): the loss must be non-finite instead.
+    torch.manual_seed(0)
+    alg = _sac(BOX, CONTROLLERS["sgd"])
+    alg.train_step(_bandit_batch(BOX))
+    trained = [p for name, p in alg.named_parameters() if "target" not in name]
+    before = [p.detach().clone() for p in trained]
+    bad = _bandit_batch(BOX)
+    bad.observation[3] = float("nan")
+    bad.valid[3] = False
+    alg.train_step(bad)
+    assert int(alg.num_skipped_updates) == 1
+    assert all(torch.equal(b, p) for b, p in zip(before, trained))
+    assert all(torch.isfinite(p).all() for p in alg.parameters())
+
+
 _DEVICES = [
     "cpu",  # the flag is read on the host
     pytest.param(  # the optimiser skips in its kernel, nothing is read back
