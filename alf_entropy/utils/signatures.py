@@ -20,7 +20,9 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 _VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
 
 
-def forwards_arguments(base_init: Callable[..., Any], supplied: Sequence[str] = ()) -> Callable[[_F], _F]:
+def forwards_arguments(
+    base_init: Callable[..., Any], supplied: Sequence[str] = ()
+) -> Callable[[_F], _F]:
     """Give an ``__init__`` that passes ``**kwargs`` to ``base_init`` the full signature.
 
     Args:

@@ -170,11 +170,10 @@ def test_nan_in_an_invalid_row_skips_the_update():
     assert all(torch.isfinite(p).all() for p in alg.parameters())
 
 
+_NO_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 _DEVICES = [
     "cpu",  # the flag is read on the host
-    pytest.param(  # the optimiser skips in its kernel, nothing is read back
-        "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-    ),
+    pytest.param("cuda", marks=_NO_CUDA),  # skipped in the optimiser's kernel, no host read
 ]
 
 
