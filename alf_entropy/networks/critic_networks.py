@@ -18,7 +18,8 @@ without sending gradients into the critics.
 With ReLU (the default) the gradients come from a hand-written backward
 (``_ReluMLP``): bit for bit autograd's, with fewer graph nodes and
 allocations.  It refuses double backward; ``fused_backward=False`` is plain
-autograd.
+autograd.  Under ``no_grad``, ``torch.compile``, JIT tracing and
+``torch.func`` transforms (``grad``, ``vmap``) the forward is plain ops.
 """
 import math
 from typing import Any, Callable, List, Optional, Sequence, Tuple
@@ -153,17 +154,24 @@ class CriticNetworks(nn.Module):
         params = [p for wb in zip(self.weights, self.biases) for p in wb]
         if detach_params:
             params = [p.detach() for p in params]
-        if self._fused and torch.is_grad_enabled() and not _tracing():
+        if self._fused and torch.is_grad_enabled() and not _transformed():
             out = _ReluMLP.apply(x, *params)
         else:
             out = _mlp_forward(x, params, self._act)[0]
         return out if self._discrete else out.squeeze(-1)
 
 
-def _tracing() -> bool:
-    """Whether ``torch.compile`` or ``torch.jit.trace`` is recording (they get plain ops)."""
+def _transformed() -> bool:
+    """Whether ``torch.compile`` or ``torch.jit.trace`` is recording, or a
+    ``torch.func`` transform (``grad``, ``vmap``, ...) is active: they get
+    plain ops (the hand-written backward is not written for them)."""
     is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
-    return bool(torch._C._get_tracing_state() or (is_compiling and is_compiling()))
+    functorch_active = getattr(torch._C, "_are_functorch_transforms_active", None)
+    return bool(
+        torch._C._get_tracing_state()
+        or (is_compiling and is_compiling())
+        or (functorch_active and functorch_active())
+    )
 
 
 def _mlp_forward(
