@@ -18,8 +18,8 @@ without sending gradients into the critics.
 With ReLU (the default) the gradients come from a hand-written backward
 (``_ReluMLP``): bit for bit autograd's, with fewer graph nodes and
 allocations.  It refuses double backward; ``fused_backward=False`` is plain
-autograd.  Under ``no_grad``, ``torch.compile``, JIT tracing and
-``torch.func`` transforms (``grad``, ``vmap``) the forward is plain ops.
+autograd.  Under ``no_grad``, ``torch.compile``, JIT tracing, ``torch.func``
+transforms (``grad``, ``vmap``) and autocast the forward is plain ops.
 """
 import math
 from typing import Any, Callable, List, Optional, Sequence, Tuple
@@ -154,7 +154,12 @@ class CriticNetworks(nn.Module):
         params = [p for wb in zip(self.weights, self.biases) for p in wb]
         if detach_params:
             params = [p.detach() for p in params]
-        if self._fused and torch.is_grad_enabled() and not _transformed():
+        if (
+            self._fused
+            and torch.is_grad_enabled()
+            and not _transformed()
+            and not _autocast(x.device.type)
+        ):
             out = _ReluMLP.apply(x, *params)
         else:
             out = _mlp_forward(x, params, self._act)[0]
@@ -172,6 +177,16 @@ def _transformed() -> bool:
         or (is_compiling and is_compiling())
         or (functorch_active and functorch_active())
     )
+
+
+def _autocast(device_type: str) -> bool:
+    """Whether autocast is on for ``device_type`` (its mixed dtypes get plain ops)."""
+    try:
+        return torch.is_autocast_enabled(device_type)  # torch >= 2.4
+    except TypeError:
+        if device_type == "cuda":
+            return torch.is_autocast_enabled()
+        return device_type == "cpu" and torch.is_autocast_cpu_enabled()
 
 
 def _mlp_forward(

@@ -147,6 +147,27 @@ def test_torch_func_transforms_work():
     torch.testing.assert_close(per_row, net(obs, act).t())
 
 
+def test_autocast_gets_autograds_values():
+    """Under autocast (mixed dtypes) the critics run plain ops: the same
+    values and gradients as ``fused_backward=False``."""
+    torch.manual_seed(5)
+    net = CriticNetworks(OBS, BOX, fc_layer_params=(16, 16))
+    plain = CriticNetworks(OBS, BOX, fc_layer_params=(16, 16), fused_backward=False)
+    plain.load_state_dict(net.state_dict())
+    obs, act = torch.randn(8, 3), torch.rand(8, 2)
+    results = []
+    for m in (net, plain):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            q = m(obs, act)
+        q.float().sum().backward()
+        results.append((q, [p.grad for p in m.parameters()]))
+    (q, grads), (q_ref, grads_ref) = results
+    assert q.dtype == torch.bfloat16
+    torch.testing.assert_close(q, q_ref, rtol=0, atol=0)
+    for g, g_ref in zip(grads, grads_ref):
+        torch.testing.assert_close(g, g_ref, rtol=0, atol=0)
+
+
 def test_min_over_detached_critics_gives_autograds_gradient():
     """SAC's actor loss: min over critics, so each row's gradient reaches one
     critic (zero rows in the incoming gradient); the result equals autograd's."""
