@@ -345,6 +345,9 @@ class EntropyTargetAlgorithm(EntropyController):
         target = None if self._target.constant else self._target(counting=True)
         if target is not None:
             self._target_now.fill_(target)
+        # The state is float32; so is the entropy it moves on (half-precision
+        # entropies from an autocast policy too).
+        entropy = entropy.to(self._log_alpha.device, torch.float32)
         if self._use_host():
             self._update_host(entropy, count)
         else:
@@ -353,7 +356,7 @@ class EntropyTargetAlgorithm(EntropyController):
                 if self._compiled_update is None:  # compiled once, on first use
                     self._compiled_update = torch.compile(update, fullgraph=True, dynamic=False)
                 update = self._compiled_update
-            update(entropy.to(self._log_alpha.device, torch.float32), count)
+            update(entropy, count)
         alpha = self._log_alpha.exp()
         if self._debug_summaries and summary.should_record_summaries():
             with summary.scope(self._name):

@@ -101,6 +101,18 @@ def test_every_controller_has_the_same_interface(kind, device):
     assert (kind == "sgd") == isinstance(li2.scalar_loss, torch.Tensor)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("kind", sorted(FACTORIES))
+def test_half_precision_entropies_move_alpha_as_their_float32_values(kind, dtype):
+    """An autocast policy's bf16/fp16 entropies are taken in float32."""
+    half, ref = FACTORIES[kind](), FACTORIES[kind]()
+    for h in (1.2, 0.9, 0.4, 0.3, 0.6):
+        entropies = torch.full((8,), h).to(dtype)
+        half.entropy_loss(_entropy(half, entropies))
+        ref.entropy_loss(_entropy(ref, entropies.float()))
+        assert torch.equal(half.alpha, ref.alpha), h
+
+
 def test_sgd_adjust_alpha_steps_its_optimiser_in_the_gradient_direction():
     sgd = SGDEntropyTargetAlgorithm(
         BoundedTensorSpec((), torch.int64, 0, 3), target_entropy=0.5, optimizer=SGD, initial_alpha=1.0
