@@ -35,6 +35,7 @@ from alf_entropy.networks.encoding_network import (
     get_activation,
 )
 from alf_entropy.tensor_specs import BoundedTensorSpec
+from alf_entropy.utils.tracing import is_compiling
 
 __all__ = ["CriticNetworks"]
 
@@ -170,11 +171,10 @@ def _transformed() -> bool:
     """Whether ``torch.compile`` or ``torch.jit.trace`` is recording, or a
     ``torch.func`` transform (``grad``, ``vmap``, ...) is active: they get
     plain ops (the hand-written backward is not written for them)."""
-    is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
     functorch_active = getattr(torch._C, "_are_functorch_transforms_active", None)
     return bool(
         torch._C._get_tracing_state()
-        or (is_compiling and is_compiling())
+        or is_compiling()
         or (functorch_active and functorch_active())
     )
 

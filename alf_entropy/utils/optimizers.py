@@ -17,13 +17,16 @@ become views of one buffer).  Like torch's fused step it honours the
 ``grad_scale``/``found_inf`` attributes that ``torch.amp.GradScaler`` sets
 (unscale in the kernel; skip the step where ``found_inf`` is 1).  Anything
 else (a closure, a missing gradient, several devices or dtypes, options the
-fused kernel is not called with here) goes through torch's own ``step``.
+fused kernel is not called with here, ``torch.compile`` tracing) goes through
+torch's own ``step``.
 Step hooks run as for any torch optimiser.
 """
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
 import gin
 import torch
+
+from alf_entropy.utils.tracing import is_compiling
 
 __all__ = ["FusedAdam", "fused_adam", "masked_optimizer_step"]
 
@@ -146,7 +149,7 @@ class FusedAdam(torch.optim.Adam):
         # class too); the fallback calls torch's unwrapped step so that they
         # run once.
         adam_step = getattr(torch.optim.Adam.step, "__wrapped__", torch.optim.Adam.step)
-        if closure is not None:
+        if closure is not None or is_compiling():  # (its cached views confuse dynamo)
             return adam_step(self, closure)
         lean = self._lean if self._lean is not None else self._build_lean()
         self._lean = lean
