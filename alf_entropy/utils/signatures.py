@@ -9,8 +9,11 @@ With this decorator the subclass writes ``__init__(self, <positional>, *,
 <what differs>, **kwargs)`` and still shows -- to gin, ``help()`` and IDEs --
 the full signature: its positional arguments, then the base's others
 (keyword-only, with the subclass's defaults where it overrides them), then its
-own additions.
+own additions.  Every argument reaches the base explicitly (unset ones with
+their defaults), so gin bindings of a configurable base class
+(``ActorCriticAlgorithm.gamma``) do not leak into the subclass.
 """
+import functools
 import inspect
 from typing import Any, Callable, Sequence, TypeVar
 
@@ -31,8 +34,8 @@ def forwards_arguments(
             the signature, so gin rejects a binding for them).
 
     Returns:
-        A decorator that sets the function's ``__signature__`` (gin reads it
-        through ``inspect``) and returns the function unchanged.
+        A decorator: the function with that ``__signature__`` (gin reads it
+        through ``inspect``), called with every argument of it filled in.
 
     Raises:
         TypeError: if the decorated function has no ``**kwargs``.
@@ -53,7 +56,15 @@ def forwards_arguments(
             p for name, p in own.items()
             if p.kind is inspect.Parameter.KEYWORD_ONLY and name not in base
         ]
-        init.__signature__ = sig.replace(parameters=params)
-        return init
+        full = sig.replace(parameters=params)
+        init.__signature__ = full  # what gin finds when it unwraps the wrapper
+
+        @functools.wraps(init)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            bound = full.bind(*args, **kwargs)
+            bound.apply_defaults()
+            return init(*bound.args, **bound.kwargs)
+
+        return wrapper  # type: ignore[return-value]
 
     return decorate

@@ -2,6 +2,7 @@
 import functools
 import math
 
+import gin
 import numpy as np
 import pytest
 import torch
@@ -216,3 +217,16 @@ def test_entropy_target_update_frequency_on_cartpole(tmp_path):
 def test_entropy_target_update_must_be_known():
     with pytest.raises(ValueError, match="entropy_target_update"):
         _ppo(entropy_target_update="per_epoch")
+
+
+def test_gin_bindings_of_actor_critic_do_not_reach_ppo():
+    """PPO names only what differs from ActorCriticAlgorithm, yet, as when it
+    listed every argument, ``ActorCriticAlgorithm.*`` bindings configure A2C
+    alone and ``PPOAlgorithm.*`` ones every PPO argument."""
+    gin.clear_config()
+    try:
+        gin.parse_config("ActorCriticAlgorithm.gamma = 0.5\nPPOAlgorithm.td_lambda = 0.9")
+        ppo = _ppo()
+        assert ppo._gamma == 0.99 and ppo._td_lambda == 0.9
+    finally:
+        gin.clear_config()

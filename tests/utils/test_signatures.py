@@ -7,6 +7,7 @@ import pytest
 from alf_entropy.utils.signatures import forwards_arguments
 
 
+@gin.configurable(module="test_signatures")
 class _Base:
     def __init__(self, spec, gamma=0.99, steps=1, name="base", lr=None):
         self.args = dict(spec=spec, gamma=gamma, steps=steps, name=name, lr=lr)
@@ -40,6 +41,27 @@ def test_gin_binds_forwarded_arguments_and_rejects_unknown_ones():
                 gin.parse_config(bad)
     finally:
         gin.clear_config()
+
+
+def test_base_class_bindings_do_not_leak_into_the_subclass():
+    # gin applies a configurable class's bindings to every call of its
+    # __init__, super() calls included, for the arguments not passed: each
+    # forwarded argument is passed, so _Base.gamma stays _Base's.
+    gin.clear_config()
+    try:
+        gin.parse_config("_Base.gamma = 0.5")
+        assert _Base("obs").args["gamma"] == 0.5
+        assert _Sub("obs").args["gamma"] == 0.99
+        assert _Sub("obs", gamma=0.7).args["gamma"] == 0.7
+    finally:
+        gin.clear_config()
+
+
+def test_unknown_or_supplied_arguments_fail_clearly():
+    with pytest.raises(TypeError, match="steps"):
+        _Sub("obs", steps=2)
+    with pytest.raises(TypeError, match="gama"):
+        _Sub("obs", gama=0.5)
 
 
 def test_needs_kwargs():
