@@ -97,12 +97,19 @@ class ReplayBuffer:
                 first call fixes the structure, shapes and dtypes.
 
         Raises:
+            TypeError: if a leaf is not a tensor (e.g. a NumPy array).
             ValueError: if the structure or a leaf shape differs from the
                 first batch, or ``B`` exceeds the capacity.
         """
+        leaves = nest.flatten(batch)
+        for x in leaves:
+            if not isinstance(x, torch.Tensor):
+                raise TypeError(
+                    f"ReplayBuffer.add: every leaf of batch must be a torch.Tensor, got "
+                    f"{type(x).__name__} (convert with torch.as_tensor)"
+                )
         if self._storage is None:
             self._allocate(batch)
-        leaves = nest.flatten(batch)
         if len(leaves) != len(self._flat):
             raise ValueError(
                 f"ReplayBuffer.add: batch has {len(leaves)} fields, the buffer {len(self._flat)}"

@@ -1,4 +1,5 @@
 """ReplayBuffer: ring-buffer writes, uniform sampling, state round trip, errors."""
+import numpy as np
 import pytest
 import torch
 
@@ -65,6 +66,8 @@ def test_bad_inputs():
     buf = ReplayBuffer(4)
     with pytest.raises(ValueError, match="empty"):
         buf.sample(2)
+    with pytest.raises(TypeError, match="torch.Tensor, got ndarray"):  # first add
+        buf.add({"obs": np.zeros((2, 3), np.float32)})
     with pytest.raises(ValueError, match="capacity"):
         buf.add(_batch(0, 5))
     buf.add(_batch(0, 2))
