@@ -272,8 +272,7 @@ class Algorithm(nn.Module):
 
     def after_update(self, *args: Any, **kwargs: Any) -> None:
         """Called after each gradient update; calls the sub-algorithms'."""
-        subs = self._tree_cache.get("subs")
-        for alg in self.sub_algorithms() if subs is None else subs:
+        for alg in self.sub_algorithms():
             alg.after_update(*args, **kwargs)
 
     # ------------------------------------------------------------ optimisers
