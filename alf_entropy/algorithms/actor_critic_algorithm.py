@@ -61,6 +61,7 @@ from alf_entropy.data_structures import (
 from alf_entropy.networks import ActorDistributionNetwork, ValueNetwork, call_module, mode_of
 from alf_entropy.networks.distributions import Categorical, categorical_log_prob
 from alf_entropy.utils import dist_utils, math_ops, nest, schedulers, summary, value_ops
+from alf_entropy.utils.checks import check_real
 from alf_entropy.utils.optimizers import fused_adam
 
 __all__ = [
@@ -198,6 +199,11 @@ class ActorCriticAlgorithm(Algorithm):
             unroll the fast rate (log 2 per update) can swing ``alpha`` by
             orders of magnitude within one unroll; once per unroll it moves
             at most one step per unroll.
+        max_alpha_change_per_iteration: opt-in cap (> 1): within one
+            iteration (``num_epochs x num_minibatches`` updates) ``alpha``
+            (each action's, for a nested controller) moves at most by this
+            factor from where the iteration started, whatever the controller.
+            None: no cap.
         max_grad_norm: clip the global gradient norm to this (``None``: no
             clipping).
         num_epochs: passes over each unroll (1 for A2C).
@@ -227,6 +233,7 @@ class ActorCriticAlgorithm(Algorithm):
         enforce_entropy_target: bool = False,
         entropy_target_cls: Optional[Callable[..., Algorithm]] = None,
         entropy_target_update: str = "per_minibatch",
+        max_alpha_change_per_iteration: Optional[float] = None,
         max_grad_norm: Optional[float] = 0.5,
         num_epochs: int = 1,
         num_minibatches: int = 1,
@@ -265,6 +272,13 @@ class ActorCriticAlgorithm(Algorithm):
                 f"{entropy_target_update!r}"
             )
         self._per_iteration = entropy_target_update == "per_iteration"
+        self._log_alpha_cap = None
+        if max_alpha_change_per_iteration is not None:
+            check_real("max_alpha_change_per_iteration", max_alpha_change_per_iteration)
+            if max_alpha_change_per_iteration <= 1:
+                raise ValueError("max_alpha_change_per_iteration must be > 1 or None, got "
+                                 f"{max_alpha_change_per_iteration!r}")
+            self._log_alpha_cap = math.log(max_alpha_change_per_iteration)
         self._iteration_entropies: List[Any] = []
         if enforce_entropy_target and entropy_regularization is not None:
             raise ValueError(
@@ -653,6 +667,7 @@ class ActorCriticAlgorithm(Algorithm):
         """
         exp = self.preprocess_experience(experience, final_time_step)
         loss_info = train_info = mask = None
+        capped = self._cap_alpha_change(True)
         for _ in range(self._num_epochs):
             for batch in self._minibatches(exp):
                 train_info = self.train_step(batch).info
@@ -669,9 +684,23 @@ class ActorCriticAlgorithm(Algorithm):
             self._entropy_target_algorithm.adjust_alpha(
                 nest.map_structure(lambda *m: torch.stack(m).mean(), *means)
             )
+        if capped:
+            self._cap_alpha_change(False)
         if summary.should_record_summaries():
             self.summarize_train(last_batch, loss_info, train_info, mask)
         return loss_info, train_info, mask
+
+    def _cap_alpha_change(self, start: bool) -> bool:
+        """Start (or end) ``max_alpha_change_per_iteration``'s limits on every leaf controller."""
+        if self._log_alpha_cap is None or self._entropy_target_algorithm is None:
+            return False
+        for leaf in self._entropy_target_algorithm.leaf_algorithms().values():
+            if not start:
+                leaf.set_log_alpha_limits(None, None)
+            elif getattr(leaf, "_adaptive", False):
+                now = leaf.log_alpha.detach().clone()
+                leaf.set_log_alpha_limits(now - self._log_alpha_cap, now + self._log_alpha_cap)
+        return True
 
     def summarize_train(
         self,

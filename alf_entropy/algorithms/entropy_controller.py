@@ -41,6 +41,7 @@ from alf_entropy.utils.checks import check_real, is_real
 from alf_entropy.utils.dist_utils import (
     calc_default_target_entropy,
     calc_max_possible_entropy,
+    entropy_per_log_alpha,
     entropy_with_fallback,
 )
 from alf_entropy.utils.math_ops import masked_mean
@@ -62,6 +63,17 @@ EntropyTargetInfo = namedtuple("EntropyTargetInfo", ["loss"], default_value=())
 TargetArg = Optional[Union[float, Callable[[], float]]]
 PROGRESS_GRACE = 10
 """Updates after which a scheduled target whose progress was never fed warns."""
+WINDUP_CLIMB = 4.0
+"""The windup watch judges the entropy's response each time ``alpha`` has climbed this factor."""
+WINDUP_RESPONSE = 0.1
+"""The windup watch: a response under this fraction of the nominal one
+(``entropy_per_log_alpha`` of the spec per unit of ``log_alpha``) is a stall."""
+WINDUP_WINDOW = 100
+"""The windup watch: updates below the target before an unreachable target is reported."""
+WATCH_EMA = 0.9
+"""Smoothing of the entropy that the windup watch and ``SettledAnnealing`` compare."""
+BAND = 0.05
+"""The relative band around the target: below ``target - BAND * |target|`` is "below"."""
 
 
 class TargetEntropy:
@@ -93,7 +105,10 @@ class TargetEntropy:
         if not callable(target_entropy):
             target_entropy = schedulers.ConstantScheduler(check_real("target_entropy", target_entropy))
         self.fn = target_entropy
+        # Constant on the host; an annealing target moves on the device (the
+        # controller's watch).
         self.constant = isinstance(target_entropy, schedulers.ConstantScheduler)
+        self.annealing = target_entropy if isinstance(target_entropy, schedulers.SettledAnnealing) else None
         self._name, self._updates, self._warned = name, 0, set()
         try:
             known_max = target_entropy.max_value()
@@ -173,6 +188,9 @@ class EntropyController(Algorithm):
         TypeError: if ``action_spec`` is not a non-empty nest of ``TensorSpec``.
     """
 
+    _adaptive = True
+    """Whether the controller moves its own ``log_alpha`` (and is watched)."""
+
     def __init__(self, action_spec: Any, optimizer: OptimizerArg = None,
                  debug_summaries: bool = False, name: str = "EntropyController"):
         super().__init__(optimizer=optimizer, debug_summaries=debug_summaries, name=name)
@@ -180,6 +198,162 @@ class EntropyController(Algorithm):
         if not specs or not all(isinstance(s, TensorSpec) for s in specs):
             raise TypeError(f"action_spec must be a non-empty nest of TensorSpec, got {action_spec!r}")
         self._action_spec = action_spec
+        self._target: Optional[TargetEntropy] = None
+        # The windup watch (``_watch``): saved, so a resumed run warns alike.
+        if self._adaptive:
+            zeros = functools.partial(torch.zeros, ())
+            self.register_buffer("_watch_entropy", zeros(dtype=torch.float32))
+            self.register_buffer("_watch_ref", zeros(dtype=torch.float32))
+            self.register_buffer("_watch_ref_entropy", zeros(dtype=torch.float32))
+            self.register_buffer("_watch_below", zeros(dtype=torch.int64))
+            self.register_buffer("_watch_count", zeros(dtype=torch.int64))
+            self.register_buffer("_stalled", zeros(dtype=torch.bool))
+        self._max_log_alpha_watch = math.inf
+        self._entropy_scale = entropy_per_log_alpha(action_spec)
+        self._warned_unreachable = False
+        self._log_alpha_limits: Optional[Tuple[torch.Tensor, torch.Tensor]] = None
+
+    def _init_target(self, target_entropy: TargetArg) -> TargetEntropy:
+        """Make ``self._target`` and the ``_target_now`` buffer the update reads.
+
+        An annealing target (``SettledAnnealing``) is state: its buffers are saved.
+        """
+        self._target = TargetEntropy(target_entropy, self._action_spec, self._name)
+        annealing = self._target.annealing is not None
+        self.register_buffer("_target_now", torch.tensor(self._target.initial, dtype=torch.float32),
+                             persistent=annealing)
+        if annealing:
+            self.register_buffer("_settled", torch.zeros((), dtype=torch.int64))
+        return self._target
+
+    def _refresh_target(self) -> Optional[float]:
+        """Evaluate a scheduled target on the host into ``_target_now``; its value, or None."""
+        if self._target.constant:
+            return None
+        value = self._target(counting=True)
+        self._target_now.fill_(value)
+        return value
+
+    def _current_target(self) -> float:
+        """The target now, on the host (an annealed one is read from its buffer)."""
+        if self._target.annealing is not None:
+            return float(self._target_now)
+        return self._target()
+
+    def _reads_host(self) -> bool:
+        """Whether the update already runs on the host (then reading its state is free)."""
+        return False
+
+    @property
+    def unreachable_target(self) -> torch.Tensor:
+        """True (0-d bool) while the target looks unreachable: the entropy has
+        stayed below it for ``WINDUP_WINDOW`` updates while ``alpha`` climbed
+        without a matching response (``_watch``) or sits at its ceiling."""
+        if not self._adaptive:
+            return self.stage.new_zeros((), dtype=torch.bool)
+        at_ceiling = self.log_alpha >= self._max_log_alpha_watch - 1e-6
+        return (self._watch_below >= WINDUP_WINDOW) & (self._stalled | at_ceiling)
+
+    def _windup_stalled(self) -> torch.Tensor:
+        """True (0-d bool) while ``alpha`` climbs without the entropy responding (``_watch``)."""
+        return self._stalled
+
+    def set_log_alpha_limits(self, low: Optional[torch.Tensor], high: Optional[torch.Tensor]) -> None:
+        """Keep ``log_alpha`` in ``[low, high]`` after every update until cleared.
+
+        E.g. an actor-critic's cap on how far alpha may move in one iteration.
+
+        Args:
+            low: lower bound (0-d tensor on the controller's device), or None
+                (with ``high`` None) to clear the limits.
+            high: upper bound (likewise).
+        """
+        self._log_alpha_limits = None if low is None else (low, high)
+
+    def _advance(self, entropy: torch.Tensor, count: Optional[torch.Tensor]) -> Tuple[torch.Tensor, Any]:
+        """``_update``, then the watch (windup, annealing); ``(alpha, scalar_loss)``."""
+        alpha, scalar_loss = self._update(entropy, count)
+        if self._adaptive:
+            if self._apply_log_alpha_limits():
+                alpha = self.alpha
+            self._watch(entropy, count)
+        return alpha, scalar_loss
+
+    def _apply_log_alpha_limits(self) -> bool:
+        """Clamp ``log_alpha`` to ``set_log_alpha_limits``'s range; whether any is set."""
+        if self._log_alpha_limits is None:
+            return False
+        low, high = self._log_alpha_limits
+        with torch.no_grad():
+            log_alpha = self._log_alpha
+            log_alpha.copy_(torch.minimum(torch.maximum(log_alpha, low), high))
+        return True
+
+    def _watch(self, entropy: torch.Tensor, count: Optional[torch.Tensor]) -> None:
+        """Track a smoothed entropy against the target after an update (tensor ops only).
+
+        * windup: in a spell of updates below the target, each time ``alpha``
+          has climbed ``WINDUP_CLIMB``-fold, compare the entropy's rise with
+          the nominal ``entropy_per_log_alpha``; under ``WINDUP_RESPONSE`` of
+          it, ``_stalled`` (the PID controller then stops integrating
+          upwards) until the entropy catches up or the spell ends.
+        * ``SettledAnnealing``: after ``window`` consecutive updates within
+          ``tolerance`` of the target, lower it.
+        """
+        valid = torch.isfinite(entropy)
+        if count is not None:
+            valid = valid & (count > 0)
+        h = torch.nan_to_num(entropy.detach().to(torch.float32))
+        first = self._watch_count == 0
+        ema = torch.where(first, h, WATCH_EMA * self._watch_entropy + (1 - WATCH_EMA) * h)
+        ema = torch.where(valid, ema, self._watch_entropy)
+        target = self._target_now
+        log_alpha = self.log_alpha.detach()
+        below = torch.where(valid, torch.where(ema < target, self._watch_below + 1, 0),
+                            self._watch_below)
+        # Judge the response each time alpha has climbed WINDUP_CLIMB-fold
+        # since the reference (taken when the spell began): a good one moves
+        # the reference up; a poor one stalls until the entropy catches up.
+        climbed = log_alpha - self._watch_ref
+        response = (ema - self._watch_ref_entropy) / self._entropy_scale
+        poor = response < WINDUP_RESPONSE * climbed
+        judged = climbed >= math.log(WINDUP_CLIMB)
+        restart = valid & ((below == 1) | (judged & ~poor) | (climbed < 0))
+        stalled = valid & (below > 0) & ~restart & (self._stalled | (judged & poor))
+        stalled = torch.where(valid, stalled, self._stalled)
+        self._watch_entropy.copy_(ema)
+        self._watch_below.copy_(below)
+        self._watch_ref.copy_(torch.where(restart, log_alpha, self._watch_ref))
+        self._watch_ref_entropy.copy_(torch.where(restart, ema, self._watch_ref_entropy))
+        self._stalled.copy_(stalled)
+        anneal = self._target.annealing
+        if anneal is not None:
+            near = (ema - target).abs() <= anneal.tolerance * target.abs()
+            settled = torch.where(valid, torch.where(near, self._settled + 1, 0), self._settled)
+            fire = settled >= anneal.window
+            lowered = torch.clamp(target - (1 - anneal.factor) * target.abs(), min=anneal.final)
+            self._target_now.copy_(torch.where(fire, lowered, target))
+            self._settled.copy_(torch.where(fire, 0, settled))
+        recording = summary.should_record_summaries()
+        if recording:
+            with summary.scope(self._name):
+                summary.scalar("unreachable_target", self.unreachable_target)
+                if anneal is not None:
+                    summary.scalar("target_entropy", self._target_now)
+        # Read on the host only where it costs nothing more: a summary step
+        # (already synchronising) or a host-path update.
+        if not self._warned_unreachable and (recording or self._reads_host()):
+            if bool(self.unreachable_target):
+                self._warned_unreachable = True
+                message = (
+                    f"{self._name}: the entropy ({float(ema):.4g}) has stayed below the target "
+                    f"({float(target):.4g}) for {int(below)} updates while alpha climbed to "
+                    f"{float(log_alpha.exp()):.4g}; the target looks unreachable for this policy. "
+                    "Lower target_entropy (e.g. greedy_probability_target or SettledAnnealing) "
+                    "or set max_alpha."
+                )
+                logging.warning(message)
+                warnings.warn(message, stacklevel=3)
 
     @classmethod
     def from_space(cls, space: Any, **kwargs: Any) -> "EntropyController":
@@ -232,7 +406,7 @@ class EntropyController(Algorithm):
             TypeError: if ``entropy`` is neither a number nor a tensor.
             ValueError: if it is a tensor with more than one element.
         """
-        alpha, _ = self._update(_scalar_entropy(entropy, self.stage), None)
+        alpha, _ = self._advance(_scalar_entropy(entropy, self.stage), None)
         return alpha
 
     def entropy_loss(self, entropy: torch.Tensor, mask: Optional[torch.Tensor] = None,
@@ -274,7 +448,7 @@ class EntropyController(Algorithm):
         neg_mean, count = masked_mean(detached, mask)
         # Data-parallel: the mean over every rank's batch, so alpha is one.
         pooled, pooled_count = distributed.all_reduce_masked_mean(neg_mean, count)
-        alpha, scalar_loss = self._update(-pooled, pooled_count)
+        alpha, scalar_loss = self._advance(-pooled, pooled_count)
         if self._debug_summaries and summary.should_record_summaries():
             square, _ = masked_mean(detached * detached, mask)
             with summary.scope(self._name):
@@ -373,6 +547,8 @@ class FixedEntropyCoefficient(EntropyController):
         >>> fixed.entropy_loss(torch.full((4,), 1.0)).loss  # -alpha * entropy, every update
         tensor([-0.0500, -0.0500, -0.0500, -0.0500])
     """
+
+    _adaptive = False
 
     def __init__(self, action_spec: Any, alpha: float = 0.01, target_entropy: Optional[float] = None,
                  debug_summaries: bool = False, name: str = "FixedEntropyCoefficient"):

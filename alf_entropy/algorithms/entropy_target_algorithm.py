@@ -35,7 +35,6 @@ from alf_entropy.algorithms.entropy_controller import (
     EntropyTargetLossInfo,
     FixedEntropyCoefficient,
     TargetArg,
-    TargetEntropy,
     _scalar_entropy,
 )
 from alf_entropy.data_structures import LossInfo
@@ -245,7 +244,7 @@ class EntropyTargetAlgorithm(EntropyController):
             raise ValueError(f"update_mode must be one of {_UPDATE_MODES}, got {update_mode!r}")
         if min_alpha > 0 and initial_alpha < min_alpha:
             raise ValueError(f"initial_alpha ({initial_alpha}) must be >= min_alpha ({min_alpha})")
-        self._target = TargetEntropy(target_entropy, action_spec, name)
+        self._init_target(target_entropy)
         if max_entropy is not None:
             max_entropy = check_real("max_entropy", max_entropy)
             if self._target.initial > max_entropy:
@@ -272,7 +271,6 @@ class EntropyTargetAlgorithm(EntropyController):
         consts = (min_log_alpha, _seed_rate(slow_update_rate), _seed_rate(fast_update_rate))
         self.register_buffer("_consts64", torch.tensor(consts, dtype=torch.float64), persistent=False)
         self.register_buffer("_very_slow", f32(very_slow_update_rate), persistent=False)
-        self.register_buffer("_target_now", f32(self._target.initial), persistent=False)
         self._host_consts = (np.float32(very_slow_update_rate), *map(np.float64, consts[1:]),
                              np.float64(min_log_alpha))
         # Opt-in additions: buffers only when used, so the default state_dict
@@ -284,6 +282,7 @@ class EntropyTargetAlgorithm(EntropyController):
         self._max_log_alpha = None
         if max_alpha is not None:
             self._max_log_alpha = np.float32(math.log(max_alpha))
+            self._max_log_alpha_watch = float(self._max_log_alpha)
             self.register_buffer("_max_log_alpha_t", f32(self._max_log_alpha), persistent=False)
         self._compiled_update: Optional[Callable[..., None]] = None
 
@@ -325,12 +324,15 @@ class EntropyTargetAlgorithm(EntropyController):
     @property
     def target_entropy(self) -> float:
         """The target's current value (evaluated now, on the host)."""
-        return self._target()
+        return self._current_target()
 
     @property
     def target_entropy_fn(self) -> Callable[[], float]:
         """The target as a zero-argument callable (a scheduler)."""
         return self._target.fn
+
+    def _reads_host(self) -> bool:
+        return self._use_host()
 
     def _use_host(self) -> bool:
         on_cpu = self._log_alpha.device.type == "cpu"
@@ -421,6 +423,8 @@ class NestedEntropyTargetAlgorithm(EntropyController):
 
     Args:
         action_spec: a nest of ``BoundedTensorSpec``.
+        leaf_cls: the controller of each leaf (``EntropyTargetAlgorithm``,
+            ``PIDEntropyTargetAlgorithm``, ...).
         target_entropy: None (each leaf's default), a nest shaped like
             ``action_spec``, or a list with one entry per leaf (in
             ``nest.flatten`` order); entries are numbers, callables or None.
@@ -428,16 +432,19 @@ class NestedEntropyTargetAlgorithm(EntropyController):
             ``target_entropy`` of numbers/None.
         debug_summaries: passed to every leaf controller.
         name: the name; leaf controllers are named ``name/path``.
-        **kwargs: the other ``EntropyTargetAlgorithm`` arguments, shared.
+        **kwargs: the leaf controller's other arguments, shared.
 
     Raises:
         ValueError: if ``target_entropy``/``max_entropy`` do not match
             ``action_spec``.
     """
 
+    _adaptive = False  # the leaves are
+
     def __init__(
         self,
         action_spec: Any,
+        leaf_cls: Callable[..., EntropyController] = EntropyTargetAlgorithm,
         target_entropy: Any = None,
         max_entropy: Any = None,
         debug_summaries: bool = False,
@@ -451,13 +458,17 @@ class NestedEntropyTargetAlgorithm(EntropyController):
             max_entropy = [max_entropy] * len(specs)
         targets = self._per_leaf(target_entropy, "target_entropy")
         maxes = self._per_leaf(max_entropy, "max_entropy")
+        if any(m is not None for m in maxes):
+            kwargs_of = [dict(kwargs, max_entropy=m) for m in maxes]
+        else:  # leaf controllers without max_entropy (the PID one) accept this too
+            kwargs_of = [kwargs] * len(maxes)
         # Keyed by path ("." is not allowed in module names): the state_dict
         # reads e.g. "_leaves.arm/grip._log_alpha".
         self._leaves = nn.ModuleDict(
             (path.replace(".", "/") or "action",
-             EntropyTargetAlgorithm(spec, target_entropy=t, max_entropy=m,
-                                    debug_summaries=debug_summaries, name=f"{name}/{path}", **kwargs))
-            for path, spec, t, m in zip(self._paths, specs, targets, maxes)
+             leaf_cls(spec, target_entropy=t, debug_summaries=debug_summaries,
+                      name=f"{name}/{path}", **kw))
+            for path, spec, t, kw in zip(self._paths, specs, targets, kwargs_of)
         )
 
     def _per_leaf(self, value: Any, arg_name: str = "entropy") -> list:
@@ -475,7 +486,7 @@ class NestedEntropyTargetAlgorithm(EntropyController):
                 f"one entry per action ({n}): {e}"
             ) from e
 
-    def leaf_algorithms(self) -> Dict[str, "EntropyTargetAlgorithm"]:
+    def leaf_algorithms(self) -> Dict[str, EntropyController]:
         """The per-leaf controllers keyed by their path in the action spec."""
         return dict(zip(self._paths, self._leaves.values()))
 
@@ -569,10 +580,9 @@ class SGDEntropyTargetAlgorithm(EntropyController):
         super().__init__(action_spec, optimizer=optimizer, debug_summaries=debug_summaries, name=name)
         check_real("initial_alpha", initial_alpha, positive=True)
         check_int("window_size", window_size, minimum=1)
-        self._target = TargetEntropy(target_entropy, action_spec, name)
+        self._init_target(target_entropy)
         self._log_alpha = nn.Parameter(torch.tensor(math.log(initial_alpha), dtype=torch.float32))
         self._avg_entropy = ScalarWindowAverager(window_size)
-        self.register_buffer("_target_now", torch.tensor(self._target.initial), persistent=False)
         # Always "adjusting": reported as stage 1 so logs read alike.
         self.register_buffer("_stage", torch.tensor(1, dtype=torch.int32), persistent=False)
         self._standalone_optimizer: Optional[torch.optim.Optimizer] = None
@@ -595,7 +605,7 @@ class SGDEntropyTargetAlgorithm(EntropyController):
     @property
     def target_entropy(self) -> float:
         """The target's current value."""
-        return self._target()
+        return self._current_target()
 
     def adjust_alpha(self, entropy: Union[float, torch.Tensor]) -> torch.Tensor:
         """One optimiser step of ``log_alpha`` on SAC's loss (see the class).
@@ -606,7 +616,7 @@ class SGDEntropyTargetAlgorithm(EntropyController):
         Returns:
             The new ``alpha``.
         """
-        _, loss = self._update(_scalar_entropy(entropy, self._log_alpha), None)
+        _, loss = self._advance(_scalar_entropy(entropy, self._log_alpha), None)
         (grad,) = torch.autograd.grad(loss, [self._log_alpha])
         optimizer = self.optimizers()[0] if self._optimizer_arg is not None else self.parent_optimizer
         if optimizer is None:
@@ -622,6 +632,7 @@ class SGDEntropyTargetAlgorithm(EntropyController):
         optimizer.step()
         for p, g in zip(params, saved):
             p.grad = g
+        self._apply_log_alpha_limits()
         return self.alpha
 
     def _update(self, entropy: torch.Tensor, count: Optional[torch.Tensor]) -> Tuple[torch.Tensor, Any]:

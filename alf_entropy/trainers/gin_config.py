@@ -39,6 +39,7 @@ DEFAULT_GIN_FILE = "ppo_cartpole.gin"
 
 _CONFIGURABLE_MODULES = (
     "alf_entropy.algorithms.entropy_target_algorithm",
+    "alf_entropy.algorithms.pid_entropy_target_algorithm",
     "alf_entropy.algorithms.actor_critic_algorithm",
     "alf_entropy.algorithms.ppo_algorithm",
     "alf_entropy.algorithms.sac_algorithm",

@@ -33,6 +33,8 @@ from alf_entropy.utils import nest
 from alf_entropy.utils.checks import check_int
 
 __all__ = [
+    "greedy_probability_target",
+    "entropy_per_log_alpha",
     "calc_default_target_entropy",
     "calc_default_max_entropy",
     "calc_max_possible_entropy",
@@ -96,6 +98,66 @@ def _check_bounded(spec: TensorSpec, fn_name: str) -> Tuple[np.ndarray, np.ndarr
             f"minimum; every distribution over it has entropy -inf"
         )
     return lo, hi
+
+
+@gin.configurable
+def greedy_probability_target(p: float, num_actions: int) -> float:
+    r"""The entropy of a policy that picks its greedy action with probability ``p``.
+
+    The other ``N - 1`` actions share ``1 - p`` evenly:
+    :math:`-p \log p - (1 - p) \log\frac{1 - p}{N - 1}`.  A target users can
+    state ("act greedily 80% of the time") for a ``Categorical`` policy; in
+    gin: ``target_entropy = @greedy_probability_target()`` with
+    ``greedy_probability_target.p`` and ``.num_actions`` bound.
+
+    Args:
+        p: the greedy action's probability, in ``[1/N, 1]``.
+        num_actions: ``N >= 2``.
+
+    Returns:
+        The entropy in nats (``log N`` at ``p = 1/N``, 0 at ``p = 1``).
+
+    Raises:
+        TypeError: if ``p`` is not a real number.
+        ValueError: if ``num_actions < 2`` or ``p`` is outside ``[1/N, 1]``.
+    """
+    n = check_int("num_actions", num_actions, minimum=2)
+    if isinstance(p, bool) or not isinstance(p, (int, float, np.floating, np.integer)):
+        raise TypeError(f"p must be a real number, got {type(p).__name__}: {p!r}")
+    if not 1.0 / n <= p <= 1.0:
+        raise ValueError(f"p must be in [1/num_actions, 1] = [{1.0 / n:.4g}, 1], got {p!r}")
+    rest = 1.0 - p
+    h = -p * math.log(p) if p > 0 else 0.0
+    return float(h - rest * math.log(rest / (n - 1)) if rest > 0 else h)
+
+
+def entropy_per_log_alpha(spec: Any) -> float:
+    """How much the entropy of ``spec``'s policies moves per unit of ``log_alpha``.
+
+    A Boltzmann-like policy's nominal sensitivity: ``0.5`` per continuous
+    element (a Gaussian's std grows as ``sqrt(alpha)``), ``0.5 log N`` per
+    discrete element with ``N`` actions, summed over the elements and the
+    nest.  It scales the PID controller's error and the windup watch.
+
+    Args:
+        spec: a ``BoundedTensorSpec`` or a nest of them.
+
+    Returns:
+        The sensitivity (> 0).
+
+    Raises:
+        ValueError: if no element of the spec admits any entropy.
+    """
+    scale = 0.0
+    for leaf in _spec_leaves(spec, "entropy_per_log_alpha"):
+        if leaf.is_continuous or not isinstance(leaf, BoundedTensorSpec):
+            scale += 0.5 * leaf.numel
+        else:
+            lo, hi = _element_bounds(leaf)
+            scale += float(np.sum(0.5 * np.log(np.maximum(hi - lo + 1, 1))))
+    if scale <= 0:
+        raise ValueError(f"entropy_per_log_alpha: spec {spec!r} admits no entropy to control")
+    return scale
 
 
 @gin.configurable

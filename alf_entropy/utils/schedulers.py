@@ -31,7 +31,7 @@ import bisect
 import math
 import numbers
 from functools import partial
-from typing import Any, Callable, Dict, List, Mapping, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import gin
 
@@ -53,6 +53,7 @@ __all__ = [
     "ExponentialScheduler",
     "CyclicalScheduler",
     "as_scheduler",
+    "SettledAnnealing",
 ]
 
 PROGRESS_TYPES: Tuple[str, ...] = (
@@ -341,6 +342,52 @@ class ConstantScheduler:
     def __repr__(self) -> str:
         """Return an ALF-style, constructor-like description."""
         return str(self._value)
+
+
+@gin.configurable
+class SettledAnnealing(ConstantScheduler):
+    """A target that steps down once the entropy has settled on it (TES-SAC).
+
+    Xu et al. 2021 ("Target Entropy Annealing for Discrete Soft Actor-Critic"):
+    when the entropy has stayed within ``tolerance`` (relative) of the target
+    for ``window`` consecutive controller updates, the target is lowered by
+    ``(1 - factor) * |target|`` (never below ``final``), and the count starts
+    over.  The controller runs the rule on its device (no host reads) and
+    saves the target it is at in its ``state_dict``; its ``target_entropy``
+    (and the trainers' ``target_entropy`` summary) reports it.  Called on the
+    host, this object returns the starting target.
+
+    Args:
+        initial: the starting target.
+        factor: how much of the target is kept at each step, in ``(0, 1)``.
+        tolerance: the relative band around the target that counts as
+            settled, in ``(0, 1)``.
+        window: consecutive settled updates before a step (>= 1).
+        final: the lowest target; None: ``-inf`` (no floor).
+
+    Raises:
+        TypeError, ValueError: for arguments of the wrong type or range.
+    """
+
+    def __init__(self, initial: numbers.Real, factor: float = 0.9, tolerance: float = 0.05,
+                 window: int = 1000, final: Optional[numbers.Real] = None) -> None:
+        super().__init__(initial)
+        self.factor = _check_real(factor, "factor")
+        self.tolerance = _check_real(tolerance, "tolerance")
+        for name, value in (("factor", self.factor), ("tolerance", self.tolerance)):
+            if not 0 < value < 1:
+                raise ValueError(f"{name} must be in (0, 1), got {value!r}")
+        if isinstance(window, bool) or not isinstance(window, numbers.Integral) or window < 1:
+            raise ValueError(f"window must be an int >= 1, got {window!r}")
+        self.window = int(window)
+        self.final = -math.inf if final is None else _check_real(final, "final")
+        if self.final > self._value:
+            raise ValueError(f"final ({final}) must be <= initial ({initial})")
+
+    def __repr__(self) -> str:
+        """Return an ALF-style, constructor-like description."""
+        return (f"SettledAnnealing(initial={self._value}, factor={self.factor}, "
+                f"tolerance={self.tolerance}, window={self.window}, final={self.final})")
 
 
 @gin.configurable

@@ -230,3 +230,24 @@ def test_gin_bindings_of_actor_critic_do_not_reach_ppo():
         assert ppo._gamma == 0.99 and ppo._td_lambda == 0.9
     finally:
         gin.clear_config()
+
+
+@pytest.mark.parametrize("cap", [None, 1.5])
+def test_max_alpha_change_per_iteration_bounds_any_controller(cap):
+    """ALF's fast rate (log 2 per update) moves alpha x2 per update; the cap
+    keeps a whole iteration (16 updates) within x1.5."""
+    alg = _ppo(enforce_entropy_target=True, max_alpha_change_per_iteration=cap,
+               entropy_target_cls=functools.partial(EntropyTargetAlgorithm, target_entropy=0.69,
+                                                    skip_free_stage=True))
+    exp, final = _unroll(alg, [[F] * 4] + [[M] * 4] * 16)
+    before = alg.entropy_target_algorithm.alpha.item()
+    alg.train_from_unroll(exp, final)
+    ratio = alg.entropy_target_algorithm.alpha.item() / before
+    assert (ratio <= 1.5 + 1e-5) == (cap is not None), ratio
+    if cap is not None:  # the limits end with the iteration
+        assert alg.entropy_target_algorithm._log_alpha_limits is None
+
+
+def test_max_alpha_change_per_iteration_must_exceed_one():
+    with pytest.raises(ValueError, match="max_alpha_change_per_iteration"):
+        _ppo(enforce_entropy_target=True, max_alpha_change_per_iteration=1.0)

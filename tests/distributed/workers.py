@@ -39,10 +39,13 @@ def controllers():
         EntropyTargetAlgorithm,
         SGDEntropyTargetAlgorithm,
     )
+    from alf_entropy.algorithms.pid_entropy_target_algorithm import PIDEntropyTargetAlgorithm
     from alf_entropy.tensor_specs import BoundedTensorSpec
 
     spec = BoundedTensorSpec(*DISCRETE4_ARGS)
     return {
+        "pid_host": PIDEntropyTargetAlgorithm(spec, target_entropy=0.9, update_mode="host"),
+        "pid_tensor": PIDEntropyTargetAlgorithm(spec, target_entropy=0.9, update_mode="tensor"),
         "staged_host": EntropyTargetAlgorithm(spec, target_entropy=0.9, update_mode="host"),
         "staged_tensor": EntropyTargetAlgorithm(spec, target_entropy=0.9, update_mode="tensor"),
         "sgd": SGDEntropyTargetAlgorithm(

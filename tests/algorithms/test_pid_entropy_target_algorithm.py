@@ -1,0 +1,213 @@
+"""PIDEntropyTargetAlgorithm: the rule, its bounds, anti-windup, paths and state."""
+import math
+import warnings
+
+import gin
+import numpy as np
+import pytest
+import torch
+
+from alf_entropy.algorithms.entropy_controller import WINDUP_CLIMB
+from alf_entropy.algorithms.entropy_target_algorithm import NestedEntropyTargetAlgorithm
+from alf_entropy.algorithms.pid_entropy_target_algorithm import PIDEntropyTargetAlgorithm
+from alf_entropy.tensor_specs import BoundedTensorSpec
+from alf_entropy.utils.dist_utils import entropy_per_log_alpha
+from tests.algorithms.test_entropy_target_algorithm import _forbid_host_sync
+
+TWO = BoundedTensorSpec((), torch.int64, 0, 1)
+FOUR = BoundedTensorSpec((), torch.int64, 0, 3)
+GAUSS6 = BoundedTensorSpec((6,), torch.float32, -1.0, 1.0)
+
+
+@pytest.mark.parametrize("kwargs, arg", [
+    ({"kp": -1.0}, "kp"),
+    ({"ki": -0.1}, "ki"),
+    ({"kd": float("nan")}, "kd"),
+    ({"error_ema": 1.0}, "error_ema"),
+    ({"trend_emas": (0.9, 0.5)}, "trend_emas"),
+    ({"max_alpha_change": 1.0}, "max_alpha_change"),
+    ({"min_alpha": 0.0}, "min_alpha"),
+    ({"min_alpha": 0.5, "max_alpha": 0.2}, "max_alpha"),
+    ({"initial_alpha": 5.0, "max_alpha": 1.0}, "initial_alpha"),
+    ({"error_scale": 0.0}, "error_scale"),
+    ({"update_mode": "fast"}, "update_mode"),
+    ({"target_entropy": 2.0}, "target_entropy"),  # above log 4
+])
+def test_bad_arguments_are_value_errors_naming_them(kwargs, arg):
+    with pytest.raises(ValueError, match=arg):
+        PIDEntropyTargetAlgorithm(FOUR, **kwargs)
+
+
+def test_wrong_types_are_type_errors():
+    with pytest.raises(TypeError, match="kp"):
+        PIDEntropyTargetAlgorithm(FOUR, kp="1")
+    with pytest.raises(TypeError, match="trend_emas"):
+        PIDEntropyTargetAlgorithm(FOUR, trend_emas=0.5)
+
+
+def test_error_scale_from_the_spec():
+    assert entropy_per_log_alpha(TWO) == pytest.approx(0.5 * math.log(2))
+    assert entropy_per_log_alpha(GAUSS6) == pytest.approx(3.0)
+    assert entropy_per_log_alpha({"a": TWO, "b": GAUSS6}) == pytest.approx(3.0 + 0.5 * math.log(2))
+    assert PIDEntropyTargetAlgorithm(TWO, error_scale=0.2).error_scale == 0.2
+
+
+def _plant(alpha):
+    """A policy whose entropy follows alpha at half the nominal sensitivity."""
+    return 0.5 + 0.35 * math.log(alpha / 0.1)
+
+
+def test_alpha_moves_toward_the_target_within_its_bounds():
+    pid = PIDEntropyTargetAlgorithm(FOUR, target_entropy=1.3, min_alpha=0.05, max_alpha=0.5)
+    alphas, alpha = [], 0.1
+    for _ in range(300):  # the target needs alpha 1.0: alpha rises to max_alpha, not beyond
+        alpha = pid.adjust_alpha(_plant(alpha)).item()
+        alphas.append(alpha)
+    assert alphas[-1] == pytest.approx(0.5)
+    assert np.diff(np.log([0.1] + alphas)).max() <= math.log(1.25) + 1e-6  # x1.25 per update
+    pid2 = PIDEntropyTargetAlgorithm(FOUR, target_entropy=0.3, min_alpha=0.2, initial_alpha=1.0)
+    alphas, alpha = [], 1.0
+    for _ in range(300):  # the target needs alpha 0.056: alpha falls to min_alpha
+        alpha = pid2.adjust_alpha(_plant(alpha)).item()
+        alphas.append(alpha)
+    assert alphas[-1] == pytest.approx(0.2)
+    assert np.diff(np.log(alphas)).min() >= -math.log(1.25) - 1e-6
+    assert int(pid.stage) == 1
+
+
+def test_back_calculation_leaves_no_windup_at_the_bounds():
+    """After a long spell at max_alpha, alpha leaves it as soon as the error flips."""
+    pid = PIDEntropyTargetAlgorithm(FOUR, target_entropy=1.3, max_alpha=0.5)
+    alpha = 0.1
+    for _ in range(600):  # the target needs alpha 1.0: a long spell at the ceiling
+        alpha = pid.adjust_alpha(_plant(alpha)).item()
+    assert alpha == pytest.approx(0.5)
+    pid.adjust_alpha(1.35)
+    pid.adjust_alpha(1.35)
+    assert pid.alpha.item() < 0.45
+
+
+def test_unreachable_target_stops_the_integral_and_warns_once():
+    """A policy pinned below its target: alpha stays bounded without max_alpha."""
+    pid = PIDEntropyTargetAlgorithm(TWO, target_entropy=0.68, initial_alpha=0.01)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        alphas = [pid.adjust_alpha(0.3).item() for _ in range(3000)]
+    unreachable = [w for w in caught if "unreachable" in str(w.message)]
+    assert len(unreachable) == 1
+    assert bool(pid.unreachable_target)
+    # The integral froze after a WINDUP_CLIMB-fold climb without response;
+    # only the bounded P term (and the last rate-limited step) is on top.
+    bound = 0.01 * WINDUP_CLIMB * 1.25 * math.exp(pid._consts[1].item() * (0.68 - 0.3) / pid.error_scale)
+    assert max(alphas) <= bound * 1.01
+    assert alphas[-1] == pytest.approx(alphas[-500])  # flat, not creeping up
+
+
+def test_host_and_tensor_paths_agree_bit_for_bit():
+    rng = np.random.default_rng(0)
+    seq = list(1.3 + np.cumsum(rng.normal(-0.01, 0.05, 300)))
+    seq[50] = float("nan")
+    host = PIDEntropyTargetAlgorithm(FOUR, target_entropy=0.7, update_mode="host")
+    tensor = PIDEntropyTargetAlgorithm(FOUR, target_entropy=0.7, update_mode="tensor")
+    for k, h in enumerate(seq):
+        entropy = torch.full((4,), h)
+        mask = torch.zeros(4, dtype=torch.bool) if k == 80 else None  # an empty batch
+        host.entropy_loss(entropy, mask)
+        tensor.entropy_loss(entropy, mask)
+        for (key, a), b in zip(host.state_dict().items(), tensor.state_dict().values()):
+            assert torch.equal(a, b), (k, key)
+    assert host.num_nonfinite_entropy.item() == 1
+
+
+def test_tensor_path_never_reads_the_host():
+    pid = PIDEntropyTargetAlgorithm(FOUR, target_entropy=0.7, update_mode="tensor")
+    entropy = torch.linspace(1.0, 0.2, 8)
+    with _forbid_host_sync():
+        for _ in range(20):
+            pid.entropy_loss(entropy)
+            pid.adjust_alpha(entropy[0])
+
+
+def test_state_dict_resumes_the_exact_trajectory():
+    seq = [1.3 - 0.01 * k + 0.05 * math.sin(k) for k in range(120)]
+    full = PIDEntropyTargetAlgorithm(FOUR, target_entropy=0.7)
+    part = PIDEntropyTargetAlgorithm(FOUR, target_entropy=0.7)
+    for h in seq[:60]:
+        full.adjust_alpha(h)
+        part.adjust_alpha(h)
+    resumed = PIDEntropyTargetAlgorithm(FOUR, target_entropy=0.7)
+    resumed.load_state_dict(part.state_dict())
+    for h in seq[60:]:
+        assert torch.equal(full.adjust_alpha(h), resumed.adjust_alpha(h))
+    assert {"_log_alpha", "_integral", "_err_ema", "_fast", "_slow", "_count"} <= set(full.state_dict())
+
+
+def _closed_loop(spec, dist_fn, params, target, updates=600):
+    """A policy pushed toward one action (or a narrow Gaussian) plus the bonus."""
+    torch.manual_seed(0)
+    pid = PIDEntropyTargetAlgorithm(spec, target_entropy=target)
+    opt = torch.optim.Adam(params, lr=0.05)
+    entropies = []
+    for _ in range(updates):
+        dist, task_loss = dist_fn()
+        loss = task_loss + pid.entropy_loss(dist.entropy().expand(8)).loss.mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        entropies.append(dist.entropy().item())
+    return np.array(entropies)
+
+
+def test_one_setting_holds_a_categorical_and_a_gaussian():
+    """The same default gains hold a 2-action Categorical and a 6-d Gaussian."""
+    logits = torch.nn.Parameter(torch.zeros(2))
+
+    def categorical():
+        dist = torch.distributions.Categorical(logits=logits)
+        return dist, -dist.probs[0]
+
+    log_std = torch.nn.Parameter(torch.zeros(6))
+
+    def gaussian():
+        dist = torch.distributions.Independent(torch.distributions.Normal(torch.zeros(6), log_std.exp()), 1)
+        return dist, log_std.exp().square().sum()  # pushes the std down
+
+    for spec, fn, params, target in ((TWO, categorical, [logits], 0.5),
+                                     (GAUSS6, gaussian, [log_std], 2.0)):
+        entropy = _closed_loop(spec, fn, params, target)
+        tail = entropy[-200:]
+        assert np.abs(tail - target).max() < 0.05 * abs(target), (spec, tail[-5:])
+
+
+def test_nested_per_action_pid_controllers():
+    nested = NestedEntropyTargetAlgorithm({"a": TWO, "b": GAUSS6}, leaf_cls=PIDEntropyTargetAlgorithm,
+                                          target_entropy={"a": 0.5, "b": -3.0})
+    leaves = nested.leaf_algorithms()
+    assert all(isinstance(x, PIDEntropyTargetAlgorithm) for x in leaves.values())
+    for _ in range(5):
+        nested.adjust_alpha({"a": 0.2, "b": 0.0})  # a below its target, b above
+    assert leaves["a"].alpha.item() > 0.1 > leaves["b"].alpha.item()
+
+
+def test_bindable_in_gin_inside_ppo():
+    from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
+    from alf_entropy.tensor_specs import TensorSpec
+
+    gin.clear_config()
+    try:
+        gin.parse_config("""
+            import alf_entropy.algorithms.pid_entropy_target_algorithm
+            import alf_entropy.utils.dist_utils
+            PPOAlgorithm.enforce_entropy_target = True
+            PPOAlgorithm.entropy_target_cls = @PIDEntropyTargetAlgorithm
+            PIDEntropyTargetAlgorithm.target_entropy = @greedy_probability_target()
+            greedy_probability_target.p = 0.8
+            greedy_probability_target.num_actions = 2
+            PIDEntropyTargetAlgorithm.kp = 1.0
+        """)
+        alg = PPOAlgorithm(TensorSpec((4,)), TWO)
+    finally:
+        gin.clear_config()
+    controller = alg.entropy_target_algorithm
+    assert isinstance(controller, PIDEntropyTargetAlgorithm)
+    assert controller.target_entropy == pytest.approx(0.5004, abs=1e-4)

@@ -1,0 +1,123 @@
+"""Targets users can state, annealing when settled, the windup watch and the
+per-iteration cap on alpha, over every adaptive controller."""
+import math
+import warnings
+
+import pytest
+import torch
+
+from alf_entropy.algorithms.entropy_target_algorithm import (
+    EntropyTargetAlgorithm,
+    SGDEntropyTargetAlgorithm,
+)
+from alf_entropy.algorithms.pid_entropy_target_algorithm import PIDEntropyTargetAlgorithm
+from alf_entropy.tensor_specs import BoundedTensorSpec
+from alf_entropy.utils import summary
+from alf_entropy.utils.dist_utils import greedy_probability_target
+from alf_entropy.utils.schedulers import SettledAnnealing
+from tests.algorithms.test_entropy_target_algorithm import _forbid_host_sync
+
+TWO = BoundedTensorSpec((), torch.int64, 0, 1)
+ADAPTIVE = {
+    "staged": lambda **kw: EntropyTargetAlgorithm(TWO, skip_free_stage=True, **kw),
+    "sgd": lambda **kw: SGDEntropyTargetAlgorithm(TWO, **kw),
+    "pid": lambda **kw: PIDEntropyTargetAlgorithm(TWO, **kw),
+}
+
+
+@pytest.mark.parametrize("n, p, want", [
+    (2, 0.5, math.log(2)), (2, 1.0, 0.0), (4, 0.25, math.log(4)),
+    (4, 0.7, -0.7 * math.log(0.7) - 0.3 * math.log(0.1)),
+    (18, 0.9, -0.9 * math.log(0.9) - 0.1 * math.log(0.1 / 17)),
+])
+def test_greedy_probability_target(n, p, want):
+    assert greedy_probability_target(p, n) == pytest.approx(want)
+
+
+def test_greedy_probability_target_rejects_bad_input():
+    with pytest.raises(ValueError, match="num_actions"):
+        greedy_probability_target(0.9, 1)
+    with pytest.raises(ValueError, match=r"p must be in \[1/num_actions, 1\]"):
+        greedy_probability_target(0.2, 4)
+    with pytest.raises(TypeError, match="p must be a real number"):
+        greedy_probability_target("0.9", 4)
+
+
+@pytest.mark.parametrize("kwargs, arg", [
+    ({"factor": 1.0}, "factor"), ({"tolerance": 0.0}, "tolerance"),
+    ({"window": 0}, "window"), ({"final": 2.0}, "final"),
+])
+def test_settled_annealing_rejects_bad_arguments(kwargs, arg):
+    with pytest.raises(ValueError, match=arg):
+        SettledAnnealing(0.6, **kwargs)
+
+
+@pytest.mark.parametrize("kind", sorted(ADAPTIVE))
+def test_settled_annealing_lowers_the_target_once_settled(kind):
+    controller = ADAPTIVE[kind](target_entropy=SettledAnnealing(0.6, factor=0.5, window=20, final=0.2))
+    for _ in range(10):
+        controller.adjust_alpha(0.3)  # far from the target: no step
+    assert controller.target_entropy == pytest.approx(0.6)
+    for _ in range(60):  # the smoothed entropy settles, 20 updates in the band: 0.6 -> 0.3
+        controller.adjust_alpha(0.6)
+    assert controller.target_entropy == pytest.approx(0.3)
+    for _ in range(200):
+        controller.adjust_alpha(controller.target_entropy)
+    assert controller.target_entropy == pytest.approx(0.2)  # the floor
+    # The target it is at is state: a fresh controller resumes there.
+    resumed = ADAPTIVE[kind](target_entropy=SettledAnnealing(0.6, factor=0.5, window=20, final=0.2))
+    resumed.load_state_dict(controller.state_dict())
+    assert resumed.target_entropy == pytest.approx(0.2)
+
+
+def test_annealing_runs_without_host_reads():
+    pid = PIDEntropyTargetAlgorithm(TWO, target_entropy=SettledAnnealing(0.6, window=3),
+                                    update_mode="tensor")
+    with _forbid_host_sync():
+        for _ in range(10):
+            pid.entropy_loss(torch.full((4,), 0.6))
+    # One step (0.6 -> 0.54): the entropy, still 0.6, is then outside the new band.
+    assert pid.target_entropy == pytest.approx(0.54, rel=1e-6)
+
+
+@pytest.mark.parametrize("kind", sorted(ADAPTIVE))
+def test_every_adaptive_controller_warns_once_about_an_unreachable_target(kind, tmp_path):
+    """Pinned far below its target; the SGD rule (no host path) speaks at summary steps."""
+    kw = {"optimizer": lambda p: torch.optim.SGD(p, lr=0.05)} if kind == "sgd" else {}
+    controller = ADAPTIVE[kind](target_entropy=0.68, initial_alpha=0.01, **kw)
+    summary.set_default_writer(summary.create_summary_writer(str(tmp_path)))
+    try:
+        with warnings.catch_warnings(record=True) as caught, summary.record_if(lambda: True):
+            warnings.simplefilter("always")
+            for k in range(2000):  # creeping down: ALF's rule climbs too
+                controller.adjust_alpha(0.25 - 1e-5 * k)
+    finally:
+        summary.set_default_writer(None)
+    messages = [str(w.message) for w in caught if "unreachable" in str(w.message)]
+    assert len(messages) == 1, messages
+    assert bool(controller.unreachable_target)
+
+
+@pytest.mark.parametrize("kind", sorted(ADAPTIVE))
+def test_a_reachable_target_does_not_warn(kind):
+    controller = ADAPTIVE[kind](target_entropy=0.5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for k in range(500):
+            controller.adjust_alpha(0.5 + 0.1 * math.sin(k / 10))
+    assert not bool(controller.unreachable_target)
+
+
+@pytest.mark.parametrize("kind", sorted(ADAPTIVE))
+def test_log_alpha_limits_hold_every_update(kind):
+    kw = {"optimizer": lambda p: torch.optim.SGD(p, lr=5.0)} if kind == "sgd" else {}
+    controller = ADAPTIVE[kind](target_entropy=0.6, **kw)
+    start = controller.log_alpha.detach().clone()
+    controller.set_log_alpha_limits(start - 0.1, start + 0.1)
+    for k in range(30):
+        alpha = controller.adjust_alpha(0.1 - 1e-3 * k)  # pushes alpha up hard
+        assert alpha.log().item() <= start.item() + 0.1 + 1e-6
+    controller.set_log_alpha_limits(None, None)
+    for k in range(30):
+        controller.adjust_alpha(0.07 - 1e-3 * k)
+    assert controller.log_alpha.item() > start.item() + 0.1
