@@ -134,3 +134,27 @@ def test_from_space_with_the_installed_gymnasium():
     assert box.action_spec.shape == (2,) and box.action_spec.dtype == torch.float32
     md = ae.FixedEntropyCoefficient.from_space(gym.spaces.MultiDiscrete([3, 2]))
     assert md.action_spec.maximum.tolist() == [2, 1]
+
+
+def _setup_kwargs() -> dict:
+    """The literal keyword arguments of setup.py's ``setup(...)`` call."""
+    import ast
+
+    tree = ast.parse((REPO / "setup.py").read_text(encoding="utf-8"))
+    call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call)
+                and getattr(n.func, "id", None) == "setup")
+    return {k.arg: ast.literal_eval(k.value) for k in call.keywords
+            if k.arg in ("install_requires", "extras_require")}
+
+
+def test_setup_keeps_gymnasium_out_of_the_core_and_agrees_on_the_minimum():
+    kwargs = _setup_kwargs()
+    core = " ".join(kwargs["install_requires"])
+    assert "gymnasium" not in core and "tqdm" not in core, core
+    train = kwargs["extras_require"]["train"]
+    minimum = ".".join(map(str, requirements.MIN_GYMNASIUM))
+    assert f"gymnasium>={minimum}" in train and "tqdm" in train, train
+    assert any(r.startswith("stable-baselines3") for r in kwargs["extras_require"]["sb3"])
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    assert f"MIN_GYM={minimum}" in ci or f"MIN_GYM={minimum}.0" in ci
+    assert "CLEANRL_GYM=0.29.1" in ci and "train" in ci and "sb3" in ci
