@@ -16,6 +16,8 @@ setup(
     packages=find_packages(include=["alf_entropy", "alf_entropy.*"]) + ["alf_entropy.configs"],
     package_data={"alf_entropy.configs": ["*.gin"]},
     include_package_data=True,
+    # The controller alone (what a plain PyTorch loop imports): it installs next
+    # to any gymnasium (CleanRL pins 0.29.1) or none; from_space needs one.
     install_requires=[
         "torch>=2.1",
         "gin-config>=0.5",
@@ -23,17 +25,18 @@ setup(
         "tensorboard",
         "numpy",
         "optree>=0.10",
-        "gymnasium>=1.1",  # AutoresetMode; .ci/run tests this minimum
-        "tqdm",
     ],
     extras_require={
+        # The trainers, environments and CLIs (alf_entropy.utils.requirements
+        # checks these at import; .ci/run tests the gymnasium minimum).
+        "train": ["gymnasium>=1.1", "tqdm"],  # 1.1: AutoresetMode
         # matplotlib for the report's figures; tbparse reads events in its tests.
-        "dev": ["pytest", "hypothesis", "matplotlib", "tbparse"],
+        "dev": ["pytest", "hypothesis", "matplotlib", "tbparse", "gymnasium>=1.1", "tqdm"],
         "report": ["matplotlib"],
         "ray": ["ray"],
         "box2d": ["gymnasium[box2d]"],
         "mujoco": ["gymnasium[mujoco]"],
-        "sb3": ["stable-baselines3"],
+        "sb3": ["stable-baselines3>=2.0"],  # alf_entropy.integrations.sb3
     },
     entry_points={
         "console_scripts": [

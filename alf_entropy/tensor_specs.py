@@ -277,12 +277,18 @@ def from_gym_space(space: Any) -> Any:
         A nest of ``BoundedTensorSpec``.
 
     Raises:
-        TypeError: if gymnasium is missing or the space type is unsupported.
+        ImportError: if gymnasium is not installed (the message says what to
+            install; any gymnasium from 0.29 on works here).
+        TypeError: if the space type is unsupported.
     """
     try:
         from gymnasium import spaces
-    except ImportError as e:  # pragma: no cover - gymnasium is a dependency
-        raise TypeError("from_gym_space needs gymnasium installed") from e
+    except ImportError as e:
+        raise ImportError(
+            f"from_gym_space/from_space needs gymnasium to read {type(space).__name__}: "
+            "pip install gymnasium (any version from 0.29), or pip install \"alf_entropy[train]\"; "
+            "without gymnasium, build the spec yourself, e.g. BoundedTensorSpec((), torch.int64, 0, n - 1)"
+        ) from e
     if isinstance(space, spaces.Box):
         dtype = torch.float32 if np.issubdtype(space.dtype, np.floating) else space.dtype
         return BoundedTensorSpec(space.shape, dtype, space.low, space.high)

@@ -7,6 +7,7 @@ import pytest
 from alf_entropy.utils import schedulers
 
 MODULES = [
+    "alf_entropy",  # the top-level exports
     "alf_entropy.algorithms.entropy_controller",  # FixedEntropyCoefficient
     "alf_entropy.algorithms.entropy_target_algorithm",  # EntropyTargetAlgorithm, SGD...
     "alf_entropy.algorithms.sac_algorithm",
@@ -14,6 +15,8 @@ MODULES = [
     "alf_entropy.networks.critic_networks",
     "alf_entropy.utils.replay_buffer",
     "alf_entropy.utils.schedulers",
+    "alf_entropy.utils.gin_errors",
+    "alf_entropy.utils.requirements",
 ]
 
 

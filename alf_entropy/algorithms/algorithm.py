@@ -38,6 +38,7 @@ import torch.nn as nn
 
 from alf_entropy.data_structures import AlgStep, LossInfo
 from alf_entropy.utils import distributed
+from alf_entropy.utils.gin_errors import PlainGinErrors
 
 __all__ = ["Algorithm", "OptimizerArg", "clip_grad_norm_", "combine_loss_infos"]
 
@@ -116,8 +117,12 @@ def clip_grad_norm_(params: List[nn.Parameter], max_norm: float) -> torch.Tensor
 
 
 @gin.configurable
-class Algorithm(nn.Module):
+class Algorithm(nn.Module, metaclass=PlainGinErrors):
     """Base class of all algorithms (see the module docstring).
+
+    Constructed from Python (not through gin bindings), an algorithm's
+    argument errors read as plain Python errors, without gin's
+    "In call to configurable" lines (``alf_entropy.utils.gin_errors``).
 
     Args:
         optimizer: an optimiser factory ``params -> Optimizer`` or a built

@@ -17,8 +17,10 @@ it continues; a run already at its limit prints one line and exits 0).
 Training stops at whichever of ``num_iterations`` and ``num_env_steps`` is
 reached first (0 or None: no limit from that one).
 
-A missing file, a misspelt binding or an invalid value exits with status 2
-and a single ``alf-entropy-train: error: ...`` line on stderr; Ctrl-C saves a
+A missing file, a misspelt binding, an invalid value or a missing or too old
+gymnasium (the trainer needs ``gymnasium>=1.1``: ``pip install
+"alf_entropy[train]"``) exits with status 2 and a single
+``alf-entropy-train: error: ...`` line on stderr; Ctrl-C saves a
 checkpoint and exits with status 130.
 
 Under ``torchrun`` (``torchrun --standalone --nproc_per_node 2 -m
@@ -81,6 +83,12 @@ def _run(argv: List[str]) -> None:
         _fail(f"unexpected positional arguments: {' '.join(argv[1:])}")
     if not FLAGS.root_dir:
         _fail("--root_dir is required")
+    from alf_entropy.utils.requirements import MissingDependencyError, require_train_extra
+
+    try:  # gymnasium>=1.1 and tqdm (the `train` extra): one line, not an ImportError
+        require_train_extra()
+    except MissingDependencyError as e:
+        _fail(str(e))
     # Imported here so that --help does not pay for importing torch.
     from alf_entropy.trainers.gin_config import one_line
     from alf_entropy.utils import distributed

@@ -46,15 +46,22 @@ import pickle
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
 import gin
-import gymnasium as gym
 import numpy as np
 import torch
-from gymnasium.utils import EzPickle
-from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
-from alf_entropy.data_structures import StepType, TimeStep
-from alf_entropy.tensor_specs import BoundedTensorSpec, TensorSpec, from_gym_space
-from alf_entropy.utils import nest
+from alf_entropy.utils.requirements import require_train_extra
+
+# gymnasium < 1.1 (e.g. CleanRL's 0.29) lacks AutoresetMode: say what to install
+# instead of failing on the import below.
+require_train_extra("alf_entropy.environments (the trainers' environments)")
+
+import gymnasium as gym  # noqa: E402  (after the version check)
+from gymnasium.utils import EzPickle  # noqa: E402
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv  # noqa: E402
+
+from alf_entropy.data_structures import StepType, TimeStep  # noqa: E402
+from alf_entropy.tensor_specs import BoundedTensorSpec, TensorSpec, from_gym_space  # noqa: E402
+from alf_entropy.utils import nest  # noqa: E402
 
 __all__ = ["GymVectorEnv"]
 

@@ -41,12 +41,13 @@ from alf_entropy.networks.projection_networks import (
 )
 from alf_entropy.tensor_specs import BoundedTensorSpec, TensorSpec
 from alf_entropy.utils import nest
+from alf_entropy.utils.gin_errors import PlainGinErrors
 
 __all__ = ["ActorDistributionNetwork"]
 
 
 @gin.configurable
-class ActorDistributionNetwork(nn.Module):
+class ActorDistributionNetwork(nn.Module, metaclass=PlainGinErrors):
     """Policy network producing a (nest of) action distribution(s).
 
     Args:

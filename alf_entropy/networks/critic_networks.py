@@ -35,13 +35,14 @@ from alf_entropy.networks.encoding_network import (
     get_activation,
 )
 from alf_entropy.tensor_specs import BoundedTensorSpec
+from alf_entropy.utils.gin_errors import PlainGinErrors
 from alf_entropy.utils.tracing import is_compiling
 
 __all__ = ["CriticNetworks"]
 
 
 @gin.configurable
-class CriticNetworks(nn.Module):
+class CriticNetworks(nn.Module, metaclass=PlainGinErrors):
     """``num_critics`` Q networks with stacked weights (see the module docstring).
 
     Args:

@@ -23,6 +23,7 @@ from torch.nn.modules import module as _torch_module
 
 from alf_entropy.tensor_specs import TensorSpec
 from alf_entropy.utils import nest
+from alf_entropy.utils.gin_errors import PlainGinErrors
 
 __all__ = [
     "EncodingNetwork",
@@ -224,7 +225,7 @@ def _init_linear(layer: nn.Linear, gain: float) -> None:
 
 
 @gin.configurable
-class EncodingNetwork(nn.Module):
+class EncodingNetwork(nn.Module, metaclass=PlainGinErrors):
     """Fully connected network with orthogonal initialisation.
 
     ``input -> [Linear(h) -> activation] for h in fc_layer_params ->

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from alf_entropy.networks.distributions import Categorical, StableTanh
 from alf_entropy.networks.encoding_network import call_module
 from alf_entropy.tensor_specs import BoundedTensorSpec
+from alf_entropy.utils.gin_errors import PlainGinErrors
 
 __all__ = ["CategoricalProjectionNetwork", "NormalProjectionNetwork", "POLICY_INIT_SCALE"]
 
@@ -53,7 +54,7 @@ def _check_input_size(input_size: int) -> None:
 
 
 @gin.configurable
-class CategoricalProjectionNetwork(nn.Module):
+class CategoricalProjectionNetwork(nn.Module, metaclass=PlainGinErrors):
     """Linear layer producing a ``Categorical`` over a discrete action spec.
 
     Args:
@@ -120,7 +121,7 @@ class CategoricalProjectionNetwork(nn.Module):
 
 
 @gin.configurable
-class NormalProjectionNetwork(nn.Module):
+class NormalProjectionNetwork(nn.Module, metaclass=PlainGinErrors):
     """Linear layers producing a (possibly squashed) diagonal Normal.
 
     Args:

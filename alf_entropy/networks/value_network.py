@@ -16,6 +16,7 @@ from alf_entropy.networks.encoding_network import (
     flat_input_size,
     flatten_observation,
 )
+from alf_entropy.utils.gin_errors import PlainGinErrors
 
 __all__ = ["ValueNetwork"]
 
@@ -24,7 +25,7 @@ VALUE_INIT_SCALE = 1.0
 
 
 @gin.configurable
-class ValueNetwork(nn.Module):
+class ValueNetwork(nn.Module, metaclass=PlainGinErrors):
     """Critic network ``V(observation)``.
 
     Args:

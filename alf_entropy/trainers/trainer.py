@@ -73,14 +73,19 @@ import gin
 import numpy as np
 import torch
 from absl import logging
-from tqdm import tqdm
 
-from alf_entropy.algorithms.algorithm import Algorithm
-from alf_entropy.data_structures import TimeStep
-from alf_entropy.environments import GymVectorEnv, evaluate
-from alf_entropy.trainers import checkpoint as ckpt
-from alf_entropy.utils import distributed, schedulers, summary
-from alf_entropy.utils.checks import check_int
+from alf_entropy.utils.requirements import require_train_extra
+
+require_train_extra()  # gymnasium>=1.1 and tqdm: the `train` extra
+
+from tqdm import tqdm  # noqa: E402  (after the requirement check)
+
+from alf_entropy.algorithms.algorithm import Algorithm  # noqa: E402
+from alf_entropy.data_structures import TimeStep  # noqa: E402
+from alf_entropy.environments import GymVectorEnv, evaluate  # noqa: E402
+from alf_entropy.trainers import checkpoint as ckpt  # noqa: E402
+from alf_entropy.utils import distributed, schedulers, summary  # noqa: E402
+from alf_entropy.utils.checks import check_int  # noqa: E402
 
 __all__ = ["Trainer", "resolve_device"]
 

@@ -25,6 +25,7 @@ import torch.nn as nn
 
 from alf_entropy.tensor_specs import TensorSpec
 from alf_entropy.utils.checks import check_int
+from alf_entropy.utils.gin_errors import PlainGinErrors
 
 __all__ = ["WindowAverager", "ScalarWindowAverager", "EMAverager", "ScalarEMAverager"]
 
@@ -50,7 +51,7 @@ def _average_outer_dims(tensor: torch.Tensor, spec: TensorSpec) -> torch.Tensor:
     return tensor.mean(dim=tuple(range(outer)))
 
 
-class _Averager(nn.Module):
+class _Averager(nn.Module, metaclass=PlainGinErrors):
     """What every averager offers: ``update``, ``get`` and ``average``."""
 
     def update(self, tensor: torch.Tensor, valid: Optional[torch.Tensor] = None) -> None:

@@ -37,6 +37,7 @@ import gin
 
 from alf_entropy.utils import summary
 from alf_entropy.utils.checks import is_real
+from alf_entropy.utils.gin_errors import PlainGinErrors
 
 __all__ = [
     "PROGRESS_TYPES",
@@ -228,8 +229,11 @@ def _check_schedule(
     return tuple(progresses), tuple(values)
 
 
-class Scheduler:
+class Scheduler(metaclass=PlainGinErrors):
     """Base class of the progress-driven schedulers.
+
+    Constructed from Python, their argument errors are plain Python errors
+    (no gin "In call to configurable" lines: ``alf_entropy.utils.gin_errors``).
 
     Subclasses implement ``__call__`` using :meth:`progress`, the current
     progress of type ``progress_type``.
@@ -295,7 +299,7 @@ class Scheduler:
 
 
 @gin.configurable
-class ConstantScheduler:
+class ConstantScheduler(metaclass=PlainGinErrors):
     """A scheduler that always returns the same value.
 
     As in ALF it does not follow any progress, so it is not a
