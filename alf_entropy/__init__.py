@@ -38,8 +38,7 @@ _EXPORTS: Dict[str, str] = {
     "SGDEntropyTargetAlgorithm": "alf_entropy.algorithms.entropy_target_algorithm",
     "NestedEntropyTargetAlgorithm": "alf_entropy.algorithms.entropy_target_algorithm",
     "FixedEntropyCoefficient": "alf_entropy.algorithms.entropy_controller",
-    # More controllers go here, e.g. (when it lands):
-    # "PIDEntropyTargetAlgorithm": "alf_entropy.algorithms.<its module>",
+    "PIDEntropyTargetAlgorithm": "alf_entropy.algorithms.pid_entropy_target_algorithm",
     # The algorithms that use them.
     "ActorCriticAlgorithm": "alf_entropy.algorithms.actor_critic_algorithm",
     "PPOAlgorithm": "alf_entropy.algorithms.ppo_algorithm",
@@ -51,7 +50,10 @@ _EXPORTS: Dict[str, str] = {
     "LinearScheduler": "alf_entropy.utils.schedulers",
     "ExponentialScheduler": "alf_entropy.utils.schedulers",
     "CyclicalScheduler": "alf_entropy.utils.schedulers",
+    "SettledAnnealing": "alf_entropy.utils.schedulers",
     "update_progress": "alf_entropy.utils.schedulers",
+    # Targets users can state.
+    "greedy_probability_target": "alf_entropy.utils.dist_utils",
     # Specs of actions and observations.
     "TensorSpec": "alf_entropy.tensor_specs",
     "BoundedTensorSpec": "alf_entropy.tensor_specs",

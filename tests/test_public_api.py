@@ -1,4 +1,4 @@
-"""``alf_entropy``'s top-level exports (issue 20, part 2)."""
+"""``alf_entropy``'s top-level exports."""
 import importlib
 
 import pytest
@@ -10,7 +10,8 @@ EXPECTED = {
     "FixedEntropyCoefficient", "EntropyController", "PPOAlgorithm", "ActorCriticAlgorithm",
     "SacAlgorithm", "Scheduler", "ConstantScheduler", "StepScheduler", "LinearScheduler",
     "ExponentialScheduler", "CyclicalScheduler", "update_progress", "TensorSpec",
-    "BoundedTensorSpec", "from_gym_space",
+    "BoundedTensorSpec", "from_gym_space", "PIDEntropyTargetAlgorithm", "SettledAnnealing",
+    "greedy_probability_target",
 }
 
 
