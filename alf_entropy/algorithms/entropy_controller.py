@@ -41,7 +41,6 @@ from alf_entropy.utils.checks import check_real, is_real
 from alf_entropy.utils.dist_utils import (
     calc_default_target_entropy,
     calc_max_possible_entropy,
-    entropy_per_log_alpha,
     entropy_with_fallback,
 )
 from alf_entropy.utils.math_ops import masked_mean
@@ -64,12 +63,11 @@ TargetArg = Optional[Union[float, Callable[[], float]]]
 PROGRESS_GRACE = 10
 """Updates after which a scheduled target whose progress was never fed warns."""
 WINDUP_CLIMB = 4.0
-"""The windup watch judges the entropy's response each time ``alpha`` has climbed this factor."""
-WINDUP_RESPONSE = 0.1
-"""The windup watch: a response under this fraction of the nominal one
-(``entropy_per_log_alpha`` of the spec per unit of ``log_alpha``) is a stall."""
+"""The windup watch: how far ``alpha`` may climb while the gap to the target does not shrink."""
+WINDUP_PROGRESS = 0.25
+"""The windup watch: the fraction of the gap whose closing counts as progress."""
 WINDUP_WINDOW = 100
-"""The windup watch: updates below the target before an unreachable target is reported."""
+"""The windup watch: updates without progress before a climb counts as a stall."""
 WATCH_EMA = 0.9
 """Smoothing of the entropy that the windup watch and ``SettledAnnealing`` compare."""
 BAND = 0.05
@@ -204,12 +202,12 @@ class EntropyController(Algorithm):
             zeros = functools.partial(torch.zeros, ())
             self.register_buffer("_watch_entropy", zeros(dtype=torch.float32))
             self.register_buffer("_watch_ref", zeros(dtype=torch.float32))
-            self.register_buffer("_watch_ref_entropy", zeros(dtype=torch.float32))
+            self.register_buffer("_watch_ref_gap", zeros(dtype=torch.float32))
+            self.register_buffer("_watch_since", zeros(dtype=torch.int64))
             self.register_buffer("_watch_below", zeros(dtype=torch.int64))
             self.register_buffer("_watch_count", zeros(dtype=torch.int64))
             self.register_buffer("_stalled", zeros(dtype=torch.bool))
         self._max_log_alpha_watch = math.inf
-        self._entropy_scale = entropy_per_log_alpha(action_spec)
         self._warned_unreachable = False
         self._log_alpha_limits: Optional[Tuple[torch.Tensor, torch.Tensor]] = None
 
@@ -248,14 +246,14 @@ class EntropyController(Algorithm):
     def unreachable_target(self) -> torch.Tensor:
         """True (0-d bool) while the target looks unreachable: the entropy has
         stayed below it for ``WINDUP_WINDOW`` updates while ``alpha`` climbed
-        without a matching response (``_watch``) or sits at its ceiling."""
+        while the gap did not close (``_watch``) or sits at its ceiling."""
         if not self._adaptive:
             return self.stage.new_zeros((), dtype=torch.bool)
         at_ceiling = self.log_alpha >= self._max_log_alpha_watch - 1e-6
         return (self._watch_below >= WINDUP_WINDOW) & (self._stalled | at_ceiling)
 
     def _windup_stalled(self) -> torch.Tensor:
-        """True (0-d bool) while ``alpha`` climbs without the entropy responding (``_watch``)."""
+        """True (0-d bool) while ``alpha`` has climbed without the gap closing (``_watch``)."""
         return self._stalled
 
     def set_log_alpha_limits(self, low: Optional[torch.Tensor], high: Optional[torch.Tensor]) -> None:
@@ -292,11 +290,10 @@ class EntropyController(Algorithm):
     def _watch(self, entropy: torch.Tensor, count: Optional[torch.Tensor]) -> None:
         """Track a smoothed entropy against the target after an update (tensor ops only).
 
-        * windup: in a spell of updates below the target, each time ``alpha``
-          has climbed ``WINDUP_CLIMB``-fold, compare the entropy's rise with
-          the nominal ``entropy_per_log_alpha``; under ``WINDUP_RESPONSE`` of
-          it, ``_stalled`` (the PID controller then stops integrating
-          upwards) until the entropy catches up or the spell ends.
+        * windup: in a spell of updates below the target, ``_stalled`` once
+          ``alpha`` has climbed ``WINDUP_CLIMB``-fold and ``WINDUP_WINDOW``
+          updates have passed without the gap closing by ``WINDUP_PROGRESS``
+          (the PID controller then holds alpha) until it does or the spell ends.
         * ``SettledAnnealing``: after ``window`` consecutive updates within
           ``tolerance`` of the target, lower it.
         """
@@ -311,21 +308,25 @@ class EntropyController(Algorithm):
         log_alpha = self.log_alpha.detach()
         below = torch.where(valid, torch.where(ema < target, self._watch_below + 1, 0),
                             self._watch_below)
-        # Judge the response each time alpha has climbed WINDUP_CLIMB-fold
-        # since the reference (taken when the spell began): a good one moves
-        # the reference up; a poor one stalls until the entropy catches up.
+        # The reference (log_alpha, gap) is taken when a spell begins, when
+        # alpha has fallen below it, and whenever a quarter of the gap has
+        # closed since: a stall is a WINDUP_CLIMB-fold climb held for
+        # WINDUP_WINDOW updates without such progress, the entropy still more
+        # than BAND below the target.
+        gap = target - ema
         climbed = log_alpha - self._watch_ref
-        response = (ema - self._watch_ref_entropy) / self._entropy_scale
-        poor = response < WINDUP_RESPONSE * climbed
-        judged = climbed >= math.log(WINDUP_CLIMB)
-        restart = valid & ((below == 1) | (judged & ~poor) | (climbed < 0))
-        stalled = valid & (below > 0) & ~restart & (self._stalled | (judged & poor))
-        stalled = torch.where(valid, stalled, self._stalled)
+        restart = valid & ((below == 1) | (climbed < 0)
+                           | (gap <= (1 - WINDUP_PROGRESS) * self._watch_ref_gap))
+        since = torch.where(restart, 0, self._watch_since + valid)
+        floor = BAND * target.abs()
+        stalled = ((below > 0) & ~restart & (gap > floor) & (climbed >= math.log(WINDUP_CLIMB))
+                   & (since >= WINDUP_WINDOW))
         self._watch_entropy.copy_(ema)
         self._watch_below.copy_(below)
         self._watch_ref.copy_(torch.where(restart, log_alpha, self._watch_ref))
-        self._watch_ref_entropy.copy_(torch.where(restart, ema, self._watch_ref_entropy))
-        self._stalled.copy_(stalled)
+        self._watch_ref_gap.copy_(torch.where(restart, torch.maximum(gap, floor), self._watch_ref_gap))
+        self._watch_since.copy_(since)
+        self._stalled.copy_(torch.where(valid, stalled, self._stalled))
         anneal = self._target.annealing
         if anneal is not None:
             near = (ema - target).abs() <= anneal.tolerance * target.abs()

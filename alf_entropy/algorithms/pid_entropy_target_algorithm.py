@@ -24,8 +24,8 @@ acts on the entropy error with proportional, integral and derivative terms:
   ``I`` holds while the P and D terms already push the other way (the trend
   is closing the gap); and while the base class's windup watch finds ``alpha``
   climbing without the entropy responding (a target the policy cannot reach)
-  ``I`` stops integrating upwards, so ``alpha`` stays bounded without a
-  user-set ``max_alpha``.
+  ``I`` stops integrating and ``alpha`` stops climbing, so it stays bounded
+  without a user-set ``max_alpha``.
 * **bumpless start**: the first update sets ``I`` so that the output equals
   ``initial_alpha``; P and D then act on changes from there.
 
@@ -87,7 +87,9 @@ def _pid_rule(x: Any, state: Tuple, entropy: Any, valid: Any, target: Any, stall
     new_integral = x.where(first, log_alpha - pd, new_integral)
     wanted = new_integral + pd
     # Back-calculation: I absorbs what the bounds of alpha cut off (a step
-    # beyond the rate limit is delivered over the next updates).
+    # beyond the rate limit is delivered over the next updates).  While
+    # stalled, alpha may not climb at all.
+    hi = x.where(stalled, x.minimum(hi, log_alpha), hi)
     bounded = x.minimum(x.maximum(wanted, lo), hi)
     new_integral = new_integral + (bounded - wanted)
     moved = x.minimum(x.maximum(bounded, log_alpha - max_step), log_alpha + max_step)
