@@ -62,14 +62,14 @@ def _pid_rule(x: Any, state: Tuple, entropy: Any, valid: Any, target: Any, stall
         valid: whether this update counts (finite, non-empty).
         target: the target entropy.
         stalled: the windup watch's flag (no upward integration).
-        gains: ``(inv_scale, kp, ki, kd, err_beta, fast_beta, slow_beta)``.
+        gains: ``(inv_scale, kp, ki, kd, err_beta, fast_beta, slow_beta, deadband)``.
         limits: ``(max_step, min_log_alpha, max_log_alpha)``.
 
     Returns:
         The new state.
     """
     log_alpha, integral, err_ema, fast, slow, count = state
-    inv_scale, kp, ki, kd, err_beta, fast_beta, slow_beta = gains
+    inv_scale, kp, ki, kd, err_beta, fast_beta, slow_beta, deadband = gains
     max_step, lo, hi = limits
     first = count == 0
     err = (target - entropy) * inv_scale
@@ -78,9 +78,11 @@ def _pid_rule(x: Any, state: Tuple, entropy: Any, valid: Any, target: Any, stall
     new_slow = x.where(first, entropy, slow_beta * slow + (1 - slow_beta) * entropy)
     trend = (new_fast - new_slow) * inv_scale
     pd = kp * new_err - kd * trend
-    # Integrate only while the PD action agrees with the error (the trend is
-    # not already closing the gap), and never upwards while stalled.
-    hold = ((err > 0) & ((pd < 0) | stalled)) | ((err < 0) & (pd > 0))
+    # Integrate only outside the dead band, while the PD action agrees with
+    # the error (the trend is not already closing the gap), and never upwards
+    # while stalled.
+    inside = x.abs(target - entropy) <= deadband * x.abs(target)
+    hold = inside | ((err > 0) & ((pd < 0) | stalled)) | ((err < 0) & (pd > 0))
     new_integral = integral + x.where(hold, 0.0, ki * err)
     # Bumpless start: the first output is the initial alpha, so P and D act
     # on changes of the error from there.
@@ -112,6 +114,10 @@ class PIDEntropyTargetAlgorithm(EntropyController):
         error_ema: smoothing of the error for the P term, in ``[0, 1)``.
         trend_emas: ``(fast, slow)`` smoothing of the entropy whose
             difference is the trend, ``0 <= fast < slow < 1``.
+        deadband: relative band around the target (``|H - target| <=
+            deadband * |target|``) in which the integral holds, in ``[0, 1)``:
+            no creeping of alpha for the last few hundredths of a nat (a
+            discrete policy next to its maximum entropy).
         max_alpha_change: largest factor ``alpha`` may change by in one
             update (> 1).
         min_alpha: floor of ``alpha`` (> 0).
@@ -149,6 +155,7 @@ class PIDEntropyTargetAlgorithm(EntropyController):
         kd: float = 0.5,
         error_ema: float = 0.3,
         trend_emas: Tuple[float, float] = (0.6, 0.9),
+        deadband: float = 0.02,
         max_alpha_change: float = 1.25,
         min_alpha: float = 1e-4,
         max_alpha: Optional[float] = None,
@@ -168,6 +175,7 @@ class PIDEntropyTargetAlgorithm(EntropyController):
         fast, slow = (check_real(f"trend_emas[{i}]", v, minimum=0.0) for i, v in enumerate(trend_emas))
         if not fast < slow < 1:
             raise ValueError(f"trend_emas must satisfy 0 <= fast < slow < 1, got {trend_emas!r}")
+        check_real("deadband", deadband, minimum=0.0, maximum=0.99)
         check_real("max_alpha_change", max_alpha_change)
         if max_alpha_change <= 1:
             raise ValueError(f"max_alpha_change must be > 1, got {max_alpha_change!r}")
@@ -197,7 +205,7 @@ class PIDEntropyTargetAlgorithm(EntropyController):
         self.register_buffer("_count", torch.zeros((), dtype=torch.int64))
         self.register_buffer("_num_nonfinite", torch.zeros((), dtype=torch.int64))
         max_log = math.inf if max_alpha is None else math.log(max_alpha)
-        consts = (1.0 / error_scale, kp, ki, kd, error_ema, fast, slow,
+        consts = (1.0 / error_scale, kp, ki, kd, error_ema, fast, slow, deadband,
                   math.log(max_alpha_change), math.log(min_alpha), max_log)
         # float32 constants: a buffer (moved by .to()) and its host twin.
         self.register_buffer("_consts", torch.tensor(consts, dtype=torch.float32), persistent=False)
@@ -276,7 +284,7 @@ class PIDEntropyTargetAlgorithm(EntropyController):
         self._num_nonfinite.add_(~finite & has_data)
         c = self._consts.unbind()
         new = _pid_rule(_TensorOps, self._state(), torch.nan_to_num(entropy), finite & has_data,
-                        self._target_now, self._windup_stalled(), c[:7], c[7:])
+                        self._target_now, self._windup_stalled(), c[:8], c[8:])
         for buf, value in zip(self._state(), new):
             buf.copy_(value)
 
@@ -291,6 +299,6 @@ class PIDEntropyTargetAlgorithm(EntropyController):
         views = [buf.numpy() for buf in self._state()]
         c = self._host_consts
         new = _pid_rule(_HostOps, tuple(v[()] for v in views), ent, True,
-                        self._target_now.numpy()[()], bool(self._windup_stalled().numpy()), c[:7], c[7:])
+                        self._target_now.numpy()[()], bool(self._windup_stalled().numpy()), c[:8], c[8:])
         for view, value in zip(views, new):
             view[()] = value

@@ -234,9 +234,33 @@ def _write_tables(rows: List[Dict[str, Any]], out_dir: str) -> Tuple[str, str]:
         f.write(
             f"Control metrics (band ±{TOL:.0%} of the target; computed on the logged "
             "iterations; tracking starts when the entropy first comes within the band "
-            "or below it).\n\n" + "\n".join(lines) + "\n"
+            "or below it).\n\n" + "\n".join(lines) + "\n" + _group_table(rows)
         )
     return csv_path, md_path
+
+
+GROUP_COLUMNS = ("tracking_rmse", "frac_5pct_below", "max_alpha_change_x", "final_eval_return")
+"""The metrics summarised over the seeds of each group."""
+
+
+def _group_table(rows: List[Dict[str, Any]]) -> str:
+    """Mean and 95% bootstrap interval over the seeds of each group of >= 2 runs."""
+    groups: Dict[str, List[Dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(row["group"], []).append(row)
+    groups = {g: rs for g, rs in groups.items() if len(rs) > 1}
+    if not groups:
+        return ""
+    lines = ["| group | seeds | " + " | ".join(GROUP_COLUMNS) + " |",
+             "| --- | --- | " + " | ".join("---" for _ in GROUP_COLUMNS) + " |"]
+    for group, rs in groups.items():
+        cells = []
+        for col in GROUP_COLUMNS:
+            mean, lo, hi = cm.bootstrap_ci([r[col] for r in rs])
+            cells.append("–" if math.isnan(mean) else f"{mean:.4g} [{lo:.4g}, {hi:.4g}]")
+        lines.append(f"| {group} | {len(rs)} | " + " | ".join(cells) + " |")
+    return ("\nAcross seeds: mean [95% bootstrap interval] per group.\n\n"
+            + "\n".join(lines) + "\n")
 
 
 def _group_label(runs: List[RunData]) -> str:

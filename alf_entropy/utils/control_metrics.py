@@ -18,12 +18,14 @@ both use them, so each metric is defined once, here:
   within one iteration (one group of updates).
 * :func:`final_value`: the last finite value (e.g. the final evaluation
   return).
+* :func:`bootstrap_ci`: the mean of one metric over seeds with a percentile
+  bootstrap confidence interval.
 
 Bands are relative to ``|target|`` so they also work for negative targets
 (continuous actions).
 """
 import math
-from typing import NamedTuple, Optional, Sequence
+from typing import NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -36,6 +38,7 @@ __all__ = [
     "settling_times",
     "largest_alpha_change",
     "final_value",
+    "bootstrap_ci",
 ]
 
 
@@ -261,3 +264,38 @@ def final_value(values: Sequence[float]) -> float:
     v = np.asarray(values, dtype=np.float64).reshape(-1)
     v = v[np.isfinite(v)]
     return float(v[-1]) if v.size else math.nan
+
+
+def bootstrap_ci(values: Sequence[float], confidence: float = 0.95, resamples: int = 10000,
+                 seed: int = 0) -> Tuple[float, float, float]:
+    """Mean of ``values`` (e.g. one metric over seeds) and its bootstrap interval.
+
+    The percentile bootstrap: ``resamples`` means of samples drawn with
+    replacement; the interval holds the middle ``confidence`` of them.  With
+    3 seeds it is wide and optimistic; it says how far the seeds disagree.
+    NaNs are dropped.
+
+    Args:
+        values: the per-seed values.
+        confidence: in ``(0, 1)``.
+        resamples: number of bootstrap means (>= 1).
+        seed: the resampling's seed (the interval is reproducible).
+
+    Returns:
+        ``(mean, low, high)``; all NaN when no value is finite.
+
+    Raises:
+        ValueError: for a bad ``confidence`` or ``resamples``.
+    """
+    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0 < confidence < 1:
+        raise ValueError(f"confidence must be a number in (0, 1), got {confidence!r}")
+    if isinstance(resamples, bool) or not isinstance(resamples, (int, np.integer)) or resamples < 1:
+        raise ValueError(f"resamples must be an int >= 1, got {resamples!r}")
+    v = np.asarray(values, dtype=np.float64).reshape(-1)
+    v = v[np.isfinite(v)]
+    if not v.size:
+        return math.nan, math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    means = v[rng.integers(0, v.size, size=(int(resamples), v.size))].mean(axis=1)
+    tail = (1 - confidence) / 2 * 100
+    return float(v.mean()), float(np.percentile(means, tail)), float(np.percentile(means, 100 - tail))

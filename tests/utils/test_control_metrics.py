@@ -99,3 +99,16 @@ def test_final_value_skips_nan():
 def test_bad_input_raises_value_error(call):
     with pytest.raises(ValueError):
         call()
+
+
+def test_bootstrap_ci_brackets_the_mean_and_is_reproducible():
+    mean, lo, hi = cm.bootstrap_ci([0.1, 0.2, 0.6, float("nan")])
+    assert mean == pytest.approx(0.3)
+    assert 0.1 <= lo < mean < hi <= 0.6
+    assert cm.bootstrap_ci([0.1, 0.2, 0.6]) == (mean, lo, hi)
+    assert cm.bootstrap_ci([2.0]) == (2.0, 2.0, 2.0)
+    assert all(math.isnan(v) for v in cm.bootstrap_ci([]))
+    with pytest.raises(ValueError, match="confidence"):
+        cm.bootstrap_ci([1.0], confidence=1.0)
+    with pytest.raises(ValueError, match="resamples"):
+        cm.bootstrap_ci([1.0], resamples=0)
