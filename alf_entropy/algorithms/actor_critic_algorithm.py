@@ -200,10 +200,10 @@ class ActorCriticAlgorithm(Algorithm):
             orders of magnitude within one unroll; once per unroll it moves
             at most one step per unroll.
         max_alpha_change_per_iteration: opt-in cap (> 1): within one
-            iteration (``num_epochs x num_minibatches`` updates) ``alpha``
-            (each action's, for a nested controller) moves at most by this
-            factor from where the iteration started, whatever the controller.
-            None: no cap.
+            iteration (``num_epochs x num_minibatches`` updates) the largest
+            and smallest ``alpha`` (each action's, for a nested controller)
+            differ by at most this factor, whatever the controller.  None: no
+            cap.
         max_grad_norm: clip the global gradient norm to this (``None``: no
             clipping).
         num_epochs: passes over each unroll (1 for A2C).
@@ -691,15 +691,11 @@ class ActorCriticAlgorithm(Algorithm):
         return loss_info, train_info, mask
 
     def _cap_alpha_change(self, start: bool) -> bool:
-        """Start (or end) ``max_alpha_change_per_iteration``'s limits on every leaf controller."""
+        """Start (or end) ``max_alpha_change_per_iteration``'s limit on every leaf controller."""
         if self._log_alpha_cap is None or self._entropy_target_algorithm is None:
             return False
         for leaf in self._entropy_target_algorithm.leaf_algorithms().values():
-            if not start:
-                leaf.set_log_alpha_limits(None, None)
-            elif getattr(leaf, "_adaptive", False):
-                now = leaf.log_alpha.detach().clone()
-                leaf.set_log_alpha_limits(now - self._log_alpha_cap, now + self._log_alpha_cap)
+            leaf.limit_log_alpha_span(self._log_alpha_cap if start else None)
         return True
 
     def summarize_train(

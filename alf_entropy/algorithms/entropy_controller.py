@@ -41,6 +41,7 @@ from alf_entropy.utils.checks import check_real, is_real
 from alf_entropy.utils.dist_utils import (
     calc_default_target_entropy,
     calc_max_possible_entropy,
+    entropy_per_log_alpha,
     entropy_with_fallback,
 )
 from alf_entropy.utils.math_ops import masked_mean
@@ -63,10 +64,11 @@ TargetArg = Optional[Union[float, Callable[[], float]]]
 PROGRESS_GRACE = 10
 """Updates after which a scheduled target whose progress was never fed warns."""
 WINDUP_CLIMB = 4.0
-"""The windup watch: how far ``alpha`` may climb while the gap to the target does not shrink."""
-WINDUP_PROGRESS = 0.25
-"""The windup watch: the fraction of the gap whose closing counts as progress."""
-WINDUP_WINDOW = 100
+"""The windup watch judges the entropy's response once ``alpha`` has climbed this factor."""
+WINDUP_RESPONSE = 0.05
+"""The windup watch: a rise of the entropy under this fraction of the nominal
+one (``entropy_per_log_alpha`` per unit of ``log_alpha`` climbed) is a stall."""
+WINDUP_WINDOW = 500
 """The windup watch: updates without progress before a climb counts as a stall."""
 WATCH_EMA = 0.9
 """Smoothing of the entropy that the windup watch and ``SettledAnnealing`` compare."""
@@ -202,14 +204,15 @@ class EntropyController(Algorithm):
             zeros = functools.partial(torch.zeros, ())
             self.register_buffer("_watch_entropy", zeros(dtype=torch.float32))
             self.register_buffer("_watch_ref", zeros(dtype=torch.float32))
-            self.register_buffer("_watch_ref_gap", zeros(dtype=torch.float32))
+            self.register_buffer("_watch_trough", zeros(dtype=torch.float32))
             self.register_buffer("_watch_since", zeros(dtype=torch.int64))
             self.register_buffer("_watch_below", zeros(dtype=torch.int64))
             self.register_buffer("_watch_count", zeros(dtype=torch.int64))
             self.register_buffer("_stalled", zeros(dtype=torch.bool))
         self._max_log_alpha_watch = math.inf
+        self._entropy_scale = entropy_per_log_alpha(action_spec)
         self._warned_unreachable = False
-        self._log_alpha_limits: Optional[Tuple[torch.Tensor, torch.Tensor]] = None
+        self._log_alpha_span: Optional[Tuple[float, torch.Tensor, torch.Tensor]] = None
 
     def _init_target(self, target_entropy: TargetArg) -> TargetEntropy:
         """Make ``self._target`` and the ``_target_now`` buffer the update reads.
@@ -246,27 +249,31 @@ class EntropyController(Algorithm):
     def unreachable_target(self) -> torch.Tensor:
         """True (0-d bool) while the target looks unreachable: the entropy has
         stayed below it for ``WINDUP_WINDOW`` updates while ``alpha`` climbed
-        while the gap did not close (``_watch``) or sits at its ceiling."""
+        without the entropy answering (``_watch``) or sits at its ceiling."""
         if not self._adaptive:
             return self.stage.new_zeros((), dtype=torch.bool)
         at_ceiling = self.log_alpha >= self._max_log_alpha_watch - 1e-6
         return (self._watch_below >= WINDUP_WINDOW) & (self._stalled | at_ceiling)
 
     def _windup_stalled(self) -> torch.Tensor:
-        """True (0-d bool) while ``alpha`` has climbed without the gap closing (``_watch``)."""
+        """True (0-d bool) while ``alpha`` has climbed without the entropy answering (``_watch``)."""
         return self._stalled
 
-    def set_log_alpha_limits(self, low: Optional[torch.Tensor], high: Optional[torch.Tensor]) -> None:
-        """Keep ``log_alpha`` in ``[low, high]`` after every update until cleared.
+    def limit_log_alpha_span(self, span: Optional[float]) -> None:
+        """From now on keep ``max(log_alpha) - min(log_alpha) <= span`` (until None).
 
-        E.g. an actor-critic's cap on how far alpha may move in one iteration.
+        Each update is clamped to within ``span`` of every value since the
+        call, so ``alpha`` moves by at most ``exp(span)`` over the whole
+        stretch, e.g. one iteration of an actor-critic.  No host reads.
 
         Args:
-            low: lower bound (0-d tensor on the controller's device), or None
-                (with ``high`` None) to clear the limits.
-            high: upper bound (likewise).
+            span: the largest spread of ``log_alpha`` (>= 0), or None to stop.
         """
-        self._log_alpha_limits = None if low is None else (low, high)
+        if span is None or not self._adaptive:
+            self._log_alpha_span = None
+            return
+        now = self._log_alpha.detach().clone()
+        self._log_alpha_span = (float(span), now, now.clone())  # (span, lowest, highest)
 
     def _advance(self, entropy: torch.Tensor, count: Optional[torch.Tensor]) -> Tuple[torch.Tensor, Any]:
         """``_update``, then the watch (windup, annealing); ``(alpha, scalar_loss)``."""
@@ -275,25 +282,37 @@ class EntropyController(Algorithm):
             if self._apply_log_alpha_limits():
                 alpha = self.alpha
             self._watch(entropy, count)
+        if self._debug_summaries and summary.should_record_summaries():
+            self._summarize()
         return alpha, scalar_loss
 
+    def _summarize(self) -> None:
+        """Write the controller's debug summaries (after the update and its limits)."""
+
     def _apply_log_alpha_limits(self) -> bool:
-        """Clamp ``log_alpha`` to ``set_log_alpha_limits``'s range; whether any is set."""
-        if self._log_alpha_limits is None:
+        """Clamp ``log_alpha`` to ``limit_log_alpha_span``'s range; whether one is set."""
+        if self._log_alpha_span is None:
             return False
-        low, high = self._log_alpha_limits
+        span, lowest, highest = self._log_alpha_span
         with torch.no_grad():
             log_alpha = self._log_alpha
-            log_alpha.copy_(torch.minimum(torch.maximum(log_alpha, low), high))
+            log_alpha.copy_(torch.minimum(torch.maximum(log_alpha, highest - span), lowest + span))
+            lowest.copy_(torch.minimum(lowest, log_alpha))
+            highest.copy_(torch.maximum(highest, log_alpha))
         return True
+
+    def _summarize(self) -> None:
+        """Write the controller's debug summaries (after the update and its limits)."""
 
     def _watch(self, entropy: torch.Tensor, count: Optional[torch.Tensor]) -> None:
         """Track a smoothed entropy against the target after an update (tensor ops only).
 
         * windup: in a spell of updates below the target, ``_stalled`` once
-          ``alpha`` has climbed ``WINDUP_CLIMB``-fold and ``WINDUP_WINDOW``
-          updates have passed without the gap closing by ``WINDUP_PROGRESS``
-          (the PID controller then holds alpha) until it does or the spell ends.
+          ``alpha`` has climbed ``WINDUP_CLIMB``-fold over at least
+          ``WINDUP_WINDOW`` updates and the entropy rose from its trough by
+          less than ``WINDUP_RESPONSE`` of the nominal ``entropy_per_log_alpha``
+          for that climb (the PID controller then holds alpha), until it does
+          or the spell ends.
         * ``SettledAnnealing``: after ``window`` consecutive updates within
           ``tolerance`` of the target, lower it.
         """
@@ -308,24 +327,23 @@ class EntropyController(Algorithm):
         log_alpha = self.log_alpha.detach()
         below = torch.where(valid, torch.where(ema < target, self._watch_below + 1, 0),
                             self._watch_below)
-        # The reference (log_alpha, gap) is taken when a spell begins, when
-        # alpha has fallen below it, and whenever a quarter of the gap has
-        # closed since: a stall is a WINDUP_CLIMB-fold climb held for
-        # WINDUP_WINDOW updates without such progress, the entropy still more
-        # than BAND below the target.
-        gap = target - ema
+        # Reference: log_alpha when the spell began (or alpha fell below it),
+        # and the lowest entropy since.  A stall: alpha has climbed
+        # WINDUP_CLIMB-fold, WINDUP_WINDOW updates have passed, and the
+        # entropy stands above its trough by less than WINDUP_RESPONSE of what
+        # the whole climb nominally buys; it ends as soon as it does.
         climbed = log_alpha - self._watch_ref
-        restart = valid & ((below == 1) | (climbed < 0)
-                           | (gap <= (1 - WINDUP_PROGRESS) * self._watch_ref_gap))
-        since = torch.where(restart, 0, self._watch_since + valid)
-        floor = BAND * target.abs()
-        stalled = ((below > 0) & ~restart & (gap > floor) & (climbed >= math.log(WINDUP_CLIMB))
-                   & (since >= WINDUP_WINDOW))
+        trough = torch.minimum(self._watch_trough, ema)
+        answered = (ema - trough) >= WINDUP_RESPONSE * self._entropy_scale * climbed
+        since = self._watch_since + valid
+        judged = (climbed >= math.log(WINDUP_CLIMB)) & (since >= WINDUP_WINDOW)
+        restart = valid & ((below == 1) | (climbed < 0))
+        stalled = (below > 0) & ~restart & judged & ~answered
         self._watch_entropy.copy_(ema)
         self._watch_below.copy_(below)
         self._watch_ref.copy_(torch.where(restart, log_alpha, self._watch_ref))
-        self._watch_ref_gap.copy_(torch.where(restart, torch.maximum(gap, floor), self._watch_ref_gap))
-        self._watch_since.copy_(since)
+        self._watch_trough.copy_(torch.where(restart, ema, torch.where(valid, trough, self._watch_trough)))
+        self._watch_since.copy_(torch.where(restart, 0, since))
         self._stalled.copy_(torch.where(valid, stalled, self._stalled))
         anneal = self._target.annealing
         if anneal is not None:

@@ -359,16 +359,16 @@ class EntropyTargetAlgorithm(EntropyController):
                     self._compiled_update = torch.compile(update, fullgraph=True, dynamic=False)
                 update = self._compiled_update
             update(entropy, count)
-        alpha = self._log_alpha.exp()
-        if self._debug_summaries and summary.should_record_summaries():
-            with summary.scope(self._name):
-                for tag, value in (("alpha", alpha), ("avg_entropy", self._avg_entropy.get()),
-                                   ("stage", self._stage), ("update_rate", self._update_rate),
-                                   ("nonfinite_entropy", self._num_nonfinite)):
-                    summary.scalar(tag, value)
-                if target is not None:
-                    summary.scalar("target_entropy", target)
-        return alpha, ()
+        return self._log_alpha.exp(), ()
+
+    def _summarize(self) -> None:
+        with summary.scope(self._name):
+            for tag, value in (("alpha", self.alpha), ("avg_entropy", self._avg_entropy.get()),
+                               ("stage", self._stage), ("update_rate", self._update_rate),
+                               ("nonfinite_entropy", self._num_nonfinite)):
+                summary.scalar(tag, value)
+            if not self._target.constant:
+                summary.scalar("target_entropy", self._target_now)
 
     def _state(self) -> Tuple[torch.Tensor, ...]:
         state = self._log_alpha, self._stage, self._update_rate, self._max_entropy
@@ -642,9 +642,10 @@ class SGDEntropyTargetAlgorithm(EntropyController):
         ok = torch.isfinite(entropy) if count is None else (count > 0) & torch.isfinite(entropy)
         avg = self._avg_entropy.average(entropy.to(torch.float32), ok)
         gap = torch.where(ok, avg - self._target_now, 0.0)
-        alpha = self.alpha
-        if self._debug_summaries and summary.should_record_summaries():
-            with summary.scope(self._name):
-                for tag, value in (("alpha", alpha), ("entropy", avg), ("target_entropy", self._target_now)):
-                    summary.scalar(tag, value)
-        return alpha, self._log_alpha * gap
+        return self.alpha, self._log_alpha * gap
+
+    def _summarize(self) -> None:
+        with summary.scope(self._name):
+            for tag, value in (("alpha", self.alpha), ("entropy", self._avg_entropy.get()),
+                               ("target_entropy", self._target_now)):
+                summary.scalar(tag, value)

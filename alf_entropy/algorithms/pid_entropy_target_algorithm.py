@@ -155,7 +155,7 @@ class PIDEntropyTargetAlgorithm(EntropyController):
         kd: float = 0.5,
         error_ema: float = 0.3,
         trend_emas: Tuple[float, float] = (0.6, 0.9),
-        deadband: float = 0.02,
+        deadband: float = 0.0,
         max_alpha_change: float = 1.25,
         min_alpha: float = 1e-4,
         max_alpha: Optional[float] = None,
@@ -268,15 +268,15 @@ class PIDEntropyTargetAlgorithm(EntropyController):
             self._update_host(entropy, count)
         else:
             self._update_tensor(entropy, count)
-        alpha = self._log_alpha.exp()
-        if self._debug_summaries and summary.should_record_summaries():
-            with summary.scope(self._name):
-                for tag, value in (("alpha", alpha), ("integral", self._integral),
-                                   ("error", self._err_ema),
-                                   ("trend", (self._fast - self._slow) / self._error_scale),
-                                   ("nonfinite_entropy", self._num_nonfinite)):
-                    summary.scalar(tag, value)
-        return alpha, ()
+        return self._log_alpha.exp(), ()
+
+    def _summarize(self) -> None:
+        with summary.scope(self._name):
+            for tag, value in (("alpha", self.alpha), ("integral", self._integral),
+                               ("error", self._err_ema),
+                               ("trend", (self._fast - self._slow) / self._error_scale),
+                               ("nonfinite_entropy", self._num_nonfinite)):
+                summary.scalar(tag, value)
 
     def _update_tensor(self, entropy: torch.Tensor, count: Optional[torch.Tensor]) -> None:
         finite = torch.isfinite(entropy)

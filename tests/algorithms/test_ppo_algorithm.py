@@ -235,7 +235,7 @@ def test_gin_bindings_of_actor_critic_do_not_reach_ppo():
 @pytest.mark.parametrize("cap", [None, 1.5])
 def test_max_alpha_change_per_iteration_bounds_any_controller(cap):
     """ALF's fast rate (log 2 per update) moves alpha x2 per update; the cap
-    keeps a whole iteration (16 updates) within x1.5."""
+    keeps the spread of alpha over a whole iteration (16 updates) within x1.5."""
     alg = _ppo(enforce_entropy_target=True, max_alpha_change_per_iteration=cap,
                entropy_target_cls=functools.partial(EntropyTargetAlgorithm, target_entropy=0.69,
                                                     skip_free_stage=True))
@@ -244,8 +244,8 @@ def test_max_alpha_change_per_iteration_bounds_any_controller(cap):
     alg.train_from_unroll(exp, final)
     ratio = alg.entropy_target_algorithm.alpha.item() / before
     assert (ratio <= 1.5 + 1e-5) == (cap is not None), ratio
-    if cap is not None:  # the limits end with the iteration
-        assert alg.entropy_target_algorithm._log_alpha_limits is None
+    if cap is not None:  # the limit ends with the iteration
+        assert alg.entropy_target_algorithm._log_alpha_span is None
 
 
 def test_max_alpha_change_per_iteration_must_exceed_one():

@@ -109,15 +109,18 @@ def test_a_reachable_target_does_not_warn(kind):
 
 
 @pytest.mark.parametrize("kind", sorted(ADAPTIVE))
-def test_log_alpha_limits_hold_every_update(kind):
+def test_log_alpha_span_holds_over_every_update(kind):
     kw = {"optimizer": lambda p: torch.optim.SGD(p, lr=5.0)} if kind == "sgd" else {}
     controller = ADAPTIVE[kind](target_entropy=0.6, **kw)
-    start = controller.log_alpha.detach().clone()
-    controller.set_log_alpha_limits(start - 0.1, start + 0.1)
+    start = controller.log_alpha.item()
+    controller.limit_log_alpha_span(0.2)
+    seen = [start]
     for k in range(30):
-        alpha = controller.adjust_alpha(0.1 - 1e-3 * k)  # pushes alpha up hard
-        assert alpha.log().item() <= start.item() + 0.1 + 1e-6
-    controller.set_log_alpha_limits(None, None)
+        h = 0.1 - 1e-3 * k if k < 15 else 0.69  # pushes alpha up hard, then down
+        seen.append(controller.adjust_alpha(h).log().item())
+        assert max(seen) - min(seen) <= 0.2 + 1e-6, seen
+    assert max(seen) - min(seen) > 0.1  # it did move
+    controller.limit_log_alpha_span(None)
     for k in range(30):
         controller.adjust_alpha(0.07 - 1e-3 * k)
-    assert controller.log_alpha.item() > start.item() + 0.1
+    assert controller.log_alpha.item() > start + 0.2
