@@ -200,7 +200,7 @@ def parse_gin_config(
                 direct[_normalize(key)] = f"{key} (in {os.path.basename(path)})"
     for param in gin_params or []:
         for key in _binding_keys(param):
-            direct[_normalize(key)] = f"{key} (--gin_param)"
+            direct[_normalize(key)] = f"{' '.join(param.split())} (--gin_param)"
     _DIRECT.clear()
     _DIRECT.update(config=gin.config_str(), bindings=direct)
     return paths
