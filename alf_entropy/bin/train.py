@@ -150,6 +150,8 @@ def _train(device_flag: str) -> None:
         trainer = cls(**kwargs)
     except (GinConfigError, ValueError, TypeError) as e:
         _fail(one_line(e))
+    except MemoryError as e:
+        _fail(f"out of memory building the run ({one_line(e)}): lower the sizes in the config")
     try:
         result = trainer.train()
     except KeyboardInterrupt:
@@ -162,6 +164,11 @@ def _train(device_flag: str) -> None:
         _fail(f"{one_line(e)}; the earlier checkpoints in {trainer.root_dir} are intact", 1)
     except ValueError as e:  # CheckpointError: a checkpoint could not be written
         _fail(one_line(e), status=1)
+    except MemoryError as e:
+        _fail(
+            f"out of memory while training ({one_line(e)}): lower the sizes in the config "
+            "(num_envs, unroll_length, replay_buffer_length, ...)", status=1,
+        )
     finally:
         trainer.close()
     if not distributed.is_main_process():

@@ -638,6 +638,8 @@ class Trainer:
         diffs = run_dir.config_differences(saved, gin.operative_config_str())
         if not diffs:
             return
+        # Changed values first: they say more than parameters of classes one side lacks.
+        diffs.sort(key=lambda d: d[1] is None or d[2] is None)
         shown = "; ".join(
             f"{key}: {'unset' if old is None else old} -> {'unset' if new is None else new}"
             for key, old, new in diffs[:5]
