@@ -15,10 +15,11 @@ configure runs exactly like the command line:
 
 :func:`check_bindings_used` (the trainer calls it once it has built
 everything it builds before training) refuses a binding that nothing used:
-one given with ``--gin_param`` or written in a ``--gin_file`` itself is an
-error naming it, one inherited from an ``include``d file (a shipped config
-switching the controller leaves the other controller's settings unused) is a
-warning.  Configurables first called during training (:data:`LATE_CONFIGURABLES`:
+one given with ``--gin_param``, or one in a gin file for a configurable the
+run did call (whose value the code then passes itself), is an error naming
+it; one in a gin file for a configurable the run never builds is a warning
+(a config that switches the controller leaves the other controller's
+settings bound).  Configurables first called during training (:data:`LATE_CONFIGURABLES`:
 the evaluation, ...) cannot be judged then and are left out.
 """
 import importlib
@@ -244,10 +245,10 @@ def check_bindings_used(constructing: Optional[str] = None) -> None:
             checked that each of its bound parameters exists.
 
     Raises:
-        GinConfigError: naming the unused bindings given directly (with
-            ``--gin_param`` or in a ``--gin_file`` passed to the last
-            :func:`parse_gin_config`); unused bindings from included files
-            are logged as a warning.
+        GinConfigError: naming the unused bindings given with ``--gin_param``
+            (to the last :func:`parse_gin_config`) and those of configurables
+            that were called but did not take the bound value; unused
+            bindings of configurables never called are logged as a warning.
     """
     bound = parse_operative_config(gin.config_str())
     used = parse_operative_config(gin.operative_config_str())
@@ -257,12 +258,19 @@ def check_bindings_used(constructing: Optional[str] = None) -> None:
     if not unused:
         return
     direct = _DIRECT.get("bindings", {}) if _DIRECT.get("config") == gin.config_str() else {}
-    errors = [direct[_normalize(k)] for k in unused if _normalize(k) in direct]
-    inherited = [k for k in unused if _normalize(k) not in direct]
-    if inherited:
+    called = _called_configurables(gin.operative_config_str())
+    errors, alternatives = [], []
+    for key in unused:
+        norm = _normalize(key)
+        where = direct.get(norm, f"{key} (in a gin file)")
+        if where.endswith("(--gin_param)") or norm[1] in called:
+            errors.append(where)  # asked for on the command line, or overridden by the code
+        else:
+            alternatives.append(where)  # a class this run does not build
+    if alternatives:
         logging.warning(
-            "gin bindings from included files that this run does not use: %s",
-            ", ".join(inherited),
+            "gin bindings of classes this run does not build (left unused): %s",
+            ", ".join(alternatives),
         )
     if errors:
         raise GinConfigError(
@@ -270,6 +278,19 @@ def check_bindings_used(constructing: Optional[str] = None) -> None:
             "here (another class, or one whose value the code passes itself); "
             + _hint(errors)
         )
+
+
+_HEADER = re.compile(r"^# Parameters for (.+):$")
+
+
+def _called_configurables(operative: str) -> Set[str]:
+    """The last names of the configurables gin's operative config lists (called)."""
+    names = set()
+    for line in operative.splitlines():
+        m = _HEADER.match(line.strip())
+        if m:
+            names.add(m.group(1).rsplit("/", 1)[-1].rsplit(".", 1)[-1])
+    return names
 
 
 def _hint(errors: List[str]) -> str:

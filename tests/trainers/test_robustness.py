@@ -388,3 +388,22 @@ def test_sac_limit_below_initial_collect_steps_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"initial_collect_steps \(1000\) must be <= .* = 300"):
         OffPolicyTrainer(str(tmp_path / "run"), device="cpu")
     assert not os.path.exists(tmp_path / "run")
+
+
+def test_gin_file_bindings_overridden_by_the_code_are_errors_alternatives_warnings(
+    tmp_path, caplog
+):
+    config = tmp_path / "mine.gin"
+    config.write_text("include 'ppo_cartpole.gin'\nOnPolicyTrainer.num_iterations = 1\n"
+                      "SGDEntropyTargetAlgorithm.target_entropy = 0.3\n")
+    parse_gin_config([str(config)], [])
+    with caplog.at_level(logging.WARNING):
+        OnPolicyTrainer(str(tmp_path / "ok"), device="cpu").close()
+    assert "SGDEntropyTargetAlgorithm.target_entropy (in mine.gin)" in caplog.text
+    gin.clear_config()
+    # FusedAdam is built, but the default optimiser passes lr itself.
+    config.write_text("include 'ppo_cartpole.gin'\nOnPolicyTrainer.num_iterations = 1\n"
+                      "FusedAdam.lr = 0.1\n")
+    parse_gin_config([str(config)], [])
+    with pytest.raises(GinConfigError, match=r"FusedAdam.lr \(in mine.gin\)"):
+        OnPolicyTrainer(str(tmp_path / "bad"), device="cpu")
