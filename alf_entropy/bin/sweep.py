@@ -222,9 +222,23 @@ def _recorded_command(run: SweepRun) -> Optional[List[str]]:
     return command if isinstance(command, list) else []
 
 
+def _arguments(command: List[str]) -> List[str]:
+    """A command's arguments without the interpreter and ``--root_dir DIR``
+    (the run's directory is where the marker is, however it was spelt)."""
+    out, args = [], command[1:]
+    i = 0
+    while i < len(args):
+        if args[i] == "--root_dir":
+            i += 2
+            continue
+        out.append(args[i])
+        i += 1
+    return out
+
+
 def _same_command(a: List[str], b: List[str]) -> bool:
-    """Whether two commands agree (the Python interpreter's path aside)."""
-    return a[1:] == b[1:]
+    """Whether two commands agree (the interpreter's and run dir's paths aside)."""
+    return _arguments(a) == _arguments(b)
 
 
 def is_done(run: SweepRun) -> bool:
@@ -244,8 +258,8 @@ def stale_runs(runs: List[SweepRun]) -> List[Tuple[SweepRun, str]]:
         recorded = _recorded_command(run)
         if recorded is None or _same_command(recorded, run.command):
             continue
-        old = [a for a in recorded[1:] if a not in run.command[1:]]
-        new = [a for a in run.command[1:] if a not in recorded[1:]]
+        old = [a for a in _arguments(recorded) if a not in _arguments(run.command)]
+        new = [a for a in _arguments(run.command) if a not in _arguments(recorded)]
         out.append((run, f"was {old or 'unreadable'}, the spec now gives {new}"))
     return out
 

@@ -66,8 +66,12 @@ def _is_main_rank() -> bool:
 
 
 def _fail(message: str, status: int = 2) -> None:
-    """Print one error line (on rank 0 only under torchrun) and exit with ``status``."""
-    if _is_main_rank():
+    """Print one error line and exit with ``status``.
+
+    Under ``torchrun`` a configuration error (status 2: every rank has the
+    same one) is printed by rank 0 alone; any other error by each rank.
+    """
+    if status != 2 or _is_main_rank():
         print(f"{PROG}: error: {message}", file=sys.stderr)
     sys.exit(status)
 

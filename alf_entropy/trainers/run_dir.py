@@ -50,10 +50,12 @@ RESULT_NEUTRAL_PARAMETERS = frozenset({
     "num_threads",
     "debug_summaries",
     "allow_config_change",
+    "device",
 })
 """Parameter names (of any configurable) that may differ between a run's
 ``operative_config.gin`` and a resumed run: they change when or how much the
-run trains, reports or saves, not what one iteration computes."""
+run trains, reports or saves, or where (``device``: a run may move from CPU
+to GPU, not bit-exactly), not what one iteration computes."""
 
 
 class RunDirLocked(ValueError):

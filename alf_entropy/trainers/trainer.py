@@ -342,7 +342,8 @@ class Trainer:
         # Nothing is written before the configuration is known to be good: a
         # binding nothing uses is an error now, not a silently ignored value.
         gin_config.check_bindings_used(constructing=type(self).__name__)
-        self._lock: Optional[run_dir.RunLock] = None
+        self._lock: Optional[run_dir.RunLock] = None  # rank 0's
+        self._released = False
         created = self._is_main and not os.path.exists(self._root_dir)
         try:
             self._take_run_dir()
@@ -612,6 +613,8 @@ class Trainer:
                 check()
             except ValueError as e:
                 error = (type(e), str(e))
+            except OSError as e:  # e.g. no permission inside an existing root_dir
+                error = (ValueError, f"root_dir {self._root_dir}: {e}")
         if self._world_size > 1:
             error = distributed.broadcast_object(error)
         if error is not None:
@@ -697,6 +700,7 @@ class Trainer:
     def close(self) -> None:
         """Release the run directory's lock (idempotent; also at exit)."""
         lock, self._lock = getattr(self, "_lock", None), None
+        self._released = True
         if lock is not None:
             lock.release()
 
@@ -861,13 +865,15 @@ class Trainer:
             "wall_time": time.time() - start_time,
             "eval_time": self._eval_time,
             "already_done": already_done,
-            "stopped_by": None if self._stop_signal is None
-            else signal.Signals(self._stop_signal).name,
+            "stopped_by": getattr(self, "_stopped_by", None),
             "checkpoint": self._last_checkpoint,
         }
 
     def train(self) -> Dict[str, Any]:
         """Run (or resume) training until a limit (or ``stop_eval_return``).
+
+        The run directory's lock is released when it returns (taken again by
+        another call).
 
         Returns:
             dict: ``iteration``, ``env_steps``, ``last_return`` (mean return of
@@ -892,9 +898,20 @@ class Trainer:
             CheckpointError: if a checkpoint cannot be written (a full disk):
                 the earlier ones are intact.
         """
+        if self._released:  # by an earlier train() or close(): take it again (every rank)
+            self._on_main(lambda: setattr(self, "_lock", run_dir.RunLock(self._root_dir)))
+            self._released = False
+        try:
+            return self._train()
+        finally:
+            self.close()  # the run is over: another process may take the directory
+
+    def _train(self) -> Dict[str, Any]:
+        """:meth:`train` under the run directory's lock."""
         start_time = time.time()
         self._eval_time = 0.0
         self._stop_signal = None
+        self._stopped_by: Optional[str] = None
         self._last_checkpoint = None
         reached = self._limit_reached()
         if reached is not None:
@@ -942,10 +959,10 @@ class Trainer:
                     if not saved:
                         self._update_progress()
                         self.save_checkpoint()
+                    self._stopped_by = signal.Signals(self._stop_signal).name
                     logging.warning(
                         "Stopped by %s at iteration %d; saved %s",
-                        signal.Signals(self._stop_signal).name, self._iteration,
-                        self._last_checkpoint,
+                        self._stopped_by, self._iteration, self._last_checkpoint,
                     )
                     break
         except KeyboardInterrupt:

@@ -407,3 +407,19 @@ def test_gin_file_bindings_overridden_by_the_code_are_errors_alternatives_warnin
     parse_gin_config([str(config)], [])
     with pytest.raises(GinConfigError, match=r"FusedAdam.lr \(in mine.gin\)"):
         OnPolicyTrainer(str(tmp_path / "bad"), device="cpu")
+
+
+_TRY_LOCK = """
+import fcntl, os, sys
+fd = os.open(os.path.join(sys.argv[1], ".run.lock"), os.O_RDWR)
+fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+"""
+
+
+def test_the_lock_is_held_until_train_returns(tmp_path):
+    trainer = _trainer(tmp_path, num_iterations=1)
+    held = subprocess.run([sys.executable, "-c", _TRY_LOCK, str(tmp_path)], capture_output=True)
+    assert held.returncode != 0 and b"BlockingIOError" in held.stderr
+    trainer.train()
+    free = subprocess.run([sys.executable, "-c", _TRY_LOCK, str(tmp_path)], capture_output=True)
+    assert free.returncode == 0, free.stderr
