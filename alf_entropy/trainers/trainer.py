@@ -28,11 +28,22 @@ The base class owns the run around the algorithm-specific iteration:
   records inside the iteration), a deterministic evaluation every
   ``eval_interval`` iterations (``eval/return``), a tqdm progress bar whose
   total is the binding limit in iterations;
-* checkpoints every ``checkpoint_interval`` iterations, at the end and on
-  ``KeyboardInterrupt``, and the resume from the latest one on construction
-  (see :meth:`Trainer.save_checkpoint` for the contents).  A resumed run
-  with a larger limit continues; one already at its limit logs one line and
-  :meth:`Trainer.train` returns ``already_done=True`` at once.
+* checkpoints every ``checkpoint_interval`` iterations, at the end and
+  after the iteration in which a SIGTERM or SIGINT arrived (a second one
+  stops at once: :class:`TrainingAborted`), and the resume on construction
+  from the newest checkpoint that loads (damaged ones are skipped with a
+  warning; see :meth:`Trainer.save_checkpoint` for the contents).  A resumed
+  run with a larger limit continues; one already at its limit logs one line
+  and :meth:`Trainer.train` returns ``already_done=True`` at once;
+* the run directory belongs to one run (:mod:`alf_entropy.trainers.run_dir`):
+  a ``flock`` held from construction until :meth:`Trainer.train` returns
+  refuses a second trainer, and a configuration that differs from the
+  directory's ``operative_config.gin`` beyond the result-neutral settings is
+  refused unless ``allow_config_change``;
+* before anything is written, a gin binding nothing used is refused
+  (:func:`~alf_entropy.trainers.gin_config.check_bindings_used`).
+
+See ``docs/robustness.md`` for these guarantees and their tests.
 
 Data-parallel under ``torchrun`` (``WORLD_SIZE > 1``, see
 :mod:`alf_entropy.utils.distributed`): every rank builds the same trainer;

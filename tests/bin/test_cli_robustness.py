@@ -7,6 +7,7 @@ parameters and expects exit status 2, one error line, no traceback and no
 run directory left behind.
 """
 import errno
+import logging
 import os
 import signal
 import subprocess
@@ -52,7 +53,12 @@ def _params(params):
 @pytest.fixture(autouse=True)
 def _clean():
     torch.set_num_threads(1)
+    # Parsing absl's flags sets the absl logger's level from --verbosity:
+    # put it back so that later tests' caplog sees INFO records.
+    absl_logger = logging.getLogger("absl")
+    level = absl_logger.level
     yield
+    absl_logger.setLevel(level)
     gin.clear_config()
     schedulers.reset_progress()
 
