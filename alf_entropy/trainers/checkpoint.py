@@ -192,7 +192,8 @@ def load_checkpoint(path: str) -> Dict[str, Any]:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # torch.load raises many types for a damaged file
-        message = " ".join(str(e).split())[:200]
+        # The first sentence: torch's zip errors go on for several more.
+        message = " ".join(str(e).split()).split(". ")[0][:200]
         raise CheckpointError(
             f"{path} cannot be read ({type(e).__name__}: {message})"
         ) from e
