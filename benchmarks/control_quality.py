@@ -232,6 +232,11 @@ PPO_COMMON = [
     "LinearScheduler.schedule = [(0, 0.68), (1.0, 0.58)]",
     "OnPolicyTrainer.summary_interval = 1",
     "OnPolicyTrainer.progress_bar = False",
+]
+# The SGD controller's settings, only for the runs that use it (a binding a
+# run never uses is refused).
+PPO_SGD = [
+    "PPOAlgorithm.entropy_target_cls = @SGDEntropyTargetAlgorithm",
     "SGDEntropyTargetAlgorithm.target_entropy = @LinearScheduler()",
     "SGDEntropyTargetAlgorithm.initial_alpha = 0.01",
     "SGDEntropyTargetAlgorithm.optimizer = @alpha/torch.optim.Adam",
@@ -243,7 +248,7 @@ def benchmark_ppo(seeds, out_dir, jobs, only=None):
     from alf_entropy.bin.sweep import run_sweep
 
     base = {"gin_file": ["ppo_cartpole_scheduled_target.gin"], "seeds": list(seeds)}
-    sgd = ["PPOAlgorithm.entropy_target_cls = @SGDEntropyTargetAlgorithm"]
+    sgd = PPO_SGD
     sweeps = {
         "staged": dict(base, gin_param=PPO_COMMON),
         "sac_rule": dict(base, gin_param=PPO_COMMON + sgd,

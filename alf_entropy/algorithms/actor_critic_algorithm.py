@@ -120,16 +120,27 @@ def _masked_normalize(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) ->
     return centered / (var.sqrt() + eps)
 
 
-def default_optimizer(params: List[nn.Parameter]) -> torch.optim.Optimizer:
+@gin.configurable
+def default_optimizer(
+    params: List[nn.Parameter], lr: float = 3e-4, eps: float = 1e-5
+) -> torch.optim.Optimizer:
     """The optimiser used when none is given: ``Adam(lr=3e-4, eps=1e-5)``.
+
+    Its learning rate is bound in gin as ``default_optimizer.lr = 1e-3``
+    (``torch.optim.Adam.lr`` configures ``@torch.optim.Adam``, which the
+    default does not use).
 
     Args:
         params: the parameters to optimise.
+        lr: the learning rate (> 0).
+        eps: Adam's epsilon (>= 0).
 
     Returns:
         torch.optim.Optimizer: the optimiser.
     """
-    return fused_adam(params, lr=3e-4, eps=1e-5)
+    lr = check_real("default_optimizer.lr", lr, positive=True)
+    eps = check_real("default_optimizer.eps", eps, minimum=0.0)
+    return fused_adam(params, lr=lr, eps=eps)
 
 
 _ENTROPY_TARGET_UPDATES = ("per_minibatch", "per_iteration")

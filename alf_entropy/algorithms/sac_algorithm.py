@@ -42,6 +42,7 @@ from alf_entropy.networks import ActorDistributionNetwork, mode_of
 from alf_entropy.networks.critic_networks import CriticNetworks
 from alf_entropy.tensor_specs import BoundedTensorSpec
 from alf_entropy.utils import distributed, nest, summary
+from alf_entropy.utils.checks import check_real
 from alf_entropy.utils.optimizers import fused_adam, masked_optimizer_step
 from alf_entropy.utils.replay_buffer import Transition
 
@@ -67,8 +68,11 @@ def _default_actor(observation_spec: Any, action_spec: Any) -> nn.Module:
     )
 
 
-def _default_optimizer(params: List[nn.Parameter]) -> torch.optim.Optimizer:
-    return fused_adam(params, lr=3e-4)
+@gin.configurable("sac_default_optimizer")
+def _default_optimizer(params: List[nn.Parameter], lr: float = 3e-4) -> torch.optim.Optimizer:
+    """SAC's optimiser when none is given: Adam with ``lr`` (gin:
+    ``sac_default_optimizer.lr``)."""
+    return fused_adam(params, lr=check_real("sac_default_optimizer.lr", lr, positive=True))
 
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -28,12 +28,19 @@ The spec is a small JSON file, in the spirit of ALF's ``grid_search``::
 Each run gets its own root dir ``<sweep_dir>/<name>``, named by its bindings
 (the last part of each binding's name, or the whole name where two would
 clash), e.g. ``target_entropy=0.5+fast_update_rate=0.1+seed=1``.  A run that
-finishes gets a ``sweep_done.json`` marker; running the sweep again skips
-those, and the others start again (``alf-entropy-train`` resumes an
-interrupted run from its latest checkpoint).  A run's output goes to
-``<run dir>/train.log``; a failed run is reported at the end and does not
-stop the others (the exit status is then 1).  Finally the report of all the
-runs is written to ``<sweep_dir>/report`` (see ``alf-entropy-report``).
+finishes gets a ``sweep_done.json`` marker holding its command; running the
+sweep again skips those whose recorded command is the one the spec gives now,
+and the others start again (``alf-entropy-train`` resumes an interrupted run
+from its latest checkpoint).  A finished run whose recorded command differs
+(a fixed binding of the spec was changed) is never counted as done: the sweep
+refuses to start, naming the runs and the difference, before it writes
+anything (use a new ``--sweep_dir``, or delete those run directories to
+rerun them).  A run's output goes to ``<run dir>/train.log``; a failed run is
+reported at the end with its own error line and does not stop the others
+(the exit status is then 1); a run whose directory another process is
+training in is reported as "already running", not as failed.  Finally the
+report of all the runs is written to ``<sweep_dir>/report`` (see
+``alf-entropy-report``).
 
 Runs execute as ``--jobs`` parallel local processes by default.  With
 ``--ray_address`` (an address, ``auto`` for the cluster this machine is part
@@ -52,7 +59,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-__all__ = ["SweepRun", "load_spec", "expand_spec", "run_sweep", "main"]
+__all__ = ["SweepRun", "load_spec", "expand_spec", "is_done", "stale_runs", "run_sweep", "main"]
 
 PROG = "alf-entropy-sweep"
 DONE_FILE = "sweep_done.json"
@@ -202,12 +209,80 @@ def expand_spec(
     return runs
 
 
+def _recorded_command(run: SweepRun) -> Optional[List[str]]:
+    """The command in the run's done marker, or ``None`` if it has none."""
+    path = os.path.join(run.root_dir, DONE_FILE)
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            command = json.load(f).get("command")
+    except (OSError, ValueError, AttributeError):
+        return []  # an unreadable marker: not the spec's command
+    return command if isinstance(command, list) else []
+
+
+def _arguments(command: List[str]) -> List[str]:
+    """A command's arguments without the interpreter and ``--root_dir DIR``
+    (the run's directory is where the marker is, however it was spelt)."""
+    out, args = [], command[1:]
+    i = 0
+    while i < len(args):
+        if args[i] == "--root_dir":
+            i += 2
+            continue
+        out.append(args[i])
+        i += 1
+    return out
+
+
+def _same_command(a: List[str], b: List[str]) -> bool:
+    """Whether two commands agree (the interpreter's and run dir's paths aside)."""
+    return _arguments(a) == _arguments(b)
+
+
 def is_done(run: SweepRun) -> bool:
-    """Whether the run finished in an earlier invocation."""
-    return os.path.exists(os.path.join(run.root_dir, DONE_FILE))
+    """Whether the run finished in an earlier invocation with the same command."""
+    recorded = _recorded_command(run)
+    return recorded is not None and _same_command(recorded, run.command)
 
 
-def execute_run(name: str, root_dir: str, command: List[str]) -> Tuple[str, int, float]:
+def stale_runs(runs: List[SweepRun]) -> List[Tuple[SweepRun, str]]:
+    """Finished runs whose recorded command differs from the spec's.
+
+    Returns:
+        list: ``(run, what differs)`` pairs.
+    """
+    out = []
+    for run in runs:
+        recorded = _recorded_command(run)
+        if recorded is None or _same_command(recorded, run.command):
+            continue
+        old = [a for a in _arguments(recorded) if a not in _arguments(run.command)]
+        new = [a for a in _arguments(run.command) if a not in _arguments(recorded)]
+        out.append((run, f"was {old or 'unreadable'}, the spec now gives {new}"))
+    return out
+
+
+_ERROR_PREFIX = "alf-entropy-train: error:"
+ALREADY_RUNNING = "already in use by another run"
+"""Part of ``alf-entropy-train``'s error line for a locked run directory."""
+
+
+def _error_line(log_path: str, offset: int) -> str:
+    """The run's error line in its log after ``offset`` (or its last line)."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(offset)
+            lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines()]
+    except OSError:
+        return ""
+    lines = [ln for ln in lines if ln]
+    errors = [ln for ln in lines if ln.startswith(_ERROR_PREFIX)]
+    return (errors or lines or [""])[-1][:500]
+
+
+def execute_run(name: str, root_dir: str, command: List[str]) -> Tuple[str, int, float, str]:
     """Run one training process; write the done marker if it succeeds.
 
     Output goes to ``<root_dir>/train.log`` (appended).  This is also the body
@@ -219,11 +294,15 @@ def execute_run(name: str, root_dir: str, command: List[str]) -> Tuple[str, int,
         command: the command line.
 
     Returns:
-        ``(name, exit status, seconds)``.
+        ``(name, exit status, seconds, error line)``; the error line is the
+        run's last ``alf-entropy-train: error:`` line (or its last output
+        line) when it failed, else ``""``.
     """
     os.makedirs(root_dir, exist_ok=True)
     start = time.time()
-    with open(os.path.join(root_dir, "train.log"), "ab") as log:
+    log_path = os.path.join(root_dir, "train.log")
+    with open(log_path, "ab") as log:
+        offset = log.tell()
         log.write(("$ " + " ".join(command) + "\n").encode())
         log.flush()
         rc = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT)
@@ -231,21 +310,33 @@ def execute_run(name: str, root_dir: str, command: List[str]) -> Tuple[str, int,
     if rc == 0:
         with open(os.path.join(root_dir, DONE_FILE), "w", encoding="utf-8") as f:
             json.dump({"command": command, "seconds": seconds}, f)
-    return name, rc, seconds
+        return name, rc, seconds, ""
+    return name, rc, seconds, _error_line(log_path, offset)
 
 
-def _run_local(runs: List[SweepRun], jobs: int, log) -> Dict[str, int]:
-    status = {}
+def _outcome(rc: int, error: str) -> str:
+    """The progress-line word for a run's exit status and error line."""
+    if rc == 0:
+        return "done"
+    if ALREADY_RUNNING in error:
+        return "already running"
+    return f"FAILED (exit {rc})"
+
+
+def _run_local(runs: List[SweepRun], jobs: int, log) -> Tuple[Dict[str, int], Dict[str, str]]:
+    status, errors = {}, {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
         futures = [pool.submit(execute_run, r.name, r.root_dir, r.command) for r in runs]
         for future in concurrent.futures.as_completed(futures):
-            name, rc, seconds = future.result()
-            status[name] = rc
-            log(f"{'done' if rc == 0 else f'FAILED (exit {rc})'} {name} in {seconds:.1f}s")
-    return status
+            name, rc, seconds, error = future.result()
+            status[name], errors[name] = rc, error
+            log(f"{_outcome(rc, error)} {name} in {seconds:.1f}s" + (f": {error}" if rc else ""))
+    return status, errors
 
 
-def _run_ray(runs: List[SweepRun], address: str, log) -> Dict[str, int]:
+def _run_ray(
+    runs: List[SweepRun], address: str, log
+) -> Tuple[Dict[str, int], Dict[str, str]]:
     try:
         import ray
     except ImportError as e:
@@ -262,19 +353,19 @@ def _run_ray(runs: List[SweepRun], address: str, log) -> Dict[str, int]:
     try:
         task = ray.remote(num_cpus=1)(execute_run)
         pending = {task.remote(r.name, r.root_dir, r.command): r.name for r in runs}
-        status = {}
+        status, errors = {}, {}
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
             ref = ready[0]
             name = pending.pop(ref)
             try:
-                _, rc, seconds = ray.get(ref)
+                _, rc, seconds, error = ray.get(ref)
             except Exception as e:  # a lost node or worker: report, keep going
-                rc, seconds = -1, 0.0
+                rc, seconds, error = -1, 0.0, f"ray task failed: {e}"
                 log(f"ray task of {name} failed: {e}")
-            status[name] = rc
-            log(f"{'done' if rc == 0 else f'FAILED (exit {rc})'} {name} in {seconds:.1f}s")
-        return status
+            status[name], errors[name] = rc, error
+            log(f"{_outcome(rc, error)} {name} in {seconds:.1f}s" + (f": {error}" if rc else ""))
+        return status, errors
     finally:
         if started:
             ray.shutdown()
@@ -301,37 +392,59 @@ def run_sweep(
         log: called with progress lines.
 
     Returns:
-        dict: ``runs`` (all), ``skipped`` and ``failed`` (names), ``status``
-        (name -> exit status of the runs started now) and ``report`` (the
-        report's result, or None).
+        dict: ``runs`` (all), ``skipped``, ``failed`` and ``running``
+        (names; ``running``: runs another process is training in now),
+        ``status`` (name -> exit status of the runs started now), ``errors``
+        (name -> the error line of each run that did not succeed) and
+        ``report`` (the report's result, or None).
 
     Raises:
-        ValueError: for a bad spec or ``jobs``, or Ray missing.
+        ValueError: for a bad spec or ``jobs``, Ray missing, or finished runs
+            in ``sweep_dir`` whose recorded command differs from the spec's
+            (nothing is written or run then).
     """
     spec = check_spec(spec)
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be an int >= 1, got {jobs!r}")
+    runs = expand_spec(spec, sweep_dir, device)
+    stale = stale_runs(runs)
+    if stale:
+        run, diff = stale[0]
+        raise ValueError(
+            f"{len(stale)} finished run(s) in {sweep_dir} were made with another command than "
+            f"this spec gives (e.g. {run.name}: {diff}); use a new --sweep_dir, or delete "
+            "those run directories to rerun them"
+        )
     os.makedirs(sweep_dir, exist_ok=True)
     with open(os.path.join(sweep_dir, "sweep.json"), "w", encoding="utf-8") as f:
         json.dump(spec, f, indent=2)
-    runs = expand_spec(spec, sweep_dir, device)
     todo = [r for r in runs if not is_done(r)]
     skipped = [r.name for r in runs if is_done(r)]
     log(f"{PROG}: {len(runs)} runs, {len(skipped)} already done, {len(todo)} to run")
     if ray_address:
-        status = _run_ray(todo, ray_address, log)
+        status, errors = _run_ray(todo, ray_address, log)
     else:
-        status = _run_local(todo, jobs, log)
-    failed = sorted(name for name, rc in status.items() if rc != 0)
-    result = {"runs": runs, "skipped": skipped, "failed": failed, "status": status, "report": None}
+        status, errors = _run_local(todo, jobs, log)
+    running = sorted(n for n, rc in status.items() if rc and ALREADY_RUNNING in errors[n])
+    failed = sorted(n for n, rc in status.items() if rc != 0 and n not in running)
+    result = {
+        "runs": runs, "skipped": skipped, "failed": failed, "running": running,
+        "status": status, "errors": {n: e for n, e in errors.items() if status[n]},
+        "report": None,
+    }
     with_events = [r.root_dir for r in runs if os.path.isdir(os.path.join(r.root_dir, "train"))]
     if report and with_events:
         from alf_entropy.bin.report import write_report
 
         result["report"] = write_report(with_events, os.path.join(sweep_dir, "report"))
         log(f"{PROG}: report in {result['report']['out_dir']}")
+    for name in running:
+        log(f"{PROG}: already running: {name} (another process trains in its directory)")
     for name in failed:
-        log(f"{PROG}: FAILED: {name} (see {os.path.join(sweep_dir, name, 'train.log')})")
+        log(
+            f"{PROG}: FAILED: {name}: {errors[name]} "
+            f"(see {os.path.join(sweep_dir, name, 'train.log')})"
+        )
     return result
 
 

@@ -17,17 +17,24 @@ it continues; a run already at its limit prints one line and exits 0).
 Training stops at whichever of ``num_iterations`` and ``num_env_steps`` is
 reached first (0 or None: no limit from that one).
 
-A missing file, a misspelt binding, an invalid value or a missing or too old
-gymnasium (the trainer needs ``gymnasium>=1.1``: ``pip install
-"alf_entropy[train]"``) exits with status 2 and a single
-``alf-entropy-train: error: ...`` line on stderr; Ctrl-C saves a
-checkpoint and exits with status 130.
+A missing file, a misspelt binding, a binding nothing uses, an invalid
+value, a missing or too old gymnasium (the trainer needs ``gymnasium>=1.1``:
+``pip install "alf_entropy[train]"``), a ``--root_dir`` that is a file, holds
+another configuration's run (``--allow_config_change`` resumes it anyway) or
+is in use by another trainer, or a run whose checkpoints are all damaged exits
+with status 2 and a single ``alf-entropy-train: error: ...`` line on stderr (a
+damaged newest checkpoint is skipped with a warning).  SIGTERM or Ctrl-C
+(SIGINT) ends the current iteration, writes a checkpoint and exits with status
+0 and one line saying where it stopped; a second signal stops at once (status
+128 + the signal's number).  A checkpoint that cannot be written (a full disk)
+exits with status 1 and one line.  See ``docs/robustness.md``.
 
 Under ``torchrun`` (``torchrun --standalone --nproc_per_node 2 -m
 alf_entropy.bin.train ...``) every rank runs this command and trains data-parallel
 (see the README's "Distributed training"); if another rank dies or hangs,
 each survivor exits with status 1 and one error line.
 """
+import os
 import sys
 from typing import List
 
@@ -45,13 +52,28 @@ flags.DEFINE_string("root_dir", None, "Directory for summaries, checkpoints and 
 flags.DEFINE_enum(
     "device", "auto", ["auto", "cpu", "cuda"], "Where to train ('auto': cuda if available)."
 )
+flags.DEFINE_bool(
+    "allow_config_change", False,
+    "Resume a --root_dir whose operative_config.gin differs from this configuration "
+    "(logged; the old config is kept).",
+)
 
 PROG = "alf-entropy-train"
 
 
+def _is_main_rank() -> bool:
+    """Whether this process is rank 0 (or the only one), from torchrun's ``RANK``."""
+    return os.environ.get("RANK", "0") in ("", "0")
+
+
 def _fail(message: str, status: int = 2) -> None:
-    """Print one error line and exit with ``status``."""
-    print(f"{PROG}: error: {message}", file=sys.stderr)
+    """Print one error line and exit with ``status``.
+
+    Under ``torchrun`` a configuration error (status 2: every rank has the
+    same one) is printed by rank 0 alone; any other error by each rank.
+    """
+    if status != 2 or _is_main_rank():
+        print(f"{PROG}: error: {message}", file=sys.stderr)
     sys.exit(status)
 
 
@@ -75,6 +97,17 @@ def _trainer_class() -> type:
             "a run uses one trainer"
         )
     return OffPolicyTrainer if off else OnPolicyTrainer
+
+
+def _is_bound(binding: str) -> bool:
+    """Whether the parsed gin config binds ``binding`` (``"Class.param"``)."""
+    import gin
+
+    try:
+        gin.query_parameter(binding)
+    except ValueError:
+        return False
+    return True
 
 
 def _run(argv: List[str]) -> None:
@@ -104,24 +137,60 @@ def _run(argv: List[str]) -> None:
 def _train(device_flag: str) -> None:
     """Build the trainer from the parsed flags and train."""
     from alf_entropy.trainers.gin_config import GinConfigError, one_line, parse_gin_config
-    from alf_entropy.trainers.trainer import resolve_device
+    from alf_entropy.trainers.trainer import TrainingAborted, resolve_device
     from alf_entropy.utils import distributed
 
     try:
         device = resolve_device(device_flag)
         paths = parse_gin_config(FLAGS.gin_file, FLAGS.gin_param)
         logging.info("gin files: %s", paths)
-        trainer = _trainer_class()(root_dir=FLAGS.root_dir, device=device)
+        cls = _trainer_class()
+        kwargs = {"root_dir": FLAGS.root_dir}
+        for name, value in (("device", device), ("allow_config_change", FLAGS.allow_config_change)):
+            if not _is_bound(f"{cls.__name__}.{name}"):
+                kwargs[name] = value
+            elif FLAGS[name].present:  # both: one of them would be ignored
+                raise GinConfigError(
+                    f"both --{name} and the binding {cls.__name__}.{name} are given: "
+                    "remove one of them"
+                )
+        if _is_bound(f"{cls.__name__}.root_dir"):
+            raise GinConfigError(
+                f"{cls.__name__}.root_dir is ignored (--root_dir sets it): remove the binding"
+            )
+        trainer = cls(**kwargs)
     except (GinConfigError, ValueError, TypeError) as e:
         _fail(one_line(e))
+    except MemoryError as e:
+        _fail(f"out of memory building the run ({one_line(e)}): lower the sizes in the config")
     try:
         result = trainer.train()
     except KeyboardInterrupt:
         if distributed.is_distributed():
             _fail(f"interrupted; resume from the last checkpoint in {trainer.root_dir}", 130)
         _fail(f"interrupted; checkpoint saved in {trainer.root_dir}", status=130)
+    except TrainingAborted as e:
+        _fail(str(e), status=128 + e.signum)
+    except OSError as e:  # the disk: CheckpointError is a ValueError, not this
+        _fail(f"{one_line(e)}; the earlier checkpoints in {trainer.root_dir} are intact", 1)
+    except ValueError as e:  # CheckpointError: a checkpoint could not be written
+        _fail(one_line(e), status=1)
+    except MemoryError as e:
+        _fail(
+            f"out of memory while training ({one_line(e)}): lower the sizes in the config "
+            "(num_envs, unroll_length, replay_buffer_length, ...)", status=1,
+        )
+    finally:
+        trainer.close()
     if not distributed.is_main_process():
         return  # rank 0 reports
+    if result["stopped_by"] is not None:
+        print(
+            f"{PROG}: stopped by {result['stopped_by']} at iteration {result['iteration']} "
+            f"({result['env_steps']} env steps); checkpoint {result['checkpoint']}; run the "
+            "same command to resume"
+        )
+        return
     if result["already_done"]:
         print(
             f"{PROG}: nothing to do: the run in {trainer.root_dir} is already at its limit "
@@ -145,7 +214,7 @@ def main() -> None:
     main_module = sys.modules.get("__main__")
     if main_module is not None and not main_module.__doc__:
         main_module.__doc__ = __doc__
-    for name in ("gin_file", "gin_param", "root_dir", "device"):
+    for name in ("gin_file", "gin_param", "root_dir", "device", "allow_config_change"):
         FLAGS.register_key_flag_for_module(sys.argv[0], FLAGS[name])
     app.run(_run)
 

@@ -18,9 +18,10 @@ torch tensors on ``device`` with ALF's semantics:
 Continuous actions are clipped to the action bounds before being sent to
 gymnasium; discrete actions are converted to int64 and checked to lie in
 range.  Seeds: the first ``reset()`` seeds env ``i`` with ``seed + i`` (a
-NumPy-vectorised env: its one generator with ``seed``) and the action space
-with ``seed``, so two envs built with the same seed give identical
-trajectories under identical actions.
+NumPy-vectorised env: its one generator with ``seed``) and every
+observation and action space (the batch's, each env's) with ``seed``, so two
+envs built with the same seed give identical trajectories under identical
+actions, and identical pickled states.
 
 Episode statistics (gymnasium's conventions: an episode's return sums the
 rewards of its steps after the reset, its length counts its actions) are
@@ -211,7 +212,7 @@ class GymVectorEnv:
             lambda s: _numpy_dtype(s.dtype), self._observation_spec
         )
         if self._seed is not None:
-            self._env.action_space.seed(self._seed)
+            self._seed_spaces(self._seed)
         self._seeded = False
         self._closed = False
         # Envs whose previous step was LAST: gymnasium resets them on the next step.
@@ -230,6 +231,25 @@ class GymVectorEnv:
         self._action_np_dtypes = nest.map_structure(
             lambda s: _numpy_dtype(s.dtype), self._action_spec
         )
+
+    def _seed_spaces(self, seed: int) -> None:
+        """Seed every space's generator (the vector env's, each env's and each
+        wrapper's) from ``seed``, so that their pickled state -- part of
+        :meth:`get_state` -- is the same for two envs built with one seed."""
+        self._env.action_space.seed(seed)
+        layers = [self._env]
+        for env in getattr(self._env, "envs", []):
+            while env is not None:  # the env and every wrapper around it
+                layers.append(env)
+                env = getattr(env, "env", None)
+        seen = {id(self._env.action_space)}
+        for layer in layers:
+            for name in ("single_observation_space", "single_action_space",
+                         "observation_space", "action_space"):
+                space = getattr(layer, name, None)
+                if isinstance(space, gym.spaces.Space) and id(space) not in seen:
+                    seen.add(id(space))
+                    space.seed(seed)
 
     # ------------------------------------------------------------------ props
     @property

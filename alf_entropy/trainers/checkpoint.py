@@ -27,7 +27,10 @@ import numpy as np
 import torch
 
 __all__ = [
+    "CheckpointError",
+    "REQUIRED_KEYS",
     "atomic_write_bytes",
+    "checkpoints_newest_first",
     "bytes_to_tensor",
     "checkpoint_path",
     "latest_checkpoint",
@@ -40,6 +43,13 @@ __all__ = [
 ]
 
 _CKPT_PATTERN = re.compile(r"^ckpt-(\d+)\.pt$")
+
+REQUIRED_KEYS = ("iteration", "env_steps", "progress", "algorithm", "optimizers", "rng")
+"""The keys every checkpoint written by a trainer holds."""
+
+
+class CheckpointError(ValueError):
+    """A checkpoint cannot be read or written, or does not fit the run."""
 
 
 def atomic_write_bytes(path: str, write: Callable[[Any], None]) -> None:
@@ -118,6 +128,19 @@ def latest_checkpoint(checkpoint_dir: str) -> Optional[str]:
     return found[max(found)] if found else None
 
 
+def checkpoints_newest_first(checkpoint_dir: str) -> List[str]:
+    """The paths of all ``ckpt-<iteration>.pt`` files, newest first.
+
+    Args:
+        checkpoint_dir: the checkpoint directory (may be missing).
+
+    Returns:
+        List[str]: the paths, largest iteration first.
+    """
+    found = _checkpoints(checkpoint_dir)
+    return [found[it] for it in sorted(found, reverse=True)]
+
+
 def save_checkpoint(
     checkpoint_dir: str, iteration: int, state: Dict[str, Any], max_to_keep: int
 ) -> str:
@@ -132,9 +155,20 @@ def save_checkpoint(
 
     Returns:
         str: the written path.
+
+    Raises:
+        CheckpointError: if the file cannot be written (a full disk, no
+            permission, ...); the earlier checkpoints are left as they were
+            and no partial file remains.
     """
     path = checkpoint_path(checkpoint_dir, iteration)
-    atomic_write_bytes(path, lambda f: torch.save(state, f))
+    try:
+        atomic_write_bytes(path, lambda f: torch.save(state, f))
+    except OSError as e:
+        raise CheckpointError(
+            f"cannot write checkpoint {path}: {e.strerror or e} (errno {e.errno}); the earlier "
+            f"checkpoints in {checkpoint_dir} are intact"
+        ) from e
     found = _checkpoints(checkpoint_dir)
     for it in sorted(found)[: max(0, len(found) - max_to_keep)]:
         os.remove(found[it])
@@ -150,8 +184,25 @@ def load_checkpoint(path: str) -> Dict[str, Any]:
     Returns:
         dict: the saved state (tensors on the CPU; ``load_state_dict`` copies
         them onto the devices of the existing tensors).
+
+    Raises:
+        CheckpointError: if the file cannot be read (truncated, not a
+            checkpoint, unreadable) or lacks one of :data:`REQUIRED_KEYS`.
     """
-    return torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # torch.load raises many types for a damaged file
+        # The first sentence: torch's zip errors go on for several more.
+        message = " ".join(str(e).split()).split(". ")[0][:200]
+        raise CheckpointError(
+            f"{path} cannot be read ({type(e).__name__}: {message})"
+        ) from e
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path} is not a checkpoint (it holds a {type(state).__name__})")
+    missing = [k for k in REQUIRED_KEYS if k not in state]
+    if missing:
+        raise CheckpointError(f"{path} is not a complete checkpoint: it lacks {', '.join(missing)}")
+    return state
 
 
 def bytes_to_tensor(data: bytes) -> torch.Tensor:

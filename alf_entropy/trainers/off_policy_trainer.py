@@ -126,6 +126,17 @@ class OffPolicyTrainer(Trainer):
                 f"initial_collect_steps ({initial_collect_steps}) must be <= num_env_steps "
                 f"({num_env_steps}): the run would end before learning starts"
             )
+        num_iterations = kwargs.get("num_iterations")
+        if (
+            isinstance(num_iterations, int) and not isinstance(num_iterations, bool)
+            and num_iterations > 0 and initial_collect_steps > num_iterations * num_envs
+        ):
+            raise ValueError(
+                f"initial_collect_steps ({initial_collect_steps}) must be <= the env steps "
+                f"num_iterations allows ({num_iterations} iterations x {num_envs} envs = "
+                f"{num_iterations * num_envs}): the run would end before learning starts; "
+                "raise num_iterations or lower initial_collect_steps"
+            )
         # Data-parallel (torchrun): each rank holds its share of the totals.
         world = distributed.env_world_size()
         for name, value in (
@@ -238,9 +249,11 @@ class OffPolicyTrainer(Trainer):
 
     def _load_extra_state(self, state: Dict[str, Any]) -> None:
         if "replay_buffer" in state:
-            self._replay_buffer.load_state_dict(
-                state["replay_buffer"], self._example_transition()
-            )
+            # Into a new buffer, swapped in only once it loaded: a damaged
+            # buffer leaves the current one as it was.
+            buffer = ReplayBuffer(self._replay_buffer.capacity, device=self._replay_buffer.device)
+            buffer.load_state_dict(state["replay_buffer"], self._example_transition())
+            self._replay_buffer = buffer
         else:
             logging.warning(
                 "The checkpoint holds no replay buffer: it is refilled before updates "

@@ -28,11 +28,22 @@ The base class owns the run around the algorithm-specific iteration:
   records inside the iteration), a deterministic evaluation every
   ``eval_interval`` iterations (``eval/return``), a tqdm progress bar whose
   total is the binding limit in iterations;
-* checkpoints every ``checkpoint_interval`` iterations, at the end and on
-  ``KeyboardInterrupt``, and the resume from the latest one on construction
-  (see :meth:`Trainer.save_checkpoint` for the contents).  A resumed run
-  with a larger limit continues; one already at its limit logs one line and
-  :meth:`Trainer.train` returns ``already_done=True`` at once.
+* checkpoints every ``checkpoint_interval`` iterations, at the end and
+  after the iteration in which a SIGTERM or SIGINT arrived (a second one
+  stops at once: :class:`TrainingAborted`), and the resume on construction
+  from the newest checkpoint that loads (damaged ones are skipped with a
+  warning; see :meth:`Trainer.save_checkpoint` for the contents).  A resumed
+  run with a larger limit continues; one already at its limit logs one line
+  and :meth:`Trainer.train` returns ``already_done=True`` at once;
+* the run directory belongs to one run (:mod:`alf_entropy.trainers.run_dir`):
+  a ``flock`` held from construction until :meth:`Trainer.train` returns
+  refuses a second trainer, and a configuration that differs from the
+  directory's ``operative_config.gin`` beyond the result-neutral settings is
+  refused unless ``allow_config_change``;
+* before anything is written, a gin binding nothing used is refused
+  (:func:`~alf_entropy.trainers.gin_config.check_bindings_used`).
+
+See ``docs/robustness.md`` for these guarantees and their tests.
 
 Data-parallel under ``torchrun`` (``WORLD_SIZE > 1``, see
 :mod:`alf_entropy.utils.distributed`): every rank builds the same trainer;
@@ -63,9 +74,14 @@ Extension points for a subclass (``OnPolicyTrainer``, ``OffPolicyTrainer``):
 * :meth:`_policy_fn` ``(observation) -> action``: the evaluated policy;
   defaults to the algorithm's ``predict_step``.
 """
+import copy
 import math
 import os
+import pickle
 import random
+import shutil
+import signal
+import threading
 import time
 from typing import Any, Callable, Dict, Optional, Tuple
 
@@ -84,13 +100,33 @@ from alf_entropy.algorithms.algorithm import Algorithm  # noqa: E402
 from alf_entropy.data_structures import TimeStep  # noqa: E402
 from alf_entropy.environments import GymVectorEnv, evaluate  # noqa: E402
 from alf_entropy.trainers import checkpoint as ckpt  # noqa: E402
+from alf_entropy.trainers import gin_config, run_dir  # noqa: E402
+from alf_entropy.trainers.checkpoint import CheckpointError  # noqa: E402
 from alf_entropy.utils import distributed, schedulers, summary  # noqa: E402
 from alf_entropy.utils.checks import check_int  # noqa: E402
 
-__all__ = ["Trainer", "resolve_device"]
+__all__ = ["MAX_SEED", "Trainer", "TrainingAborted", "resolve_device"]
 
+MAX_SEED = 2**31
+"""Seeds are below this, so that the seeds derived from one (per rank, per
+env, the evaluation's) stay below 2**32, as NumPy's seeding needs."""
 _EVAL_SEED_OFFSET = 1_000_003
 _RANK_SEED_OFFSET = 7_919_993
+
+
+class TrainingAborted(Exception):
+    """A second SIGTERM/SIGINT stopped training at once, without a checkpoint.
+
+    Attributes:
+        signum: the signal's number.
+    """
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(
+            f"stopped at once by a second {signal.Signals(signum).name}: no checkpoint written; "
+            "run the same command to resume from the last checkpoint"
+        )
 
 
 def resolve_device(device: Any) -> torch.device:
@@ -186,11 +222,23 @@ class Trainer:
         summary_flush_secs: how often summaries are flushed to disk.
         stop_eval_return: stop (and checkpoint) as soon as an evaluation's
             mean return reaches it (needs ``eval_interval``).
+        allow_config_change: resume a run directory whose
+            ``operative_config.gin`` differs from the configuration in force
+            (beyond :data:`~alf_entropy.trainers.run_dir.RESULT_NEUTRAL_PARAMETERS`);
+            the differences are logged and the old config is kept as
+            ``operative_config.<iteration>.gin``.  Without it such a resume is
+            refused.
 
     Raises:
         ValueError: for out-of-range arguments (no positive limit, negative
             limits, non-positive sizes, an unknown device, ``num_envs`` not
-            divisible by the number of ranks, ...).
+            divisible by the number of ranks, ...), a ``root_dir`` that is a
+            file or not writable, a configuration that differs from the run
+            directory's, or a binding nothing uses
+            (:class:`~alf_entropy.trainers.gin_config.GinConfigError`).
+        RunDirLocked: if another process trains in ``root_dir``.
+        CheckpointError: if the run directory has checkpoints and none of
+            them can be loaded.
         DistributedError: if ``WORLD_SIZE > 1`` and the ranks cannot form
             a process group.
     """
@@ -216,9 +264,11 @@ class Trainer:
         progress_bar: bool = True,
         summary_flush_secs: float = 10.0,
         stop_eval_return: Optional[float] = None,
+        allow_config_change: bool = False,
     ):
         if not isinstance(root_dir, str) or not root_dir:
             raise ValueError(f"root_dir must be a non-empty path, got {root_dir!r}")
+        run_dir.check_root_dir(os.path.abspath(os.path.expanduser(root_dir)))
         max_iterations = _check_limit(num_iterations, "num_iterations")
         max_env_steps = _check_limit(num_env_steps, "num_env_steps")
         if max_iterations == 0 and max_env_steps == 0:
@@ -235,8 +285,8 @@ class Trainer:
         check_int("num_eval_episodes", num_eval_episodes, minimum=1)
         check_int("max_checkpoints", max_checkpoints, minimum=1)
         check_int("num_threads", num_threads, minimum=1, allow_none=True)
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise ValueError(f"seed must be an int >= 0, got {seed!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < MAX_SEED:
+            raise ValueError(f"seed must be an int in [0, {MAX_SEED}), got {seed!r}")
         if stop_eval_return is not None and eval_interval is None:
             raise ValueError("stop_eval_return needs eval_interval to be set")
 
@@ -247,7 +297,8 @@ class Trainer:
         if num_envs % distributed.env_world_size():
             raise ValueError(
                 f"num_envs ({num_envs}) is the total over all ranks and must be divisible "
-                f"by the number of ranks ({distributed.env_world_size()})"
+                f"by the number of ranks ({distributed.env_world_size()}): e.g. --gin_param "
+                f"'{type(self).__name__}.num_envs = {distributed.env_world_size()}'"
             )
         self._device = distributed.init_from_env(resolve_device(device))
         self._world_size, self._rank = distributed.world_size(), distributed.rank()
@@ -300,17 +351,26 @@ class Trainer:
         self._last_return: Optional[float] = None
         self._last_eval_return: Optional[float] = None
         self._restored_from: Optional[str] = None
-        # Every rank resumes from rank 0's choice (rank 0 alone writes files).
-        path = None
-        if self._is_main:
-            for stale in ckpt.remove_partial_checkpoints(self._checkpoint_dir):
-                logging.info("Removed %s, left by a checkpoint write that was killed", stale)
-            path = ckpt.latest_checkpoint(self._checkpoint_dir)
-        path = distributed.broadcast_object(path)
-        if path is not None:
-            self.load_checkpoint(path)
-        if self._is_main:
-            self._write_operative_config()
+        self._stop_signal: Optional[int] = None
+        self._last_checkpoint: Optional[str] = None
+        self._allow_config_change = bool(allow_config_change)
+        self._config_change: Optional[str] = None
+        # Nothing is written before the configuration is known to be good: a
+        # binding nothing uses is an error now, not a silently ignored value.
+        gin_config.check_bindings_used(constructing=type(self).__name__)
+        self._lock: Optional[run_dir.RunLock] = None  # rank 0's
+        self._released = False
+        created = self._is_main and not os.path.exists(self._root_dir)
+        try:
+            self._take_run_dir()
+            self._resume()
+            if self._is_main:
+                self._write_operative_config()
+        except BaseException:
+            self.close()
+            if created:  # leave no half-made run directory behind
+                shutil.rmtree(self._root_dir, ignore_errors=True)
+            raise
 
     # ------------------------------------------------------- extension points
     def _build_algorithm(self, observation_spec: Any, action_spec: Any) -> Algorithm:
@@ -397,11 +457,6 @@ class Trainer:
         schedulers.update_progress("global_counter", self._iteration)
 
     # ----------------------------------------------------------- checkpoints
-    def _write_operative_config(self) -> None:
-        text = gin.operative_config_str().encode("utf-8")
-        ckpt.atomic_write_bytes(
-            os.path.join(self._root_dir, "operative_config.gin"), lambda f: f.write(text)
-        )
 
     def _env_state(self) -> Dict[str, Any]:
         """The environments' state and the current time step (empty if unsaveable)."""
@@ -450,9 +505,10 @@ class Trainer:
             "optimizers": [opt.state_dict() for opt in self._algorithm.optimizers()],
             **local,
         }
-        return ckpt.save_checkpoint(
+        self._last_checkpoint = ckpt.save_checkpoint(
             self._checkpoint_dir, self._iteration, state, self._max_checkpoints
         )
+        return self._last_checkpoint
 
     def _share_checkpoint(self, state: Optional[Dict[str, Any]]) -> Dict[str, Any]:
         """Rank 0's loaded ``state`` on every rank, with each rank's own part.
@@ -482,19 +538,41 @@ class Trainer:
     def load_checkpoint(self, path: str) -> None:
         """Restore everything :meth:`save_checkpoint` wrote.
 
-        The environments' state is applied when :meth:`train` builds them.
+        Every part is checked before the trainer changes: the file is read,
+        the environments' pickled state is unpickled (it is applied when
+        :meth:`train` builds them), then the algorithm and optimisers are
+        loaded and then the subclass's extra state (e.g. the replay buffer);
+        if any of it fails the algorithm and optimisers are put back, so
+        nothing is half-restored.
 
         Args:
             path: a checkpoint written by :meth:`save_checkpoint`.
 
         Raises:
-            ValueError: if the checkpoint does not match the algorithm.
+            CheckpointError: if the file cannot be read, lacks a part, or its
+                algorithm, optimiser, environment or extra state does not fit
+                this trainer (every rank raises it in a data-parallel run).
         """
+        state, error = None, None
+        if self._is_main:
+            try:
+                state = ckpt.load_checkpoint(path)
+            except CheckpointError as e:
+                error = str(e)
+        if self._world_size > 1:
+            error = distributed.broadcast_object(error)
+        if error is not None:
+            raise CheckpointError(error)
         self._restored_from = path
-        state = ckpt.load_checkpoint(path) if self._is_main else None
         if self._world_size > 1:
             state = self._share_checkpoint(state)
+        saved = {
+            "algorithm": copy.deepcopy(self._algorithm.state_dict()),
+            "optimizers": [copy.deepcopy(o.state_dict()) for o in self._algorithm.optimizers()],
+        }
+        error = None
         try:
+            env_state = self._check_env_state(state.get("env") or {})
             self._algorithm.load_state_dict(state["algorithm"])
             optimizers = self._algorithm.optimizers()
             if len(optimizers) != len(state["optimizers"]):
@@ -503,18 +581,144 @@ class Trainer:
                 )
             for opt, opt_state in zip(optimizers, state["optimizers"]):
                 opt.load_state_dict(opt_state)
-            self._load_extra_state(state.get("extra", {}))
-        except (RuntimeError, ValueError, KeyError) as e:
-            raise ValueError(
-                f"checkpoint {path} does not match the configured algorithm: {e}"
-            ) from e
+            self._load_extra_state(state.get("extra") or {})
+        except Exception as e:  # any failure: a damaged or foreign checkpoint
+            error = f"{path} does not match this run: {gin_config.one_line(e)[:300]}"
+        if self._world_size > 1:  # a rank's own part (its buffer) may fail alone
+            failed = distributed.all_reduce_mean(
+                torch.tensor([0.0 if error is None else 1.0], device=self._device)
+            )
+            if error is None and float(failed) > 0:
+                error = f"{path}: another rank could not restore its part"
+        if error is not None:
+            self._algorithm.load_state_dict(saved["algorithm"])
+            for opt, opt_state in zip(self._algorithm.optimizers(), saved["optimizers"]):
+                opt.load_state_dict(opt_state)
+            self._restored_from = None
+            raise CheckpointError(error)
         self._iteration = int(state["iteration"])
         self._env_steps = int(state["env_steps"])
         schedulers.set_all_progress(state["progress"])
         if state["rng"] is not None:
             ckpt.set_rng_state(state["rng"])
-        self._restored_env = state.get("env", {})
+        self._restored_env = env_state
         logging.info("Resumed from %s (iteration %d)", path, self._iteration)
+
+    def _check_env_state(self, env_state: Dict[str, Any]) -> Dict[str, Any]:
+        """``env_state`` if its pickle loads and holds this rank's envs; raises otherwise."""
+        if not env_state:
+            return env_state
+        fields = pickle.loads(ckpt.tensor_to_bytes(env_state["state"]))
+        env = fields[0] if isinstance(fields, tuple) and fields else None
+        num_envs = getattr(env, "num_envs", None)
+        if num_envs is None and hasattr(env, "env"):  # saved with a wrapper around it
+            num_envs = getattr(env.env, "num_envs", None)
+        if num_envs != self._num_envs:
+            raise ValueError(
+                f"its environment state holds {num_envs} envs, this run steps {self._num_envs}"
+            )
+        TimeStep(**env_state["time_step"])
+        return env_state
+
+    # ------------------------------------------------------ the run directory
+    def _on_main(self, check: Callable[[], None]) -> None:
+        """Run ``check`` on rank 0; every rank raises the error it raised."""
+        error: Optional[Tuple[type, str]] = None
+        if self._is_main:
+            try:
+                check()
+            except ValueError as e:
+                error = (type(e), str(e))
+            except OSError as e:  # e.g. no permission inside an existing root_dir
+                error = (ValueError, f"root_dir {self._root_dir}: {e}")
+        if self._world_size > 1:
+            error = distributed.broadcast_object(error)
+        if error is not None:
+            raise error[0](error[1])
+
+    def _take_run_dir(self) -> None:
+        """Lock the run directory, remove killed writes' leftovers, check the config."""
+
+        def take() -> None:
+            self._lock = run_dir.RunLock(self._root_dir)
+            for stale in ckpt.remove_partial_checkpoints(self._checkpoint_dir):
+                logging.info("Removed %s, left by a checkpoint write that was killed", stale)
+            self._check_config()
+
+        self._on_main(take)
+
+    def _check_config(self) -> None:
+        """Refuse a configuration that differs from the run directory's."""
+        path = os.path.join(self._root_dir, "operative_config.gin")
+        if not os.path.isfile(path):
+            return
+        with open(path, encoding="utf-8") as f:
+            saved = f.read()
+        diffs = run_dir.config_differences(saved, gin.operative_config_str())
+        if not diffs:
+            return
+        # Changed values first: they say more than parameters of classes one side lacks.
+        diffs.sort(key=lambda d: d[1] is None or d[2] is None)
+        shown = "; ".join(
+            f"{key}: {'unset' if old is None else old} -> {'unset' if new is None else new}"
+            for key, old, new in diffs[:5]
+        ) + (f"; and {len(diffs) - 5} more" if len(diffs) > 5 else "")
+        if not self._allow_config_change:
+            raise ValueError(
+                f"root_dir {self._root_dir} holds a run with another configuration "
+                f"({len(diffs)} difference(s): {shown}); use a new --root_dir, or "
+                "--allow_config_change to resume it with the new configuration anyway"
+            )
+        self._config_change = shown
+
+    def _write_operative_config(self) -> None:
+        """Write ``operative_config.gin``; keep a changed one's predecessor."""
+        path = os.path.join(self._root_dir, "operative_config.gin")
+        if self._config_change is not None and os.path.isfile(path):
+            keep = os.path.join(self._root_dir, f"operative_config.{self._iteration}.gin")
+            os.replace(path, keep)
+            logging.warning(
+                "allow_config_change: resuming %s at iteration %d with a changed configuration "
+                "(%s); the previous config is kept as %s",
+                self._root_dir, self._iteration, self._config_change, keep,
+            )
+        text = gin.operative_config_str().encode("utf-8")
+        ckpt.atomic_write_bytes(path, lambda f: f.write(text))
+
+    def _resume(self) -> None:
+        """Load the newest checkpoint that loads; skip (and name) damaged ones.
+
+        Raises:
+            CheckpointError: if there are checkpoints and none loads.
+        """
+        paths = ckpt.checkpoints_newest_first(self._checkpoint_dir) if self._is_main else None
+        if self._world_size > 1:
+            paths = distributed.broadcast_object(paths)
+        skipped = []
+        for path in paths:
+            try:
+                self.load_checkpoint(path)
+            except CheckpointError as e:
+                skipped.append(str(e))
+                continue
+            if skipped:
+                logging.warning(
+                    "Skipped %d damaged checkpoint(s) (left in place): %s; resumed from %s instead",
+                    len(skipped), " | ".join(skipped), path,
+                )
+            return
+        if skipped:
+            raise CheckpointError(
+                f"no checkpoint in {self._checkpoint_dir} can be loaded (left in place): "
+                f"{' | '.join(skipped)}; move them away to start afresh, or use a new --root_dir"
+            )
+
+    def close(self) -> None:
+        """Release the run directory's lock (idempotent; also at exit)."""
+        lock, self._lock = getattr(self, "_lock", None), None
+        self._released = True
+        if lock is not None:
+            lock.release()
 
     # ------------------------------------------------------------ evaluation
     def evaluate(self) -> float:
@@ -583,8 +787,13 @@ class Trainer:
         alpha = float(self._algorithm.entropy_coefficient())
         return f"sps={sps:.0f} return={ret} alpha={alpha:.4g}"
 
-    def _evaluate_and_checkpoint(self) -> bool:
-        """After an iteration: evaluate and checkpoint when due; True to stop."""
+    def _evaluate_and_checkpoint(self) -> Tuple[bool, bool]:
+        """After an iteration: evaluate and checkpoint when due.
+
+        Returns:
+            ``(stop, saved)``: whether training ends here and whether a
+            checkpoint of this iteration was written.
+        """
         done = self._limit_reached() is not None
         if self._eval_interval is not None and (
             done or self._iteration % self._eval_interval == 0
@@ -602,7 +811,40 @@ class Trainer:
         ):
             self._update_progress()
             self.save_checkpoint()
-        return done
+            return done, True
+        return done, False
+
+    # ------------------------------------------------------------- signals
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        """First SIGTERM/SIGINT: stop after this iteration; the second: at once."""
+        if self._stop_signal is not None:
+            raise TrainingAborted(signum)
+        self._stop_signal = signum
+        logging.warning(
+            "%s received: stopping after the current iteration and writing a checkpoint "
+            "(send it again to stop at once, without one)", signal.Signals(signum).name,
+        )
+
+    def _install_signal_handlers(self) -> Dict[int, Any]:
+        """Route SIGTERM and SIGINT to :meth:`_on_signal`; return the old handlers."""
+        if threading.current_thread() is not threading.main_thread():
+            return {}  # only the main thread may set handlers: keep the defaults
+        old = {}
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            old[signum] = signal.signal(signum, self._on_signal)
+        return old
+
+    def _stop_requested(self) -> bool:
+        """Whether a signal asked to stop (on any rank: every rank then agrees)."""
+        flag = self._stop_signal is not None
+        if self._world_size > 1:
+            votes = distributed.all_reduce_mean(
+                torch.tensor([1.0 if flag else 0.0], device=self._device)
+            )
+            flag = float(votes) > 0
+            if flag and self._stop_signal is None:
+                self._stop_signal = int(signal.SIGTERM)  # another rank's signal
+        return flag
 
     def _start_env(self) -> Tuple[Any, TimeStep]:
         """Build the training envs; restore their saved state or reset them."""
@@ -639,10 +881,15 @@ class Trainer:
             "wall_time": time.time() - start_time,
             "eval_time": self._eval_time,
             "already_done": already_done,
+            "stopped_by": getattr(self, "_stopped_by", None),
+            "checkpoint": self._last_checkpoint,
         }
 
     def train(self) -> Dict[str, Any]:
         """Run (or resume) training until a limit (or ``stop_eval_return``).
+
+        The run directory's lock is released when it returns (taken again by
+        another call).
 
         Returns:
             dict: ``iteration``, ``env_steps``, ``last_return`` (mean return of
@@ -650,13 +897,38 @@ class Trainer:
             latest evaluation, or ``None``), ``wall_time`` (seconds of this
             call), ``eval_time`` (seconds of it spent evaluating) and
             ``already_done`` (True if the resumed run was already at its
-            limit: nothing was done).
+            limit: nothing was done), ``stopped_by`` (``"SIGTERM"`` or
+            ``"SIGINT"`` if a signal ended the run early, else ``None``) and
+            ``checkpoint`` (the last checkpoint written, or ``None``).
+
+        SIGTERM and SIGINT (Ctrl-C) received while training (in the main
+        thread) end the current iteration, write a checkpoint and return
+        (``stopped_by``); under ``torchrun`` the ranks agree on the iteration
+        (a signal to any rank stops all at the same one).  A second signal
+        raises :class:`TrainingAborted` at once, without a checkpoint.
 
         Raises:
-            KeyboardInterrupt: re-raised after saving a checkpoint.
+            TrainingAborted: on a second SIGTERM/SIGINT.
+            KeyboardInterrupt: (outside the main thread, where no handlers
+                are installed) re-raised after saving a checkpoint.
+            CheckpointError: if a checkpoint cannot be written (a full disk):
+                the earlier ones are intact.
         """
+        if self._released:  # by an earlier train() or close(): take it again (every rank)
+            self._on_main(lambda: setattr(self, "_lock", run_dir.RunLock(self._root_dir)))
+            self._released = False
+        try:
+            return self._train()
+        finally:
+            self.close()  # the run is over: another process may take the directory
+
+    def _train(self) -> Dict[str, Any]:
+        """:meth:`train` under the run directory's lock."""
         start_time = time.time()
         self._eval_time = 0.0
+        self._stop_signal = None
+        self._stopped_by: Optional[str] = None
+        self._last_checkpoint = None
         reached = self._limit_reached()
         if reached is not None:
             logging.info(
@@ -679,6 +951,7 @@ class Trainer:
         )
         self._last_summary_time, self._last_summary_steps = time.time(), self._env_steps
         status = ""
+        old_handlers = self._install_signal_handlers()
         try:
             if self._eval_interval is not None and self._iteration == 0 and self._is_main:
                 self._evaluate_and_record()  # the untrained policy: the curve's start
@@ -695,7 +968,18 @@ class Trainer:
                 self._iteration += 1
                 bar.set_postfix_str(f"steps={self._env_steps} {status}", refresh=False)
                 bar.update(1)
-                if self._evaluate_and_checkpoint():
+                done, saved = self._evaluate_and_checkpoint()
+                if done:
+                    break
+                if self._stop_requested():
+                    if not saved:
+                        self._update_progress()
+                        self.save_checkpoint()
+                    self._stopped_by = signal.Signals(self._stop_signal).name
+                    logging.warning(
+                        "Stopped by %s at iteration %d; saved %s",
+                        self._stopped_by, self._iteration, self._last_checkpoint,
+                    )
                     break
         except KeyboardInterrupt:
             if self._world_size > 1:
@@ -707,6 +991,8 @@ class Trainer:
             logging.warning("Interrupted; saved %s", path)
             raise
         finally:
+            for signum, handler in old_handlers.items():
+                signal.signal(signum, handler)
             bar.close()
             if self._env is not None:
                 self._env.close()

@@ -7,7 +7,10 @@ import sys
 import pytest
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# One iteration: initial_collect_steps must fit in it (a run that ends before
+# learning starts is refused).
 QUICK = ["--gin_param", "OffPolicyTrainer.num_iterations = 1",
+         "--gin_param", "OffPolicyTrainer.initial_collect_steps = 1",
          "--gin_param", "OffPolicyTrainer.num_eval_episodes = 2",
          "--gin_param", "OffPolicyTrainer.progress_bar = False"]
 

@@ -195,9 +195,13 @@ def test_rng_and_optimizer_state_restored(tmp_path):
 
 def test_checkpoint_mismatch_is_a_clear_error(tmp_path):
     _trainer(tmp_path, num_iterations=1).train()
+    a2c = functools.partial(ActorCriticAlgorithm, enforce_entropy_target=False)
+    # The run directory's config names the other algorithm: refused first.
+    with pytest.raises(ValueError, match="another configuration"):
+        _trainer(tmp_path, num_iterations=2, algorithm_ctor=a2c)
+    # Allowed to change the config, the checkpoint still cannot fit A2C.
     with pytest.raises(ValueError, match="does not match"):
-        _trainer(tmp_path, num_iterations=2,
-                 algorithm_ctor=functools.partial(ActorCriticAlgorithm, enforce_entropy_target=False))
+        _trainer(tmp_path, num_iterations=2, algorithm_ctor=a2c, allow_config_change=True)
 
 
 def test_atomic_write_leaves_no_partial_file(tmp_path):
