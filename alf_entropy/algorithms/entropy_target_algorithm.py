@@ -519,6 +519,7 @@ class NestedEntropyTargetAlgorithm(EntropyController):
                   zip(self._leaves.values(), self._per_leaf(neg_entropy), self._per_leaf(neg_grad))]
         return LossInfo(
             loss=functools.reduce(torch.add, [li.loss for li in losses]),
+            scalar_loss=functools.reduce(torch.add, [li.scalar_loss for li in losses]),
             extra=nest.pack_sequence_as(self._action_spec, [li.extra for li in losses]),
         )
 
@@ -530,22 +531,51 @@ class SGDEntropyTargetAlgorithm(EntropyController):
     ``log_alpha`` is a parameter trained on ``log_alpha * (H - target)``,
     ``H`` the batch-mean entropy averaged over the last ``window_size``
     updates (detached), so ``alpha`` falls while the entropy is above the
-    target and rises below it.  ``entropy_loss`` returns that loss as
-    ``scalar_loss`` for the caller's gradient step; ``adjust_alpha`` takes the
-    step itself, with ``optimizer``, or else with the parent's optimiser that
-    holds ``log_alpha``, or else (used alone) with a private
-    ``Adam(lr=3e-4)``, SAC's default.
+    target and rises below it.
+
+    Who takes the gradient step (every call moves ``alpha``, once):
+
+    * **Trained by a parent.** When a parent algorithm's ``optimizers()``
+      collects this controller (``ActorCriticAlgorithm`` and ``SacAlgorithm``
+      do so in their constructors; ``trained_by_parent`` is then True), the
+      tree's optimiser (this controller's ``optimizer``, or the parent's)
+      trains ``log_alpha``: ``entropy_loss``/``calc_loss`` return the rule's
+      loss as ``scalar_loss`` for the parent's ``update_with_gradient``, as in
+      ALF, and step nothing themselves.
+    * **Otherwise** (used alone, in your own loop), ``entropy_loss``/
+      ``calc_loss`` take the step themselves and return ``scalar_loss = 0``
+      (a 0-d tensor without gradient: adding it to your loss changes nothing,
+      and an optimiser of yours that holds ``log_alpha`` skips it).
+    * ``adjust_alpha`` always takes the step itself.
+
+    The step is ``optimizer``'s; with ``optimizer=None`` the parent's
+    optimiser's (stepping ``log_alpha`` alone), or, alone, SAC's default
+    Adam(lr=3e-4), computed here on 0-d buffers without a host read.
+    The ``LossInfo.loss`` of ``entropy_loss`` uses ``alpha`` before the step
+    (as SAC's actor loss does).  ``min_alpha``/``max_alpha`` clamp
+    ``log_alpha`` after every step this controller takes and before every
+    update (a parent's optimiser steps it in between); ``alpha`` is always
+    read within them.
 
     Args:
         action_spec: nest of ``BoundedTensorSpec``; used for the default target.
-        initial_alpha: initial ``alpha`` (> 0).
+        initial_alpha: initial ``alpha`` (> 0, within ``[min_alpha, max_alpha]``).
         target_entropy: a number, a scheduler/zero-argument callable, or None
             for the spec's default.
         window_size: number of updates the entropy is averaged over (>= 1).
         optimizer: factory ``params -> Optimizer`` for ``log_alpha``; None
-            (ALF's default): the parent's optimiser trains it.
+            (ALF's default): the parent's optimiser trains it, or alone a
+            built-in Adam(lr=3e-4).
+        min_alpha: optional floor of ``alpha`` (> 0); None: none (SAC's rule).
+        max_alpha: optional ceiling of ``alpha`` (> 0, >= ``min_alpha``), like
+            ALF SAC's ``max_log_alpha``; None: none.
         debug_summaries: write ``alpha``, ``entropy`` and ``target_entropy``.
         name: the name.
+
+    Raises:
+        TypeError: for an argument of the wrong type.
+        ValueError: for an argument out of range, ``min_alpha > max_alpha``
+            or ``initial_alpha`` outside them.
 
     Examples:
         >>> import torch
@@ -554,7 +584,13 @@ class SGDEntropyTargetAlgorithm(EntropyController):
         >>> sgd = SGDEntropyTargetAlgorithm(spec, target_entropy=-2.0)  # SAC's -dim(A)
         >>> float(sgd.adjust_alpha(0.5)) < 0.1  # entropy above the target: alpha falls
         True
+        >>> info = sgd.entropy_loss(torch.full((8,), 0.5))  # alone: steps alpha too
+        >>> float(sgd.alpha) < 0.0999, info.scalar_loss  # nothing left for the caller
+        (True, tensor(0.))
     """
+
+    # SAC's default temperature optimiser, used when nothing else steps log_alpha.
+    ADAM_LR, ADAM_BETAS, ADAM_EPS = 3e-4, (0.9, 0.999), 1e-8
 
     def __init__(
         self,
@@ -563,29 +599,46 @@ class SGDEntropyTargetAlgorithm(EntropyController):
         target_entropy: TargetArg = None,
         window_size: int = 1,
         optimizer: OptimizerArg = None,
+        min_alpha: Optional[float] = None,
+        max_alpha: Optional[float] = None,
         debug_summaries: bool = False,
         name: str = "SGDEntropyTargetAlgorithm",
     ):
         super().__init__(action_spec, optimizer=optimizer, debug_summaries=debug_summaries, name=name)
-        check_real("initial_alpha", initial_alpha, positive=True)
+        initial_alpha = check_real("initial_alpha", initial_alpha, positive=True)
         check_int("window_size", window_size, minimum=1)
+        bounds = [None if v is None else check_real(arg, v, positive=True)
+                  for arg, v in (("min_alpha", min_alpha), ("max_alpha", max_alpha))]
+        if None not in bounds and bounds[0] > bounds[1]:
+            raise ValueError(f"min_alpha ({min_alpha}) must be <= max_alpha ({max_alpha})")
+        if (bounds[0] is not None and initial_alpha < bounds[0]) or (
+                bounds[1] is not None and initial_alpha > bounds[1]):
+            raise ValueError(f"initial_alpha ({initial_alpha}) must be within [min_alpha, max_alpha] "
+                             f"= [{min_alpha}, {max_alpha}]")
         self._target = TargetEntropy(target_entropy, action_spec, name)
         self._log_alpha = nn.Parameter(torch.tensor(math.log(initial_alpha), dtype=torch.float32))
+        # log_alpha's bounds as Python floats (clamp_ takes them without a copy); None: no clamp.
+        self._log_bounds = None if bounds == [None, None] else tuple(
+            None if v is None else float(np.float32(math.log(v))) for v in bounds)
         self._avg_entropy = ScalarWindowAverager(window_size)
         self.register_buffer("_target_now", torch.tensor(self._target.initial), persistent=False)
         # Always "adjusting": reported as stage 1 so logs read alike.
         self.register_buffer("_stage", torch.tensor(1, dtype=torch.int32), persistent=False)
-        self._standalone_optimizer: Optional[torch.optim.Optimizer] = None
+        # The built-in Adam's moments and step count (not saved, as an
+        # optimiser's state is not part of a module's state_dict).
+        self.register_buffer("_adam", torch.zeros(3), persistent=False)
+        self._trained_by_parent = False
 
     @property
     def alpha(self) -> torch.Tensor:
-        """The current ``alpha`` (detached)."""
-        return self._log_alpha.detach().exp()
+        """The current ``alpha`` (detached, within ``[min_alpha, max_alpha]``)."""
+        return self.log_alpha.exp()
 
     @property
     def log_alpha(self) -> torch.Tensor:
-        """The ``log_alpha`` parameter (detached view)."""
-        return self._log_alpha.detach()
+        """``log_alpha`` (detached, within the bounds of ``alpha``)."""
+        log_alpha = self._log_alpha.detach()
+        return log_alpha if self._log_bounds is None else log_alpha.clamp(*self._log_bounds)
 
     @property
     def stage(self) -> torch.Tensor:
@@ -597,6 +650,29 @@ class SGDEntropyTargetAlgorithm(EntropyController):
         """The target's current value."""
         return self._target()
 
+    @property
+    def trained_by_parent(self) -> bool:
+        """Whether a parent's optimisers train ``log_alpha`` through ``scalar_loss`` (see the class)."""
+        return self._trained_by_parent
+
+    def _collect_optimizers(self, is_root: bool,
+                            inherited: Optional[torch.optim.Optimizer] = None) -> list:
+        # Collected by a parent: from now on the parent's update_with_gradient
+        # minimises scalar_loss, so entropy_loss must not step log_alpha too.
+        if not is_root:
+            self._trained_by_parent = True
+        return super()._collect_optimizers(is_root, inherited)
+
+    def after_update(self, *args: Any, **kwargs: Any) -> None:
+        """After a parent's gradient step: clamp ``log_alpha`` to its bounds."""
+        self._clamp()
+        super().after_update(*args, **kwargs)
+
+    def _clamp(self) -> None:
+        if self._log_bounds is not None:
+            with torch.no_grad():
+                self._log_alpha.clamp_(*self._log_bounds)
+
     def adjust_alpha(self, entropy: Union[float, torch.Tensor]) -> torch.Tensor:
         """One optimiser step of ``log_alpha`` on SAC's loss (see the class).
 
@@ -606,34 +682,57 @@ class SGDEntropyTargetAlgorithm(EntropyController):
         Returns:
             The new ``alpha``.
         """
-        _, loss = self._update(_scalar_entropy(entropy, self._log_alpha), None)
-        (grad,) = torch.autograd.grad(loss, [self._log_alpha])
-        optimizer = self.optimizers()[0] if self._optimizer_arg is not None else self.parent_optimizer
-        if optimizer is None:
-            if self._standalone_optimizer is None:
-                self._standalone_optimizer = torch.optim.Adam([self._log_alpha], lr=3e-4)
-            optimizer = self._standalone_optimizer
-        # Step log_alpha alone, whatever else the optimiser holds.
-        params = [p for group in optimizer.param_groups for p in group["params"]]
-        saved = [p.grad for p in params]
-        for p in params:
-            p.grad = None  # optimisers skip parameters without a gradient
-        self._log_alpha.grad = grad
-        optimizer.step()
-        for p, g in zip(params, saved):
-            p.grad = g
+        self._step(self._gap(_scalar_entropy(entropy, self._log_alpha), None))
         return self.alpha
 
     def _update(self, entropy: torch.Tensor, count: Optional[torch.Tensor]) -> Tuple[torch.Tensor, Any]:
+        gap = self._gap(entropy, count)
+        alpha = self.alpha
+        if self._trained_by_parent:
+            return alpha, self._log_alpha * gap
+        self._step(gap)
+        return alpha, torch.zeros((), device=gap.device)
+
+    def _gap(self, entropy: torch.Tensor, count: Optional[torch.Tensor]) -> torch.Tensor:
+        """``H - target`` (the gradient of the rule's loss); 0 for no data or NaN/inf."""
+        self._clamp()  # a parent's optimiser may have stepped log_alpha out of its bounds
         if not self._target.constant:
             self._target_now.fill_(self._target(counting=True))
-        # An empty batch or a non-finite entropy contributes no gradient.
         ok = torch.isfinite(entropy) if count is None else (count > 0) & torch.isfinite(entropy)
         avg = self._avg_entropy.average(entropy.to(torch.float32), ok)
         gap = torch.where(ok, avg - self._target_now, 0.0)
-        alpha = self.alpha
         if self._debug_summaries and summary.should_record_summaries():
             with summary.scope(self._name):
-                for tag, value in (("alpha", alpha), ("entropy", avg), ("target_entropy", self._target_now)):
+                for tag, value in (("alpha", self.alpha), ("entropy", avg),
+                                   ("target_entropy", self._target_now)):
                     summary.scalar(tag, value)
-        return alpha, self._log_alpha * gap
+        return gap
+
+    def _step(self, gap: torch.Tensor) -> None:
+        """One step of ``log_alpha`` with gradient ``gap``, then the clamp."""
+        optimizer = self.optimizers()[0] if self._optimizer_arg is not None else self.parent_optimizer
+        if optimizer is None:
+            self._adam_step(gap)
+        else:
+            # Step log_alpha alone, whatever else the optimiser holds.
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            saved = [p.grad for p in params]
+            for p in params:
+                p.grad = None  # optimisers skip parameters without a gradient
+            self._log_alpha.grad = gap.to(self._log_alpha.dtype)
+            optimizer.step()
+            for p, g in zip(params, saved):
+                p.grad = g
+        self._clamp()
+
+    @torch.no_grad()
+    def _adam_step(self, grad: torch.Tensor) -> None:
+        """torch's Adam(lr=3e-4) on the 0-d ``log_alpha``, in tensor ops (no host read)."""
+        (b1, b2), eps = self.ADAM_BETAS, self.ADAM_EPS
+        m, v, t = self._adam.unbind()
+        t = t + 1
+        m = m * b1 + (1 - b1) * grad
+        v = v * b2 + (1 - b2) * grad * grad
+        self._adam.copy_(torch.stack([m, v, t]))
+        denom = (v.sqrt() / (1 - b2 ** t).sqrt()) + eps
+        self._log_alpha.sub_(self.ADAM_LR / (1 - b1 ** t) * m / denom)
