@@ -21,12 +21,14 @@ The differences from ALF are listed in the README ("Differences from ALF").
 """
 import functools
 import math
+import warnings
 from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 import gin
 import numpy as np
 import torch
 import torch.nn as nn
+from absl import logging
 
 from alf_entropy.algorithms.algorithm import OptimizerArg
 from alf_entropy.algorithms.entropy_controller import (
@@ -57,6 +59,10 @@ __all__ = [
 _UPDATE_MODES = ("auto", "tensor", "host", "compiled")
 # track_target_changes: a target move larger than this (relative) restarts the adjust stage.
 _TARGET_MOVE = 0.05
+STUCK_UPDATES = 1000
+"""A staged controller still before its adjust stage after
+``max(STUCK_UPDATES, 10 * average_window)`` updates warns once (see
+``EntropyTargetAlgorithm``)."""
 
 
 # ------------------------------------------------------------ stage machine
@@ -145,6 +151,16 @@ class EntropyTargetAlgorithm(EntropyController):
     To approximate SAC's learned temperature, use SAC's ``target_entropy``,
     ``skip_free_stage=True`` and ``slow_update_rate = fast_update_rate = 4 *``
     SAC's temperature learning rate.
+
+    A controller still in its init or free stage (or estimating) after
+    ``max(STUCK_UPDATES, 10 * average_window)`` updates (1,000 by default)
+    is not acting on its target; it says so once (``warnings.warn`` and an
+    absl warning) with its ``max_entropy``, the entropy it sees, the target
+    and what to change (``max_entropy``, ``skip_free_stage``, a smaller
+    ``initial_alpha``).  The stage is read on the host only where that costs
+    nothing or happens anyway: on the host update path (CPU) or at an update
+    where summaries are recorded; on the GPU tensor path without summaries
+    it never checks.
 
     Args:
         action_spec: nest of ``BoundedTensorSpec`` of the actions (the
@@ -286,6 +302,10 @@ class EntropyTargetAlgorithm(EntropyController):
             self._max_log_alpha = np.float32(math.log(max_alpha))
             self.register_buffer("_max_log_alpha_t", f32(self._max_log_alpha), persistent=False)
         self._compiled_update: Optional[Callable[..., None]] = None
+        # The stuck-stage warning: updates counted on the host (no tensor read).
+        self._max_entropy_given = max_entropy is not None
+        self._stuck_after = max(STUCK_UPDATES, 10 * average_window)
+        self._host_updates, self._stuck_checked = 0, False
 
     @property
     def alpha(self) -> torch.Tensor:
@@ -348,7 +368,8 @@ class EntropyTargetAlgorithm(EntropyController):
         # The state is float32; so is the entropy it moves on (half-precision
         # entropies from an autocast policy too).
         entropy = entropy.to(self._log_alpha.device, torch.float32)
-        if self._use_host():
+        use_host = self._use_host()
+        if use_host:
             self._update_host(entropy, count)
         else:
             update = self._update_tensor
@@ -358,6 +379,10 @@ class EntropyTargetAlgorithm(EntropyController):
                 update = self._compiled_update
             update(entropy, count)
         alpha = self._log_alpha.exp()
+        self._host_updates += 1
+        if (not self._stuck_checked and self._host_updates >= self._stuck_after
+                and (use_host or summary.should_record_summaries())):
+            self._warn_if_stuck()
         if self._debug_summaries and summary.should_record_summaries():
             with summary.scope(self._name):
                 for tag, value in (("alpha", alpha), ("avg_entropy", self._avg_entropy.get()),
@@ -367,6 +392,38 @@ class EntropyTargetAlgorithm(EntropyController):
                 if target is not None:
                     summary.scalar("target_entropy", target)
         return alpha, ()
+
+    def _warn_if_stuck(self) -> None:
+        """Warn once if still before the adjust stage (reads the state on the host)."""
+        self._stuck_checked = True  # the adjust stage never ends, so one look suffices
+        stage = int(self._stage)
+        if stage >= 0:
+            return
+        n, avg, max_entropy = self._host_updates, float(self.avg_entropy), float(self._max_entropy)
+        target, alpha = float(self._target_now), float(self.alpha)
+        bound = (f"max_entropy {max_entropy:.3f} (given)" if self._max_entropy_given else
+                 f"max_entropy {max_entropy:.3f} (estimated from the first entropies)")
+        if stage < -2:
+            why = (f"is still estimating max_entropy after {n} updates: no update had a finite "
+                   f"entropy from a non-empty batch ({int(self._num_nonfinite)} NaN/inf)")
+            todo = "check the entropies fed to it, or give max_entropy"
+        elif stage == -2:
+            why = (f"is still in its init stage after {n} updates: until the average entropy "
+                   f"({avg:.3f}) falls below {bound}, log_alpha only creeps by "
+                   f"very_slow_update_rate per update and the target ({target:.3f}) is not acted on")
+            todo = (f"give max_entropy (e.g. a little above the target), set skip_free_stage=True "
+                    f"to act on the target at once, or start from a smaller initial_alpha (alpha "
+                    f"is {alpha:.3g}) so that the entropy can fall")
+        else:
+            why = (f"is still in its free stage after {n} updates: alpha ({alpha:.3g}) is frozen "
+                   f"until the average entropy ({avg:.3f}) falls below the target ({target:.3f}); "
+                   f"{bound}")
+            todo = ("if the entropy should be held at the target, not only kept above it, set "
+                    "skip_free_stage=True, or start from a smaller initial_alpha so that it falls "
+                    "to the target (max_entropy only shortens the init stage)")
+        message = f"{self._name} {why}. To make it act: {todo}."
+        warnings.warn(message, stacklevel=4)
+        logging.warning(message)
 
     def _state(self) -> Tuple[torch.Tensor, ...]:
         state = self._log_alpha, self._stage, self._update_rate, self._max_entropy
