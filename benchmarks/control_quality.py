@@ -112,7 +112,6 @@ def run_synthetic(make_ctrl, spec, target: np.ndarray, seed: int):
     policy_opt = torch.optim.Adam([logits], lr=POLICY_LR)
     box = {"i": 0}
     ctrl = make_ctrl(lambda: float(target[box["i"]]))
-    alpha_opts = ctrl.optimizers()
     step_type = torch.full((BATCH,), int(StepType.MID))
     experience = types.SimpleNamespace(step_type=step_type)
     n = target.size
@@ -123,16 +122,12 @@ def run_synthetic(make_ctrl, spec, target: np.ndarray, seed: int):
         task_loss = -dist.probs[:, 0].mean()  # maximise P(action 0): collapses the entropy
         info = ctrl.train_step(dist, step_type).info
         loss_info = ctrl.calc_loss(experience, info)
-        loss = task_loss + loss_info.loss.mean()
-        if not isinstance(loss_info.scalar_loss, tuple):
-            loss = loss + loss_info.scalar_loss
+        # The same call site for every controller: calc_loss moves alpha (the
+        # SAC rule by its own Adam step) and scalar_loss is a 0-d tensor.
+        loss = task_loss + loss_info.loss.mean() + loss_info.scalar_loss
         policy_opt.zero_grad()
-        for opt in alpha_opts:
-            opt.zero_grad()
         loss.backward()
         policy_opt.step()
-        for opt in alpha_opts:
-            opt.step()
         # the entropy the controller saw at this update, and its alpha after it
         entropies[i] = float(-info.loss.extra.neg_entropy[0].detach())
         alphas[i] = float(ctrl.alpha)

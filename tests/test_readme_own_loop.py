@@ -14,7 +14,7 @@ def _section_blocks(title):
     return re.findall(r"```python\n(.*?)```", section, re.S)
 
 
-def test_ppo_and_sac_snippets_run_and_advance_the_controller():
+def test_ppo_and_sac_snippets_run_and_advance_the_controller(capsys):
     torch.set_num_threads(1)
     ppo, sac = _section_blocks("In your own PyTorch loop")
     ns: dict = {}
@@ -23,8 +23,13 @@ def test_ppo_and_sac_snippets_run_and_advance_the_controller():
     # Two rollouts, one update each: still estimating max_entropy (window 2 -> stage -2).
     assert controller.stage.item() == -2 and controller.max_entropy.item() > 0
     assert controller.avg_entropy.item() > 0.5  # CartPole's 2 actions start near log 2
+    assert controller.alpha.item() != 0.01  # the init stage moved it
     ns = {}
     exec(compile(sac, "README.md (SAC)", "exec"), ns)
     controller = ns["controller"]
     assert controller.stage.item() in (0, 1)  # skip_free_stage: adjusting from the start
-    assert controller.alpha.item() != 0.1  # 100 actor updates moved it
+    assert controller.alpha.item() != 0.1  # the actor updates moved it
+    # Each prints its stage and its entropy against the target.
+    ppo_line, sac_line = capsys.readouterr().out.strip().splitlines()[-2:]
+    assert re.fullmatch(r"PPO: stage -2, entropy [\d.]+ vs target 0.6, alpha [\d.e-]+", ppo_line)
+    assert re.fullmatch(r"SAC: stage [01], entropy -?[\d.]+ vs target -1, alpha [\d.e-]+", sac_line)

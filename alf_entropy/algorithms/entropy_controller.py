@@ -9,7 +9,10 @@ of its entropy bonus.  Every controller (``EntropyTargetAlgorithm``,
   or a tensor); returns the new ``alpha``.
 * ``entropy_loss(entropy, mask=None, entropy_for_gradient=None)``: one update
   from the masked mean of a batch of entropies; returns ``LossInfo(loss=-alpha
-  * entropy per element, scalar_loss=the controller's own loss or ())``.
+  * entropy per element, scalar_loss=a 0-d tensor)``.  Both calls move
+  ``alpha`` for every controller; ``scalar_loss`` is what is left for the
+  caller to minimise: the SGD rule's loss when a parent's optimiser trains
+  its ``log_alpha``, else zero, so ``loss + scalar_loss`` always works.
 * as a sub-algorithm (ALF): ``predict_step``, ``rollout_step``/``train_step``
   (the distribution's entropy) and ``calc_loss(experience, info,
   valid_mask)`` (masks ``LAST`` steps, calls ``entropy_loss``).
@@ -278,13 +281,22 @@ class EntropyController(Algorithm):
     def _advance(self, entropy: torch.Tensor, count: Optional[torch.Tensor]) -> Tuple[torch.Tensor, Any]:
         """``_update``, then the watch (windup, annealing); ``(alpha, scalar_loss)``."""
         alpha, scalar_loss = self._update(entropy, count)
+        if self._finish(entropy, count):
+            alpha = self.alpha
+        return alpha, scalar_loss
+
+    def _finish(self, entropy: torch.Tensor, count: Optional[torch.Tensor]) -> bool:
+        """After an update: the span limit, the watch, the debug summaries.
+
+        Returns:
+            Whether the span limit may have moved ``log_alpha``.
+        """
+        limited = self._adaptive and self._apply_log_alpha_limits()
         if self._adaptive:
-            if self._apply_log_alpha_limits():
-                alpha = self.alpha
             self._watch(entropy, count)
         if self._debug_summaries and summary.should_record_summaries():
             self._summarize()
-        return alpha, scalar_loss
+        return limited
 
     def _summarize(self) -> None:
         """Write the controller's debug summaries (after the update and its limits)."""
@@ -442,13 +454,15 @@ class EntropyController(Algorithm):
                 every element counts.
             entropy_for_gradient: what to differentiate instead of ``entropy``.
             update: False: only the loss with the current ``alpha`` (no
-                update, ``scalar_loss=()``), for a caller that advances the
+                update, ``scalar_loss`` zero), for a caller that advances the
                 controller itself, e.g. once per iteration with ``adjust_alpha``.
 
         Returns:
             LossInfo: ``loss = -alpha * entropy_for_gradient`` per element
-            (``alpha`` detached); ``scalar_loss``: the SGD rule's
-            ``log_alpha * (mean_entropy - target)``, ``()`` for the others;
+            (``alpha`` detached); ``scalar_loss``: a 0-d tensor to add to the
+            total loss: the SGD rule's ``log_alpha * (mean_entropy - target)``
+            when a parent's optimiser trains ``log_alpha`` (the rule steps
+            itself otherwise), zero for the others;
             ``extra``: an ``EntropyTargetLossInfo``.
 
         Raises:
@@ -462,12 +476,15 @@ class EntropyController(Algorithm):
         """``entropy_loss`` on negated entropies (the form ``train_step`` stores)."""
         if not update:
             return LossInfo(loss=neg_grad * self.alpha.detach(),
+                            scalar_loss=torch.zeros((), device=neg_grad.device),
                             extra=EntropyTargetLossInfo(neg_entropy=neg_entropy))
         detached = neg_entropy.detach()
         neg_mean, count = masked_mean(detached, mask)
         # Data-parallel: the mean over every rank's batch, so alpha is one.
         pooled, pooled_count = distributed.all_reduce_masked_mean(neg_mean, count)
         alpha, scalar_loss = self._advance(-pooled, pooled_count)
+        if not isinstance(scalar_loss, torch.Tensor):  # no loss of its own: a zero to add
+            scalar_loss = torch.zeros((), device=neg_grad.device)
         if self._debug_summaries and summary.should_record_summaries():
             square, _ = masked_mean(detached * detached, mask)
             with summary.scope(self._name):
@@ -477,7 +494,8 @@ class EntropyController(Algorithm):
                         extra=EntropyTargetLossInfo(neg_entropy=neg_entropy))
 
     def _update(self, entropy: torch.Tensor, count: Optional[torch.Tensor]) -> Tuple[torch.Tensor, Any]:
-        """Advance once (not if ``count == 0``); return ``(alpha, scalar_loss)``."""
+        """Advance once (not if ``count == 0``); return ``(alpha, scalar_loss)``
+        (``scalar_loss``: a 0-d tensor, or ``()`` for none)."""
         raise NotImplementedError
 
     def predict_step(self, *args: Any, **kwargs: Any) -> AlgStep:

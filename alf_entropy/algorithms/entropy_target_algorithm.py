@@ -21,12 +21,14 @@ The differences from ALF are listed in the README ("Differences from ALF").
 """
 import functools
 import math
+import warnings
 from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 import gin
 import numpy as np
 import torch
 import torch.nn as nn
+from absl import logging
 
 from alf_entropy.algorithms.algorithm import OptimizerArg
 from alf_entropy.algorithms.entropy_controller import (
@@ -56,6 +58,10 @@ __all__ = [
 _UPDATE_MODES = ("auto", "tensor", "host", "compiled")
 # track_target_changes: a target move larger than this (relative) restarts the adjust stage.
 _TARGET_MOVE = 0.05
+STUCK_UPDATES = 1000
+"""A staged controller still before its adjust stage after
+``max(STUCK_UPDATES, 10 * average_window)`` updates warns once (see
+``EntropyTargetAlgorithm``)."""
 
 
 # ------------------------------------------------------------ stage machine
@@ -144,6 +150,16 @@ class EntropyTargetAlgorithm(EntropyController):
     To approximate SAC's learned temperature, use SAC's ``target_entropy``,
     ``skip_free_stage=True`` and ``slow_update_rate = fast_update_rate = 4 *``
     SAC's temperature learning rate.
+
+    A controller still in its init or free stage (or estimating) after
+    ``max(STUCK_UPDATES, 10 * average_window)`` updates (1,000 by default)
+    is not acting on its target; it says so once (``warnings.warn`` and an
+    absl warning) with its ``max_entropy``, the entropy it sees, the target
+    and what to change (``max_entropy``, ``skip_free_stage``, a smaller
+    ``initial_alpha``).  The stage is read on the host only where that costs
+    nothing or happens anyway: on the host update path (CPU) or at an update
+    where summaries are recorded; on the GPU tensor path without summaries
+    it never checks.
 
     Args:
         action_spec: nest of ``BoundedTensorSpec`` of the actions (the
@@ -285,6 +301,10 @@ class EntropyTargetAlgorithm(EntropyController):
             self._max_log_alpha_watch = float(self._max_log_alpha)
             self.register_buffer("_max_log_alpha_t", f32(self._max_log_alpha), persistent=False)
         self._compiled_update: Optional[Callable[..., None]] = None
+        # The stuck-stage warning: updates counted on the host (no tensor read).
+        self._max_entropy_given = max_entropy is not None
+        self._stuck_after = max(STUCK_UPDATES, 10 * average_window)
+        self._host_updates, self._stuck_checked = 0, False
 
     @property
     def alpha(self) -> torch.Tensor:
@@ -350,7 +370,8 @@ class EntropyTargetAlgorithm(EntropyController):
         # The state is float32; so is the entropy it moves on (half-precision
         # entropies from an autocast policy too).
         entropy = entropy.to(self._log_alpha.device, torch.float32)
-        if self._use_host():
+        use_host = self._use_host()
+        if use_host:
             self._update_host(entropy, count)
         else:
             update = self._update_tensor
@@ -359,6 +380,10 @@ class EntropyTargetAlgorithm(EntropyController):
                     self._compiled_update = torch.compile(update, fullgraph=True, dynamic=False)
                 update = self._compiled_update
             update(entropy, count)
+        self._host_updates += 1
+        if (not self._stuck_checked and self._host_updates >= self._stuck_after
+                and (use_host or summary.should_record_summaries())):
+            self._warn_if_stuck()
         return self._log_alpha.exp(), ()
 
     def _summarize(self) -> None:
@@ -369,6 +394,38 @@ class EntropyTargetAlgorithm(EntropyController):
                 summary.scalar(tag, value)
             if not self._target.constant:
                 summary.scalar("target_entropy", self._target_now)
+
+    def _warn_if_stuck(self) -> None:
+        """Warn once if still before the adjust stage (reads the state on the host)."""
+        self._stuck_checked = True  # the adjust stage never ends, so one look suffices
+        stage = int(self._stage)
+        if stage >= 0:
+            return
+        n, avg, max_entropy = self._host_updates, float(self.avg_entropy), float(self._max_entropy)
+        target, alpha = float(self._target_now), float(self.alpha)
+        bound = (f"max_entropy {max_entropy:.3f} (given)" if self._max_entropy_given else
+                 f"max_entropy {max_entropy:.3f} (estimated from the first entropies)")
+        if stage < -2:
+            why = (f"is still estimating max_entropy after {n} updates: no update had a finite "
+                   f"entropy from a non-empty batch ({int(self._num_nonfinite)} NaN/inf)")
+            todo = "check the entropies fed to it, or give max_entropy"
+        elif stage == -2:
+            why = (f"is still in its init stage after {n} updates: until the average entropy "
+                   f"({avg:.3f}) falls below {bound}, log_alpha only creeps by "
+                   f"very_slow_update_rate per update and the target ({target:.3f}) is not acted on")
+            todo = (f"give max_entropy (e.g. a little above the target), set skip_free_stage=True "
+                    f"to act on the target at once, or start from a smaller initial_alpha (alpha "
+                    f"is {alpha:.3g}) so that the entropy can fall")
+        else:
+            why = (f"is still in its free stage after {n} updates: alpha ({alpha:.3g}) is frozen "
+                   f"until the average entropy ({avg:.3f}) falls below the target ({target:.3f}); "
+                   f"{bound}")
+            todo = ("if the entropy should be held at the target, not only kept above it, set "
+                    "skip_free_stage=True, or start from a smaller initial_alpha so that it falls "
+                    "to the target (max_entropy only shortens the init stage)")
+        message = f"{self._name} {why}. To make it act: {todo}."
+        warnings.warn(message, stacklevel=4)
+        logging.warning(message)
 
     def _state(self) -> Tuple[torch.Tensor, ...]:
         state = self._log_alpha, self._stage, self._update_rate, self._max_entropy
@@ -530,6 +587,7 @@ class NestedEntropyTargetAlgorithm(EntropyController):
                   zip(self._leaves.values(), self._per_leaf(neg_entropy), self._per_leaf(neg_grad))]
         return LossInfo(
             loss=functools.reduce(torch.add, [li.loss for li in losses]),
+            scalar_loss=functools.reduce(torch.add, [li.scalar_loss for li in losses]),
             extra=nest.pack_sequence_as(self._action_spec, [li.extra for li in losses]),
         )
 
@@ -541,22 +599,51 @@ class SGDEntropyTargetAlgorithm(EntropyController):
     ``log_alpha`` is a parameter trained on ``log_alpha * (H - target)``,
     ``H`` the batch-mean entropy averaged over the last ``window_size``
     updates (detached), so ``alpha`` falls while the entropy is above the
-    target and rises below it.  ``entropy_loss`` returns that loss as
-    ``scalar_loss`` for the caller's gradient step; ``adjust_alpha`` takes the
-    step itself, with ``optimizer``, or else with the parent's optimiser that
-    holds ``log_alpha``, or else (used alone) with a private
-    ``Adam(lr=3e-4)``, SAC's default.
+    target and rises below it.
+
+    Who takes the gradient step (every call moves ``alpha``, once):
+
+    * **Trained by a parent.** When a parent algorithm's ``optimizers()``
+      collects this controller (``ActorCriticAlgorithm`` and ``SacAlgorithm``
+      do so in their constructors; ``trained_by_parent`` is then True), the
+      tree's optimiser (this controller's ``optimizer``, or the parent's)
+      trains ``log_alpha``: ``entropy_loss``/``calc_loss`` return the rule's
+      loss as ``scalar_loss`` for the parent's ``update_with_gradient``, as in
+      ALF, and step nothing themselves.
+    * **Otherwise** (used alone, in your own loop), ``entropy_loss``/
+      ``calc_loss`` take the step themselves and return ``scalar_loss = 0``
+      (a 0-d tensor without gradient: adding it to your loss changes nothing,
+      and an optimiser of yours that holds ``log_alpha`` skips it).
+    * ``adjust_alpha`` always takes the step itself.
+
+    The step is ``optimizer``'s; with ``optimizer=None`` the parent's
+    optimiser's (stepping ``log_alpha`` alone), or, alone, SAC's default
+    Adam(lr=3e-4), computed here on 0-d buffers without a host read.
+    The ``LossInfo.loss`` of ``entropy_loss`` uses ``alpha`` before the step
+    (as SAC's actor loss does).  ``min_alpha``/``max_alpha`` clamp
+    ``log_alpha`` after every step this controller takes and before every
+    update (a parent's optimiser steps it in between); ``alpha`` is always
+    read within them.
 
     Args:
         action_spec: nest of ``BoundedTensorSpec``; used for the default target.
-        initial_alpha: initial ``alpha`` (> 0).
+        initial_alpha: initial ``alpha`` (> 0, within ``[min_alpha, max_alpha]``).
         target_entropy: a number, a scheduler/zero-argument callable, or None
             for the spec's default.
         window_size: number of updates the entropy is averaged over (>= 1).
         optimizer: factory ``params -> Optimizer`` for ``log_alpha``; None
-            (ALF's default): the parent's optimiser trains it.
+            (ALF's default): the parent's optimiser trains it, or alone a
+            built-in Adam(lr=3e-4).
+        min_alpha: optional floor of ``alpha`` (> 0); None: none (SAC's rule).
+        max_alpha: optional ceiling of ``alpha`` (> 0, >= ``min_alpha``), like
+            ALF SAC's ``max_log_alpha``; None: none.
         debug_summaries: write ``alpha``, ``entropy`` and ``target_entropy``.
         name: the name.
+
+    Raises:
+        TypeError: for an argument of the wrong type.
+        ValueError: for an argument out of range, ``min_alpha > max_alpha``
+            or ``initial_alpha`` outside them.
 
     Examples:
         >>> import torch
@@ -565,7 +652,14 @@ class SGDEntropyTargetAlgorithm(EntropyController):
         >>> sgd = SGDEntropyTargetAlgorithm(spec, target_entropy=-2.0)  # SAC's -dim(A)
         >>> float(sgd.adjust_alpha(0.5)) < 0.1  # entropy above the target: alpha falls
         True
+        >>> before = sgd.alpha
+        >>> info = sgd.entropy_loss(torch.full((8,), 0.5))  # alone: steps alpha too
+        >>> bool(sgd.alpha < before), info.scalar_loss  # and leaves nothing to the caller
+        (True, tensor(0.))
     """
+
+    # SAC's default temperature optimiser, used when nothing else steps log_alpha.
+    ADAM_LR, ADAM_BETAS, ADAM_EPS = 3e-4, (0.9, 0.999), 1e-8
 
     def __init__(
         self,
@@ -574,28 +668,47 @@ class SGDEntropyTargetAlgorithm(EntropyController):
         target_entropy: TargetArg = None,
         window_size: int = 1,
         optimizer: OptimizerArg = None,
+        min_alpha: Optional[float] = None,
+        max_alpha: Optional[float] = None,
         debug_summaries: bool = False,
         name: str = "SGDEntropyTargetAlgorithm",
     ):
         super().__init__(action_spec, optimizer=optimizer, debug_summaries=debug_summaries, name=name)
-        check_real("initial_alpha", initial_alpha, positive=True)
+        initial_alpha = check_real("initial_alpha", initial_alpha, positive=True)
         check_int("window_size", window_size, minimum=1)
+        bounds = [None if v is None else check_real(arg, v, positive=True)
+                  for arg, v in (("min_alpha", min_alpha), ("max_alpha", max_alpha))]
+        if None not in bounds and bounds[0] > bounds[1]:
+            raise ValueError(f"min_alpha ({min_alpha}) must be <= max_alpha ({max_alpha})")
+        if (bounds[0] is not None and initial_alpha < bounds[0]) or (
+                bounds[1] is not None and initial_alpha > bounds[1]):
+            raise ValueError(f"initial_alpha ({initial_alpha}) must be within [min_alpha, max_alpha] "
+                             f"= [{min_alpha}, {max_alpha}]")
         self._init_target(target_entropy)
+        if bounds[1] is not None:
+            self._max_log_alpha_watch = math.log(bounds[1])
         self._log_alpha = nn.Parameter(torch.tensor(math.log(initial_alpha), dtype=torch.float32))
+        # log_alpha's bounds as Python floats (clamp_ takes them without a copy); None: no clamp.
+        self._log_bounds = None if bounds == [None, None] else tuple(
+            None if v is None else float(np.float32(math.log(v))) for v in bounds)
         self._avg_entropy = ScalarWindowAverager(window_size)
         # Always "adjusting": reported as stage 1 so logs read alike.
         self.register_buffer("_stage", torch.tensor(1, dtype=torch.int32), persistent=False)
-        self._standalone_optimizer: Optional[torch.optim.Optimizer] = None
+        # The built-in Adam's moments and step count (not saved, as an
+        # optimiser's state is not part of a module's state_dict).
+        self.register_buffer("_adam", torch.zeros(3), persistent=False)
+        self._trained_by_parent = False
 
     @property
     def alpha(self) -> torch.Tensor:
-        """The current ``alpha`` (detached)."""
-        return self._log_alpha.detach().exp()
+        """The current ``alpha`` (detached, within ``[min_alpha, max_alpha]``)."""
+        return self.log_alpha.exp()
 
     @property
     def log_alpha(self) -> torch.Tensor:
-        """The ``log_alpha`` parameter (detached view)."""
-        return self._log_alpha.detach()
+        """``log_alpha`` (detached, within the bounds of ``alpha``)."""
+        log_alpha = self._log_alpha.detach()
+        return log_alpha if self._log_bounds is None else log_alpha.clamp(*self._log_bounds)
 
     @property
     def stage(self) -> torch.Tensor:
@@ -607,6 +720,30 @@ class SGDEntropyTargetAlgorithm(EntropyController):
         """The target's current value."""
         return self._current_target()
 
+    @property
+    def trained_by_parent(self) -> bool:
+        """Whether a parent's optimisers train ``log_alpha`` through ``scalar_loss`` (see the class)."""
+        return self._trained_by_parent
+
+    def _collect_optimizers(self, is_root: bool,
+                            inherited: Optional[torch.optim.Optimizer] = None) -> list:
+        # Collected by a parent: from now on the parent's update_with_gradient
+        # minimises scalar_loss, so entropy_loss must not step log_alpha too.
+        if not is_root:
+            self._trained_by_parent = True
+        return super()._collect_optimizers(is_root, inherited)
+
+    def after_update(self, *args: Any, **kwargs: Any) -> None:
+        """After a parent's gradient step: clamp ``log_alpha`` to its bounds (and span)."""
+        self._clamp()
+        self._apply_log_alpha_limits()
+        super().after_update(*args, **kwargs)
+
+    def _clamp(self) -> None:
+        if self._log_bounds is not None:
+            with torch.no_grad():
+                self._log_alpha.clamp_(*self._log_bounds)
+
     def adjust_alpha(self, entropy: Union[float, torch.Tensor]) -> torch.Tensor:
         """One optimiser step of ``log_alpha`` on SAC's loss (see the class).
 
@@ -616,36 +753,59 @@ class SGDEntropyTargetAlgorithm(EntropyController):
         Returns:
             The new ``alpha``.
         """
-        _, loss = self._advance(_scalar_entropy(entropy, self._log_alpha), None)
-        (grad,) = torch.autograd.grad(loss, [self._log_alpha])
-        optimizer = self.optimizers()[0] if self._optimizer_arg is not None else self.parent_optimizer
-        if optimizer is None:
-            if self._standalone_optimizer is None:
-                self._standalone_optimizer = torch.optim.Adam([self._log_alpha], lr=3e-4)
-            optimizer = self._standalone_optimizer
-        # Step log_alpha alone, whatever else the optimiser holds.
-        params = [p for group in optimizer.param_groups for p in group["params"]]
-        saved = [p.grad for p in params]
-        for p in params:
-            p.grad = None  # optimisers skip parameters without a gradient
-        self._log_alpha.grad = grad
-        optimizer.step()
-        for p, g in zip(params, saved):
-            p.grad = g
-        self._apply_log_alpha_limits()
+        entropy = _scalar_entropy(entropy, self._log_alpha)
+        self._step(self._gap(entropy, None))
+        self._finish(entropy, None)
         return self.alpha
 
     def _update(self, entropy: torch.Tensor, count: Optional[torch.Tensor]) -> Tuple[torch.Tensor, Any]:
+        gap = self._gap(entropy, count)
+        alpha = self.alpha
+        if self._trained_by_parent:
+            return alpha, self._log_alpha * gap
+        self._step(gap)
+        return alpha, torch.zeros((), device=gap.device)
+
+    def _gap(self, entropy: torch.Tensor, count: Optional[torch.Tensor]) -> torch.Tensor:
+        """``H - target`` (the gradient of the rule's loss); 0 for no data or NaN/inf."""
+        self._clamp()  # a parent's optimiser may have stepped log_alpha out of its bounds
         if not self._target.constant:
             self._target_now.fill_(self._target(counting=True))
-        # An empty batch or a non-finite entropy contributes no gradient.
         ok = torch.isfinite(entropy) if count is None else (count > 0) & torch.isfinite(entropy)
         avg = self._avg_entropy.average(entropy.to(torch.float32), ok)
-        gap = torch.where(ok, avg - self._target_now, 0.0)
-        return self.alpha, self._log_alpha * gap
+        return torch.where(ok, avg - self._target_now, 0.0)
 
     def _summarize(self) -> None:
         with summary.scope(self._name):
             for tag, value in (("alpha", self.alpha), ("entropy", self._avg_entropy.get()),
                                ("target_entropy", self._target_now)):
                 summary.scalar(tag, value)
+
+    def _step(self, gap: torch.Tensor) -> None:
+        """One step of ``log_alpha`` with gradient ``gap``, then the clamp."""
+        optimizer = self.optimizers()[0] if self._optimizer_arg is not None else self.parent_optimizer
+        if optimizer is None:
+            self._adam_step(gap)
+        else:
+            # Step log_alpha alone, whatever else the optimiser holds.
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            saved = [p.grad for p in params]
+            for p in params:
+                p.grad = None  # optimisers skip parameters without a gradient
+            self._log_alpha.grad = gap.to(self._log_alpha.dtype)
+            optimizer.step()
+            for p, g in zip(params, saved):
+                p.grad = g
+        self._clamp()
+
+    @torch.no_grad()
+    def _adam_step(self, grad: torch.Tensor) -> None:
+        """torch's Adam(lr=3e-4) on the 0-d ``log_alpha``, in tensor ops (no host read)."""
+        (b1, b2), eps = self.ADAM_BETAS, self.ADAM_EPS
+        m, v, t = self._adam.unbind()
+        t = t + 1
+        m = m * b1 + (1 - b1) * grad
+        v = v * b2 + (1 - b2) * grad * grad
+        self._adam.copy_(torch.stack([m, v, t]))
+        denom = (v.sqrt() / (1 - b2 ** t).sqrt()) + eps
+        self._log_alpha.sub_(self.ADAM_LR / (1 - b1 ** t) * m / denom)

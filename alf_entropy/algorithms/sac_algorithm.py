@@ -320,7 +320,7 @@ class SacAlgorithm(Algorithm):
 
         Returns:
             LossInfo: ``loss`` the per-row critic + actor loss ``[N]``,
-            ``scalar_loss`` the controller's (or ``()``), ``extra`` a
+            ``scalar_loss`` the controller's (a 0-d tensor), ``extra`` a
             ``SacLossInfo`` of detached scalars.
         """
         controller = self._entropy_target_algorithm

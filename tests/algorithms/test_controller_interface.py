@@ -91,14 +91,23 @@ def test_every_controller_has_the_same_interface(kind, device):
         assert a2.item() == pytest.approx(0.2)
     else:
         assert a2.item() < alpha0.item()
-    # -alpha * entropy per element; SGD's alpha moves only with an optimiser step.
+    # entropy_loss moves every adaptive controller's alpha (the SGD rule by
+    # its own optimiser step: used alone, nothing else trains log_alpha) ...
+    assert (kind == "fixed") == torch.equal(alpha_after_loss, alpha_before_loss)
+    # ... and returns -alpha * entropy per element (SGD: with the alpha
+    # before its step, as SAC's actor loss).
     assert li.loss.shape == (3, 2)
     alpha_used = alpha_before_loss if kind == "sgd" else alpha_after_loss
     if kind != "nested":  # the nested loss sums its leaves' alphas
         expected = (-alpha_used * 0.9).expand(3)
         torch.testing.assert_close(li.loss[:, 0].detach(), expected)
     assert li2.loss.shape == (3, 2)
-    assert (kind == "sgd") == isinstance(li2.scalar_loss, torch.Tensor)
+    # scalar_loss can always be added to a loss: a 0-d zero (nothing left to
+    # minimise: no parent's optimiser trains these controllers).
+    for loss_info in (li, li2):
+        assert isinstance(loss_info.scalar_loss, torch.Tensor) and loss_info.scalar_loss.shape == ()
+        assert loss_info.scalar_loss.device.type == device
+        assert loss_info.scalar_loss.item() == 0.0 and not loss_info.scalar_loss.requires_grad
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

@@ -112,13 +112,32 @@ def test_nested_the_alf_way_one_max_entropy_per_leaf_lists_and_nested_extra():
 
 # ---------------------------------------------------------------------- SGD
 def test_sgd_window_size_averages_the_entropy_before_the_gradient():
-    sgd = SGDEntropyTargetAlgorithm(DISCRETE4, target_entropy=0.5, window_size=2,
-                                    optimizer=functools.partial(torch.optim.SGD, lr=0.0))
-    sgd.entropy_loss(torch.full((3,), 1.0))
-    li = sgd.entropy_loss(torch.full((3,), 2.0))
-    assert li.scalar_loss.item() == pytest.approx(sgd.log_alpha.item() * (1.5 - 0.5))
+    # Used alone, entropy_loss steps log_alpha with the gradient H_avg - target.
+    sgd = SGDEntropyTargetAlgorithm(DISCRETE4, target_entropy=0.5, window_size=2, initial_alpha=1.0,
+                                    optimizer=functools.partial(torch.optim.SGD, lr=1.0))
+    sgd.entropy_loss(torch.full((3,), 1.0))  # average 1.0: gradient 0.5
+    assert sgd.log_alpha.item() == pytest.approx(-0.5)
+    sgd.entropy_loss(torch.full((3,), 2.0))  # average (1 + 2) / 2: gradient 1.0
+    assert sgd.log_alpha.item() == pytest.approx(-1.5)
+    # Trained by a parent, the same average reaches the parent's loss instead.
+    parent = _SGDParent(lr=0.0, window_size=2)
+    parent.controller.entropy_loss(torch.full((3,), 1.0))
+    li = parent.controller.entropy_loss(torch.full((3,), 2.0))
+    assert parent.controller.log_alpha.item() == 0.0  # nothing stepped it
+    assert li.scalar_loss.item() == pytest.approx(0.0 * (1.5 - 0.5))
     li.scalar_loss.backward()
-    assert sgd._log_alpha.grad.item() == pytest.approx(1.0)
+    assert parent.controller._log_alpha.grad.item() == pytest.approx(1.0)
+
+
+class _SGDParent(Algorithm):
+    """A parent whose optimiser (built in its constructor) trains an SGD controller."""
+
+    def __init__(self, lr=0.5, **controller_kwargs):
+        super().__init__(optimizer=functools.partial(torch.optim.SGD, lr=lr), name="p")
+        self.w = torch.nn.Parameter(torch.ones(2))
+        self.controller = SGDEntropyTargetAlgorithm(DISCRETE4, target_entropy=0.5, initial_alpha=1.0,
+                                                    **controller_kwargs)
+        self.optimizers()
 
 
 def test_sgd_optimizer_none_is_trained_by_the_parent_and_adjust_alpha_steps_only_log_alpha():

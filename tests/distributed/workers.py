@@ -55,7 +55,7 @@ def controllers():
 
 
 def feed(alg, neg_entropy, step_type, valid):
-    """One controller update on a batch; the SGD one also takes its step."""
+    """One controller update on a batch (the SGD one, used alone, takes its step inside)."""
     from alf_entropy.algorithms.entropy_target_algorithm import (
         EntropyTargetInfo,
         EntropyTargetLossInfo,
@@ -67,9 +67,7 @@ def feed(alg, neg_entropy, step_type, valid):
             loss=neg_entropy.clone(), extra=EntropyTargetLossInfo(neg_entropy=neg_entropy)
         )
     )
-    loss = alg.calc_loss(Experience(step_type=step_type), info, valid)
-    if isinstance(loss.scalar_loss, torch.Tensor):
-        alg.update_with_gradient(loss._replace(loss=()))
+    alg.calc_loss(Experience(step_type=step_type), info, valid)
 
 
 def adjust_alpha_trajectories(entropies):
