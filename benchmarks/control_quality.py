@@ -61,6 +61,7 @@ from alf_entropy.algorithms.entropy_target_algorithm import (
     FixedEntropyCoefficient,
     SGDEntropyTargetAlgorithm,
 )
+from alf_entropy.algorithms.pid_entropy_target_algorithm import PIDEntropyTargetAlgorithm
 from alf_entropy.data_structures import StepType
 from alf_entropy.tensor_specs import BoundedTensorSpec
 from alf_entropy.utils import control_metrics as cm
@@ -78,12 +79,14 @@ def _targets(n: int = NUM_UPDATES):
         "constant 0.8": np.full(n, 0.8),
         "ramp 1.2->0.3": np.linspace(1.2, 0.3, n),
         "step 0.6->1.0": np.where(np.arange(n) < STEP_AT, 0.6, 1.0),
+        "step 1.0->0.3": np.where(np.arange(n) < STEP_AT, 1.0, 0.3),
     }
 
 
 def _controllers():
     spec = BoundedTensorSpec((), torch.int64, 0, NUM_ACTIONS - 1)
     ctrls = {
+        "PID (defaults)": lambda t: PIDEntropyTargetAlgorithm(spec, target_entropy=t),
         "staged (seed defaults)": lambda t: EntropyTargetAlgorithm(spec, target_entropy=t),
     }
     params = inspect.signature(EntropyTargetAlgorithm.__init__).parameters
@@ -170,13 +173,16 @@ def benchmark_synthetic(seeds, out_dir, only=None):
                 if seed == seeds[0]:
                     curves[(task, name)] = (entropy, alpha)
             mean = {k: float(np.mean([m[k] for m in ms])) for k in ms[0]}
+            mean["rmse_ci"] = cm.bootstrap_ci([m["rmse"] for m in ms])[1:]
+            mean["alpha_x"] = float(np.max([m["alpha_x"] for m in ms]))  # worst seed
             # settling: mean over seeds that settled, and how many did
             settled = [m["settle"] for m in ms if not math.isnan(m["settle"])]
             mean["settle"] = float(np.mean(settled)) if settled else math.nan
             mean["settled"] = f"{len(settled)}/{len(ms)}"
             rows.append((task, name, mean))
             print(f"  {task:14s} {name:30s} rmse {mean['rmse']:.3f}", file=sys.stderr)
-    print(f"\n(a) synthetic collapsing policy, mean over seeds {list(seeds)}\n")
+    print(f"\n(a) synthetic collapsing policy, mean over seeds {list(seeds)} "
+          "[95% bootstrap interval]; alpha change: the worst seed\n")
     print("| task | controller | tracking RMSE | frac >5% below | settle (updates) | "
           "largest alpha change / update | final alpha |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
@@ -187,7 +193,8 @@ def benchmark_synthetic(seeds, out_dir, only=None):
         below = f"{m['below']:.2f}"
         if task.startswith("step"):
             below += f" (2nd half {m['below_2nd_half']:.2f})"
-        print(f"| {task} | {name} | {m['rmse']:.3f} | {below} | {settle} | "
+        lo, hi = m["rmse_ci"]
+        print(f"| {task} | {name} | {m['rmse']:.3f} [{lo:.3f}, {hi:.3f}] | {below} | {settle} | "
               f"×{m['alpha_x']:.2f} | {_fmt(m['final_alpha'])} |")
     _plot_synthetic(curves, targets, ctrls, os.path.join(out_dir, "control_quality.png"))
 
@@ -233,52 +240,91 @@ PPO_COMMON = [
 PPO_SGD = [
     "PPOAlgorithm.entropy_target_cls = @SGDEntropyTargetAlgorithm",
     "SGDEntropyTargetAlgorithm.target_entropy = @LinearScheduler()",
-    "SGDEntropyTargetAlgorithm.initial_alpha = 0.01",
+    "SGDEntropyTargetAlgorithm.initial_alpha = 0.1",
     "SGDEntropyTargetAlgorithm.optimizer = @alpha/torch.optim.Adam",
 ]
 
 
-def benchmark_ppo(seeds, out_dir, jobs, only=None):
-    from alf_entropy.bin.report import write_report
+def _group_table(markdown_path):
+    """The across-seed table alf-entropy-report wrote (mean [95% bootstrap interval])."""
+    text = open(markdown_path, encoding="utf-8").read()
+    return text[text.index("Across seeds"):] if "Across seeds" in text else ""
+
+
+def _last_evals(run_dir, k=3):
+    """Mean of the last ``k`` evaluation returns of a run."""
+    from alf_entropy.bin.report import load_run
+
+    values = load_run(run_dir).get("eval/return")[1]
+    return float(np.mean(values[-k:])) if values.size else math.nan
+
+
+def _run_sweeps(sweeps, out_dir, jobs):
     from alf_entropy.bin.sweep import run_sweep
 
-    base = {"gin_file": ["ppo_cartpole_scheduled_target.gin"], "seeds": list(seeds)}
+    dirs = []
+    for name, spec in sweeps.items():
+        start = time.time()
+        result = run_sweep(spec, os.path.join(out_dir, name), jobs=jobs, report=False,
+                           log=lambda s: print(s, file=sys.stderr))
+        print(f"  {name}: {time.time() - start:.0f}s, failed {result['failed']}", file=sys.stderr)
+        dirs += [r.root_dir for r in result["runs"]]
+    return dirs
+
+
+def benchmark_ppo(seeds, out_dir, jobs, only=None):
+    from alf_entropy.bin.report import write_report
+
+    base = {"gin_file": ["ppo_cartpole.gin"], "seeds": list(seeds)}
     sgd = PPO_SGD
     sweeps = {
+        "pid": dict(base, gin_file=["ppo_cartpole_pid.gin"], gin_param=PPO_COMMON),
         "staged": dict(base, gin_param=PPO_COMMON),
+        # ALF's defaults: init and free stages, no cap on alpha's moves.
+        "staged_alf": dict(base, gin_param=PPO_COMMON + [
+            "EntropyTargetAlgorithm.skip_free_stage = False",
+            "PPOAlgorithm.max_alpha_change_per_iteration = None",
+        ]),
         "sac_rule": dict(base, gin_param=PPO_COMMON + sgd,
-                         parameters={"alpha/torch.optim.Adam.lr": [3e-3, 3e-2]}),
-        # Adam with lr 0 never moves log_alpha: a fixed alpha (0.01) whose
+                         parameters={"alpha/torch.optim.Adam.lr": [3e-4, 3e-3, 3e-2]}),
+        # Adam with lr 0 never moves log_alpha: a fixed alpha (0.1) whose
         # summaries still carry the target.
         "fixed": dict(base, gin_param=PPO_COMMON + sgd,
                       parameters={"alpha/torch.optim.Adam.lr": [0.0]}),
     }
-    # The opt-in responsive mode with a ceiling on alpha.
-    sweeps["responsive"] = dict(base, gin_param=PPO_COMMON + [
-        "EntropyTargetAlgorithm.track_target_changes = True",
-        "EntropyTargetAlgorithm.max_alpha = 1.0",
-    ])
-    # The shipped scheduled config as it is (200k steps), for its alpha jump.
-    sweeps["shipped"] = dict(base, gin_param=["OnPolicyTrainer.progress_bar = False"], seeds=[0])
     if only:
         sweeps = {k: v for k, v in sweeps.items() if k in only}
-    dirs = []
-    for name, spec in sweeps.items():
-        sweep_dir = os.path.join(out_dir, "ppo", name)
-        start = time.time()
-        result = run_sweep(spec, sweep_dir, jobs=jobs, report=False, log=lambda s: print(s, file=sys.stderr))
-        print(f"  {name}: {time.time() - start:.0f}s, failed {result['failed']}", file=sys.stderr)
-        dirs += [r.root_dir for r in result["runs"]]
+    dirs = _run_sweeps(sweeps, os.path.join(out_dir, "ppo"), jobs)
     rep = write_report(dirs, os.path.join(out_dir, "ppo", "report"))
-    print(f"\n(b) PPO CartPole, scheduled target 0.68 -> 0.58 over 100k env steps, seeds {list(seeds)}; "
-          "shipped: ppo_cartpole_scheduled_target.gin as is (0.65 -> 0.45, 200k steps)\n")
-    print("| controller | tracking RMSE | frac >5% below | largest alpha change in one iteration | final eval return |")
+    print(f"\n(b) PPO CartPole, scheduled target 0.68 -> 0.58 over 100k env steps, seeds {list(seeds)}\n")
+    print("| run | tracking RMSE | frac >5% below | largest alpha change in one iteration | final eval return |")
     print("| --- | --- | --- | --- | --- |")
     for row in rep["rows"]:
         print(f"| {row['run']} | {row['tracking_rmse']:.3f} | {row['frac_5pct_below']:.2f} | "
               f"×{row['max_alpha_change_x']:.3g} ({row['max_alpha_change']}) | "
               f"{row['final_eval_return']:.1f} |")
-    print(f"\nreport: {rep['out_dir']}")
+    print("\n" + _group_table(rep["markdown"]))
+
+
+def benchmark_main_job(seeds, out_dir, jobs):
+    """The shipped main job (ppo_cartpole.gin, staged) and its PID twin, as shipped."""
+    from alf_entropy.bin.report import write_report
+
+    quiet = ["OnPolicyTrainer.progress_bar = False"]
+    sweeps = {name: {"gin_file": [gin], "seeds": list(seeds), "gin_param": quiet}
+              for name, gin in (("main_staged", "ppo_cartpole.gin"), ("main_pid", "ppo_cartpole_pid.gin"))}
+    dirs = _run_sweeps(sweeps, os.path.join(out_dir, "main"), jobs)
+    rep = write_report(dirs, os.path.join(out_dir, "main", "report"))
+    print(f"\n(e) the main job as shipped (200k env steps, target 0.68 -> 0.52), seeds {list(seeds)}\n")
+    print("| run | mean of the last 3 evals | tracking RMSE | frac >5% below | "
+          "largest alpha change in one iteration |")
+    print("| --- | --- | --- | --- | --- |")
+    common = os.path.commonpath([os.path.abspath(d) for d in dirs])
+    for row in rep["rows"]:
+        last = _last_evals(os.path.join(common, row["run"]))
+        print(f"| {row['run']} | {last:.1f} | {row['tracking_rmse']:.3f} | {row['frac_5pct_below']:.2f} | "
+              f"×{row['max_alpha_change_x']:.3g} |")
+    print("\n" + _group_table(rep["markdown"]))
 
 
 SAC_COMMON = [
@@ -294,6 +340,7 @@ def benchmark_sac(seeds, out_dir, jobs, steps=10000, only=None):
     common = SAC_COMMON + [f"OffPolicyTrainer.num_env_steps = {steps}"]
     base = {"seeds": list(seeds), "seed_binding": "OffPolicyTrainer.seed"}
     sweeps = {
+        "pid": dict(base, gin_file=["sac_pendulum_pid.gin"], gin_param=common),
         "staged": dict(base, gin_file=["sac_pendulum_staged.gin"], gin_param=common),
         "sac_rule": dict(base, gin_file=["sac_pendulum.gin"], gin_param=common),
         # Adam with lr 0 never moves log_alpha: a fixed alpha whose summaries
@@ -336,30 +383,76 @@ def benchmark_sac(seeds, out_dir, jobs, steps=10000, only=None):
     print(f"\nreport: {rep['out_dir']}; figure: {fig}")
 
 
+def benchmark_discrete_sac(seeds, out_dir, jobs, steps=18000, only=None):
+    """(d) discrete SAC on CartPole at SAC's usual target 0.98 log 2, no max_alpha."""
+    from alf_entropy.bin.report import load_run, write_report
+
+    target = 0.98 * math.log(2)
+    common = SAC_COMMON + [f"OffPolicyTrainer.num_env_steps = {steps}",
+                           "OffPolicyTrainer.summary_interval = 100"]
+    base = {"seeds": list(seeds), "seed_binding": "OffPolicyTrainer.seed",
+            "gin_file": ["sac_cartpole.gin"]}
+    sweeps = {
+        "pid": dict(base, gin_param=common + [
+            "SacAlgorithm.entropy_target_cls = @PIDEntropyTargetAlgorithm",
+            f"PIDEntropyTargetAlgorithm.target_entropy = {target}",
+            "PIDEntropyTargetAlgorithm.initial_alpha = 0.1"]),
+        "sac_rule": dict(base, gin_param=common + [
+            "SacAlgorithm.entropy_target_cls = @SGDEntropyTargetAlgorithm",
+            f"SGDEntropyTargetAlgorithm.target_entropy = {target}",
+            "SGDEntropyTargetAlgorithm.initial_alpha = 0.1"]),
+        "staged": dict(base, gin_param=common + [f"EntropyTargetAlgorithm.target_entropy = {target}",
+                                                 "EntropyTargetAlgorithm.initial_alpha = 0.1"]),
+    }
+    if only:
+        sweeps = {k: v for k, v in sweeps.items() if k in only}
+    dirs = _run_sweeps(sweeps, os.path.join(out_dir, "dsac"), jobs)
+    rep = write_report(dirs, os.path.join(out_dir, "dsac", "report"), dpi=60)
+    print(f"\n(d) discrete SAC CartPole, target 0.98 log 2 = {target:.4f}, no max_alpha, {steps} env "
+          f"steps, seeds {list(seeds)}\n")
+    print("| run | largest alpha | final alpha | unreachable-target flag | final eval return |")
+    print("| --- | --- | --- | --- | --- |")
+    common_dir = os.path.commonpath([os.path.abspath(d) for d in dirs])
+    for row in rep["rows"]:
+        run = load_run(os.path.join(common_dir, row["run"]))
+        alpha = run.get("alpha")[1]
+        flags = [v for tag, (_, v) in run.scalars.items() if tag.endswith("unreachable_target")]
+        flagged = "yes" if flags and max(float(f.max()) for f in flags) > 0 else "no"
+        print(f"| {row['run']} | {float(alpha.max()):.3g} | {float(alpha[-1]):.3g} | {flagged} | "
+              f"{row['final_eval_return']:.1f} |")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--out_dir", default="control_quality_out")
     parser.add_argument("--ppo", action="store_true", help="also run (b), PPO CartPole")
     parser.add_argument("--sac", action="store_true", help="also run (c), SAC Pendulum")
     parser.add_argument("--sac_steps", type=int, default=10000, help="(c): env steps per run")
     parser.add_argument("--sac_only", nargs="+", default=None,
-                        help="(c): only these sweeps (staged, sac_rule, fixed)")
+                        help="(c): only these sweeps (pid, staged, sac_rule, fixed)")
+    parser.add_argument("--dsac", action="store_true", help="also run (d), discrete SAC CartPole")
+    parser.add_argument("--dsac_only", nargs="+", default=None, help="(d): only these (pid, sac_rule, staged)")
+    parser.add_argument("--main_job", action="store_true", help="also run (e), the main job as shipped")
     parser.add_argument("--no_synthetic", action="store_true", help="skip (a)")
     parser.add_argument("--jobs", type=int, default=2, help="parallel PPO runs")
     parser.add_argument("--only", nargs="+", default=None,
                         help="(a): only controllers whose name contains one of these")
     parser.add_argument("--ppo_only", nargs="+", default=None,
-                        help="(b): only these sweeps (staged, responsive, sac_rule, fixed, shipped)")
+                        help="(b): only these sweeps (pid, staged, staged_alf, sac_rule, fixed)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     os.makedirs(args.out_dir, exist_ok=True)
     if not args.no_synthetic:
         benchmark_synthetic(args.seeds, args.out_dir, args.only)
     if args.ppo:
-        benchmark_ppo(args.seeds[:2], args.out_dir, args.jobs, args.ppo_only)
+        benchmark_ppo(args.seeds, args.out_dir, args.jobs, args.ppo_only)
     if args.sac:
         benchmark_sac(args.seeds, args.out_dir, args.jobs, args.sac_steps, args.sac_only)
+    if args.dsac:
+        benchmark_discrete_sac(args.seeds, args.out_dir, args.jobs, only=args.dsac_only)
+    if args.main_job:
+        benchmark_main_job(args.seeds, args.out_dir, args.jobs)
 
 
 if __name__ == "__main__":
