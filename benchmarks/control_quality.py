@@ -342,7 +342,9 @@ def benchmark_sac(seeds, out_dir, jobs, steps=10000, only=None):
     sweeps = {
         "pid": dict(base, gin_file=["sac_pendulum_pid.gin"], gin_param=common),
         "staged": dict(base, gin_file=["sac_pendulum_staged.gin"], gin_param=common),
-        "sac_rule": dict(base, gin_file=["sac_pendulum.gin"], gin_param=common),
+        "sac_rule": dict(base, gin_file=["sac_pendulum.gin"], gin_param=common + [
+            "SGDEntropyTargetAlgorithm.optimizer = @alpha/torch.optim.Adam"],
+            parameters={"alpha/torch.optim.Adam.lr": [3e-4, 3e-3, 3e-2]}),
         # Adam with lr 0 never moves log_alpha: a fixed alpha whose summaries
         # still carry the target.
         "fixed": dict(base, gin_file=["sac_pendulum.gin"], gin_param=common + [
