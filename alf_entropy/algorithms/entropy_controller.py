@@ -3,7 +3,7 @@
 An entropy controller turns a policy's entropy into the coefficient ``alpha``
 of its entropy bonus.  Every controller (``EntropyTargetAlgorithm``,
 ``SGDEntropyTargetAlgorithm``, ``NestedEntropyTargetAlgorithm``,
-``FixedEntropyCoefficient``) has the same members:
+``FixedEntropyCoefficient``, ``PIDEntropyTargetAlgorithm``) has the same members:
 
 * ``adjust_alpha(entropy)``: one update from a batch-mean entropy (a float
   or a tensor); returns the new ``alpha``.
@@ -18,6 +18,10 @@ of its entropy bonus.  Every controller (``EntropyTargetAlgorithm``,
   valid_mask)`` (masks ``LAST`` steps, calls ``entropy_loss``).
 * ``alpha``, ``target_entropy``, ``stage``, ``leaf_algorithms()``,
   ``state_dict()`` and ``from_space(space, **kwargs)``.
+
+After every update the base class also applies ``limit_log_alpha_span``
+(an actor-critic's per-iteration cap), runs the windup watch (``_watch``:
+``unreachable_target``, one warning) and a ``SettledAnnealing`` target's rule.
 
 Nothing on this interface reads a tensor value on the host.
 """

@@ -61,7 +61,7 @@ def _pid_rule(x: Any, state: Tuple, entropy: Any, valid: Any, target: Any, stall
         entropy: the batch-mean entropy.
         valid: whether this update counts (finite, non-empty).
         target: the target entropy.
-        stalled: the windup watch's flag (no upward integration).
+        stalled: the windup watch's flag (alpha may not climb).
         gains: ``(inv_scale, kp, ki, kd, err_beta, fast_beta, slow_beta, deadband)``.
         limits: ``(max_step, min_log_alpha, max_log_alpha)``.
 
@@ -204,6 +204,7 @@ class PIDEntropyTargetAlgorithm(EntropyController):
             self.register_buffer(key, torch.tensor(value, dtype=torch.float32))
         self.register_buffer("_count", torch.zeros((), dtype=torch.int64))
         self.register_buffer("_num_nonfinite", torch.zeros((), dtype=torch.int64))
+        self.register_buffer("_stage", torch.tensor(1, dtype=torch.int32), persistent=False)
         max_log = math.inf if max_alpha is None else math.log(max_alpha)
         consts = (1.0 / error_scale, kp, ki, kd, error_ema, fast, slow, deadband,
                   math.log(max_alpha_change), math.log(min_alpha), max_log)
@@ -231,7 +232,7 @@ class PIDEntropyTargetAlgorithm(EntropyController):
     @property
     def stage(self) -> torch.Tensor:
         """Always 1: the PID controller has no stages (it always adjusts)."""
-        return self._count.new_ones((), dtype=torch.int32)
+        return self._stage
 
     @property
     def error_scale(self) -> float:

@@ -21,6 +21,7 @@ from alf_entropy.algorithms.entropy_target_algorithm import (
     NestedEntropyTargetAlgorithm,
     SGDEntropyTargetAlgorithm,
 )
+from alf_entropy.algorithms.pid_entropy_target_algorithm import PIDEntropyTargetAlgorithm
 from alf_entropy.data_structures import AlgStep, Experience, StepType
 from alf_entropy.tensor_specs import BoundedTensorSpec
 
@@ -33,6 +34,7 @@ FACTORIES = {
         gym.spaces.Dict({"a": SPACE}), target_entropy={"a": 0.5}, skip_free_stage=True
     ),
     "fixed": lambda: FixedEntropyCoefficient.from_space(SPACE, alpha=0.2),
+    "pid": lambda: PIDEntropyTargetAlgorithm.from_space(SPACE, target_entropy=0.5),
 }
 DEVICES = [
     "cpu",
