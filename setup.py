@@ -37,6 +37,8 @@ setup(
         "box2d": ["gymnasium[box2d]"],
         "mujoco": ["gymnasium[mujoco]"],
         "sb3": ["stable-baselines3>=2.0"],  # alf_entropy.integrations.sb3
+        # The documentation site (mkdocs.yml; .ci/run builds it with --strict).
+        "docs": ["mkdocs-material", "mkdocstrings[python]"],
     },
     entry_points={
         "console_scripts": [

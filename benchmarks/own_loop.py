@@ -1,9 +1,9 @@
-"""The README's plain-loop examples ("In your own PyTorch loop"), run long.
+"""The plain-loop examples of ``docs/own_loop.md``, run long.
 
-The README shows a CleanRL-style PPO loop (CartPole) and SAC loop (Pendulum)
+That page shows a CleanRL-style PPO loop (CartPole) and SAC loop (Pendulum)
 that use an entropy controller instead of a fixed ``ent_coef``/CleanRL's
 temperature autotune.  The two functions below are those loops (the same
-networks, hyperparameters and controller calls; the README's copies run only
+networks, hyperparameters and controller calls; the page's copies run only
 a few iterations so that the test suite can execute them), run here for
 their full length with several seeds and controller settings (the loops
 here also record the entropy, alpha and episode returns, feed a scheduled
@@ -70,7 +70,7 @@ MakeController = Callable[[gym.Space], EntropyController]
 
 def ppo_cartpole(make_controller: MakeController, seed: int, total_steps: int,
                  per_minibatch: bool = False) -> Dict[str, object]:
-    """The README's PPO loop for ``total_steps`` env steps (``per_minibatch``:
+    """The docs' PPO loop for ``total_steps`` env steps (``per_minibatch``:
     the controller advances after every minibatch instead of once per rollout)."""
     torch.manual_seed(seed)
     envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 4)
@@ -145,7 +145,7 @@ def ppo_cartpole(make_controller: MakeController, seed: int, total_steps: int,
 
 def sac_pendulum(make_controller: MakeController, seed: int, total_steps: int,
                  learning_starts: int = 1000) -> Dict[str, object]:
-    """The README's SAC loop for ``total_steps`` env steps."""
+    """The docs' SAC loop for ``total_steps`` env steps."""
     torch.manual_seed(seed)
     env = gym.make("Pendulum-v1")
     actor = nn.Sequential(nn.Linear(3, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 2))
@@ -224,7 +224,7 @@ def _staged(**kwargs):
 
 
 PPO_CONTROLLERS = {
-    "staged, initial_alpha 0.1 (the old README's)": _staged(target_entropy=0.6),
+    "staged, initial_alpha 0.1 (an earlier default)": _staged(target_entropy=0.6),
     "staged, initial_alpha 0.01": _staged(target_entropy=0.6, initial_alpha=0.01),
     "staged, initial_alpha 0.1, skip_free_stage": _staged(target_entropy=0.6, skip_free_stage=True),
     "staged, initial_alpha 0.01, target 0.65 -> 0.45 (scheduled)": _staged(

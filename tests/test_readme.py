@@ -1,21 +1,71 @@
-"""The README's Python examples run as pasted."""
-import os
+"""The Python examples of the README and of every docs page run as pasted.
+
+Each file's ```python blocks run in order in one namespace (a page may build on
+its earlier blocks).  A block fenced as ```{.python .no-run} is shown (highlighted
+as Python by mkdocs' superfences), not run: keep those for what needs CUDA,
+torchrun or a long training.  Pages whose examples a
+dedicated test runs (and checks more closely) are listed in DEDICATED.
+"""
+import pathlib
 import re
 
+import pytest
 import torch
 
-README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
+from alf_entropy.utils import schedulers
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DEDICATED = {
+    "docs/own_loop.md": "tests/test_readme_own_loop.py",
+    "docs/sb3.md": "tests/integrations/test_sb3_docs.py",
+}
+PAGES = ["README.md"] + sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md"))
 
 
-def test_python_blocks_in_readme_run():
-    text = open(README, encoding="utf-8").read()
-    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
-    assert blocks, "README has no python example"
+def python_blocks(path):
+    """The runnable ```python blocks of ``path`` (not those fenced ```{.python .no-run})."""
+    text = (ROOT / path).read_text(encoding="utf-8")
+    return re.findall(r"^```python\n(.*?)^```", text, re.S | re.M)
+
+
+def _run(path):
     names: dict = {}
-    for block in blocks:
-        namespace: dict = {}
-        exec(compile(block, "README.md", "exec"), namespace)
-        names.update(namespace)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for i, block in enumerate(python_blocks(path)):
+            exec(compile(block, f"{path} (python block {i + 1})", "exec"), names)
+    finally:
+        torch.set_num_threads(threads)
+        schedulers.reset_progress()
+    return names
+
+
+@pytest.mark.parametrize("path", [p for p in PAGES if p not in DEDICATED and python_blocks(p)])
+def test_python_blocks_run(path):
+    _run(path)
+
+
+def test_dedicated_tests_exist_and_read_their_pages():
+    for page, test in DEDICATED.items():
+        assert python_blocks(page), f"{page} has no python example"
+        assert page in (ROOT / test).read_text(encoding="utf-8") or \
+            pathlib.Path(page).name in (ROOT / test).read_text(encoding="utf-8")
+
+
+def test_every_python_fence_is_run_or_marked_no_run():
+    """No Python block escapes the test by its spelling, and exceptions stay few."""
+    no_run = 0
+    for path in PAGES:
+        for fence in re.findall(r"^\s*```(.*)$", (ROOT / path).read_text(encoding="utf-8"), re.M):
+            if "py" in fence.lower():
+                assert fence in ("python", "{.python .no-run}"), f"{path}: ```{fence}"
+                no_run += fence != "python"
+    assert no_run <= 3
+
+
+def test_the_controller_in_one_screen():
+    names = _run("README.md")
     # "The controller in one screen" built a controller and took one update.
     controller = names["controller"]
     assert isinstance(controller.alpha, torch.Tensor) and controller.alpha.item() > 0

@@ -1,31 +1,29 @@
-"""The README's "In your own PyTorch loop" examples run as pasted and move alpha."""
+"""``docs/own_loop.md``'s examples (the controller in your own loop) run as pasted and move alpha."""
 import os
 import re
 
 import torch
 
-README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
+DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "own_loop.md")
 
 
-def _section_blocks(title):
-    with open(README, encoding="utf-8") as f:
-        text = f.read()
-    section = text.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```python\n(.*?)```", section, re.S)
+def _blocks():
+    with open(DOC, encoding="utf-8") as f:
+        return re.findall(r"```python\n(.*?)```", f.read(), re.S)
 
 
 def test_ppo_and_sac_snippets_run_and_advance_the_controller(capsys):
     torch.set_num_threads(1)
-    ppo, sac = _section_blocks("In your own PyTorch loop")
+    ppo, sac = _blocks()
     ns: dict = {}
-    exec(compile(ppo, "README.md (PPO)", "exec"), ns)
+    exec(compile(ppo, "docs/own_loop.md (PPO)", "exec"), ns)
     controller = ns["controller"]
     # Two rollouts, one update each: still estimating max_entropy (window 2 -> stage -2).
     assert controller.stage.item() == -2 and controller.max_entropy.item() > 0
     assert controller.avg_entropy.item() > 0.5  # CartPole's 2 actions start near log 2
     assert controller.alpha.item() != 0.01  # the init stage moved it
     ns = {}
-    exec(compile(sac, "README.md (SAC)", "exec"), ns)
+    exec(compile(sac, "docs/own_loop.md (SAC)", "exec"), ns)
     controller = ns["controller"]
     assert controller.stage.item() in (0, 1)  # skip_free_stage: adjusting from the start
     assert controller.alpha.item() != 0.1  # the actor updates moved it

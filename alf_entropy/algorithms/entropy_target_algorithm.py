@@ -17,7 +17,7 @@
 * :class:`NestedEntropyTargetAlgorithm`: one staged controller per action.
 * :class:`FixedEntropyCoefficient`: a constant ``alpha``.
 
-The differences from ALF are listed in the README ("Differences from ALF").
+The differences from ALF are listed in ``docs/differences.md``.
 """
 import functools
 import math

@@ -31,7 +31,7 @@ exits with status 1 and one line.  See ``docs/robustness.md``.
 
 Under ``torchrun`` (``torchrun --standalone --nproc_per_node 2 -m
 alf_entropy.bin.train ...``) every rank runs this command and trains data-parallel
-(see the README's "Distributed training"); if another rank dies or hangs,
+(see ``docs/distributed.md``); if another rank dies or hangs,
 each survivor exits with status 1 and one error line.
 """
 import os

@@ -28,8 +28,8 @@ rewards of its steps after the reset, its length counts its actions) are
 kept here in two NumPy arrays updated from the step's own arrays -- the same
 values as gymnasium's ``RecordEpisodeStatistics`` wrapper, which is not used
 because it costs about 16 us of a ~40 us CartPole step (per-step fancy
-indexing, timers and info dicts we do not need); see the README's "Training
-speed vs. Stable-Baselines3".  :meth:`GymVectorEnv.pop_episode_statistics`
+indexing, timers and info dicts we do not need); see
+``docs/benchmarks/ppo_speed.md``.  :meth:`GymVectorEnv.pop_episode_statistics`
 returns the episodes finished since its last call.
 
 :meth:`GymVectorEnv.get_state` pickles the whole gymnasium vector env

@@ -231,7 +231,7 @@ def test_actor_critic_computes_the_entropy_once_and_logs_what_it_controls(monkey
 
 @pytest.mark.parametrize("mode", ["host", "tensor"])
 def test_init_stage_moves_down_while_the_entropy_rises_and_up_by_half_while_it_falls(mode):
-    """The README's description of stage 0 (it once said 'drifts down')."""
+    """docs/controllers.md's description of stage 0 (it once said 'drifts down')."""
     alg = EntropyTargetAlgorithm(DISCRETE4, initial_alpha=1.0, max_entropy=0.5, target_entropy=0.2,
                                  very_slow_update_rate=0.01, update_mode=mode)
     steps = []

@@ -146,7 +146,7 @@ def test_reused_run_directory_is_refused_unless_allowed(tmp_path, capsys, caplog
     root = str(tmp_path / "quick")
     assert cli("--root_dir", root, "--device", "cpu", *_params(TINY)) == 0
     config = open(os.path.join(root, "operative_config.gin")).read()
-    # README's quick PPO run, then SAC on the same directory:
+    # The docs' quick PPO run, then SAC on the same directory:
     line = _one_error(capsys, cli(
         "--root_dir", root, "--device", "cpu", "--gin_file", "sac_pendulum",
         "--gin_param", "OffPolicyTrainer.num_iterations = 3000"))

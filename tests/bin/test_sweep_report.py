@@ -225,12 +225,12 @@ def test_report_cli_rejects_a_dir_without_runs(tmp_path, capsys):
     assert "no run" in capsys.readouterr().err
 
 
-def test_readme_sweep_spec_is_valid(tmp_path):
+def test_docs_sweep_spec_is_valid(tmp_path):
     import re
 
-    text = open(os.path.join(REPO_ROOT, "README.md"), encoding="utf-8").read()
+    text = open(os.path.join(REPO_ROOT, "docs", "experiments.md"), encoding="utf-8").read()
     blocks = re.findall(r"```json\n(.*?)```", text, re.S)
-    assert blocks, "README has no sweep spec"
+    assert blocks, "docs/experiments.md has no sweep spec"
     spec = sweep.check_spec(json.loads(blocks[0]))
     runs = sweep.expand_spec(spec, str(tmp_path))
     assert len(runs) == 2 * 2 * 3
