@@ -79,8 +79,6 @@ WINDUP_WINDOW = 500
 """The windup watch: updates without progress before a climb counts as a stall."""
 WATCH_EMA = 0.9
 """Smoothing of the entropy that the windup watch and ``SettledAnnealing`` compare."""
-BAND = 0.05
-"""The relative band around the target: below ``target - BAND * |target|`` is "below"."""
 
 
 class TargetEntropy:
@@ -316,9 +314,6 @@ class EntropyController(Algorithm):
             lowest.copy_(torch.minimum(lowest, log_alpha))
             highest.copy_(torch.maximum(highest, log_alpha))
         return True
-
-    def _summarize(self) -> None:
-        """Write the controller's debug summaries (after the update and its limits)."""
 
     def _watch(self, entropy: torch.Tensor, count: Optional[torch.Tensor]) -> None:
         """Track a smoothed entropy against the target after an update (tensor ops only).
