@@ -182,7 +182,7 @@ def benchmark_synthetic(seeds, out_dir, only=None):
             rows.append((task, name, mean))
             print(f"  {task:14s} {name:30s} rmse {mean['rmse']:.3f}", file=sys.stderr)
     print(f"\n(a) synthetic collapsing policy, mean over seeds {list(seeds)} "
-          "[95% bootstrap interval]; alpha change: the worst seed\n")
+          "(95% bootstrap interval in brackets); alpha change: the worst seed\n")
     print("| task | controller | tracking RMSE | frac >5% below | settle (updates) | "
           "largest alpha change / update | final alpha |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
@@ -424,6 +424,33 @@ def benchmark_discrete_sac(seeds, out_dir, jobs, steps=18000, only=None):
               f"{row['final_eval_return']:.1f} |")
 
 
+def benchmark_annealing(seeds, out_dir, jobs, steps=100000):
+    """(d') discrete SAC from the same target with SettledAnnealing: solved within ``steps``?"""
+    from alf_entropy.bin.report import load_run
+
+    target = 0.98 * math.log(2)
+    sweeps = {"pid_annealed": {
+        "seeds": list(seeds), "seed_binding": "OffPolicyTrainer.seed", "gin_file": ["sac_cartpole.gin"],
+        "gin_param": SAC_COMMON + [
+            f"OffPolicyTrainer.num_env_steps = {steps}", "OffPolicyTrainer.summary_interval = 1000",
+            "SacAlgorithm.entropy_target_cls = @PIDEntropyTargetAlgorithm",
+            "PIDEntropyTargetAlgorithm.target_entropy = @SettledAnnealing()",
+            f"SettledAnnealing.initial = {target}", "SettledAnnealing.final = 0.2",
+            "PIDEntropyTargetAlgorithm.initial_alpha = 0.1"]}}
+    dirs = _run_sweeps(sweeps, os.path.join(out_dir, "anneal"), jobs)
+    print(f"\n(d') discrete SAC CartPole, SettledAnnealing from {target:.4f} (final 0.2), up to {steps} "
+          f"env steps (stops at eval 475), seeds {list(seeds)}\n")
+    print("| run | env steps to eval >= 475 | last target | largest alpha |")
+    print("| --- | --- | --- | --- |")
+    for d in dirs:
+        run = load_run(d)
+        steps_, evals = run.get("eval/return_vs_env_steps")
+        solved = [s for s, v in zip(steps_, evals) if v >= 475]
+        target_now = run.get("target_entropy")[1]
+        print(f"| {os.path.basename(d)} | {int(solved[0]) if solved else 'not solved'} | "
+              f"{float(target_now[-1]):.3f} | {float(run.get('alpha')[1].max()):.3g} |")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -436,6 +463,7 @@ def main():
     parser.add_argument("--dsac", action="store_true", help="also run (d), discrete SAC CartPole")
     parser.add_argument("--dsac_only", nargs="+", default=None, help="(d): only these (pid, sac_rule, staged)")
     parser.add_argument("--main_job", action="store_true", help="also run (e), the main job as shipped")
+    parser.add_argument("--anneal", action="store_true", help="also run (d'), discrete SAC annealed")
     parser.add_argument("--no_synthetic", action="store_true", help="skip (a)")
     parser.add_argument("--jobs", type=int, default=2, help="parallel PPO runs")
     parser.add_argument("--only", nargs="+", default=None,
@@ -455,6 +483,8 @@ def main():
         benchmark_discrete_sac(args.seeds, args.out_dir, args.jobs, only=args.dsac_only)
     if args.main_job:
         benchmark_main_job(args.seeds, args.out_dir, args.jobs)
+    if args.anneal:
+        benchmark_annealing(args.seeds, args.out_dir, args.jobs)
 
 
 if __name__ == "__main__":
