@@ -246,9 +246,24 @@ class EntropyController(Algorithm):
             return float(self._target_now)
         return self._target()
 
+    _update_mode: Optional[str] = None
+    """``"host"``, ``"tensor"`` or ``"auto"`` for controllers with both update paths."""
+
+    def _use_host(self) -> bool:
+        """Whether this update runs on the host path (numpy over CPU buffers)."""
+        if self._update_mode is None:
+            return False
+        on_cpu = self._log_alpha.device.type == "cpu"
+        if self._update_mode == "host" and not on_cpu:
+            raise ValueError(
+                f"{self._name}: update_mode='host' needs the controller on the CPU, "
+                f"it is on {self._log_alpha.device}; use 'tensor' or 'auto'"
+            )
+        return self._update_mode == "host" or (self._update_mode == "auto" and on_cpu)
+
     def _reads_host(self) -> bool:
         """Whether the update already runs on the host (then reading its state is free)."""
-        return False
+        return self._use_host()
 
     @property
     def unreachable_target(self) -> torch.Tensor:
@@ -406,13 +421,18 @@ class EntropyController(Algorithm):
 
     @property
     def alpha(self) -> torch.Tensor:
-        """The current entropy coefficient (a detached 0-d tensor)."""
-        raise NotImplementedError
+        """The current entropy coefficient, ``exp(log_alpha)`` (a detached 0-d tensor)."""
+        return self.log_alpha.exp()
+
+    @property
+    def log_alpha(self) -> torch.Tensor:
+        """``log(alpha)`` (a detached view of the state)."""
+        return self._log_alpha.detach()
 
     @property
     def target_entropy(self) -> float:
-        """The current target entropy (a host float)."""
-        raise NotImplementedError
+        """The current target entropy (a host float; a scheduled one evaluated now)."""
+        return self._current_target()
 
     @property
     def stage(self) -> torch.Tensor:

@@ -307,16 +307,6 @@ class EntropyTargetAlgorithm(EntropyController):
         self._host_updates, self._stuck_checked = 0, False
 
     @property
-    def alpha(self) -> torch.Tensor:
-        """``exp(log_alpha)`` (a 0-d tensor)."""
-        return self._log_alpha.exp()
-
-    @property
-    def log_alpha(self) -> torch.Tensor:
-        """The ``log_alpha`` buffer (read only)."""
-        return self._log_alpha
-
-    @property
     def stage(self) -> torch.Tensor:
         """< -2 estimating max entropy, -2 init, -1 free, 0/1 adjust (1: above target)."""
         return self._stage
@@ -342,26 +332,9 @@ class EntropyTargetAlgorithm(EntropyController):
         return self._num_nonfinite
 
     @property
-    def target_entropy(self) -> float:
-        """The target's current value (evaluated now, on the host)."""
-        return self._current_target()
-
-    @property
     def target_entropy_fn(self) -> Callable[[], float]:
         """The target as a zero-argument callable (a scheduler)."""
         return self._target.fn
-
-    def _reads_host(self) -> bool:
-        return self._use_host()
-
-    def _use_host(self) -> bool:
-        on_cpu = self._log_alpha.device.type == "cpu"
-        if self._update_mode == "host" and not on_cpu:
-            raise ValueError(
-                f"{self._name}: update_mode='host' needs the controller on the CPU, "
-                f"it is on {self._log_alpha.device}; use 'tensor' or 'auto'"
-            )
-        return self._update_mode == "host" or (self._update_mode == "auto" and on_cpu)
 
     def _update(self, entropy: torch.Tensor, count: Optional[torch.Tensor]) -> Tuple[torch.Tensor, Any]:
         target = None if self._target.constant else self._target(counting=True)

@@ -215,21 +215,6 @@ class PIDEntropyTargetAlgorithm(EntropyController):
         self._max_log_alpha_watch = max_log
 
     @property
-    def alpha(self) -> torch.Tensor:
-        """``exp(log_alpha)`` (a 0-d tensor)."""
-        return self._log_alpha.exp()
-
-    @property
-    def log_alpha(self) -> torch.Tensor:
-        """The ``log_alpha`` buffer."""
-        return self._log_alpha
-
-    @property
-    def target_entropy(self) -> float:
-        """The target's current value (on the host)."""
-        return self._current_target()
-
-    @property
     def stage(self) -> torch.Tensor:
         """Always 1: the PID controller has no stages (it always adjusts)."""
         return self._stage
@@ -251,16 +236,6 @@ class PIDEntropyTargetAlgorithm(EntropyController):
 
     def _state(self) -> Tuple[torch.Tensor, ...]:
         return self._log_alpha, self._integral, self._err_ema, self._fast, self._slow, self._count
-
-    def _reads_host(self) -> bool:
-        return self._use_host()
-
-    def _use_host(self) -> bool:
-        on_cpu = self._log_alpha.device.type == "cpu"
-        if self._update_mode == "host" and not on_cpu:
-            raise ValueError(f"{self._name}: update_mode='host' needs the controller on the CPU, "
-                             f"it is on {self._log_alpha.device}; use 'tensor' or 'auto'")
-        return self._update_mode == "host" or (self._update_mode == "auto" and on_cpu)
 
     def _update(self, entropy: torch.Tensor, count: Optional[torch.Tensor]) -> Tuple[torch.Tensor, Any]:
         self._refresh_target()
