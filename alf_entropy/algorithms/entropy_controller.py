@@ -77,7 +77,9 @@ WINDUP_RESPONSE = 0.05
 one (``entropy_per_log_alpha`` per unit of ``log_alpha`` climbed) is a stall."""
 WINDUP_WINDOW = 500
 """The windup watch: updates without progress before a climb counts as a stall."""
-WATCH_EMA = 0.9
+WINDUP_MARGIN = 0.05
+"""The windup watch: the smallest rise of the entropy (relative to the target) that counts."""
+WATCH_EMA = 0.99
 """Smoothing of the entropy that the windup watch and ``SettledAnnealing`` compare."""
 
 
@@ -351,25 +353,32 @@ class EntropyController(Algorithm):
         ema = torch.where(valid, ema, self._watch_entropy)
         target = self._target_now
         log_alpha = self.log_alpha.detach()
-        below = torch.where(valid, torch.where(ema < target, self._watch_below + 1, 0),
-                            self._watch_below)
-        # Reference: log_alpha when the spell began (or alpha fell below it),
-        # and the lowest entropy since.  A stall: alpha has climbed
+        # A spell ends only once the entropy clears the target by half the
+        # margin (hysteresis: noise around an unreachable target keeps it going).
+        under = ema < target + 0.5 * WINDUP_MARGIN * target.abs()
+        below = torch.where(valid, torch.where(under, self._watch_below + 1, 0), self._watch_below)
+        # Reference: the lowest log_alpha and the lowest entropy of the spell.  A stall: alpha has climbed
         # WINDUP_CLIMB-fold, WINDUP_WINDOW updates have passed, and the
         # entropy stands above its trough by less than WINDUP_RESPONSE of what
         # the whole climb nominally buys; it ends as soon as it does.
         climbed = log_alpha - self._watch_ref
         trough = torch.minimum(self._watch_trough, ema)
-        answered = (ema - trough) >= WINDUP_RESPONSE * self._entropy_scale * climbed
+        # A rise counts once it clears both the nominal share of the climb
+        # and the noise (WINDUP_MARGIN of the target).
+        answered = (ema - trough) >= torch.maximum(WINDUP_RESPONSE * self._entropy_scale * climbed,
+                                                   WINDUP_MARGIN * target.abs())
         since = self._watch_since + valid
         judged = (climbed >= math.log(WINDUP_CLIMB)) & (since >= WINDUP_WINDOW)
-        restart = valid & ((below == 1) | (climbed < 0))
+        restart = valid & (below == 1)
         stalled = (below > 0) & ~restart & judged & ~answered
         self._watch_entropy.copy_(ema)
         self._watch_below.copy_(below)
-        self._watch_ref.copy_(torch.where(restart, log_alpha, self._watch_ref))
+        # The reference is the lowest alpha of the spell.
+        lowest = torch.where(valid, torch.minimum(self._watch_ref, log_alpha), self._watch_ref)
+        self._watch_ref.copy_(torch.where(restart, log_alpha, lowest))
         self._watch_trough.copy_(torch.where(restart, ema, torch.where(valid, trough, self._watch_trough)))
         self._watch_since.copy_(torch.where(restart, 0, since))
+        self._watch_count.add_(valid)
         self._stalled.copy_(torch.where(valid, stalled, self._stalled))
         anneal = self._target.annealing
         if anneal is not None:
