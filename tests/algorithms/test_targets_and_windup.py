@@ -58,10 +58,10 @@ def test_settled_annealing_lowers_the_target_once_settled(kind):
     for _ in range(10):
         controller.adjust_alpha(0.3)  # far from the target: no step
     assert controller.target_entropy == pytest.approx(0.6)
-    for _ in range(60):  # the smoothed entropy settles, 20 updates in the band: 0.6 -> 0.3
+    for _ in range(400):  # the smoothed entropy settles, 20 updates in the band: 0.6 -> 0.3
         controller.adjust_alpha(0.6)
     assert controller.target_entropy == pytest.approx(0.3)
-    for _ in range(200):
+    for _ in range(1000):
         controller.adjust_alpha(controller.target_entropy)
     assert controller.target_entropy == pytest.approx(0.2)  # the floor
     # The target it is at is state: a fresh controller resumes there.
@@ -124,3 +124,16 @@ def test_log_alpha_span_holds_over_every_update(kind):
     for k in range(30):
         controller.adjust_alpha(0.07 - 1e-3 * k)
     assert controller.log_alpha.item() > start + 0.2
+
+
+@pytest.mark.parametrize("kind", sorted(ADAPTIVE))
+def test_the_watch_smooths_the_entropy(kind):
+    """The watch compares a smoothed entropy (WATCH_EMA), not each noisy batch."""
+    from alf_entropy.algorithms.entropy_controller import WATCH_EMA
+
+    controller = ADAPTIVE[kind](target_entropy=0.6)
+    controller.adjust_alpha(0.5)
+    controller.adjust_alpha(1.0)
+    controller.adjust_alpha(float("nan"))  # not counted
+    assert controller._watch_count.item() == 2
+    assert controller._watch_entropy.item() == pytest.approx(WATCH_EMA * 0.5 + (1 - WATCH_EMA) * 1.0)
