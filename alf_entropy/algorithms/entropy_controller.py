@@ -369,7 +369,11 @@ class EntropyController(Algorithm):
                                                    WINDUP_MARGIN * target.abs())
         since = self._watch_since + valid
         judged = (climbed >= math.log(WINDUP_CLIMB)) & (since >= WINDUP_WINDOW)
-        restart = valid & (below == 1)
+        # Within the margin of the target the entropy is tracking it: the
+        # spell's reference restarts there, so a later step of the target is
+        # judged from where it began, not from the noise of tracking.
+        near = ema >= target - WINDUP_MARGIN * target.abs()
+        restart = valid & ((below == 1) | near)
         stalled = (below > 0) & ~restart & judged & ~answered
         self._watch_entropy.copy_(ema)
         self._watch_below.copy_(below)

@@ -213,3 +213,22 @@ def test_bindable_in_gin_inside_ppo():
     controller = alg.entropy_target_algorithm
     assert isinstance(controller, PIDEntropyTargetAlgorithm)
     assert controller.target_entropy == pytest.approx(0.5004, abs=1e-4)
+
+
+@pytest.mark.parametrize("lag, noise", [(0.3, 0.05), (0.1, 0.2), (0.03, 0.05)])
+def test_a_tracked_target_and_its_step_up_are_not_a_stall(lag, noise):
+    """A noisy, lagging policy tracks 0.6, then 1.2 after a x5.5 climb of
+    alpha: the watch neither stalls nor warns."""
+    box = {"target": 0.6}
+    pid = PIDEntropyTargetAlgorithm(FOUR, target_entropy=lambda: box["target"])
+    gen = torch.Generator().manual_seed(0)
+    alpha, entropy = pid.alpha.item(), 0.5
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for k in range(3000):
+            box["target"] = 0.6 if k < 1500 else 1.2
+            entropy += lag * (_plant(alpha) - entropy)  # the policy lags alpha
+            alpha = pid.adjust_alpha(entropy + noise * torch.randn((), generator=gen)).item()
+            assert not bool(pid._stalled), k
+    assert entropy == pytest.approx(1.2, abs=0.1)
+    assert not bool(pid.unreachable_target)
