@@ -71,12 +71,12 @@ TargetArg = Optional[Union[float, Callable[[], float]]]
 PROGRESS_GRACE = 10
 """Updates after which a scheduled target whose progress was never fed warns."""
 WINDUP_CLIMB = 4.0
-"""The windup watch judges the entropy's response once ``alpha`` has climbed this factor."""
+"""The windup watch: the climb of ``alpha`` in a spell below the target allowed before the entropy answers."""
 WINDUP_RESPONSE = 0.05
 """The windup watch: a rise of the entropy under this fraction of the nominal
 one (``entropy_per_log_alpha`` per unit of ``log_alpha`` climbed) is a stall."""
 WINDUP_WINDOW = 500
-"""The windup watch: updates without progress before a climb counts as a stall."""
+"""The windup watch: updates of a spell below the target before a stall counts as an unreachable target."""
 WINDUP_MARGIN = 0.05
 """The windup watch: the smallest rise of the entropy (relative to the target) that counts."""
 WATCH_EMA = 0.99
@@ -212,7 +212,6 @@ class EntropyController(Algorithm):
             self.register_buffer("_watch_entropy", zeros(dtype=torch.float32))
             self.register_buffer("_watch_ref", zeros(dtype=torch.float32))
             self.register_buffer("_watch_trough", zeros(dtype=torch.float32))
-            self.register_buffer("_watch_since", zeros(dtype=torch.int64))
             self.register_buffer("_watch_below", zeros(dtype=torch.int64))
             self.register_buffer("_watch_count", zeros(dtype=torch.int64))
             self.register_buffer("_stalled", zeros(dtype=torch.bool))
@@ -336,11 +335,10 @@ class EntropyController(Algorithm):
         """Track a smoothed entropy against the target after an update (tensor ops only).
 
         * windup: in a spell of updates below the target, ``_stalled`` once
-          ``alpha`` has climbed ``WINDUP_CLIMB``-fold over at least
-          ``WINDUP_WINDOW`` updates and the entropy rose from its trough by
-          less than ``WINDUP_RESPONSE`` of the nominal ``entropy_per_log_alpha``
-          for that climb (the PID controller then holds alpha), until it does
-          or the spell ends.
+          ``alpha`` has climbed ``WINDUP_CLIMB``-fold while the entropy rose
+          from its trough by less than ``WINDUP_RESPONSE`` of the nominal
+          ``entropy_per_log_alpha`` for that climb (the PID controller then
+          holds alpha), until it does or the spell ends.
         * ``SettledAnnealing``: after ``window`` consecutive updates within
           ``tolerance`` of the target, lower it.
         """
@@ -353,35 +351,28 @@ class EntropyController(Algorithm):
         ema = torch.where(valid, ema, self._watch_entropy)
         target = self._target_now
         log_alpha = self.log_alpha.detach()
-        # A spell ends only once the entropy clears the target by half the
-        # margin (hysteresis: noise around an unreachable target keeps it going).
-        under = ema < target + 0.5 * WINDUP_MARGIN * target.abs()
+        # A spell: consecutive updates with the smoothed entropy under the
+        # target.  Reaching the target (tracking it) ends it, so a later step
+        # up is judged from where it began; one that hovers just under the
+        # target while alpha climbs (discrete SAC at 0.98 log|A|) goes on.
+        under = ema < target
         below = torch.where(valid, torch.where(under, self._watch_below + 1, 0), self._watch_below)
-        # Reference: the lowest log_alpha and the lowest entropy of the spell.  A stall: alpha has climbed
-        # WINDUP_CLIMB-fold, WINDUP_WINDOW updates have passed, and the
-        # entropy stands above its trough by less than WINDUP_RESPONSE of what
-        # the whole climb nominally buys; it ends as soon as it does.
+        restart = valid & (below <= 1)
+        # Within a spell: the lowest log_alpha and the lowest entropy; once
+        # stalled, the trough stays where the stall began (a drift of the
+        # entropy down and back is no answer).
         climbed = log_alpha - self._watch_ref
-        trough = torch.minimum(self._watch_trough, ema)
-        # A rise counts once it clears both the nominal share of the climb
+        trough = torch.where(self._stalled, self._watch_trough, torch.minimum(self._watch_trough, ema))
+        # An answer: a rise that clears both the nominal share of the climb
         # and the noise (WINDUP_MARGIN of the target).
         answered = (ema - trough) >= torch.maximum(WINDUP_RESPONSE * self._entropy_scale * climbed,
                                                    WINDUP_MARGIN * target.abs())
-        since = self._watch_since + valid
-        judged = (climbed >= math.log(WINDUP_CLIMB)) & (since >= WINDUP_WINDOW)
-        # Within the margin of the target the entropy is tracking it: the
-        # spell's reference restarts there, so a later step of the target is
-        # judged from where it began, not from the noise of tracking.
-        near = ema >= target - WINDUP_MARGIN * target.abs()
-        restart = valid & ((below == 1) | near)
-        stalled = (below > 0) & ~restart & judged & ~answered
+        stalled = ~restart & (self._stalled | (climbed >= math.log(WINDUP_CLIMB))) & ~answered
         self._watch_entropy.copy_(ema)
         self._watch_below.copy_(below)
-        # The reference is the lowest alpha of the spell.
         lowest = torch.where(valid, torch.minimum(self._watch_ref, log_alpha), self._watch_ref)
         self._watch_ref.copy_(torch.where(restart, log_alpha, lowest))
         self._watch_trough.copy_(torch.where(restart, ema, torch.where(valid, trough, self._watch_trough)))
-        self._watch_since.copy_(torch.where(restart, 0, since))
         self._watch_count.add_(valid)
         self._stalled.copy_(torch.where(valid, stalled, self._stalled))
         anneal = self._target.annealing

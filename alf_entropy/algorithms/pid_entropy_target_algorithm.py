@@ -24,8 +24,8 @@ acts on the entropy error with proportional, integral and derivative terms:
   ``I`` holds while the P and D terms already push the other way (the trend
   is closing the gap); and while the base class's windup watch finds ``alpha``
   climbing without the entropy responding (a target the policy cannot reach)
-  ``I`` stops integrating and ``alpha`` stops climbing, so it stays bounded
-  without a user-set ``max_alpha``.
+  ``alpha`` holds (``I`` absorbs the hold), so it stays bounded without a
+  user-set ``max_alpha``.
 * **bumpless start**: the first update sets ``I`` so that the output equals
   ``initial_alpha``; P and D then act on changes from there.
 
@@ -61,7 +61,7 @@ def _pid_rule(x: Any, state: Tuple, entropy: Any, valid: Any, target: Any, stall
         entropy: the batch-mean entropy.
         valid: whether this update counts (finite, non-empty).
         target: the target entropy.
-        stalled: the windup watch's flag (alpha may not climb).
+        stalled: the windup watch's flag (alpha holds).
         gains: ``(inv_scale, kp, ki, kd, err_beta, fast_beta, slow_beta, deadband)``.
         limits: ``(max_step, min_log_alpha, max_log_alpha)``.
 
@@ -90,8 +90,10 @@ def _pid_rule(x: Any, state: Tuple, entropy: Any, valid: Any, target: Any, stall
     wanted = new_integral + pd
     # Back-calculation: I absorbs what the bounds of alpha cut off (a step
     # beyond the rate limit is delivered over the next updates).  While
-    # stalled, alpha may not climb at all.
-    hi = x.where(stalled, x.minimum(hi, log_alpha), hi)
+    # stalled, alpha holds (falling on the D term's anticipation alone, with
+    # no way back up, would ratchet it to min_alpha).
+    hi = x.where(stalled, log_alpha, hi)
+    lo = x.where(stalled, log_alpha, lo)
     bounded = x.minimum(x.maximum(wanted, lo), hi)
     new_integral = new_integral + (bounded - wanted)
     moved = x.minimum(x.maximum(bounded, log_alpha - max_step), log_alpha + max_step)

@@ -365,7 +365,7 @@ def test_state_dict_mid_run_continues_the_exact_trajectory(mode_a, mode_b):
         half.adjust_alpha(torch.tensor(e))
     sd = half.state_dict()
     assert {"_log_alpha", "_stage", "_update_rate", "_max_entropy", "_num_nonfinite",
-            "_avg_entropy._buf", "_avg_entropy._count", "_watch_entropy", "_watch_ref", "_watch_trough", "_watch_since",
+            "_avg_entropy._buf", "_avg_entropy._count", "_watch_entropy", "_watch_ref", "_watch_trough",
             "_watch_below", "_watch_count", "_stalled"} == set(sd)
     fresh = EntropyTargetAlgorithm(DISCRETE4, target_entropy=0.4, average_window=3, update_mode=mode_b)
     fresh.load_state_dict(sd)

@@ -216,19 +216,40 @@ def test_bindable_in_gin_inside_ppo():
 
 
 @pytest.mark.parametrize("lag, noise", [(0.3, 0.05), (0.1, 0.2), (0.03, 0.05)])
-def test_a_tracked_target_and_its_step_up_are_not_a_stall(lag, noise):
+def test_a_tracked_target_and_its_step_up_raise_no_warning(lag, noise):
     """A noisy, lagging policy tracks 0.6, then 1.2 after a x5.5 climb of
-    alpha: the watch neither stalls nor warns."""
+    alpha: the watch holds alpha at most briefly and never warns."""
     box = {"target": 0.6}
     pid = PIDEntropyTargetAlgorithm(FOUR, target_entropy=lambda: box["target"])
     gen = torch.Generator().manual_seed(0)
-    alpha, entropy = pid.alpha.item(), 0.5
+    alpha, entropy, held = pid.alpha.item(), 0.5, 0
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         for k in range(3000):
             box["target"] = 0.6 if k < 1500 else 1.2
             entropy += lag * (_plant(alpha) - entropy)  # the policy lags alpha
             alpha = pid.adjust_alpha(entropy + noise * torch.randn((), generator=gen)).item()
-            assert not bool(pid._stalled), k
+            held += bool(pid._stalled)
+            assert not bool(pid.unreachable_target), k
+    assert held <= 60  # waiting for the lagging entropy to answer the first x4
     assert entropy == pytest.approx(1.2, abs=0.1)
-    assert not bool(pid.unreachable_target)
+
+
+def test_a_stall_holds_until_the_entropy_answers_from_where_it_stalled():
+    """Discrete SAC's runaway: after a stall the entropy drifts down and up
+    on its own; only a rise past where it stalled lets alpha climb again, and
+    only as far as the rise pays for."""
+    pid = PIDEntropyTargetAlgorithm(TWO, target_entropy=0.68, initial_alpha=0.01)
+    for _ in range(1500):
+        pid.adjust_alpha(0.45)
+    assert bool(pid._stalled)
+    held = pid.alpha.item()
+    assert held == pytest.approx(0.01 * WINDUP_CLIMB, rel=0.05)
+    for entropy in [0.3] * 500 + [0.45] * 500:  # down, then back to where it stalled
+        pid.adjust_alpha(entropy)
+        assert pid.alpha.item() <= held * (1 + 1e-6)
+    alphas = [pid.adjust_alpha(0.55).item() for _ in range(1000)]  # an answer of 0.1
+    assert max(alphas) > 10 * held
+    # 0.1 pays for 0.1 / (WINDUP_RESPONSE * 0.5 log 2) of log_alpha above the spell's lowest
+    assert max(alphas) < 0.01 * math.exp(0.1 / (0.05 * 0.5 * math.log(2))) * 1.25
+    assert bool(pid._stalled) and alphas[-1] == pytest.approx(alphas[-200])
