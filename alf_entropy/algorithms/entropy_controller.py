@@ -340,7 +340,7 @@ class EntropyController(Algorithm):
           ``entropy_per_log_alpha`` for that climb (the PID controller then
           holds alpha), until it does or the spell ends.
         * ``SettledAnnealing``: after ``window`` consecutive updates within
-          ``tolerance`` of the target, lower it.
+          ``tolerance`` of the target or stalled short of it, lower it.
         """
         valid = torch.isfinite(entropy)
         if count is not None:
@@ -377,8 +377,9 @@ class EntropyController(Algorithm):
         self._stalled.copy_(torch.where(valid, stalled, self._stalled))
         anneal = self._target.annealing
         if anneal is not None:
+            # Settled on the target, or stalled short of it: both count.
             near = (ema - target).abs() <= anneal.tolerance * target.abs()
-            settled = torch.where(valid, torch.where(near, self._settled + 1, 0), self._settled)
+            settled = torch.where(valid, torch.where(near | stalled, self._settled + 1, 0), self._settled)
             fire = settled >= anneal.window
             lowered = torch.clamp(target - (1 - anneal.factor) * target.abs(), min=anneal.final)
             self._target_now.copy_(torch.where(fire, lowered, target))

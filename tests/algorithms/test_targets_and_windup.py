@@ -137,3 +137,15 @@ def test_the_watch_smooths_the_entropy(kind):
     controller.adjust_alpha(float("nan"))  # not counted
     assert controller._watch_count.item() == 2
     assert controller._watch_entropy.item() == pytest.approx(WATCH_EMA * 0.5 + (1 - WATCH_EMA) * 1.0)
+
+
+def test_settled_annealing_steps_down_a_target_out_of_reach():
+    """Pinned at 0.3 under a 0.68 target: the stall counts as settled, so the
+    target steps down to the entropy (then on down, settled), alpha bounded."""
+    pid = PIDEntropyTargetAlgorithm(
+        TWO, initial_alpha=0.1,
+        target_entropy=SettledAnnealing(0.68, factor=0.9, window=100, final=0.2))
+    alphas = [pid.adjust_alpha(0.3).item() for _ in range(3000)]
+    assert 0.2 <= pid.target_entropy < 0.3
+    assert max(alphas) <= 0.1 * 4 * 1.25
+    assert not bool(pid.unreachable_target)
