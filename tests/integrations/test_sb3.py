@@ -30,14 +30,7 @@ from alf_entropy.integrations import sb3  # noqa: E402
 from alf_entropy.integrations.sb3 import EntropyControllerCallback  # noqa: E402
 from alf_entropy.utils import schedulers  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def _one_thread_and_clean_progress():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-    schedulers.reset_progress()
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _spy_on_coefficient(model, callback):

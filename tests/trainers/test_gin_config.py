@@ -17,7 +17,6 @@ from alf_entropy.trainers.gin_config import (
     parse_gin_config,
 )
 from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
-from alf_entropy.utils import schedulers
 
 SHIPPED = [
     "ac_cartpole.gin",
@@ -26,14 +25,6 @@ SHIPPED = [
     "ppo_pendulum.gin",
     "ppo_lunarlander.gin",
 ]
-
-
-@pytest.fixture(autouse=True)
-def _clean_gin():
-    gin.clear_config()
-    yield
-    gin.clear_config()
-    schedulers.reset_progress()
 
 
 def test_shipped_configs_are_listed_and_share_the_base():

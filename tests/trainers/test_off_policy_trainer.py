@@ -33,13 +33,6 @@ SMALL = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _clean_gin():
-    gin.clear_config()
-    yield
-    gin.clear_config()
-
-
 def _trainer(root, gin_file="sac_pendulum.gin", params=(), **kwargs):
     parse_gin_config([gin_file], SMALL + list(params))
     return OffPolicyTrainer(root_dir=str(root), **kwargs)

@@ -4,7 +4,6 @@ import functools
 import glob
 import os
 
-import gin
 import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -18,14 +17,7 @@ from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer, stack_experi
 from alf_entropy.trainers.trainer import resolve_device
 from alf_entropy.utils import schedulers
 
-
-@pytest.fixture(autouse=True)
-def _clean_gin():
-    torch.set_num_threads(1)
-    gin.clear_config()
-    yield
-    gin.clear_config()
-    schedulers.reset_progress()
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _scalars(root_dir):

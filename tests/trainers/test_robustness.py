@@ -29,16 +29,9 @@ from alf_entropy.trainers.off_policy_trainer import OffPolicyTrainer
 from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
 from alf_entropy.trainers.run_dir import RunDirLocked, config_differences
 from alf_entropy.trainers.trainer import TrainingAborted
-from alf_entropy.utils import nest, schedulers
+from alf_entropy.utils import nest
 
-
-@pytest.fixture(autouse=True)
-def _clean_gin():
-    torch.set_num_threads(1)
-    gin.clear_config()
-    yield
-    gin.clear_config()
-    schedulers.reset_progress()
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _trainer(root_dir, **kwargs):

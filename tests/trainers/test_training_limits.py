@@ -1,9 +1,7 @@
 """Issue 13: either training limit, whichever is reached first (ALF's rule)."""
 import functools
 
-import gin
 import pytest
-import torch
 
 from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
 from alf_entropy.trainers import trainer as trainer_module
@@ -15,13 +13,7 @@ from tests.trainers.test_on_policy_trainer import _trainer as small_trainer
 STEPS_PER_ITERATION = 2 * 16
 
 
-@pytest.fixture(autouse=True)
-def _clean():
-    torch.set_num_threads(1)
-    gin.clear_config()
-    yield
-    gin.clear_config()
-    schedulers.reset_progress()
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _trainer(root_dir, **kwargs):
