@@ -112,22 +112,6 @@ def _make_vector_env(
     return cls(env_fns, copy=False, autoreset_mode=AutoresetMode.NEXT_STEP)
 
 
-def _from_wrapped_state(wrapper: Any, autoreset: np.ndarray, seeded: bool, started: bool,
-                        popped: int) -> Tuple:
-    """A state of the version that wrapped the envs in gymnasium's
-    ``RecordEpisodeStatistics``, in today's form (so its checkpoints resume)."""
-    queue = list(zip(wrapper.return_queue, wrapper.length_queue))
-    n = max(0, min(wrapper.episode_count - popped, len(queue)))  # not yet popped
-    finished = collections.deque(
-        [(float(r), int(x)) for r, x in queue[len(queue) - n:]], maxlen=_MAX_EPISODES
-    )
-    # The wrapper zeroes an env's counters on the step after its LAST one; here
-    # they are zeroed at the LAST step itself.
-    returns = np.where(autoreset, 0.0, wrapper.episode_returns).astype(np.float64)
-    lengths = np.where(autoreset, 0, wrapper.episode_lengths).astype(np.int64)
-    return wrapper.env, autoreset, seeded, started, returns, lengths, finished
-
-
 def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
     return torch.empty((), dtype=dtype).numpy().dtype
 
@@ -530,10 +514,7 @@ class GymVectorEnv:
         """
         self._check_open()
         try:
-            fields = pickle.loads(state)
-            if len(fields) == 5:  # saved with gymnasium's RecordEpisodeStatistics
-                fields = _from_wrapped_state(*fields)
-            env, autoreset, seeded, started, returns, lengths, finished = fields
+            env, autoreset, seeded, started, returns, lengths, finished = pickle.loads(state)
         except Exception as e:
             raise ValueError(f"state is not a GymVectorEnv state: {e}") from e
         if not isinstance(env, gym.vector.VectorEnv) or env.num_envs != self._num_envs:

@@ -611,8 +611,6 @@ class Trainer:
         fields = pickle.loads(ckpt.tensor_to_bytes(env_state["state"]))
         env = fields[0] if isinstance(fields, tuple) and fields else None
         num_envs = getattr(env, "num_envs", None)
-        if num_envs is None and hasattr(env, "env"):  # saved with a wrapper around it
-            num_envs = getattr(env.env, "num_envs", None)
         if num_envs != self._num_envs:
             raise ValueError(
                 f"its environment state holds {num_envs} envs, this run steps {self._num_envs}"
