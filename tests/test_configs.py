@@ -17,13 +17,6 @@ from alf_entropy.trainers.gin_config import CONFIG_DIR, parse_gin_config
 SHIPPED = sorted(glob.glob(os.path.join(CONFIG_DIR, "*.gin")))
 
 
-@pytest.fixture(autouse=True)
-def _clean_gin():
-    gin.clear_config()
-    yield
-    gin.clear_config()
-
-
 def test_configs_dir_ships_the_expected_files():
     names = {os.path.basename(p) for p in SHIPPED}
     assert {

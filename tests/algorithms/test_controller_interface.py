@@ -148,19 +148,15 @@ def test_gin_fixed_coefficient_is_a_constant_entropy_bonus_in_ppo():
     from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
     from alf_entropy.tensor_specs import TensorSpec
 
-    gin.clear_config()
-    try:
-        gin.parse_config(
-            """
-            import alf_entropy.algorithms.entropy_target_algorithm
-            PPOAlgorithm.enforce_entropy_target = True
-            PPOAlgorithm.entropy_target_cls = @FixedEntropyCoefficient
-            FixedEntropyCoefficient.alpha = 0.05
-            """
-        )
-        alg = PPOAlgorithm(TensorSpec((4,)), BoundedTensorSpec((), torch.int64, 0, 1))
-    finally:
-        gin.clear_config()
+    gin.parse_config(
+        """
+        import alf_entropy.algorithms.entropy_target_algorithm
+        PPOAlgorithm.enforce_entropy_target = True
+        PPOAlgorithm.entropy_target_cls = @FixedEntropyCoefficient
+        FixedEntropyCoefficient.alpha = 0.05
+        """
+    )
+    alg = PPOAlgorithm(TensorSpec((4,)), BoundedTensorSpec((), torch.int64, 0, 1))
     controller = alg.entropy_target_algorithm
     assert isinstance(controller, FixedEntropyCoefficient)
     assert float(alg.entropy_coefficient()) == pytest.approx(0.05)

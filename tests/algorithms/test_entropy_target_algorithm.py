@@ -186,7 +186,6 @@ def test_parity_on_a_long_drifting_run_with_min_alpha_floor(mode):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_parity_with_a_target_that_changes_every_call(mode):
-    schedulers.reset_progress()
     sched = schedulers.LinearScheduler("iterations", [(0, 1.2), (50, 0.0)])
     cfg = dict(initial_alpha=0.1, target_entropy=1.2, average_window=2, skip_free_stage=False,
                max_entropy_gap=None, rates=(0.001, 0.01, np.log(2)), min_alpha=1e-4)
@@ -202,7 +201,6 @@ def test_parity_with_a_target_that_changes_every_call(mode):
         _assert_same(alg, ref, f"call {i}")
         assert alg.target_entropy == pytest.approx(sched())
     assert alg.stage.item() in (0, 1)
-    schedulers.reset_progress()
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -309,7 +307,6 @@ def test_forbid_host_sync_really_catches_syncs():
 
 
 def test_tensor_mode_never_syncs():
-    schedulers.reset_progress()
     sched = schedulers.LinearScheduler("iterations", [(0, 1.0), (10, 0.2)])
     algs = [
         EntropyTargetAlgorithm(DISCRETE4, target_entropy=0.5, update_mode="tensor"),
@@ -343,7 +340,6 @@ def test_tensor_mode_never_syncs():
         after = list(alg.state_dict().values())
         if not isinstance(alg, SGDEntropyTargetAlgorithm):
             assert any(not torch.equal(a, b) for a, b in zip(before, after)), type(alg)
-    schedulers.reset_progress()
 
 
 def test_auto_mode_uses_host_path_on_cpu_and_rejects_host_mode_elsewhere():
@@ -459,7 +455,6 @@ def test_skip_free_stage_starts_in_adjust():
 def test_debug_summaries_write_the_controller_tags(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    schedulers.reset_progress()
     writer = summary.create_summary_writer(str(tmp_path))
     summary.set_default_writer(writer)
     try:
@@ -473,7 +468,6 @@ def test_debug_summaries_write_the_controller_tags(tmp_path):
         summary.flush()
     finally:
         summary.close()
-        schedulers.reset_progress()
     acc = EventAccumulator(str(tmp_path))
     acc.Reload()
     tags = set(acc.Tags()["scalars"])
@@ -502,25 +496,20 @@ def test_constant_target_writes_no_target_summary(tmp_path):
 
 # -------------------------------------------------------------------- gin
 def test_bind_from_gin_with_a_scheduled_target():
-    gin.clear_config()
-    try:
-        gin.parse_config(
-            """
-            EntropyTargetAlgorithm.initial_alpha = 0.5
-            EntropyTargetAlgorithm.skip_free_stage = True
-            EntropyTargetAlgorithm.target_entropy = @LinearScheduler()
-            LinearScheduler.progress_type = "percent"
-            LinearScheduler.schedule = [(0, 1.0), (1, 0.2)]
-            """
-        )
-        alg = EntropyTargetAlgorithm(DISCRETE4)
-        schedulers.update_progress("percent", 0.5)
-        assert alg.alpha.item() == pytest.approx(0.5)
-        assert alg.stage.item() == 1
-        assert alg.target_entropy == pytest.approx(0.6)
-    finally:
-        gin.clear_config()
-        schedulers.reset_progress()
+    gin.parse_config(
+        """
+        EntropyTargetAlgorithm.initial_alpha = 0.5
+        EntropyTargetAlgorithm.skip_free_stage = True
+        EntropyTargetAlgorithm.target_entropy = @LinearScheduler()
+        LinearScheduler.progress_type = "percent"
+        LinearScheduler.schedule = [(0, 1.0), (1, 0.2)]
+        """
+    )
+    alg = EntropyTargetAlgorithm(DISCRETE4)
+    schedulers.update_progress("percent", 0.5)
+    assert alg.alpha.item() == pytest.approx(0.5)
+    assert alg.stage.item() == 1
+    assert alg.target_entropy == pytest.approx(0.6)
 
 
 # ----------------------------------------------------------------- nested

@@ -195,21 +195,17 @@ def test_bindable_in_gin_inside_ppo():
     from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
     from alf_entropy.tensor_specs import TensorSpec
 
-    gin.clear_config()
-    try:
-        gin.parse_config("""
-            import alf_entropy.algorithms.pid_entropy_target_algorithm
-            import alf_entropy.utils.dist_utils
-            PPOAlgorithm.enforce_entropy_target = True
-            PPOAlgorithm.entropy_target_cls = @PIDEntropyTargetAlgorithm
-            PIDEntropyTargetAlgorithm.target_entropy = @greedy_probability_target()
-            greedy_probability_target.p = 0.8
-            greedy_probability_target.num_actions = 2
-            PIDEntropyTargetAlgorithm.kp = 1.0
-        """)
-        alg = PPOAlgorithm(TensorSpec((4,)), TWO)
-    finally:
-        gin.clear_config()
+    gin.parse_config("""
+        import alf_entropy.algorithms.pid_entropy_target_algorithm
+        import alf_entropy.utils.dist_utils
+        PPOAlgorithm.enforce_entropy_target = True
+        PPOAlgorithm.entropy_target_cls = @PIDEntropyTargetAlgorithm
+        PIDEntropyTargetAlgorithm.target_entropy = @greedy_probability_target()
+        greedy_probability_target.p = 0.8
+        greedy_probability_target.num_actions = 2
+        PIDEntropyTargetAlgorithm.kp = 1.0
+    """)
+    alg = PPOAlgorithm(TensorSpec((4,)), TWO)
     controller = alg.entropy_target_algorithm
     assert isinstance(controller, PIDEntropyTargetAlgorithm)
     assert controller.target_entropy == pytest.approx(0.5004, abs=1e-4)

@@ -223,13 +223,9 @@ def test_gin_bindings_of_actor_critic_do_not_reach_ppo():
     """PPO names only what differs from ActorCriticAlgorithm, yet, as when it
     listed every argument, ``ActorCriticAlgorithm.*`` bindings configure A2C
     alone and ``PPOAlgorithm.*`` ones every PPO argument."""
-    gin.clear_config()
-    try:
-        gin.parse_config("ActorCriticAlgorithm.gamma = 0.5\nPPOAlgorithm.td_lambda = 0.9")
-        ppo = _ppo()
-        assert ppo._gamma == 0.99 and ppo._td_lambda == 0.9
-    finally:
-        gin.clear_config()
+    gin.parse_config("ActorCriticAlgorithm.gamma = 0.5\nPPOAlgorithm.td_lambda = 0.9")
+    ppo = _ppo()
+    assert ppo._gamma == 0.99 and ppo._td_lambda == 0.9
 
 
 @pytest.mark.parametrize("cap", [None, 1.5])

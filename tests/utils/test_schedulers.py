@@ -20,16 +20,6 @@ from alf_entropy.utils.schedulers import (
     update_progress,
 )
 
-
-@pytest.fixture(autouse=True)
-def _clean_state():
-    reset_progress()
-    gin.clear_config()
-    yield
-    reset_progress()
-    gin.clear_config()
-
-
 # ----------------------------------------------------------------- progress
 
 
