@@ -4,7 +4,7 @@ Usage::
 
     alf-entropy-train --root_dir runs/ppo_cartpole            # default config
     alf-entropy-train --root_dir runs/pendulum --gin_file ppo_pendulum.gin --device cuda
-    alf-entropy-train --root_dir runs/sac --gin_file sac_pendulum.gin   # OffPolicyTrainer
+    alf-entropy-train --root_dir runs/sac --gin_file sac_pendulum.gin
     alf-entropy-train --root_dir runs/quick --gin_param 'OnPolicyTrainer.num_iterations = 3'
     tensorboard --logdir runs
 
@@ -15,7 +15,10 @@ bindings (repeatable) are applied after the files.  Running again with the
 same ``--root_dir`` resumes from its latest checkpoint (with a larger limit
 it continues; a run already at its limit prints one line and exits 0).
 Training stops at whichever of ``num_iterations`` and ``num_env_steps`` is
-reached first (0 or None: no limit from that one).
+reached first (0 or None: no limit from that one).  The config names its
+trainer with ``train.trainer = @OnPolicyTrainer`` (A2C/PPO) or
+``@OffPolicyTrainer`` (SAC); every shipped config binds it, so a config that
+includes one inherits it, and a config without it is refused.
 
 A missing file, a misspelt binding, a binding nothing uses, an invalid
 value, a missing or too old gymnasium (the trainer needs ``gymnasium>=1.1``:
@@ -77,28 +80,6 @@ def _fail(message: str, status: int = 2) -> None:
     sys.exit(status)
 
 
-def _trainer_class() -> type:
-    """The trainer the parsed config is for: ``OffPolicyTrainer`` when it binds
-    any ``OffPolicyTrainer.*`` parameter (the SAC configs), else ``OnPolicyTrainer``.
-
-    Raises:
-        ValueError: if the config binds parameters of both trainers.
-    """
-    import gin
-
-    from alf_entropy.trainers.off_policy_trainer import OffPolicyTrainer
-    from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
-
-    text = gin.config_str()
-    on, off = "OnPolicyTrainer." in text, "OffPolicyTrainer." in text
-    if on and off:
-        raise ValueError(
-            "the config binds both OnPolicyTrainer and OffPolicyTrainer parameters; "
-            "a run uses one trainer"
-        )
-    return OffPolicyTrainer if off else OnPolicyTrainer
-
-
 def _is_bound(binding: str) -> bool:
     """Whether the parsed gin config binds ``binding`` (``"Class.param"``)."""
     import gin
@@ -136,7 +117,12 @@ def _run(argv: List[str]) -> None:
 
 def _train(device_flag: str) -> None:
     """Build the trainer from the parsed flags and train."""
-    from alf_entropy.trainers.gin_config import GinConfigError, one_line, parse_gin_config
+    from alf_entropy.trainers.gin_config import (
+        GinConfigError,
+        configured_trainer,
+        one_line,
+        parse_gin_config,
+    )
     from alf_entropy.trainers.trainer import TrainingAborted, resolve_device
     from alf_entropy.utils import distributed
 
@@ -144,7 +130,7 @@ def _train(device_flag: str) -> None:
         device = resolve_device(device_flag)
         paths = parse_gin_config(FLAGS.gin_file, FLAGS.gin_param)
         logging.info("gin files: %s", paths)
-        cls = _trainer_class()
+        cls = configured_trainer()
         kwargs = {"root_dir": FLAGS.root_dir}
         for name, value in (("device", device), ("allow_config_change", FLAGS.allow_config_change)):
             if not _is_bound(f"{cls.__name__}.{name}"):

@@ -14,7 +14,6 @@ import subprocess
 import sys
 import time
 
-import gin
 import pytest
 import torch
 from absl import flags
@@ -25,7 +24,6 @@ from alf_entropy.bin import sweep
 from alf_entropy.bin import train as train_cli
 from alf_entropy.trainers import checkpoint as ckpt
 from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
-from alf_entropy.utils import schedulers
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PREFIX = "alf-entropy-train: error:"
@@ -50,17 +48,17 @@ def _params(params):
     return out
 
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
 @pytest.fixture(autouse=True)
-def _clean():
-    torch.set_num_threads(1)
+def _restore_absl_level():
     # Parsing absl's flags sets the absl logger's level from --verbosity:
     # put it back so that later tests' caplog sees INFO records.
     absl_logger = logging.getLogger("absl")
     level = absl_logger.level
     yield
     absl_logger.setLevel(level)
-    gin.clear_config()
-    schedulers.reset_progress()
 
 
 def cli(*argv):
@@ -132,6 +130,16 @@ def test_full_disk_is_one_line_and_keeps_earlier_checkpoints(tmp_path, capsys, m
     line = _one_error(capsys, cli("--root_dir", root, "--device", "cpu", *_params(TINY)), 1)
     assert "No space left on device" in line and "intact" in line
     assert os.listdir(os.path.join(root, "checkpoints")) == ["ckpt-00000001.pt"]
+
+
+def test_config_without_a_trainer_binding_is_one_line(tmp_path, capsys):
+    mine = tmp_path / "mine.gin"
+    mine.write_text("OnPolicyTrainer.env_id = 'CartPole-v1'\n")
+    root = tmp_path / "run"
+    line = _one_error(capsys, cli("--root_dir", str(root), "--device", "cpu",
+                                  "--gin_file", str(mine), *_params(TINY)))
+    assert "train.trainer = @OnPolicyTrainer" in line
+    assert not root.exists()
 
 
 # ------------------------------------------------------------ run directories
