@@ -75,20 +75,23 @@ Extension points for a subclass (``OnPolicyTrainer``, ``OffPolicyTrainer``):
   defaults to the algorithm's ``predict_step``.
 """
 import copy
+import logging as py_logging
 import math
 import os
 import pickle
 import random
 import shutil
 import signal
+import sys
 import threading
 import time
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import gin
 import numpy as np
 import torch
 from absl import logging
+from absl.logging import ABSLHandler
 
 from alf_entropy.utils.requirements import require_train_extra
 
@@ -112,6 +115,65 @@ MAX_SEED = 2**31
 env, the evaluation's) stay below 2**32, as NumPy's seeding needs."""
 _EVAL_SEED_OFFSET = 1_000_003
 _RANK_SEED_OFFSET = 7_919_993
+
+
+class _BarLogHandler(py_logging.Handler):
+    """Writes another console handler's lines with ``tqdm.write``.
+
+    ``tqdm.write`` clears the progress bar, writes the line and redraws the
+    bar, so a log line starts on its own line instead of after the bar's text.
+    """
+
+    def __init__(self, console: py_logging.Handler):
+        super().__init__(console.level)
+        self._console = console
+
+    def emit(self, record: py_logging.LogRecord) -> None:
+        try:
+            tqdm.write(self._console.format(record), file=sys.stderr)
+        except Exception:  # logging must not raise; report it as logging does
+            self.handleError(record)
+
+
+def _is_console_handler(handler: py_logging.Handler) -> bool:
+    """Whether ``handler`` writes to the terminal (stdout or stderr)."""
+    if isinstance(handler, ABSLHandler):  # absl's, installed by app.run
+        handler = handler.python_handler
+    return isinstance(handler, py_logging.StreamHandler) and handler.stream in (
+        sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__,
+    )
+
+
+_Swapped = List[Tuple[py_logging.Handler, py_logging.Handler]]
+
+
+def _log_through_bar(bar: Any) -> _Swapped:
+    """Route the root logger's console handlers through ``bar`` (``tqdm.write``).
+
+    Args:
+        bar: a tqdm bar; a disabled one changes nothing.
+
+    Returns:
+        The ``(console handler, its stand-in)`` pairs, for :func:`_restore_logging`.
+    """
+    root = py_logging.getLogger()
+    swapped: _Swapped = []
+    if not getattr(bar, "disable", True):
+        for handler in list(root.handlers):
+            if _is_console_handler(handler):
+                proxy = _BarLogHandler(handler)
+                root.removeHandler(handler)
+                root.addHandler(proxy)
+                swapped.append((handler, proxy))
+    return swapped
+
+
+def _restore_logging(swapped: _Swapped) -> None:
+    """Undo :func:`_log_through_bar`."""
+    root = py_logging.getLogger()
+    for handler, proxy in swapped:
+        root.removeHandler(proxy)
+        root.addHandler(handler)
 
 
 class TrainingAborted(Exception):
@@ -950,6 +1012,7 @@ class Trainer:
         self._last_summary_time, self._last_summary_steps = time.time(), self._env_steps
         status = ""
         old_handlers = self._install_signal_handlers()
+        swapped_handlers = _log_through_bar(bar)  # log lines do not glue onto the bar
         try:
             if self._eval_interval is not None and self._iteration == 0 and self._is_main:
                 self._evaluate_and_record()  # the untrained policy: the curve's start
@@ -991,6 +1054,7 @@ class Trainer:
         finally:
             for signum, handler in old_handlers.items():
                 signal.signal(signum, handler)
+            _restore_logging(swapped_handlers)
             bar.close()
             if self._env is not None:
                 self._env.close()
