@@ -62,6 +62,8 @@ METRIC_COLUMNS = [
     "final_eval_return",
     "final_return",
 ]
+COUNT_COLUMNS = frozenset({"seed", "env_steps", "tracking_from_env_step"})
+"""Columns of env-step (or seed) counts: printed as integers, never ``1.229e+04``."""
 
 
 class RunData:
@@ -192,7 +194,7 @@ def run_metrics(run: RunData, tol: float = TOL) -> Dict[str, Any]:
     row.update(run=run.name, group="", seed=run.seed, env_steps=int(env[-1]) if env.size else nan)
     if steps.size:
         start = cm.warmup_end(entropy, target, tol)
-        row["tracking_from_env_step"] = float(x[start]) if start < x.size else nan
+        row["tracking_from_env_step"] = int(round(float(x[start]))) if start < x.size else nan
         row["tracking_rmse"] = cm.tracking_rmse(entropy, target, start)
         row["frac_5pct_below"] = cm.fraction_below(entropy, target, tol, start)
         settle = cm.settling_times(entropy, target, tol=tol, x=x)
@@ -209,10 +211,21 @@ def run_metrics(run: RunData, tol: float = TOL) -> Dict[str, Any]:
     return row
 
 
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
+def _fmt(value: Any, column: str = "") -> str:
+    """A table cell: counts as integers, other numbers to 4 significant digits.
+
+    Args:
+        value: the metric (NaN, None or "" when missing).
+        column: the metric's column (``COUNT_COLUMNS`` print as integers).
+
+    Returns:
+        str: the cell's text ("–" when missing).
+    """
+    if isinstance(value, (float, np.floating)):
         if math.isnan(value):
             return "–"
+        if column in COUNT_COLUMNS and math.isfinite(value):
+            return f"{value:.0f}"
         return f"{value:.4g}"
     return "–" if value is None or value == "" else str(value)
 
@@ -229,7 +242,7 @@ def _write_tables(rows: List[Dict[str, Any]], out_dir: str) -> Tuple[str, str]:
         "| " + " | ".join(METRIC_COLUMNS) + " |",
         "| " + " | ".join("---" for _ in METRIC_COLUMNS) + " |",
     ]
-    lines += ["| " + " | ".join(_fmt(r[c]) for c in METRIC_COLUMNS) + " |" for r in rows]
+    lines += ["| " + " | ".join(_fmt(r[c], c) for c in METRIC_COLUMNS) + " |" for r in rows]
     with open(md_path, "w", encoding="utf-8") as f:
         f.write(
             f"Control metrics (band ±{TOL:.0%} of the target; computed on the logged "
