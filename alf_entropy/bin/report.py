@@ -429,7 +429,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         argv: the arguments (default ``sys.argv[1:]``).
 
     Returns:
-        int: the exit status (0, or 2 for bad input).
+        int: the exit status (0, 2 for bad input, 130 when stopped by Ctrl-C).
     """
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run dirs or dirs of runs")
@@ -441,6 +441,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ValueError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # asked for: one line, not an error or a traceback
+        print(f"{PROG}: stopped by SIGINT; run the same command to write the report",
+              file=sys.stderr)
+        return 130
     with open(result["markdown"], encoding="utf-8") as f:
         print(f.read())
     print(f"{PROG}: wrote {len(result['figures'])} figures and metrics to {result['out_dir']}")

@@ -455,7 +455,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         argv: the arguments (default ``sys.argv[1:]``).
 
     Returns:
-        int: 0 if every run succeeded, 1 if some failed, 2 for bad input.
+        int: 0 if every run succeeded, 1 if some failed, 2 for bad input,
+        130 when stopped by Ctrl-C.
     """
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--spec", required=True, help="the sweep's JSON spec")
@@ -479,6 +480,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ValueError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # asked for: one line, not an error or a traceback
+        print(f"{PROG}: stopped by SIGINT; run the same command to continue (finished runs "
+              "are skipped, interrupted ones resume from their checkpoints)", file=sys.stderr)
+        return 130
     return 1 if result["failed"] else 0
 
 

@@ -1,4 +1,4 @@
-"""alf-entropy-report's tables: counts print as integers (issue 22, item 7)."""
+"""alf-entropy-report and -sweep: integer counts in the tables, a clean Ctrl-C (issue 22, item 7)."""
 import math
 
 import pytest
@@ -33,3 +33,26 @@ def test_fmt_of_a_missing_count_is_a_dash():
     assert report._fmt(math.nan, "tracking_from_env_step") == "–"
     assert report._fmt(None, "env_steps") == "–"
     assert report._fmt(40960.0, "env_steps") == "40960"
+
+
+@pytest.mark.parametrize("module_name, target", [("report", "write_report"),
+                                                 ("sweep", "run_sweep")])
+def test_ctrl_c_is_one_line_and_status_130_not_an_error(tmp_path, capsys, monkeypatch,
+                                                        module_name, target):
+    import importlib
+
+    module = importlib.import_module(f"alf_entropy.bin.{module_name}")
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(module, target, interrupted)
+    if module_name == "sweep":
+        monkeypatch.setattr(module, "load_spec", lambda path: {})
+        argv = ["--spec", str(tmp_path / "spec.json"), "--sweep_dir", str(tmp_path)]
+    else:
+        argv = [str(tmp_path)]
+    assert module.main(argv) == 130
+    err = capsys.readouterr().err
+    assert err.strip() == err.strip().splitlines()[0]  # one line
+    assert err.startswith(f"{module.PROG}: stopped by SIGINT") and "error" not in err
