@@ -57,8 +57,12 @@ def test_every_python_fence_is_run_or_marked_no_run():
     assert no_run <= 3
 
 
-def test_the_controller_in_one_screen(one_thread):
+def test_the_controller_in_one_screen(one_thread, capsys):
     names = _run("README.md")
+    # What it prints is what the README says it prints, in words.
+    out = capsys.readouterr().out
+    assert "alpha 0.100; stage -3: estimating max_entropy (1 more update)" in out
+    assert out.strip() in (ROOT / "README.md").read_text(encoding="utf-8").replace("\n", " ")
     # "The controller in one screen" built a controller and took one update.
     controller = names["controller"]
     assert isinstance(controller.alpha, torch.Tensor) and controller.alpha.item() > 0

@@ -53,6 +53,7 @@ __all__ = [
     "FixedEntropyCoefficient",
     "NestedEntropyTargetAlgorithm",
     "SGDEntropyTargetAlgorithm",
+    "describe_stage",
 ]
 
 _UPDATE_MODES = ("auto", "tensor", "host", "compiled")
@@ -65,6 +66,45 @@ STUCK_UPDATES = 1000
 
 
 # ------------------------------------------------------------ stage machine
+def describe_stage(stage: Any) -> str:
+    """What a staged controller's ``stage`` means, in words (for printing).
+
+    Args:
+        stage: :attr:`EntropyTargetAlgorithm.stage` (a 0-d integer tensor,
+            read on the host) or an int.
+
+    Returns:
+        str: e.g. ``"stage -1: free (alpha frozen until the entropy falls
+        below the target)"``.
+
+    Raises:
+        TypeError: if ``stage`` is not an integer (or a 0-d integer tensor).
+
+    Example:
+        >>> describe_stage(-3)
+        'stage -3: estimating max_entropy (1 more update), then init, free and adjust'
+        >>> describe_stage(1)
+        'stage 1: adjust (the average entropy is above the target)'
+    """
+    if isinstance(stage, torch.Tensor) and stage.numel() == 1 and not stage.is_floating_point():
+        stage = int(stage)
+    if isinstance(stage, bool) or not isinstance(stage, (int, np.integer)):
+        raise TypeError(f"stage must be an int or a 0-d integer tensor, got {stage!r}")
+    stage = int(stage)
+    if stage < -2:
+        left = -2 - stage
+        what = (f"estimating max_entropy ({left} more update{'s' if left > 1 else ''}), "
+                "then init, free and adjust")
+    elif stage == -2:
+        what = "init (alpha moves until the average entropy is below max_entropy)"
+    elif stage == -1:
+        what = "free (alpha frozen until the entropy falls below the target)"
+    else:
+        side = "above" if stage > 0 else "at or below"
+        what = f"adjust (the average entropy is {side} the target)"
+    return f"stage {stage}: {what}"
+
+
 class _HostOps:
     """The select primitive over numpy scalars (CPU state, no torch calls)."""
 
@@ -308,7 +348,10 @@ class EntropyTargetAlgorithm(EntropyController):
 
     @property
     def stage(self) -> torch.Tensor:
-        """< -2 estimating max entropy, -2 init, -1 free, 0/1 adjust (1: above target)."""
+        """< -2 estimating max entropy, -2 init, -1 free, 0/1 adjust (1: above target).
+
+        :func:`describe_stage` says it in words.
+        """
         return self._stage
 
     @property

@@ -22,6 +22,7 @@ from alf_entropy.algorithms.entropy_target_algorithm import (
     EntropyTargetLossInfo,
     NestedEntropyTargetAlgorithm,
     SGDEntropyTargetAlgorithm,
+    describe_stage,
 )
 from alf_entropy.data_structures import Experience, LossInfo, StepType
 from alf_entropy.tensor_specs import BoundedTensorSpec
@@ -701,3 +702,15 @@ def test_controller_holds_the_entropy_at_the_target_on_a_collapsing_task():
     tail = held[-300:]
     assert abs(tail.mean() - 0.6) < 0.03 and tail.min() > 0.5 and tail.max() < 0.7
     assert controller.stage.item() in (0, 1) and controller.alpha.item() > 0.01
+
+
+def test_describe_stage_says_each_stage_in_words():
+    alg = EntropyTargetAlgorithm(DISCRETE4, target_entropy=0.5, average_window=3)
+    assert describe_stage(alg.stage).startswith("stage -5: estimating max_entropy (3 more updates)")
+    assert describe_stage(torch.tensor(-2)).startswith("stage -2: init")
+    assert describe_stage(-1).startswith("stage -1: free")
+    assert describe_stage(np.int32(0)) == "stage 0: adjust (the average entropy is at or below the target)"
+    assert describe_stage(1) == "stage 1: adjust (the average entropy is above the target)"
+    for bad in (1.0, True, "1", torch.tensor([0, 1]), torch.tensor(0.5)):
+        with pytest.raises(TypeError, match="stage"):
+            describe_stage(bad)
