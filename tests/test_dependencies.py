@@ -29,6 +29,7 @@ def _python(code: str, *args: str) -> subprocess.CompletedProcess:
 _WITHOUT_GYMNASIUM = "import sys\nsys.modules['gymnasium'] = None\nsys.modules['tqdm'] = None\n"
 
 
+@pytest.mark.slow
 def test_the_controller_works_without_gymnasium():
     code = _WITHOUT_GYMNASIUM + (
         "import torch\n"
@@ -66,6 +67,7 @@ def test_the_controller_works_without_gymnasium():
     assert "GYM_LOADED False" in out, out
 
 
+@pytest.mark.slow
 def test_import_alf_entropy_is_light():
     proc = _python("import sys, alf_entropy\n"
                    "print(sorted(m for m in ('torch', 'gin', 'gymnasium', 'alf_entropy.algorithms') "
@@ -93,6 +95,7 @@ def test_require_train_extra_accepts_new_gymnasium(monkeypatch, version):
     require_train_extra()
 
 
+@pytest.mark.slow
 def test_cli_with_old_gymnasium_prints_one_line_and_exits_2(tmp_path):
     # Simulated (this interpreter's gymnasium may be new): the check reads the version.
     code = ("import sys\n"
@@ -110,6 +113,7 @@ def test_cli_with_old_gymnasium_prints_one_line_and_exits_2(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(requirements.gymnasium_version() is None
                     or requirements.version_tuple(requirements.gymnasium_version()) >= (1, 1),
                     reason="needs a gymnasium older than 1.1 installed (.ci/run's 0.29.1 venv)")

@@ -6,6 +6,8 @@ import subprocess
 import sys
 import zipfile
 
+import pytest
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -24,6 +26,7 @@ def _clean_python(code: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_gin_missing_include_raises_file_error_not_attribute_error():
     code = (
         "import sys\n"
@@ -47,6 +50,7 @@ def test_gin_missing_include_raises_file_error_not_attribute_error():
     assert "does_not_exist.gin" in out, out
 
 
+@pytest.mark.slow
 def test_gin_configs_are_package_data(tmp_path):
     source_gins = {p.name for p in (REPO / "alf_entropy" / "configs").glob("*.gin")}
     assert source_gins, "alf_entropy/configs holds no .gin files"

@@ -624,6 +624,7 @@ def test_cuda_nested_and_sgd_variants_run_on_device():
     assert loss.scalar_loss.device.type == "cuda"
 
 
+@pytest.mark.slow  # torch.compile: seconds per graph
 def test_compiled_mode_matches_the_seed():
     """``update_mode="compiled"``: the tensor path fused by torch.compile.
 
@@ -695,6 +696,7 @@ def _train_softmax_policy(controlled: bool, steps: int = 1200):
     return np.array(entropies), controller
 
 
+@pytest.mark.slow
 def test_controller_holds_the_entropy_at_the_target_on_a_collapsing_task():
     fixed, _ = _train_softmax_policy(controlled=False)
     held, controller = _train_softmax_policy(controlled=True)

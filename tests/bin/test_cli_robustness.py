@@ -231,6 +231,7 @@ def test_second_writer_is_one_line_naming_the_first(tmp_path, capsys):
 
 
 # ------------------------------------------------------------------ signals
+@pytest.mark.slow
 def test_sigterm_checkpoints_and_exits_0_with_one_line(tmp_path):
     root = str(tmp_path / "run")
     args = [sys.executable, "-m", "alf_entropy.bin.train", "--root_dir", root, "--device", "cpu",
@@ -382,6 +383,7 @@ def _pythonpath(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", _subprocess_env()["PYTHONPATH"])
 
 
+@pytest.mark.slow
 def test_sweep_knows_its_runs(tmp_path, _pythonpath):
     """A finished run is done only for the same command; a failed run's own error
     line is in the summary; a run another process trains in is "already running"."""

@@ -15,6 +15,9 @@ import pytest
 from alf_entropy.bin import report, sweep
 from alf_entropy.utils import control_metrics as cm
 
+# Sweeps of real runs: the slow lane (pytest -m slow); plain pytest runs it.
+pytestmark = pytest.mark.slow
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 TINY = [

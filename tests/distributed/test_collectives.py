@@ -12,6 +12,9 @@ from alf_entropy.utils import distributed
 from tests.distributed import workers
 from tests.distributed.launch import run_ranks
 
+# torchrun/process groups: the slow lane (pytest -m slow); plain pytest runs it.
+pytestmark = pytest.mark.slow
+
 
 def _assert_ok(results):
     for r, res in enumerate(results):

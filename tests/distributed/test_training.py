@@ -22,6 +22,9 @@ from alf_entropy.trainers import checkpoint as ckpt
 from tests.distributed import workers
 from tests.distributed.launch import REPO_ROOT, local_env, run_ranks, torchrun, torchrun_cmd
 
+# torchrun: the slow lane (pytest -m slow); plain pytest runs it.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def ppo_run(tmp_path_factory):

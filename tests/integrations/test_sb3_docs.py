@@ -11,6 +11,7 @@ pytest.importorskip("gymnasium")
 DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "sb3.md"
 
 
+@pytest.mark.slow
 def test_the_example_runs_and_drives_ent_coef(capsys, one_thread):
     blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), re.S)
     assert len(blocks) == 1

@@ -25,7 +25,8 @@ from alf_entropy.utils import nest, schedulers
 
 # Fork children inherit the thread pool settings; one thread also avoids
 # forking a process with busy OpenMP workers.
-pytestmark = pytest.mark.usefixtures("one_thread")
+# Killed and restarted child processes: the slow lane (pytest -m slow).
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]
 
 _CTX = multiprocessing.get_context("fork")
 NUM_ITERATIONS = 12

@@ -104,6 +104,7 @@ def _cli(root, extra=()):
     return args, env
 
 
+@pytest.mark.slow
 def test_kill_and_restart_gives_the_uninterrupted_final_checkpoint(tmp_path):
     """SIGKILL a SAC run at random moments, restart it with the same command:
     its final checkpoint equals an uninterrupted run's, tensor for tensor."""
