@@ -63,6 +63,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv  # noq
 from alf_entropy.data_structures import StepType, TimeStep  # noqa: E402
 from alf_entropy.tensor_specs import BoundedTensorSpec, TensorSpec, from_gym_space  # noqa: E402
 from alf_entropy.utils import nest  # noqa: E402
+from alf_entropy.utils.checks import check_int  # noqa: E402
 
 __all__ = ["GymVectorEnv"]
 
@@ -155,20 +156,14 @@ class GymVectorEnv:
         env_kwargs: Optional[Dict[str, Any]] = None,
         max_episode_steps: Optional[int] = None,
     ):
-        if not isinstance(num_envs, int) or num_envs < 1:
-            raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
-        if max_episode_steps is not None and (
-            not isinstance(max_episode_steps, int) or max_episode_steps < 1
-        ):
-            raise ValueError(
-                f"max_episode_steps must be None or a positive int, got {max_episode_steps!r}"
-            )
+        check_int("num_envs", num_envs, minimum=1)
+        check_int("max_episode_steps", max_episode_steps, minimum=1, allow_none=True,
+                  none_means="the env's own limit")
         if env_kwargs is None:
             env_kwargs = {}
         if not isinstance(env_kwargs, dict):
             raise TypeError(f"env_kwargs must be a dict, got {type(env_kwargs).__name__}")
-        if seed is not None and not isinstance(seed, (int, np.integer)):
-            raise TypeError(f"seed must be an int or None, got {seed!r}")
+        check_int("seed", seed, minimum=0, allow_none=True, none_means="unseeded")
         self._env_id = env_id
         self._num_envs = num_envs
         self._seed = None if seed is None else int(seed)

@@ -218,15 +218,6 @@ def resolve_device(device: Any) -> torch.device:
     return dev
 
 
-def _check_limit(value: Any, name: str) -> int:
-    """A training limit: ``None`` or 0 (no limit from it, returned as 0) or positive."""
-    if value is None:
-        return 0
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name} must be None, 0 (no limit) or a positive int, got {value!r}")
-    return value
-
-
 def _time_step_to_dict(time_step: TimeStep) -> Dict[str, Any]:
     return dict(time_step._asdict())
 
@@ -331,8 +322,11 @@ class Trainer:
         if not isinstance(root_dir, str) or not root_dir:
             raise ValueError(f"root_dir must be a non-empty path, got {root_dir!r}")
         run_dir.check_root_dir(os.path.abspath(os.path.expanduser(root_dir)))
-        max_iterations = _check_limit(num_iterations, "num_iterations")
-        max_env_steps = _check_limit(num_env_steps, "num_env_steps")
+        # A training limit: None or 0 is no limit from it (held as 0).
+        max_iterations = check_int("num_iterations", num_iterations, minimum=0,
+                                   allow_none=True, none_means="0 or None: no limit") or 0
+        max_env_steps = check_int("num_env_steps", num_env_steps, minimum=0,
+                                  allow_none=True, none_means="0 or None: no limit") or 0
         if max_iterations == 0 and max_env_steps == 0:
             raise ValueError(
                 "at least one of num_iterations and num_env_steps must be positive (0 or "
@@ -347,8 +341,7 @@ class Trainer:
         check_int("num_eval_episodes", num_eval_episodes, minimum=1)
         check_int("max_checkpoints", max_checkpoints, minimum=1)
         check_int("num_threads", num_threads, minimum=1, allow_none=True)
-        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < MAX_SEED:
-            raise ValueError(f"seed must be an int in [0, {MAX_SEED}), got {seed!r}")
+        check_int("seed", seed, minimum=0, below=MAX_SEED)
         if stop_eval_return is not None and eval_interval is None:
             raise ValueError("stop_eval_return needs eval_interval to be set")
 
