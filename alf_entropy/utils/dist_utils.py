@@ -30,7 +30,7 @@ import torch.distributions as td
 
 from alf_entropy.tensor_specs import BoundedTensorSpec, TensorSpec
 from alf_entropy.utils import nest
-from alf_entropy.utils.checks import check_int
+from alf_entropy.utils.checks import check_int, check_real
 
 __all__ = [
     "greedy_probability_target",
@@ -122,8 +122,7 @@ def greedy_probability_target(p: float, num_actions: int) -> float:
         ValueError: if ``num_actions < 2`` or ``p`` is outside ``[1/N, 1]``.
     """
     n = check_int("num_actions", num_actions, minimum=2)
-    if isinstance(p, bool) or not isinstance(p, (int, float, np.floating, np.integer)):
-        raise TypeError(f"p must be a real number, got {type(p).__name__}: {p!r}")
+    p = check_real("p", p)
     if not 1.0 / n <= p <= 1.0:
         raise ValueError(f"p must be in [1/num_actions, 1] = [{1.0 / n:.4g}, 1], got {p!r}")
     rest = 1.0 - p

@@ -169,9 +169,11 @@ def test_summaries_written_only_when_recording(tmp_path, monkeypatch):
         assert tag in written
 
 
-@pytest.mark.parametrize("clip", [0.0, 1.0, True, "0.2"])
-def test_bad_clipping(clip):
-    with pytest.raises(ValueError, match="importance_ratio_clipping"):
+@pytest.mark.parametrize(
+    "clip, error", [(0.0, ValueError), (1.0, ValueError), (True, TypeError), ("0.2", TypeError)]
+)
+def test_bad_clipping(clip, error):
+    with pytest.raises(error, match="importance_ratio_clipping"):
         _ppo(importance_ratio_clipping=clip)
 
 
