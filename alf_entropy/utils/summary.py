@@ -31,7 +31,7 @@ from typing import Any, Callable, List, Optional, Tuple, Union
 import torch
 from torch.utils.tensorboard import SummaryWriter
 
-from alf_entropy.utils.checks import check_int
+from alf_entropy.utils.checks import check_int, check_real
 
 __all__ = [
     "create_summary_writer",
@@ -80,8 +80,7 @@ def create_summary_writer(
     """
     if not isinstance(root_dir, str) or not root_dir:
         raise ValueError(f"root_dir must be a non-empty path string, got {root_dir!r}")
-    if not isinstance(flush_secs, numbers.Real) or not flush_secs > 0:
-        raise ValueError(f"flush_secs must be a number > 0, got {flush_secs!r}")
+    check_real("flush_secs", flush_secs, positive=True)
     check_int("max_queue", max_queue, minimum=1)
     return SummaryWriter(log_dir=root_dir, flush_secs=flush_secs, max_queue=max_queue)
 
