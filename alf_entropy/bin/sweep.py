@@ -59,6 +59,8 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from alf_entropy.utils.checks import check_int
+
 __all__ = ["SweepRun", "load_spec", "expand_spec", "is_done", "stale_runs", "run_sweep", "main"]
 
 PROG = "alf-entropy-sweep"
@@ -404,8 +406,7 @@ def run_sweep(
             (nothing is written or run then).
     """
     spec = check_spec(spec)
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise ValueError(f"jobs must be an int >= 1, got {jobs!r}")
+    check_int("jobs", jobs, minimum=1)
     runs = expand_spec(spec, sweep_dir, device)
     stale = stale_runs(runs)
     if stale:
