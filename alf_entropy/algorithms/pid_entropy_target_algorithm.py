@@ -235,7 +235,9 @@ class PIDEntropyTargetAlgorithm(EntropyController):
     def _state(self) -> Tuple[torch.Tensor, ...]:
         return self._log_alpha, self._integral, self._err_ema, self._fast, self._slow, self._count
 
-    def _update(self, entropy: torch.Tensor, count: Optional[torch.Tensor]) -> Tuple[torch.Tensor, Any]:
+    def _update(
+        self, entropy: torch.Tensor, count: Optional[torch.Tensor]
+    ) -> Tuple[torch.Tensor, Any]:
         self._refresh_target()
         entropy = entropy.to(self._log_alpha.device, torch.float32)
         if self._use_host():
@@ -272,7 +274,8 @@ class PIDEntropyTargetAlgorithm(EntropyController):
             return
         views = [buf.numpy() for buf in self._state()]
         c = self._host_consts
-        new = _pid_rule(_HostOps, tuple(v[()] for v in views), ent, True,
-                        self._target_now.numpy()[()], bool(self._windup_stalled().numpy()), c[:8], c[8:])
+        target, stalled = self._target_now.numpy()[()], bool(self._windup_stalled().numpy())
+        new = _pid_rule(_HostOps, tuple(v[()] for v in views), ent, True, target, stalled,
+                        c[:8], c[8:])
         for view, value in zip(views, new):
             view[()] = value

@@ -78,7 +78,9 @@ class RunData:
         group: runs with equal ``group`` differ only in their seed.
     """
 
-    def __init__(self, run_dir: str, scalars: Dict[str, Tuple[np.ndarray, np.ndarray]], config: str):
+    def __init__(
+        self, run_dir: str, scalars: Dict[str, Tuple[np.ndarray, np.ndarray]], config: str
+    ):
         self.run_dir = run_dir
         self.name = os.path.basename(os.path.normpath(run_dir))
         self.scalars = scalars
@@ -362,7 +364,9 @@ def _group(runs: List[RunData]) -> List[List[RunData]]:
     return list(groups.values())
 
 
-def write_report(run_dirs: Sequence[str], out_dir: Optional[str] = None, dpi: int = 80) -> Dict[str, Any]:
+def write_report(
+    run_dirs: Sequence[str], out_dir: Optional[str] = None, dpi: int = 80
+) -> Dict[str, Any]:
     """Write the figures and metric tables of some runs.
 
     Args:
@@ -419,7 +423,9 @@ def write_report(run_dirs: Sequence[str], out_dir: Optional[str] = None, dpi: in
     fig.savefig(path, dpi=dpi)
     plt.close(fig)
     figures.append(path)
-    return {"out_dir": out_dir, "figures": figures, "csv": csv_path, "markdown": md_path, "rows": rows}
+    return {
+        "out_dir": out_dir, "figures": figures, "csv": csv_path, "markdown": md_path, "rows": rows
+    }
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -433,7 +439,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     """
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run dirs or dirs of runs")
-    parser.add_argument("--out_dir", default=None, help="output dir (default: <common parent>/report)")
+    parser.add_argument(
+        "--out_dir", default=None, help="output dir (default: <common parent>/report)"
+    )
     parser.add_argument("--dpi", type=int, default=80, help="PNG resolution")
     args = parser.parse_args(argv)
     try:

@@ -136,7 +136,9 @@ def check_spec(spec: Any) -> Dict[str, Any]:
         raise ValueError(f"the sweep spec must be a JSON object, got {type(spec).__name__}")
     unknown = set(spec) - _SPEC_KEYS
     if unknown:
-        raise ValueError(f"unknown keys in the sweep spec: {sorted(unknown)}; allowed: {sorted(_SPEC_KEYS)}")
+        raise ValueError(
+            f"unknown keys in the sweep spec: {sorted(unknown)}; allowed: {sorted(_SPEC_KEYS)}"
+        )
     out = {
         "gin_file": spec.get("gin_file", []),
         "gin_param": spec.get("gin_param", []),

@@ -150,7 +150,9 @@ class WindowAverager(_Averager):
             ValueError: if the buffers are not on the CPU.
         """
         if self._buf.device.type != "cpu":
-            raise ValueError(f"{self._name}: average_on_host needs CPU buffers, not {self._buf.device}")
+            raise ValueError(
+                f"{self._name}: average_on_host needs CPU buffers, not {self._buf.device}"
+            )
         buf, count = self._buf.numpy(), self._count.numpy()
         c, w = int(count[()]), self._window_size
         one = buf.dtype.type(1)

@@ -296,4 +296,5 @@ def bootstrap_ci(values: Sequence[float], confidence: float = 0.95, resamples: i
     rng = np.random.default_rng(seed)
     means = v[rng.integers(0, v.size, size=(int(resamples), v.size))].mean(axis=1)
     tail = (1 - confidence) / 2 * 100
-    return float(v.mean()), float(np.percentile(means, tail)), float(np.percentile(means, 100 - tail))
+    low, high = np.percentile(means, tail), np.percentile(means, 100 - tail)
+    return float(v.mean()), float(low), float(high)

@@ -54,7 +54,9 @@ def _spec_leaves(spec: Any, fn_name: str) -> List[TensorSpec]:
         raise TypeError(f"{fn_name}: spec must be a TensorSpec or a nest of them, got None")
     leaves = nest.flatten(spec)
     if not leaves:
-        raise ValueError(f"{fn_name}: spec is an empty nest; it must contain at least one TensorSpec")
+        raise ValueError(
+            f"{fn_name}: spec is an empty nest; it must contain at least one TensorSpec"
+        )
     for leaf in leaves:
         if not isinstance(leaf, TensorSpec):
             raise TypeError(
@@ -525,7 +527,9 @@ def entropy_with_fallback(
         return results[0], results[1]
     flat_paths = nest.flatten_with_path(distributions)
     if not flat_paths:
-        raise ValueError("entropy_with_fallback: distributions must contain at least one Distribution")
+        raise ValueError(
+            "entropy_with_fallback: distributions must contain at least one Distribution"
+        )
     for path, dist in flat_paths:
         if not isinstance(dist, td.Distribution):
             where = f" at '{path}'" if path else ""

@@ -13,16 +13,18 @@ on top of :class:`torch.utils.tensorboard.SummaryWriter`::
 A summary is written only when :func:`should_record_summaries` is true: a
 default writer is set, summaries are enabled (:func:`enable_summary`) and the
 innermost :class:`record_if` condition returns ``True``.  When it is false,
-:func:`scalar` returns at once without looking at its value, so passing a CUDA tensor costs no device->host copy
-or synchronisation.  Callers that have to *compute* a value only for a summary
-should guard that computation with ``if summary.should_record_summaries():``.
+:func:`scalar` returns at once without looking at its value, so passing a
+CUDA tensor costs no device->host copy or synchronisation.  Callers that have
+to *compute* a value only for a summary should guard that computation with
+``if summary.should_record_summaries():``.
 
 The global counter (the default ``step`` of every summary, usually the number
 of training iterations) is a plain Python ``int``.
 
-Differences from ALF: only scalars (what the package writes); summaries are enabled by default (ALF's trainer turns
-them on explicitly; here setting a default writer is enough), and the counter
-is an ``int`` rather than a numpy array.
+Differences from ALF: only scalars (what the package writes); summaries are
+enabled by default (ALF's trainer turns them on explicitly; here setting a
+default writer is enough), and the counter is an ``int`` rather than a numpy
+array.
 """
 import numbers
 import operator
