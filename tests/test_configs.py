@@ -46,6 +46,8 @@ def test_entropy_target_defaults_file_states_the_true_defaults():
                 bound = gin.query_parameter(f"{cls.__name__}.{name}")
             except ValueError:
                 continue  # not bound in the file (e.g. fast_update_rate, see its comment)
-            assert bound == param.default, f"{cls.__name__}.{name}: file {bound!r} != {param.default!r}"
+            assert bound == param.default, (
+                f"{cls.__name__}.{name}: file {bound!r} != {param.default!r}"
+            )
             checked += 1
     assert checked >= 18

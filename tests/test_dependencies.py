@@ -36,7 +36,8 @@ def test_the_controller_works_without_gymnasium():
         "import alf_entropy as ae\n"
         "from alf_entropy import *  # every public name imports without gymnasium\n"
         "spec = ae.BoundedTensorSpec((), torch.int64, 0, 3)\n"
-        "for cls in (ae.EntropyTargetAlgorithm, ae.SGDEntropyTargetAlgorithm, ae.FixedEntropyCoefficient):\n"
+        "for cls in (ae.EntropyTargetAlgorithm, ae.SGDEntropyTargetAlgorithm,\n"
+        "            ae.FixedEntropyCoefficient):\n"
         "    c = cls(spec, target_entropy=0.5)\n"
         "    for _ in range(5):\n"
         "        c.adjust_alpha(0.2)\n"
@@ -55,14 +56,16 @@ def test_the_controller_works_without_gymnasium():
         "    import alf_entropy.trainers\n"
         "except ImportError as e:\n"
         "    print('TRAINERS', type(e).__name__, e)\n"
-        "print('GYM_LOADED', any(m.startswith(('gymnasium', 'tqdm')) for m in sys.modules if sys.modules[m]))\n"
+        "print('GYM_LOADED', any(m.startswith(('gymnasium', 'tqdm'))\n"
+        "                        for m in sys.modules if sys.modules[m]))\n"
     )
     proc = _python(code)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "TARGET 0.35" in out, out
     assert "FROM_SPACE" in out and "pip install gymnasium" in out, out
-    assert "TRAINERS MissingDependencyError" in out and 'pip install "alf_entropy[train]"' in out, out
+    assert "TRAINERS MissingDependencyError" in out, out
+    assert 'pip install "alf_entropy[train]"' in out, out
     assert "not installed" in out, out
     assert "GYM_LOADED False" in out, out
 
@@ -70,8 +73,8 @@ def test_the_controller_works_without_gymnasium():
 @pytest.mark.slow
 def test_import_alf_entropy_is_light():
     proc = _python("import sys, alf_entropy\n"
-                   "print(sorted(m for m in ('torch', 'gin', 'gymnasium', 'alf_entropy.algorithms') "
-                   "if m in sys.modules))")
+                   "print(sorted(m for m in ('torch', 'gin', 'gymnasium',\n"
+                   "                         'alf_entropy.algorithms') if m in sys.modules))")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]", proc.stdout
 

@@ -1,4 +1,4 @@
-"""alf-entropy-report and -sweep: integer counts in the tables, a clean Ctrl-C (issue 22, item 7)."""
+"""alf-entropy-report and -sweep: integer counts in tables, a clean Ctrl-C (issue 22, item 7)."""
 import math
 
 import pytest

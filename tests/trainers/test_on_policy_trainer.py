@@ -182,7 +182,9 @@ def test_rng_and_optimizer_state_restored(tmp_path):
     assert torch.equal(torch.get_rng_state(), rng_after)
     new_state = resumed.algorithm.optimizers()[0].state_dict()
     some = next(iter(opt_state["state"]))
-    torch.testing.assert_close(new_state["state"][some]["exp_avg"], opt_state["state"][some]["exp_avg"])
+    torch.testing.assert_close(
+        new_state["state"][some]["exp_avg"], opt_state["state"][some]["exp_avg"]
+    )
 
 
 def test_checkpoint_mismatch_is_a_clear_error(tmp_path):

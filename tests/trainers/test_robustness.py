@@ -360,7 +360,9 @@ def test_two_runs_of_one_configuration_write_equal_checkpoints(tmp_path, env_id)
 # ----------------------------------------------------- bindings never used
 def test_a_binding_the_run_never_uses_is_an_error(tmp_path):
     parse_gin_config(None, ["OnPolicyTrainer.num_iterations = 1", "torch.optim.Adam.lr = -1e-3"])
-    with pytest.raises(GinConfigError, match=r"torch.optim.Adam.lr = -1e-3 \(--gin_param\).*default_optimizer.lr"):
+    with pytest.raises(
+        GinConfigError, match=r"torch.optim.Adam.lr = -1e-3 \(--gin_param\).*default_optimizer.lr"
+    ):
         OnPolicyTrainer(str(tmp_path / "run"), device="cpu")
     assert not os.path.exists(tmp_path / "run")
 

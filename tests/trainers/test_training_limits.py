@@ -144,8 +144,10 @@ def test_resume_within_and_past_the_limit(tmp_path, caplog):
         (dict(), "at least one of num_iterations and num_env_steps must be positive"),
         (dict(num_iterations=0, num_env_steps=0), "at least one"),
         (dict(num_iterations=None, num_env_steps=None), "at least one"),
-        (dict(num_iterations=-3), r"num_iterations must be an int >= 0 or None \(0 or None: no limit\)"),
-        (dict(num_iterations=2, num_env_steps=-1), r"num_env_steps must be an int >= 0 or None \(0 or None: no limit\)"),
+        (dict(num_iterations=-3),
+         r"num_iterations must be an int >= 0 or None \(0 or None: no limit\)"),
+        (dict(num_iterations=2, num_env_steps=-1),
+         r"num_env_steps must be an int >= 0 or None \(0 or None: no limit\)"),
         (dict(num_iterations=True), "num_iterations must be"),
     ],
 )
