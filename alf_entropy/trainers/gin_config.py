@@ -22,11 +22,13 @@ it; one in a gin file for a configurable the run never builds is a warning
 settings bound).  Configurables first called during training (:data:`LATE_CONFIGURABLES`:
 the evaluation, ...) cannot be judged then and are left out.
 """
+import contextlib
 import importlib
+import logging as py_logging
 import os
 import re
 import warnings
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 import gin
 from absl import logging
@@ -204,6 +206,31 @@ def _add_config_dir_to_search_path() -> None:
         _search_path_added = True
 
 
+class _NoSearchPathNoise(py_logging.Filter):
+    """Drops gin's resource reader's lines while gin searches its path.
+
+    For every search-path entry that lacks an included file (the current
+    directory, before :data:`CONFIG_DIR`) gin's ``resource_reader`` logs an
+    error line ("Path not found: on_policy_base.gin") although the next
+    entry has it; a file found nowhere is a :class:`GinConfigError` anyway.
+    """
+
+    def filter(self, record: py_logging.LogRecord) -> bool:
+        return record.module != "resource_reader"
+
+
+@contextlib.contextmanager
+def _quiet_include_search() -> Iterator[None]:
+    """While parsing, gin's include search logs nothing (see :class:`_NoSearchPathNoise`)."""
+    root = py_logging.getLogger()  # gin's resource_reader logs through the root logger
+    quiet = _NoSearchPathNoise()
+    root.addFilter(quiet)
+    try:
+        yield
+    finally:
+        root.removeFilter(quiet)
+
+
 def parse_gin_config(
     gin_files: Optional[Sequence[str]] = None,
     gin_params: Optional[Sequence[str]] = None,
@@ -235,7 +262,8 @@ def parse_gin_config(
     # relative ones, i.e. for ``include`` lines).
     paths = [os.path.abspath(find_gin_file(f)) for f in files]
     try:
-        gin.parse_config_files_and_bindings(paths, list(gin_params or []))
+        with _quiet_include_search():
+            gin.parse_config_files_and_bindings(paths, list(gin_params or []))
     except (ValueError, TypeError, KeyError, IOError, SyntaxError) as e:
         raise GinConfigError(one_line(e)) from e
     direct: Dict[Tuple[str, str, str], str] = {}

@@ -137,3 +137,18 @@ def test_a_trainer_built_without_the_cli_leaves_the_binding_unused_silently(tmp_
     with caplog.at_level(logging.WARNING):
         OnPolicyTrainer(str(tmp_path / "run"), device="cpu").close()
     assert "train.trainer" not in caplog.text
+
+
+def test_including_a_shipped_config_logs_no_search_path_errors(tmp_path, monkeypatch, caplog):
+    """gin looks for an include in the current directory first; that miss is not logged."""
+    monkeypatch.chdir(tmp_path)
+    mine = tmp_path / "mine.gin"
+    mine.write_text("include 'ppo_cartpole.gin'\n")
+    with caplog.at_level(logging.DEBUG):
+        parse_gin_config([str(mine)])
+    assert gin.query_parameter("OnPolicyTrainer.env_id") == "CartPole-v1"  # via on_policy_base
+    assert "Path not found" not in caplog.text and "system_path_file_exists" not in caplog.text
+    # A missing include is still one clear error.
+    mine.write_text("include 'no_such_config.gin'\n")
+    with pytest.raises(GinConfigError, match="no_such_config.gin"):
+        parse_gin_config([str(mine)])

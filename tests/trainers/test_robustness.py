@@ -305,6 +305,9 @@ def test_config_differences_ignore_neutral_settings_only():
     saved = "A.x = 1\nA.num_iterations = 3\nB.progress_bar = True\nC.y = (1,\n    2)\n"
     current = "A.x = 2\nA.num_iterations = 9\nB.progress_bar = False\nC.y = (1, 2)\nD.z = 0\n"
     assert config_differences(saved, current) == [("A.x", "1", "2"), ("D.z", None, "0")]
+    # A run a script started (no trainer binding) resumes under the command line (which
+    # records train.trainer); another trainer class differs in the trainer's own bindings.
+    assert config_differences(saved, saved + "train.trainer = @OnPolicyTrainer\n") == []
 
 
 # --------------------------------------------------------- bad root dirs
