@@ -18,8 +18,13 @@ setup(
     include_package_data=True,
     # The controller alone (what a plain PyTorch loop imports): it installs next
     # to any gymnasium (CleanRL pins 0.29.1) or none; from_space needs one.
+    # torch: 2.3 is the first whose wheels work with NumPy 2 (numpy is not
+    # capped, and torch.from_numpy is everywhere); the public APIs used
+    # (torch.compile, Distribution.mode, Adam(fused=True) on CUDA) are older,
+    # and CPU parameters fall back to foreach Adam before 2.4 (no fused CPU
+    # kernel). CI runs one version: .ci/run pins it (docs/index.md says which).
     install_requires=[
-        "torch>=2.1",
+        "torch>=2.3",
         "gin-config>=0.5",
         "absl-py",
         "tensorboard",

@@ -17,13 +17,6 @@ from alf_entropy.trainers.gin_config import CONFIG_DIR, parse_gin_config
 SHIPPED = sorted(glob.glob(os.path.join(CONFIG_DIR, "*.gin")))
 
 
-@pytest.fixture(autouse=True)
-def _clean_gin():
-    gin.clear_config()
-    yield
-    gin.clear_config()
-
-
 def test_configs_dir_ships_the_expected_files():
     names = {os.path.basename(p) for p in SHIPPED}
     assert {
@@ -53,6 +46,8 @@ def test_entropy_target_defaults_file_states_the_true_defaults():
                 bound = gin.query_parameter(f"{cls.__name__}.{name}")
             except ValueError:
                 continue  # not bound in the file (e.g. fast_update_rate, see its comment)
-            assert bound == param.default, f"{cls.__name__}.{name}: file {bound!r} != {param.default!r}"
+            assert bound == param.default, (
+                f"{cls.__name__}.{name}: file {bound!r} != {param.default!r}"
+            )
             checked += 1
     assert checked >= 18

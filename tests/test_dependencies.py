@@ -29,13 +29,15 @@ def _python(code: str, *args: str) -> subprocess.CompletedProcess:
 _WITHOUT_GYMNASIUM = "import sys\nsys.modules['gymnasium'] = None\nsys.modules['tqdm'] = None\n"
 
 
+@pytest.mark.slow
 def test_the_controller_works_without_gymnasium():
     code = _WITHOUT_GYMNASIUM + (
         "import torch\n"
         "import alf_entropy as ae\n"
         "from alf_entropy import *  # every public name imports without gymnasium\n"
         "spec = ae.BoundedTensorSpec((), torch.int64, 0, 3)\n"
-        "for cls in (ae.EntropyTargetAlgorithm, ae.SGDEntropyTargetAlgorithm, ae.FixedEntropyCoefficient):\n"
+        "for cls in (ae.EntropyTargetAlgorithm, ae.SGDEntropyTargetAlgorithm,\n"
+        "            ae.FixedEntropyCoefficient):\n"
         "    c = cls(spec, target_entropy=0.5)\n"
         "    for _ in range(5):\n"
         "        c.adjust_alpha(0.2)\n"
@@ -54,22 +56,25 @@ def test_the_controller_works_without_gymnasium():
         "    import alf_entropy.trainers\n"
         "except ImportError as e:\n"
         "    print('TRAINERS', type(e).__name__, e)\n"
-        "print('GYM_LOADED', any(m.startswith(('gymnasium', 'tqdm')) for m in sys.modules if sys.modules[m]))\n"
+        "print('GYM_LOADED', any(m.startswith(('gymnasium', 'tqdm'))\n"
+        "                        for m in sys.modules if sys.modules[m]))\n"
     )
     proc = _python(code)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "TARGET 0.35" in out, out
     assert "FROM_SPACE" in out and "pip install gymnasium" in out, out
-    assert "TRAINERS MissingDependencyError" in out and 'pip install "alf_entropy[train]"' in out, out
+    assert "TRAINERS MissingDependencyError" in out, out
+    assert 'pip install "alf_entropy[train]"' in out, out
     assert "not installed" in out, out
     assert "GYM_LOADED False" in out, out
 
 
+@pytest.mark.slow
 def test_import_alf_entropy_is_light():
     proc = _python("import sys, alf_entropy\n"
-                   "print(sorted(m for m in ('torch', 'gin', 'gymnasium', 'alf_entropy.algorithms') "
-                   "if m in sys.modules))")
+                   "print(sorted(m for m in ('torch', 'gin', 'gymnasium',\n"
+                   "                         'alf_entropy.algorithms') if m in sys.modules))")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]", proc.stdout
 
@@ -93,6 +98,7 @@ def test_require_train_extra_accepts_new_gymnasium(monkeypatch, version):
     require_train_extra()
 
 
+@pytest.mark.slow
 def test_cli_with_old_gymnasium_prints_one_line_and_exits_2(tmp_path):
     # Simulated (this interpreter's gymnasium may be new): the check reads the version.
     code = ("import sys\n"
@@ -110,6 +116,7 @@ def test_cli_with_old_gymnasium_prints_one_line_and_exits_2(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(requirements.gymnasium_version() is None
                     or requirements.version_tuple(requirements.gymnasium_version()) >= (1, 1),
                     reason="needs a gymnasium older than 1.1 installed (.ci/run's 0.29.1 venv)")

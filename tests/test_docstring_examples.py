@@ -4,8 +4,6 @@ import importlib
 
 import pytest
 
-from alf_entropy.utils import schedulers
-
 MODULES = [
     "alf_entropy",  # the top-level exports
     "alf_entropy.algorithms.entropy_controller",  # FixedEntropyCoefficient
@@ -23,12 +21,10 @@ MODULES = [
 
 @pytest.mark.parametrize("name", MODULES)
 def test_examples_run(name):
-    try:
-        result = doctest.testmod(
-            importlib.import_module(name),
-            optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE,
-        )
-    finally:
-        schedulers.reset_progress()  # an example may move the global progress
+    # An example may move the global progress: the autouse fixture resets it.
+    result = doctest.testmod(
+        importlib.import_module(name),
+        optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE,
+    )
     assert result.attempted > 0, f"{name}: no examples found"
     assert result.failed == 0, f"{name}: {result.failed} example(s) failed (see stdout)"

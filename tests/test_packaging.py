@@ -6,6 +6,8 @@ import subprocess
 import sys
 import zipfile
 
+import pytest
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -24,6 +26,7 @@ def _clean_python(code: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_gin_missing_include_raises_file_error_not_attribute_error():
     code = (
         "import sys\n"
@@ -47,6 +50,7 @@ def test_gin_missing_include_raises_file_error_not_attribute_error():
     assert "does_not_exist.gin" in out, out
 
 
+@pytest.mark.slow
 def test_gin_configs_are_package_data(tmp_path):
     source_gins = {p.name for p in (REPO / "alf_entropy" / "configs").glob("*.gin")}
     assert source_gins, "alf_entropy/configs holds no .gin files"
@@ -88,3 +92,20 @@ def test_declared_gymnasium_minimum_is_the_one_ci_tests():
     tested = re.search(r"MIN_GYM=([0-9.]+)", (REPO / ".ci" / "run").read_text())
     assert declared and tested, "setup.py or .ci/run lost its gymnasium minimum"
     assert tested.group(1).startswith(declared.group(1)), (declared.group(1), tested.group(1))
+
+
+def test_declared_torch_floor_is_the_one_the_docs_state_and_ci_pins_one_version():
+    """setup.py's torch floor is what the README and the install page say."""
+    import re
+
+    declared = re.search(r'"torch>=([0-9.]+)"', (REPO / "setup.py").read_text())
+    assert declared, "setup.py lost its torch requirement"
+    floor = declared.group(1)
+    for page in ("README.md", "docs/index.md"):
+        text = (REPO / page).read_text(encoding="utf-8")
+        assert f"torch>={floor}" in text, page
+        assert not re.search(r"torch>=(?!" + re.escape(floor) + r"\b)[0-9]", text), page
+    pinned = re.search(r'"torch==([0-9.]+)"', (REPO / ".ci" / "run").read_text())
+    assert pinned, ".ci/run lost its torch pin"
+    assert f"torch {pinned.group(1)}" in (REPO / "docs" / "index.md").read_text(encoding="utf-8")
+    assert tuple(map(int, pinned.group(1).split("."))) >= tuple(map(int, floor.split(".")))

@@ -42,12 +42,8 @@ def test_the_exports_are_gin_configurables():
     import gin
 
     # Binding through gin by the exported name reaches the exported class.
-    gin.clear_config()
-    try:
-        gin.parse_config("EntropyTargetAlgorithm.initial_alpha = 0.25")
-        import torch
+    gin.parse_config("EntropyTargetAlgorithm.initial_alpha = 0.25")
+    import torch
 
-        c = alf_entropy.EntropyTargetAlgorithm(alf_entropy.BoundedTensorSpec((), torch.int64, 0, 1))
-        assert abs(c.alpha.item() - 0.25) < 1e-6
-    finally:
-        gin.clear_config()
+    c = alf_entropy.EntropyTargetAlgorithm(alf_entropy.BoundedTensorSpec((), torch.int64, 0, 1))
+    assert abs(c.alpha.item() - 0.25) < 1e-6

@@ -12,8 +12,6 @@ import re
 import pytest
 import torch
 
-from alf_entropy.utils import schedulers
-
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEDICATED = {
     "docs/own_loop.md": "tests/test_readme_own_loop.py",
@@ -29,20 +27,15 @@ def python_blocks(path):
 
 
 def _run(path):
+    """Run the page's blocks in one namespace (the caller uses the ``one_thread`` fixture)."""
     names: dict = {}
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        for i, block in enumerate(python_blocks(path)):
-            exec(compile(block, f"{path} (python block {i + 1})", "exec"), names)
-    finally:
-        torch.set_num_threads(threads)
-        schedulers.reset_progress()
+    for i, block in enumerate(python_blocks(path)):
+        exec(compile(block, f"{path} (python block {i + 1})", "exec"), names)
     return names
 
 
 @pytest.mark.parametrize("path", [p for p in PAGES if p not in DEDICATED and python_blocks(p)])
-def test_python_blocks_run(path):
+def test_python_blocks_run(path, one_thread):
     _run(path)
 
 
@@ -64,8 +57,12 @@ def test_every_python_fence_is_run_or_marked_no_run():
     assert no_run <= 3
 
 
-def test_the_controller_in_one_screen():
+def test_the_controller_in_one_screen(one_thread, capsys):
     names = _run("README.md")
+    # What it prints is what the README says it prints, in words.
+    out = capsys.readouterr().out
+    assert "alpha 0.100; stage -3: estimating max_entropy (1 more update)" in out
+    assert out.strip() in (ROOT / "README.md").read_text(encoding="utf-8").replace("\n", " ")
     # "The controller in one screen" built a controller and took one update.
     controller = names["controller"]
     assert isinstance(controller.alpha, torch.Tensor) and controller.alpha.item() > 0

@@ -53,6 +53,7 @@ __all__ = [
     "FixedEntropyCoefficient",
     "NestedEntropyTargetAlgorithm",
     "SGDEntropyTargetAlgorithm",
+    "describe_stage",
 ]
 
 _UPDATE_MODES = ("auto", "tensor", "host", "compiled")
@@ -65,6 +66,45 @@ STUCK_UPDATES = 1000
 
 
 # ------------------------------------------------------------ stage machine
+def describe_stage(stage: Any) -> str:
+    """What a staged controller's ``stage`` means, in words (for printing).
+
+    Args:
+        stage: :attr:`EntropyTargetAlgorithm.stage` (a 0-d integer tensor,
+            read on the host) or an int.
+
+    Returns:
+        str: e.g. ``"stage -1: free (alpha frozen until the entropy falls
+        below the target)"``.
+
+    Raises:
+        TypeError: if ``stage`` is not an integer (or a 0-d integer tensor).
+
+    Example:
+        >>> describe_stage(-3)
+        'stage -3: estimating max_entropy (1 more update), then init, free and adjust'
+        >>> describe_stage(1)
+        'stage 1: adjust (the average entropy is above the target)'
+    """
+    if isinstance(stage, torch.Tensor) and stage.numel() == 1 and not stage.is_floating_point():
+        stage = int(stage)
+    if isinstance(stage, bool) or not isinstance(stage, (int, np.integer)):
+        raise TypeError(f"stage must be an int or a 0-d integer tensor, got {stage!r}")
+    stage = int(stage)
+    if stage < -2:
+        left = -2 - stage
+        what = (f"estimating max_entropy ({left} more update{'s' if left > 1 else ''}), "
+                "then init, free and adjust")
+    elif stage == -2:
+        what = "init (alpha moves until the average entropy is below max_entropy)"
+    elif stage == -1:
+        what = "free (alpha frozen until the entropy falls below the target)"
+    else:
+        side = "above" if stage > 0 else "at or below"
+        what = f"adjust (the average entropy is {side} the target)"
+    return f"stage {stage}: {what}"
+
+
 class _HostOps:
     """The select primitive over numpy scalars (CPU state, no torch calls)."""
 
@@ -133,7 +173,9 @@ def _stage_machine(x: Any, state: Tuple, entropy: Any, prev_avg: Any, avg: Any, 
     log_alpha = x.where(d, new_log_alpha, log_alpha)
     if max_log_alpha is not None:
         log_alpha = x.minimum(log_alpha, max_log_alpha)
-    new = (log_alpha, x.where(d, x.i32(above), stage), x.where(d, x.f32(new_rate), rate), max_entropy)
+    new = (
+        log_alpha, x.where(d, x.i32(above), stage), x.where(d, x.f32(new_rate), rate), max_entropy
+    )
     return new if track is None else new + (ref_target,)
 
 
@@ -265,7 +307,8 @@ class EntropyTargetAlgorithm(EntropyController):
             max_entropy = check_real("max_entropy", max_entropy)
             if self._target.initial > max_entropy:
                 raise ValueError(
-                    f"target_entropy ({self._target.initial}) must be <= max_entropy ({max_entropy})"
+                    f"target_entropy ({self._target.initial}) must be <= max_entropy "
+                    f"({max_entropy})"
                 )
         self._update_mode = update_mode
         self._avg_entropy = ScalarWindowAverager(average_window)
@@ -285,7 +328,9 @@ class EntropyTargetAlgorithm(EntropyController):
         # guards every 0-d float64 tensor with a host read of its value.
         min_log_alpha = math.log(min_alpha) if min_alpha > 0 else -100.0
         consts = (min_log_alpha, _seed_rate(slow_update_rate), _seed_rate(fast_update_rate))
-        self.register_buffer("_consts64", torch.tensor(consts, dtype=torch.float64), persistent=False)
+        self.register_buffer(
+            "_consts64", torch.tensor(consts, dtype=torch.float64), persistent=False
+        )
         self.register_buffer("_very_slow", f32(very_slow_update_rate), persistent=False)
         self._host_consts = (np.float32(very_slow_update_rate), *map(np.float64, consts[1:]),
                              np.float64(min_log_alpha))
@@ -308,7 +353,10 @@ class EntropyTargetAlgorithm(EntropyController):
 
     @property
     def stage(self) -> torch.Tensor:
-        """< -2 estimating max entropy, -2 init, -1 free, 0/1 adjust (1: above target)."""
+        """< -2 estimating max entropy, -2 init, -1 free, 0/1 adjust (1: above target).
+
+        :func:`describe_stage` says it in words.
+        """
         return self._stage
 
     @property
@@ -336,7 +384,9 @@ class EntropyTargetAlgorithm(EntropyController):
         """The target as a zero-argument callable (a scheduler)."""
         return self._target.fn
 
-    def _update(self, entropy: torch.Tensor, count: Optional[torch.Tensor]) -> Tuple[torch.Tensor, Any]:
+    def _update(
+        self, entropy: torch.Tensor, count: Optional[torch.Tensor]
+    ) -> Tuple[torch.Tensor, Any]:
         target = None if self._target.constant else self._target(counting=True)
         if target is not None:
             self._target_now.fill_(target)
@@ -385,7 +435,8 @@ class EntropyTargetAlgorithm(EntropyController):
         elif stage == -2:
             why = (f"is still in its init stage after {n} updates: until the average entropy "
                    f"({avg:.3f}) falls below {bound}, log_alpha only creeps by "
-                   f"very_slow_update_rate per update and the target ({target:.3f}) is not acted on")
+                   f"very_slow_update_rate per update and the target ({target:.3f}) is not "
+                   "acted on")
             todo = (f"give max_entropy (e.g. a little above the target), set skip_free_stage=True "
                     f"to act on the target at once, or start from a smaller initial_alpha (alpha "
                     f"is {alpha:.3g}) so that the entropy can fall")
@@ -646,7 +697,9 @@ class SGDEntropyTargetAlgorithm(EntropyController):
         debug_summaries: bool = False,
         name: str = "SGDEntropyTargetAlgorithm",
     ):
-        super().__init__(action_spec, optimizer=optimizer, debug_summaries=debug_summaries, name=name)
+        super().__init__(
+            action_spec, optimizer=optimizer, debug_summaries=debug_summaries, name=name
+        )
         initial_alpha = check_real("initial_alpha", initial_alpha, positive=True)
         check_int("window_size", window_size, minimum=1)
         bounds = [None if v is None else check_real(arg, v, positive=True)
@@ -655,8 +708,8 @@ class SGDEntropyTargetAlgorithm(EntropyController):
             raise ValueError(f"min_alpha ({min_alpha}) must be <= max_alpha ({max_alpha})")
         if (bounds[0] is not None and initial_alpha < bounds[0]) or (
                 bounds[1] is not None and initial_alpha > bounds[1]):
-            raise ValueError(f"initial_alpha ({initial_alpha}) must be within [min_alpha, max_alpha] "
-                             f"= [{min_alpha}, {max_alpha}]")
+            raise ValueError(f"initial_alpha ({initial_alpha}) must be within "
+                             f"[min_alpha, max_alpha] = [{min_alpha}, {max_alpha}]")
         self._init_target(target_entropy)
         if bounds[1] is not None:
             self._max_log_alpha_watch = math.log(bounds[1])
@@ -695,7 +748,7 @@ class SGDEntropyTargetAlgorithm(EntropyController):
 
     @property
     def trained_by_parent(self) -> bool:
-        """Whether a parent's optimisers train ``log_alpha`` through ``scalar_loss`` (see the class)."""
+        """Whether a parent's optimisers train ``log_alpha`` via ``scalar_loss`` (see the class)."""
         return self._trained_by_parent
 
     def _collect_optimizers(self, is_root: bool,
@@ -731,7 +784,9 @@ class SGDEntropyTargetAlgorithm(EntropyController):
         self._finish(entropy, None)
         return self.alpha
 
-    def _update(self, entropy: torch.Tensor, count: Optional[torch.Tensor]) -> Tuple[torch.Tensor, Any]:
+    def _update(
+        self, entropy: torch.Tensor, count: Optional[torch.Tensor]
+    ) -> Tuple[torch.Tensor, Any]:
         gap = self._gap(entropy, count)
         alpha = self.alpha
         if self._trained_by_parent:
@@ -756,7 +811,10 @@ class SGDEntropyTargetAlgorithm(EntropyController):
 
     def _step(self, gap: torch.Tensor) -> None:
         """One step of ``log_alpha`` with gradient ``gap``, then the clamp."""
-        optimizer = self.optimizers()[0] if self._optimizer_arg is not None else self.parent_optimizer
+        if self._optimizer_arg is not None:
+            optimizer = self.optimizers()[0]
+        else:
+            optimizer = self.parent_optimizer
         if optimizer is None:
             self._adam_step(gap)
         else:

@@ -169,18 +169,16 @@ class PIDEntropyTargetAlgorithm(EntropyController):
         super().__init__(action_spec, debug_summaries=debug_summaries, name=name)
         for arg, value in (("kp", kp), ("ki", ki), ("kd", kd)):
             check_real(arg, value, minimum=0.0)
-        check_real("error_ema", error_ema, minimum=0.0)
-        if error_ema >= 1:
-            raise ValueError(f"error_ema must be in [0, 1), got {error_ema!r}")
+        check_real("error_ema", error_ema, minimum=0.0, below=1.0)
         if not isinstance(trend_emas, (tuple, list)) or len(trend_emas) != 2:
             raise TypeError(f"trend_emas must be a pair (fast, slow), got {trend_emas!r}")
-        fast, slow = (check_real(f"trend_emas[{i}]", v, minimum=0.0) for i, v in enumerate(trend_emas))
+        fast, slow = (
+            check_real(f"trend_emas[{i}]", v, minimum=0.0) for i, v in enumerate(trend_emas)
+        )
         if not fast < slow < 1:
             raise ValueError(f"trend_emas must satisfy 0 <= fast < slow < 1, got {trend_emas!r}")
         check_real("deadband", deadband, minimum=0.0, maximum=0.99)
-        check_real("max_alpha_change", max_alpha_change)
-        if max_alpha_change <= 1:
-            raise ValueError(f"max_alpha_change must be > 1, got {max_alpha_change!r}")
+        check_real("max_alpha_change", max_alpha_change, above=1.0)
         check_real("initial_alpha", initial_alpha, positive=True)
         check_real("min_alpha", min_alpha, positive=True)
         if max_alpha is not None:
@@ -239,7 +237,9 @@ class PIDEntropyTargetAlgorithm(EntropyController):
     def _state(self) -> Tuple[torch.Tensor, ...]:
         return self._log_alpha, self._integral, self._err_ema, self._fast, self._slow, self._count
 
-    def _update(self, entropy: torch.Tensor, count: Optional[torch.Tensor]) -> Tuple[torch.Tensor, Any]:
+    def _update(
+        self, entropy: torch.Tensor, count: Optional[torch.Tensor]
+    ) -> Tuple[torch.Tensor, Any]:
         self._refresh_target()
         entropy = entropy.to(self._log_alpha.device, torch.float32)
         if self._use_host():
@@ -276,7 +276,8 @@ class PIDEntropyTargetAlgorithm(EntropyController):
             return
         views = [buf.numpy() for buf in self._state()]
         c = self._host_consts
-        new = _pid_rule(_HostOps, tuple(v[()] for v in views), ent, True,
-                        self._target_now.numpy()[()], bool(self._windup_stalled().numpy()), c[:8], c[8:])
+        target, stalled = self._target_now.numpy()[()], bool(self._windup_stalled().numpy())
+        new = _pid_rule(_HostOps, tuple(v[()] for v in views), ent, True, target, stalled,
+                        c[:8], c[8:])
         for view, value in zip(views, new):
             view[()] = value

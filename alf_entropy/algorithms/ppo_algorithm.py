@@ -17,7 +17,6 @@ handling) that changes two things:
 With an entropy controller its ``calc_loss`` runs, and adjusts ``alpha``, once
 per minibatch.
 """
-import numbers
 from typing import Any
 
 import gin
@@ -30,6 +29,7 @@ from alf_entropy.algorithms.actor_critic_algorithm import (
 )
 from alf_entropy.data_structures import Experience, LossInfo
 from alf_entropy.utils import summary
+from alf_entropy.utils.checks import check_real
 from alf_entropy.utils.signatures import forwards_arguments
 
 __all__ = ["PPOAlgorithm"]
@@ -82,16 +82,9 @@ class PPOAlgorithm(ActorCriticAlgorithm):
         name: str = "PPOAlgorithm",
         **kwargs: Any,
     ):
-        if (
-            isinstance(importance_ratio_clipping, bool)
-            or not isinstance(importance_ratio_clipping, numbers.Real)
-            or not 0.0 < importance_ratio_clipping < 1.0
-        ):
-            raise ValueError(
-                "importance_ratio_clipping must be a number in (0, 1), got "
-                f"{importance_ratio_clipping!r}"
-            )
-        self._importance_ratio_clipping = float(importance_ratio_clipping)
+        self._importance_ratio_clipping = check_real(
+            "importance_ratio_clipping", importance_ratio_clipping, above=0.0, below=1.0
+        )
         super().__init__(
             observation_spec,
             action_spec,

@@ -62,6 +62,8 @@ METRIC_COLUMNS = [
     "final_eval_return",
     "final_return",
 ]
+COUNT_COLUMNS = frozenset({"seed", "env_steps", "tracking_from_env_step"})
+"""Columns of env-step (or seed) counts: printed as integers, never ``1.229e+04``."""
 
 
 class RunData:
@@ -76,7 +78,9 @@ class RunData:
         group: runs with equal ``group`` differ only in their seed.
     """
 
-    def __init__(self, run_dir: str, scalars: Dict[str, Tuple[np.ndarray, np.ndarray]], config: str):
+    def __init__(
+        self, run_dir: str, scalars: Dict[str, Tuple[np.ndarray, np.ndarray]], config: str
+    ):
         self.run_dir = run_dir
         self.name = os.path.basename(os.path.normpath(run_dir))
         self.scalars = scalars
@@ -192,7 +196,7 @@ def run_metrics(run: RunData, tol: float = TOL) -> Dict[str, Any]:
     row.update(run=run.name, group="", seed=run.seed, env_steps=int(env[-1]) if env.size else nan)
     if steps.size:
         start = cm.warmup_end(entropy, target, tol)
-        row["tracking_from_env_step"] = float(x[start]) if start < x.size else nan
+        row["tracking_from_env_step"] = int(round(float(x[start]))) if start < x.size else nan
         row["tracking_rmse"] = cm.tracking_rmse(entropy, target, start)
         row["frac_5pct_below"] = cm.fraction_below(entropy, target, tol, start)
         settle = cm.settling_times(entropy, target, tol=tol, x=x)
@@ -209,10 +213,21 @@ def run_metrics(run: RunData, tol: float = TOL) -> Dict[str, Any]:
     return row
 
 
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
+def _fmt(value: Any, column: str = "") -> str:
+    """A table cell: counts as integers, other numbers to 4 significant digits.
+
+    Args:
+        value: the metric (NaN, None or "" when missing).
+        column: the metric's column (``COUNT_COLUMNS`` print as integers).
+
+    Returns:
+        str: the cell's text ("–" when missing).
+    """
+    if isinstance(value, (float, np.floating)):
         if math.isnan(value):
             return "–"
+        if column in COUNT_COLUMNS and math.isfinite(value):
+            return f"{value:.0f}"
         return f"{value:.4g}"
     return "–" if value is None or value == "" else str(value)
 
@@ -229,7 +244,7 @@ def _write_tables(rows: List[Dict[str, Any]], out_dir: str) -> Tuple[str, str]:
         "| " + " | ".join(METRIC_COLUMNS) + " |",
         "| " + " | ".join("---" for _ in METRIC_COLUMNS) + " |",
     ]
-    lines += ["| " + " | ".join(_fmt(r[c]) for c in METRIC_COLUMNS) + " |" for r in rows]
+    lines += ["| " + " | ".join(_fmt(r[c], c) for c in METRIC_COLUMNS) + " |" for r in rows]
     with open(md_path, "w", encoding="utf-8") as f:
         f.write(
             f"Control metrics (band ±{TOL:.0%} of the target; computed on the logged "
@@ -349,7 +364,9 @@ def _group(runs: List[RunData]) -> List[List[RunData]]:
     return list(groups.values())
 
 
-def write_report(run_dirs: Sequence[str], out_dir: Optional[str] = None, dpi: int = 80) -> Dict[str, Any]:
+def write_report(
+    run_dirs: Sequence[str], out_dir: Optional[str] = None, dpi: int = 80
+) -> Dict[str, Any]:
     """Write the figures and metric tables of some runs.
 
     Args:
@@ -406,7 +423,9 @@ def write_report(run_dirs: Sequence[str], out_dir: Optional[str] = None, dpi: in
     fig.savefig(path, dpi=dpi)
     plt.close(fig)
     figures.append(path)
-    return {"out_dir": out_dir, "figures": figures, "csv": csv_path, "markdown": md_path, "rows": rows}
+    return {
+        "out_dir": out_dir, "figures": figures, "csv": csv_path, "markdown": md_path, "rows": rows
+    }
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -416,11 +435,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         argv: the arguments (default ``sys.argv[1:]``).
 
     Returns:
-        int: the exit status (0, or 2 for bad input).
+        int: the exit status (0, 2 for bad input, 130 when stopped by Ctrl-C).
     """
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run dirs or dirs of runs")
-    parser.add_argument("--out_dir", default=None, help="output dir (default: <common parent>/report)")
+    parser.add_argument(
+        "--out_dir", default=None, help="output dir (default: <common parent>/report)"
+    )
     parser.add_argument("--dpi", type=int, default=80, help="PNG resolution")
     args = parser.parse_args(argv)
     try:
@@ -428,6 +449,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ValueError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # asked for: one line, not an error or a traceback
+        print(f"{PROG}: stopped by SIGINT; run the same command to write the report",
+              file=sys.stderr)
+        return 130
     with open(result["markdown"], encoding="utf-8") as f:
         print(f.read())
     print(f"{PROG}: wrote {len(result['figures'])} figures and metrics to {result['out_dir']}")

@@ -59,6 +59,8 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from alf_entropy.utils.checks import check_int
+
 __all__ = ["SweepRun", "load_spec", "expand_spec", "is_done", "stale_runs", "run_sweep", "main"]
 
 PROG = "alf-entropy-sweep"
@@ -134,7 +136,9 @@ def check_spec(spec: Any) -> Dict[str, Any]:
         raise ValueError(f"the sweep spec must be a JSON object, got {type(spec).__name__}")
     unknown = set(spec) - _SPEC_KEYS
     if unknown:
-        raise ValueError(f"unknown keys in the sweep spec: {sorted(unknown)}; allowed: {sorted(_SPEC_KEYS)}")
+        raise ValueError(
+            f"unknown keys in the sweep spec: {sorted(unknown)}; allowed: {sorted(_SPEC_KEYS)}"
+        )
     out = {
         "gin_file": spec.get("gin_file", []),
         "gin_param": spec.get("gin_param", []),
@@ -404,8 +408,7 @@ def run_sweep(
             (nothing is written or run then).
     """
     spec = check_spec(spec)
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise ValueError(f"jobs must be an int >= 1, got {jobs!r}")
+    check_int("jobs", jobs, minimum=1)
     runs = expand_spec(spec, sweep_dir, device)
     stale = stale_runs(runs)
     if stale:
@@ -455,7 +458,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         argv: the arguments (default ``sys.argv[1:]``).
 
     Returns:
-        int: 0 if every run succeeded, 1 if some failed, 2 for bad input.
+        int: 0 if every run succeeded, 1 if some failed, 2 for bad input,
+        130 when stopped by Ctrl-C.
     """
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--spec", required=True, help="the sweep's JSON spec")
@@ -479,6 +483,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ValueError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # asked for: one line, not an error or a traceback
+        print(f"{PROG}: stopped by SIGINT; run the same command to continue (finished runs "
+              "are skipped, interrupted ones resume from their checkpoints)", file=sys.stderr)
+        return 130
     return 1 if result["failed"] else 0
 
 

@@ -4,7 +4,7 @@ Usage::
 
     alf-entropy-train --root_dir runs/ppo_cartpole            # default config
     alf-entropy-train --root_dir runs/pendulum --gin_file ppo_pendulum.gin --device cuda
-    alf-entropy-train --root_dir runs/sac --gin_file sac_pendulum.gin   # OffPolicyTrainer
+    alf-entropy-train --root_dir runs/sac --gin_file sac_pendulum.gin
     alf-entropy-train --root_dir runs/quick --gin_param 'OnPolicyTrainer.num_iterations = 3'
     tensorboard --logdir runs
 
@@ -15,7 +15,10 @@ bindings (repeatable) are applied after the files.  Running again with the
 same ``--root_dir`` resumes from its latest checkpoint (with a larger limit
 it continues; a run already at its limit prints one line and exits 0).
 Training stops at whichever of ``num_iterations`` and ``num_env_steps`` is
-reached first (0 or None: no limit from that one).
+reached first (0 or None: no limit from that one).  The config names its
+trainer with ``train.trainer = @OnPolicyTrainer`` (A2C/PPO) or
+``@OffPolicyTrainer`` (SAC); every shipped config binds it, so a config that
+includes one inherits it, and a config without it is refused.
 
 A missing file, a misspelt binding, a binding nothing uses, an invalid
 value, a missing or too old gymnasium (the trainer needs ``gymnasium>=1.1``:
@@ -25,8 +28,10 @@ is in use by another trainer, or a run whose checkpoints are all damaged exits
 with status 2 and a single ``alf-entropy-train: error: ...`` line on stderr (a
 damaged newest checkpoint is skipped with a warning).  SIGTERM or Ctrl-C
 (SIGINT) ends the current iteration, writes a checkpoint and exits with status
-0 and one line saying where it stopped; a second signal stops at once (status
-128 + the signal's number).  A checkpoint that cannot be written (a full disk)
+0 and one line saying where it stopped; a second signal, or one while the run
+is starting (before training), stops at once with one ``alf-entropy-train:
+stopped ...`` line (not an error) and status 128 + the signal's number (130:
+SIGINT, 143: SIGTERM).  A checkpoint that cannot be written (a full disk)
 exits with status 1 and one line.  See ``docs/robustness.md``.
 
 Under ``torchrun`` (``torchrun --standalone --nproc_per_node 2 -m
@@ -35,8 +40,9 @@ alf_entropy.bin.train ...``) every rank runs this command and trains data-parall
 each survivor exits with status 1 and one error line.
 """
 import os
+import signal
 import sys
-from typing import List
+from typing import Any, List
 
 from absl import app, flags, logging
 
@@ -77,26 +83,31 @@ def _fail(message: str, status: int = 2) -> None:
     sys.exit(status)
 
 
-def _trainer_class() -> type:
-    """The trainer the parsed config is for: ``OffPolicyTrainer`` when it binds
-    any ``OffPolicyTrainer.*`` parameter (the SAC configs), else ``OnPolicyTrainer``.
+def _stopped(message: str, signum: int) -> None:
+    """Print one line for a stop the user asked for (not an error) and exit.
 
-    Raises:
-        ValueError: if the config binds parameters of both trainers.
+    The status is 128 + ``signum`` (130: SIGINT, 143: SIGTERM), the shell's
+    convention for a process a signal ended.
     """
-    import gin
+    if _is_main_rank():
+        print(f"{PROG}: stopped by {signal.Signals(signum).name} {message}", file=sys.stderr)
+    sys.exit(128 + signum)
 
-    from alf_entropy.trainers.off_policy_trainer import OffPolicyTrainer
-    from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
 
-    text = gin.config_str()
-    on, off = "OnPolicyTrainer." in text, "OffPolicyTrainer." in text
-    if on and off:
-        raise ValueError(
-            "the config binds both OnPolicyTrainer and OffPolicyTrainer parameters; "
-            "a run uses one trainer"
-        )
-    return OffPolicyTrainer if off else OnPolicyTrainer
+class _Terminated(BaseException):
+    """SIGTERM outside :meth:`Trainer.train` (which handles it itself).
+
+    A ``BaseException``, as ``KeyboardInterrupt``: no ``except Exception``
+    on the way (a checkpoint that "does not load") may swallow it.
+    """
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise _Terminated(signum)
 
 
 def _is_bound(binding: str) -> bool:
@@ -126,17 +137,32 @@ def _run(argv: List[str]) -> None:
     from alf_entropy.trainers.gin_config import one_line
     from alf_entropy.utils import distributed
 
+    # While training the trainer handles SIGTERM and SIGINT (a checkpoint,
+    # status 0); before and after, they stop at once with one line.
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         _train(device_flag=FLAGS.device)
+    except KeyboardInterrupt:
+        _stopped("before training started: nothing to resume was written yet; run the "
+                 "same command to start", signal.SIGINT)
+    except _Terminated as e:
+        _stopped("before training started: nothing to resume was written yet; run the "
+                 "same command to start", e.signum)
     except distributed.DistributedError as e:
         _fail(one_line(e), status=1)
     finally:
+        signal.signal(signal.SIGTERM, previous)
         distributed.shutdown()
 
 
 def _train(device_flag: str) -> None:
     """Build the trainer from the parsed flags and train."""
-    from alf_entropy.trainers.gin_config import GinConfigError, one_line, parse_gin_config
+    from alf_entropy.trainers.gin_config import (
+        GinConfigError,
+        configured_trainer,
+        one_line,
+        parse_gin_config,
+    )
     from alf_entropy.trainers.trainer import TrainingAborted, resolve_device
     from alf_entropy.utils import distributed
 
@@ -144,7 +170,7 @@ def _train(device_flag: str) -> None:
         device = resolve_device(device_flag)
         paths = parse_gin_config(FLAGS.gin_file, FLAGS.gin_param)
         logging.info("gin files: %s", paths)
-        cls = _trainer_class()
+        cls = configured_trainer()
         kwargs = {"root_dir": FLAGS.root_dir}
         for name, value in (("device", device), ("allow_config_change", FLAGS.allow_config_change)):
             if not _is_bound(f"{cls.__name__}.{name}"):
@@ -165,12 +191,12 @@ def _train(device_flag: str) -> None:
         _fail(f"out of memory building the run ({one_line(e)}): lower the sizes in the config")
     try:
         result = trainer.train()
-    except KeyboardInterrupt:
-        if distributed.is_distributed():
-            _fail(f"interrupted; resume from the last checkpoint in {trainer.root_dir}", 130)
-        _fail(f"interrupted; checkpoint saved in {trainer.root_dir}", status=130)
-    except TrainingAborted as e:
-        _fail(str(e), status=128 + e.signum)
+    except KeyboardInterrupt:  # where the trainer could not install its handlers
+        where = "the last checkpoint" if distributed.is_distributed() else "its checkpoint"
+        _stopped(f"while training; run the same command to resume from {where} in "
+                 f"{trainer.root_dir}", signal.SIGINT)
+    except TrainingAborted as e:  # a second signal: "stopped at once by a second ..."
+        _stopped(f"(a second signal): {str(e).split(': ', 1)[-1]}", e.signum)
     except OSError as e:  # the disk: CheckpointError is a ValueError, not this
         _fail(f"{one_line(e)}; the earlier checkpoints in {trainer.root_dir} are intact", 1)
     except ValueError as e:  # CheckpointError: a checkpoint could not be written

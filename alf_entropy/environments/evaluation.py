@@ -17,6 +17,7 @@ import torch
 
 from alf_entropy.data_structures import StepType, TimeStep
 from alf_entropy.environments.gym_vector_env import GymVectorEnv
+from alf_entropy.utils.checks import check_int
 
 __all__ = ["run_episodes", "evaluate"]
 
@@ -56,10 +57,8 @@ def run_episodes(
     Raises:
         ValueError: if ``num_episodes`` or ``max_steps`` is not positive.
     """
-    if not isinstance(num_episodes, int) or num_episodes < 1:
-        raise ValueError(f"num_episodes must be a positive int, got {num_episodes!r}")
-    if not isinstance(max_steps, int) or max_steps < 1:
-        raise ValueError(f"max_steps must be a positive int, got {max_steps!r}")
+    check_int("num_episodes", num_episodes, minimum=1)
+    check_int("max_steps", max_steps, minimum=1)
     env = GymVectorEnv(
         env_id,
         num_envs=num_episodes,

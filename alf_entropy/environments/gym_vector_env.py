@@ -63,6 +63,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv  # noq
 from alf_entropy.data_structures import StepType, TimeStep  # noqa: E402
 from alf_entropy.tensor_specs import BoundedTensorSpec, TensorSpec, from_gym_space  # noqa: E402
 from alf_entropy.utils import nest  # noqa: E402
+from alf_entropy.utils.checks import check_int  # noqa: E402
 
 __all__ = ["GymVectorEnv"]
 
@@ -112,22 +113,6 @@ def _make_vector_env(
     return cls(env_fns, copy=False, autoreset_mode=AutoresetMode.NEXT_STEP)
 
 
-def _from_wrapped_state(wrapper: Any, autoreset: np.ndarray, seeded: bool, started: bool,
-                        popped: int) -> Tuple:
-    """A state of the version that wrapped the envs in gymnasium's
-    ``RecordEpisodeStatistics``, in today's form (so its checkpoints resume)."""
-    queue = list(zip(wrapper.return_queue, wrapper.length_queue))
-    n = max(0, min(wrapper.episode_count - popped, len(queue)))  # not yet popped
-    finished = collections.deque(
-        [(float(r), int(x)) for r, x in queue[len(queue) - n:]], maxlen=_MAX_EPISODES
-    )
-    # The wrapper zeroes an env's counters on the step after its LAST one; here
-    # they are zeroed at the LAST step itself.
-    returns = np.where(autoreset, 0.0, wrapper.episode_returns).astype(np.float64)
-    lengths = np.where(autoreset, 0, wrapper.episode_lengths).astype(np.int64)
-    return wrapper.env, autoreset, seeded, started, returns, lengths, finished
-
-
 def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
     return torch.empty((), dtype=dtype).numpy().dtype
 
@@ -171,20 +156,14 @@ class GymVectorEnv:
         env_kwargs: Optional[Dict[str, Any]] = None,
         max_episode_steps: Optional[int] = None,
     ):
-        if not isinstance(num_envs, int) or num_envs < 1:
-            raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
-        if max_episode_steps is not None and (
-            not isinstance(max_episode_steps, int) or max_episode_steps < 1
-        ):
-            raise ValueError(
-                f"max_episode_steps must be None or a positive int, got {max_episode_steps!r}"
-            )
+        check_int("num_envs", num_envs, minimum=1)
+        check_int("max_episode_steps", max_episode_steps, minimum=1, allow_none=True,
+                  none_means="the env's own limit")
         if env_kwargs is None:
             env_kwargs = {}
         if not isinstance(env_kwargs, dict):
             raise TypeError(f"env_kwargs must be a dict, got {type(env_kwargs).__name__}")
-        if seed is not None and not isinstance(seed, (int, np.integer)):
-            raise TypeError(f"seed must be an int or None, got {seed!r}")
+        check_int("seed", seed, minimum=0, allow_none=True, none_means="unseeded")
         self._env_id = env_id
         self._num_envs = num_envs
         self._seed = None if seed is None else int(seed)
@@ -530,10 +509,7 @@ class GymVectorEnv:
         """
         self._check_open()
         try:
-            fields = pickle.loads(state)
-            if len(fields) == 5:  # saved with gymnasium's RecordEpisodeStatistics
-                fields = _from_wrapped_state(*fields)
-            env, autoreset, seeded, started, returns, lengths, finished = fields
+            env, autoreset, seeded, started, returns, lengths, finished = pickle.loads(state)
         except Exception as e:
             raise ValueError(f"state is not a GymVectorEnv state: {e}") from e
         if not isinstance(env, gym.vector.VectorEnv) or env.num_envs != self._num_envs:

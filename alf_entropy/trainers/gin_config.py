@@ -22,11 +22,13 @@ it; one in a gin file for a configurable the run never builds is a warning
 settings bound).  Configurables first called during training (:data:`LATE_CONFIGURABLES`:
 the evaluation, ...) cannot be judged then and are left out.
 """
+import contextlib
 import importlib
+import logging as py_logging
 import os
 import re
 import warnings
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 import gin
 from absl import logging
@@ -38,7 +40,9 @@ __all__ = [
     "DEFAULT_GIN_FILE",
     "GinConfigError",
     "LATE_CONFIGURABLES",
+    "TRAINER_BINDING",
     "check_bindings_used",
+    "configured_trainer",
     "import_configurables",
     "find_gin_file",
     "list_configs",
@@ -72,8 +76,50 @@ LATE_CONFIGURABLES = frozenset({"evaluate", "estimated_entropy"})
 :func:`check_bindings_used` cannot tell whether their bindings are used."""
 
 
+TRAINER_BINDING = "train.trainer"
+"""The binding that names the trainer a config runs (``train.trainer =
+@OnPolicyTrainer`` or ``@OffPolicyTrainer``); ``alf-entropy-train`` reads it."""
+
+
 class GinConfigError(ValueError):
     """A gin file could not be found or a binding could not be applied."""
+
+
+@gin.configurable("train")
+def _train(trainer: Any = None) -> Any:
+    """What :data:`TRAINER_BINDING` binds (called by :func:`configured_trainer`)."""
+    return trainer
+
+
+def configured_trainer() -> type:
+    """The trainer class the parsed config binds with :data:`TRAINER_BINDING`.
+
+    Every shipped config binds it (``on_policy_base.gin``:
+    ``@OnPolicyTrainer``; ``sac_pendulum.gin``: ``@OffPolicyTrainer``), so a
+    config that includes one of them inherits its trainer.
+
+    Returns:
+        type: the bound subclass of :class:`~alf_entropy.trainers.trainer.Trainer`.
+
+    Raises:
+        GinConfigError: if the config does not bind it, or binds something
+            that is not a trainer class.
+    """
+    from alf_entropy.trainers.trainer import Trainer  # the trainer imports this module
+
+    cls = _train()
+    if cls is None:
+        raise GinConfigError(
+            f"the config does not say which trainer runs it: bind {TRAINER_BINDING} = "
+            "@OnPolicyTrainer (A2C/PPO) or @OffPolicyTrainer (SAC), or include a shipped "
+            "config that does"
+        )
+    if not (isinstance(cls, type) and issubclass(cls, Trainer)):
+        raise GinConfigError(
+            f"{TRAINER_BINDING} must be a trainer class (@OnPolicyTrainer or "
+            f"@OffPolicyTrainer, without parentheses), got {cls!r}"
+        )
+    return cls
 
 
 def one_line(error: BaseException) -> str:
@@ -145,20 +191,44 @@ def find_gin_file(name: str) -> str:
     )
 
 
-def _add_config_dir_to_search_path() -> None:
-    """Put :data:`CONFIG_DIR` first on gin's include search path (once).
+_search_path_added = False
 
-    First, not last (``gin.add_config_file_search_path`` appends): gin tries
-    the prefixes in order and logs an error line for every prefix where an
-    included file is missing, so with the current directory first each
-    ``include 'on_policy_base.gin'`` would log a spurious "Path not found".
+
+def _add_config_dir_to_search_path() -> None:
+    """Add :data:`CONFIG_DIR` to gin's include search path (once per process).
+
+    gin's public ``add_config_file_search_path`` appends: an ``include`` is
+    looked up relative to the current directory first, then here.
     """
-    prefixes = getattr(gin.config, "_LOCATION_PREFIXES", None)
-    if isinstance(prefixes, list):
-        if CONFIG_DIR not in prefixes:
-            prefixes.insert(0, CONFIG_DIR)
-    else:  # a gin version without the list: appending still works, noisily
+    global _search_path_added
+    if not _search_path_added:
         gin.add_config_file_search_path(CONFIG_DIR)
+        _search_path_added = True
+
+
+class _NoSearchPathNoise(py_logging.Filter):
+    """Drops gin's resource reader's lines while gin searches its path.
+
+    For every search-path entry that lacks an included file (the current
+    directory, before :data:`CONFIG_DIR`) gin's ``resource_reader`` logs an
+    error line ("Path not found: on_policy_base.gin") although the next
+    entry has it; a file found nowhere is a :class:`GinConfigError` anyway.
+    """
+
+    def filter(self, record: py_logging.LogRecord) -> bool:
+        return record.module != "resource_reader"
+
+
+@contextlib.contextmanager
+def _quiet_include_search() -> Iterator[None]:
+    """While parsing, gin's include search logs nothing (see :class:`_NoSearchPathNoise`)."""
+    root = py_logging.getLogger()  # gin's resource_reader logs through the root logger
+    quiet = _NoSearchPathNoise()
+    root.addFilter(quiet)
+    try:
+        yield
+    finally:
+        root.removeFilter(quiet)
 
 
 def parse_gin_config(
@@ -192,7 +262,8 @@ def parse_gin_config(
     # relative ones, i.e. for ``include`` lines).
     paths = [os.path.abspath(find_gin_file(f)) for f in files]
     try:
-        gin.parse_config_files_and_bindings(paths, list(gin_params or []))
+        with _quiet_include_search():
+            gin.parse_config_files_and_bindings(paths, list(gin_params or []))
     except (ValueError, TypeError, KeyError, IOError, SyntaxError) as e:
         raise GinConfigError(one_line(e)) from e
     direct: Dict[Tuple[str, str, str], str] = {}
@@ -254,7 +325,9 @@ def check_bindings_used(constructing: Optional[str] = None) -> None:
     bound = parse_operative_config(gin.config_str())
     used = parse_operative_config(gin.operative_config_str())
     used_keys: Set[Tuple[str, str, str]] = {_normalize(k) for k in used}
-    skip = set(LATE_CONFIGURABLES) | ({constructing} if constructing else set())
+    # The trainer binding is read by alf-entropy-train, not by the trainer:
+    # a script that builds a trainer itself leaves it unused.
+    skip = set(LATE_CONFIGURABLES) | {"train"} | ({constructing} if constructing else set())
     unused = [k for k in bound if _normalize(k) not in used_keys and _normalize(k)[1] not in skip]
     if not unused:
         return

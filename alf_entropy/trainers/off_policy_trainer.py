@@ -108,14 +108,7 @@ class OffPolicyTrainer(Trainer):
         check_int("replay_buffer_length", replay_buffer_length, minimum=1)
         check_int("mini_batch_size", mini_batch_size, minimum=1)
         check_int("num_updates_per_train_iter", num_updates_per_train_iter, minimum=1)
-        if (
-            isinstance(initial_collect_steps, bool)
-            or not isinstance(initial_collect_steps, int)
-            or initial_collect_steps < 0
-        ):
-            raise ValueError(
-                f"initial_collect_steps must be an int >= 0, got {initial_collect_steps!r}"
-            )
+        check_int("initial_collect_steps", initial_collect_steps, minimum=0)
         if mini_batch_size > replay_buffer_length:
             raise ValueError(
                 f"mini_batch_size ({mini_batch_size}) must be <= replay_buffer_length "

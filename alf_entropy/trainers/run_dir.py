@@ -57,6 +57,11 @@ RESULT_NEUTRAL_PARAMETERS = frozenset({
 run trains, reports or saves, or where (``device``: a run may move from CPU
 to GPU, not bit-exactly), not what one iteration computes."""
 
+_NOT_COMPARED = frozenset({"train.trainer"})
+# gin_config.TRAINER_BINDING: which trainer alf-entropy-train builds. Only the
+# command line reads it (a run a script built does not record it); the
+# trainer's own bindings, which are compared, say what the run computes.
+
 
 class RunDirLocked(ValueError):
     """Another process holds the run directory's lock."""
@@ -210,7 +215,9 @@ def parse_operative_config(text: str) -> Dict[str, str]:
     return {k: " ".join(v.split()) for k, v in bindings.items()}
 
 
-def config_differences(saved: str, current: str) -> List[Tuple[str, Optional[str], Optional[str]]]:
+def config_differences(
+    saved: str, current: str
+) -> List[Tuple[str, Optional[str], Optional[str]]]:
     """The bindings that differ between two configs, neutral ones left out.
 
     Args:
@@ -220,12 +227,13 @@ def config_differences(saved: str, current: str) -> List[Tuple[str, Optional[str
     Returns:
         list: ``(binding, saved value or None, current value or None)``,
         sorted by binding; empty if the configs agree on everything but
-        :data:`RESULT_NEUTRAL_PARAMETERS`.
+        :data:`RESULT_NEUTRAL_PARAMETERS` and the trainer binding
+        (``train.trainer``, which only the command line reads).
     """
     old, new = parse_operative_config(saved), parse_operative_config(current)
     out = []
     for key in sorted(set(old) | set(new)):
-        if key.rsplit(".", 1)[-1] in RESULT_NEUTRAL_PARAMETERS:
+        if key.rsplit(".", 1)[-1] in RESULT_NEUTRAL_PARAMETERS or key in _NOT_COMPARED:
             continue
         if old.get(key) != new.get(key):
             out.append((key, old.get(key), new.get(key)))

@@ -75,20 +75,23 @@ Extension points for a subclass (``OnPolicyTrainer``, ``OffPolicyTrainer``):
   defaults to the algorithm's ``predict_step``.
 """
 import copy
+import logging as py_logging
 import math
 import os
 import pickle
 import random
 import shutil
 import signal
+import sys
 import threading
 import time
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import gin
 import numpy as np
 import torch
 from absl import logging
+from absl.logging import ABSLHandler
 
 from alf_entropy.utils.requirements import require_train_extra
 
@@ -112,6 +115,65 @@ MAX_SEED = 2**31
 env, the evaluation's) stay below 2**32, as NumPy's seeding needs."""
 _EVAL_SEED_OFFSET = 1_000_003
 _RANK_SEED_OFFSET = 7_919_993
+
+
+class _BarLogHandler(py_logging.Handler):
+    """Writes another console handler's lines with ``tqdm.write``.
+
+    ``tqdm.write`` clears the progress bar, writes the line and redraws the
+    bar, so a log line starts on its own line instead of after the bar's text.
+    """
+
+    def __init__(self, console: py_logging.Handler):
+        super().__init__(console.level)
+        self._console = console
+
+    def emit(self, record: py_logging.LogRecord) -> None:
+        try:
+            tqdm.write(self._console.format(record), file=sys.stderr)
+        except Exception:  # logging must not raise; report it as logging does
+            self.handleError(record)
+
+
+def _is_console_handler(handler: py_logging.Handler) -> bool:
+    """Whether ``handler`` writes to the terminal (stdout or stderr)."""
+    if isinstance(handler, ABSLHandler):  # absl's, installed by app.run
+        handler = handler.python_handler
+    return isinstance(handler, py_logging.StreamHandler) and handler.stream in (
+        sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__,
+    )
+
+
+_Swapped = List[Tuple[py_logging.Handler, py_logging.Handler]]
+
+
+def _log_through_bar(bar: Any) -> _Swapped:
+    """Route the root logger's console handlers through ``bar`` (``tqdm.write``).
+
+    Args:
+        bar: a tqdm bar; a disabled one changes nothing.
+
+    Returns:
+        The ``(console handler, its stand-in)`` pairs, for :func:`_restore_logging`.
+    """
+    root = py_logging.getLogger()
+    swapped: _Swapped = []
+    if not getattr(bar, "disable", True):
+        for handler in list(root.handlers):
+            if _is_console_handler(handler):
+                proxy = _BarLogHandler(handler)
+                root.removeHandler(handler)
+                root.addHandler(proxy)
+                swapped.append((handler, proxy))
+    return swapped
+
+
+def _restore_logging(swapped: _Swapped) -> None:
+    """Undo :func:`_log_through_bar`."""
+    root = py_logging.getLogger()
+    for handler, proxy in swapped:
+        root.removeHandler(proxy)
+        root.addHandler(handler)
 
 
 class TrainingAborted(Exception):
@@ -154,15 +216,6 @@ def resolve_device(device: Any) -> torch.device:
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {device!r} requested but CUDA is not available")
     return dev
-
-
-def _check_limit(value: Any, name: str) -> int:
-    """A training limit: ``None`` or 0 (no limit from it, returned as 0) or positive."""
-    if value is None:
-        return 0
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name} must be None, 0 (no limit) or a positive int, got {value!r}")
-    return value
 
 
 def _time_step_to_dict(time_step: TimeStep) -> Dict[str, Any]:
@@ -269,8 +322,11 @@ class Trainer:
         if not isinstance(root_dir, str) or not root_dir:
             raise ValueError(f"root_dir must be a non-empty path, got {root_dir!r}")
         run_dir.check_root_dir(os.path.abspath(os.path.expanduser(root_dir)))
-        max_iterations = _check_limit(num_iterations, "num_iterations")
-        max_env_steps = _check_limit(num_env_steps, "num_env_steps")
+        # A training limit: None or 0 is no limit from it (held as 0).
+        max_iterations = check_int("num_iterations", num_iterations, minimum=0,
+                                   allow_none=True, none_means="0 or None: no limit") or 0
+        max_env_steps = check_int("num_env_steps", num_env_steps, minimum=0,
+                                  allow_none=True, none_means="0 or None: no limit") or 0
         if max_iterations == 0 and max_env_steps == 0:
             raise ValueError(
                 "at least one of num_iterations and num_env_steps must be positive (0 or "
@@ -285,8 +341,7 @@ class Trainer:
         check_int("num_eval_episodes", num_eval_episodes, minimum=1)
         check_int("max_checkpoints", max_checkpoints, minimum=1)
         check_int("num_threads", num_threads, minimum=1, allow_none=True)
-        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < MAX_SEED:
-            raise ValueError(f"seed must be an int in [0, {MAX_SEED}), got {seed!r}")
+        check_int("seed", seed, minimum=0, below=MAX_SEED)
         if stop_eval_return is not None and eval_interval is None:
             raise ValueError("stop_eval_return needs eval_interval to be set")
 
@@ -611,8 +666,6 @@ class Trainer:
         fields = pickle.loads(ckpt.tensor_to_bytes(env_state["state"]))
         env = fields[0] if isinstance(fields, tuple) and fields else None
         num_envs = getattr(env, "num_envs", None)
-        if num_envs is None and hasattr(env, "env"):  # saved with a wrapper around it
-            num_envs = getattr(env.env, "num_envs", None)
         if num_envs != self._num_envs:
             raise ValueError(
                 f"its environment state holds {num_envs} envs, this run steps {self._num_envs}"
@@ -952,6 +1005,7 @@ class Trainer:
         self._last_summary_time, self._last_summary_steps = time.time(), self._env_steps
         status = ""
         old_handlers = self._install_signal_handlers()
+        swapped_handlers = _log_through_bar(bar)  # log lines do not glue onto the bar
         try:
             if self._eval_interval is not None and self._iteration == 0 and self._is_main:
                 self._evaluate_and_record()  # the untrained policy: the curve's start
@@ -993,6 +1047,7 @@ class Trainer:
         finally:
             for signum, handler in old_handlers.items():
                 signal.signal(signum, handler)
+            _restore_logging(swapped_handlers)
             bar.close()
             if self._env is not None:
                 self._env.close()

@@ -1,13 +1,11 @@
-"""Moving averages whose whole state lives in registered buffers.
+"""Window averages whose whole state lives in registered buffers.
 
-``WindowAverager`` averages the last ``window_size`` values, ``EMAverager``
-keeps an exponential moving average corrected by its accumulated mass (so the
-first values are not biased towards zero).  Both are ``nn.Module``s: their
-state moves with ``.to(device)`` and is saved by ``state_dict()``, and their
-updates are pure tensor ops (no ``.item()``, no Python branching on values),
-so they never synchronise a GPU with the host.
+``WindowAverager`` averages the last ``window_size`` values.  It is an
+``nn.Module``: its state moves with ``.to(device)`` and is saved by
+``state_dict()``, and its updates are pure tensor ops (no ``.item()``, no
+Python branching on values), so it never synchronises a GPU with the host.
 
-Both accept an optional ``valid`` flag in ``update``: when it is a false
+It accepts an optional ``valid`` flag in ``update``: when it is a false
 scalar tensor the update is a no-op, which lets a caller skip an update
 without reading the flag on the host.
 
@@ -27,7 +25,7 @@ from alf_entropy.tensor_specs import TensorSpec
 from alf_entropy.utils.checks import check_int
 from alf_entropy.utils.gin_errors import PlainGinErrors
 
-__all__ = ["WindowAverager", "ScalarWindowAverager", "EMAverager", "ScalarEMAverager"]
+__all__ = ["WindowAverager", "ScalarWindowAverager"]
 
 
 def _check_spec(tensor_spec: TensorSpec) -> None:
@@ -152,7 +150,9 @@ class WindowAverager(_Averager):
             ValueError: if the buffers are not on the CPU.
         """
         if self._buf.device.type != "cpu":
-            raise ValueError(f"{self._name}: average_on_host needs CPU buffers, not {self._buf.device}")
+            raise ValueError(
+                f"{self._name}: average_on_host needs CPU buffers, not {self._buf.device}"
+            )
         buf, count = self._buf.numpy(), self._count.numpy()
         c, w = int(count[()]), self._window_size
         one = buf.dtype.type(1)
@@ -179,76 +179,3 @@ class ScalarWindowAverager(WindowAverager):
         name: str = "ScalarWindowAverager",
     ):
         super().__init__(TensorSpec((), dtype), window_size, name)
-
-
-@gin.configurable
-class EMAverager(_Averager):
-    """Exponential moving average corrected by its mass.
-
-    ``x_t = (1 - r) x_{t-1} + r v`` and ``mass_t = (1 - r) mass_{t-1} + r``;
-    ``get()`` returns ``x_t / max(mass_t, r)`` (0 before any value), so the
-    average of a constant stream is that constant from the first update.
-
-    Args:
-        tensor_spec: spec of one value (outer dims are averaged away).
-        update_rate: ``r`` in ``(0, 1]``.
-        name: name of this averager.
-
-    Raises:
-        ValueError: if ``update_rate`` is outside ``(0, 1]``.
-    """
-
-    def __init__(self, tensor_spec: TensorSpec, update_rate: float, name: str = "EMAverager"):
-        super().__init__()
-        _check_spec(tensor_spec)
-        if not (0.0 < float(update_rate) <= 1.0):
-            raise ValueError(f"update_rate must be in (0, 1], got {update_rate!r}")
-        self._name = name
-        self._spec = tensor_spec
-        self._update_rate = float(update_rate)
-        self.register_buffer("_average", torch.zeros(tensor_spec.shape, dtype=tensor_spec.dtype))
-        self.register_buffer("_mass", torch.zeros((), dtype=torch.float64))
-
-    def update(self, tensor: torch.Tensor, valid: Optional[torch.Tensor] = None) -> None:
-        """Fold a value into the average.
-
-        Args:
-            tensor: the value, of shape ``[..., *spec.shape]``.
-            valid: optional bool scalar tensor; when false nothing changes.
-        """
-        value = _average_outer_dims(tensor, self._spec).to(self._average.dtype)
-        r = self._update_rate
-        if valid is None:
-            self._average.add_(r * (value - self._average))
-            self._mass.add_(r * (1 - self._mass))
-        else:
-            rate = valid.to(self._average.dtype) * r
-            self._average.add_(rate * (value - self._average))
-            self._mass.add_(rate.to(self._mass.dtype) * (1 - self._mass))
-
-    def get(self) -> torch.Tensor:
-        """The current average (0 before any value).
-
-        Returns:
-            A tensor of ``spec.shape``.
-        """
-        return self._average / self._mass.to(self._average.dtype).clamp(min=self._update_rate)
-
-
-@gin.configurable
-class ScalarEMAverager(EMAverager):
-    """``EMAverager`` of scalars.
-
-    Args:
-        update_rate: the update rate in ``(0, 1]``.
-        dtype: a floating point dtype.
-        name: name of this averager.
-    """
-
-    def __init__(
-        self,
-        update_rate: float,
-        dtype: torch.dtype = torch.float32,
-        name: str = "ScalarEMAverager",
-    ):
-        super().__init__(TensorSpec((), dtype), update_rate, name)

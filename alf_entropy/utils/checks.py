@@ -23,8 +23,11 @@ def check_real(
     positive: bool = False,
     minimum: Optional[float] = None,
     maximum: Optional[float] = None,
+    above: Optional[float] = None,
+    below: Optional[float] = None,
+    finite: bool = True,
 ) -> float:
-    """Return ``value`` as a finite float, or raise naming ``name``.
+    """Return ``value`` as a float, or raise naming ``name`` and the allowed range.
 
     Args:
         name: the argument's name, for the message.
@@ -32,18 +35,22 @@ def check_real(
         positive: require ``value > 0``.
         minimum: require ``value >= minimum`` if given.
         maximum: require ``value <= maximum`` if given.
+        above: require ``value > above`` if given.
+        below: require ``value < below`` if given.
+        finite: reject ``inf`` and NaN (with ``False`` NaN is still
+            rejected, infinities pass the range checks as any number).
 
     Returns:
         ``float(value)``.
 
     Raises:
         TypeError: if ``value`` is not a real number.
-        ValueError: if it is not finite or out of range.
+        ValueError: if it is not finite (when required), NaN, or out of range.
     """
     if not is_real(value):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__}: {value!r}")
     v = float(value)
-    if not math.isfinite(v):
+    if (finite and not math.isfinite(v)) or math.isnan(v):
         raise ValueError(f"{name} must be finite, got {value!r}")
     if positive and v <= 0:
         raise ValueError(f"{name} must be > 0, got {value!r}")
@@ -51,25 +58,38 @@ def check_real(
         raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
     if maximum is not None and v > maximum:
         raise ValueError(f"{name} must be <= {maximum}, got {value!r}")
+    if above is not None and not v > above:
+        raise ValueError(f"{name} must be > {above}, got {value!r}")
+    if below is not None and not v < below:
+        raise ValueError(f"{name} must be < {below}, got {value!r}")
     return v
 
 
 def check_int(
-    name: str, value: Any, minimum: Optional[int] = None, *, allow_none: bool = False
+    name: str,
+    value: Any,
+    minimum: Optional[int] = None,
+    *,
+    below: Optional[int] = None,
+    allow_none: bool = False,
+    none_means: str = "",
 ) -> Optional[int]:
     """Return ``value`` as an int, or raise ``ValueError`` naming ``name``.
 
     Args:
         name: the argument's name, for the message.
-        value: the value to check (a ``bool`` is rejected).
+        value: the value to check (a ``bool`` is rejected; numpy integers
+            are accepted).
         minimum: require ``value >= minimum`` if given.
+        below: require ``value < below`` if given.
         allow_none: accept (and return) ``None``.
+        none_means: what ``None`` means, for the message (e.g. ``"no limit"``).
 
     Returns:
         ``int(value)``, or ``None`` when it is ``None`` and allowed.
 
     Raises:
-        ValueError: if ``value`` is not an int or is below ``minimum``.
+        ValueError: if ``value`` is not an int or is out of range.
     """
     if value is None and allow_none:
         return None
@@ -77,9 +97,12 @@ def check_int(
         isinstance(value, bool)
         or not isinstance(value, numbers.Integral)
         or (minimum is not None and value < minimum)
+        or (below is not None and value >= below)
     ):
         allowed = "" if minimum is None else f" >= {minimum}"
-        raise ValueError(
-            f"{name} must be an int{allowed}{' or None' if allow_none else ''}, got {value!r}"
-        )
+        if below is not None:
+            allowed += f"{' and' if minimum is not None else ''} < {below}"
+        if allow_none:
+            allowed += f" or None{f' ({none_means})' if none_means else ''}"
+        raise ValueError(f"{name} must be an int{allowed}, got {value!r}")
     return int(value)

@@ -29,6 +29,8 @@ from typing import NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
+from alf_entropy.utils.checks import check_int, check_real
+
 __all__ = [
     "AlphaChange",
     "warmup_end",
@@ -51,12 +53,6 @@ def _pair(entropy: Sequence[float], target: Sequence[float]):
     return e, np.broadcast_to(t.reshape(-1) if t.ndim else t, e.shape).astype(np.float64)
 
 
-def _check_tol(tol: float) -> float:
-    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0 <= tol < 1:
-        raise ValueError(f"tol must be a number in [0, 1), got {tol!r}")
-    return float(tol)
-
-
 def warmup_end(entropy: Sequence[float], target: Sequence[float], tol: float = 0.05) -> int:
     """Index of the first sample with ``entropy <= target + tol * |target|``.
 
@@ -69,10 +65,12 @@ def warmup_end(entropy: Sequence[float], target: Sequence[float], tol: float = 0
         int: the index, or ``len(entropy)`` if the entropy never got there.
 
     Raises:
+        TypeError: if ``tol`` is not a real number.
         ValueError: for series of different lengths or a bad ``tol``.
     """
     e, t = _pair(entropy, target)
-    reached = np.nonzero(e <= t + _check_tol(tol) * np.abs(t))[0]
+    tol = check_real("tol", tol, minimum=0, below=1)
+    reached = np.nonzero(e <= t + tol * np.abs(t))[0]
     return int(reached[0]) if reached.size else int(e.size)
 
 
@@ -88,11 +86,11 @@ def tracking_rmse(entropy: Sequence[float], target: Sequence[float], start: int 
         float: the RMSE; NaN if no sample is left.
 
     Raises:
-        ValueError: for series of different lengths or a negative ``start``.
+        ValueError: for series of different lengths or a ``start`` that is not
+            an int >= 0.
     """
     e, t = _pair(entropy, target)
-    if isinstance(start, bool) or not isinstance(start, (int, np.integer)) or start < 0:
-        raise ValueError(f"start must be an int >= 0, got {start!r}")
+    start = check_int("start", start, minimum=0)
     d = (e - t)[start:]
     return float(np.sqrt(np.mean(d * d))) if d.size else math.nan
 
@@ -112,12 +110,12 @@ def fraction_below(
         float: in ``[0, 1]``; NaN if no sample is left.
 
     Raises:
+        TypeError: if ``tol`` is not a real number.
         ValueError: for series of different lengths, a bad ``tol`` or ``start``.
     """
     e, t = _pair(entropy, target)
-    tol = _check_tol(tol)
-    if isinstance(start, bool) or not isinstance(start, (int, np.integer)) or start < 0:
-        raise ValueError(f"start must be an int >= 0, got {start!r}")
+    tol = check_real("tol", tol, minimum=0, below=1)
+    start = check_int("start", start, minimum=0)
     below = (e < t - tol * np.abs(t))[start:]
     return float(below.mean()) if below.size else math.nan
 
@@ -136,10 +134,10 @@ def target_changes(target: Sequence[float], min_change: float = 0.05) -> np.ndar
         np.ndarray: the indices (int64), possibly empty.
 
     Raises:
+        TypeError: if ``min_change`` is not a real number.
         ValueError: if ``min_change <= 0``.
     """
-    if isinstance(min_change, bool) or not isinstance(min_change, (int, float)) or min_change <= 0:
-        raise ValueError(f"min_change must be a number > 0, got {min_change!r}")
+    min_change = check_real("min_change", min_change, positive=True)
     t = np.asarray(target, dtype=np.float64).reshape(-1)
     jump = np.abs(np.diff(t)) > min_change * np.abs(t[:-1])
     return np.nonzero(jump)[0].astype(np.int64) + 1
@@ -171,10 +169,11 @@ def settling_times(
         never settled).
 
     Raises:
+        TypeError: if ``tol`` or ``min_change`` is not a real number.
         ValueError: for series of different lengths or bad ``tol``/``min_change``.
     """
     e, t = _pair(entropy, target)
-    tol = _check_tol(tol)
+    tol = check_real("tol", tol, minimum=0, below=1)
     pos = np.arange(e.size, dtype=np.float64) if x is None else np.asarray(x, dtype=np.float64)
     if pos.shape != e.shape:
         raise ValueError(f"x must have the length of entropy ({e.size}), got {pos.size}")
@@ -285,12 +284,11 @@ def bootstrap_ci(values: Sequence[float], confidence: float = 0.95, resamples: i
         ``(mean, low, high)``; all NaN when no value is finite.
 
     Raises:
+        TypeError: if ``confidence`` is not a real number.
         ValueError: for a bad ``confidence`` or ``resamples``.
     """
-    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0 < confidence < 1:
-        raise ValueError(f"confidence must be a number in (0, 1), got {confidence!r}")
-    if isinstance(resamples, bool) or not isinstance(resamples, (int, np.integer)) or resamples < 1:
-        raise ValueError(f"resamples must be an int >= 1, got {resamples!r}")
+    confidence = check_real("confidence", confidence, above=0, below=1)
+    resamples = check_int("resamples", resamples, minimum=1)
     v = np.asarray(values, dtype=np.float64).reshape(-1)
     v = v[np.isfinite(v)]
     if not v.size:
@@ -298,4 +296,5 @@ def bootstrap_ci(values: Sequence[float], confidence: float = 0.95, resamples: i
     rng = np.random.default_rng(seed)
     means = v[rng.integers(0, v.size, size=(int(resamples), v.size))].mean(axis=1)
     tail = (1 - confidence) / 2 * 100
-    return float(v.mean()), float(np.percentile(means, tail)), float(np.percentile(means, 100 - tail))
+    low, high = np.percentile(means, tail), np.percentile(means, 100 - tail)
+    return float(v.mean()), float(low), float(high)

@@ -30,7 +30,7 @@ import torch.distributions as td
 
 from alf_entropy.tensor_specs import BoundedTensorSpec, TensorSpec
 from alf_entropy.utils import nest
-from alf_entropy.utils.checks import check_int
+from alf_entropy.utils.checks import check_int, check_real
 
 __all__ = [
     "greedy_probability_target",
@@ -54,7 +54,9 @@ def _spec_leaves(spec: Any, fn_name: str) -> List[TensorSpec]:
         raise TypeError(f"{fn_name}: spec must be a TensorSpec or a nest of them, got None")
     leaves = nest.flatten(spec)
     if not leaves:
-        raise ValueError(f"{fn_name}: spec is an empty nest; it must contain at least one TensorSpec")
+        raise ValueError(
+            f"{fn_name}: spec is an empty nest; it must contain at least one TensorSpec"
+        )
     for leaf in leaves:
         if not isinstance(leaf, TensorSpec):
             raise TypeError(
@@ -122,8 +124,7 @@ def greedy_probability_target(p: float, num_actions: int) -> float:
         ValueError: if ``num_actions < 2`` or ``p`` is outside ``[1/N, 1]``.
     """
     n = check_int("num_actions", num_actions, minimum=2)
-    if isinstance(p, bool) or not isinstance(p, (int, float, np.floating, np.integer)):
-        raise TypeError(f"p must be a real number, got {type(p).__name__}: {p!r}")
+    p = check_real("p", p)
     if not 1.0 / n <= p <= 1.0:
         raise ValueError(f"p must be in [1/num_actions, 1] = [{1.0 / n:.4g}, 1], got {p!r}")
     rest = 1.0 - p
@@ -526,7 +527,9 @@ def entropy_with_fallback(
         return results[0], results[1]
     flat_paths = nest.flatten_with_path(distributions)
     if not flat_paths:
-        raise ValueError("entropy_with_fallback: distributions must contain at least one Distribution")
+        raise ValueError(
+            "entropy_with_fallback: distributions must contain at least one Distribution"
+        )
     for path, dist in flat_paths:
         if not isinstance(dist, td.Distribution):
             where = f" at '{path}'" if path else ""

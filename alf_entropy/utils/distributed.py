@@ -30,6 +30,8 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+from alf_entropy.utils.checks import check_real
+
 __all__ = [
     "DEFAULT_TIMEOUT_S",
     "TIMEOUT_ENV",
@@ -121,9 +123,7 @@ def _resolve_timeout(timeout_s: Optional[float]) -> float:
             timeout_s = float(env)
         except ValueError:
             raise ValueError(f"{TIMEOUT_ENV} must be a number of seconds, got {env!r}") from None
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
-        raise ValueError(f"{source} must be a number of seconds > 0, got {timeout_s!r}")
-    return float(timeout_s)
+    return check_real(f"{source} (seconds)", timeout_s, positive=True)
 
 
 def init_from_env(device: torch.device, timeout_s: Optional[float] = None) -> torch.device:
@@ -144,6 +144,7 @@ def init_from_env(device: torch.device, timeout_s: Optional[float] = None) -> to
         torch.device: the device this rank trains on.
 
     Raises:
+        TypeError: if ``timeout_s`` is not a number.
         ValueError: for missing or inconsistent ``RANK``/``WORLD_SIZE``/
             ``LOCAL_RANK``/``MASTER_ADDR``/``MASTER_PORT``, a bad timeout, or
             fewer GPUs than local ranks.

@@ -15,6 +15,7 @@ import torch
 
 from alf_entropy.data_structures import namedtuple
 from alf_entropy.utils import nest
+from alf_entropy.utils.checks import check_int
 
 __all__ = ["ReplayBuffer", "Transition"]
 
@@ -53,9 +54,7 @@ class ReplayBuffer:
     """
 
     def __init__(self, capacity: int, device: Any = "cpu"):
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-            raise ValueError(f"capacity must be a positive int, got {capacity!r}")
-        self._capacity = capacity
+        self._capacity = check_int("capacity", capacity, minimum=1)
         self._device = torch.device(device)
         self._storage: Optional[Any] = None  # nest of [capacity, ...] tensors
         self._flat: List[torch.Tensor] = []

@@ -36,7 +36,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import gin
 
 from alf_entropy.utils import summary
-from alf_entropy.utils.checks import is_real
+from alf_entropy.utils.checks import check_int, check_real, is_real
 from alf_entropy.utils.gin_errors import PlainGinErrors
 
 __all__ = [
@@ -70,16 +70,6 @@ _progress: Dict[str, float] = {"iterations": 0.0, "env_steps": 0.0, "percent": 0
 _fed: set = set()
 
 
-def _check_real(x: Any, arg_name: str, finite: bool = True) -> float:
-    """Return ``float(x)`` or raise ValueError naming ``arg_name``."""
-    if not is_real(x):
-        raise ValueError(f"{arg_name} must be a real number, got {x!r}")
-    value = float(x)
-    if finite and not math.isfinite(value):
-        raise ValueError(f"{arg_name} must be finite, got {value}")
-    return value
-
-
 def _check_progress_type(progress_type: Any) -> str:
     """Return ``progress_type`` or raise ValueError naming the allowed set."""
     if progress_type not in PROGRESS_TYPES:
@@ -102,13 +92,12 @@ def update_progress(progress_type: str, value: numbers.Real) -> None:
             ``"global_counter"``).
 
     Raises:
+        TypeError: if ``value`` is not a real number.
         ValueError: if ``progress_type`` is unknown or ``value`` is not a
             finite number >= 0 (or not integral for ``"global_counter"``).
     """
     _check_progress_type(progress_type)
-    v = _check_real(value, "value")
-    if v < 0:
-        raise ValueError(f"value (progress {progress_type!r}) must be >= 0, got {v}")
+    v = check_real(f"value (progress {progress_type!r})", value, minimum=0)
     _fed.add(progress_type)
     if progress_type == "global_counter":
         if v != int(v):
@@ -189,10 +178,9 @@ def set_all_progress(progresses: Mapping[str, numbers.Real]) -> None:
         )
     for key, value in progresses.items():
         _check_progress_type(key)
-        v = _check_real(value, f"progresses[{key!r}]")
-        if v < 0 or (key == "global_counter" and v != int(v)):
-            raise ValueError(f"progresses[{key!r}] must be >= 0 (integral for "
-                             f"'global_counter'), got {v}")
+        v = check_real(f"progresses[{key!r}]", value, minimum=0)
+        if key == "global_counter" and v != int(v):
+            raise ValueError(f"progresses[{key!r}] must be integral, got {v}")
     for key, value in progresses.items():
         update_progress(key, value)
 
@@ -218,8 +206,8 @@ def _check_schedule(
             raise ValueError(
                 f"{arg_name}[{i}] must be a (progress, value) pair, got {pair!r}"
             )
-        progresses.append(_check_real(pair[0], f"{arg_name}[{i}] progress"))
-        values.append(_check_real(pair[1], f"{arg_name}[{i}] value", finite_values))
+        progresses.append(check_real(f"{arg_name}[{i}] progress", pair[0]))
+        values.append(check_real(f"{arg_name}[{i}] value", pair[1], finite=finite_values))
     for i in range(1, len(progresses)):
         if progresses[i] < progresses[i - 1]:
             raise ValueError(
@@ -315,9 +303,7 @@ class ConstantScheduler(metaclass=PlainGinErrors):
         Raises:
             TypeError: if ``value`` is not a real number.
         """
-        if not is_real(value):
-            raise TypeError(f"value must be a real number, got {type(value).__name__}")
-        self._value = float(value)
+        self._value = check_real("value", value, finite=False)
 
     def __call__(self) -> float:
         """Return the constant.
@@ -378,15 +364,10 @@ class SettledAnnealing(ConstantScheduler):
     def __init__(self, initial: numbers.Real, factor: float = 0.9, tolerance: float = 0.05,
                  window: int = 1000, final: Optional[numbers.Real] = None) -> None:
         super().__init__(initial)
-        self.factor = _check_real(factor, "factor")
-        self.tolerance = _check_real(tolerance, "tolerance")
-        for name, value in (("factor", self.factor), ("tolerance", self.tolerance)):
-            if not 0 < value < 1:
-                raise ValueError(f"{name} must be in (0, 1), got {value!r}")
-        if isinstance(window, bool) or not isinstance(window, numbers.Integral) or window < 1:
-            raise ValueError(f"window must be an int >= 1, got {window!r}")
-        self.window = int(window)
-        self.final = -math.inf if final is None else _check_real(final, "final")
+        self.factor = check_real("factor", factor, above=0, below=1)
+        self.tolerance = check_real("tolerance", tolerance, above=0, below=1)
+        self.window = check_int("window", window, minimum=1)
+        self.final = -math.inf if final is None else check_real("final", final)
         if self.final > self._value:
             raise ValueError(f"final ({final}) must be <= initial ({initial})")
 
@@ -428,19 +409,17 @@ class StepScheduler(Scheduler):
                 first progress of ``schedule``.
 
         Raises:
+            TypeError: if a progress, value, ``warm_up_period`` or ``start``
+                is not a real number.
             ValueError: if ``progress_type`` is unknown, ``schedule`` is not a
-                non-empty sorted list of numeric pairs, ``warm_up_period`` or
-                ``start`` is negative or not a number, or
+                non-empty sorted list of pairs, ``warm_up_period`` or
+                ``start`` is negative, or
                 ``start + warm_up_period >= schedule[0][0]``.
         """
         super().__init__(progress_type)
         self._progresses, self._values = _check_schedule(schedule, finite_values=False)
-        self._warm_up_period = _check_real(warm_up_period, "warm_up_period")
-        self._start = _check_real(start, "start")
-        if self._warm_up_period < 0:
-            raise ValueError(f"warm_up_period must be >= 0, got {self._warm_up_period}")
-        if self._start < 0:
-            raise ValueError(f"start must be >= 0, got {self._start}")
+        self._warm_up_period = check_real("warm_up_period", warm_up_period, minimum=0)
+        self._start = check_real("start", start, minimum=0)
         if not self._start + self._warm_up_period < self._progresses[0]:
             raise ValueError(
                 f"start + warm_up_period ({self._start + self._warm_up_period}) must "
@@ -596,17 +575,14 @@ class ExponentialScheduler(Scheduler):
                 ``decay_rate``; > 0.
 
         Raises:
-            ValueError: if ``progress_type`` is unknown, an argument is not a
-                finite number, or ``decay_rate``/``decay_time`` is not > 0.
+            TypeError: if an argument is not a real number.
+            ValueError: if ``progress_type`` is unknown, an argument is not
+                finite, or ``decay_rate``/``decay_time`` is not > 0.
         """
         super().__init__(progress_type)
-        self._initial_value = _check_real(initial_value, "initial_value")
-        self._decay_rate = _check_real(decay_rate, "decay_rate")
-        self._decay_time = _check_real(decay_time, "decay_time")
-        if self._decay_rate <= 0:
-            raise ValueError(f"decay_rate must be > 0, got {self._decay_rate}")
-        if self._decay_time <= 0:
-            raise ValueError(f"decay_time must be > 0, got {self._decay_time}")
+        self._initial_value = check_real("initial_value", initial_value)
+        self._decay_rate = check_real("decay_rate", decay_rate, positive=True)
+        self._decay_time = check_real("decay_time", decay_time, positive=True)
 
     def __call__(self) -> float:
         """Return the decayed value for the current progress.
@@ -693,17 +669,14 @@ class CyclicalScheduler(Scheduler):
             switch_mode: ``"step"`` or ``"linear"`` (see the class docstring).
 
         Raises:
+            TypeError: if a bound or ``half_cycle_size`` is not a real number.
             ValueError: if ``progress_type``/``switch_mode`` is unknown, a
-                bound is not a finite number, or ``half_cycle_size`` is not > 0.
+                bound is not finite, or ``half_cycle_size`` is not > 0.
         """
         super().__init__(progress_type)
-        self._base_lr = _check_real(base_lr, "base_lr")
-        self._bound_lr = _check_real(bound_lr, "bound_lr")
-        self._half_cycle_size = _check_real(half_cycle_size, "half_cycle_size")
-        if self._half_cycle_size <= 0:
-            raise ValueError(
-                f"half_cycle_size must be > 0, got {self._half_cycle_size}"
-            )
+        self._base_lr = check_real("base_lr", base_lr)
+        self._bound_lr = check_real("bound_lr", bound_lr)
+        self._half_cycle_size = check_real("half_cycle_size", half_cycle_size, positive=True)
         if switch_mode not in self._SWITCH_MODES:
             raise ValueError(
                 f"switch_mode must be one of {list(self._SWITCH_MODES)}, got "

@@ -13,17 +13,18 @@ on top of :class:`torch.utils.tensorboard.SummaryWriter`::
 A summary is written only when :func:`should_record_summaries` is true: a
 default writer is set, summaries are enabled (:func:`enable_summary`) and the
 innermost :class:`record_if` condition returns ``True``.  When it is false,
-:func:`scalar`, :func:`histogram` and :func:`text` return at once without
-looking at their value, so passing a CUDA tensor costs no device->host copy
-or synchronisation.  Callers that have to *compute* a value only for a summary
-should guard that computation with ``if summary.should_record_summaries():``.
+:func:`scalar` returns at once without looking at its value, so passing a
+CUDA tensor costs no device->host copy or synchronisation.  Callers that have
+to *compute* a value only for a summary should guard that computation with
+``if summary.should_record_summaries():``.
 
 The global counter (the default ``step`` of every summary, usually the number
 of training iterations) is a plain Python ``int``.
 
-Differences from ALF: summaries are enabled by default (ALF's trainer turns
-them on explicitly; here setting a default writer is enough), and the counter
-is an ``int`` rather than a numpy array.
+Differences from ALF: only scalars (what the package writes); summaries are
+enabled by default (ALF's trainer turns them on explicitly; here setting a
+default writer is enough), and the counter is an ``int`` rather than a numpy
+array.
 """
 import numbers
 import operator
@@ -32,7 +33,7 @@ from typing import Any, Callable, List, Optional, Tuple, Union
 import torch
 from torch.utils.tensorboard import SummaryWriter
 
-from alf_entropy.utils.checks import check_int
+from alf_entropy.utils.checks import check_int, check_real
 
 __all__ = [
     "create_summary_writer",
@@ -40,8 +41,6 @@ __all__ = [
     "get_default_writer",
     "scope",
     "scalar",
-    "histogram",
-    "text",
     "should_record_summaries",
     "record_if",
     "enable_summary",
@@ -59,9 +58,6 @@ _global_counter: int = 0
 # Each entry is the full prefix (ending with "/") for the scope; "" at the root.
 _scope_stack: List[str] = [""]
 _record_if_stack: List[Callable[[], bool]] = [lambda: True]
-
-# Default number of histogram bins (ALF uses 30 as well).
-_DEFAULT_BINS = 30
 
 
 def create_summary_writer(
@@ -86,8 +82,7 @@ def create_summary_writer(
     """
     if not isinstance(root_dir, str) or not root_dir:
         raise ValueError(f"root_dir must be a non-empty path string, got {root_dir!r}")
-    if not isinstance(flush_secs, numbers.Real) or not flush_secs > 0:
-        raise ValueError(f"flush_secs must be a number > 0, got {flush_secs!r}")
+    check_real("flush_secs", flush_secs, positive=True)
     check_int("max_queue", max_queue, minimum=1)
     return SummaryWriter(log_dir=root_dir, flush_secs=flush_secs, max_queue=max_queue)
 
@@ -329,68 +324,6 @@ def scalar(
             f"tensor, got {type(value).__name__}"
         )
     _default_writer.add_scalar(tag, number, step)
-
-
-def histogram(
-    name: str,
-    values: Any,
-    step: Optional[int] = None,
-    bins: Union[int, str] = _DEFAULT_BINS,
-) -> None:
-    """Write a histogram summary of ``values``.
-
-    Does nothing, without touching ``values``, unless
-    :func:`should_record_summaries` is true.
-
-    Args:
-        name: tag, prefixed with the current :class:`scope`.
-        values: a tensor, numpy array or sequence of numbers (non-empty).
-        step: the step to record at; ``None`` uses :func:`get_global_counter`.
-        bins: number of buckets (int >= 1) or a numpy binning method name such
-            as ``"auto"``.
-
-    Raises:
-        ValueError: if ``name`` or ``values`` is empty, or ``bins`` is invalid
-            (only checked when recording).
-    """
-    if not should_record_summaries():
-        return
-    tag, step = _resolve(name, step)
-    if isinstance(bins, bool) or not (
-        (isinstance(bins, int) and bins >= 1) or isinstance(bins, str)
-    ):
-        raise ValueError(
-            f"bins must be an int >= 1 or a numpy method name, got {bins!r}"
-        )
-    if isinstance(values, torch.Tensor):
-        values = values.detach().float().cpu()
-    else:
-        values = torch.as_tensor(values, dtype=torch.float32)
-    if values.numel() == 0:
-        raise ValueError(f"histogram values for {tag!r} are empty")
-    _default_writer.add_histogram(tag, values.numpy(), step, bins=bins)
-
-
-def text(name: str, s: str, step: Optional[int] = None) -> None:
-    """Write a text summary.
-
-    As with ALF (a torch convention), TensorBoard stores it under the tag
-    ``<scoped name>/text_summary``.
-
-    Args:
-        name: tag, prefixed with the current :class:`scope`.
-        s: the text (markdown) to record.
-        step: the step to record at; ``None`` uses :func:`get_global_counter`.
-
-    Raises:
-        TypeError: if ``s`` is not a string (only checked when recording).
-    """
-    if not should_record_summaries():
-        return
-    tag, step = _resolve(name, step)
-    if not isinstance(s, str):
-        raise TypeError(f"text for {tag!r} must be a str, got {type(s).__name__}")
-    _default_writer.add_text(tag, s, step)
 
 
 def flush() -> None:

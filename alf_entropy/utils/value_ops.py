@@ -1,4 +1,4 @@
-"""Value targets for actor-critic learning: discounted returns and GAE.
+"""Advantages for actor-critic learning: generalised advantage estimation (GAE).
 
 These follow ALF's ``alf.utils.value_ops`` conventions exactly, so code
 ported from ALF gives the same numbers:
@@ -11,13 +11,13 @@ ported from ALF gives the same numbers:
   ``discounts`` is 0 only on true termination, so a truncated episode is
   bootstrapped from the value of its ``LAST`` observation.
 * A ``LAST`` step has no transition out of it (the action taken there is
-  ignored by the environment, which resets), so its advantage is 0 and its
-  return equals its value: it contributes nothing to a masked loss and no
+  ignored by the environment, which resets), so its advantage is 0: it
+  contributes nothing to a masked loss and no
   credit flows across an episode boundary.
 * The outputs cover the first ``T - 1`` steps (the last step only serves to
   bootstrap).
 
-Every function is a fixed-length loop of tensor operations: no host
+The function is a fixed-length loop of tensor operations: no host
 synchronisation, on whatever device the inputs live on (GAE's loop runs in
 NumPy for CPU tensors: the same arithmetic, with less overhead per step).
 """
@@ -27,12 +27,9 @@ import numpy as np
 import torch
 
 from alf_entropy.data_structures import StepType
+from alf_entropy.utils.checks import check_real
 
-__all__ = [
-    "discounted_return",
-    "one_step_discounted_return",
-    "generalized_advantage_estimation",
-]
+__all__ = ["generalized_advantage_estimation"]
 
 
 def _check_inputs(
@@ -82,81 +79,6 @@ def _to_batch_major(x: torch.Tensor, time_major: bool) -> torch.Tensor:
     return x if time_major else x.transpose(0, 1)
 
 
-def discounted_return(
-    rewards: torch.Tensor,
-    values: torch.Tensor,
-    step_types: torch.Tensor,
-    discounts: torch.Tensor,
-    time_major: bool = True,
-) -> torch.Tensor:
-    """Monte-Carlo returns bootstrapped from the value of the last step.
-
-    ``ret[t] = rewards[t+1] + discounts[t+1] * ret[t+1]`` with
-    ``ret[T-1] = values[T-1]``; at a ``LAST`` step ``ret[t] = values[t]``.
-
-    Args:
-        rewards: ``[T, B, ...]`` rewards (see the module docstring).
-        values: ``[T, B, ...]`` value estimates.
-        step_types: ``[T, B]`` ``StepType`` values.
-        discounts: ``[T, B]`` discounts (0 on termination).
-        time_major: False if the inputs are ``[B, T, ...]``.
-
-    Returns:
-        torch.Tensor: ``[T-1, B, ...]`` returns (``[B, T-1, ...]`` if not
-        ``time_major``), without gradient.
-
-    Raises:
-        TypeError: if an input is not a tensor.
-        ValueError: if the shapes disagree or ``T < 2``.
-    """
-    rewards, values, is_lasts, discounts = _check_inputs(
-        rewards, values, step_types, discounts, time_major
-    )
-    with torch.no_grad():
-        values = values.detach()
-        rets = torch.zeros_like(values)
-        rets[-1] = values[-1]
-        for t in reversed(range(values.shape[0] - 1)):
-            bootstrapped = rewards[t + 1] + discounts[t + 1] * rets[t + 1]
-            rets[t] = is_lasts[t] * values[t] + (1 - is_lasts[t]) * bootstrapped
-    return _to_batch_major(rets[:-1], time_major)
-
-
-def one_step_discounted_return(
-    rewards: torch.Tensor,
-    values: torch.Tensor,
-    step_types: torch.Tensor,
-    discounts: torch.Tensor,
-    time_major: bool = True,
-) -> torch.Tensor:
-    """One-step TD targets ``rewards[t+1] + discounts[t+1] * values[t+1]``.
-
-    At a ``LAST`` step the target is ``values[t]`` (no transition).
-
-    Args:
-        rewards: ``[T, B, ...]`` rewards.
-        values: ``[T, B, ...]`` value estimates.
-        step_types: ``[T, B]`` ``StepType`` values.
-        discounts: ``[T, B]`` discounts.
-        time_major: False if the inputs are ``[B, T, ...]``.
-
-    Returns:
-        torch.Tensor: ``[T-1, B, ...]`` targets, without gradient.
-
-    Raises:
-        TypeError: if an input is not a tensor.
-        ValueError: if the shapes disagree or ``T < 2``.
-    """
-    rewards, values, is_lasts, discounts = _check_inputs(
-        rewards, values, step_types, discounts, time_major
-    )
-    with torch.no_grad():
-        values = values.detach()
-        target = rewards[1:] + discounts[1:] * values[1:]
-        rets = is_lasts[:-1] * values[:-1] + (1 - is_lasts[:-1]) * target
-    return _to_batch_major(rets, time_major)
-
-
 def generalized_advantage_estimation(
     rewards: torch.Tensor,
     values: torch.Tensor,
@@ -190,8 +112,8 @@ def generalized_advantage_estimation(
         ValueError: if the shapes disagree, ``T < 2`` or ``td_lambda`` is a
             number outside ``[0, 1]``.
     """
-    if isinstance(td_lambda, (int, float)) and not 0.0 <= td_lambda <= 1.0:
-        raise ValueError(f"td_lambda must be in [0, 1], got {td_lambda}")
+    if not isinstance(td_lambda, torch.Tensor):
+        check_real("td_lambda", td_lambda, minimum=0.0, maximum=1.0)
     rewards, values, is_lasts, discounts = _check_inputs(
         rewards, values, step_types, discounts, time_major
     )

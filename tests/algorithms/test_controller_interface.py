@@ -28,7 +28,9 @@ from alf_entropy.tensor_specs import BoundedTensorSpec
 SPACE = gym.spaces.Discrete(4)
 SGD = functools.partial(torch.optim.SGD, lr=0.5)
 FACTORIES = {
-    "staged": lambda: EntropyTargetAlgorithm.from_space(SPACE, target_entropy=0.5, skip_free_stage=True),
+    "staged": lambda: EntropyTargetAlgorithm.from_space(
+        SPACE, target_entropy=0.5, skip_free_stage=True
+    ),
     "sgd": lambda: SGDEntropyTargetAlgorithm.from_space(SPACE, target_entropy=0.5, optimizer=SGD),
     "nested": lambda: NestedEntropyTargetAlgorithm.from_space(
         gym.spaces.Dict({"a": SPACE}), target_entropy={"a": 0.5}, skip_free_stage=True
@@ -38,7 +40,9 @@ FACTORIES = {
 }
 DEVICES = [
     "cpu",
-    pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")),
+    pytest.param(
+        "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+    ),
 ]
 
 
@@ -76,7 +80,8 @@ def test_every_controller_has_the_same_interface(kind, device):
     ent[:, 1] = float("nan")  # masked out below: ignored
     ent.requires_grad_()
     mask = torch.tensor([True, False], device=device)  # broadcasts over time
-    dist = _entropy(controller, torch.distributions.Categorical(logits=torch.zeros(3, 2, 4, device=device)))
+    logits = torch.zeros(3, 2, 4, device=device)
+    dist = _entropy(controller, torch.distributions.Categorical(logits=logits))
     step_type = torch.full((3, 2), StepType.MID, device=device)
     with _no_host_sync(device):
         a1 = controller.adjust_alpha(_entropy(controller, 1.3))  # a Python float
@@ -126,7 +131,8 @@ def test_half_precision_entropies_move_alpha_as_their_float32_values(kind, dtype
 
 def test_sgd_adjust_alpha_steps_its_optimiser_in_the_gradient_direction():
     sgd = SGDEntropyTargetAlgorithm(
-        BoundedTensorSpec((), torch.int64, 0, 3), target_entropy=0.5, optimizer=SGD, initial_alpha=1.0
+        BoundedTensorSpec((), torch.int64, 0, 3), target_entropy=0.5, optimizer=SGD,
+        initial_alpha=1.0,
     )
     sgd.adjust_alpha(1.5)  # loss log_alpha * (1.5 - 0.5): gradient 1, step -0.5
     assert sgd.log_alpha.item() == pytest.approx(-0.5)
@@ -148,19 +154,15 @@ def test_gin_fixed_coefficient_is_a_constant_entropy_bonus_in_ppo():
     from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
     from alf_entropy.tensor_specs import TensorSpec
 
-    gin.clear_config()
-    try:
-        gin.parse_config(
-            """
-            import alf_entropy.algorithms.entropy_target_algorithm
-            PPOAlgorithm.enforce_entropy_target = True
-            PPOAlgorithm.entropy_target_cls = @FixedEntropyCoefficient
-            FixedEntropyCoefficient.alpha = 0.05
-            """
-        )
-        alg = PPOAlgorithm(TensorSpec((4,)), BoundedTensorSpec((), torch.int64, 0, 1))
-    finally:
-        gin.clear_config()
+    gin.parse_config(
+        """
+        import alf_entropy.algorithms.entropy_target_algorithm
+        PPOAlgorithm.enforce_entropy_target = True
+        PPOAlgorithm.entropy_target_cls = @FixedEntropyCoefficient
+        FixedEntropyCoefficient.alpha = 0.05
+        """
+    )
+    alg = PPOAlgorithm(TensorSpec((4,)), BoundedTensorSpec((), torch.int64, 0, 1))
     controller = alg.entropy_target_algorithm
     assert isinstance(controller, FixedEntropyCoefficient)
     assert float(alg.entropy_coefficient()) == pytest.approx(0.05)

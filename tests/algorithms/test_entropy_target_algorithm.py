@@ -22,6 +22,7 @@ from alf_entropy.algorithms.entropy_target_algorithm import (
     EntropyTargetLossInfo,
     NestedEntropyTargetAlgorithm,
     SGDEntropyTargetAlgorithm,
+    describe_stage,
 )
 from alf_entropy.data_structures import Experience, LossInfo, StepType
 from alf_entropy.tensor_specs import BoundedTensorSpec
@@ -150,7 +151,9 @@ def _make_pair(cfg, mode, target=None):
     if cfg["min_alpha"] > cfg["initial_alpha"]:
         kwargs["min_alpha"] = cfg["initial_alpha"]
     ref = SeedController(**kwargs)
-    alg = EntropyTargetAlgorithm(BoundedTensorSpec((), torch.int64, 0, 9), update_mode=mode, **kwargs)
+    alg = EntropyTargetAlgorithm(
+        BoundedTensorSpec((), torch.int64, 0, 9), update_mode=mode, **kwargs
+    )
     return alg, ref
 
 
@@ -186,7 +189,6 @@ def test_parity_on_a_long_drifting_run_with_min_alpha_floor(mode):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_parity_with_a_target_that_changes_every_call(mode):
-    schedulers.reset_progress()
     sched = schedulers.LinearScheduler("iterations", [(0, 1.2), (50, 0.0)])
     cfg = dict(initial_alpha=0.1, target_entropy=1.2, average_window=2, skip_free_stage=False,
                max_entropy_gap=None, rates=(0.001, 0.01, np.log(2)), min_alpha=1e-4)
@@ -202,7 +204,6 @@ def test_parity_with_a_target_that_changes_every_call(mode):
         _assert_same(alg, ref, f"call {i}")
         assert alg.target_entropy == pytest.approx(sched())
     assert alg.stage.item() in (0, 1)
-    schedulers.reset_progress()
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -309,7 +310,6 @@ def test_forbid_host_sync_really_catches_syncs():
 
 
 def test_tensor_mode_never_syncs():
-    schedulers.reset_progress()
     sched = schedulers.LinearScheduler("iterations", [(0, 1.0), (10, 0.2)])
     algs = [
         EntropyTargetAlgorithm(DISCRETE4, target_entropy=0.5, update_mode="tensor"),
@@ -343,7 +343,6 @@ def test_tensor_mode_never_syncs():
         after = list(alg.state_dict().values())
         if not isinstance(alg, SGDEntropyTargetAlgorithm):
             assert any(not torch.equal(a, b) for a, b in zip(before, after)), type(alg)
-    schedulers.reset_progress()
 
 
 def test_auto_mode_uses_host_path_on_cpu_and_rejects_host_mode_elsewhere():
@@ -354,20 +353,29 @@ def test_auto_mode_uses_host_path_on_cpu_and_rejects_host_mode_elsewhere():
 
 
 # -------------------------------------------------------------------- state
-@pytest.mark.parametrize("mode_a,mode_b", [("host", "host"), ("host", "tensor"), ("tensor", "host")])
+@pytest.mark.parametrize(
+    "mode_a,mode_b", [("host", "host"), ("host", "tensor"), ("tensor", "host")]
+)
 def test_state_dict_mid_run_continues_the_exact_trajectory(mode_a, mode_b):
     rng = np.random.default_rng(3)
     seq = [float(x) for x in 1.6 + np.cumsum(rng.normal(-0.04, 0.1, 60))]
-    full = EntropyTargetAlgorithm(DISCRETE4, target_entropy=0.4, average_window=3, update_mode=mode_a)
-    half = EntropyTargetAlgorithm(DISCRETE4, target_entropy=0.4, average_window=3, update_mode=mode_a)
+    full = EntropyTargetAlgorithm(
+        DISCRETE4, target_entropy=0.4, average_window=3, update_mode=mode_a
+    )
+    half = EntropyTargetAlgorithm(
+        DISCRETE4, target_entropy=0.4, average_window=3, update_mode=mode_a
+    )
     for e in seq[:25]:
         full.adjust_alpha(torch.tensor(e))
         half.adjust_alpha(torch.tensor(e))
     sd = half.state_dict()
     assert {"_log_alpha", "_stage", "_update_rate", "_max_entropy", "_num_nonfinite",
-            "_avg_entropy._buf", "_avg_entropy._count", "_watch_entropy", "_watch_ref", "_watch_trough",
+            "_avg_entropy._buf", "_avg_entropy._count", "_watch_entropy", "_watch_ref",
+            "_watch_trough",
             "_watch_below", "_watch_count", "_stalled"} == set(sd)
-    fresh = EntropyTargetAlgorithm(DISCRETE4, target_entropy=0.4, average_window=3, update_mode=mode_b)
+    fresh = EntropyTargetAlgorithm(
+        DISCRETE4, target_entropy=0.4, average_window=3, update_mode=mode_b
+    )
     fresh.load_state_dict(sd)
     for e in seq[25:]:
         full.adjust_alpha(torch.tensor(e))
@@ -444,7 +452,9 @@ def test_min_alpha_zero_floors_at_exp_minus_100_not_minus_inf():
 
 
 def test_default_target_comes_from_the_action_spec():
-    alg = EntropyTargetAlgorithm({"d": DISCRETE4, "c": BoundedTensorSpec((), torch.float32, 0.0, 3.0)})
+    alg = EntropyTargetAlgorithm(
+        {"d": DISCRETE4, "c": BoundedTensorSpec((), torch.float32, 0.0, 3.0)}
+    )
     assert alg.target_entropy == pytest.approx(0.435 - 1.204, abs=1e-3)
 
 
@@ -459,12 +469,13 @@ def test_skip_free_stage_starts_in_adjust():
 def test_debug_summaries_write_the_controller_tags(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    schedulers.reset_progress()
     writer = summary.create_summary_writer(str(tmp_path))
     summary.set_default_writer(writer)
     try:
         sched = schedulers.LinearScheduler("iterations", [(0, 1.0), (10, 0.5)])
-        alg = EntropyTargetAlgorithm(DISCRETE4, target_entropy=sched, debug_summaries=True, name="ent")
+        alg = EntropyTargetAlgorithm(
+            DISCRETE4, target_entropy=sched, debug_summaries=True, name="ent"
+        )
         step_type = torch.ones(3, 2, dtype=torch.int64)
         for i in range(4):
             summary.set_global_counter(i)
@@ -473,7 +484,6 @@ def test_debug_summaries_write_the_controller_tags(tmp_path):
         summary.flush()
     finally:
         summary.close()
-        schedulers.reset_progress()
     acc = EventAccumulator(str(tmp_path))
     acc.Reload()
     tags = set(acc.Tags()["scalars"])
@@ -489,7 +499,9 @@ def test_constant_target_writes_no_target_summary(tmp_path):
 
     summary.set_default_writer(summary.create_summary_writer(str(tmp_path)))
     try:
-        alg = EntropyTargetAlgorithm(DISCRETE4, target_entropy=0.5, debug_summaries=True, name="ent")
+        alg = EntropyTargetAlgorithm(
+            DISCRETE4, target_entropy=0.5, debug_summaries=True, name="ent"
+        )
         alg.adjust_alpha(torch.tensor(1.0))
         summary.flush()
     finally:
@@ -502,25 +514,20 @@ def test_constant_target_writes_no_target_summary(tmp_path):
 
 # -------------------------------------------------------------------- gin
 def test_bind_from_gin_with_a_scheduled_target():
-    gin.clear_config()
-    try:
-        gin.parse_config(
-            """
-            EntropyTargetAlgorithm.initial_alpha = 0.5
-            EntropyTargetAlgorithm.skip_free_stage = True
-            EntropyTargetAlgorithm.target_entropy = @LinearScheduler()
-            LinearScheduler.progress_type = "percent"
-            LinearScheduler.schedule = [(0, 1.0), (1, 0.2)]
-            """
-        )
-        alg = EntropyTargetAlgorithm(DISCRETE4)
-        schedulers.update_progress("percent", 0.5)
-        assert alg.alpha.item() == pytest.approx(0.5)
-        assert alg.stage.item() == 1
-        assert alg.target_entropy == pytest.approx(0.6)
-    finally:
-        gin.clear_config()
-        schedulers.reset_progress()
+    gin.parse_config(
+        """
+        EntropyTargetAlgorithm.initial_alpha = 0.5
+        EntropyTargetAlgorithm.skip_free_stage = True
+        EntropyTargetAlgorithm.target_entropy = @LinearScheduler()
+        LinearScheduler.progress_type = "percent"
+        LinearScheduler.schedule = [(0, 1.0), (1, 0.2)]
+        """
+    )
+    alg = EntropyTargetAlgorithm(DISCRETE4)
+    schedulers.update_progress("percent", 0.5)
+    assert alg.alpha.item() == pytest.approx(0.5)
+    assert alg.stage.item() == 1
+    assert alg.target_entropy == pytest.approx(0.6)
 
 
 # ----------------------------------------------------------------- nested
@@ -544,12 +551,15 @@ def test_nested_feeds_each_leaf_its_own_entropy():
         scale = torch.full((4, 3, 2), 1.0 / (1 + it))
         dist = {
             "grip": torch.distributions.Categorical(logits=logits),
-            "arm": torch.distributions.Independent(torch.distributions.Normal(torch.zeros(4, 3, 2), scale), 1),
+            "arm": torch.distributions.Independent(
+                torch.distributions.Normal(torch.zeros(4, 3, 2), scale), 1
+            ),
         }
         info = nested.train_step(dist, step_type).info
         loss = nested.calc_loss(Experience(step_type=step_type), info)
-        lg = solo_grip.calc_loss(Experience(step_type=step_type), solo_grip.train_step(dist["grip"], step_type).info)
-        la = solo_arm.calc_loss(Experience(step_type=step_type), solo_arm.train_step(dist["arm"], step_type).info)
+        exp = Experience(step_type=step_type)
+        lg = solo_grip.calc_loss(exp, solo_grip.train_step(dist["grip"], step_type).info)
+        la = solo_arm.calc_loss(exp, solo_arm.train_step(dist["arm"], step_type).info)
         torch.testing.assert_close(loss.loss, lg.loss + la.loss)
         assert set(loss.extra) == {"grip", "arm"}
     assert torch.equal(leaves["grip"].log_alpha, solo_grip.log_alpha)
@@ -628,12 +638,14 @@ def test_cuda_nested_and_sgd_variants_run_on_device():
             torch.distributions.Normal(torch.zeros(3, 2, 2, device="cuda"), 1.0), 1
         ),
     }
-    loss = nested.calc_loss(Experience(step_type=step_type), nested.train_step(dist, step_type).info)
+    info = nested.train_step(dist, step_type).info
+    loss = nested.calc_loss(Experience(step_type=step_type), info)
     assert loss.loss.device.type == "cuda"
     loss = sgd.calc_loss(Experience(step_type=step_type), sgd.train_step(dist["a"], step_type).info)
     assert loss.scalar_loss.device.type == "cuda"
 
 
+@pytest.mark.slow  # torch.compile: seconds per graph
 def test_compiled_mode_matches_the_seed():
     """``update_mode="compiled"``: the tensor path fused by torch.compile.
 
@@ -705,6 +717,7 @@ def _train_softmax_policy(controlled: bool, steps: int = 1200):
     return np.array(entropies), controller
 
 
+@pytest.mark.slow
 def test_controller_holds_the_entropy_at_the_target_on_a_collapsing_task():
     fixed, _ = _train_softmax_policy(controlled=False)
     held, controller = _train_softmax_policy(controlled=True)
@@ -712,3 +725,17 @@ def test_controller_holds_the_entropy_at_the_target_on_a_collapsing_task():
     tail = held[-300:]
     assert abs(tail.mean() - 0.6) < 0.03 and tail.min() > 0.5 and tail.max() < 0.7
     assert controller.stage.item() in (0, 1) and controller.alpha.item() > 0.01
+
+
+def test_describe_stage_says_each_stage_in_words():
+    alg = EntropyTargetAlgorithm(DISCRETE4, target_entropy=0.5, average_window=3)
+    assert describe_stage(alg.stage).startswith("stage -5: estimating max_entropy (3 more updates)")
+    assert describe_stage(torch.tensor(-2)).startswith("stage -2: init")
+    assert describe_stage(-1).startswith("stage -1: free")
+    assert describe_stage(np.int32(0)) == (
+        "stage 0: adjust (the average entropy is at or below the target)"
+    )
+    assert describe_stage(1) == "stage 1: adjust (the average entropy is above the target)"
+    for bad in (1.0, True, "1", torch.tensor([0, 1]), torch.tensor(0.5)):
+        with pytest.raises(TypeError, match="stage"):
+            describe_stage(bad)

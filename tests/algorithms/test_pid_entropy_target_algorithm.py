@@ -141,7 +141,8 @@ def test_state_dict_resumes_the_exact_trajectory():
     resumed.load_state_dict(part.state_dict())
     for h in seq[60:]:
         assert torch.equal(full.adjust_alpha(h), resumed.adjust_alpha(h))
-    assert {"_log_alpha", "_integral", "_err_ema", "_fast", "_slow", "_count"} <= set(full.state_dict())
+    keys = {"_log_alpha", "_integral", "_err_ema", "_fast", "_slow", "_count"}
+    assert keys <= set(full.state_dict())
 
 
 def _closed_loop(spec, dist_fn, params, target, updates=600):
@@ -171,7 +172,9 @@ def test_one_setting_holds_a_categorical_and_a_gaussian():
     log_std = torch.nn.Parameter(torch.zeros(6))
 
     def gaussian():
-        dist = torch.distributions.Independent(torch.distributions.Normal(torch.zeros(6), log_std.exp()), 1)
+        dist = torch.distributions.Independent(
+            torch.distributions.Normal(torch.zeros(6), log_std.exp()), 1
+        )
         return dist, log_std.exp().square().sum()  # pushes the std down
 
     for spec, fn, params, target in ((TWO, categorical, [logits], 0.5),
@@ -182,8 +185,10 @@ def test_one_setting_holds_a_categorical_and_a_gaussian():
 
 
 def test_nested_per_action_pid_controllers():
-    nested = NestedEntropyTargetAlgorithm({"a": TWO, "b": GAUSS6}, leaf_cls=PIDEntropyTargetAlgorithm,
-                                          target_entropy={"a": 0.5, "b": -3.0})
+    nested = NestedEntropyTargetAlgorithm(
+        {"a": TWO, "b": GAUSS6}, leaf_cls=PIDEntropyTargetAlgorithm,
+        target_entropy={"a": 0.5, "b": -3.0},
+    )
     leaves = nested.leaf_algorithms()
     assert all(isinstance(x, PIDEntropyTargetAlgorithm) for x in leaves.values())
     for _ in range(5):
@@ -195,21 +200,17 @@ def test_bindable_in_gin_inside_ppo():
     from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
     from alf_entropy.tensor_specs import TensorSpec
 
-    gin.clear_config()
-    try:
-        gin.parse_config("""
-            import alf_entropy.algorithms.pid_entropy_target_algorithm
-            import alf_entropy.utils.dist_utils
-            PPOAlgorithm.enforce_entropy_target = True
-            PPOAlgorithm.entropy_target_cls = @PIDEntropyTargetAlgorithm
-            PIDEntropyTargetAlgorithm.target_entropy = @greedy_probability_target()
-            greedy_probability_target.p = 0.8
-            greedy_probability_target.num_actions = 2
-            PIDEntropyTargetAlgorithm.kp = 1.0
-        """)
-        alg = PPOAlgorithm(TensorSpec((4,)), TWO)
-    finally:
-        gin.clear_config()
+    gin.parse_config("""
+        import alf_entropy.algorithms.pid_entropy_target_algorithm
+        import alf_entropy.utils.dist_utils
+        PPOAlgorithm.enforce_entropy_target = True
+        PPOAlgorithm.entropy_target_cls = @PIDEntropyTargetAlgorithm
+        PIDEntropyTargetAlgorithm.target_entropy = @greedy_probability_target()
+        greedy_probability_target.p = 0.8
+        greedy_probability_target.num_actions = 2
+        PIDEntropyTargetAlgorithm.kp = 1.0
+    """)
+    alg = PPOAlgorithm(TensorSpec((4,)), TWO)
     controller = alg.entropy_target_algorithm
     assert isinstance(controller, PIDEntropyTargetAlgorithm)
     assert controller.target_entropy == pytest.approx(0.5004, abs=1e-4)

@@ -14,7 +14,6 @@ import subprocess
 import sys
 import time
 
-import gin
 import pytest
 import torch
 from absl import flags
@@ -25,7 +24,7 @@ from alf_entropy.bin import sweep
 from alf_entropy.bin import train as train_cli
 from alf_entropy.trainers import checkpoint as ckpt
 from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
-from alf_entropy.utils import schedulers
+from alf_entropy.trainers.trainer import TrainingAborted
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PREFIX = "alf-entropy-train: error:"
@@ -50,17 +49,17 @@ def _params(params):
     return out
 
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
 @pytest.fixture(autouse=True)
-def _clean():
-    torch.set_num_threads(1)
+def _restore_absl_level():
     # Parsing absl's flags sets the absl logger's level from --verbosity:
     # put it back so that later tests' caplog sees INFO records.
     absl_logger = logging.getLogger("absl")
     level = absl_logger.level
     yield
     absl_logger.setLevel(level)
-    gin.clear_config()
-    schedulers.reset_progress()
 
 
 def cli(*argv):
@@ -132,6 +131,16 @@ def test_full_disk_is_one_line_and_keeps_earlier_checkpoints(tmp_path, capsys, m
     line = _one_error(capsys, cli("--root_dir", root, "--device", "cpu", *_params(TINY)), 1)
     assert "No space left on device" in line and "intact" in line
     assert os.listdir(os.path.join(root, "checkpoints")) == ["ckpt-00000001.pt"]
+
+
+def test_config_without_a_trainer_binding_is_one_line(tmp_path, capsys):
+    mine = tmp_path / "mine.gin"
+    mine.write_text("OnPolicyTrainer.env_id = 'CartPole-v1'\n")
+    root = tmp_path / "run"
+    line = _one_error(capsys, cli("--root_dir", str(root), "--device", "cpu",
+                                  "--gin_file", str(mine), *_params(TINY)))
+    assert "train.trainer = @OnPolicyTrainer" in line
+    assert not root.exists()
 
 
 # ------------------------------------------------------------ run directories
@@ -222,6 +231,7 @@ def test_second_writer_is_one_line_naming_the_first(tmp_path, capsys):
 
 
 # ------------------------------------------------------------------ signals
+@pytest.mark.slow
 def test_sigterm_checkpoints_and_exits_0_with_one_line(tmp_path):
     root = str(tmp_path / "run")
     args = [sys.executable, "-m", "alf_entropy.bin.train", "--root_dir", root, "--device", "cpu",
@@ -243,6 +253,52 @@ def test_sigterm_checkpoints_and_exits_0_with_one_line(tmp_path):
     assert path in lines[0] and ckpt.load_checkpoint(path)["env"]  # env state: exact
     assert "Traceback" not in err
     # (that such a checkpoint resumes exactly: tests/trainers/test_robustness.py)
+
+
+def _stop_line(capsys, status, signum):
+    """The one line of a stop the user asked for: not an error, status 128 + signum."""
+    out, err = capsys.readouterr()
+    assert status == 128 + signum, err[-2000:]
+    assert "Traceback" not in err and PREFIX not in err, err[-2000:]
+    lines = [line for line in err.splitlines() if line.startswith("alf-entropy-train:")]
+    assert len(lines) == 1, err[-2000:]
+    assert lines[0].startswith(f"alf-entropy-train: stopped by {signal.Signals(signum).name}")
+    return lines[0]
+
+
+def test_ctrl_c_while_starting_is_a_clean_stop_not_an_error(tmp_path, capsys, monkeypatch):
+    def interrupted(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(OnPolicyTrainer, "__init__", interrupted)
+    status = cli("--root_dir", str(tmp_path / "run"), "--device", "cpu", *_params(TINY))
+    line = _stop_line(capsys, status, signal.SIGINT)
+    assert "before training started" in line and "run the same command" in line
+
+
+def test_sigterm_while_starting_is_a_clean_stop_not_an_error(tmp_path, capsys, monkeypatch):
+    def terminated(self, *args, **kwargs):
+        # The CLI's handler is installed (the default one would end pytest).
+        assert signal.getsignal(signal.SIGTERM) is train_cli._raise_terminated
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises here
+        raise AssertionError("SIGTERM was not delivered")
+
+    monkeypatch.setattr(OnPolicyTrainer, "__init__", terminated)
+    previous = signal.getsignal(signal.SIGTERM)
+    status = cli("--root_dir", str(tmp_path / "run"), "--device", "cpu", *_params(TINY))
+    assert signal.getsignal(signal.SIGTERM) is previous  # put back
+    _stop_line(capsys, status, signal.SIGTERM)
+
+
+def test_a_second_signal_is_a_clean_stop_with_128_plus_n(tmp_path, capsys, monkeypatch):
+    def aborted(self):
+        raise TrainingAborted(signal.SIGTERM)
+
+    monkeypatch.setattr(OnPolicyTrainer, "train", aborted)
+    status = cli("--root_dir", str(tmp_path / "run"), "--device", "cpu", *_params(TINY))
+    line = _stop_line(capsys, status, signal.SIGTERM)
+    assert "a second signal" in line and "no checkpoint written" in line
 
 
 # --------------------------------------------------- bad input: one line
@@ -327,6 +383,7 @@ def _pythonpath(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", _subprocess_env()["PYTHONPATH"])
 
 
+@pytest.mark.slow
 def test_sweep_knows_its_runs(tmp_path, _pythonpath):
     """A finished run is done only for the same command; a failed run's own error
     line is in the summary; a run another process trains in is "already running"."""

@@ -15,6 +15,9 @@ import pytest
 from alf_entropy.bin import report, sweep
 from alf_entropy.utils import control_metrics as cm
 
+# Sweeps of real runs: the slow lane (pytest -m slow); plain pytest runs it.
+pytestmark = pytest.mark.slow
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 TINY = [
@@ -94,7 +97,9 @@ def test_sweep_then_report_end_to_end(tmp_path):
     md = open(os.path.join(out, "metrics.md")).read()
     assert all(f"| {n} |" in md for n in names)
     # ... and one row per group: the mean over its 2 seeds with an interval.
-    group_row = next(line for line in md.splitlines() if line.startswith("| target_entropy=0.67 | 2 |"))
+    group_row = next(
+        line for line in md.splitlines() if line.startswith("| target_entropy=0.67 | 2 |")
+    )
     mean, lo, hi = cm.bootstrap_ci([float(rows[n]["tracking_rmse"]) for n in names[:2]])
     assert f"{mean:.4g} [{lo:.4g}, {hi:.4g}]" in group_row
 

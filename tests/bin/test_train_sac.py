@@ -6,6 +6,9 @@ import sys
 
 import pytest
 
+# The CLI in subprocesses: the slow lane (pytest -m slow); plain pytest runs it.
+pytestmark = pytest.mark.slow
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # One iteration: initial_collect_steps must fit in it (a run that ends before
 # learning starts is refused).

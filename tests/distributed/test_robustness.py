@@ -9,9 +9,14 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from alf_entropy.trainers import checkpoint as ckpt
 from tests.distributed import workers
 from tests.distributed.launch import REPO_ROOT, free_port, local_env, torchrun_cmd
+
+# torchrun: the slow lane (pytest -m slow); plain pytest runs it.
+pytestmark = pytest.mark.slow
 
 
 def _gin_args(iterations):

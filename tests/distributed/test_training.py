@@ -19,9 +19,11 @@ import pytest
 import torch
 
 from alf_entropy.trainers import checkpoint as ckpt
-from alf_entropy.utils import schedulers
 from tests.distributed import workers
 from tests.distributed.launch import REPO_ROOT, local_env, run_ranks, torchrun, torchrun_cmd
+
+# torchrun: the slow lane (pytest -m slow); plain pytest runs it.
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
@@ -172,22 +174,16 @@ def test_sac_parameters_and_controller_bit_identical_across_ranks(tmp_path):
 
 def test_torchrun_resumes_a_single_process_checkpoint(tmp_path):
     """A 1-process run continued on 2 ranks: shared state restored, episodes restart."""
-    import gin
 
     from alf_entropy.trainers.gin_config import parse_gin_config
     from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
 
     root = tmp_path / "grown"
-    gin.clear_config()
-    try:
-        parse_gin_config(
-            ["ppo_cartpole"], workers.PPO_PARAMS + ["OnPolicyTrainer.num_iterations = 2"]
-        )
-        single = OnPolicyTrainer(str(root), device="cpu")
-        single.train()
-    finally:
-        gin.clear_config()
-        schedulers.reset_progress()
+    parse_gin_config(
+        ["ppo_cartpole"], workers.PPO_PARAMS + ["OnPolicyTrainer.num_iterations = 2"]
+    )
+    single = OnPolicyTrainer(str(root), device="cpu")
+    single.train()
     saved = ckpt.load_checkpoint(root / "checkpoints" / "ckpt-00000002.pt")
     res = torchrun(["-m", "alf_entropy.bin.train", "--root_dir", str(root), *_gin_args(3)])
     assert res.returncode == 0, res.stderr[-4000:]

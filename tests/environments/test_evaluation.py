@@ -13,10 +13,7 @@ def _always(action):
 
 def test_run_episodes_matches_plain_gym():
     gin.bind_parameter("GymVectorEnv.vectorization_mode", "sync")  # env i seeded with 4 + i
-    try:
-        returns, lengths = run_episodes("CartPole-v1", _always(1), num_episodes=3, seed=4)
-    finally:
-        gin.clear_config()
+    returns, lengths = run_episodes("CartPole-v1", _always(1), num_episodes=3, seed=4)
     for i in range(3):
         env = gym.make("CartPole-v1")
         env.reset(seed=4 + i)

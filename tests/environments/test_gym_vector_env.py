@@ -251,41 +251,6 @@ def test_state_round_trip_continues_identically():
         env.close()
 
 
-def test_state_of_the_wrapper_version_still_resumes():
-    """A state saved when the envs were wrapped in gymnasium's
-    ``RecordEpisodeStatistics`` (older checkpoints) continues identically."""
-    import pickle
-
-    from gymnasium.wrappers.vector import RecordEpisodeStatistics
-
-    a = GymVectorEnv("CartPole-v1", num_envs=3, seed=4)
-    a.reset()
-    gen = torch.Generator().manual_seed(0)
-    for _ in range(60):
-        a.step(torch.randint(0, 2, (3,), generator=gen))
-    a.pop_episode_statistics()
-    wrapper = RecordEpisodeStatistics(pickle.loads(pickle.dumps(a.gym_env)), buffer_length=100)
-    # What the old version held: one unpopped finished episode and the
-    # counters of the episodes in progress, zeroed where a LAST step was just
-    # taken (the wrapper zeroes them on the next step).
-    wrapper.episode_count, wrapper.return_queue, wrapper.length_queue = 7, [50.0, 9.0], [50, 9]
-    wrapper.episode_returns = np.where(a._autoreset, 9.0, a._episode_returns)
-    wrapper.episode_lengths = np.where(a._autoreset, 9, a._episode_lengths)
-    a._finished.append((9.0, 9))
-    b = GymVectorEnv("CartPole-v1", num_envs=3, seed=99)
-    b.set_state(pickle.dumps((wrapper, a._autoreset.copy(), True, True, 6)))
-    for _ in range(200):
-        action = torch.randint(0, 2, (3,), generator=gen)
-        ta, tb = a.step(action), b.step(action)
-        for x, y in zip(ta[:5], tb[:5]):
-            assert torch.equal(x, y)
-    returns, lengths = a.pop_episode_statistics()
-    assert returns[0] == 9.0 and len(returns) > 3
-    assert b.pop_episode_statistics() == (returns, lengths)
-    a.close()
-    b.close()
-
-
 def test_numpy_vectorised_cartpole_is_the_same_mdp():
     """CartPole's own vector env ("auto" picks it) steps like the plain envs."""
     fast = GymVectorEnv("CartPole-v1", num_envs=4, seed=0)

@@ -30,14 +30,7 @@ from alf_entropy.integrations import sb3  # noqa: E402
 from alf_entropy.integrations.sb3 import EntropyControllerCallback  # noqa: E402
 from alf_entropy.utils import schedulers  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def _one_thread_and_clean_progress():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-    schedulers.reset_progress()
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _spy_on_coefficient(model, callback):
@@ -121,6 +114,7 @@ def _train(make, callback, steps, log_interval=1):
     return model, calls
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cls", [PPO, A2C])
 def test_on_policy_coefficient_follows_the_controller_and_raises_the_entropy(cls):
     target = 0.68  # CartPole: log 2 = 0.693 at most; training drives it down
@@ -146,6 +140,7 @@ def test_on_policy_coefficient_follows_the_controller_and_raises_the_entropy(cls
     assert abs(entropy - target) < abs(fixed_entropy - target)
 
 
+@pytest.mark.slow
 def test_sac_coefficient_follows_the_controller_and_raises_the_entropy(tmp_path):
     target = 0.3  # nats in SB3's [-1, 1] action coordinates (at most log 2)
     callback = EntropyControllerCallback(

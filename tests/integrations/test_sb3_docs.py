@@ -3,28 +3,21 @@ import pathlib
 import re
 
 import pytest
-import torch
 
 pytest.importorskip("stable_baselines3")
 pytest.importorskip("gymnasium")
 
-from alf_entropy.utils import schedulers  # noqa: E402
 
 DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "sb3.md"
 
 
-def test_the_example_runs_and_drives_ent_coef(capsys):
+@pytest.mark.slow
+def test_the_example_runs_and_drives_ent_coef(capsys, one_thread):
     blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), re.S)
     assert len(blocks) == 1
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     ns: dict = {}
-    try:
-        exec(compile(blocks[0], str(DOC), "exec"), ns)
-        target = ns["callback"].controller.target_entropy  # reads the progress: before the reset
-    finally:
-        torch.set_num_threads(threads)
-        schedulers.reset_progress()
+    exec(compile(blocks[0], str(DOC), "exec"), ns)
+    target = ns["callback"].controller.target_entropy  # reads the progress: before the reset
     out = capsys.readouterr().out
     assert "PPO: ent_coef" in out and "SAC: ent_coef" in out
     callback, model = ns["callback"], ns["model"]  # the SAC run's
@@ -39,12 +32,8 @@ def test_gin_binds_the_callbacks_controller_arguments():
 
     from alf_entropy.integrations.sb3 import EntropyControllerCallback
 
-    gin.clear_config()
-    try:
-        gin.parse_config("EntropyControllerCallback.target_entropy = 0.4\n"
-                         "EntropyControllerCallback.batch_size = 128")
-        callback = EntropyControllerCallback()
-        assert callback._controller_kwargs == {"target_entropy": 0.4}
-        assert callback._batch_size == 128
-    finally:
-        gin.clear_config()
+    gin.parse_config("EntropyControllerCallback.target_entropy = 0.4\n"
+                     "EntropyControllerCallback.batch_size = 128")
+    callback = EntropyControllerCallback()
+    assert callback._controller_kwargs == {"target_entropy": 0.4}
+    assert callback._batch_size == 128

@@ -23,6 +23,11 @@ from alf_entropy.trainers import checkpoint as ckpt
 from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
 from alf_entropy.utils import nest, schedulers
 
+# Fork children inherit the thread pool settings; one thread also avoids
+# forking a process with busy OpenMP workers.
+# Killed and restarted child processes: the slow lane (pytest -m slow).
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]
+
 _CTX = multiprocessing.get_context("fork")
 NUM_ITERATIONS = 12
 
@@ -129,16 +134,6 @@ def _continue(state: dict, env_id: str) -> list:
     out.append(env.pop_episode_statistics())
     env.close()
     return out
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # Fork children inherit the thread pool settings; one thread also avoids
-    # forking a process with busy OpenMP workers.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])

@@ -1,4 +1,5 @@
 """Tests for alf_entropy.trainers.gin_config and the shipped gin configs."""
+import logging
 import os
 
 import gin
@@ -11,13 +12,14 @@ from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
 from alf_entropy.trainers.gin_config import (
     CONFIG_DIR,
     GinConfigError,
+    configured_trainer,
     find_gin_file,
     list_configs,
     one_line,
     parse_gin_config,
 )
+from alf_entropy.trainers.off_policy_trainer import OffPolicyTrainer
 from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
-from alf_entropy.utils import schedulers
 
 SHIPPED = [
     "ac_cartpole.gin",
@@ -26,14 +28,6 @@ SHIPPED = [
     "ppo_pendulum.gin",
     "ppo_lunarlander.gin",
 ]
-
-
-@pytest.fixture(autouse=True)
-def _clean_gin():
-    gin.clear_config()
-    yield
-    gin.clear_config()
-    schedulers.reset_progress()
 
 
 def test_shipped_configs_are_listed_and_share_the_base():
@@ -112,3 +106,49 @@ def test_each_shipped_config_builds_and_trains_one_iteration(name, tmp_path):
     assert type(alg) is expected
     assert isinstance(alg.entropy_target_algorithm, EntropyTargetAlgorithm)
     assert trainer.train()["iteration"] == 1
+
+
+@pytest.mark.parametrize(
+    "name", [n for n in list_configs() if n != "entropy_target_defaults.gin"]
+)
+def test_every_shipped_config_names_its_trainer(name):
+    """``train.trainer`` is what alf-entropy-train builds: SAC configs off-policy."""
+    parse_gin_config([name])
+    expected = OffPolicyTrainer if name.startswith("sac_") else OnPolicyTrainer
+    assert configured_trainer() is expected
+
+
+def test_a_config_without_a_trainer_or_with_a_wrong_one_is_refused(tmp_path):
+    mine = tmp_path / "mine.gin"
+    mine.write_text("OnPolicyTrainer.num_iterations = 1\n")
+    parse_gin_config([str(mine)])
+    with pytest.raises(GinConfigError, match=r"train.trainer = @OnPolicyTrainer"):
+        configured_trainer()
+    parse_gin_config([str(mine)], ["train.trainer = @PPOAlgorithm"])
+    with pytest.raises(GinConfigError, match="train.trainer must be a trainer class"):
+        configured_trainer()
+    # The override a user gives on top of a shipped config wins.
+    parse_gin_config(["ppo_cartpole"], ["train.trainer = @OffPolicyTrainer"])
+    assert configured_trainer() is OffPolicyTrainer
+
+
+def test_a_trainer_built_without_the_cli_leaves_the_binding_unused_silently(tmp_path, caplog):
+    parse_gin_config(["ppo_cartpole"], ["OnPolicyTrainer.num_iterations = 1"])
+    with caplog.at_level(logging.WARNING):
+        OnPolicyTrainer(str(tmp_path / "run"), device="cpu").close()
+    assert "train.trainer" not in caplog.text
+
+
+def test_including_a_shipped_config_logs_no_search_path_errors(tmp_path, monkeypatch, caplog):
+    """gin looks for an include in the current directory first; that miss is not logged."""
+    monkeypatch.chdir(tmp_path)
+    mine = tmp_path / "mine.gin"
+    mine.write_text("include 'ppo_cartpole.gin'\n")
+    with caplog.at_level(logging.DEBUG):
+        parse_gin_config([str(mine)])
+    assert gin.query_parameter("OnPolicyTrainer.env_id") == "CartPole-v1"  # via on_policy_base
+    assert "Path not found" not in caplog.text and "system_path_file_exists" not in caplog.text
+    # A missing include is still one clear error.
+    mine.write_text("include 'no_such_config.gin'\n")
+    with pytest.raises(GinConfigError, match="no_such_config.gin"):
+        parse_gin_config([str(mine)])

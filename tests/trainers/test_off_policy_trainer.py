@@ -33,13 +33,6 @@ SMALL = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _clean_gin():
-    gin.clear_config()
-    yield
-    gin.clear_config()
-
-
 def _trainer(root, gin_file="sac_pendulum.gin", params=(), **kwargs):
     parse_gin_config([gin_file], SMALL + list(params))
     return OffPolicyTrainer(root_dir=str(root), **kwargs)
@@ -55,7 +48,8 @@ def test_random_then_policy_actions_fill_the_buffer_and_train(tmp_path):
     actions = [x for x in data if x.shape == (150, 1)][0]
     assert actions.abs().max() <= 2.0 and actions.std() > 0.5  # uniform on [-2, 2] first
     # 51 updates (from the 100th step on) changed the critics
-    assert any(not torch.equal(a, b) for a, b in zip(critic0, trainer.algorithm.critic_networks.parameters()))
+    critic = trainer.algorithm.critic_networks.parameters()
+    assert any(not torch.equal(a, b) for a, b in zip(critic0, critic))
     ckpt = load_checkpoint(latest_checkpoint(str(tmp_path / "checkpoints")))
     assert ckpt["extra"]["replay_buffer"]["size"] == 150
 
@@ -77,14 +71,16 @@ def test_discrete_actions_and_num_iterations_limit(tmp_path):
 def test_checkpoint_without_buffer_warns_and_refills(tmp_path, caplog):
     trainer = _trainer(tmp_path, checkpoint_replay_buffer=False, num_env_steps=120)
     trainer.train()
-    assert "replay_buffer" not in load_checkpoint(latest_checkpoint(str(tmp_path / "checkpoints")))["extra"]
+    latest = load_checkpoint(latest_checkpoint(str(tmp_path / "checkpoints")))
+    assert "replay_buffer" not in latest["extra"]
     gin.clear_config()
     resumed = _trainer(tmp_path, checkpoint_replay_buffer=False, num_env_steps=200)
     assert resumed.replay_buffer.size == 0
     assert "not bit-exact" in caplog.text or "approximate" in caplog.text
     critic = [p.clone() for p in resumed.algorithm.critic_networks.parameters()]
     resumed.train()  # 80 steps: fewer than the 100 to refill, so no update
-    assert all(torch.equal(a, b) for a, b in zip(critic, resumed.algorithm.critic_networks.parameters()))
+    resumed_critic = resumed.algorithm.critic_networks.parameters()
+    assert all(torch.equal(a, b) for a, b in zip(critic, resumed_critic))
 
 
 @pytest.mark.parametrize(
@@ -111,6 +107,7 @@ def _cli(root, extra=()):
     return args, env
 
 
+@pytest.mark.slow
 def test_kill_and_restart_gives_the_uninterrupted_final_checkpoint(tmp_path):
     """SIGKILL a SAC run at random moments, restart it with the same command:
     its final checkpoint equals an uninterrupted run's, tensor for tensor."""
@@ -131,7 +128,8 @@ def test_kill_and_restart_gives_the_uninterrupted_final_checkpoint(tmp_path):
         deadline = time.time() + 240
         # wait for a new checkpoint, then kill at a random moment after it
         start = latest_checkpoint(str(ckpt_dir))
-        while latest_checkpoint(str(ckpt_dir)) == start and proc.poll() is None and time.time() < deadline:
+        while (latest_checkpoint(str(ckpt_dir)) == start and proc.poll() is None
+               and time.time() < deadline):
             time.sleep(0.05)
         time.sleep(rng.uniform(0.0, 0.5 * between))
         proc.send_signal(signal.SIGKILL)

@@ -4,7 +4,6 @@ import functools
 import glob
 import os
 
-import gin
 import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -18,14 +17,7 @@ from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer, stack_experi
 from alf_entropy.trainers.trainer import resolve_device
 from alf_entropy.utils import schedulers
 
-
-@pytest.fixture(autouse=True)
-def _clean_gin():
-    torch.set_num_threads(1)
-    gin.clear_config()
-    yield
-    gin.clear_config()
-    schedulers.reset_progress()
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _scalars(root_dir):
@@ -190,7 +182,9 @@ def test_rng_and_optimizer_state_restored(tmp_path):
     assert torch.equal(torch.get_rng_state(), rng_after)
     new_state = resumed.algorithm.optimizers()[0].state_dict()
     some = next(iter(opt_state["state"]))
-    torch.testing.assert_close(new_state["state"][some]["exp_avg"], opt_state["state"][some]["exp_avg"])
+    torch.testing.assert_close(
+        new_state["state"][some]["exp_avg"], opt_state["state"][some]["exp_avg"]
+    )
 
 
 def test_checkpoint_mismatch_is_a_clear_error(tmp_path):

@@ -29,16 +29,9 @@ from alf_entropy.trainers.off_policy_trainer import OffPolicyTrainer
 from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
 from alf_entropy.trainers.run_dir import RunDirLocked, config_differences
 from alf_entropy.trainers.trainer import TrainingAborted
-from alf_entropy.utils import nest, schedulers
+from alf_entropy.utils import nest
 
-
-@pytest.fixture(autouse=True)
-def _clean_gin():
-    torch.set_num_threads(1)
-    gin.clear_config()
-    yield
-    gin.clear_config()
-    schedulers.reset_progress()
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _trainer(root_dir, **kwargs):
@@ -312,6 +305,9 @@ def test_config_differences_ignore_neutral_settings_only():
     saved = "A.x = 1\nA.num_iterations = 3\nB.progress_bar = True\nC.y = (1,\n    2)\n"
     current = "A.x = 2\nA.num_iterations = 9\nB.progress_bar = False\nC.y = (1, 2)\nD.z = 0\n"
     assert config_differences(saved, current) == [("A.x", "1", "2"), ("D.z", None, "0")]
+    # A run a script started (no trainer binding) resumes under the command line (which
+    # records train.trainer); another trainer class differs in the trainer's own bindings.
+    assert config_differences(saved, saved + "train.trainer = @OnPolicyTrainer\n") == []
 
 
 # --------------------------------------------------------- bad root dirs
@@ -367,7 +363,9 @@ def test_two_runs_of_one_configuration_write_equal_checkpoints(tmp_path, env_id)
 # ----------------------------------------------------- bindings never used
 def test_a_binding_the_run_never_uses_is_an_error(tmp_path):
     parse_gin_config(None, ["OnPolicyTrainer.num_iterations = 1", "torch.optim.Adam.lr = -1e-3"])
-    with pytest.raises(GinConfigError, match=r"torch.optim.Adam.lr = -1e-3 \(--gin_param\).*default_optimizer.lr"):
+    with pytest.raises(
+        GinConfigError, match=r"torch.optim.Adam.lr = -1e-3 \(--gin_param\).*default_optimizer.lr"
+    ):
         OnPolicyTrainer(str(tmp_path / "run"), device="cpu")
     assert not os.path.exists(tmp_path / "run")
 

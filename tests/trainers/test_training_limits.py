@@ -1,9 +1,7 @@
 """Issue 13: either training limit, whichever is reached first (ALF's rule)."""
 import functools
 
-import gin
 import pytest
-import torch
 
 from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
 from alf_entropy.trainers import trainer as trainer_module
@@ -15,13 +13,7 @@ from tests.trainers.test_on_policy_trainer import _trainer as small_trainer
 STEPS_PER_ITERATION = 2 * 16
 
 
-@pytest.fixture(autouse=True)
-def _clean():
-    torch.set_num_threads(1)
-    gin.clear_config()
-    yield
-    gin.clear_config()
-    schedulers.reset_progress()
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _trainer(root_dir, **kwargs):
@@ -152,11 +144,46 @@ def test_resume_within_and_past_the_limit(tmp_path, caplog):
         (dict(), "at least one of num_iterations and num_env_steps must be positive"),
         (dict(num_iterations=0, num_env_steps=0), "at least one"),
         (dict(num_iterations=None, num_env_steps=None), "at least one"),
-        (dict(num_iterations=-3), "num_iterations must be None, 0"),
-        (dict(num_iterations=2, num_env_steps=-1), "num_env_steps must be None, 0"),
+        (dict(num_iterations=-3),
+         r"num_iterations must be an int >= 0 or None \(0 or None: no limit\)"),
+        (dict(num_iterations=2, num_env_steps=-1),
+         r"num_env_steps must be an int >= 0 or None \(0 or None: no limit\)"),
         (dict(num_iterations=True), "num_iterations must be"),
     ],
 )
 def test_no_positive_limit_is_a_clear_error(tmp_path, limits, match):
     with pytest.raises(ValueError, match=match):
         _trainer(tmp_path, **limits)
+
+
+def test_log_lines_are_written_through_the_progress_bar(tmp_path, capsys):
+    """A log line during training starts on its own line, not after the bar's text."""
+    import logging
+    import sys
+
+    root = logging.getLogger()
+    console = logging.StreamHandler(sys.stderr)  # the captured stderr, as a terminal's
+    console.setFormatter(logging.Formatter("LOG %(message)s"))
+    root.addHandler(console)
+    absl_logger = logging.getLogger("absl")
+    levels = (root.level, absl_logger.level)
+    root.setLevel(logging.INFO)
+    absl_logger.setLevel(logging.INFO)
+    try:
+        _trainer(tmp_path, num_iterations=3, checkpoint_interval=None, eval_interval=1,
+                 num_eval_episodes=1, progress_bar=True).train()
+        # Training is over: the console handler is back, and only it.
+        assert console in root.handlers
+        assert not any(type(h).__name__ == "_BarLogHandler" for h in root.handlers)
+    finally:
+        root.removeHandler(console)
+        root.setLevel(levels[0])
+        absl_logger.setLevel(levels[1])
+    err = capsys.readouterr().err
+    logged = [line for line in err.split("\n") if "LOG iteration" in line]
+    assert len(logged) >= 3, err[-2000:]  # the evaluations after iterations 1, 2, 3
+    bar_shown = [line for line in err.split("\n") if "it/s" in line or "s/it" in line]
+    assert bar_shown, err[-2000:]
+    for line in logged:
+        # tqdm.write clears the bar (a carriage return) before the line.
+        assert line.rsplit("\r", 1)[-1].startswith("LOG iteration"), repr(line)

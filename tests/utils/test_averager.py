@@ -6,8 +6,6 @@ import torch
 
 from alf_entropy.tensor_specs import TensorSpec
 from alf_entropy.utils.averager import (
-    EMAverager,
-    ScalarEMAverager,
     ScalarWindowAverager,
     WindowAverager,
 )
@@ -125,74 +123,6 @@ def test_window_size_one_tracks_last_value():
         assert _close(avg.average(torch.tensor(v)), v)
 
 
-# ------------------------------------------------------------------ EMAverager
-def test_ema_get_is_zero_before_data():
-    assert ScalarEMAverager(0.1).get() == 0.0
-
-
-@pytest.mark.parametrize("rate", [0.01, 0.3, 1.0])
-def test_ema_constant_stream_is_constant_from_first_update(rate):
-    avg = ScalarEMAverager(rate)
-    for _ in range(5):
-        assert _close(avg.average(torch.tensor(3.5)), 3.5, tol=1e-5)
-
-
-def test_ema_known_values():
-    # r = 0.5: x1 = 1, m1 = 0.5 -> 2; x2 = 1 + 0.5 * (4 - 1) = 2.5, m2 = 0.75 -> 10/3;
-    # x3 = 2.5 + 0.5 * (-2 - 2.5) = 0.25, m3 = 0.875 -> 2/7.
-    avg = ScalarEMAverager(0.5)
-    assert _close(avg.average(torch.tensor(2.0)), 2.0)
-    assert _close(avg.average(torch.tensor(4.0)), 10.0 / 3)
-    assert _close(avg.average(torch.tensor(-2.0)), 2.0 / 7)
-
-
-def test_ema_vector_outer_dims_averaged():
-    avg = EMAverager(TensorSpec((2,)), 0.25)
-    avg.update(torch.tensor([[1.0, 2.0], [3.0, 6.0]]))  # mean [2, 4]
-    assert _close(avg.get(), torch.tensor([2.0, 4.0]))
-    avg.update(torch.tensor([6.0, 0.0]))
-    # x = 0.25*[2,4]*0.75 + 0.25*[6,0] ; m = 0.25*0.75 + 0.25 = 0.4375
-    expected = (0.75 * 0.25 * torch.tensor([2.0, 4.0]) + 0.25 * torch.tensor([6.0, 0.0])) / 0.4375
-    assert _close(avg.get(), expected)
-
-
-def test_ema_gated_update_false_is_noop():
-    avg = ScalarEMAverager(0.2)
-    avg.update(torch.tensor(1.0))
-    before = {k: v.clone() for k, v in avg.state_dict().items()}
-    avg.update(torch.tensor(100.0), valid=torch.tensor(False))
-    for k, v in avg.state_dict().items():
-        assert torch.equal(before[k], v), k
-    assert _close(avg.get(), 1.0)
-    # Gated-off before any data keeps the average at 0.
-    fresh = ScalarEMAverager(0.2)
-    fresh.update(torch.tensor(5.0), valid=torch.tensor(False))
-    assert fresh.get() == 0.0
-    # A true flag is the same as no flag.
-    a, b = ScalarEMAverager(0.2), ScalarEMAverager(0.2)
-    for v in (1.0, 4.0, -3.0):
-        a.update(torch.tensor(v), valid=torch.tensor(True))
-        b.update(torch.tensor(v))
-    assert _close(a.get(), b.get())
-
-
-def test_ema_state_dict_round_trip_continues_identically():
-    a = ScalarEMAverager(0.3)
-    for v in (1.0, 5.0, 2.0):
-        a.update(torch.tensor(v))
-    b = ScalarEMAverager(0.3)
-    b.load_state_dict(a.state_dict())
-    assert torch.equal(a.get(), b.get())
-    for v in (3.0, -1.0, 4.0):
-        assert torch.equal(a.average(torch.tensor(v)), b.average(torch.tensor(v)))
-
-
-@pytest.mark.parametrize("rate", [0.0, -0.1, 1.5])
-def test_ema_bad_update_rate_raises(rate):
-    with pytest.raises(ValueError, match="update_rate"):
-        ScalarEMAverager(rate)
-
-
 # ----------------------------------------------------------------- no host sync
 _SYNC_METHODS = ("__bool__", "item", "__float__", "__int__", "tolist")
 
@@ -233,21 +163,16 @@ def test_forbid_host_sync_is_effective_and_restored():
 def _exercise_averagers():
     """Run update/get/average (gated and not) on fresh averagers; return results."""
     window = WindowAverager(TensorSpec((2,)), 3)
-    ema = EMAverager(TensorSpec((2,)), 0.1)
     swin = ScalarWindowAverager(2)
-    sema = ScalarEMAverager(0.5)
     results = []
     for i in range(4):
         x = torch.arange(10, dtype=torch.float32).reshape(5, 2) * (i + 1)
         flag = torch.tensor(i % 2 == 0)
         window.update(x)
         window.update(x, valid=flag)
-        ema.update(x)
-        ema.update(x, valid=flag)
         swin.update(x[:, 0], valid=flag)
-        sema.update(x[:, 0])
         results.append(
-            (window.get(), ema.get(), swin.average(x[1, 0]), sema.average(x[1, 1], flag))
+            (window.get(), swin.average(x[1, 0]), swin.average(x[1, 1], flag))
         )
     return results
 

@@ -18,13 +18,6 @@ SPEC = BoundedTensorSpec((), torch.int64, 0, 3)
 GIN_TEXT = "In call to configurable"
 
 
-@pytest.fixture(autouse=True)
-def _clean_gin():
-    gin.clear_config()
-    yield
-    gin.clear_config()
-
-
 def test_direct_call_raises_the_plain_error():
     with pytest.raises(ValueError) as info:
         EntropyTargetAlgorithm(SPEC, initial_alpha=-1)

@@ -29,32 +29,24 @@ def test_signature_lists_base_arguments_with_the_subclass_defaults():
 
 
 def test_gin_binds_forwarded_arguments_and_rejects_unknown_ones():
-    gin.clear_config()
     configurable = gin.external_configurable(_Sub, "_SigSub", module="test_signatures")
-    try:
-        gin.parse_config("_SigSub.gamma = 0.5\n_SigSub.clip = 0.1")
-        sub = configurable("obs")
-        assert sub.args == dict(spec="obs", gamma=0.5, steps=3, name="sub", lr=None)
-        assert sub.clip == 0.1
-        for bad in ("_SigSub.gama = 0.5", "_SigSub.steps = 2"):  # misspelt; supplied
-            with pytest.raises(ValueError, match="parameter named"):
-                gin.parse_config(bad)
-    finally:
-        gin.clear_config()
+    gin.parse_config("_SigSub.gamma = 0.5\n_SigSub.clip = 0.1")
+    sub = configurable("obs")
+    assert sub.args == dict(spec="obs", gamma=0.5, steps=3, name="sub", lr=None)
+    assert sub.clip == 0.1
+    for bad in ("_SigSub.gama = 0.5", "_SigSub.steps = 2"):  # misspelt; supplied
+        with pytest.raises(ValueError, match="parameter named"):
+            gin.parse_config(bad)
 
 
 def test_base_class_bindings_do_not_leak_into_the_subclass():
     # gin applies a configurable class's bindings to every call of its
     # __init__, super() calls included, for the arguments not passed: each
     # forwarded argument is passed, so _Base.gamma stays _Base's.
-    gin.clear_config()
-    try:
-        gin.parse_config("_Base.gamma = 0.5")
-        assert _Base("obs").args["gamma"] == 0.5
-        assert _Sub("obs").args["gamma"] == 0.99
-        assert _Sub("obs", gamma=0.7).args["gamma"] == 0.7
-    finally:
-        gin.clear_config()
+    gin.parse_config("_Base.gamma = 0.5")
+    assert _Base("obs").args["gamma"] == 0.5
+    assert _Sub("obs").args["gamma"] == 0.99
+    assert _Sub("obs", gamma=0.7).args["gamma"] == 0.7
 
 
 def test_unknown_or_supplied_arguments_fail_clearly():

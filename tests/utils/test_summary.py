@@ -29,8 +29,7 @@ def writer(tmp_path):
 
 def _load(path) -> EventAccumulator:
     summary.flush()
-    acc = EventAccumulator(str(path), size_guidance={"scalars": 0, "histograms": 0,
-                                                     "tensors": 0})
+    acc = EventAccumulator(str(path), size_guidance={"scalars": 0})
     acc.Reload()
     return acc
 
@@ -76,29 +75,11 @@ def test_scopes_join_with_slash(tmp_path, writer):
         summary.scalar("x", 1.0)
         with summary.scope("/inner/"):
             summary.scalar("y", 2.0)
-            summary.histogram("h", torch.arange(10.0))
-            summary.text("t", "hello")
         summary.scalar("z", 3.0)
     summary.scalar("top", 4.0)
     acc = _load(tmp_path)
     tags = acc.Tags()
     assert set(tags["scalars"]) == {"outer/x", "outer/inner/y", "outer/z", "top"}
-    assert tags["histograms"] == ["outer/inner/h"]
-    assert "outer/inner/t/text_summary" in tags["tensors"]
-    text_event = acc.Tensors("outer/inner/t/text_summary")[0]
-    assert text_event.tensor_proto.string_val[0] == b"hello"
-
-
-def test_histogram_content(tmp_path, writer):
-    summary.histogram("h", torch.tensor([1.0, 2.0, 3.0, 4.0]), step=5)
-    summary.histogram("l", [0.0, 1.0], step=6, bins=2)
-    acc = _load(tmp_path)
-    h = acc.Histograms("h")[0]
-    assert h.step == 5
-    assert h.histogram_value.num == 4
-    assert h.histogram_value.sum == pytest.approx(10.0)
-    assert h.histogram_value.min == 1.0 and h.histogram_value.max == 4.0
-    assert acc.Histograms("l")[0].histogram_value.num == 2
 
 
 def test_should_record_requires_writer_enabled_and_cond(tmp_path):
@@ -136,20 +117,14 @@ def test_no_conversion_when_off(tmp_path):
     value = _Untouchable()
     # no writer
     summary.scalar("v", value)
-    summary.histogram("v", value)
-    summary.text("v", value)
     # writer but disabled
     summary.set_default_writer(summary.create_summary_writer(str(tmp_path)))
     summary.enable_summary(False)
     summary.scalar("v", value)
-    summary.histogram("v", value)
-    summary.text("v", value)
     # enabled but record_if false
     summary.enable_summary(True)
     with summary.record_if(lambda: False):
         summary.scalar("v", value)
-        summary.histogram("v", value)
-        summary.text("v", value)
     # and when on, the same object is indeed looked at (the guard is real)
     with pytest.raises(AssertionError, match="touched"):
         summary.scalar("v", value)
@@ -163,7 +138,6 @@ def test_tensor_not_synced_when_off(monkeypatch, tmp_path):
     summary.set_default_writer(summary.create_summary_writer(str(tmp_path)))
     with summary.record_if(lambda: False):
         summary.scalar("t", t)
-        summary.histogram("t", t)
     assert calls == []
     summary.scalar("t", t)  # on: the tensor is now read
     assert calls
@@ -207,12 +181,6 @@ def test_bad_arguments(tmp_path, writer):
         summary.scalar("v", 1.0, step=-2)
     with pytest.raises(ValueError, match="name"):
         summary.scalar("", 1.0)
-    with pytest.raises(ValueError, match="empty"):
-        summary.histogram("h", torch.zeros(0))
-    with pytest.raises(ValueError, match="bins"):
-        summary.histogram("h", torch.zeros(3), bins=0)
-    with pytest.raises(TypeError, match="str"):
-        summary.text("t", 3)
 
 
 def test_close_unsets_writer(tmp_path, writer):

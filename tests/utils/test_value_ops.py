@@ -1,4 +1,4 @@
-"""Tests for alf_entropy.utils.value_ops (returns and GAE)."""
+"""Tests for alf_entropy.utils.value_ops (GAE)."""
 import numpy as np
 import pytest
 import torch
@@ -73,20 +73,6 @@ def test_gae_zero_at_last_and_no_credit_across_boundary():
     torch.testing.assert_close(advs2[:5, 0], advs[:5, 0])
 
 
-def test_lambda_one_equals_discounted_return_minus_value():
-    r, v, st, d = (torch.tensor(x) for x in _episode_batch(seed=3))
-    advs = value_ops.generalized_advantage_estimation(r, v, st, d, td_lambda=1.0)
-    rets = value_ops.discounted_return(r, v, st, d)
-    torch.testing.assert_close(advs, rets - v[:-1])
-
-
-def test_lambda_zero_equals_one_step_td_error():
-    r, v, st, d = (torch.tensor(x) for x in _episode_batch(seed=4))
-    advs = value_ops.generalized_advantage_estimation(r, v, st, d, td_lambda=0.0)
-    rets = value_ops.one_step_discounted_return(r, v, st, d)
-    torch.testing.assert_close(advs, rets - v[:-1])
-
-
 def test_batch_major_and_extra_dims():
     r, v, st, d = (torch.tensor(x) for x in _episode_batch(seed=5))
     tm = value_ops.generalized_advantage_estimation(r, v, st, d, td_lambda=0.9)
@@ -114,12 +100,16 @@ def test_bad_inputs():
     x = torch.zeros(5, 2)
     with pytest.raises(ValueError, match="td_lambda"):
         value_ops.generalized_advantage_estimation(x, x, x.long(), x, td_lambda=1.5)
+    with pytest.raises(ValueError, match="td_lambda"):
+        value_ops.generalized_advantage_estimation(x, x, x.long(), x, td_lambda=-0.1)
+    with pytest.raises(TypeError, match="td_lambda"):
+        value_ops.generalized_advantage_estimation(x, x, x.long(), x, td_lambda="0.9")
     with pytest.raises(ValueError, match="at least 2"):
-        value_ops.discounted_return(x[:1], x[:1], x[:1].long(), x[:1])
+        value_ops.generalized_advantage_estimation(x[:1], x[:1], x[:1].long(), x[:1])
     with pytest.raises(ValueError, match="rewards"):
-        value_ops.one_step_discounted_return(torch.zeros(4, 2), x, x.long(), x)
+        value_ops.generalized_advantage_estimation(torch.zeros(4, 2), x, x.long(), x)
     with pytest.raises(TypeError, match="values"):
-        value_ops.discounted_return(x, np.zeros((5, 2)), x.long(), x)
+        value_ops.generalized_advantage_estimation(x, np.zeros((5, 2)), x.long(), x)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
