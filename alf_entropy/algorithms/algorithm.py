@@ -25,7 +25,7 @@ exist, we simply take a factory, which gin binds as ``@torch.optim.Adam``.
 
 ``update_with_gradient`` is the one gradient step of every algorithm: it
 skips an update whose loss (or, with clipping, gradient norm) is not finite
-without reading a flag on the host (see
+without waiting for a GPU (see
 :func:`~alf_entropy.utils.optimizers.masked_optimizer_step`).
 """
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
