@@ -2,8 +2,8 @@
 
 Issue 22: no fast twins beside plain code that reach into torch's private
 APIs (hook registries, private kernels, ``__wrapped__``, private attributes
-of distributions or optimisers).  Code that needs them would belong in one
-module, ``alf_entropy/accel.py``, behind a switch; there is none.
+of distributions or optimisers).  The fast paths that need them live in one
+module, ``alf_entropy/accel.py``, behind ``ALF_ENTROPY_ACCEL=0``.
 """
 import pathlib
 import re
