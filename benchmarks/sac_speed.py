@@ -27,11 +27,11 @@ summaries off, as SB3's defaults have none).
 
 Where the speed comes from (no change to the maths): the twin critics are one
 batched module (one ``baddbmm`` per hidden layer for both) with a hand-written
-ReLU backward (one graph node, masks applied in place), actor, critic and
+ReLU backward (one graph node, masks applied in place; ``alf_entropy/accel.py``,
+off with ``ALF_ENTROPY_ACCEL=0``), actor, critic and
 temperature losses take one backward and one optimiser step, the actor loss
 evaluates the critics with detached weights (no wasted critic weight
-gradients), target networks are updated with one ``torch._foreach_lerp_``,
-Adam is torch's fused kernel, the squashed-Normal sample and log-probability
+gradients), Adam is torch's fused kernel, the squashed-Normal sample and log-probability
 are computed in closed form (no ``torch.distributions`` objects), and the
 replay buffer samples tensors in place (no NumPy round trip).
 

@@ -48,6 +48,7 @@ import torch
 import torch.distributions as td
 import torch.nn as nn
 
+from alf_entropy import accel
 from alf_entropy.algorithms.algorithm import Algorithm, OptimizerArg, combine_loss_infos
 from alf_entropy.algorithms.entropy_controller import EntropyController
 from alf_entropy.data_structures import (
@@ -58,8 +59,7 @@ from alf_entropy.data_structures import (
     TimeStep,
     namedtuple,
 )
-from alf_entropy.networks import ActorDistributionNetwork, ValueNetwork, call_module, mode_of
-from alf_entropy.networks.distributions import Categorical, categorical_log_prob
+from alf_entropy.networks import ActorDistributionNetwork, ValueNetwork, mode_of
 from alf_entropy.utils import dist_utils, math_ops, nest, schedulers, summary, value_ops
 from alf_entropy.utils.checks import check_real
 from alf_entropy.utils.optimizers import fused_adam
@@ -331,11 +331,12 @@ class ActorCriticAlgorithm(Algorithm):
             self._entropy_target_algorithm = entropy_target_cls(
                 action_spec, debug_summaries=debug_summaries
             )
-        # rollout_step may draw through the actor's sample_with_log_prob when
-        # the controller's rollout_step is the base one (ignoring the
+        # rollout_step may draw through accel.categorical_sample_with_log_prob
+        # when the controller's rollout_step is the base one (ignoring the
         # distribution off-policy) and _log_prob is this class's.
         self._fast_acting = (
-            isinstance(self._actor_network, ActorDistributionNetwork)
+            accel.ENABLED
+            and isinstance(self._actor_network, ActorDistributionNetwork)
             and type(self)._log_prob is ActorCriticAlgorithm._log_prob
             and (
                 self._entropy_target_algorithm is None
@@ -398,13 +399,7 @@ class ActorCriticAlgorithm(Algorithm):
     # ----------------------------------------------------------------- steps
     def _log_prob(self, dist: Any, action: Any) -> torch.Tensor:
         """``log pi(action)`` summed over the action nest."""
-        if isinstance(dist, td.Distribution):  # fast path: no nest walking
-            if (
-                type(dist) in (td.Categorical, Categorical)
-                and not dist._validate_args
-                and action.shape == dist.logits.shape[:-1]
-            ):
-                return categorical_log_prob(dist.logits, action)
+        if isinstance(dist, td.Distribution):  # no nest walking
             return dist.log_prob(action)
         log_probs = nest.map_structure(lambda d, a: d.log_prob(a), dist, action)
         flat = nest.flatten(log_probs)
@@ -423,7 +418,7 @@ class ActorCriticAlgorithm(Algorithm):
         Returns:
             AlgStep: ``output`` is the action nest.
         """
-        dist = call_module(self._actor_network, inputs.observation)
+        dist = self._actor_network(inputs.observation)
         return AlgStep(output=mode_of(dist), state=state)
 
     def rollout_step(self, inputs: TimeStep, state: Any = ()) -> AlgStep:
@@ -443,14 +438,14 @@ class ActorCriticAlgorithm(Algorithm):
             ``ActorCriticInfo(log_prob, entropy_target)``.
         """
         if self._fast_acting:
-            drawn = self._actor_network.sample_with_log_prob(inputs.observation)
+            drawn = accel.categorical_sample_with_log_prob(self._actor_network, inputs.observation)
             if drawn is not None:
                 # What the path below gives (the controller's rollout_step
-                # returns an empty AlgStep off-policy), at a third less cost.
+                # returns an empty AlgStep off-policy), at less cost.
                 action, log_prob = drawn
                 return AlgStep(output=action, state=state,
                                info=ActorCriticInfo(log_prob=log_prob, entropy_target=()))
-        dist = call_module(self._actor_network, inputs.observation)
+        dist = self._actor_network(inputs.observation)
         if isinstance(dist, td.Distribution):
             action = dist.sample()
         else:
@@ -485,8 +480,8 @@ class ActorCriticAlgorithm(Algorithm):
             info.
         """
         observation = inputs.time_step.observation
-        dist = call_module(self._actor_network, observation)
-        value = call_module(self._value_network, observation)
+        dist = self._actor_network(observation)
+        value = self._value_network(observation)
         log_prob = self._log_prob(dist, inputs.action)
         entropy_target_info = ()
         if self._entropy_target_algorithm is None:
@@ -537,7 +532,7 @@ class ActorCriticAlgorithm(Algorithm):
                 time_step.observation,
                 final_time_step.observation,
             )
-            values = call_module(self._value_network, observations).reshape(T + 1, B)
+            values = self._value_network(observations).reshape(T + 1, B)
             rewards = torch.cat([time_step.reward, final_time_step.reward.unsqueeze(0)], dim=0)
             discounts = torch.cat(
                 [time_step.discount, final_time_step.discount.unsqueeze(0)], dim=0

@@ -16,19 +16,17 @@ buffers are part of the parent's ``parameters()`` and ``state_dict()``, so one
 checkpoint restores everything.  ``on_policy`` set on the root propagates to
 every sub-algorithm.
 
-The tree walks (``sub_algorithms``, ``optimizers`` and the parameter list of
-``update_with_gradient``) run every update, so their results are cached; the
-cache is dropped when a module is assigned to (or deleted from) an attribute
-of the algorithm.  (A module added inside a container afterwards, e.g.
-``self.algs.append(alg)``, is not seen: build the tree in the constructor, as
-the optimisers' parameter lists are fixed when they are created anyway.)
-
 Optimisers: each algorithm may own an optimiser (an ``Optimizer`` factory such
 as ``functools.partial(torch.optim.Adam, lr=1e-3)``, or an instance).  The
 optimiser of an algorithm updates its own parameters and those of its
 sub-algorithms that have no optimiser of their own.  Where ALF wraps every
 torch optimiser in its own class to allow creating it before the parameters
 exist, we simply take a factory, which gin binds as ``@torch.optim.Adam``.
+
+``update_with_gradient`` is the one gradient step of every algorithm: it
+skips an update whose loss (or, with clipping, gradient norm) is not finite
+without waiting for a GPU (see
+:func:`~alf_entropy.utils.optimizers.masked_optimizer_step`).
 """
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
@@ -39,8 +37,9 @@ import torch.nn as nn
 from alf_entropy.data_structures import AlgStep, LossInfo
 from alf_entropy.utils import distributed
 from alf_entropy.utils.gin_errors import PlainGinErrors
+from alf_entropy.utils.optimizers import masked_optimizer_step
 
-__all__ = ["Algorithm", "OptimizerArg", "clip_grad_norm_", "combine_loss_infos"]
+__all__ = ["Algorithm", "OptimizerArg", "combine_loss_infos"]
 
 OptimizerArg = Optional[
     Union[torch.optim.Optimizer, Callable[[List[nn.Parameter]], torch.optim.Optimizer]]
@@ -81,41 +80,6 @@ def combine_loss_infos(main: LossInfo, **sub_losses: LossInfo) -> LossInfo:
     return LossInfo(loss=loss, scalar_loss=scalar_loss, extra=extra, priority=main.priority)
 
 
-def clip_grad_norm_(params: List[nn.Parameter], max_norm: float) -> torch.Tensor:
-    """``torch.nn.utils.clip_grad_norm_(params, max_norm)``, with less Python.
-
-    For gradients on one CPU or CUDA device with one dtype (the usual case) it
-    runs the same operations as torch's (a ``_foreach_norm``, the norm of their
-    stack, ``clamp(max_norm / (norm + 1e-6), max=1)``, a ``_foreach_mul_``),
-    so it gives the same bits, without torch's grouping and per-call wrappers
-    (about half of its cost for a few small tensors); otherwise it calls
-    torch's.
-
-    Args:
-        params: the parameters whose ``.grad`` is scaled in place.
-        max_norm: the largest global 2-norm allowed.
-
-    Returns:
-        torch.Tensor: the total norm of the gradients before clipping (0-d),
-        as torch's returns it.
-    """
-    grads = [p.grad for p in params if p.grad is not None]
-    if not grads:
-        return torch.zeros((), device=params[0].device if params else None)
-    first = grads[0]
-    if first.device.type not in ("cpu", "cuda") or any(
-        g.device != first.device or g.dtype != first.dtype or g.is_sparse for g in grads
-    ):
-        return nn.utils.clip_grad_norm_(params, max_norm)
-    with torch.no_grad():
-        norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
-        # ``max_norm / (norm + 1e-6)`` is ``(norm + 1e-6).reciprocal() * max_norm``
-        # in torch (``Tensor.__rdiv__``): the same two ops, without its wrapper.
-        coef = (norm + 1e-6).reciprocal_().mul_(float(max_norm))
-        torch._foreach_mul_(grads, coef.clamp_(max=1.0))
-    return norm
-
-
 @gin.configurable
 class Algorithm(nn.Module, metaclass=PlainGinErrors):
     """Base class of all algorithms (see the module docstring).
@@ -149,19 +113,6 @@ class Algorithm(nn.Module, metaclass=PlainGinErrors):
         )
         self._on_policy: Optional[bool] = None
         self._parent_optimizer: Optional[torch.optim.Optimizer] = None
-        self._tree_cache: Dict[str, Any] = {}
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if "_tree_cache" in self.__dict__ and (
-            isinstance(value, nn.Module) or name in self._modules
-        ):
-            self._tree_cache.clear()  # the tree changes: walk it again
-        super().__setattr__(name, value)
-
-    def __delattr__(self, name: str) -> None:
-        if "_tree_cache" in self.__dict__:
-            self._tree_cache.clear()
-        super().__delattr__(name)
 
     # ------------------------------------------------------------------ info
     @property
@@ -210,9 +161,6 @@ class Algorithm(nn.Module, metaclass=PlainGinErrors):
 
     def sub_algorithms(self) -> List["Algorithm"]:
         """The nearest ``Algorithm`` descendants (through plain modules too)."""
-        cached = self._tree_cache.get("subs")
-        if cached is not None:
-            return list(cached)
         subs: List[Algorithm] = []
 
         def _walk(module: nn.Module) -> None:
@@ -223,8 +171,7 @@ class Algorithm(nn.Module, metaclass=PlainGinErrors):
                     _walk(child)
 
         _walk(self)
-        self._tree_cache["subs"] = subs
-        return list(subs)
+        return subs
 
     # ---------------------------------------------------------------- steps
     def predict_step(self, inputs: Any, state: Any = ()) -> AlgStep:
@@ -306,19 +253,7 @@ class Algorithm(nn.Module, metaclass=PlainGinErrors):
         Raises:
             ValueError: if some trainable parameter has no optimiser.
         """
-        cached = self._tree_cache.get("optimizers")
-        if cached is None:
-            cached = self._tree_cache["optimizers"] = self._collect_optimizers(is_root=True)
-        return list(cached)
-
-    def _optimizer_params(self) -> Tuple[List[torch.optim.Optimizer], List[nn.Parameter]]:
-        """``optimizers()`` and every parameter they update (cached, not copied)."""
-        cached = self._tree_cache.get("params")
-        if cached is None:
-            optimizers = self.optimizers()
-            params = [p for opt in optimizers for g in opt.param_groups for p in g["params"]]
-            cached = self._tree_cache["params"] = (optimizers, params)
-        return cached
+        return self._collect_optimizers(is_root=True)
 
     def _collect_optimizers(
         self, is_root: bool, inherited: Optional[torch.optim.Optimizer] = None
@@ -352,18 +287,27 @@ class Algorithm(nn.Module, metaclass=PlainGinErrors):
         loss_info: LossInfo,
         valid_masks: Optional[torch.Tensor] = None,
         max_grad_norm: Optional[float] = None,
+        skipped_counter: Optional[torch.Tensor] = None,
     ) -> Tuple[LossInfo, List[nn.Parameter]]:
-        """One gradient step on ``loss_info``.
+        """One gradient step on ``loss_info``, skipped if it is not finite.
 
         The per-step ``loss_info.loss`` is averaged (over ``valid_masks`` if
-        given, i.e. ``sum(loss * mask) / max(sum(mask), 1)``), ``scalar_loss``
-        is added, gradients are averaged over the ranks of a data-parallel run
-        (``utils.distributed``) and every optimiser of the tree takes a step.
+        given, i.e. ``sum(loss * mask) / max(sum(mask), 1)``: a NaN even in
+        an invalid row makes the loss NaN), ``scalar_loss`` is added,
+        gradients are averaged over the ranks of a data-parallel run
+        (``utils.distributed``), clipped to ``max_grad_norm`` and every
+        optimiser of the tree takes a step -- unless the loss, the averaged
+        gradients (data-parallel) or the gradient norm (with clipping) is not
+        finite: then no optimiser steps (parameters and optimiser states keep
+        their values), on every rank alike, without a host read on a GPU
+        (:func:`~alf_entropy.utils.optimizers.masked_optimizer_step`).
 
         Args:
             loss_info: the loss from ``calc_loss``.
             valid_masks: optional float/bool mask of ``loss_info.loss``'s shape.
             max_grad_norm: clip the global gradient norm to this if given.
+            skipped_counter: an integer 0-d tensor incremented (on its
+                device) when the update is skipped.
 
         Returns:
             ``(loss_info, params)``: the loss info with ``loss`` replaced by
@@ -382,14 +326,19 @@ class Algorithm(nn.Module, metaclass=PlainGinErrors):
             loss = loss + loss_info.scalar_loss
         if not isinstance(loss, torch.Tensor):
             raise ValueError(f"{self._name}: loss_info has neither loss nor scalar_loss")
-        optimizers, params = self._optimizer_params()
-        for p in params:  # ``zero_grad(set_to_none=True)`` without its overhead
+        optimizers = self.optimizers()
+        params = [p for opt in optimizers for g in opt.param_groups for p in g["params"]]
+        for p in params:  # ``zero_grad(set_to_none=True)``, without its per-call overhead
             p.grad = None
         loss.backward()
-        # Data-parallel: every rank steps with the gradient averaged over all.
-        distributed.all_reduce_gradients_(params)
+        # Data-parallel: every rank steps with the gradient averaged over all,
+        # or skips (on every rank) if any rank's was not finite.
+        finite = distributed.all_reduce_gradients_(params)
+        ok = torch.isfinite(loss.detach()) if finite is None else finite
         if max_grad_norm is not None:
-            clip_grad_norm_(params, max_grad_norm)
-        for opt in optimizers:
-            opt.step()
-        return loss_info._replace(loss=loss.detach()), list(params)
+            norm = nn.utils.clip_grad_norm_(params, max_grad_norm)
+            ok = ok & torch.isfinite(norm)
+        masked_optimizer_step(optimizers, ok, sync_free=loss.device.type != "cpu")
+        if skipped_counter is not None:
+            skipped_counter.add_((~ok).to(skipped_counter.device, skipped_counter.dtype))
+        return loss_info._replace(loss=loss.detach()), params

@@ -25,8 +25,10 @@ critics (they are evaluated with detached weights for the actor loss).
 
 Faults: an update whose loss (or, with clipping, gradient norm) is not finite
 is skipped (networks, optimiser states and ``log_alpha`` keep their values)
-and counted in ``num_skipped_updates``, without reading the flag on the host
-on a GPU (see :func:`~alf_entropy.utils.optimizers.masked_optimizer_step`).
+by ``Algorithm.update_with_gradient``, the one gradient step of every
+algorithm, and counted in ``num_skipped_updates``, without reading the flag on
+the host on a GPU (see
+:func:`~alf_entropy.utils.optimizers.masked_optimizer_step`).
 """
 import copy
 import numbers
@@ -36,14 +38,14 @@ import gin
 import torch
 import torch.nn as nn
 
-from alf_entropy.algorithms.algorithm import Algorithm, OptimizerArg, clip_grad_norm_
+from alf_entropy.algorithms.algorithm import Algorithm, OptimizerArg
 from alf_entropy.data_structures import AlgStep, LossInfo, TimeStep, namedtuple
 from alf_entropy.networks import ActorDistributionNetwork, mode_of
 from alf_entropy.networks.critic_networks import CriticNetworks
 from alf_entropy.tensor_specs import BoundedTensorSpec
-from alf_entropy.utils import distributed, nest, summary
+from alf_entropy.utils import nest, summary
 from alf_entropy.utils.checks import check_real
-from alf_entropy.utils.optimizers import fused_adam, masked_optimizer_step
+from alf_entropy.utils.optimizers import fused_adam
 from alf_entropy.utils.replay_buffer import Transition
 
 __all__ = ["SacAlgorithm", "SacLossInfo"]
@@ -76,10 +78,8 @@ def _default_optimizer(params: List[nn.Parameter], lr: float = 3e-4) -> torch.op
 
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean over the valid rows.  Unlike ``math_ops.masked_mean`` it multiplies
-    by the mask rather than selecting: a NaN even in an invalid row makes the
-    loss NaN, so the update is skipped instead of back-propagating NaN into
-    the weights under a finite loss."""
+    """Mean over the valid rows, as ``update_with_gradient`` averages the
+    loss (for the summaries)."""
     mask = mask.to(x.dtype)
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
@@ -378,24 +378,13 @@ class SacAlgorithm(Algorithm):
             AlgStep: ``info`` the ``LossInfo`` (``loss`` the minimised
             scalar, detached).
         """
-        loss_info = self.calc_loss(inputs)
-        loss = _masked_mean(loss_info.loss, inputs.valid)
-        if isinstance(loss_info.scalar_loss, torch.Tensor):
-            loss = loss + loss_info.scalar_loss
-        optimizers, params = self._optimizer_params()
-        for p in params:
-            p.grad = None
-        loss.backward()
-        # Data-parallel: average the gradients; skip (on every rank) if any was not finite.
-        finite = distributed.all_reduce_gradients_(params)
-        ok = torch.isfinite(loss) if finite is None else finite
-        if self._max_grad_norm is not None:
-            norm = clip_grad_norm_(params, self._max_grad_norm)
-            ok = ok & torch.isfinite(norm)
-        masked_optimizer_step(optimizers, ok, sync_free=loss.device.type != "cpu")
-        self._num_skipped.add_((~ok).to(torch.int64))
+        loss_info, _ = self.update_with_gradient(
+            self.calc_loss(inputs),
+            valid_masks=inputs.valid,
+            max_grad_norm=self._max_grad_norm,
+            skipped_counter=self._num_skipped,
+        )
         self._update_targets()
-        loss_info = loss_info._replace(loss=loss.detach())
         if summary.should_record_summaries():
             self._summarize(loss_info, inputs.valid)
         return AlgStep(output=(), state=state, info=loss_info)
@@ -411,7 +400,8 @@ class SacAlgorithm(Algorithm):
                 list(self._critic_networks.parameters()),
             )
         with torch.no_grad():
-            torch._foreach_lerp_(self._target_pairs[0], self._target_pairs[1], self._tau)
+            for target, source in zip(*self._target_pairs):
+                target.lerp_(source, self._tau)
 
     def get_extra_state(self) -> Any:
         """The host-side update count (for the target-update period)."""

@@ -5,7 +5,6 @@ from alf_entropy.networks.distributions import StableTanh, mode_of
 from alf_entropy.networks.encoding_network import (
     MLP,
     EncodingNetwork,
-    call_module,
     flat_input_size,
     flatten_observation,
     get_activation,
@@ -25,7 +24,6 @@ __all__ = [
     "NormalProjectionNetwork",
     "StableTanh",
     "ValueNetwork",
-    "call_module",
     "flat_input_size",
     "flatten_observation",
     "get_activation",

@@ -14,9 +14,7 @@ gives the same nest of distributions (all heads share the encoder).
   mean is unbounded and ``GymVectorEnv`` clips actions to the bounds.
 
 Use ``alf_entropy.networks.mode_of`` for the deterministic evaluation action.
-For acting, :meth:`ActorDistributionNetwork.sample_with_log_prob` draws an
-action and its log-probability in one pass for a single categorical head;
-for SAC's losses, :meth:`ActorDistributionNetwork.rsample_and_log_prob`
+For SAC's losses, :meth:`ActorDistributionNetwork.rsample_and_log_prob`
 draws a reparameterised continuous action and its log-probability in
 closed form.
 """
@@ -26,20 +24,18 @@ import gin
 import torch
 import torch.nn as nn
 
-from alf_entropy.networks.distributions import categorical_log_prob, sample_categorical
+from alf_entropy import accel
 from alf_entropy.networks.encoding_network import (
     ActivationArg,
     EncodingNetwork,
-    call_module,
     flat_input_size,
     flatten_observation,
-    forward_only,
 )
 from alf_entropy.networks.projection_networks import (
     CategoricalProjectionNetwork,
     NormalProjectionNetwork,
 )
-from alf_entropy.tensor_specs import BoundedTensorSpec, TensorSpec
+from alf_entropy.tensor_specs import BoundedTensorSpec
 from alf_entropy.utils import nest
 from alf_entropy.utils.gin_errors import PlainGinErrors
 
@@ -140,8 +136,9 @@ class ActorDistributionNetwork(nn.Module, metaclass=PlainGinErrors):
         See :meth:`NormalProjectionNetwork.rsample_and_log_prob`: the same
         distribution as ``forward(observation)``, without building it.  When
         calling this network or its head would run more than the stock
-        ``forward`` (a subclass overrides it, or a hook is registered), this
-        returns None and the caller uses ``forward``.
+        ``forward`` (a subclass overrides it, a hook is registered, see
+        :func:`alf_entropy.accel.forward_only`) or ``ALF_ENTROPY_ACCEL=0``,
+        this returns None and the caller uses ``forward``.
 
         Args:
             observation: tensor ``[B, *obs_shape]`` (or nest matching
@@ -164,11 +161,11 @@ class ActorDistributionNetwork(nn.Module, metaclass=PlainGinErrors):
         if (
             type(self).forward is not ActorDistributionNetwork.forward
             or type(head).forward is not NormalProjectionNetwork.forward
-            or not forward_only(self, head)
+            or not accel.forward_only(self, head)
         ):
             return None  # an overridden forward or a hook must run
         x = flatten_observation(observation, self._input_tensor_spec, self._encoder.dtype)
-        return head.rsample_and_log_prob(call_module(self._encoder, x), log_prob)
+        return head.rsample_and_log_prob(self._encoder(x), log_prob)
 
     def forward(self, observation: Any) -> Any:
         """Compute the action distribution(s).
@@ -185,57 +182,8 @@ class ActorDistributionNetwork(nn.Module, metaclass=PlainGinErrors):
             ValueError: if the observation does not match the spec.
         """
         x = flatten_observation(observation, self._input_tensor_spec, self._encoder.dtype)
-        encoding = call_module(self._encoder, x)
+        encoding = self._encoder(x)
         if self._single_head:
-            return call_module(self._heads[0], encoding)
-        dists = [call_module(head, encoding) for head in self._heads]
+            return self._heads[0](encoding)
+        dists = [head(encoding) for head in self._heads]
         return nest.pack_sequence_as(self._action_spec, dists)
-
-    def sample_with_log_prob(
-        self, observation: Any
-    ) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
-        """One draw from ``forward(observation)`` and its log-probability, cheaply.
-
-        For a single categorical head over a flat tensor observation, and when
-        calling the modules would run only their ``forward`` (see
-        ``forward_only``), this runs the operations of ``dist =
-        self(observation); action = dist.sample(); dist.log_prob(action)``
-        -- the same random draws and bits -- without the distribution object
-        and the module-call frames: about a third of the cost of acting in a
-        rollout step.  Anything else returns None; the caller then uses
-        ``forward``.
-
-        Args:
-            observation: tensor ``[B, *obs_shape]``.
-
-        Returns:
-            ``(action, log_prob)`` (int64 ``[B]``, float ``[B]``), or None.
-        """
-        if not (self._single_head and isinstance(observation, torch.Tensor)):
-            return None
-        head = self._heads[0]
-        spec, encoder = self._input_tensor_spec, self._encoder
-        if (
-            type(head) is not CategoricalProjectionNetwork
-            or head.action_spec_shape
-            or type(self).forward is not ActorDistributionNetwork.forward
-            or type(encoder).forward is not EncodingNetwork.forward
-        ):
-            return None  # (an overridden forward must run)
-        layers, linear = encoder.layers, head.linear
-        if (
-            not isinstance(spec, TensorSpec)
-            or observation.dim() != 2
-            or observation.shape[1:] != spec.shape
-            or observation.dtype != encoder.dtype
-            or not forward_only(self, encoder, head, linear, *layers)
-        ):
-            return None
-        # flatten_observation would return ``observation`` itself here.
-        x = observation
-        for layer in layers:
-            x = layer.forward(x)
-        # Categorical(logits): normalised logits; .sample(); .log_prob().
-        logits = torch.log_softmax(linear.forward(x), dim=-1)
-        action = sample_categorical(torch.softmax(logits, dim=-1))
-        return action, categorical_log_prob(logits, action)

@@ -15,11 +15,13 @@ separate ``nn.Linear`` stacks (each critic is initialised like ``nn.Linear``).
 actor loss differentiates ``Q(s, a(s))`` with respect to the action only,
 without sending gradients into the critics.
 
-With ReLU (the default) the gradients come from a hand-written backward
-(``_ReluMLP``): bit for bit autograd's, with fewer graph nodes and
-allocations.  It refuses double backward; ``fused_backward=False`` is plain
-autograd.  Under ``no_grad``, ``torch.compile``, JIT tracing, ``torch.func``
-transforms (``grad``, ``vmap``) and autocast the forward is plain ops.
+With ReLU (the default) and ``ALF_ENTROPY_ACCEL`` not ``0``, the gradients
+come from a hand-written backward (:func:`alf_entropy.accel.relu_mlp`): the
+values of autograd's, with fewer graph nodes and allocations.  It refuses
+double backward; ``fused_backward=False`` (or ``ALF_ENTROPY_ACCEL=0``) is
+plain autograd.  Under ``no_grad``, ``torch.compile``, JIT tracing,
+``torch.func`` transforms (``grad``, ``vmap``) and autocast the forward is
+plain ops.
 """
 import math
 from typing import Any, Callable, List, Optional, Sequence, Tuple
@@ -28,6 +30,7 @@ import gin
 import torch
 import torch.nn as nn
 
+from alf_entropy import accel
 from alf_entropy.networks.encoding_network import (
     ActivationArg,
     flat_input_size,
@@ -36,7 +39,6 @@ from alf_entropy.networks.encoding_network import (
 )
 from alf_entropy.tensor_specs import BoundedTensorSpec
 from alf_entropy.utils.gin_errors import PlainGinErrors
-from alf_entropy.utils.tracing import is_compiling
 
 __all__ = ["CriticNetworks"]
 
@@ -52,8 +54,9 @@ class CriticNetworks(nn.Module, metaclass=PlainGinErrors):
         fc_layer_params: hidden layer sizes.
         activation: hidden activation (class, factory or name).
         num_critics: how many independent critics (2 for SAC's twin Q).
-        fused_backward: with ReLU, use the hand-written backward (faster;
-            no double backward). False: plain autograd.
+        fused_backward: with ReLU, use the hand-written backward of
+            :func:`alf_entropy.accel.relu_mlp` (faster; no double backward).
+            False: plain autograd.
 
     Raises:
         TypeError: if ``action_spec`` is not a single ``BoundedTensorSpec``.
@@ -156,38 +159,10 @@ class CriticNetworks(nn.Module, metaclass=PlainGinErrors):
         params = [p for wb in zip(self.weights, self.biases) for p in wb]
         if detach_params:
             params = [p.detach() for p in params]
-        if (
-            self._fused
-            and torch.is_grad_enabled()
-            and not _transformed()
-            and not _autocast(x.device.type)
-        ):
-            out = _ReluMLP.apply(x, *params)
-        else:
+        out = accel.relu_mlp(x, params) if self._fused else None
+        if out is None:
             out = _mlp_forward(x, params, self._act)[0]
         return out if self._discrete else out.squeeze(-1)
-
-
-def _transformed() -> bool:
-    """Whether ``torch.compile`` or ``torch.jit.trace`` is recording, or a
-    ``torch.func`` transform (``grad``, ``vmap``, ...) is active: they get
-    plain ops (the hand-written backward is not written for them)."""
-    functorch_active = getattr(torch._C, "_are_functorch_transforms_active", None)
-    return bool(
-        torch._C._get_tracing_state()
-        or is_compiling()
-        or (functorch_active and functorch_active())
-    )
-
-
-def _autocast(device_type: str) -> bool:
-    """Whether autocast is on for ``device_type`` (its mixed dtypes get plain ops)."""
-    try:
-        return torch.is_autocast_enabled(device_type)  # torch >= 2.4
-    except TypeError:
-        if device_type == "cuda":
-            return torch.is_autocast_enabled()
-        return device_type == "cpu" and torch.is_autocast_cpu_enabled()
 
 
 def _mlp_forward(
@@ -208,55 +183,3 @@ def _mlp_forward(
     w, b = params[-2], params[-1]
     out = torch.stack([torch.addmm(b[k], h[k], w[k]) for k in range(n)])
     return out, inputs
-
-
-class _ReluMLP(torch.autograd.Function):
-    """The ReLU stacked MLP with a hand-written backward.
-
-    The same values and gradients as autograd through :func:`_mlp_forward`,
-    with one graph node instead of about a dozen, the ReLU masks applied in
-    place (``threshold_backward`` written into the incoming gradient, not a
-    fresh tensor), no weight gradients for detached weights and no input
-    gradient for an input that needs none.  SAC's update runs three critic
-    passes; this makes it about 4% faster on the CPU.  Double backward is not
-    supported (``CriticNetworks(fused_backward=False)`` is plain autograd).
-    """
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, *params: torch.Tensor) -> torch.Tensor:  # noqa: D102
-        out, inputs = _mlp_forward(x, list(params), torch.relu_)
-        ctx.num_inputs = len(inputs)
-        ctx.save_for_backward(*inputs, *params)
-        return out
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:  # noqa: D102
-        if torch.is_grad_enabled():  # create_graph=True: the result would not be differentiable
-            raise RuntimeError(
-                "CriticNetworks: double backward (create_graph=True, e.g. a gradient "
-                "penalty) is not supported by the fused ReLU critics; build them with "
-                "fused_backward=False"
-            )
-        saved = ctx.saved_tensors
-        inputs, params = saved[: ctx.num_inputs], saved[ctx.num_inputs :]
-        needs = ctx.needs_input_grad  # (x, w0, b0, w1, b1, ...)
-        grads: List[Optional[torch.Tensor]] = [None] * len(params)
-        d = grad
-        for i in reversed(range(len(inputs))):
-            h, w = inputs[i], params[2 * i]
-            if needs[1 + 2 * i]:
-                last = i == len(inputs) - 1  # few output columns: per critic (see above)
-                grads[2 * i] = (
-                    torch.stack([hk.t().mm(dk) for hk, dk in zip(h, d)])
-                    if last
-                    else torch.bmm(h.transpose(1, 2), d)
-                )
-            if needs[2 + 2 * i]:
-                grads[2 * i + 1] = d.sum(1, keepdim=True)
-            if i == 0 and not needs[0]:
-                break
-            d = d * w.transpose(1, 2) if w.shape[-1] == 1 else torch.bmm(d, w.transpose(1, 2))
-            if i > 0:  # through the ReLU, in place: the gradient where h > 0, else 0
-                torch.ops.aten.threshold_backward.grad_input(d, h, 0.0, grad_input=d)
-        dx = d.sum(0) if needs[0] else None  # x was broadcast to every critic
-        return (dx, *grads)

@@ -1,12 +1,10 @@
 """Distribution helpers used by the networks: a fast Categorical, a stable tanh, ``mode_of``.
 
-* ``Categorical`` is ``torch``'s ``Categorical(logits=...)`` made cheap for
-  the small batches of a rollout (every environment step): it normalises the
-  logits with one ``log_softmax`` instead of ``logsumexp``'s chain of small
-  ops, and samples by inverting the CDF with one ``torch.rand`` per draw
-  instead of ``torch.multinomial`` (several times slower on the CPU).  The
-  sampled distribution is the same; the random draws differ from torch's
-  class for the same seed.  It is still a ``td.Categorical``.
+* ``Categorical`` is ``torch``'s ``Categorical(logits=...)`` (built by its
+  own constructor) that samples by inverting the CDF with one ``torch.rand``
+  per draw instead of ``torch.multinomial`` (several times slower on the CPU
+  for the small batches of a rollout).  The sampled distribution is the
+  same; the random draws differ from torch's class for the same seed.
 
 * ``StableTanh`` is ``torch``'s ``TanhTransform`` whose inverse clamps its
   input just inside ``(-1, 1)`` (as ALF's ``StableTanh`` does), so that
@@ -25,11 +23,15 @@ import torch.distributions as td
 
 from alf_entropy.utils import nest
 
-__all__ = ["Categorical", "StableTanh", "categorical_log_prob", "mode_of", "sample_categorical"]
+__all__ = ["Categorical", "StableTanh", "mode_of", "sample_categorical"]
 
 
 class Categorical(td.Categorical):
-    """``td.Categorical(logits=logits)``, faster to build and to sample.
+    """``td.Categorical(logits=logits)`` that samples by inverting the CDF.
+
+    Built by torch's own constructor; only ``sample`` differs: one
+    ``torch.rand`` per draw instead of ``torch.multinomial`` (several times
+    slower on the CPU for a rollout-sized batch), with no host sync.
 
     Args:
         logits: unnormalised log-probabilities ``[..., num_events]``.
@@ -39,28 +41,7 @@ class Categorical(td.Categorical):
     def __init__(self, logits: torch.Tensor, validate_args: bool = False):
         if not isinstance(logits, torch.Tensor) or logits.dim() < 1:
             raise ValueError("logits must be a tensor with at least one dimension")
-        self.logits = torch.log_softmax(logits, dim=-1)
-        self._param = self.logits
-        self._num_events = logits.shape[-1]
-        td.Distribution.__init__(self, logits.shape[:-1], validate_args=validate_args)
-
-    @property
-    def probs(self) -> torch.Tensor:
-        """``softmax(logits)``, computed on first use (as torch's ``lazy_property``).
-
-        Like torch's, it is differentiable even when first read under
-        ``no_grad``; its ``enable_grad`` context is only entered then (it
-        costs as much as the softmax itself for a rollout-sized batch).
-        """
-        probs = self.__dict__.get("_probs")
-        if probs is None:
-            if torch.is_grad_enabled() or torch.is_inference_mode_enabled():
-                probs = torch.softmax(self.logits, dim=-1)
-            else:
-                with torch.enable_grad():
-                    probs = torch.softmax(self.logits, dim=-1)
-            self._probs = probs
-        return probs
+        super().__init__(logits=logits, validate_args=validate_args)
 
     def sample(self, sample_shape: Sequence[int] = ()) -> torch.Tensor:
         """Draw indices by inverting the CDF (no host sync).
@@ -91,13 +72,6 @@ def sample_categorical(probs: torch.Tensor, sample_shape: Sequence[int] = ()) ->
     # Index k is drawn when cdf[k-1] <= u < cdf[k]; clamp guards against a
     # last cdf entry that rounds below 1.
     return (cdf < u).sum(-1).clamp_(max=probs.shape[-1] - 1)
-
-
-def categorical_log_prob(logits: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-    """``log_prob(action)`` of normalised ``logits`` ``[..., N]`` for indices of
-    the same batch shape: ``Categorical.log_prob`` without its
-    ``broadcast_tensors`` (a no-op then), the same gather."""
-    return logits.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
 
 
 class StableTanh(td.TanhTransform):

@@ -10,8 +10,7 @@ a name (``"tanh"``, ``"relu"``, ...), so a gin file can say
 ``EncodingNetwork.activation = "relu"`` without registering torch classes.
 
 This module also holds the helpers that turn a (nest of) observation
-tensor(s) ``[B, ...]`` into one flat ``[B, N]`` float input, and
-``call_module``, which the networks use to call their layers.
+tensor(s) ``[B, ...]`` into one flat ``[B, N]`` float input.
 """
 import math
 from typing import Any, Callable, Optional, Sequence, Union
@@ -19,7 +18,6 @@ from typing import Any, Callable, Optional, Sequence, Union
 import gin
 import torch
 import torch.nn as nn
-from torch.nn.modules import module as _torch_module
 
 from alf_entropy.tensor_specs import TensorSpec
 from alf_entropy.utils import nest
@@ -32,8 +30,6 @@ __all__ = [
     "get_activation",
     "flat_input_size",
     "flatten_observation",
-    "call_module",
-    "forward_only",
 ]
 
 ActivationArg = Optional[Union[str, Callable[[], nn.Module]]]
@@ -155,56 +151,6 @@ def flatten_observation(
     obs = nest.flatten(observation)
     flat = [_flatten_leaf(spec, x, dtype) for spec, x in zip(specs, obs)]
     return flat[0] if len(flat) == 1 else torch.cat(flat, dim=-1)
-
-
-def forward_only(*modules: nn.Module) -> bool:
-    """Whether calling each of ``modules`` would run nothing but its ``forward``.
-
-    That is what ``nn.Module.__call__`` checks before calling ``forward``
-    directly: no hooks on the module or global ones, no ``module.compile()``,
-    no JIT tracing.
-
-    Args:
-        *modules: the modules.
-
-    Returns:
-        bool: True if ``module.forward(x)`` is ``module(x)`` for each of them.
-    """
-    if (
-        _torch_module._global_forward_hooks
-        or _torch_module._global_forward_pre_hooks
-        or _torch_module._global_backward_hooks
-        or _torch_module._global_backward_pre_hooks
-        or torch._C._get_tracing_state()
-    ):
-        return False
-    for m in modules:
-        if (
-            m._forward_hooks
-            or m._forward_pre_hooks
-            or m._backward_hooks
-            or m._backward_pre_hooks
-            or m._compiled_call_impl is not None
-        ):
-            return False
-    return True
-
-
-def call_module(module: nn.Module, x: Any) -> Any:
-    """``module(x)``, calling ``module.forward(x)`` directly when that is the same.
-
-    Skipping ``nn.Module.__call__`` when :func:`forward_only` saves its two
-    Python frames, about 2.5 us per call, which adds up over the several tiny
-    layers called at every environment step.
-
-    Args:
-        module: the module.
-        x: its single input.
-
-    Returns:
-        What ``module(x)`` returns.
-    """
-    return module.forward(x) if forward_only(module) else module(x)
 
 
 def _flatten_leaf(spec: TensorSpec, x: Any, dtype: torch.dtype) -> torch.Tensor:
@@ -332,12 +278,7 @@ class EncodingNetwork(nn.Module, metaclass=PlainGinErrors):
                 f"inputs must have last dimension {self._input_size}, got "
                 f"shape {tuple(inputs.shape)}"
             )
-        # The layers are called one by one rather than through the
-        # ``Sequential`` container (hooks of each layer still run).
-        x = inputs
-        for layer in self._layers:
-            x = call_module(layer, x)
-        return x
+        return self._layers(inputs)
 
 
 MLP = EncodingNetwork

@@ -28,7 +28,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from alf_entropy.networks.distributions import Categorical, StableTanh
-from alf_entropy.networks.encoding_network import call_module
 from alf_entropy.tensor_specs import BoundedTensorSpec
 from alf_entropy.utils.gin_errors import PlainGinErrors
 
@@ -111,7 +110,7 @@ class CategoricalProjectionNetwork(nn.Module, metaclass=PlainGinErrors):
             ``Independent(Categorical, len(shape))`` with event shape
             ``shape``.
         """
-        logits = call_module(self._layer, encoding)
+        logits = self._layer(encoding)
         if self._shape:  # (for a scalar action the logits have their shape already)
             logits = logits.reshape(encoding.shape[:-1] + self._shape + (self._num_actions,))
         dist = Categorical(logits)

@@ -12,7 +12,6 @@ import torch.nn as nn
 from alf_entropy.networks.encoding_network import (
     ActivationArg,
     EncodingNetwork,
-    call_module,
     flat_input_size,
     flatten_observation,
 )
@@ -74,4 +73,4 @@ class ValueNetwork(nn.Module, metaclass=PlainGinErrors):
             ValueError: if the observation does not match the spec.
         """
         x = flatten_observation(observation, self._input_tensor_spec, self._encoder.dtype)
-        return call_module(self._encoder, x).squeeze(-1)
+        return self._encoder(x).squeeze(-1)

@@ -9,7 +9,6 @@ import torch.nn as nn
 from alf_entropy.networks.encoding_network import (
     MLP,
     EncodingNetwork,
-    call_module,
     flat_input_size,
     flatten_observation,
     get_activation,
@@ -120,23 +119,12 @@ def test_flatten_observation_nest():
         flat_input_size({})
 
 
-def test_call_module_runs_hooks_and_matches_calling_the_module():
+def test_layer_hooks_run():
     torch.manual_seed(0)
     net = EncodingNetwork(4, (8, 8), last_layer_size=2)
     x = torch.randn(5, 4)
-    plain = net._layers(x)  # nn.Sequential: every layer through __call__
-    assert torch.equal(call_module(net, x), plain)
+    plain = net._layers(x)
     seen = []
     handle = net._layers[1].register_forward_hook(lambda m, inp, out: seen.append("layer"))
     assert torch.equal(net(x), plain) and seen == ["layer"]
     handle.remove()
-    handle = nn.modules.module.register_module_forward_hook(
-        lambda m, inp, out: seen.append(type(m).__name__)
-    )
-    try:
-        call_module(net, x)
-    finally:
-        handle.remove()
-    assert seen == ["layer", "Linear", "Tanh", "Linear", "Tanh", "Linear", "EncodingNetwork"]
-    call_module(net, x)
-    assert len(seen) == 7  # no hooks left: nothing recorded

@@ -1,0 +1,84 @@
+"""``alf_entropy.accel``: the fast paths that need torch internals, and their switch."""
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn as nn
+
+from alf_entropy import accel
+from alf_entropy.networks import ActorDistributionNetwork
+from alf_entropy.tensor_specs import BoundedTensorSpec, TensorSpec
+
+OBS = TensorSpec((4,))
+DISCRETE = BoundedTensorSpec((), torch.int64, 0, 2)
+BOX = BoundedTensorSpec((2,), torch.float32, -1.0, 1.0)
+
+needs_accel = pytest.mark.skipif(not accel.ENABLED, reason="ALF_ENTROPY_ACCEL=0")
+
+
+def test_switch_is_read_at_import():
+    code = (
+        "import torch.nn as nn; from alf_entropy import accel; "
+        "print(accel.ENABLED, accel.forward_only(nn.Linear(2, 2)))"
+    )
+    for value, expected in (("0", "False False"), ("1", "True True")):
+        env = dict(os.environ, ALF_ENTROPY_ACCEL=value)
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, check=True).stdout.strip()
+        assert out == expected
+
+
+@needs_accel
+def test_forward_only_sees_hooks():
+    layer = nn.Linear(2, 2)
+    assert accel.forward_only(layer)
+    handle = layer.register_forward_pre_hook(lambda *args: None)
+    assert not accel.forward_only(layer)
+    handle.remove()
+    handle = nn.modules.module.register_module_forward_hook(lambda *args: None)
+    try:
+        assert not accel.forward_only(layer)
+    finally:
+        handle.remove()
+    assert accel.forward_only(layer)
+
+
+@needs_accel
+def test_categorical_sample_with_log_prob_is_sample_and_log_prob_of_forward():
+    net = ActorDistributionNetwork(OBS, DISCRETE, fc_layer_params=(8, 8), activation="relu")
+    obs = torch.randn(6, 4)
+    for grad_mode in (torch.no_grad, torch.inference_mode):
+        with grad_mode():
+            torch.manual_seed(3)
+            dist = net(obs)
+            action = dist.sample()
+            log_prob = dist.log_prob(action)
+            torch.manual_seed(3)
+            fast_action, fast_log_prob = accel.categorical_sample_with_log_prob(net, obs)
+        assert torch.equal(fast_action, action)
+        torch.testing.assert_close(fast_log_prob, log_prob)
+
+
+@needs_accel
+def test_categorical_sample_with_log_prob_declines_what_it_does_not_cover():
+    discrete = ActorDistributionNetwork(OBS, DISCRETE)
+    draw = accel.categorical_sample_with_log_prob
+    assert draw(discrete, torch.randn(3, 4)) is not None
+    assert draw(ActorDistributionNetwork(OBS, BOX), torch.randn(3, 4)) is None
+    assert draw(ActorDistributionNetwork(OBS, {"a": DISCRETE}), torch.randn(3, 4)) is None
+    multi = ActorDistributionNetwork(OBS, BoundedTensorSpec((2,), torch.int64, 0, 2))
+    assert draw(multi, torch.randn(3, 4)) is None
+    assert draw(discrete, torch.randn(3, 5)) is None
+    assert draw(discrete, torch.randn(3, 4, dtype=torch.float64)) is None
+    handle = discrete._encoder.layers[0].register_forward_hook(lambda *args: None)
+    assert draw(discrete, torch.randn(3, 4)) is None  # a hook must run
+    handle.remove()
+    assert draw(discrete, torch.randn(3, 4)) is not None
+
+    class Shifted(ActorDistributionNetwork):
+        def forward(self, observation):
+            return super().forward(observation + 1.0)
+
+    assert draw(Shifted(OBS, DISCRETE), torch.randn(3, 4)) is None
