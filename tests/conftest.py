@@ -8,7 +8,7 @@ uses it (``pytestmark = pytest.mark.usefixtures("one_thread")``); on a small
 machine one intra-op thread per process is faster and a forked child does not
 inherit busy OpenMP workers.
 """
-from typing import Iterator, List
+from typing import Iterator
 
 import gin
 import pytest
@@ -33,18 +33,3 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
-
-
-# Slow tests in files another change is editing (tests/algorithms/test_sac_algorithm.py):
-# marked here until those files carry ``@pytest.mark.slow`` themselves.
-_SLOW_ELSEWHERE = frozenset({
-    "tests/algorithms/test_sac_algorithm.py::test_train_step_compiles",  # torch.compile
-    "tests/algorithms/test_sac_algorithm.py::test_learns_the_bandit_with_every_controller",
-})
-
-
-def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
-    """Add the ``slow`` marker to the tests listed in ``_SLOW_ELSEWHERE``."""
-    for item in items:
-        if item.nodeid.split("[", 1)[0] in _SLOW_ELSEWHERE:
-            item.add_marker(pytest.mark.slow)

@@ -81,6 +81,7 @@ def _bandit_batch(action_spec, n=64):
     return Transition(obs, action, reward, torch.zeros(n), torch.randn(n, 2), torch.ones(n, dtype=torch.bool))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CONTROLLERS))
 @pytest.mark.parametrize("kind", ["continuous", "discrete"])
 def test_learns_the_bandit_with_every_controller(kind, name):
@@ -171,6 +172,7 @@ def test_nan_in_an_invalid_row_skips_the_update():
     assert all(torch.isfinite(p).all() for p in alg.parameters())
 
 
+@pytest.mark.slow  # torch.compile
 def test_train_step_compiles():
     """``torch.compile(alg.train_step)`` traces the whole update (the critics'
     and FusedAdam's hand-written fast paths step aside) and it still trains."""
