@@ -316,6 +316,9 @@ class Algorithm(nn.Module, metaclass=PlainGinErrors):
         loss = loss_info.loss
         if isinstance(loss, torch.Tensor):
             if valid_masks is not None:
+                # Multiplied, not selected (utils.math_ops.masked_mean): a NaN
+                # in an invalid row still reaches the weight gradients, so the
+                # loss must be non-finite too and the update skipped.
                 mask = valid_masks.to(loss.dtype)
                 loss = (loss * mask).sum() / mask.sum().clamp(min=1.0)
             else:

@@ -45,6 +45,7 @@ from alf_entropy.networks.critic_networks import CriticNetworks
 from alf_entropy.tensor_specs import BoundedTensorSpec
 from alf_entropy.utils import nest, summary
 from alf_entropy.utils.checks import check_real
+from alf_entropy.utils.math_ops import masked_mean
 from alf_entropy.utils.optimizers import fused_adam
 from alf_entropy.utils.replay_buffer import Transition
 
@@ -75,13 +76,6 @@ def _default_optimizer(params: List[nn.Parameter], lr: float = 3e-4) -> torch.op
     """SAC's optimiser when none is given: Adam with ``lr`` (gin:
     ``sac_default_optimizer.lr``)."""
     return fused_adam(params, lr=check_real("sac_default_optimizer.lr", lr, positive=True))
-
-
-def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean over the valid rows, as ``update_with_gradient`` averages the
-    loss (for the summaries)."""
-    mask = mask.to(x.dtype)
-    return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
 @gin.configurable
@@ -415,12 +409,12 @@ class SacAlgorithm(Algorithm):
         extra = loss_info.extra
         controller = self._entropy_target_algorithm
         summary.scalar("loss/total", loss_info.loss)
-        summary.scalar("loss/critic", _masked_mean(extra.critic, valid))
-        summary.scalar("loss/actor", _masked_mean(extra.actor, valid))
-        summary.scalar("entropy", _masked_mean(extra.entropy, valid))
+        summary.scalar("loss/critic", masked_mean(extra.critic, valid)[0])
+        summary.scalar("loss/actor", masked_mean(extra.actor, valid)[0])
+        summary.scalar("entropy", masked_mean(extra.entropy, valid)[0])
         summary.scalar("alpha", controller.alpha)
         summary.scalar("target_entropy", controller.target_entropy)
         summary.scalar("stage", controller.stage)
-        summary.scalar("q", _masked_mean(extra.q, valid))
+        summary.scalar("q", masked_mean(extra.q, valid)[0])
         summary.scalar("num_skipped_updates", self._num_skipped)
 
