@@ -1,0 +1,85 @@
+"""The shipped configs as shipped, over several seeds: evaluation returns and the controller.
+
+Each config runs through ``alf-entropy-sweep`` (one run per seed, the
+config's own settings) and ``alf-entropy-report``; the script prints one
+table with every run and the across-seed means with 95% bootstrap intervals.
+LunarLander (1M env steps), HalfCheetah and discrete SAC on CartPole are
+long; name them with ``--configs`` to include them.
+
+Usage::
+
+    python benchmarks/shipped_configs.py --out_dir shipped --jobs 2
+"""
+import argparse
+import os
+import platform
+import sys
+import time
+
+import numpy as np
+import torch
+
+CONFIGS = {
+    "ac_cartpole": ("ac_cartpole.gin", "OnPolicyTrainer.seed"),
+    "ppo_cartpole_scheduled_target": ("ppo_cartpole_scheduled_target.gin", "OnPolicyTrainer.seed"),
+    "ppo_pendulum": ("ppo_pendulum.gin", "OnPolicyTrainer.seed"),
+    "sac_pendulum": ("sac_pendulum.gin", "OffPolicyTrainer.seed"),
+    "sac_pendulum_staged": ("sac_pendulum_staged.gin", "OffPolicyTrainer.seed"),
+    "sac_pendulum_pid": ("sac_pendulum_pid.gin", "OffPolicyTrainer.seed"),
+    "ppo_lunarlander": ("ppo_lunarlander.gin", "OnPolicyTrainer.seed"),
+    "sac_cartpole": ("sac_cartpole.gin", "OffPolicyTrainer.seed"),
+}
+DEFAULT = ["ac_cartpole", "ppo_cartpole_scheduled_target", "ppo_pendulum", "sac_pendulum",
+           "sac_pendulum_staged"]
+
+
+def main() -> None:
+    from alf_entropy.bin.report import load_run, write_report
+    from alf_entropy.bin.sweep import run_sweep
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--configs", nargs="+", default=DEFAULT, choices=sorted(CONFIGS))
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--jobs", type=int, default=2, help="parallel runs")
+    parser.add_argument("--out_dir", default="shipped_configs_out")
+    args = parser.parse_args()
+
+    dirs = []
+    for name in args.configs:
+        gin_file, seed_binding = CONFIGS[name]
+        start = time.time()
+        spec = {"gin_file": [gin_file], "gin_param": ["OnPolicyTrainer.progress_bar = False"
+                                                      if seed_binding.startswith("On") else
+                                                      "OffPolicyTrainer.progress_bar = False"],
+                "seeds": list(args.seeds), "seed_binding": seed_binding}
+        result = run_sweep(spec, os.path.join(args.out_dir, name), jobs=args.jobs, report=False,
+                           log=lambda s: print(s, file=sys.stderr))
+        if result["failed"]:
+            raise SystemExit(f"{name}: runs failed: {result['errors']}")
+        print(f"  {name}: {time.time() - start:.0f}s", file=sys.stderr)
+        dirs += [r.root_dir for r in result["runs"]]
+
+    rep = write_report(dirs, os.path.join(args.out_dir, "report"), dpi=60)
+    print(f"\nShipped configs as shipped, seeds {list(args.seeds)}; torch {torch.__version__}, "
+          f"Python {platform.python_version()}, {platform.machine()} with {os.cpu_count()} CPUs\n")
+    print("| run | env steps | first eval | best eval | final eval | final alpha | "
+          "final entropy (target) |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    common = os.path.commonpath([os.path.abspath(d) for d in dirs])
+    for row in rep["rows"]:
+        run = load_run(os.path.join(common, row["run"]))
+        evals = run.get("eval/return")[1]
+        alpha = run.get("alpha")[1]
+        entropy = run.get("entropy")[1]
+        target = run.get("target_entropy")[1]
+        first, best = (f"{evals[0]:.1f}", f"{np.max(evals):.1f}") if evals.size else ("–", "–")
+        tail = f"{entropy[-1]:.3g} ({target[-1]:.3g})" if entropy.size and target.size else "–"
+        print(f"| {row['run']} | {row['env_steps']} | {first} | {best} | {row['final_eval_return']:.1f} | "
+              f"{alpha[-1]:.3g} | {tail} |")
+    text = open(rep["markdown"], encoding="utf-8").read()
+    if "Across seeds" in text:
+        print("\n" + text[text.index("Across seeds"):])
+
+
+if __name__ == "__main__":
+    main()
