@@ -28,6 +28,7 @@ CONFIGS = {
     "sac_pendulum_pid": ("sac_pendulum_pid.gin", "OffPolicyTrainer.seed"),
     "ppo_lunarlander": ("ppo_lunarlander.gin", "OnPolicyTrainer.seed"),
     "sac_cartpole": ("sac_cartpole.gin", "OffPolicyTrainer.seed"),
+    "sac_halfcheetah": ("sac_halfcheetah.gin", "OffPolicyTrainer.seed"),
 }
 DEFAULT = ["ac_cartpole", "ppo_cartpole_scheduled_target", "ppo_pendulum", "sac_pendulum",
            "sac_pendulum_staged"]
