@@ -278,9 +278,11 @@ def _group_table(rows: List[Dict[str, Any]]) -> str:
             + "\n".join(lines) + "\n")
 
 
-def _group_label(runs: List[RunData]) -> str:
+def _group_label(runs: List[RunData], parent: str) -> str:
+    """The group's name: its runs' name without the seed, else ``parent``
+    (seeds of one sweep named only ``seed=N``), else the first run's name."""
     names = [_SEED_NAME.sub("", r.name).strip("+,_-/") for r in runs]
-    return names[0] or runs[0].name
+    return names[0] or parent or runs[0].name
 
 
 def _mean_band(runs: List[RunData], tag: str, x_tag: Optional[str] = None):
@@ -400,7 +402,7 @@ def write_report(
     groups = _group(runs)
     rows = []
     for runs_of_group in groups:
-        label = _group_label(runs_of_group)
+        label = _group_label(runs_of_group, os.path.basename(common) if len(dirs) > 1 else "")
         for run in runs_of_group:
             row = run_metrics(run)
             row["group"] = label

@@ -56,3 +56,14 @@ def test_ctrl_c_is_one_line_and_status_130_not_an_error(tmp_path, capsys, monkey
     err = capsys.readouterr().err
     assert err.strip() == err.strip().splitlines()[0]  # one line
     assert err.startswith(f"{module.PROG}: stopped by SIGINT") and "error" not in err
+
+
+def test_seeds_of_one_sweep_are_grouped_under_its_name():
+    """Runs named only ``seed=N`` (one sweep's dir) form a group named after the sweep."""
+    from alf_entropy.bin.report import RunData, _group_label
+
+    runs = [RunData.__new__(RunData) for _ in range(2)]
+    for k, run in enumerate(runs):
+        run.name = f"seed={k}"
+    assert _group_label(runs, "sac_cartpole") == "sac_cartpole"
+    assert _group_label(runs, "") == "seed=0"
