@@ -335,13 +335,13 @@ _PANELS = {
 }
 
 
-def _draw(ax, name: str, groups: List[List[RunData]]) -> None:
+def _draw(ax, name: str, groups: List[List[RunData]], labels: List[str]) -> None:
     import matplotlib.pyplot as plt
 
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for k, runs in enumerate(groups):
+    for k, (runs, group) in enumerate(zip(groups, labels)):
         c = colors[k % len(colors)]
-        label = _group_label(runs) + (f" ({len(runs)} seeds)" if len(runs) > 1 else "")
+        label = group + (f" ({len(runs)} seeds)" if len(runs) > 1 else "")
         if name == "entropy":
             _plot(ax, runs, "entropy", c, label)
             _plot(ax, runs, "target_entropy", c, None, style="--")
@@ -400,9 +400,10 @@ def write_report(
         out_dir = os.path.join(common, "report")
     os.makedirs(out_dir, exist_ok=True)
     groups = _group(runs)
+    parent = os.path.basename(common) if len(dirs) > 1 else ""
+    labels = [_group_label(runs_of_group, parent) for runs_of_group in groups]
     rows = []
-    for runs_of_group in groups:
-        label = _group_label(runs_of_group, os.path.basename(common) if len(dirs) > 1 else "")
+    for runs_of_group, label in zip(groups, labels):
         for run in runs_of_group:
             row = run_metrics(run)
             row["group"] = label
@@ -411,7 +412,7 @@ def write_report(
     figures = []
     for name in _PANELS:
         fig, ax = plt.subplots(figsize=(6, 3.6))
-        _draw(ax, name, groups)
+        _draw(ax, name, groups, labels)
         fig.tight_layout()
         path = os.path.join(out_dir, f"{name}.png")
         fig.savefig(path, dpi=dpi)
@@ -419,7 +420,7 @@ def write_report(
         figures.append(path)
     fig, axes = plt.subplots(2, 2, figsize=(11, 6.5))
     for ax, name in zip(axes.flat, _PANELS):
-        _draw(ax, name, groups)
+        _draw(ax, name, groups, labels)
     fig.tight_layout()
     path = os.path.join(out_dir, "overview.png")
     fig.savefig(path, dpi=dpi)
