@@ -6,9 +6,13 @@ would change what the next test builds.  ``_clean_gin_and_progress`` runs
 around every test.  ``one_thread`` is opt-in: a file that trains or forks
 uses it (``pytestmark = pytest.mark.usefixtures("one_thread")``); on a small
 machine one intra-op thread per process is faster and a forked child does not
-inherit busy OpenMP workers.
+inherit busy OpenMP workers.  ``hold_run_lock`` starts processes that hold a
+run directory's lock.
 """
-from typing import Iterator
+import os
+import subprocess
+import sys
+from typing import Callable, Iterator
 
 import gin
 import pytest
@@ -33,3 +37,35 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+_HOLD_LOCK = """
+import fcntl, os, sys, time
+fd = os.open(os.path.join(sys.argv[1], ".run.lock"), os.O_RDWR | os.O_CREAT)
+fcntl.flock(fd, fcntl.LOCK_EX)
+os.ftruncate(fd, 0)
+os.write(fd, b"424242 otherhost\\n")
+print("locked", flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.fixture
+def hold_run_lock() -> Iterator[Callable[..., subprocess.Popen]]:
+    """``hold(root)`` starts a process holding ``root``'s run lock (recorded as
+    pid 424242 on host otherhost) and returns it; any still alive are killed
+    after the test."""
+    procs = []
+
+    def hold(root) -> subprocess.Popen:
+        os.makedirs(root, exist_ok=True)
+        proc = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(root)],
+                                stdout=subprocess.PIPE, text=True)
+        procs.append(proc)
+        assert proc.stdout.readline().strip() == "locked"
+        return proc
+
+    yield hold
+    for proc in procs:
+        proc.kill()
+        proc.wait()

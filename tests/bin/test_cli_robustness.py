@@ -198,28 +198,9 @@ def test_sac_num_iterations_below_initial_collect_steps_is_one_line(tmp_path, ca
     assert "initial_collect_steps (1000) must be <=" in line and "num_iterations" in line
 
 
-_HOLD_LOCK = """
-import fcntl, os, sys, time
-fd = os.open(os.path.join(sys.argv[1], ".run.lock"), os.O_RDWR | os.O_CREAT)
-fcntl.flock(fd, fcntl.LOCK_EX)
-os.ftruncate(fd, 0)
-os.write(fd, b"424242 otherhost\\n")
-print("locked", flush=True)
-time.sleep(120)
-"""
-
-
-def _hold_lock(root):
-    os.makedirs(root, exist_ok=True)
-    proc = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(root)],
-                            stdout=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().strip() == "locked"
-    return proc
-
-
-def test_second_writer_is_one_line_naming_the_first(tmp_path, capsys):
+def test_second_writer_is_one_line_naming_the_first(tmp_path, capsys, hold_run_lock):
     root = tmp_path / "run"
-    holder = _hold_lock(root)
+    holder = hold_run_lock(root)
     try:
         line = _one_error(capsys, cli("--root_dir", str(root), "--device", "cpu",
                                       *_params(TINY)))
@@ -384,14 +365,14 @@ def _pythonpath(monkeypatch):
 
 
 @pytest.mark.slow
-def test_sweep_knows_its_runs(tmp_path, _pythonpath):
+def test_sweep_knows_its_runs(tmp_path, _pythonpath, hold_run_lock):
     """A finished run is done only for the same command; a failed run's own error
     line is in the summary; a run another process trains in is "already running"."""
     sweep_dir = tmp_path / "sweep"
     lines = []
     result = sweep.run_sweep(_spec(), str(sweep_dir), report=False, log=lines.append)
     assert result["failed"] == [] and list(result["status"].values()) == [0]
-    holder = _hold_lock(sweep_dir / "target_entropy=0.65+seed=0")
+    holder = hold_run_lock(sweep_dir / "target_entropy=0.65+seed=0")
     lines.clear()
     try:
         result = sweep.run_sweep(_spec(targets=(0.6, 5.0, 0.65)), str(sweep_dir), jobs=2,

@@ -233,28 +233,12 @@ def test_a_second_signal_stops_at_once_without_a_checkpoint(tmp_path, monkeypatc
 
 
 # --------------------------------------------------- one run per directory
-_HOLD_LOCK = """
-import fcntl, os, sys, time
-fd = os.open(os.path.join(sys.argv[1], ".run.lock"), os.O_RDWR | os.O_CREAT)
-fcntl.flock(fd, fcntl.LOCK_EX)
-os.ftruncate(fd, 0)
-os.write(fd, b"424242 otherhost\\n")
-print("locked", flush=True)
-time.sleep(60)
-"""
-
-
 @pytest.fixture
-def locked_dir(tmp_path):
+def locked_dir(tmp_path, hold_run_lock):
     """A run directory whose lock another process holds (as pid 424242 on otherhost)."""
     root = tmp_path / "locked"
-    root.mkdir()
-    proc = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(root)],
-                            stdout=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().strip() == "locked"
-    yield root
-    proc.kill()
-    proc.wait()
+    hold_run_lock(root)
+    return root
 
 
 def test_a_second_trainer_on_a_locked_directory_is_refused(locked_dir):
@@ -264,12 +248,9 @@ def test_a_second_trainer_on_a_locked_directory_is_refused(locked_dir):
     assert not os.path.exists(locked_dir / "operative_config.gin")
 
 
-def test_the_lock_is_released_when_the_holder_dies(tmp_path):
+def test_the_lock_is_released_when_the_holder_dies(tmp_path, hold_run_lock):
     root = tmp_path / "run"
-    root.mkdir()
-    proc = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(root)],
-                            stdout=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().strip() == "locked"
+    proc = hold_run_lock(root)
     proc.kill()  # like kill -9: no clean-up, the OS drops the lock
     proc.wait()
     assert _trainer(root, num_iterations=1).train()["iteration"] == 1
