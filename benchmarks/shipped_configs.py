@@ -49,9 +49,8 @@ def main() -> None:
     for name in args.configs:
         gin_file, seed_binding = CONFIGS[name]
         start = time.time()
-        spec = {"gin_file": [gin_file], "gin_param": ["OnPolicyTrainer.progress_bar = False"
-                                                      if seed_binding.startswith("On") else
-                                                      "OffPolicyTrainer.progress_bar = False"],
+        trainer = seed_binding.split(".")[0]
+        spec = {"gin_file": [gin_file], "gin_param": [f"{trainer}.progress_bar = False"],
                 "seeds": list(args.seeds), "seed_binding": seed_binding}
         result = run_sweep(spec, os.path.join(args.out_dir, name), jobs=args.jobs, report=False,
                            log=lambda s: print(s, file=sys.stderr))
