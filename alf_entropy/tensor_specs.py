@@ -82,7 +82,10 @@ class TensorSpec:
         Returns:
             TensorSpec: the new spec.
         """
-        return TensorSpec(self._shape if shape is None else shape, self._dtype if dtype is None else dtype)
+        return TensorSpec(
+            self._shape if shape is None else shape,
+            self._dtype if dtype is None else dtype,
+        )
 
     def __eq__(self, other: Any) -> bool:
         return (
@@ -287,7 +290,8 @@ def from_gym_space(space: Any) -> Any:
         raise ImportError(
             f"from_gym_space/from_space needs gymnasium to read {type(space).__name__}: "
             "pip install gymnasium (any version from 0.29), or pip install \"alf_entropy[train]\"; "
-            "without gymnasium, build the spec yourself, e.g. BoundedTensorSpec((), torch.int64, 0, n - 1)"
+            "without gymnasium, build the spec yourself, "
+            "e.g. BoundedTensorSpec((), torch.int64, 0, n - 1)"
         ) from e
     if isinstance(space, spaces.Box):
         dtype = torch.float32 if np.issubdtype(space.dtype, np.floating) else space.dtype

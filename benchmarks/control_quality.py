@@ -301,8 +301,10 @@ def benchmark_ppo(seeds, out_dir, jobs, only=None):
         sweeps = {k: v for k, v in sweeps.items() if k in only}
     dirs = _run_sweeps(sweeps, os.path.join(out_dir, "ppo"), jobs)
     rep = write_report(dirs, os.path.join(out_dir, "ppo", "report"))
-    print(f"\n(b) PPO CartPole, scheduled target 0.68 -> 0.58 over 100k env steps, seeds {list(seeds)}\n")
-    print("| run | tracking RMSE | frac >5% below | largest alpha change in one iteration | final eval return |")
+    print(f"\n(b) PPO CartPole, scheduled target 0.68 -> 0.58 over 100k env steps, "
+          f"seeds {list(seeds)}\n")
+    print("| run | tracking RMSE | frac >5% below | largest alpha change in one iteration | "
+          "final eval return |")
     print("| --- | --- | --- | --- | --- |")
     for row in rep["rows"]:
         print(f"| {row['run']} | {row['tracking_rmse']:.3f} | {row['frac_5pct_below']:.2f} | "
@@ -317,17 +319,20 @@ def benchmark_main_job(seeds, out_dir, jobs):
 
     quiet = ["OnPolicyTrainer.progress_bar = False"]
     sweeps = {name: {"gin_file": [gin], "seeds": list(seeds), "gin_param": quiet}
-              for name, gin in (("main_staged", "ppo_cartpole.gin"), ("main_pid", "ppo_cartpole_pid.gin"))}
+              for name, gin in (("main_staged", "ppo_cartpole.gin"),
+                                ("main_pid", "ppo_cartpole_pid.gin"))}
     dirs = _run_sweeps(sweeps, os.path.join(out_dir, "main"), jobs)
     rep = write_report(dirs, os.path.join(out_dir, "main", "report"))
-    print(f"\n(e) the main job as shipped (200k env steps, target 0.68 -> 0.52), seeds {list(seeds)}\n")
+    print(f"\n(e) the main job as shipped (200k env steps, target 0.68 -> 0.52), "
+          f"seeds {list(seeds)}\n")
     print("| run | mean of the last 3 evals | tracking RMSE | frac >5% below | "
           "largest alpha change in one iteration |")
     print("| --- | --- | --- | --- | --- |")
     common = os.path.commonpath([os.path.abspath(d) for d in dirs])
     for row in rep["rows"]:
         last = _last_evals(os.path.join(common, row["run"]))
-        print(f"| {row['run']} | {last:.1f} | {row['tracking_rmse']:.3f} | {row['frac_5pct_below']:.2f} | "
+        print(f"| {row['run']} | {last:.1f} | {row['tracking_rmse']:.3f} | "
+              f"{row['frac_5pct_below']:.2f} | "
               f"×{row['max_alpha_change_x']:.3g} |")
     print("\n" + _group_table(rep["markdown"]))
 
@@ -381,10 +386,13 @@ def benchmark_sac(seeds, out_dir, jobs, steps=10000, only=None):
         ent_steps, ent = run.get("entropy")
         alpha = run.get("alpha")[1]
         last = ent[ent_steps > ent_steps[-1] - 1000] if ent.size else ent
-        print(f"| {row['run']} | {_fmt(row['tracking_from_env_step'], 5)} | {_fmt(row['tracking_rmse'], nan='–')} | "
-              f"{_fmt(row['frac_5pct_below'], 2, '–')} | {_fmt(float(np.mean(last)) if last.size else math.nan, nan='–')} | "
+        print(f"| {row['run']} | {_fmt(row['tracking_from_env_step'], 5)} | "
+              f"{_fmt(row['tracking_rmse'], nan='–')} | "
+              f"{_fmt(row['frac_5pct_below'], 2, '–')} | "
+              f"{_fmt(float(np.mean(last)) if last.size else math.nan, nan='–')} | "
               f"×{row['max_alpha_change_x']:.4f} ({row['max_alpha_change']}) | "
-              f"{_fmt(float(alpha[-1]) if alpha.size else math.nan)} | {row['final_eval_return']:.1f} |")
+              f"{_fmt(float(alpha[-1]) if alpha.size else math.nan)} | "
+              f"{row['final_eval_return']:.1f} |")
     fig = os.path.join(out_dir, "control_quality_sac.png")
     shutil.copy(os.path.join(rep["out_dir"], "overview.png"), fig)
     print(f"\nreport: {rep['out_dir']}; figure: {fig}")
@@ -408,15 +416,16 @@ def benchmark_discrete_sac(seeds, out_dir, jobs, steps=18000, only=None):
             "SacAlgorithm.entropy_target_cls = @SGDEntropyTargetAlgorithm",
             f"SGDEntropyTargetAlgorithm.target_entropy = {target}",
             "SGDEntropyTargetAlgorithm.initial_alpha = 0.1"]),
-        "staged": dict(base, gin_param=common + [f"EntropyTargetAlgorithm.target_entropy = {target}",
-                                                 "EntropyTargetAlgorithm.initial_alpha = 0.1"]),
+        "staged": dict(base, gin_param=common + [
+            f"EntropyTargetAlgorithm.target_entropy = {target}",
+            "EntropyTargetAlgorithm.initial_alpha = 0.1"]),
     }
     if only:
         sweeps = {k: v for k, v in sweeps.items() if k in only}
     dirs = _run_sweeps(sweeps, os.path.join(out_dir, "dsac"), jobs)
     rep = write_report(dirs, os.path.join(out_dir, "dsac", "report"), dpi=60)
-    print(f"\n(d) discrete SAC CartPole, target 0.98 log 2 = {target:.4f}, no max_alpha, {steps} env "
-          f"steps, seeds {list(seeds)}\n")
+    print(f"\n(d) discrete SAC CartPole, target 0.98 log 2 = {target:.4f}, no max_alpha, "
+          f"{steps} env steps, seeds {list(seeds)}\n")
     print("| run | largest alpha | final alpha | unreachable-target flag | final eval return |")
     print("| --- | --- | --- | --- | --- |")
     common_dir = os.path.commonpath([os.path.abspath(d) for d in dirs])
@@ -435,7 +444,8 @@ def benchmark_annealing(seeds, out_dir, jobs, steps=100000):
 
     target = 0.98 * math.log(2)
     sweeps = {"pid_annealed": {
-        "seeds": list(seeds), "seed_binding": "OffPolicyTrainer.seed", "gin_file": ["sac_cartpole.gin"],
+        "seeds": list(seeds), "seed_binding": "OffPolicyTrainer.seed",
+        "gin_file": ["sac_cartpole.gin"],
         "gin_param": SAC_COMMON + [
             f"OffPolicyTrainer.num_env_steps = {steps}", "OffPolicyTrainer.summary_interval = 1000",
             "SacAlgorithm.entropy_target_cls = @PIDEntropyTargetAlgorithm",
@@ -443,8 +453,8 @@ def benchmark_annealing(seeds, out_dir, jobs, steps=100000):
             f"SettledAnnealing.initial = {target}", "SettledAnnealing.final = 0.2",
             "PIDEntropyTargetAlgorithm.initial_alpha = 0.1"]}}
     dirs = _run_sweeps(sweeps, os.path.join(out_dir, "anneal"), jobs)
-    print(f"\n(d') discrete SAC CartPole, SettledAnnealing from {target:.4f} (final 0.2), up to {steps} "
-          f"env steps (stops at eval 475), seeds {list(seeds)}\n")
+    print(f"\n(d') discrete SAC CartPole, SettledAnnealing from {target:.4f} (final 0.2), "
+          f"up to {steps} env steps (stops at eval 475), seeds {list(seeds)}\n")
     print("| run | env steps to eval >= 475 | last target | largest alpha |")
     print("| --- | --- | --- | --- |")
     for d in dirs:
@@ -466,9 +476,12 @@ def main():
     parser.add_argument("--sac_only", nargs="+", default=None,
                         help="(c): only these sweeps (pid, staged, sac_rule, fixed)")
     parser.add_argument("--dsac", action="store_true", help="also run (d), discrete SAC CartPole")
-    parser.add_argument("--dsac_only", nargs="+", default=None, help="(d): only these (pid, sac_rule, staged)")
-    parser.add_argument("--main_job", action="store_true", help="also run (e), the main job as shipped")
-    parser.add_argument("--anneal", action="store_true", help="also run (d'), discrete SAC annealed")
+    parser.add_argument("--dsac_only", nargs="+", default=None,
+                        help="(d): only these (pid, sac_rule, staged)")
+    parser.add_argument("--main_job", action="store_true",
+                        help="also run (e), the main job as shipped")
+    parser.add_argument("--anneal", action="store_true",
+                        help="also run (d'), discrete SAC annealed")
     parser.add_argument("--no_synthetic", action="store_true", help="skip (a)")
     parser.add_argument("--jobs", type=int, default=2, help="parallel PPO runs")
     parser.add_argument("--only", nargs="+", default=None,

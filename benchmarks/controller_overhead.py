@@ -174,7 +174,9 @@ def run(device: torch.device, iters: int) -> List[Dict[str, object]]:
         exp, info = _inputs(T, B, device)
         impls = {
             "ours/auto": EntropyTargetAlgorithm(spec, target_entropy=0.3).to(device),
-            "ours/tensor": EntropyTargetAlgorithm(spec, target_entropy=0.3, update_mode="tensor").to(device),
+            "ours/tensor": EntropyTargetAlgorithm(
+                spec, target_entropy=0.3, update_mode="tensor"
+            ).to(device),
             "ours/compiled": EntropyTargetAlgorithm(
                 spec, target_entropy=0.3, update_mode="compiled"
             ).to(device),
@@ -216,11 +218,13 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     devices = [torch.device("cpu")]
     if args.device == "cuda" or (args.device == "all" and torch.cuda.is_available()):
-        devices = [torch.device("cuda")] if args.device == "cuda" else devices + [torch.device("cuda")]
+        devices = ([torch.device("cuda")] if args.device == "cuda"
+                   else devices + [torch.device("cuda")])
     elif args.device == "cpu":
         devices = [torch.device("cpu")]
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, iters {args.iters}")
-    header = f"{'device':6} {'T x B':>9} {'impl':14} {'us/call':>9} {'vs branchy':>10} {'host reads/call':>15}"
+    header = (f"{'device':6} {'T x B':>9} {'impl':14} {'us/call':>9} {'vs branchy':>10} "
+              f"{'host reads/call':>15}")
     print(header)
     print("-" * len(header))
     for device in devices:

@@ -36,8 +36,8 @@ runs 1M, Pendulum is learnt by about 10k).
 
 Usage::
 
-    python benchmarks/own_loop.py                     # both tasks, seeds 0 1 2 (~50 min on a busy core:
-                                                      # PPO ~20 s a run, SAC ~3.5 min a run)
+    python benchmarks/own_loop.py       # both tasks, seeds 0 1 2 (~50 min on a busy core:
+                                        # PPO ~20 s a run, SAC ~3.5 min a run)
     python benchmarks/own_loop.py --tasks ppo --seeds 0 1 2 --ppo_steps 100000
     python benchmarks/own_loop.py --tasks sac --sac_steps 10000
 
@@ -74,8 +74,10 @@ def ppo_cartpole(make_controller: MakeController, seed: int, total_steps: int,
     the controller advances after every minibatch instead of once per rollout)."""
     torch.manual_seed(seed)
     envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 4)
-    actor = nn.Sequential(nn.Linear(4, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 2))
-    critic = nn.Sequential(nn.Linear(4, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 1))
+    actor = nn.Sequential(nn.Linear(4, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(),
+                          nn.Linear(64, 2))
+    critic = nn.Sequential(nn.Linear(4, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(),
+                           nn.Linear(64, 1))
     params = [*actor.parameters(), *critic.parameters()]
     optimizer = torch.optim.Adam(params, lr=2.5e-4, eps=1e-5)
     controller = make_controller(envs.single_action_space)                                     # (1)
@@ -101,7 +103,8 @@ def ppo_cartpole(make_controller: MakeController, seed: int, total_steps: int,
             b_logp.append(dist.log_prob(action))
             b_rew.append(torch.as_tensor(reward, dtype=torch.float32))
             b_done.append(done)
-            b_valid.append(~prev_done)  # gymnasium's autoreset step: its action was ignored (ALF's LAST)
+            # gymnasium's autoreset step: its action was ignored (ALF's LAST)
+            b_valid.append(~prev_done)
             prev_done = done
             ep_ret += reward * b_valid[-1].numpy()
             returns_done += list(ep_ret[done.numpy()])
@@ -113,8 +116,9 @@ def ppo_cartpole(make_controller: MakeController, seed: int, total_steps: int,
             gae = r + gamma * next_value * ~d - v + gamma * lam * ~d * gae
             advantages.insert(0, gae)
             next_value = v
-        b_obs, b_act, b_logp, b_adv, b_val, b_valid = (torch.stack(x).flatten(0, 1) for x in
-                                                       (b_obs, b_act, b_logp, advantages, b_val, b_valid))
+        b_obs, b_act, b_logp, b_adv, b_val, b_valid = (
+            torch.stack(x).flatten(0, 1)
+            for x in (b_obs, b_act, b_logp, advantages, b_val, b_valid))
         b_ret = b_adv + b_val
         entropies = []
         for _ in range(update_epochs):
@@ -148,13 +152,14 @@ def sac_pendulum(make_controller: MakeController, seed: int, total_steps: int,
     """The docs' SAC loop for ``total_steps`` env steps."""
     torch.manual_seed(seed)
     env = gym.make("Pendulum-v1")
-    actor = nn.Sequential(nn.Linear(3, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 2))
+    actor = nn.Sequential(nn.Linear(3, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
+                          nn.Linear(256, 2))
     qf = nn.ModuleList(nn.Sequential(nn.Linear(4, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
                                      nn.Linear(256, 1)) for _ in range(2))
     qf_target = copy.deepcopy(qf)
     q_opt = torch.optim.Adam(qf.parameters(), lr=1e-3)
     a_opt = torch.optim.Adam(actor.parameters(), lr=3e-4)
-    controller = make_controller(env.action_space)                       # (1) replaces CleanRL's autotune
+    controller = make_controller(env.action_space)  # (1) replaces CleanRL's autotune
 
     def policy(obs):
         mean, log_std = actor(obs).chunk(2, -1)
@@ -193,8 +198,9 @@ def sac_pendulum(make_controller: MakeController, seed: int, total_steps: int,
         if step % 2 == 0:  # CleanRL's policy_frequency=2: two actor updates every second step
             for _ in range(2):
                 pi, log_pi = policy(o)
-                bonus = controller.entropy_loss(-log_pi)                             # (3) moves alpha once
-                actor_loss = (bonus.loss - q(qf, o, pi)).mean() + bonus.scalar_loss  # (4) alpha * log_pi
+                bonus = controller.entropy_loss(-log_pi)  # (3) moves alpha once
+                # (4) bonus.loss is alpha * log_pi
+                actor_loss = (bonus.loss - q(qf, o, pi)).mean() + bonus.scalar_loss
                 a_opt.zero_grad()
                 actor_loss.backward()
                 a_opt.step()
@@ -255,14 +261,16 @@ def _span(values: List[float], fmt: str) -> str:
 
 def _table(title: str, rows: Dict[str, List[Dict[str, object]]]) -> None:
     print(f"\n{title}\n")
-    print("| controller | target, last quarter | entropy, last quarter | stage at the end | alpha at the end "
-          "| alpha, lowest..highest in a run | return, last 20 episodes | warned stuck |")
+    print("| controller | target, last quarter | entropy, last quarter | stage at the end "
+          "| alpha at the end | alpha, lowest..highest in a run | return, last 20 episodes "
+          "| warned stuck |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for name, results in rows.items():
         stages = sorted({r["stage"] for r in results})
         lo = min(r["alpha_range"][0] for r in results)
         hi = max(r["alpha_range"][1] for r in results)
-        print(f"| {name} | {results[0]['target']:.3g} | {_span([r['entropy'] for r in results], '.3f')} "
+        print(f"| {name} | {results[0]['target']:.3g} "
+              f"| {_span([r['entropy'] for r in results], '.3f')} "
               f"| {', '.join(map(str, stages))} | {_span([r['alpha'] for r in results], '.3g')} "
               f"| {lo:.3g}..{hi:.3g} | {_span([r['return'] for r in results], '.0f')} "
               f"| {sum(r['warned'] for r in results)}/{len(results)} |")
@@ -298,7 +306,8 @@ def main(argv=None) -> None:
                     warnings.simplefilter("always")
                     rows[name].append(run(make, seed, **kwargs))
                 rows[name][-1]["warned"] = any("stage after" in str(w.message) for w in caught)
-                print(f"{task} | {name} | seed {seed}: {rows[name][-1]} ({time.time() - start:.0f} s)",
+                print(f"{task} | {name} | seed {seed}: {rows[name][-1]} "
+                      f"({time.time() - start:.0f} s)",
                       file=sys.stderr, flush=True)
         _table(title, rows)
 

@@ -74,7 +74,8 @@ def main() -> None:
         target = run.get("target_entropy")[1]
         first, best = (f"{evals[0]:.1f}", f"{np.max(evals):.1f}") if evals.size else ("–", "–")
         tail = f"{entropy[-1]:.3g} ({target[-1]:.3g})" if entropy.size and target.size else "–"
-        print(f"| {row['run']} | {row['env_steps']} | {first} | {best} | {row['final_eval_return']:.1f} | "
+        print(f"| {row['run']} | {row['env_steps']} | {first} | {best} | "
+              f"{row['final_eval_return']:.1f} | "
               f"{alpha[-1]:.3g} | {tail} |")
     text = open(rep["markdown"], encoding="utf-8").read()
     if "Across seeds" in text:

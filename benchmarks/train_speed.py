@@ -181,7 +181,8 @@ def _row(name: str, r: Dict[str, Any], threshold: float) -> str:
     reached = r["eval_return"] is not None and r["eval_return"] >= threshold
     return (
         f"{name:<22} {r['steps_per_sec']:>10.0f} {r['env_steps']:>10d} "
-        f"{r['wall_time']:>9.1f} {r['eval_return'] if r['eval_return'] is not None else float('nan'):>9.1f}"
+        f"{r['wall_time']:>9.1f} "
+        f"{r['eval_return'] if r['eval_return'] is not None else float('nan'):>9.1f}"
         f"  {'yes' if reached else 'NO (max_steps hit)'}"
     )
 
@@ -214,7 +215,8 @@ def main() -> None:
         sb3 = None if args.skip_sb3 else run_sb3(args)
         if sb3 is not None:
             sb3_runs.append(sb3)
-    header = f"{'implementation':<22} {'steps/s':>10} {'steps':>10} {'wall s':>9} {'eval':>9}  reached {args.threshold:g}"
+    header = (f"{'implementation':<22} {'steps/s':>10} {'steps':>10} {'wall s':>9} {'eval':>9}  "
+              f"reached {args.threshold:g}")
     print(header)
     print("-" * len(header))
     label = "alf_entropy PPO" + (" (fixed)" if args.fixed_entropy else "")
@@ -233,8 +235,10 @@ def main() -> None:
     print(f"  steps/s: ours {_mean_spread(ours_sps)}, SB3 {_mean_spread(sb3_sps)}")
     print(f"  ratio ours/SB3 steps/s: x{np.mean(ratios):.2f} "
           f"(per run: {', '.join(f'x{r:.2f}' for r in ratios)})")
+    wall_ratio = (np.mean([r["wall_time"] for r in ours_runs])
+                  / np.mean([r["wall_time"] for r in sb3_runs]))
     print(f"  wall time to threshold ours/SB3: "
-          f"x{np.mean([r['wall_time'] for r in ours_runs]) / np.mean([r['wall_time'] for r in sb3_runs]):.2f} "
+          f"x{wall_ratio:.2f} "
           "(lower is better)")
 
 

@@ -1,10 +1,13 @@
-"""``docs/own_loop.md``'s examples (the controller in your own loop) run as pasted and move alpha."""
+"""``docs/own_loop.md``'s examples (the controller in your own loop) run as pasted
+and move alpha."""
 import os
 import re
 
 import torch
 
-DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "own_loop.md")
+DOC = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "own_loop.md"
+)
 
 
 def _blocks():

@@ -613,7 +613,9 @@ class ActorCriticAlgorithm(Algorithm):
                 entropy, mask, nest.map_structure(torch.neg, info.loss.loss), update=False
             )
         else:
-            entropy_loss = controller.calc_loss(experience, train_info.entropy_target, valid_mask=mask)
+            entropy_loss = controller.calc_loss(
+                experience, train_info.entropy_target, valid_mask=mask
+            )
         return combine_loss_infos(main, entropy_target=entropy_loss)
 
     @staticmethod

@@ -117,7 +117,8 @@ class EntropyControllerCallback(BaseCallback):
     """
 
     def __init__(self,
-                 controller: Union[EntropyController, Type[EntropyController]] = EntropyTargetAlgorithm,
+                 controller: Union[EntropyController,
+                                   Type[EntropyController]] = EntropyTargetAlgorithm,
                  batch_size: Optional[int] = None, log_prefix: str = "entropy_controller",
                  verbose: int = 0, **controller_kwargs: Any):
         super().__init__(verbose=verbose)

@@ -151,7 +151,8 @@ class RunLock:
             os.close(fd)
             if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise RunDirLocked(
-                    f"root_dir {root_dir} is already in use by another run ({lock_holder(root_dir)}, "
+                    f"root_dir {root_dir} is already in use by another run "
+                    f"({lock_holder(root_dir)}, "
                     "still running): wait for it to end or use another --root_dir"
                 ) from e
             raise ValueError(f"root_dir {root_dir}: cannot lock {path}: {e.strerror or e}") from e

@@ -51,7 +51,8 @@ def _gin_original(error: BaseException) -> Any:
     original = error.__context__
     if original is None or not error.__suppress_context__ or _KEPT in vars(error):
         return None
-    if type(error).__bases__ != (type(original),) or type(error).__name__ != type(original).__name__:
+    if (type(error).__bases__ != (type(original),)
+            or type(error).__name__ != type(original).__name__):
         return None
     try:
         text, inner = str(error), str(original)

@@ -344,8 +344,9 @@ class SettledAnnealing(ConstantScheduler):
     ``(1 - factor) * |target|`` (never below ``final``), and the count starts
     over.  Updates in which the controller's windup watch finds the entropy
     stalled short of the target (alpha climbed, the entropy did not answer)
-    count as well: a target out of reach steps down too.  The controller runs the rule on its device (no host reads) and
-    saves the target it is at in its ``state_dict``; its ``target_entropy``
+    count as well: a target out of reach steps down too.  The controller runs
+    the rule on its device (no host reads) and saves the target it is at in
+    its ``state_dict``; its ``target_entropy``
     (and the trainers' ``target_entropy`` summary) reports it.  Called on the
     host, this object returns the starting target.
 

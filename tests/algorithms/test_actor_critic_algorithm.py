@@ -28,7 +28,9 @@ def _time_step(step_type, obs=None, reward=None, discount=None, B=3):
     return TimeStep(
         step_type=step_type,
         reward=torch.zeros(B) if reward is None else torch.as_tensor(reward, dtype=torch.float32),
-        discount=torch.ones(B) if discount is None else torch.as_tensor(discount, dtype=torch.float32),
+        discount=(
+            torch.ones(B) if discount is None else torch.as_tensor(discount, dtype=torch.float32)
+        ),
         observation=torch.randn(B, 4) if obs is None else obs,
     )
 

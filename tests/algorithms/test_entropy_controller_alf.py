@@ -45,8 +45,12 @@ def test_a_scalar_or_batch_step_type_broadcasts_like_the_seed(mode):
     ref = SeedController(target_entropy=0.6)
     for it in range(25):
         neg = -torch.tensor(rng.uniform(0.2, 1.3, (5, 3)) - it * 0.02, dtype=torch.float32)
-        full = algs["full"].calc_loss(Experience(step_type=torch.full((5, 3), StepType.MID)), _info(algs["full"], neg))
-        scalar = algs["scalar"].calc_loss(Experience(step_type=torch.tensor(StepType.MID)), _info(algs["scalar"], neg))
+        full = algs["full"].calc_loss(
+            Experience(step_type=torch.full((5, 3), StepType.MID)), _info(algs["full"], neg)
+        )
+        scalar = algs["scalar"].calc_loss(
+            Experience(step_type=torch.tensor(StepType.MID)), _info(algs["scalar"], neg)
+        )
         ref.calc_loss_entropy(neg, torch.full((5, 3), StepType.MID))
         torch.testing.assert_close(scalar.loss, full.loss)
         assert torch.equal(algs["scalar"].log_alpha, algs["full"].log_alpha)
@@ -102,7 +106,9 @@ def test_nested_the_alf_way_one_max_entropy_per_leaf_lists_and_nested_extra():
     entropy = {"a": torch.full((4, 2), 1.0), "b": torch.full((4, 2), 1.3)}
     li = nested.entropy_loss(entropy, torch.ones(4, 2, dtype=torch.bool))
     assert set(li.extra) == {"a", "b"} and isinstance(li.extra["a"], EntropyTargetLossInfo)
-    torch.testing.assert_close(li.loss, -(leaves["a"].alpha * 1.0 + leaves["b"].alpha * 1.3).expand(4, 2))
+    torch.testing.assert_close(
+        li.loss, -(leaves["a"].alpha * 1.0 + leaves["b"].alpha * 1.3).expand(4, 2)
+    )
     nested.adjust_alpha({"a": 0.9, "b": torch.tensor(1.2)})
     assert nested.stage.item() == min(leaves["a"].stage.item(), leaves["b"].stage.item())
     torch.testing.assert_close(nested.alpha, (leaves["a"].alpha + leaves["b"].alpha) / 2)
@@ -135,8 +141,9 @@ class _SGDParent(Algorithm):
     def __init__(self, lr=0.5, **controller_kwargs):
         super().__init__(optimizer=functools.partial(torch.optim.SGD, lr=lr), name="p")
         self.w = torch.nn.Parameter(torch.ones(2))
-        self.controller = SGDEntropyTargetAlgorithm(DISCRETE4, target_entropy=0.5, initial_alpha=1.0,
-                                                    **controller_kwargs)
+        self.controller = SGDEntropyTargetAlgorithm(
+            DISCRETE4, target_entropy=0.5, initial_alpha=1.0, **controller_kwargs
+        )
         self.optimizers()
 
 
@@ -145,7 +152,9 @@ def test_sgd_optimizer_none_is_trained_by_the_parent_and_adjust_alpha_steps_only
         def __init__(self):
             super().__init__(optimizer=functools.partial(torch.optim.SGD, lr=0.5), name="p")
             self.w = torch.nn.Parameter(torch.ones(2))
-            self.controller = SGDEntropyTargetAlgorithm(DISCRETE4, target_entropy=0.5, initial_alpha=1.0)
+            self.controller = SGDEntropyTargetAlgorithm(
+                DISCRETE4, target_entropy=0.5, initial_alpha=1.0
+            )
 
     parent = Parent()
     (opt,) = parent.optimizers()  # one optimiser holds w and log_alpha
@@ -221,7 +230,8 @@ def test_actor_critic_computes_the_entropy_once_and_logs_what_it_controls(monkey
     alg = ActorCriticAlgorithm(
         TensorSpec((3,)), spec, enforce_entropy_target=True,
         actor_network_ctor=functools.partial(ActorDistributionNetwork, squash_to_spec=True))
-    exp = Experience(time_step=TimeStep(observation=torch.randn(6, 3), step_type=torch.ones(6, dtype=torch.int64)),
+    exp = Experience(time_step=TimeStep(observation=torch.randn(6, 3),
+                                        step_type=torch.ones(6, dtype=torch.int64)),
                      action=torch.zeros(6, 2))
     info = alg.train_step(exp).info
     assert len(calls) == 1
@@ -246,7 +256,8 @@ def test_init_stage_moves_down_while_the_entropy_rises_and_up_by_half_while_it_f
 def test_actor_critic_entropy_equals_the_analytic_one_with_and_without_controller():
     torch.manual_seed(0)
     obs = torch.randn(5, 3)
-    exp = Experience(time_step=TimeStep(observation=obs, step_type=torch.ones(5, dtype=torch.int64)),
+    exp = Experience(time_step=TimeStep(observation=obs,
+                                        step_type=torch.ones(5, dtype=torch.int64)),
                      action=torch.zeros(5, dtype=torch.int64))
     infos = []
     for enforce in (False, True):

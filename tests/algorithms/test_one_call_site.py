@@ -179,8 +179,9 @@ def test_sgd_min_and_max_alpha_are_honoured(trained_by_parent):
         parent.controller = sgd = SGDEntropyTargetAlgorithm(DISCRETE4, **kwargs)
         parent.optimizers()
     else:
-        sgd = SGDEntropyTargetAlgorithm(DISCRETE4, optimizer=functools.partial(torch.optim.SGD, lr=1.0),
-                                        **kwargs)
+        sgd = SGDEntropyTargetAlgorithm(
+            DISCRETE4, optimizer=functools.partial(torch.optim.SGD, lr=1.0), **kwargs
+        )
 
     def update(h):
         li = sgd.entropy_loss(torch.full((4,), h))

@@ -75,7 +75,9 @@ def _drive(mode: str, entropies, targets, **kwargs):
 def test_host_and_tensor_paths_agree_bit_for_bit(kwargs):
     rng = np.random.default_rng(1)
     n = 400
-    entropies = np.clip(0.7 + 0.3 * np.sin(np.arange(n) / 15) + 0.05 * rng.standard_normal(n), 0.01, 1.3)
+    entropies = np.clip(
+        0.7 + 0.3 * np.sin(np.arange(n) / 15) + 0.05 * rng.standard_normal(n), 0.01, 1.3
+    )
     targets = np.where(np.arange(n) < 150, 0.6, np.where(np.arange(n) < 300, 1.0, 0.4))
     host = _drive("host", entropies, targets, **kwargs)
     tensor = _drive("tensor", entropies, targets, **kwargs)
@@ -156,7 +158,9 @@ def test_cuda_responsive_mode_matches_the_cpu_and_never_syncs():
     targets = np.where(np.arange(n) < 60, 0.6, 1.0)
     kwargs = dict(track_target_changes=True, max_alpha=0.5)
     box = {"i": 0}
-    cpu = EntropyTargetAlgorithm(DISCRETE4, target_entropy=lambda: float(targets[box["i"]]), **kwargs)
+    cpu = EntropyTargetAlgorithm(
+        DISCRETE4, target_entropy=lambda: float(targets[box["i"]]), **kwargs
+    )
     gpu = EntropyTargetAlgorithm(
         DISCRETE4, target_entropy=lambda: float(targets[box["i"]]), **kwargs
     ).to("cuda")

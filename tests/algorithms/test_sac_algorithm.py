@@ -78,7 +78,9 @@ def _bandit_batch(action_spec, n=64):
     else:
         action = torch.rand(n, 1) * 2 - 1
         reward = -4 * (action[:, 0] - BEST_BOX_ACTION) ** 2
-    return Transition(obs, action, reward, torch.zeros(n), torch.randn(n, 2), torch.ones(n, dtype=torch.bool))
+    return Transition(
+        obs, action, reward, torch.zeros(n), torch.randn(n, 2), torch.ones(n, dtype=torch.bool)
+    )
 
 
 @pytest.mark.slow
@@ -121,10 +123,14 @@ def test_controller_sees_sac_entropy_and_summaries_are_written(tmp_path, monkeyp
     monkeypatch.setattr(
         alg.entropy_target_algorithm,
         "entropy_loss",
-        lambda entropy, mask=None, **kw: seen.append(entropy.detach()) or original(entropy, mask=mask, **kw),
+        lambda entropy, mask=None, **kw: (
+            seen.append(entropy.detach()) or original(entropy, mask=mask, **kw)
+        ),
     )
     recorded = {}
-    monkeypatch.setattr(summary, "scalar", lambda name, value, step=None: recorded.__setitem__(name, value))
+    monkeypatch.setattr(
+        summary, "scalar", lambda name, value, step=None: recorded.__setitem__(name, value)
+    )
     writer = summary.create_summary_writer(str(tmp_path))
     summary.set_default_writer(writer)
     try:
@@ -146,7 +152,9 @@ def test_target_critics_follow_by_polyak_averaging():
     alg.train_step(_bandit_batch(BOX))
     assert all(torch.equal(a, b) for a, b in zip(target, alg.target_critic_networks.parameters()))
     alg.train_step(_bandit_batch(BOX))
-    for old, new, p in zip(target, alg.target_critic_networks.parameters(), alg.critic_networks.parameters()):
+    for old, new, p in zip(
+        target, alg.target_critic_networks.parameters(), alg.critic_networks.parameters()
+    ):
         torch.testing.assert_close(new, old + 0.25 * (p.detach() - old))
     assert not any(p.requires_grad for p in alg.target_critic_networks.parameters())
     # the host-side period counter is in the state dict

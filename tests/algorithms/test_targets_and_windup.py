@@ -54,7 +54,9 @@ def test_settled_annealing_rejects_bad_arguments(kwargs, arg):
 
 @pytest.mark.parametrize("kind", sorted(ADAPTIVE))
 def test_settled_annealing_lowers_the_target_once_settled(kind):
-    controller = ADAPTIVE[kind](target_entropy=SettledAnnealing(0.6, factor=0.5, window=20, final=0.2))
+    controller = ADAPTIVE[kind](
+        target_entropy=SettledAnnealing(0.6, factor=0.5, window=20, final=0.2)
+    )
     for _ in range(10):
         controller.adjust_alpha(0.3)  # far from the target: no step
     assert controller.target_entropy == pytest.approx(0.6)
@@ -136,7 +138,9 @@ def test_the_watch_smooths_the_entropy(kind):
     controller.adjust_alpha(1.0)
     controller.adjust_alpha(float("nan"))  # not counted
     assert controller._watch_count.item() == 2
-    assert controller._watch_entropy.item() == pytest.approx(WATCH_EMA * 0.5 + (1 - WATCH_EMA) * 1.0)
+    assert controller._watch_entropy.item() == pytest.approx(
+        WATCH_EMA * 0.5 + (1 - WATCH_EMA) * 1.0
+    )
 
 
 def test_settled_annealing_steps_down_a_target_out_of_reach():

@@ -53,7 +53,9 @@ def test_continuous_squashed_within_bounds():
     # wide std spreads samples close to both bounds
     assert torch.all(s.amin(dim=(0, 1)) < lo + 0.2) and torch.all(s.amax(dim=(0, 1)) > hi - 0.2)
     mode = mode_of(d)
-    assert torch.allclose(mode, (hi + lo) / 2 + (hi - lo) / 2 * torch.tanh(d.base_dist.base_dist.loc))
+    assert torch.allclose(
+        mode, (hi + lo) / 2 + (hi - lo) / 2 * torch.tanh(d.base_dist.base_dist.loc)
+    )
     assert torch.all(torch.isfinite(d.log_prob(s[0])))
 
 

@@ -35,12 +35,18 @@ def _discrete_target(n: int, p: float) -> float:
 
 
 def test_default_target_entropy_continuous_and_discrete_values():
-    assert calc_default_target_entropy(BoundedTensorSpec((), F32, 0, 3)) == pytest.approx(-1.2039728, abs=1e-6)
-    assert calc_default_target_entropy(BoundedTensorSpec((), I64, 0, 3)) == pytest.approx(0.4349442, abs=1e-6)
+    assert calc_default_target_entropy(BoundedTensorSpec((), F32, 0, 3)) == pytest.approx(
+        -1.2039728, abs=1e-6
+    )
+    assert calc_default_target_entropy(BoundedTensorSpec((), I64, 0, 3)) == pytest.approx(
+        0.4349442, abs=1e-6
+    )
     # the closed form equals the entropy of the described distribution
     for n, p in [(2, 0.1), (4, 0.1), (7, 0.3)]:
         spec = BoundedTensorSpec((), I64, 5, 5 + n - 1)
-        assert calc_default_target_entropy(spec, min_prob=p) == pytest.approx(_discrete_target(n, p), rel=1e-9)
+        assert calc_default_target_entropy(spec, min_prob=p) == pytest.approx(
+            _discrete_target(n, p), rel=1e-9
+        )
     # a single choice has zero entropy
     assert calc_default_target_entropy(BoundedTensorSpec((), I64, 2, 2)) == 0.0
 
@@ -202,7 +208,9 @@ def test_affine_transformed_normal_is_exact():
     # element-wise base with a composed, event_dim=1 affine and a scalar scale
     dist2 = td.TransformedDistribution(
         td.Normal(loc, scale),
-        [td.ComposeTransform([td.AffineTransform(0.0, 2.0), td.AffineTransform(0.0, a_scale, event_dim=1)])],
+        [td.ComposeTransform([
+            td.AffineTransform(0.0, 2.0), td.AffineTransform(0.0, a_scale, event_dim=1)
+        ])],
     )
     assert dist2.batch_shape == (4,) and dist2.event_shape == (3,)
     expected2 = td.Independent(td.Normal(loc, 2.0 * scale * a_scale.abs()), 1).entropy()
@@ -211,13 +219,16 @@ def test_affine_transformed_normal_is_exact():
     # per-batch-element scale on an element-wise Normal
     b_scale = torch.rand(4, 3) + 0.1
     dist3 = td.TransformedDistribution(td.Normal(loc, scale), td.AffineTransform(0.0, b_scale))
-    torch.testing.assert_close(entropy_with_fallback(dist3)[0], td.Normal(loc, scale * b_scale).entropy())
+    torch.testing.assert_close(
+        entropy_with_fallback(dist3)[0], td.Normal(loc, scale * b_scale).entropy()
+    )
 
 
 def test_affine_shortcut_gradient_reaches_scale():
     a_scale = torch.tensor([2.0, 3.0], requires_grad=True)
     dist = td.TransformedDistribution(
-        td.Independent(td.Normal(torch.zeros(2), torch.ones(2)), 1), [td.AffineTransform(0.0, a_scale)]
+        td.Independent(td.Normal(torch.zeros(2), torch.ones(2)), 1),
+        [td.AffineTransform(0.0, a_scale)],
     )
     _, ent_g = entropy_with_fallback(dist)
     ent_g.backward()

@@ -25,7 +25,9 @@ def test_add_wraps_around_and_keeps_the_newest_rows():
     buf.add(_batch(3, 3))  # rows 3, 4 then 5 overwrites row 0
     assert len(buf) == 5
     stored = buf.state_dict()["data"]
-    reward = stored[[i for i, x in enumerate(stored) if x.dim() == 1 and x.dtype == torch.float32][0]]
+    reward = stored[
+        [i for i, x in enumerate(stored) if x.dim() == 1 and x.dtype == torch.float32][0]
+    ]
     assert sorted(reward.tolist()) == [1.0, 2.0, 3.0, 4.0, 5.0]
 
 
