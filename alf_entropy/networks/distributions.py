@@ -69,9 +69,11 @@ def sample_categorical(probs: torch.Tensor, sample_shape: Sequence[int] = ()) ->
     # A plain tuple: torch parses it faster than a ``torch.Size``.
     shape = (*sample_shape, *probs.shape[:-1], 1)
     u = torch.rand(shape, dtype=cdf.dtype, device=cdf.device)
-    # Index k is drawn when cdf[k-1] <= u < cdf[k]; clamp guards against a
-    # last cdf entry that rounds below 1.
-    return (cdf < u).sum(-1).clamp_(max=probs.shape[-1] - 1)
+    if sample_shape:
+        cdf = cdf.expand(*shape[:-1], cdf.shape[-1]).contiguous()
+    # Index k is drawn when cdf[k-1] < u <= cdf[k] (the number of entries
+    # below u); clamp guards against a last cdf entry that rounds below 1.
+    return torch.searchsorted(cdf, u).squeeze(-1).clamp_(max=probs.shape[-1] - 1)
 
 
 class StableTanh(td.TanhTransform):

@@ -85,3 +85,22 @@ def test_fast_categorical_probs_are_lazy_softmax_and_differentiable():
     assert logits.grad is not None and logits.grad.abs().sum() > 0
     with torch.inference_mode():
         assert torch.equal(Categorical(logits.detach()).probs, probs.detach())
+
+
+@pytest.mark.parametrize("shape, sample_shape", [((8, 2), ()), ((5, 3, 7), (4,)), ((6,), (2, 3))])
+def test_sample_categorical_inverts_the_cdf(shape, sample_shape):
+    """The index drawn is the number of CDF entries below the uniform draw
+    (so zero-probability actions are never drawn)."""
+    from alf_entropy.networks.distributions import sample_categorical
+
+    torch.manual_seed(0)
+    probs = torch.softmax(torch.randn(*shape), -1)
+    probs[..., 0] = 0.0  # never drawn
+    probs = probs / probs.sum(-1, keepdim=True)
+    state = torch.random.get_rng_state()
+    drawn = sample_categorical(probs, sample_shape)
+    torch.random.set_rng_state(state)
+    u = torch.rand((*sample_shape, *shape[:-1], 1))
+    expected = (probs.cumsum(-1) < u).sum(-1).clamp(max=shape[-1] - 1)
+    assert drawn.shape == (*sample_shape, *shape[:-1]) and torch.equal(drawn, expected)
+    assert (drawn > 0).all()
