@@ -31,6 +31,7 @@ import warnings
 from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 import gin
+import numpy as np
 import torch
 from absl import logging
 
@@ -71,16 +72,102 @@ TargetArg = Optional[Union[float, Callable[[], float]]]
 PROGRESS_GRACE = 10
 """Updates after which a scheduled target whose progress was never fed warns."""
 WINDUP_CLIMB = 4.0
-"""The windup watch: the climb of ``alpha`` in a spell below the target allowed before the entropy answers."""
+"""The windup watch: the climb of ``alpha`` in a spell below the target
+allowed before the entropy answers."""
+_LOG_WINDUP_CLIMB = math.log(WINDUP_CLIMB)
 WINDUP_RESPONSE = 0.05
 """The windup watch: a rise of the entropy under this fraction of the nominal
 one (``entropy_per_log_alpha`` per unit of ``log_alpha`` climbed) is a stall."""
 WINDUP_WINDOW = 500
-"""The windup watch: updates of a spell below the target before a stall counts as an unreachable target."""
+"""The windup watch: updates of a spell below the target before a stall
+counts as an unreachable target."""
 WINDUP_MARGIN = 0.05
 """The windup watch: the smallest rise of the entropy (relative to the target) that counts."""
 WATCH_EMA = 0.99
 """Smoothing of the entropy that the windup watch and ``SettledAnnealing`` compare."""
+
+
+class _HostOps:
+    """The select primitive over numpy scalars (CPU state, no torch calls)."""
+
+    where = staticmethod(lambda cond, a, b: a if cond else b)
+    maximum, minimum, abs = staticmethod(max), staticmethod(min), staticmethod(abs)
+    f32, f64, i32 = np.float32, np.float64, np.int32
+
+
+class _TensorOps:
+    """The select primitive over tensors (never reads a value on the host)."""
+
+    where, maximum, minimum, abs = torch.where, torch.maximum, torch.minimum, torch.abs
+    f32 = staticmethod(lambda x: x.to(torch.float32))
+    f64 = staticmethod(lambda x: x.to(torch.float64))
+    i32 = staticmethod(lambda x: x.to(torch.int32))
+
+
+def _watch_rule(x: Any, state: Tuple, entropy: Any, valid: Any, target: Any, log_alpha: Any,
+                scale: float, anneal: Optional[Any] = None) -> Tuple[Tuple, Any]:
+    """One step of the windup watch (and an annealing target) over ``x``'s select primitive.
+
+    Args:
+        x: ``_HostOps`` or ``_TensorOps``.
+        state: ``(ema, ref, trough, below, count, stalled)``, and ``settled``
+            with ``anneal``: the smoothed entropy, the spell's lowest
+            ``log_alpha`` and entropy, its length, the updates seen, the
+            stall flag, the updates settled.
+        entropy: the update's entropy (finite: NaN replaced).
+        valid: whether the update counts (finite, non-empty).
+        target: the target entropy now.
+        log_alpha: ``log_alpha`` after the update.
+        scale: ``entropy_per_log_alpha`` of the action spec.
+        anneal: a ``SettledAnnealing`` target, or None.
+
+    Returns:
+        ``(new_state, new_target)``: the target lowered by the annealing rule
+        (``target`` itself without ``anneal``).
+    """
+    ema_before, ref, trough_before, below, count, stalled = state[:6]
+    ema = x.where(count == 0, entropy, WATCH_EMA * ema_before + (1 - WATCH_EMA) * entropy)
+    # A spell: consecutive updates with the smoothed entropy under the
+    # target.  Reaching the target (tracking it) ends it, so a later step up
+    # is judged from where it began; one that hovers just under the target
+    # while alpha climbs (discrete SAC at 0.98 log|A|) goes on.
+    below = x.where(ema < target, below + 1, 0)
+    restart = below <= 1
+    # Within a spell: the lowest log_alpha and the lowest entropy; once
+    # stalled, the trough stays where the stall began (a drift of the entropy
+    # down and back is no answer).
+    climbed = log_alpha - ref
+    trough = x.where(stalled, trough_before, x.minimum(trough_before, ema))
+    # An answer: a rise that clears both the nominal share of the climb and
+    # the noise (WINDUP_MARGIN of the target).
+    answered = (ema - trough) >= x.maximum(WINDUP_RESPONSE * scale * climbed,
+                                           WINDUP_MARGIN * x.abs(target))
+    stalled = x.where(restart | answered, False, stalled | (climbed >= _LOG_WINDUP_CLIMB))
+    new = (ema, x.where(restart, log_alpha, x.minimum(ref, log_alpha)),
+           x.where(restart, ema, trough), below, count + 1, stalled)
+    if anneal is not None:
+        # Settled on the target, or stalled short of it: both count.
+        near = x.abs(ema - target) <= anneal.tolerance * x.abs(target)
+        settled = x.where(near | stalled, state[6] + 1, 0)
+        fire = settled >= anneal.window
+        lowered = target - (1 - anneal.factor) * x.abs(target)
+        lowered = x.where(lowered < anneal.final, anneal.final, lowered)
+        new += (x.where(fire, 0, settled),)
+        target = x.where(valid & fire, lowered, target)
+    return tuple(x.where(valid, n, o) for n, o in zip(new, state)), target
+
+
+def _span_rule(x: Any, log_alpha: Any, lowest: Any, highest: Any, span: float) -> Tuple:
+    """``limit_log_alpha_span``: ``log_alpha`` clamped to within ``span`` of
+    every value since the limit began; the new ``(log_alpha, lowest, highest)``."""
+    log_alpha = x.minimum(x.maximum(log_alpha, highest - span), lowest + span)
+    return log_alpha, x.minimum(lowest, log_alpha), x.maximum(highest, log_alpha)
+
+
+def _unreachable(below: Any, stalled: Any, log_alpha: Any, ceiling: float) -> Any:
+    """The watch's verdict (tensors or numpy scalars): a long spell below
+    the target with ``alpha`` stalled or at its ceiling."""
+    return (below >= WINDUP_WINDOW) & (stalled | (log_alpha >= ceiling - 1e-6))
 
 
 class TargetEntropy:
@@ -110,12 +197,14 @@ class TargetEntropy:
             target_entropy = float(sum(calc_default_target_entropy(s) for s in specs))
             logging.info("%s: target_entropy=%s (the action spec's default)", name, target_entropy)
         if not callable(target_entropy):
-            target_entropy = schedulers.ConstantScheduler(check_real("target_entropy", target_entropy))
+            target_entropy = schedulers.ConstantScheduler(
+                check_real("target_entropy", target_entropy))
         self.fn = target_entropy
         # Constant on the host; an annealing target moves on the device (the
         # controller's watch).
         self.constant = isinstance(target_entropy, schedulers.ConstantScheduler)
-        self.annealing = target_entropy if isinstance(target_entropy, schedulers.SettledAnnealing) else None
+        annealing = isinstance(target_entropy, schedulers.SettledAnnealing)
+        self.annealing = target_entropy if annealing else None
         self._name, self._updates, self._warned = name, 0, set()
         try:
             known_max = target_entropy.max_value()
@@ -165,7 +254,8 @@ def _scalar_entropy(entropy: Union[float, torch.Tensor], like: torch.Tensor) -> 
     if isinstance(entropy, torch.Tensor):
         if entropy.numel() != 1:
             raise ValueError(
-                f"entropy must be a number or a one-element tensor, got shape {tuple(entropy.shape)}"
+                "entropy must be a number or a one-element tensor, got shape "
+                f"{tuple(entropy.shape)}"
             )
         entropy = entropy.detach().reshape(()).to(like.device)
     elif not is_real(entropy):
@@ -203,7 +293,8 @@ class EntropyController(Algorithm):
         super().__init__(optimizer=optimizer, debug_summaries=debug_summaries, name=name)
         specs = nest.flatten(action_spec)
         if not specs or not all(isinstance(s, TensorSpec) for s in specs):
-            raise TypeError(f"action_spec must be a non-empty nest of TensorSpec, got {action_spec!r}")
+            raise TypeError(
+                f"action_spec must be a non-empty nest of TensorSpec, got {action_spec!r}")
         self._action_spec = action_spec
         self._target: Optional[TargetEntropy] = None
         # The windup watch (``_watch``): saved, so a resumed run warns alike.
@@ -215,6 +306,7 @@ class EntropyController(Algorithm):
             self.register_buffer("_watch_below", zeros(dtype=torch.int64))
             self.register_buffer("_watch_count", zeros(dtype=torch.int64))
             self.register_buffer("_stalled", zeros(dtype=torch.bool))
+            self.register_buffer("_num_nonfinite", zeros(dtype=torch.int64))
         self._max_log_alpha_watch = math.inf
         self._entropy_scale = entropy_per_log_alpha(action_spec)
         self._warned_unreachable = False
@@ -273,11 +365,23 @@ class EntropyController(Algorithm):
         without the entropy answering (``_watch``) or sits at its ceiling."""
         if not self._adaptive:
             return self.stage.new_zeros((), dtype=torch.bool)
-        at_ceiling = self.log_alpha >= self._max_log_alpha_watch - 1e-6
-        return (self._watch_below >= WINDUP_WINDOW) & (self._stalled | at_ceiling)
+        return _unreachable(self._watch_below, self._stalled, self.log_alpha,
+                            self._max_log_alpha_watch)
+
+    @property
+    def num_nonfinite_entropy(self) -> torch.Tensor:
+        """How many updates had a NaN/inf entropy from a non-empty batch (and
+        left the controller as it was); 0-d int64, summed over the leaves of
+        a nested controller."""
+        leaves = [c for c in self.leaf_algorithms().values() if c._adaptive]
+        total = self.stage.new_zeros((), dtype=torch.int64)
+        for leaf in leaves:
+            total = total + leaf._num_nonfinite
+        return total
 
     def _windup_stalled(self) -> torch.Tensor:
-        """True (0-d bool) while ``alpha`` has climbed without the entropy answering (``_watch``)."""
+        """True (0-d bool) while ``alpha`` has climbed without the entropy
+        answering (``_watch``)."""
         return self._stalled
 
     def limit_log_alpha_span(self, span: Optional[float]) -> None:
@@ -296,7 +400,8 @@ class EntropyController(Algorithm):
         now = self._log_alpha.detach().clone()
         self._log_alpha_span = (float(span), now, now.clone())  # (span, lowest, highest)
 
-    def _advance(self, entropy: torch.Tensor, count: Optional[torch.Tensor]) -> Tuple[torch.Tensor, Any]:
+    def _advance(self, entropy: torch.Tensor,
+                 count: Optional[torch.Tensor]) -> Tuple[torch.Tensor, Any]:
         """``_update``, then the watch (windup, annealing); ``(alpha, scalar_loss)``."""
         alpha, scalar_loss = self._update(entropy, count)
         if self._finish(entropy, count):
@@ -324,15 +429,24 @@ class EntropyController(Algorithm):
         if self._log_alpha_span is None:
             return False
         span, lowest, highest = self._log_alpha_span
-        with torch.no_grad():
-            log_alpha = self._log_alpha
-            log_alpha.copy_(torch.minimum(torch.maximum(log_alpha, highest - span), lowest + span))
-            lowest.copy_(torch.minimum(lowest, log_alpha))
-            highest.copy_(torch.maximum(highest, log_alpha))
+        state = (self._log_alpha, lowest, highest)
+        if self._reads_host():
+            views = [buf.detach().numpy() for buf in state]
+            for view, value in zip(views, _span_rule(_HostOps, *(v[()] for v in views), span)):
+                view[()] = value
+        else:
+            with torch.no_grad():
+                for buf, value in zip(state, _span_rule(_TensorOps, *state, span)):
+                    buf.copy_(value)
         return True
 
+    def _watch_state(self) -> Tuple[torch.Tensor, ...]:
+        state = (self._watch_entropy, self._watch_ref, self._watch_trough, self._watch_below,
+                 self._watch_count, self._stalled)
+        return state if self._target.annealing is None else state + (self._settled,)
+
     def _watch(self, entropy: torch.Tensor, count: Optional[torch.Tensor]) -> None:
-        """Track a smoothed entropy against the target after an update (tensor ops only).
+        """Count a NaN/inf entropy; track a smoothed entropy against the target (``_watch_rule``).
 
         * windup: in a spell of updates below the target, ``_stalled`` once
           ``alpha`` has climbed ``WINDUP_CLIMB``-fold while the entropy rose
@@ -341,49 +455,39 @@ class EntropyController(Algorithm):
           holds alpha), until it does or the spell ends.
         * ``SettledAnnealing``: after ``window`` consecutive updates within
           ``tolerance`` of the target or stalled short of it, lower it.
+
+        On the host path (CPU state) the rule runs on numpy scalars, else in
+        tensor ops (no host read).
         """
-        valid = torch.isfinite(entropy)
-        if count is not None:
-            valid = valid & (count > 0)
-        h = torch.nan_to_num(entropy.detach().to(torch.float32))
-        first = self._watch_count == 0
-        ema = torch.where(first, h, WATCH_EMA * self._watch_entropy + (1 - WATCH_EMA) * h)
-        ema = torch.where(valid, ema, self._watch_entropy)
-        target = self._target_now
+        anneal, state = self._target.annealing, self._watch_state()
         log_alpha = self.log_alpha.detach()
-        # A spell: consecutive updates with the smoothed entropy under the
-        # target.  Reaching the target (tracking it) ends it, so a later step
-        # up is judged from where it began; one that hovers just under the
-        # target while alpha climbs (discrete SAC at 0.98 log|A|) goes on.
-        under = ema < target
-        below = torch.where(valid, torch.where(under, self._watch_below + 1, 0), self._watch_below)
-        restart = valid & (below <= 1)
-        # Within a spell: the lowest log_alpha and the lowest entropy; once
-        # stalled, the trough stays where the stall began (a drift of the
-        # entropy down and back is no answer).
-        climbed = log_alpha - self._watch_ref
-        trough = torch.where(self._stalled, self._watch_trough, torch.minimum(self._watch_trough, ema))
-        # An answer: a rise that clears both the nominal share of the climb
-        # and the noise (WINDUP_MARGIN of the target).
-        answered = (ema - trough) >= torch.maximum(WINDUP_RESPONSE * self._entropy_scale * climbed,
-                                                   WINDUP_MARGIN * target.abs())
-        stalled = ~restart & (self._stalled | (climbed >= math.log(WINDUP_CLIMB))) & ~answered
-        self._watch_entropy.copy_(ema)
-        self._watch_below.copy_(below)
-        lowest = torch.where(valid, torch.minimum(self._watch_ref, log_alpha), self._watch_ref)
-        self._watch_ref.copy_(torch.where(restart, log_alpha, lowest))
-        self._watch_trough.copy_(torch.where(restart, ema, torch.where(valid, trough, self._watch_trough)))
-        self._watch_count.add_(valid)
-        self._stalled.copy_(torch.where(valid, stalled, self._stalled))
-        anneal = self._target.annealing
-        if anneal is not None:
-            # Settled on the target, or stalled short of it: both count.
-            near = (ema - target).abs() <= anneal.tolerance * target.abs()
-            settled = torch.where(valid, torch.where(near | stalled, self._settled + 1, 0), self._settled)
-            fire = settled >= anneal.window
-            lowered = torch.clamp(target - (1 - anneal.factor) * target.abs(), min=anneal.final)
-            self._target_now.copy_(torch.where(fire, lowered, target))
-            self._settled.copy_(torch.where(fire, 0, settled))
+        on_host = self._reads_host()
+        if on_host:
+            h = entropy.detach().to("cpu", torch.float32).numpy()[()]
+            has_data = count is None or count.cpu().numpy()[()] > 0
+            valid = has_data and np.isfinite(h)
+            if has_data and not valid:
+                self._num_nonfinite.add_(1)
+            views = [buf.numpy() for buf in state + (self._target_now,)]
+            la = log_alpha.numpy()[()]
+            new, target = _watch_rule(_HostOps, tuple(v[()] for v in views[:-1]),
+                                      h if valid else np.float32(0.0), valid, views[-1][()], la,
+                                      self._entropy_scale, anneal)
+            for view, value in zip(views, new + (target,)):
+                view[()] = value
+            unreachable = _unreachable(new[3], new[5], la, self._max_log_alpha_watch)
+        else:
+            finite = torch.isfinite(entropy)
+            has_data = True if count is None else count > 0
+            self._num_nonfinite.add_(~finite & has_data)
+            h = torch.nan_to_num(entropy.detach().to(torch.float32))
+            new, target = _watch_rule(_TensorOps, state, h, finite & has_data, self._target_now,
+                                      log_alpha, self._entropy_scale, anneal)
+            if anneal is not None:
+                state, new = state + (self._target_now,), new + (target,)
+            for buf, value in zip(state, new):
+                buf.copy_(value)
+            unreachable = None
         recording = summary.should_record_summaries()
         if recording:
             with summary.scope(self._name):
@@ -392,12 +496,15 @@ class EntropyController(Algorithm):
                     summary.scalar("target_entropy", self._target_now)
         # Read on the host only where it costs nothing more: a summary step
         # (already synchronising) or a host-path update.
-        if not self._warned_unreachable and (recording or self._reads_host()):
-            if bool(self.unreachable_target):
+        if not self._warned_unreachable and (recording or on_host):
+            if unreachable is None:  # a summary step: it reads the device anyway
+                unreachable = self.unreachable_target
+            if bool(unreachable):
                 self._warned_unreachable = True
                 message = (
-                    f"{self._name}: the entropy ({float(ema):.4g}) has stayed below the target "
-                    f"({float(target):.4g}) for {int(below)} updates while alpha climbed to "
+                    f"{self._name}: the entropy ({float(self._watch_entropy):.4g}) has stayed "
+                    f"below the target ({float(self._target_now):.4g}) for "
+                    f"{int(self._watch_below)} updates while alpha climbed to "
                     f"{float(log_alpha.exp()):.4g}; the target looks unreachable for this policy. "
                     "Lower target_entropy (e.g. greedy_probability_target or SettledAnnealing) "
                     "or set max_alpha."
@@ -517,7 +624,8 @@ class EntropyController(Algorithm):
         return LossInfo(loss=neg_grad * alpha.detach(), scalar_loss=scalar_loss,
                         extra=EntropyTargetLossInfo(neg_entropy=neg_entropy))
 
-    def _update(self, entropy: torch.Tensor, count: Optional[torch.Tensor]) -> Tuple[torch.Tensor, Any]:
+    def _update(self, entropy: torch.Tensor,
+                count: Optional[torch.Tensor]) -> Tuple[torch.Tensor, Any]:
         """Advance once (not if ``count == 0``); return ``(alpha, scalar_loss)``
         (``scalar_loss``: a 0-d tensor, or ``()`` for none)."""
         raise NotImplementedError
@@ -581,8 +689,9 @@ class EntropyController(Algorithm):
             try:
                 mask = mask & (valid_mask != 0)
             except RuntimeError as e:
-                raise ValueError(f"valid_mask of shape {tuple(valid_mask.shape)} does not broadcast "
-                                 f"with experience.step_type of shape {tuple(mask.shape)}") from e
+                raise ValueError(f"valid_mask of shape {tuple(valid_mask.shape)} does not "
+                                 "broadcast with experience.step_type of shape "
+                                 f"{tuple(mask.shape)}") from e
         return self._loss(info.loss.extra.neg_entropy, mask, info.loss.loss, True)
 
 
@@ -611,7 +720,8 @@ class FixedEntropyCoefficient(EntropyController):
 
     _adaptive = False
 
-    def __init__(self, action_spec: Any, alpha: float = 0.01, target_entropy: Optional[float] = None,
+    def __init__(self, action_spec: Any, alpha: float = 0.01,
+                 target_entropy: Optional[float] = None,
                  debug_summaries: bool = False, name: str = "FixedEntropyCoefficient"):
         super().__init__(action_spec, debug_summaries=debug_summaries, name=name)
         alpha = check_real("alpha", alpha, minimum=0.0)
@@ -634,5 +744,6 @@ class FixedEntropyCoefficient(EntropyController):
         """Always -1 (the free stage: alpha fixed)."""
         return self._stage
 
-    def _update(self, entropy: torch.Tensor, count: Optional[torch.Tensor]) -> Tuple[torch.Tensor, Any]:
+    def _update(self, entropy: torch.Tensor,
+                count: Optional[torch.Tensor]) -> Tuple[torch.Tensor, Any]:
         return self._alpha, ()

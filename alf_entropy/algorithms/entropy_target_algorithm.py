@@ -37,7 +37,9 @@ from alf_entropy.algorithms.entropy_controller import (
     EntropyTargetLossInfo,
     FixedEntropyCoefficient,
     TargetArg,
+    _HostOps,
     _scalar_entropy,
+    _TensorOps,
 )
 from alf_entropy.data_structures import LossInfo
 from alf_entropy.utils import nest, summary
@@ -103,23 +105,6 @@ def describe_stage(stage: Any) -> str:
         side = "above" if stage > 0 else "at or below"
         what = f"adjust (the average entropy is {side} the target)"
     return f"stage {stage}: {what}"
-
-
-class _HostOps:
-    """The select primitive over numpy scalars (CPU state, no torch calls)."""
-
-    where = staticmethod(lambda cond, a, b: a if cond else b)
-    maximum, minimum, abs = staticmethod(max), staticmethod(min), staticmethod(abs)
-    f32, f64, i32 = np.float32, np.float64, np.int32
-
-
-class _TensorOps:
-    """The select primitive over tensors (never reads a value on the host)."""
-
-    where, maximum, minimum, abs = torch.where, torch.maximum, torch.minimum, torch.abs
-    f32 = staticmethod(lambda x: x.to(torch.float32))
-    f64 = staticmethod(lambda x: x.to(torch.float64))
-    i32 = staticmethod(lambda x: x.to(torch.int32))
 
 
 def _stage_machine(x: Any, state: Tuple, entropy: Any, prev_avg: Any, avg: Any, valid: Any,
@@ -322,7 +307,6 @@ class EntropyTargetAlgorithm(EntropyController):
         self.register_buffer("_stage", torch.tensor(stage, dtype=torch.int32))
         self.register_buffer("_update_rate", f32(fast_update_rate))
         self.register_buffer("_max_entropy", f32(0.0 if max_entropy is None else max_entropy))
-        self.register_buffer("_num_nonfinite", torch.zeros((), dtype=torch.int64))
         # Constants in the seed's dtypes (buffers so that .to(device) moves
         # them; not saved).  The float64 ones form one vector: torch.compile
         # guards every 0-d float64 tensor with a host read of its value.
@@ -373,11 +357,6 @@ class EntropyTargetAlgorithm(EntropyController):
     def avg_entropy(self) -> torch.Tensor:
         """The running average entropy the stages compare."""
         return self._avg_entropy.get()
-
-    @property
-    def num_nonfinite_entropy(self) -> torch.Tensor:
-        """How many updates were skipped for a NaN/inf entropy."""
-        return self._num_nonfinite
 
     @property
     def target_entropy_fn(self) -> Callable[[], float]:
@@ -459,7 +438,6 @@ class EntropyTargetAlgorithm(EntropyController):
         finite = torch.isfinite(entropy)
         has_data = True if count is None else count > 0
         valid = finite & has_data
-        self._num_nonfinite.add_(~finite & has_data)
         prev_avg = self._avg_entropy.get()
         avg = self._avg_entropy.average(entropy, valid)
         min_log_alpha, slow, fast = self._consts64.unbind()
@@ -478,7 +456,6 @@ class EntropyTargetAlgorithm(EntropyController):
             return
         ent = np.float32(entropy.detach().cpu().numpy()[()])
         if not np.isfinite(ent):
-            self._num_nonfinite.add_(1)
             return
         prev_avg, avg = self._avg_entropy.average_on_host(ent)
         views = [buf.numpy() for buf in self._state()]

@@ -40,8 +40,12 @@ import gin
 import numpy as np
 import torch
 
-from alf_entropy.algorithms.entropy_controller import EntropyController, TargetArg
-from alf_entropy.algorithms.entropy_target_algorithm import _HostOps, _TensorOps
+from alf_entropy.algorithms.entropy_controller import (
+    EntropyController,
+    TargetArg,
+    _HostOps,
+    _TensorOps,
+)
 from alf_entropy.utils import summary
 from alf_entropy.utils.checks import check_real
 from alf_entropy.utils.dist_utils import entropy_per_log_alpha
@@ -203,7 +207,6 @@ class PIDEntropyTargetAlgorithm(EntropyController):
                            ("_err_ema", 0.0), ("_fast", 0.0), ("_slow", 0.0)):
             self.register_buffer(key, torch.tensor(value, dtype=torch.float32))
         self.register_buffer("_count", torch.zeros((), dtype=torch.int64))
-        self.register_buffer("_num_nonfinite", torch.zeros((), dtype=torch.int64))
         self.register_buffer("_stage", torch.tensor(1, dtype=torch.int32), persistent=False)
         max_log = math.inf if max_alpha is None else math.log(max_alpha)
         consts = (1.0 / error_scale, kp, ki, kd, error_ema, fast, slow, deadband,
@@ -228,11 +231,6 @@ class PIDEntropyTargetAlgorithm(EntropyController):
     def integral(self) -> torch.Tensor:
         """The integral term (in ``log_alpha`` units, ``log(initial_alpha)`` at start)."""
         return self._integral
-
-    @property
-    def num_nonfinite_entropy(self) -> torch.Tensor:
-        """How many updates were skipped for a NaN/inf entropy."""
-        return self._num_nonfinite
 
     def _state(self) -> Tuple[torch.Tensor, ...]:
         return self._log_alpha, self._integral, self._err_ema, self._fast, self._slow, self._count
@@ -259,7 +257,6 @@ class PIDEntropyTargetAlgorithm(EntropyController):
     def _update_tensor(self, entropy: torch.Tensor, count: Optional[torch.Tensor]) -> None:
         finite = torch.isfinite(entropy)
         has_data = True if count is None else count > 0
-        self._num_nonfinite.add_(~finite & has_data)
         c = self._consts.unbind()
         new = _pid_rule(_TensorOps, self._state(), torch.nan_to_num(entropy), finite & has_data,
                         self._target_now, self._windup_stalled(), c[:8], c[8:])
@@ -272,7 +269,6 @@ class PIDEntropyTargetAlgorithm(EntropyController):
             return
         ent = np.float32(entropy.detach().cpu().numpy()[()])
         if not np.isfinite(ent):
-            self._num_nonfinite.add_(1)
             return
         views = [buf.numpy() for buf in self._state()]
         c = self._host_consts

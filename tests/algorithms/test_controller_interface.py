@@ -91,6 +91,15 @@ def test_every_controller_has_the_same_interface(kind, device):
         alpha_after_loss = controller.alpha.clone()
         info = controller.rollout_step(dist, step_type).info
         li2 = controller.calc_loss(Experience(step_type=step_type), info)
+        alpha_before_nan = controller.alpha.clone()
+        controller.adjust_alpha(_entropy(controller, float("nan")))  # counted, changes nothing
+        controller.entropy_loss(_entropy(controller, ent), torch.zeros_like(mask))  # empty: not
+    # A NaN/inf entropy from a non-empty batch is counted (every leaf of a
+    # nested controller; a fixed coefficient counts nothing) and left out.
+    nonfinite = controller.num_nonfinite_entropy
+    assert nonfinite.dtype == torch.int64 and nonfinite.device.type == device
+    assert nonfinite.item() == (0 if kind == "fixed" else 1)
+    assert torch.equal(controller.alpha, alpha_before_nan)
     for a in (a1, a2):
         assert a.shape == () and a.device.type == device
     # Entropy far above the target lowers alpha (the fixed one stays put).
