@@ -272,8 +272,8 @@ class Algorithm(nn.Module, metaclass=PlainGinErrors):
             inherited = self._optimizer
         else:
             self._parent_optimizer = inherited
-            orphans = [p for p in self._own_parameters() if p.requires_grad]
-            if orphans and is_root:
+            orphans = is_root and [p for p in self._own_parameters() if p.requires_grad]
+            if orphans:
                 raise ValueError(
                     f"{self._name}: {len(orphans)} trainable parameters have no "
                     "optimizer; pass optimizer=... to this algorithm"
