@@ -75,6 +75,9 @@ WINDUP_CLIMB = 4.0
 """The windup watch: the climb of ``alpha`` in a spell below the target
 allowed before the entropy answers."""
 _LOG_WINDUP_CLIMB = math.log(WINDUP_CLIMB)
+UPDATE_MODES = ("auto", "tensor", "host")
+"""Where an update runs: ``"host"`` (NumPy over CPU state), ``"tensor"``
+(tensor ops, never a host read) or ``"auto"`` (host on the CPU, else tensor)."""
 WINDUP_RESPONSE = 0.05
 """The windup watch: a rise of the entropy under this fraction of the nominal
 one (``entropy_per_log_alpha`` per unit of ``log_alpha`` climbed) is a stall."""
@@ -340,7 +343,14 @@ class EntropyController(Algorithm):
         return self._target()
 
     _update_mode: Optional[str] = None
-    """``"host"``, ``"tensor"`` or ``"auto"`` for controllers with both update paths."""
+    """``"host"``, ``"tensor"`` or ``"auto"`` (or ``"compiled"``) for controllers with both
+    update paths."""
+
+    def _init_update_mode(self, update_mode: str, modes: Tuple[str, ...] = UPDATE_MODES) -> None:
+        """Check ``update_mode`` against ``modes`` and keep it."""
+        if update_mode not in modes:
+            raise ValueError(f"update_mode must be one of {modes}, got {update_mode!r}")
+        self._update_mode = update_mode
 
     def _use_host(self) -> bool:
         """Whether this update runs on the host path (numpy over CPU buffers)."""

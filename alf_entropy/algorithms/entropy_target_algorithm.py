@@ -32,6 +32,7 @@ from absl import logging
 
 from alf_entropy.algorithms.algorithm import OptimizerArg
 from alf_entropy.algorithms.entropy_controller import (
+    UPDATE_MODES,
     EntropyController,
     EntropyTargetInfo,
     EntropyTargetLossInfo,
@@ -58,7 +59,6 @@ __all__ = [
     "describe_stage",
 ]
 
-_UPDATE_MODES = ("auto", "tensor", "host", "compiled")
 # track_target_changes: a target move larger than this (relative) restarts the adjust stage.
 _TARGET_MOVE = 0.05
 STUCK_UPDATES = 1000
@@ -283,8 +283,6 @@ class EntropyTargetAlgorithm(EntropyController):
             check_real(arg, value, positive=True)
         check_real("min_alpha", min_alpha)
         check_int("average_window", average_window, minimum=1)
-        if update_mode not in _UPDATE_MODES:
-            raise ValueError(f"update_mode must be one of {_UPDATE_MODES}, got {update_mode!r}")
         if min_alpha > 0 and initial_alpha < min_alpha:
             raise ValueError(f"initial_alpha ({initial_alpha}) must be >= min_alpha ({min_alpha})")
         self._init_target(target_entropy)
@@ -295,7 +293,7 @@ class EntropyTargetAlgorithm(EntropyController):
                     f"target_entropy ({self._target.initial}) must be <= max_entropy "
                     f"({max_entropy})"
                 )
-        self._update_mode = update_mode
+        self._init_update_mode(update_mode, UPDATE_MODES + ("compiled",))
         self._avg_entropy = ScalarWindowAverager(average_window)
         if skip_free_stage:
             stage = 1
@@ -638,6 +636,9 @@ class SGDEntropyTargetAlgorithm(EntropyController):
         min_alpha: optional floor of ``alpha`` (> 0); None: none (SAC's rule).
         max_alpha: optional ceiling of ``alpha`` (> 0, >= ``min_alpha``), like
             ALF SAC's ``max_log_alpha``; None: none.
+        update_mode: where the windup watch and ``limit_log_alpha_span`` run:
+            ``"tensor"`` (never syncs a GPU), ``"host"`` (numpy over CPU state)
+            or ``"auto"`` (host on the CPU).  The rule's step is tensor ops.
         debug_summaries: write ``alpha``, ``entropy`` and ``target_entropy``.
         name: the name.
 
@@ -671,6 +672,7 @@ class SGDEntropyTargetAlgorithm(EntropyController):
         optimizer: OptimizerArg = None,
         min_alpha: Optional[float] = None,
         max_alpha: Optional[float] = None,
+        update_mode: str = "auto",
         debug_summaries: bool = False,
         name: str = "SGDEntropyTargetAlgorithm",
     ):
@@ -679,6 +681,7 @@ class SGDEntropyTargetAlgorithm(EntropyController):
         )
         initial_alpha = check_real("initial_alpha", initial_alpha, positive=True)
         check_int("window_size", window_size, minimum=1)
+        self._init_update_mode(update_mode)
         bounds = [None if v is None else check_real(arg, v, positive=True)
                   for arg, v in (("min_alpha", min_alpha), ("max_alpha", max_alpha))]
         if None not in bounds and bounds[0] > bounds[1]:

@@ -52,9 +52,6 @@ from alf_entropy.utils.dist_utils import entropy_per_log_alpha
 
 __all__ = ["PIDEntropyTargetAlgorithm"]
 
-_UPDATE_MODES = ("auto", "tensor", "host")
-
-
 def _pid_rule(x: Any, state: Tuple, entropy: Any, valid: Any, target: Any, stalled: Any,
               gains: Tuple, limits: Tuple) -> Tuple:
     """One PID update written over ``x``'s select primitive.
@@ -195,9 +192,7 @@ class PIDEntropyTargetAlgorithm(EntropyController):
         if error_scale is None:
             error_scale = entropy_per_log_alpha(action_spec)
         check_real("error_scale", error_scale, positive=True)
-        if update_mode not in _UPDATE_MODES:
-            raise ValueError(f"update_mode must be one of {_UPDATE_MODES}, got {update_mode!r}")
-        self._update_mode = update_mode
+        self._init_update_mode(update_mode)
         self._init_target(target_entropy)
         f32 = np.float32
         log_alpha = math.log(initial_alpha)

@@ -316,7 +316,7 @@ def test_tensor_mode_never_syncs():
         EntropyTargetAlgorithm(DISCRETE4, target_entropy=sched, update_mode="tensor",
                                skip_free_stage=True, max_entropy=1.2),
         NestedEntropyTargetAlgorithm({"a": DISCRETE4, "b": CONT2}, update_mode="tensor"),
-        SGDEntropyTargetAlgorithm(DISCRETE4, target_entropy=sched),
+        SGDEntropyTargetAlgorithm(DISCRETE4, target_entropy=sched, update_mode="tensor"),
     ]
     logits = torch.randn(6, 4, 4)
     loc = torch.zeros(6, 4, 2)
