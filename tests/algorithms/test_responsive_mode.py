@@ -34,7 +34,7 @@ def _step_task(steps: int, step_at: int, **kwargs):
         opt.zero_grad()
         (-dist.probs[:, 0] + loss).mean().backward()
         opt.step()
-        entropies.append(float(dist.entropy()[0]))
+        entropies.append(float(dist.entropy()[0].detach()))
         alphas.append(float(controller.alpha))
     return np.array(entropies), target, np.array(alphas), controller
 
