@@ -9,6 +9,8 @@ long; name them with ``--configs`` to include them.
 Usage::
 
     python benchmarks/shipped_configs.py --out_dir shipped --jobs 2
+    python benchmarks/shipped_configs.py --configs sac_halfcheetah \
+        --gin_param "OffPolicyTrainer.num_env_steps = 100000"   # a shorter run
 """
 import argparse
 import os
@@ -43,6 +45,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--jobs", type=int, default=2, help="parallel runs")
     parser.add_argument("--out_dir", default="shipped_configs_out")
+    parser.add_argument("--gin_param", action="append", default=[],
+                        help="a binding added to every run (e.g. a shorter num_env_steps); "
+                             "the table's title lists them")
     args = parser.parse_args()
 
     dirs = []
@@ -50,7 +55,8 @@ def main() -> None:
         gin_file, seed_binding = CONFIGS[name]
         start = time.time()
         trainer = seed_binding.split(".")[0]
-        spec = {"gin_file": [gin_file], "gin_param": [f"{trainer}.progress_bar = False"],
+        spec = {"gin_file": [gin_file],
+                "gin_param": [f"{trainer}.progress_bar = False", *args.gin_param],
                 "seeds": list(args.seeds), "seed_binding": seed_binding}
         result = run_sweep(spec, os.path.join(args.out_dir, name), jobs=args.jobs, report=False,
                            log=lambda s: print(s, file=sys.stderr))
@@ -60,7 +66,8 @@ def main() -> None:
         dirs += [r.root_dir for r in result["runs"]]
 
     rep = write_report(dirs, os.path.join(args.out_dir, "report"), dpi=60)
-    print(f"\nShipped configs as shipped, seeds {list(args.seeds)}; torch {torch.__version__}, "
+    how = f"with {'; '.join(args.gin_param)}" if args.gin_param else "as shipped"
+    print(f"\nShipped configs {how}, seeds {list(args.seeds)}; torch {torch.__version__}, "
           f"Python {platform.python_version()}, {platform.machine()} with {os.cpu_count()} CPUs\n")
     print("| run | env steps | first eval | best eval | final eval | final alpha | "
           "final entropy (target) |")
