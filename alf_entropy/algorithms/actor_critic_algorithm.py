@@ -60,15 +60,15 @@ from alf_entropy.data_structures import (
     namedtuple,
 )
 from alf_entropy.networks import ActorDistributionNetwork, ValueNetwork, mode_of
-from alf_entropy.utils import dist_utils, math_ops, nest, schedulers, summary, value_ops
+from alf_entropy.utils import dist_utils, nest, schedulers, summary, value_ops
 from alf_entropy.utils.checks import check_real
+from alf_entropy.utils.math_ops import masked_mean
 from alf_entropy.utils.optimizers import fused_adam
 
 __all__ = [
     "ActorCriticInfo",
     "ActorCriticLossInfo",
     "ActorCriticAlgorithm",
-    "masked_mean",
     "default_optimizer",
 ]
 
@@ -93,19 +93,6 @@ ActorCriticLossInfo = namedtuple(
     default_value=(),
 )
 """Per-step loss terms (``LossInfo.extra`` of ``calc_loss``)."""
-
-
-def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean of ``x`` over the elements where ``mask`` is non-zero.
-
-    Args:
-        x: a tensor.
-        mask: a bool or 0/1 tensor broadcastable with ``x``.
-
-    Returns:
-        torch.Tensor: a scalar; 0 if the mask is empty (no host sync).
-    """
-    return math_ops.masked_mean(x, mask)[0]
 
 
 def _masked_normalize(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
@@ -607,7 +594,7 @@ class ActorCriticAlgorithm(Algorithm):
             info = train_info.entropy_target
             entropy = nest.map_structure(torch.neg, info.loss.extra.neg_entropy)
             self._iteration_entropies.append(
-                nest.map_structure(lambda e: masked_mean(e.detach(), mask), entropy)
+                nest.map_structure(lambda e: masked_mean(e.detach(), mask)[0], entropy)
             )
             entropy_loss = controller.entropy_loss(
                 entropy, mask, nest.map_structure(torch.neg, info.loss.loss), update=False
@@ -731,9 +718,9 @@ class ActorCriticAlgorithm(Algorithm):
         extra = loss_info.extra
         main = extra["main"] if isinstance(extra, dict) else extra
         summary.scalar("loss/total", loss_info.loss)
-        summary.scalar("loss/pg", masked_mean(main.pg_loss, mask))
-        summary.scalar("loss/td", masked_mean(main.td_loss, mask))
-        entropy = masked_mean(train_info.entropy, mask)
+        summary.scalar("loss/pg", masked_mean(main.pg_loss, mask)[0])
+        summary.scalar("loss/td", masked_mean(main.td_loss, mask)[0])
+        entropy = masked_mean(train_info.entropy, mask)[0]
         summary.scalar("entropy", entropy)
         summary.scalar("alpha", self.entropy_coefficient())
         controller = self._entropy_target_algorithm
@@ -749,11 +736,11 @@ class ActorCriticAlgorithm(Algorithm):
         if self._debug_summaries:
             with summary.scope(self.name):
                 adv = experience.rollout_info.advantages
-                summary.scalar("advantage_mean", masked_mean(adv, mask))
-                summary.scalar("value_mean", masked_mean(train_info.value, mask))
+                summary.scalar("advantage_mean", masked_mean(adv, mask)[0])
+                summary.scalar("value_mean", masked_mean(train_info.value, mask)[0])
                 returns = experience.rollout_info.returns
-                var_ret = masked_mean((returns - masked_mean(returns, mask)).square(), mask)
-                var_err = masked_mean((returns - train_info.value).square(), mask)
+                var_ret = masked_mean((returns - masked_mean(returns, mask)[0]).square(), mask)[0]
+                var_err = masked_mean((returns - train_info.value).square(), mask)[0]
                 summary.scalar(
                     "explained_variance", 1.0 - var_err / var_ret.clamp(min=1e-8)
                 )

@@ -22,14 +22,11 @@ from typing import Any
 import gin
 import torch
 
-from alf_entropy.algorithms.actor_critic_algorithm import (
-    ActorCriticAlgorithm,
-    ActorCriticInfo,
-    masked_mean,
-)
+from alf_entropy.algorithms.actor_critic_algorithm import ActorCriticAlgorithm, ActorCriticInfo
 from alf_entropy.data_structures import Experience, LossInfo
 from alf_entropy.utils import summary
 from alf_entropy.utils.checks import check_real
+from alf_entropy.utils.math_ops import masked_mean
 from alf_entropy.utils.signatures import forwards_arguments
 
 __all__ = ["PPOAlgorithm"]
@@ -140,6 +137,6 @@ class PPOAlgorithm(ActorCriticAlgorithm):
         super().summarize_train(experience, loss_info, train_info, mask)
         log_ratio = (train_info.log_prob - experience.rollout_info.log_prob).detach()
         # The k3 estimator of KL(old || new) (Schulman's blog; CleanRL).
-        summary.scalar("ppo/approx_kl", masked_mean(log_ratio.exp() - 1 - log_ratio, mask))
+        summary.scalar("ppo/approx_kl", masked_mean(log_ratio.exp() - 1 - log_ratio, mask)[0])
         clipped = (log_ratio.exp() - 1).abs() > self._importance_ratio_clipping
-        summary.scalar("ppo/clip_fraction", masked_mean(clipped.float(), mask))
+        summary.scalar("ppo/clip_fraction", masked_mean(clipped.float(), mask)[0])

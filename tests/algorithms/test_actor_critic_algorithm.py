@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from alf_entropy import accel
-from alf_entropy.algorithms.actor_critic_algorithm import ActorCriticAlgorithm, masked_mean
+from alf_entropy.algorithms.actor_critic_algorithm import ActorCriticAlgorithm
 from alf_entropy.algorithms.entropy_target_algorithm import (
     EntropyTargetAlgorithm,
     NestedEntropyTargetAlgorithm,
@@ -261,12 +261,6 @@ def test_custom_controller_class_and_valid_mask():
     alg.train_from_unroll(exp, final)
     (mask,) = alg.entropy_target_algorithm.masks
     assert mask.tolist() == [True, True, False, True]
-
-
-def test_masked_mean():
-    x = torch.tensor([1.0, 2.0, 100.0])
-    assert masked_mean(x, torch.tensor([True, True, False])).item() == 1.5
-    assert masked_mean(x, torch.zeros(3, dtype=torch.bool)).item() == 0.0
 
 
 @pytest.mark.parametrize(
