@@ -17,7 +17,8 @@ of its entropy bonus.  Every controller (``EntropyTargetAlgorithm``,
   (the distribution's entropy) and ``calc_loss(experience, info,
   valid_mask)`` (masks ``LAST`` steps, calls ``entropy_loss``).
 * ``alpha``, ``target_entropy``, ``stage``, ``leaf_algorithms()``,
-  ``state_dict()`` and ``from_space(space, **kwargs)``.
+  ``unreachable_target``, ``num_nonfinite_entropy``, ``state_dict()`` and
+  ``from_space(space, **kwargs)``.
 
 After every update the base class also applies ``limit_log_alpha_span``
 (an actor-critic's per-iteration cap), runs the windup watch (``_watch``:
@@ -28,7 +29,7 @@ Nothing on this interface reads a tensor value on the host.
 import functools
 import math
 import warnings
-from typing import Any, Callable, Dict, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import gin
 import numpy as np
@@ -372,9 +373,13 @@ class EntropyController(Algorithm):
     def unreachable_target(self) -> torch.Tensor:
         """True (0-d bool) while the target looks unreachable: the entropy has
         stayed below it for ``WINDUP_WINDOW`` updates while ``alpha`` climbed
-        without the entropy answering (``_watch``) or sits at its ceiling."""
+        without the entropy answering (``_watch``) or sits at its ceiling;
+        for a nested controller, any leaf's."""
         if not self._adaptive:
-            return self.stage.new_zeros((), dtype=torch.bool)
+            result = self.stage.new_zeros((), dtype=torch.bool)
+            for leaf in self._adaptive_leaves():
+                result = result | leaf.unreachable_target
+            return result
         return _unreachable(self._watch_below, self._stalled, self.log_alpha,
                             self._max_log_alpha_watch)
 
@@ -383,11 +388,13 @@ class EntropyController(Algorithm):
         """How many updates had a NaN/inf entropy from a non-empty batch (and
         left the controller as it was); 0-d int64, summed over the leaves of
         a nested controller."""
-        leaves = [c for c in self.leaf_algorithms().values() if c._adaptive]
         total = self.stage.new_zeros((), dtype=torch.int64)
-        for leaf in leaves:
+        for leaf in self._adaptive_leaves():
             total = total + leaf._num_nonfinite
         return total
+
+    def _adaptive_leaves(self) -> List["EntropyController"]:
+        return [c for c in self.leaf_algorithms().values() if c._adaptive]
 
     def _windup_stalled(self) -> torch.Tensor:
         """True (0-d bool) while ``alpha`` has climbed without the entropy

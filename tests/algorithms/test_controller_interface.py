@@ -99,6 +99,9 @@ def test_every_controller_has_the_same_interface(kind, device):
     nonfinite = controller.num_nonfinite_entropy
     assert nonfinite.dtype == torch.int64 and nonfinite.device.type == device
     assert nonfinite.item() == (0 if kind == "fixed" else 1)
+    unreachable = controller.unreachable_target
+    assert unreachable.dtype == torch.bool and unreachable.shape == ()
+    assert unreachable.device.type == device and not unreachable.item()
     assert torch.equal(controller.alpha, alpha_before_nan)
     for a in (a1, a2):
         assert a.shape == () and a.device.type == device

@@ -192,3 +192,19 @@ def test_host_and_tensor_paths_watch_alike(cls):
     assert host.num_nonfinite_entropy.item() == len([k for k in range(1500) if k % 97 == 5
                                                      and k % 89 != 7])
     assert host.target_entropy < 0.68  # it annealed
+
+
+def test_a_nested_controller_reports_any_leaf_unreachable():
+    from alf_entropy.algorithms.entropy_target_algorithm import NestedEntropyTargetAlgorithm
+
+    nested = NestedEntropyTargetAlgorithm({"a": TWO, "b": TWO}, leaf_cls=PIDEntropyTargetAlgorithm,
+                                          target_entropy={"a": 0.68, "b": 0.4},
+                                          initial_alpha=0.01)
+    with pytest.warns(UserWarning, match="unreachable"):
+        for _ in range(2000):  # "a" pinned far below its target, "b" on it
+            nested.adjust_alpha({"a": 0.3, "b": 0.4})
+    leaves = nested.leaf_algorithms()
+    assert bool(leaves["a"].unreachable_target) and not bool(leaves["b"].unreachable_target)
+    assert bool(nested.unreachable_target)
+    nested.adjust_alpha({"a": float("nan"), "b": 0.4})
+    assert nested.num_nonfinite_entropy.item() == 1
