@@ -63,7 +63,7 @@ from alf_entropy.networks import ActorDistributionNetwork, ValueNetwork, mode_of
 from alf_entropy.utils import dist_utils, nest, schedulers, summary, value_ops
 from alf_entropy.utils.checks import check_real
 from alf_entropy.utils.math_ops import masked_mean
-from alf_entropy.utils.optimizers import fused_adam
+from alf_entropy.utils.optimizers import FusedAdam
 
 __all__ = [
     "ActorCriticInfo",
@@ -127,7 +127,7 @@ def default_optimizer(
     """
     lr = check_real("default_optimizer.lr", lr, positive=True)
     eps = check_real("default_optimizer.eps", eps, minimum=0.0)
-    return fused_adam(params, lr=lr, eps=eps)
+    return FusedAdam(params, lr=lr, eps=eps)
 
 
 _ENTROPY_TARGET_UPDATES = ("per_minibatch", "per_iteration")

@@ -46,7 +46,7 @@ from alf_entropy.tensor_specs import BoundedTensorSpec
 from alf_entropy.utils import nest, summary
 from alf_entropy.utils.checks import check_real
 from alf_entropy.utils.math_ops import masked_mean
-from alf_entropy.utils.optimizers import fused_adam
+from alf_entropy.utils.optimizers import FusedAdam
 from alf_entropy.utils.replay_buffer import Transition
 
 __all__ = ["SacAlgorithm", "SacLossInfo"]
@@ -75,7 +75,7 @@ def _default_actor(observation_spec: Any, action_spec: Any) -> nn.Module:
 def _default_optimizer(params: List[nn.Parameter], lr: float = 3e-4) -> torch.optim.Optimizer:
     """SAC's optimiser when none is given: Adam with ``lr`` (gin:
     ``sac_default_optimizer.lr``)."""
-    return fused_adam(params, lr=check_real("sac_default_optimizer.lr", lr, positive=True))
+    return FusedAdam(params, lr=check_real("sac_default_optimizer.lr", lr, positive=True))
 
 
 @gin.configurable
@@ -96,7 +96,7 @@ class SacAlgorithm(Algorithm):
             ``entropy_target_cls(action_spec, debug_summaries=...)``;
             ``None`` means ``SGDEntropyTargetAlgorithm`` (SAC's rule).
         optimizer: factory ``params -> Optimizer`` for actor and critics;
-            ``None`` for ``fused_adam(lr=3e-4)`` (Adam).  The SGD controller keeps its own
+            ``None`` for ``FusedAdam(lr=3e-4)`` (Adam).  The SGD controller keeps its own
             optimiser for ``log_alpha``.
         gamma: discount in ``[0, 1]``.
         target_update_tau: Polyak factor in ``(0, 1]`` of the target critics.

@@ -16,7 +16,7 @@ from typing import Any, Iterable, List
 import gin
 import torch
 
-__all__ = ["FusedAdam", "fused_adam", "masked_optimizer_step"]
+__all__ = ["FusedAdam", "masked_optimizer_step"]
 
 # torch has a fused Adam kernel for CPU tensors from version 2.4 on (CUDA before).
 _FUSED_ADAM_ON_CPU = tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 4)
@@ -70,19 +70,6 @@ class FusedAdam(torch.optim.Adam):
             weight_decay=weight_decay,
             **({"fused": True} if fused else {"foreach": True}),
         )
-
-
-def fused_adam(params: Iterable[Any], **kwargs: Any) -> torch.optim.Adam:
-    """The algorithms' default Adam: :class:`FusedAdam`.
-
-    Args:
-        params: the parameters to optimise.
-        **kwargs: Adam's other arguments (``lr``, ``eps``, ...).
-
-    Returns:
-        torch.optim.Adam: the optimiser.
-    """
-    return FusedAdam(params, **kwargs)
 
 
 def _takes_found_inf(opt: torch.optim.Optimizer) -> bool:
