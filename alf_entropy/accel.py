@@ -14,13 +14,19 @@ and falls back to the plain path whenever it cannot promise that.
   (``ActorDistributionNetwork.rsample_and_log_prob``), are taken only when it
   holds, so that hooks always run.
 * :func:`categorical_sample_with_log_prob`: PPO's acting step for a single
-  categorical head, ``dist = actor(obs); a = dist.sample(); dist.log_prob(a)``
-  without the module-call frames and the distribution object (and with one
-  ``log_softmax`` instead of ``Categorical``'s ``logsumexp``).
+  categorical head, ``dist = Categorical(logits); a = dist.sample();
+  dist.log_prob(a)`` without the distribution object (and with one
+  ``log_softmax`` instead of ``Categorical``'s ``logsumexp``).  The network
+  computes the logits without its module-call frames where
+  :func:`forward_only` allows (``ActorDistributionNetwork.sample_with_log_prob``).
 * :func:`relu_mlp`: ``CriticNetworks``' stacked ReLU MLP with a hand-written
   backward (one graph node; the ReLU masks applied in place with
   ``aten.threshold_backward``); it steps aside under ``torch.compile``, JIT
   tracing, ``torch.func`` transforms (found with private checks) and autocast.
+
+This module receives tensors, modules and plain callables (the networks pass
+their own sampler and stacked-MLP forward), and imports nothing from the
+rest of the package: the networks and algorithms call it, never the reverse.
 
 Switch: the environment variable ``ALF_ENTROPY_ACCEL=0`` turns every fast
 path off (read once, when this module is imported); the plain, public-API
@@ -29,7 +35,7 @@ Seeded runs draw the same actions either way; log-probabilities may differ
 in the last bits.
 """
 import os
-from typing import Any, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -77,57 +83,38 @@ def forward_only(*modules: nn.Module) -> bool:
 
 
 def categorical_sample_with_log_prob(
-    actor: nn.Module, observation: torch.Tensor
+    logits: torch.Tensor, sample: Callable[[torch.Tensor], torch.Tensor]
 ) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
-    """One draw from ``actor(observation)`` and its log-probability, cheaply.
+    """One draw from ``Categorical(logits=logits)`` and its log-probability, cheaply.
 
-    For an ``ActorDistributionNetwork`` (not a subclass overriding
-    ``forward``) with a single scalar categorical head over a flat tensor
-    observation, and when calling its modules would run only their
-    ``forward`` (:func:`forward_only`), this runs ``dist = actor(observation);
-    action = dist.sample(); dist.log_prob(action)`` -- the same random draws
-    -- without the distribution object and the module-call frames.  Anything
-    else (or the switch off) returns None; the caller then calls the actor.
+    What ``dist = Categorical(logits=logits); action = dist.sample();
+    dist.log_prob(action)`` gives -- the same random draws, when ``sample``
+    is the distribution's sampler -- without the distribution object.  The
+    switch off returns None; the caller then builds the distribution.
 
     Args:
-        actor: the policy network.
-        observation: tensor ``[B, *obs_shape]``.
+        logits: unnormalised log-probabilities ``[B, num_actions]``.
+        sample: draws int64 indices ``[B]`` from probabilities ``[B,
+            num_actions]`` as ``Categorical.sample`` does
+            (``alf_entropy.networks.distributions.sample_categorical``).
 
     Returns:
         ``(action, log_prob)`` (int64 ``[B]``, float ``[B]``), or None.
-    """
-    from alf_entropy.networks.actor_distribution_network import ActorDistributionNetwork
-    from alf_entropy.networks.distributions import sample_categorical
-    from alf_entropy.networks.encoding_network import EncodingNetwork
-    from alf_entropy.networks.projection_networks import CategoricalProjectionNetwork
-    from alf_entropy.tensor_specs import TensorSpec
 
-    if not (
-        ENABLED
-        and type(actor) is ActorDistributionNetwork
-        and isinstance(observation, torch.Tensor)
-        and actor._single_head
-    ):
+    Raises:
+        TypeError: if ``logits`` is not a tensor or ``sample`` not callable.
+        ValueError: if ``logits`` is not two-dimensional.
+    """
+    if not isinstance(logits, torch.Tensor):
+        raise TypeError(f"logits must be a tensor, got {type(logits).__name__}")
+    if not callable(sample):
+        raise TypeError(f"sample must be callable, got {type(sample).__name__}")
+    if logits.dim() != 2:
+        raise ValueError(f"logits must be [B, num_actions], got shape {tuple(logits.shape)}")
+    if not ENABLED:
         return None
-    head, encoder, spec = actor._heads[0], actor._encoder, actor.input_tensor_spec
-    if (
-        type(head) is not CategoricalProjectionNetwork
-        or head.action_spec_shape
-        or type(encoder) is not EncodingNetwork
-        or not isinstance(spec, TensorSpec)
-        or observation.dim() != 2
-        or observation.shape[1:] != spec.shape
-        or observation.dtype != encoder.dtype
-    ):
-        return None
-    layers, linear = encoder.layers, head.linear
-    if not forward_only(actor, encoder, head, linear, *layers):
-        return None
-    x = observation  # flatten_observation would return it as it is
-    for layer in layers:
-        x = layer.forward(x)
-    logits = torch.log_softmax(linear.forward(x), dim=-1)
-    action = sample_categorical(torch.softmax(logits, dim=-1))
+    logits = torch.log_softmax(logits, dim=-1)
+    action = sample(torch.softmax(logits, dim=-1))
     return action, logits.gather(-1, action.unsqueeze(-1)).squeeze(-1)
 
 
@@ -158,40 +145,67 @@ def _autocast(device_type: str) -> bool:
         return device_type == "cpu" and torch.is_autocast_cpu_enabled()
 
 
-def relu_mlp(x: torch.Tensor, params: List[torch.Tensor]) -> Optional[torch.Tensor]:
+_MLPForward = Callable[
+    [torch.Tensor, List[torch.Tensor], Callable[[torch.Tensor], torch.Tensor]],
+    Tuple[torch.Tensor, List[torch.Tensor]],
+]
+"""A stacked MLP's plain forward: ``(x, params, activation) -> (out, layer_inputs)``."""
+
+
+def relu_mlp(
+    x: torch.Tensor, params: List[torch.Tensor], mlp_forward: _MLPForward
+) -> Optional[torch.Tensor]:
     """``CriticNetworks``' stacked ReLU MLP with the hand-written backward.
 
     Args:
         x: the input ``[B, in]``.
         params: weights ``[n, in, out]`` and biases ``[n, 1, out]``, alternating.
+        mlp_forward: the plain stacked MLP (``critic_networks``' own), called
+            as ``mlp_forward(x, params, torch.relu_)`` without autograd
+            recording: it returns the output ``[n, B, out]`` (what this
+            function returns) and the input of every layer (``[n, B, in]``
+            for the first, ``x`` broadcast to every critic), which the
+            hand-written backward needs.
 
     Returns:
         The output ``[n, B, out]``, or None where the plain path must run
         (the switch off, no gradient wanted, a transform, tracing or autocast).
+
+    Raises:
+        TypeError: if ``mlp_forward`` is not callable.
+        ValueError: if ``params`` is empty or odd in length.
     """
+    if not callable(mlp_forward):
+        raise TypeError(f"mlp_forward must be callable, got {type(mlp_forward).__name__}")
+    if not params or len(params) % 2:
+        raise ValueError(
+            "params must alternate weights and biases (an even, non-zero number of "
+            f"tensors), got {len(params)}"
+        )
     if not ENABLED or not torch.is_grad_enabled() or _transformed() or _autocast(x.device.type):
         return None
-    return _ReluMLP.apply(x, *params)
+    return _ReluMLP.apply(x, mlp_forward, *params)
 
 
 class _ReluMLP(torch.autograd.Function):
     """The ReLU stacked MLP with a hand-written backward.
 
-    The same values and gradients as autograd through ``_mlp_forward`` of
-    ``critic_networks``, with one graph node instead of about a dozen, the
-    ReLU masks applied in place (``threshold_backward`` written into the
-    incoming gradient, not a fresh tensor), no weight gradients for detached
-    weights and no input gradient for an input that needs none.  SAC's
+    The same values and gradients as autograd through the ``mlp_forward`` it
+    is given (``critic_networks``' plain path), with one graph node instead
+    of about a dozen, the ReLU masks applied in place (``threshold_backward``
+    written into the incoming gradient, not a fresh tensor), no weight
+    gradients for detached weights and no input gradient for an input that
+    needs none.  SAC's
     update runs three critic passes; this makes it about 4% faster on the
     CPU.  Double backward is not supported (``CriticNetworks(fused_backward=
     False)`` is plain autograd).
     """
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, *params: torch.Tensor) -> torch.Tensor:  # noqa: D102
-        from alf_entropy.networks.critic_networks import _mlp_forward
-
-        out, inputs = _mlp_forward(x, list(params), torch.relu_)
+    def forward(  # noqa: D102
+        ctx: Any, x: torch.Tensor, mlp_forward: _MLPForward, *params: torch.Tensor
+    ) -> torch.Tensor:
+        out, inputs = mlp_forward(x, list(params), torch.relu_)
         ctx.num_inputs = len(inputs)
         ctx.save_for_backward(*inputs, *params)
         return out
@@ -206,19 +220,19 @@ class _ReluMLP(torch.autograd.Function):
             )
         saved = ctx.saved_tensors
         inputs, params = saved[: ctx.num_inputs], saved[ctx.num_inputs :]
-        needs = ctx.needs_input_grad  # (x, w0, b0, w1, b1, ...)
+        needs = ctx.needs_input_grad  # (x, mlp_forward, w0, b0, w1, b1, ...)
         grads: List[Optional[torch.Tensor]] = [None] * len(params)
         d = grad
         for i in reversed(range(len(inputs))):
             h, w = inputs[i], params[2 * i]
-            if needs[1 + 2 * i]:
+            if needs[2 + 2 * i]:
                 last = i == len(inputs) - 1  # few output columns: per critic
                 grads[2 * i] = (
                     torch.stack([hk.t().mm(dk) for hk, dk in zip(h, d)])
                     if last
                     else torch.bmm(h.transpose(1, 2), d)
                 )
-            if needs[2 + 2 * i]:
+            if needs[3 + 2 * i]:
                 grads[2 * i + 1] = d.sum(1, keepdim=True)
             if i == 0 and not needs[0]:
                 break
@@ -226,4 +240,4 @@ class _ReluMLP(torch.autograd.Function):
             if i > 0:  # through the ReLU, in place: the gradient where h > 0, else 0
                 torch.ops.aten.threshold_backward.grad_input(d, h, 0.0, grad_input=d)
         dx = d.sum(0) if needs[0] else None  # x was broadcast to every critic
-        return (dx, *grads)
+        return (dx, None, *grads)

@@ -9,6 +9,7 @@ import torch.nn as nn
 
 from alf_entropy import accel
 from alf_entropy.networks import ActorDistributionNetwork
+from alf_entropy.networks.distributions import Categorical, sample_categorical
 from alf_entropy.tensor_specs import BoundedTensorSpec, TensorSpec
 
 OBS = TensorSpec((4,))
@@ -46,7 +47,49 @@ def test_forward_only_sees_hooks():
 
 
 @needs_accel
-def test_categorical_sample_with_log_prob_is_sample_and_log_prob_of_forward():
+def test_categorical_sample_with_log_prob_is_sample_and_log_prob_of_the_distribution():
+    logits = torch.randn(6, 3)
+    torch.manual_seed(3)
+    dist = Categorical(logits)
+    action = dist.sample()
+    log_prob = dist.log_prob(action)
+    torch.manual_seed(3)
+    fast_action, fast_log_prob = accel.categorical_sample_with_log_prob(
+        logits, sample_categorical
+    )
+    assert torch.equal(fast_action, action)
+    torch.testing.assert_close(fast_log_prob, log_prob)
+
+
+def test_categorical_sample_with_log_prob_refuses_bad_arguments():
+    draw = accel.categorical_sample_with_log_prob
+    with pytest.raises(TypeError, match="logits must be a tensor"):
+        draw([[0.0, 1.0]], sample_categorical)
+    with pytest.raises(TypeError, match="sample must be callable"):
+        draw(torch.zeros(2, 3), None)
+    with pytest.raises(ValueError, match="logits must be"):
+        draw(torch.zeros(3), sample_categorical)
+
+
+def test_relu_mlp_refuses_bad_arguments():
+    x = torch.randn(2, 3)
+    params = [torch.randn(2, 3, 1, requires_grad=True), torch.randn(2, 1, 1)]
+    with pytest.raises(TypeError, match="mlp_forward must be callable"):
+        accel.relu_mlp(x, params, None)
+    with pytest.raises(ValueError, match="params must alternate"):
+        accel.relu_mlp(x, params[:1], lambda *args: None)
+
+
+def test_accel_imports_nothing_from_the_package():
+    """The networks and algorithms call accel with tensors; never the reverse."""
+    source = open(accel.__file__).read()
+    assert "alf_entropy" not in "".join(
+        line for line in source.splitlines() if line.lstrip().startswith(("import", "from"))
+    )
+
+
+@needs_accel
+def test_sample_with_log_prob_is_sample_and_log_prob_of_forward():
     net = ActorDistributionNetwork(OBS, DISCRETE, fc_layer_params=(8, 8), activation="relu")
     obs = torch.randn(6, 4)
     for grad_mode in (torch.no_grad, torch.inference_mode):
@@ -56,15 +99,18 @@ def test_categorical_sample_with_log_prob_is_sample_and_log_prob_of_forward():
             action = dist.sample()
             log_prob = dist.log_prob(action)
             torch.manual_seed(3)
-            fast_action, fast_log_prob = accel.categorical_sample_with_log_prob(net, obs)
+            fast_action, fast_log_prob = net.sample_with_log_prob(obs)
         assert torch.equal(fast_action, action)
         torch.testing.assert_close(fast_log_prob, log_prob)
 
 
 @needs_accel
-def test_categorical_sample_with_log_prob_declines_what_it_does_not_cover():
+def test_sample_with_log_prob_declines_what_it_does_not_cover():
     discrete = ActorDistributionNetwork(OBS, DISCRETE)
-    draw = accel.categorical_sample_with_log_prob
+
+    def draw(net, obs):
+        return net.sample_with_log_prob(obs)
+
     assert draw(discrete, torch.randn(3, 4)) is not None
     assert draw(ActorDistributionNetwork(OBS, BOX), torch.randn(3, 4)) is None
     assert draw(ActorDistributionNetwork(OBS, {"a": DISCRETE}), torch.randn(3, 4)) is None
@@ -82,3 +128,10 @@ def test_categorical_sample_with_log_prob_declines_what_it_does_not_cover():
             return super().forward(observation + 1.0)
 
     assert draw(Shifted(OBS, DISCRETE), torch.randn(3, 4)) is None
+
+
+@pytest.mark.skipif(accel.ENABLED, reason="needs ALF_ENTROPY_ACCEL=0")
+def test_switched_off_fast_paths_decline():
+    assert accel.categorical_sample_with_log_prob(torch.zeros(2, 3), sample_categorical) is None
+    net = ActorDistributionNetwork(OBS, DISCRETE)
+    assert net.sample_with_log_prob(torch.randn(3, 4)) is None

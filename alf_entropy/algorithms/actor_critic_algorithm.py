@@ -318,7 +318,7 @@ class ActorCriticAlgorithm(Algorithm):
             self._entropy_target_algorithm = entropy_target_cls(
                 action_spec, debug_summaries=debug_summaries
             )
-        # rollout_step may draw through accel.categorical_sample_with_log_prob
+        # rollout_step may draw through ActorDistributionNetwork.sample_with_log_prob
         # when the controller's rollout_step is the base one (ignoring the
         # distribution off-policy) and _log_prob is this class's.
         self._fast_acting = (
@@ -425,7 +425,7 @@ class ActorCriticAlgorithm(Algorithm):
             ``ActorCriticInfo(log_prob, entropy_target)``.
         """
         if self._fast_acting:
-            drawn = accel.categorical_sample_with_log_prob(self._actor_network, inputs.observation)
+            drawn = self._actor_network.sample_with_log_prob(inputs.observation)
             if drawn is not None:
                 # What the path below gives (the controller's rollout_step
                 # returns an empty AlgStep off-policy), at less cost.

@@ -16,7 +16,9 @@ gives the same nest of distributions (all heads share the encoder).
 Use ``alf_entropy.networks.mode_of`` for the deterministic evaluation action.
 For SAC's losses, :meth:`ActorDistributionNetwork.rsample_and_log_prob`
 draws a reparameterised continuous action and its log-probability in
-closed form.
+closed form; for PPO's acting step,
+:meth:`ActorDistributionNetwork.sample_with_log_prob` draws a categorical
+action and its log-probability without the distribution object.
 """
 from typing import Any, Optional, Sequence, Tuple
 
@@ -25,6 +27,7 @@ import torch
 import torch.nn as nn
 
 from alf_entropy import accel
+from alf_entropy.networks.distributions import sample_categorical
 from alf_entropy.networks.encoding_network import (
     ActivationArg,
     EncodingNetwork,
@@ -35,7 +38,7 @@ from alf_entropy.networks.projection_networks import (
     CategoricalProjectionNetwork,
     NormalProjectionNetwork,
 )
-from alf_entropy.tensor_specs import BoundedTensorSpec
+from alf_entropy.tensor_specs import BoundedTensorSpec, TensorSpec
 from alf_entropy.utils import nest
 from alf_entropy.utils.gin_errors import PlainGinErrors
 
@@ -166,6 +169,54 @@ class ActorDistributionNetwork(nn.Module, metaclass=PlainGinErrors):
             return None  # an overridden forward or a hook must run
         x = flatten_observation(observation, self._input_tensor_spec, self._encoder.dtype)
         return head.rsample_and_log_prob(self._encoder(x), log_prob)
+
+    def sample_with_log_prob(
+        self, observation: Any
+    ) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
+        """One draw from ``forward(observation)`` and its log-probability, cheaply.
+
+        For this class itself (not a subclass) with a single scalar
+        categorical head over a flat tensor observation, and when calling
+        its modules would run only their ``forward``
+        (:func:`alf_entropy.accel.forward_only`), this gives what ``dist =
+        self(observation); action = dist.sample(); dist.log_prob(action)``
+        gives -- the same random draws -- without the module-call frames and
+        the distribution object (:func:`alf_entropy.accel.categorical_sample_with_log_prob`).
+        Anything else, or ``ALF_ENTROPY_ACCEL=0``, returns None; the caller
+        then calls the network.
+
+        Args:
+            observation: tensor ``[B, *obs_shape]`` (a nest gives None).
+
+        Returns:
+            tuple: the action (int64 ``[B]``) and its log-probability
+            (``[B]``); or None (see above).
+        """
+        if not (
+            accel.ENABLED
+            and type(self) is ActorDistributionNetwork
+            and isinstance(observation, torch.Tensor)
+            and self._single_head
+        ):
+            return None
+        head, encoder, spec = self._heads[0], self._encoder, self._input_tensor_spec
+        if (
+            type(head) is not CategoricalProjectionNetwork
+            or head.action_spec_shape
+            or type(encoder) is not EncodingNetwork
+            or not isinstance(spec, TensorSpec)
+            or observation.dim() != 2
+            or observation.shape[1:] != spec.shape
+            or observation.dtype != encoder.dtype
+        ):
+            return None
+        layers, linear = encoder.layers, head.linear
+        if not accel.forward_only(self, encoder, head, linear, *layers):
+            return None  # a hook (or a compiled module) must run
+        x = observation  # flatten_observation would return it as it is
+        for layer in layers:
+            x = layer.forward(x)
+        return accel.categorical_sample_with_log_prob(linear.forward(x), sample_categorical)
 
     def forward(self, observation: Any) -> Any:
         """Compute the action distribution(s).

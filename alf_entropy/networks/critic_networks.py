@@ -159,7 +159,7 @@ class CriticNetworks(nn.Module, metaclass=PlainGinErrors):
         params = [p for wb in zip(self.weights, self.biases) for p in wb]
         if detach_params:
             params = [p.detach() for p in params]
-        out = accel.relu_mlp(x, params) if self._fused else None
+        out = accel.relu_mlp(x, params, _mlp_forward) if self._fused else None
         if out is None:
             out = _mlp_forward(x, params, self._act)[0]
         return out if self._discrete else out.squeeze(-1)
