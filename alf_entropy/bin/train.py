@@ -155,14 +155,32 @@ def _run(argv: List[str]) -> None:
         distributed.shutdown()
 
 
-def _train(device_flag: str) -> None:
-    """Build the trainer from the parsed flags and train."""
+def _trainer_class() -> type:
+    """The trainer class the parsed config binds (``train.trainer``).
+
+    Raises:
+        GinConfigError: if the config binds none, or binds something that is
+            not a subclass of :class:`~alf_entropy.trainers.trainer.Trainer`.
+    """
     from alf_entropy.trainers.gin_config import (
+        TRAINER_BINDING,
         GinConfigError,
         configured_trainer,
-        one_line,
-        parse_gin_config,
     )
+    from alf_entropy.trainers.trainer import Trainer
+
+    cls = configured_trainer()  # a class, or GinConfigError
+    if not issubclass(cls, Trainer):
+        raise GinConfigError(
+            f"{TRAINER_BINDING} must be a trainer class (@OnPolicyTrainer or "
+            f"@OffPolicyTrainer), got {cls!r}"
+        )
+    return cls
+
+
+def _train(device_flag: str) -> None:
+    """Build the trainer from the parsed flags and train."""
+    from alf_entropy.trainers.gin_config import GinConfigError, one_line, parse_gin_config
     from alf_entropy.trainers.trainer import TrainingAborted, resolve_device
     from alf_entropy.utils import distributed
 
@@ -170,7 +188,7 @@ def _train(device_flag: str) -> None:
         device = resolve_device(device_flag)
         paths = parse_gin_config(FLAGS.gin_file, FLAGS.gin_param)
         logging.info("gin files: %s", paths)
-        cls = configured_trainer()
+        cls = _trainer_class()
         kwargs = {"root_dir": FLAGS.root_dir}
         for name, value in (("device", device), ("allow_config_change", FLAGS.allow_config_change)):
             if not _is_bound(f"{cls.__name__}.{name}"):

@@ -75,6 +75,7 @@ def test_default_config_end_to_end(tmp_path):
         (["--gin_param", "PPOAlgorith.num_epochs = 3"], "PPOAlgorith"),
         (["--gin_param", "PPOAlgorithm.num_epochs = 0"], "num_epochs must be"),
         (["--gin_file", "no_such_config.gin"], "not found"),
+        (["--gin_param", "train.trainer = @PPOAlgorithm"], "train.trainer must be a trainer"),
     ],
 )
 def test_bad_config_exits_with_one_clear_line(tmp_path, args, expected):

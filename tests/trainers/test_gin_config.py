@@ -124,9 +124,12 @@ def test_a_config_without_a_trainer_or_with_a_wrong_one_is_refused(tmp_path):
     parse_gin_config([str(mine)])
     with pytest.raises(GinConfigError, match=r"train.trainer = @OnPolicyTrainer"):
         configured_trainer()
-    parse_gin_config([str(mine)], ["train.trainer = @PPOAlgorithm"])
+    parse_gin_config([str(mine)], ["train.trainer = 3"])
     with pytest.raises(GinConfigError, match="train.trainer must be a trainer class"):
         configured_trainer()
+    # A class that is not a trainer: alf-entropy-train refuses it (tests/bin/test_train.py).
+    parse_gin_config([str(mine)], ["train.trainer = @PPOAlgorithm"])
+    assert configured_trainer() is PPOAlgorithm
     # The override a user gives on top of a shipped config wins.
     parse_gin_config(["ppo_cartpole"], ["train.trainer = @OffPolicyTrainer"])
     assert configured_trainer() is OffPolicyTrainer
