@@ -6,9 +6,10 @@ import pytest
 
 MODULES = [
     "alf_entropy",  # the top-level exports
-    "alf_entropy.algorithms.entropy_controller",  # FixedEntropyCoefficient
-    "alf_entropy.algorithms.entropy_target_algorithm",  # EntropyTargetAlgorithm, SGD...
-    "alf_entropy.algorithms.pid_entropy_target_algorithm",
+    "alf_entropy.controllers.fixed",
+    "alf_entropy.controllers.staged",
+    "alf_entropy.controllers.sgd",
+    "alf_entropy.controllers.pid",
     "alf_entropy.algorithms.sac_algorithm",
     "alf_entropy.algorithms.ppo_algorithm",
     "alf_entropy.networks.critic_networks",

@@ -47,6 +47,7 @@ __all__ = [
     "is_main_process",
     "all_reduce_masked_mean",
     "all_reduce_mean",
+    "all_reduce_sum",
     "all_reduce_gradients_",
     "broadcast_module_",
     "broadcast_object",
@@ -275,6 +276,23 @@ def all_reduce_masked_mean(
     _collective("all_reduce of the entropy statistic", lambda: dist.all_reduce(packed))
     total, n = packed.unbind()
     return (total / n.clamp(min=1)).to(mean.dtype), n.to(count.dtype)
+
+
+def all_reduce_sum(value: torch.Tensor, what: str = "all_reduce of a sum") -> torch.Tensor:
+    """The element-wise sum of ``value`` over all ranks (``value`` itself in one process).
+
+    Args:
+        value: a tensor of the same shape and dtype on every rank.
+        what: what is summed, for the error message of a failed collective.
+
+    Returns:
+        torch.Tensor: the sum (a new tensor when reduced).
+    """
+    if not is_distributed():
+        return value
+    value = value.clone()
+    _collective(what, lambda: dist.all_reduce(value))
+    return value
 
 
 def all_reduce_mean(value: torch.Tensor) -> torch.Tensor:

@@ -1,4 +1,5 @@
 """Small tensor helpers shared by algorithms (no host synchronisation)."""
+import math
 from typing import Optional, Tuple
 
 import torch
@@ -7,7 +8,8 @@ __all__ = ["masked_mean"]
 
 
 def masked_mean(
-    x: torch.Tensor, mask: Optional[torch.Tensor] = None, name: str = "mask"
+    x: torch.Tensor, mask: Optional[torch.Tensor] = None, name: str = "mask",
+    dim: Optional[Tuple[int, ...]] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Mean of ``x`` over the elements where ``mask`` is non-zero.
 
@@ -19,17 +21,20 @@ def masked_mean(
         x: a tensor.
         mask: a mask broadcastable with ``x``, or None for all elements.
         name: the mask argument's name, for the error message.
+        dim: the dims to average over (after broadcasting); None: all.
 
     Returns:
         ``(mean, count)``: the mean (0 when nothing counts) and the number of
-        elements that count (an int64 0-d tensor).
+        elements that count (int64), of the shape left after ``dim``.
 
     Raises:
         ValueError: if ``mask`` does not broadcast with ``x``.
     """
     if mask is None:
-        count = x.new_full((), x.numel(), dtype=torch.int64)
-        return x.sum() / count.clamp(min=1), count
+        count = x.new_full((), x.numel() if dim is None else math.prod(x.shape[d] for d in dim),
+                           dtype=torch.int64)
+        total = x.sum() if dim is None else x.sum(dim)
+        return total / count.clamp(min=1), count.expand(total.shape)
     if mask.shape != x.shape:
         try:
             x, mask = torch.broadcast_tensors(x, mask)
@@ -40,5 +45,8 @@ def masked_mean(
             ) from e
     if mask.dtype != torch.bool:
         mask = mask != 0
-    count = mask.sum()
-    return torch.where(mask, x, 0.0).sum() / count.clamp(min=1), count
+    if dim is None:
+        count = mask.sum()
+        return torch.where(mask, x, 0.0).sum() / count.clamp(min=1), count
+    count = mask.sum(dim)
+    return torch.where(mask, x, 0.0).sum(dim) / count.clamp(min=1), count

@@ -335,7 +335,7 @@ class ConstantScheduler(metaclass=PlainGinErrors):
 
 
 @gin.configurable
-class SettledAnnealing(ConstantScheduler):
+class SettledAnnealing(metaclass=PlainGinErrors):
     """A target that steps down once the entropy has settled on it (TES-SAC).
 
     Xu et al. 2021 ("Target Entropy Annealing for Discrete Soft Actor-Critic"):
@@ -343,12 +343,10 @@ class SettledAnnealing(ConstantScheduler):
     for ``window`` consecutive controller updates, the target is lowered by
     ``(1 - factor) * |target|`` (never below ``final``), and the count starts
     over.  Updates in which the controller's windup watch finds the entropy
-    stalled short of the target (alpha climbed, the entropy did not answer)
-    count as well: a target out of reach steps down too.  The controller runs
-    the rule on its device (no host reads) and saves the target it is at in
-    its ``state_dict``; its ``target_entropy``
-    (and the trainers' ``target_entropy`` summary) reports it.  Called on the
-    host, this object returns the starting target.
+    stalled short of the target count as well: a target out of reach steps
+    down too.  This object only describes the rule: a controller given it as
+    ``target_entropy`` runs the rule on its device (no host reads) and saves the
+    target it is at in its ``state_dict``; its ``target_entropy`` reports it.
 
     Args:
         initial: the starting target.
@@ -364,17 +362,21 @@ class SettledAnnealing(ConstantScheduler):
 
     def __init__(self, initial: numbers.Real, factor: float = 0.9, tolerance: float = 0.05,
                  window: int = 1000, final: Optional[numbers.Real] = None) -> None:
-        super().__init__(initial)
+        self.initial = check_real("initial", initial)
         self.factor = check_real("factor", factor, above=0, below=1)
         self.tolerance = check_real("tolerance", tolerance, above=0, below=1)
         self.window = check_int("window", window, minimum=1)
         self.final = -math.inf if final is None else check_real("final", final)
-        if self.final > self._value:
+        if self.final > self.initial:
             raise ValueError(f"final ({final}) must be <= initial ({initial})")
+
+    def max_value(self) -> float:
+        """The largest target it can be: ``initial``."""
+        return self.initial
 
     def __repr__(self) -> str:
         """Return an ALF-style, constructor-like description."""
-        return (f"SettledAnnealing(initial={self._value}, factor={self.factor}, "
+        return (f"SettledAnnealing(initial={self.initial}, factor={self.factor}, "
                 f"tolerance={self.tolerance}, window={self.window}, final={self.final})")
 
 

@@ -95,10 +95,10 @@ def test_every_controller_has_the_same_interface(kind, device):
         controller.adjust_alpha(_entropy(controller, float("nan")))  # counted, changes nothing
         controller.entropy_loss(_entropy(controller, ent), torch.zeros_like(mask))  # empty: not
     # A NaN/inf entropy from a non-empty batch is counted (every leaf of a
-    # nested controller; a fixed coefficient counts nothing) and left out.
+    # nested controller; a fixed coefficient too: the same driver) and left out.
     nonfinite = controller.num_nonfinite_entropy
     assert nonfinite.dtype == torch.int64 and nonfinite.device.type == device
-    assert nonfinite.item() == (0 if kind == "fixed" else 1)
+    assert nonfinite.item() == 1
     unreachable = controller.unreachable_target
     assert unreachable.dtype == torch.bool and unreachable.shape == ()
     assert unreachable.device.type == device and not unreachable.item()

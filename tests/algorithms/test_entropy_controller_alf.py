@@ -125,14 +125,6 @@ def test_sgd_window_size_averages_the_entropy_before_the_gradient():
     assert sgd.log_alpha.item() == pytest.approx(-0.5)
     sgd.entropy_loss(torch.full((3,), 2.0))  # average (1 + 2) / 2: gradient 1.0
     assert sgd.log_alpha.item() == pytest.approx(-1.5)
-    # Trained by a parent, the same average reaches the parent's loss instead.
-    parent = _SGDParent(lr=0.0, window_size=2)
-    parent.controller.entropy_loss(torch.full((3,), 1.0))
-    li = parent.controller.entropy_loss(torch.full((3,), 2.0))
-    assert parent.controller.log_alpha.item() == 0.0  # nothing stepped it
-    assert li.scalar_loss.item() == pytest.approx(0.0 * (1.5 - 0.5))
-    li.scalar_loss.backward()
-    assert parent.controller._log_alpha.grad.item() == pytest.approx(1.0)
 
 
 class _SGDParent(Algorithm):
@@ -147,27 +139,15 @@ class _SGDParent(Algorithm):
         self.optimizers()
 
 
-def test_sgd_optimizer_none_is_trained_by_the_parent_and_adjust_alpha_steps_only_log_alpha():
-    class Parent(Algorithm):
-        def __init__(self):
-            super().__init__(optimizer=functools.partial(torch.optim.SGD, lr=0.5), name="p")
-            self.w = torch.nn.Parameter(torch.ones(2))
-            self.controller = SGDEntropyTargetAlgorithm(
-                DISCRETE4, target_entropy=0.5, initial_alpha=1.0
-            )
-
-    parent = Parent()
-    (opt,) = parent.optimizers()  # one optimiser holds w and log_alpha
-    assert parent.controller.parent_optimizer is opt
+def test_sgd_steps_its_own_optimiser_and_a_parents_never_holds_log_alpha():
+    parent = _SGDParent()
+    (opt,) = parent.optimizers()  # the parent's: w only
+    assert [p for g in opt.param_groups for p in g["params"]] == [parent.w]
     parent.w.grad = torch.full((2,), 7.0)
-    parent.controller.adjust_alpha(1.5)  # gradient 1.0: log_alpha -= 0.5
-    assert parent.controller.log_alpha.item() == pytest.approx(-0.5)
+    parent.controller.adjust_alpha(1.5)  # gradient 1.0: SAC's Adam(3e-4) steps log_alpha
+    assert parent.controller.log_alpha.item() == pytest.approx(-3e-4, rel=1e-3)
     assert torch.equal(parent.w.detach(), torch.ones(2))  # untouched ...
     assert torch.equal(parent.w.grad, torch.full((2,), 7.0))  # ... and its gradient kept
-    # Used alone, optimizer=None falls back to SAC's Adam(3e-4).
-    alone = SGDEntropyTargetAlgorithm(DISCRETE4, target_entropy=0.5, initial_alpha=1.0)
-    alone.adjust_alpha(1.5)
-    assert alone.log_alpha.item() == pytest.approx(-3e-4, rel=1e-3)
 
 
 # ------------------------------------------------------------------- targets
@@ -221,7 +201,7 @@ def test_actor_critic_computes_the_entropy_once_and_logs_what_it_controls(monkey
         calls.append(1)
         return original(*args, **kwargs)
 
-    import alf_entropy.algorithms.entropy_controller as ec
+    import alf_entropy.controllers.alf as ec
 
     monkeypatch.setattr(dist_utils, "entropy_with_fallback", counting)
     monkeypatch.setattr(ec, "entropy_with_fallback", counting)

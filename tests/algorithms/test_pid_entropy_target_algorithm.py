@@ -231,7 +231,7 @@ def test_a_tracked_target_and_its_step_up_raise_no_warning(lag, noise):
             box["target"] = 0.6 if k < 1500 else 1.2
             entropy += lag * (_plant(alpha) - entropy)  # the policy lags alpha
             alpha = pid.adjust_alpha(entropy + noise * torch.randn((), generator=gen)).item()
-            held += bool(pid._stalled)
+            held += bool(pid._watch_stalled)
             assert not bool(pid.unreachable_target), k
     assert held <= 60  # waiting for the lagging entropy to answer the first x4
     assert entropy == pytest.approx(1.2, abs=0.1)
@@ -245,7 +245,7 @@ def test_a_stall_holds_until_the_entropy_answers_from_where_it_stalled():
     with pytest.warns(UserWarning, match="unreachable"):
         for _ in range(1500):
             pid.adjust_alpha(0.45)
-    assert bool(pid._stalled)
+    assert bool(pid._watch_stalled)
     held = pid.alpha.item()
     assert held == pytest.approx(0.01 * WINDUP_CLIMB, rel=0.05)
     for entropy in [0.3] * 500 + [0.45] * 500:  # down, then back to where it stalled
@@ -255,4 +255,4 @@ def test_a_stall_holds_until_the_entropy_answers_from_where_it_stalled():
     assert max(alphas) > 10 * held
     # 0.1 pays for 0.1 / (WINDUP_RESPONSE * 0.5 log 2) of log_alpha above the spell's lowest
     assert max(alphas) < 0.01 * math.exp(0.1 / (0.05 * 0.5 * math.log(2))) * 1.25
-    assert bool(pid._stalled) and alphas[-1] == pytest.approx(alphas[-200])
+    assert bool(pid._watch_stalled) and alphas[-1] == pytest.approx(alphas[-200])

@@ -10,6 +10,7 @@ import torch
 from alf_entropy.algorithms.actor_critic_algorithm import ActorCriticAlgorithm, ActorCriticInfo
 from alf_entropy.algorithms.entropy_target_algorithm import EntropyTargetAlgorithm
 from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
+from alf_entropy.controllers.base import NO_SPAN
 from alf_entropy.data_structures import Experience, StepType, TimeStep, make_experience
 from alf_entropy.tensor_specs import BoundedTensorSpec, TensorSpec
 from alf_entropy.trainers.on_policy_trainer import stack_experiences
@@ -185,10 +186,10 @@ class _RecordingController(EntropyTargetAlgorithm):
                          skip_free_stage=True, debug_summaries=debug_summaries)
         self.alphas = []
 
-    def _update(self, entropy, count):
-        alpha, loss = super()._update(entropy, count)
+    def _advance(self, entropy, count):
+        alpha = super()._advance(entropy, count)
         self.alphas.append(alpha.item())
-        return alpha, loss
+        return alpha
 
 
 def test_entropy_target_update_frequency_on_cartpole(tmp_path):
@@ -243,7 +244,7 @@ def test_max_alpha_change_per_iteration_bounds_any_controller(cap):
     ratio = alg.entropy_target_algorithm.alpha.item() / before
     assert (ratio <= 1.5 + 1e-5) == (cap is not None), ratio
     if cap is not None:  # the limit ends with the iteration
-        assert alg.entropy_target_algorithm._log_alpha_span is None
+        assert alg.entropy_target_algorithm._span == NO_SPAN
 
 
 def test_max_alpha_change_per_iteration_must_exceed_one():

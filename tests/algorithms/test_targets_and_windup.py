@@ -138,7 +138,7 @@ def test_the_watch_smooths_the_entropy(kind):
     controller.adjust_alpha(1.0)
     controller.adjust_alpha(float("nan"))  # not counted
     assert controller._watch_count.item() == 2
-    assert controller._watch_entropy.item() == pytest.approx(
+    assert controller._watch_ema.item() == pytest.approx(
         WATCH_EMA * 0.5 + (1 - WATCH_EMA) * 1.0
     )
 
@@ -184,9 +184,9 @@ def test_host_and_tensor_paths_watch_alike(cls):
             for c in pair:
                 c.entropy_loss(torch.full((4,), h), mask=mask)
             host, tensor = (c.state_dict(keep_vars=True) for c in pair)
-            for key in host:
-                assert torch.equal(host[key], tensor[key]), (k, key)
-            stalls += int(host["_stalled"])
+            for key in host:  # (the SGD rule's optimiser state is its own: not compared)
+                assert key == "_extra_state" or torch.equal(host[key], tensor[key]), (k, key)
+            stalls += int(host["_watch_stalled"])
     assert 0 < stalls < 1500
     host = pair[0]
     assert host.num_nonfinite_entropy.item() == len([k for k in range(1500) if k % 97 == 5
