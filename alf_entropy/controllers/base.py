@@ -191,6 +191,18 @@ class EntropyController(AlfSubAlgorithm):
                                          log_alpha, w)
         return ControllerState(rule._replace(log_alpha=log_alpha), watch, target, lo, hi)
 
+    def _packed_phase1(self, s: ControllerState, entropy: Any, has_data: Any, c: Any,
+                       b: Any) -> Tuple:
+        """``_phase1`` on packed constants (``update_mode="compiled"``)."""
+        return self._phase1(TensorOps, s, entropy, has_data, self._consts.unpack(c),
+                            self._bounds.unpack(b))
+
+    def _packed_phase2(self, s: ControllerState, rule: NamedTuple, entropy: Any, has_data: Any,
+                       valid: Any, b: Any, w: Any) -> ControllerState:
+        """``_phase2`` on packed constants (``update_mode="compiled"``)."""
+        return self._phase2(TensorOps, s, rule, entropy, has_data, valid, self._bounds.unpack(b),
+                            self._watch_consts.unpack(w))
+
     def _state(self) -> ControllerState:
         return ControllerState(state.read(self, "_", self.State), state.read(
             self, "_watch_", WatchState), self._target_now, self._span_lo, self._span_hi)
@@ -227,19 +239,22 @@ class EntropyController(AlfSubAlgorithm):
                                self._watch_consts.host)
             state.write(arrays, new)
         else:
-            s, b = self._state(), self._bounds.tensors()
+            s = self._state()
             has = entropy.new_ones((), dtype=torch.bool) if count is None else count > 0
-            phase1, phase2 = self._phase1, self._phase2
             if self._update_mode == "compiled":
                 if self._compiled is None:  # compiled once, on first use
                     self._compiled = tuple(torch.compile(f, fullgraph=True, dynamic=False)
-                                           for f in (phase1, phase2))
-                phase1, phase2 = self._compiled
-            rule, h, valid = phase1(TensorOps, s, entropy, has, self._consts.tensors(), b)
-            rule = self._actuate(rule, False)
+                                           for f in (self._packed_phase1, self._packed_phase2))
+                consts = (self._consts.packed(), self._bounds.packed(), self._watch_consts.packed())
+                rule, h, valid = self._compiled[0](s, entropy, has, *consts[:2])
+                new = self._compiled[1](s, self._actuate(rule, False), h, has, valid, *consts[1:])
+            else:
+                b = self._bounds.tensors()
+                rule, h, valid = self._phase1(TensorOps, s, entropy, has, self._consts.tensors(), b)
+                new = self._phase2(TensorOps, s, self._actuate(rule, False), h, has, valid, b,
+                                   self._watch_consts.tensors())
             with torch.no_grad():
-                state.write(s, phase2(TensorOps, s, rule, h, has, valid, b,
-                                      self._watch_consts.tensors()))
+                state.write(s, new)
         self._after_update(on_host)
         return self.alpha
 

@@ -42,7 +42,7 @@ TARGET_MOVE = 0.05
 def _weak(v: Any) -> Any:
     # A Python float keeps the other operand's dtype under torch and scalar
     # NumPy; in np.where it would become float64, so make it float32 there.
-    return np.float32(v) if isinstance(v, float) else v
+    return np.float32(v) if type(v) is float else v  # (np.float64 is a float subclass)
 
 
 class ScalarOps:

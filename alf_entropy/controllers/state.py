@@ -7,7 +7,7 @@ NumPy scalars for the host path and as one non-persistent buffer per dtype
 for the tensor path.  Layouts never depend on options: an option off is a
 constant that makes its term vanish.
 """
-from typing import Any, Dict, NamedTuple, Type
+from typing import Any, Dict, NamedTuple, Tuple, Type
 
 import numpy as np
 import torch
@@ -191,13 +191,22 @@ class Constants:
                 getattr(self._module, self._prefix + ("64" if w else "32"))[index[w]].fill_(v)
                 index[w] += 1
 
+    def packed(self) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The buffers themselves (what a compiled function takes: no 0-d float64 tensor,
+        whose value torch.compile would guard with a host read)."""
+        module, prefix = self._module, self._prefix
+        return getattr(module, prefix + "32"), getattr(module, prefix + "64")
+
+    def unpack(self, packed: Tuple[torch.Tensor, torch.Tensor]) -> Any:
+        """The constants as 0-d tensors (views of ``packed``)."""
+        parts = {False: iter(packed[0].unbind()), True: iter(packed[1].unbind())}
+        return self._cls(*(next(parts[w]) for w in self._f64))
+
     def tensors(self) -> Any:
-        """The constants as 0-d tensors (views of the buffers, rebuilt after ``.to()``)."""
-        b32 = getattr(self._module, self._prefix + "32")
-        b64 = getattr(self._module, self._prefix + "64")
-        if self._cache.get("of") is not b32:
-            parts = {False: iter(b32.unbind()), True: iter(b64.unbind())}
-            self._cache = {"of": b32, "tuple": self._cls(*(next(parts[w]) for w in self._f64))}
+        """``unpack(packed())``, cached until ``.to()`` replaces the buffers."""
+        packed = self.packed()
+        if self._cache.get("of") is not packed[0]:
+            self._cache = {"of": packed[0], "tuple": self.unpack(packed)}
         return self._cache["tuple"]
 
 

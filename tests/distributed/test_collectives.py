@@ -151,3 +151,18 @@ def test_failed_peer_makes_others_fail_in_bounded_time(tmp_path, fault):
     assert float(elapsed) < (10 if fault == "hangs" else 5)
     if fault == "dies":
         assert results[1].returncode == -9
+
+
+def test_accumulate_then_step_pools_every_micro_batch_of_every_rank(tmp_path):
+    """2 ranks x 4 micro-batches of unequal lengths a step: one alpha on both ranks, equal to
+    one process fed the concatenated batch (the count-weighted mean, not a mean of means)."""
+    _assert_ok(run_ranks("accumulate", str(tmp_path)))
+    out = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2)]
+    _same_bits(out[0]["alphas"], out[1]["alphas"], "alphas")
+    single = workers.controllers()
+    for name, alg in single.items():
+        for step, alpha in enumerate(out[0]["alphas"][name]):
+            pooled = torch.cat([e for r in range(2) for e in workers.micro_batches(r, step)])
+            alg.accumulate(pooled)
+            assert torch.allclose(alg.step(), alpha, rtol=1e-6, atol=0), (name, step)
+    assert "call step() first" in out[0]["refused"] and out[1]["refused"]

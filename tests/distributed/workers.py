@@ -80,7 +80,42 @@ def adjust_alpha_trajectories(entropies):
 
 
 def controller_state(alg):
-    return {k: v.detach().clone() for k, v in alg.state_dict().items()}
+    return {k: v.detach().clone() for k, v in alg.state_dict().items() if torch.is_tensor(v)}
+
+
+MICRO_BATCHES, ACC_STEPS = 4, 6
+
+
+def micro_batches(rank: int, step: int):
+    """Rank ``rank``'s micro-batches of optimizer step ``step``: per-token entropies of
+    unequal lengths (as completions of different lengths are)."""
+    g = torch.Generator().manual_seed(100 * step + rank)
+    return [1.4 - 0.15 * step + 0.5 * torch.rand(int(3 + 7 * rank + 5 * m), generator=g)
+            for m in range(MICRO_BATCHES)]
+
+
+def accumulate(out_dir: str) -> None:
+    """Every controller accumulates 4 micro-batches a step, then steps: alpha after each step;
+    and a state_dict taken between accumulate and step is refused."""
+    distributed.init_from_env(torch.device("cpu"), timeout_s=60)
+    r = distributed.rank()
+    algs, out = controllers(), {"alphas": {}}
+    for name, alg in algs.items():
+        alphas = []
+        for step in range(ACC_STEPS):
+            for entropy in micro_batches(r, step):
+                alg.accumulate(entropy)
+            alphas.append(alg.step().clone())
+        out["alphas"][name] = alphas
+    alg = algs["pid_host"]
+    alg.accumulate(torch.ones(3))
+    try:
+        alg.state_dict()
+        out["refused"] = ""
+    except RuntimeError as e:
+        out["refused"] = str(e)
+    torch.save(out, os.path.join(out_dir, f"rank{r}.pt"))
+    distributed.shutdown()
 
 
 def collectives(out_dir: str) -> None:
