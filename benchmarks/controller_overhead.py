@@ -16,6 +16,11 @@ per call each reads a tensor value on the host (``bool()``/``.item()``/
 ``.numpy()``/...).  On a GPU every such read is a device synchronisation; on
 the CPU it is a plain memory read, which is why ``auto`` may use them there.
 
+A second table gives the cost of one ``adjust_alpha`` of every rule (staged,
+PID, SGD) for one controller and for a batch of K = 8 (``batch_shape=(8,)``),
+on the host path (``auto`` on the CPU) and the tensor path, and the ratio of
+K = 8 to K = 1.
+
 Usage: ``python benchmarks/controller_overhead.py [--iters N] [--device cpu|cuda|all]``
 """
 import argparse
@@ -32,6 +37,7 @@ from alf_entropy.algorithms.entropy_target_algorithm import (
     EntropyTargetInfo,
     EntropyTargetLossInfo,
 )
+from alf_entropy.controllers import PIDEntropyTargetAlgorithm, SGDEntropyTargetAlgorithm
 from alf_entropy.data_structures import Experience, LossInfo, StepType
 from alf_entropy.tensor_specs import BoundedTensorSpec
 
@@ -208,6 +214,27 @@ def run(device: torch.device, iters: int) -> List[Dict[str, object]]:
     return rows
 
 
+def run_batches(device: torch.device, iters: int) -> List[Dict[str, object]]:
+    """``adjust_alpha`` of every rule for K = 1 and K = 8 members, host and tensor paths."""
+    spec = BoundedTensorSpec((), torch.int64, 0, 3)
+    rules = {"staged": functools.partial(EntropyTargetAlgorithm, skip_free_stage=True),
+             "pid": PIDEntropyTargetAlgorithm, "sgd": SGDEntropyTargetAlgorithm}
+    modes = ["tensor"] + (["auto"] if device.type == "cpu" else [])
+    fns, rows = {}, []
+    for rule, cls in rules.items():
+        for mode in modes:
+            for k in (1, 8):
+                shape = () if k == 1 else (k,)
+                ctrl = cls(spec, target_entropy=0.6, batch_shape=shape, update_mode=mode)
+                entropy = torch.full(shape, 0.5).to(device)
+                fns[(rule, mode, k)] = functools.partial(ctrl.to(device).adjust_alpha, entropy)
+    timings = _time_interleaved(fns, max(iters // 7, 10), device)
+    for (rule, mode, k), us in timings.items():
+        rows.append(dict(device=device.type, rule=rule, mode=mode, k=k, us=us,
+                         ratio=us / timings[(rule, mode, 1)]))
+    return rows
+
+
 def main() -> None:
     """Parse the flags, run every implementation and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -237,6 +264,11 @@ def main() -> None:
         "host reads: tensor->host value reads per call; each is a GPU sync on CUDA. "
         "'auto' reads only on the CPU, where no device exists to wait for."
     )
+    print(f"\n{'device':6} {'rule':7} {'path':7} {'K':>3} {'us/update':>10} {'vs K=1':>7}")
+    for device in devices:
+        for r in run_batches(device, args.iters):
+            print(f"{r['device']:6} {r['rule']:7} {r['mode']:7} {r['k']:3d} {r['us']:10.1f} "
+                  f"{r['ratio']:7.2f}")
 
 
 if __name__ == "__main__":

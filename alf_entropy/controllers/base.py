@@ -238,6 +238,8 @@ class EntropyController(AlfSubAlgorithm):
             new = self._phase2(x, s, rule, h, has, valid, self._bounds.host,
                                self._watch_consts.host)
             state.write(arrays, new)
+            unreachable = rules.unreachable(new.watch.below, new.watch.stalled,
+                                            new.rule.log_alpha, self._bounds.host.hi)
         else:
             s = self._state()
             has = entropy.new_ones((), dtype=torch.bool) if count is None else count > 0
@@ -255,11 +257,13 @@ class EntropyController(AlfSubAlgorithm):
                                    self._watch_consts.tensors())
             with torch.no_grad():
                 state.write(s, new)
-        self._after_update(on_host)
+            unreachable = None
+        self._after_update(on_host, unreachable)
         return self.alpha
 
-    def _after_update(self, on_host: bool) -> None:
-        """Summaries, and warnings read on the host only where that costs nothing more."""
+    def _after_update(self, on_host: bool, unreachable: Any) -> None:
+        """Summaries, and warnings read on the host only where that costs nothing more
+        (``unreachable``: the watch's verdict on the host path, else None)."""
         recording = summary.should_record_summaries()
         if recording:
             values = {"unreachable_target": self.unreachable_target}
@@ -272,8 +276,9 @@ class EntropyController(AlfSubAlgorithm):
                 for tag, value in values.items():
                     for k, v in enumerate(value.reshape(-1)):
                         summary.scalar(tag if self._batch == () else f"{tag}/{k}", v)
-        if "unreachable" not in self._warned and (recording or on_host) and bool(
-                self.unreachable_target.any()):
+        if unreachable is None and recording:
+            unreachable = self.unreachable_target  # the summary step reads the device anyway
+        if "unreachable" not in self._warned and unreachable is not None and unreachable.any():
             self._warn("unreachable", (
                 f"the entropy ({_show(self._watch_ema)}) has stayed below the target "
                 f"({_show(self._target_now)}) for {_show(self._watch_below)} updates while alpha "
@@ -425,8 +430,9 @@ class EntropyController(AlfSubAlgorithm):
     def _loss(self, neg_entropy: Any, mask: Optional[torch.Tensor], neg_grad: Any,
               update: bool) -> LossInfo:
         """``entropy_loss`` on negated entropies (the form ``train_step`` stores)."""
-        alpha = self.alpha
-        if update:
+        if not update:
+            alpha = self.alpha
+        else:
             x, m, dim = self._member_dims(neg_entropy.detach(), mask)
             neg_mean, count = masked_mean(x, m, dim=dim)
             pooled, pooled_count = distributed.all_reduce_masked_mean(neg_mean, count)

@@ -39,12 +39,6 @@ TARGET_MOVE = 0.05
 """``track_target_changes``: a target move larger than this (relative) restarts adjusting."""
 
 
-def _weak(v: Any) -> Any:
-    # A Python float keeps the other operand's dtype under torch and scalar
-    # NumPy; in np.where it would become float64, so make it float32 there.
-    return np.float32(v) if type(v) is float else v  # (np.float64 is a float subclass)
-
-
 class ScalarOps:
     """NumPy scalars (one controller on the CPU): a Python select."""
 
@@ -66,9 +60,16 @@ class ScalarOps:
 class ArrayOps(ScalarOps):
     """NumPy arrays (a batch of controllers on the CPU)."""
 
-    where = staticmethod(lambda cond, a, b: np.where(cond, _weak(a), _weak(b)))
     maximum, minimum, abs = staticmethod(np.maximum), staticmethod(np.minimum), staticmethod(np.abs)
-    clip = staticmethod(np.clip)
+    clip = staticmethod(lambda v, lo, hi: np.minimum(np.maximum(v, lo), hi))
+
+    @staticmethod
+    def where(cond: Any, a: Any, b: Any) -> Any:
+        # A Python float keeps the other operand's dtype under torch and scalar NumPy;
+        # np.where would make it float64, so it becomes float32 here (np.float64 is a
+        # float subclass: hence ``type(...) is float``).
+        return np.where(cond, np.float32(a) if type(a) is float else a,
+                        np.float32(b) if type(b) is float else b)
 
     @staticmethod
     def push(window: np.ndarray, seen: Any, value: Any, valid: Any) -> np.ndarray:

@@ -227,8 +227,8 @@ class EntropyTargetAlgorithm(EntropyController):
         return {"avg_entropy": self.avg_entropy, "stage": self._stage,
                 "update_rate": self._update_rate}
 
-    def _after_update(self, on_host: bool) -> None:
-        super()._after_update(on_host)
+    def _after_update(self, on_host: bool, unreachable: Any) -> None:
+        super()._after_update(on_host, unreachable)
         self._host_updates += 1
         if ("stuck" not in self._warned and self._host_updates >= self._stuck_after
                 and (on_host or summary.should_record_summaries())):

@@ -136,29 +136,27 @@ def read(module: nn.Module, prefix: str, cls: Type[NamedTuple]) -> Any:
     return cls(*(getattr(module, prefix + f) for f in cls._fields))
 
 
-def views(state: Any) -> Any:
-    """NumPy views of a (nested) tuple of CPU buffers."""
-    if isinstance(state, tuple):
-        return type(state)(*(views(s) for s in state))
-    return state.detach().numpy()
+def views(full: Any) -> Any:
+    """NumPy views of a tuple of CPU buffers and tuples of them (one level)."""
+    return type(full)(*(type(f)(*(t.detach().numpy() for t in f)) if isinstance(f, tuple)
+                        else f.detach().numpy() for f in full))
 
 
 def values(arrays: Any) -> Any:
-    """The values of a (nested) tuple of NumPy views (a scalar for a 0-d one)."""
-    if isinstance(arrays, tuple):
-        return type(arrays)(*(values(a) for a in arrays))
-    return arrays[()]
+    """The values of ``views(...)`` (a scalar for a 0-d array)."""
+    return type(arrays)(*(type(a)(*(v[()] for v in a)) if isinstance(a, tuple) else a[()]
+                          for a in arrays))
 
 
 def write(targets: Any, new: Any) -> None:
-    """Write a (nested) tuple ``new`` into buffers (``copy_``) or NumPy views (in place)."""
-    if isinstance(targets, tuple):
-        for target, value in zip(targets, new):
+    """Write ``new`` into a tuple of buffers (``copy_``) or NumPy views, tuples of them too."""
+    for target, value in zip(targets, new):
+        if isinstance(target, tuple):
             write(target, value)
-    elif isinstance(targets, torch.Tensor):
-        targets.copy_(new)
-    else:
-        targets[...] = new
+        elif isinstance(target, torch.Tensor):
+            target.copy_(value)
+        else:
+            target[...] = value
 
 
 class Constants:

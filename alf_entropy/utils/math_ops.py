@@ -30,10 +30,12 @@ def masked_mean(
     Raises:
         ValueError: if ``mask`` does not broadcast with ``x``.
     """
+    if mask is None and dim is None:
+        count = x.new_full((), x.numel(), dtype=torch.int64)
+        return x.sum() / count.clamp(min=1), count
     if mask is None:
-        count = x.new_full((), x.numel() if dim is None else math.prod(x.shape[d] for d in dim),
-                           dtype=torch.int64)
-        total = x.sum() if dim is None else x.sum(dim)
+        count = x.new_full((), math.prod(x.shape[d] for d in dim), dtype=torch.int64)
+        total = x.sum(dim)
         return total / count.clamp(min=1), count.expand(total.shape)
     if mask.shape != x.shape:
         try:
