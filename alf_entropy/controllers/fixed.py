@@ -48,7 +48,8 @@ class FixedEntropyCoefficient(EntropyController):
                  debug_summaries: bool = False, name: str = "FixedEntropyCoefficient"):
         super().__init__(action_spec, debug_summaries, name)
         self._init_driver(target_entropy, batch_shape, "auto")
-        self._init_rule(FixedState(self._full(0.0)), dict(alpha=alpha))
+        settings = dict(alpha=alpha)
+        self._init_rule(FixedState(self._full(self._constants(settings)[0].log_alpha)), settings)
 
     def _constants(self, s: Dict[str, Any]) -> Tuple[_FixedConsts, float, float]:
         alpha = check_real("alpha", s["alpha"], minimum=0.0)

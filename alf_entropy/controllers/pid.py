@@ -3,24 +3,12 @@
 The gradient rule on a multiplier (SAC's temperature) is pure integral
 control, hence its overshoot and limit cycles (Stooke et al. 2020, "Responsive
 Safety in RL by PID Lagrangian Methods"); ALF's staged rule moves by fixed
-steps whose size decays and then jumps.  :class:`PIDEntropyTargetAlgorithm`
-acts on the entropy error with proportional, integral and derivative terms
-(``rules.pid_rule``):
-
-* **error**: ``e = (target - H) / error_scale``.  ``error_scale`` (from the
-  action spec unless given) is how much the entropy of a Boltzmann-like policy
-  moves per unit of ``log_alpha``: ``0.5`` per continuous dimension and
-  ``0.5 log N`` per discrete dimension with ``N`` actions, so one set of gains
-  serves a 2-action Categorical and a 6-dimensional Gaussian alike.
-* **output**: ``log_alpha = I + kp * ema(e) - kd * d``; ``I`` integrates
-  ``ki * e``; ``d`` is the entropy's recent trend (a fast minus a slow EMA):
-  a step of the target gives no derivative kick.
-* **bounded actuation**: at most ``log(max_alpha_change)`` per update, within
-  ``[min_alpha, max_alpha]``.
-* **anti-windup**: what the bounds cut off is taken out of ``I``; ``I`` holds
-  while the P and D terms already push the other way; while the windup watch
-  finds ``alpha`` climbing without the entropy answering, ``alpha`` holds.
-* **bumpless start**: the first update's output is ``initial_alpha``.
+steps whose size decays and then jumps.  The PID rule (``rules.pid_rule``)
+acts on the error ``(target - H) / error_scale``, where ``error_scale`` is how
+much a Boltzmann-like policy's entropy moves per unit of ``log_alpha`` (0.5 per
+continuous dimension, ``0.5 log N`` per discrete one with N actions), so one
+set of gains serves a 2-action Categorical and a 6-dimensional Gaussian alike;
+it is rate-limited, bounded, anti-windup and starts bumplessly.
 """
 import math
 from typing import Any, Dict, Optional, Sequence, Tuple
@@ -39,7 +27,7 @@ __all__ = ["PIDEntropyTargetAlgorithm"]
 
 @gin.configurable
 class PIDEntropyTargetAlgorithm(EntropyController):
-    """PID control of ``log_alpha`` on the entropy error (module docstring).
+    """PID control of ``log_alpha`` on the entropy error (module docstring, ``rules.pid_rule``).
 
     Args:
         action_spec: nest of ``BoundedTensorSpec`` of the actions.

@@ -1,17 +1,6 @@
 """ALF's staged controller (``EntropyTargetAlgorithm``), step for step.
 
-Stages: estimate ``max_entropy`` from the first ``average_window`` updates
-(``stage < -2``); init (``-2``): ``log_alpha`` moves down by
-``very_slow_update_rate`` while the average entropy rises and up by half of it
-while it falls, until the entropy is below ``max_entropy``; free (``-1``):
-``alpha`` fixed until the entropy falls below the target; adjust (``0`` below
-/ ``1`` above the target): ``log_alpha`` moves by ``update_rate`` times +1
-(below, falling), +0.5 (above, falling), -0.5 (below, rising) or -1 (above,
-rising); ``update_rate`` shrinks by 0.9 at each crossing (not below
-``slow_update_rate``) and resets to ``fast_update_rate`` when the entropy
-drops under half a positive target (twice a negative one).  The checks are
-sequential ``if``s, so one update may cascade through several stages.  The
-rule is ``rules.staged_rule``.
+Its rule, ``rules.staged_rule``, says what each stage does; the class says how to use it.
 """
 import math
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
@@ -79,7 +68,16 @@ def _seed_rate(rate: float) -> float:
 
 @gin.configurable
 class EntropyTargetAlgorithm(EntropyController):
-    """ALF's staged controller: ``alpha`` keeps the entropy >= a target (module docstring).
+    """ALF's staged controller: ``alpha`` keeps the entropy >= a target.
+
+    Stages: estimate ``max_entropy`` from the first ``average_window`` updates
+    (``stage < -2``); init (``-2``): ``log_alpha`` creeps down while the average
+    entropy rises and up by half while it falls, until it is below
+    ``max_entropy``; free (``-1``): ``alpha`` fixed until the entropy falls below
+    the target; adjust (``0`` below / ``1`` above): ``log_alpha`` moves by
+    ``update_rate`` (shrunk by 0.9 at each crossing, reset to
+    ``fast_update_rate`` when the entropy drops far below the target).  One
+    update may cascade through several stages, as in ALF.
 
     To approximate SAC's learned temperature, use SAC's ``target_entropy``,
     ``skip_free_stage=True`` and ``slow_update_rate = fast_update_rate = 4 *``

@@ -7,7 +7,7 @@ NumPy scalars for the host path and as one non-persistent buffer per dtype
 for the tensor path.  Layouts never depend on options: an option off is a
 constant that makes its term vanish.
 """
-from typing import Any, Dict, NamedTuple, Tuple, Type
+from typing import Any, NamedTuple, Tuple, Type
 
 import numpy as np
 import torch
@@ -175,7 +175,6 @@ class Constants:
             n = sum(1 for w in self._f64 if w == want)
             module.register_buffer(prefix + dtype, torch.zeros(
                 n, dtype=torch.float64 if want else torch.float32), persistent=False)
-        self._cache: Dict[str, Any] = {}
         self.set(values)
 
     def set(self, values: NamedTuple) -> None:
@@ -199,13 +198,6 @@ class Constants:
         """The constants as 0-d tensors (views of ``packed``)."""
         parts = {False: iter(packed[0].unbind()), True: iter(packed[1].unbind())}
         return self._cls(*(next(parts[w]) for w in self._f64))
-
-    def tensors(self) -> Any:
-        """``unpack(packed())``, cached until ``.to()`` replaces the buffers."""
-        packed = self.packed()
-        if self._cache.get("of") is not packed[0]:
-            self._cache = {"of": packed[0], "tuple": self.unpack(packed)}
-        return self._cache["tuple"]
 
 
 class NoConsts(NamedTuple):
