@@ -156,44 +156,6 @@ def test_settled_annealing_steps_down_a_target_out_of_reach():
     assert not bool(pid.unreachable_target)
 
 
-@pytest.mark.parametrize("cls", [EntropyTargetAlgorithm, PIDEntropyTargetAlgorithm,
-                                 SGDEntropyTargetAlgorithm])
-def test_host_and_tensor_paths_watch_alike(cls):
-    """The watch, an annealing target, the span limit and the NaN/inf count
-    run on numpy scalars on the host path: every buffer equals the tensor
-    path's, bit for bit, through a stall, a recovery, NaNs and empty batches."""
-    kw = {EntropyTargetAlgorithm: {"skip_free_stage": True},
-          SGDEntropyTargetAlgorithm: {"optimizer": lambda p: torch.optim.SGD(p, lr=0.05)}}
-    kw = kw.get(cls, {})
-    pair = [cls(TWO, initial_alpha=0.05, update_mode=mode, max_alpha=50.0,
-                target_entropy=SettledAnnealing(0.68, factor=0.9, window=60, final=0.3), **kw)
-            for mode in ("host", "tensor")]
-    gen = torch.Generator().manual_seed(0)
-    noise = torch.randn(1500, generator=gen) * 0.02
-    stalls = 0
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the unreachable-target warning
-        for k in range(1500):
-            if k % 100 == 0:
-                for c in pair:
-                    c.limit_log_alpha_span(None if k % 200 else 0.3)
-            # Pinned low (a stall), then answering, then near the target.
-            h = 0.3 if k < 600 else (0.3 + 4e-4 * (k - 600) if k < 1000 else 0.5)
-            h = float("nan") if k % 97 == 5 else h + noise[k].item()
-            mask = torch.zeros(4) if k % 89 == 7 else torch.ones(4)  # an empty batch
-            for c in pair:
-                c.entropy_loss(torch.full((4,), h), mask=mask)
-            host, tensor = (c.state_dict(keep_vars=True) for c in pair)
-            for key in host:  # (the SGD rule's optimiser state is its own: not compared)
-                assert key == "_extra_state" or torch.equal(host[key], tensor[key]), (k, key)
-            stalls += int(host["_watch_stalled"])
-    assert 0 < stalls < 1500
-    host = pair[0]
-    assert host.num_nonfinite_entropy.item() == len([k for k in range(1500) if k % 97 == 5
-                                                     and k % 89 != 7])
-    assert host.target_entropy < 0.68  # it annealed
-
-
 def test_a_nested_controller_reports_any_leaf_unreachable():
     from alf_entropy.algorithms.entropy_target_algorithm import NestedEntropyTargetAlgorithm
 

@@ -220,3 +220,17 @@ def test_checkpoints_of_the_earlier_layout_load(rule):
     resumed = RULES[rule](target_entropy=0.5)
     resumed.load_state_dict(old)
     assert torch.equal(resumed.adjust_alpha(0.3), controller.adjust_alpha(0.3))
+
+
+@pytest.mark.slow  # torch.compile: seconds per graph
+@pytest.mark.parametrize("rule", ["pid", "sgd"])
+def test_compiled_mode_runs_every_rule_like_the_tensor_path(rule):
+    compiled, plain = (RULES[rule](target_entropy=0.5, update_mode=m)
+                       for m in ("compiled", "tensor"))
+    for k in range(20):
+        h = torch.full((4,), 0.3 + 0.02 * k)
+        for c in (compiled, plain):
+            c.entropy_loss(h)
+        torch.testing.assert_close(compiled.log_alpha, plain.log_alpha, rtol=1e-6, atol=1e-6)
+    assert plain._compiled[0] == plain._tensor_phase1  # the same phases, one compiled
+    assert compiled._compiled[0] != compiled._tensor_phase1
