@@ -234,3 +234,30 @@ def test_compiled_mode_runs_every_rule_like_the_tensor_path(rule):
         torch.testing.assert_close(compiled.log_alpha, plain.log_alpha, rtol=1e-6, atol=1e-6)
     assert plain._compiled[0] == plain._tensor_phase1  # the same phases, one compiled
     assert compiled._compiled[0] != compiled._tensor_phase1
+
+
+def test_a_batch_takes_a_schedule_per_member_and_writes_summaries_per_member(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from alf_entropy.utils import schedulers, summary
+
+    falling = schedulers.LinearScheduler("iterations", [(0, 0.6), (10, 0.4)])
+    batch = PIDEntropyTargetAlgorithm(TWO, batch_shape=(2,), target_entropy=[falling, 0.3],
+                                      debug_summaries=True, name="pid")
+    summary.set_default_writer(summary.create_summary_writer(str(tmp_path)))
+    try:
+        for i in range(4):
+            summary.set_global_counter(i)
+            schedulers.update_progress("iterations", i)
+            batch.entropy_loss(torch.full((2, 5), 0.5))
+        summary.flush()
+    finally:
+        summary.close()
+    assert torch.allclose(batch.target_entropy, torch.tensor([0.54, 0.3]))
+    acc = EventAccumulator(str(tmp_path))
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert {"pid/alpha/0", "pid/alpha/1", "pid/entropy_std/1", "pid/integral/0"} <= tags, tags
+    assert [e.value for e in acc.Scalars("pid/target_entropy/0")] == pytest.approx(
+        [0.6, 0.58, 0.56, 0.54])
+    assert [e.value for e in acc.Scalars("pid/target_entropy/1")] == pytest.approx([0.3] * 4)
