@@ -55,7 +55,7 @@ class Driver(AlfSubAlgorithm):
         self._target = Target(target_entropy, self._action_spec, self._batch, self._name)
         self.register_buffer("_target_now", self._full(self._target.initial))
         state.register(self, "_watch_", WatchState(
-            **{f: self._full(0, dtype) for f, dtype in WatchState.dtypes.items()}))
+            **{f: self._full(0, dtype) for f, dtype in state.WATCH_DTYPES.items()}))
         for buf in ("_span_lo", "_span_hi", "_acc_sum", "_acc_count"):
             self.register_buffer(buf, self._full(0, torch.float64 if "acc" in buf else None))
         self._span, self._warned, self._host, self._compiled = NO_SPAN, set(), None, None

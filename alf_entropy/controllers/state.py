@@ -14,8 +14,8 @@ import torch
 import torch.nn as nn
 
 __all__ = ["StagedState", "PIDState", "SGDState", "FixedState", "WatchState", "StagedConsts",
-           "PIDConsts", "Bounds", "WatchConsts", "ControllerState", "register", "read",
-           "views", "values", "write", "Constants"]
+           "PIDConsts", "Bounds", "WatchConsts", "NoConsts", "ControllerState", "WATCH_DTYPES",
+           "register", "read", "views", "values", "write", "Constants"]
 
 
 class StagedState(NamedTuple):
@@ -69,9 +69,10 @@ class WatchState(NamedTuple):
     nonfinite: Any
 
 
-WatchState.dtypes = dict(ema=torch.float32, ref=torch.float32, trough=torch.float32,
-                         below=torch.int64, count=torch.int64, stalled=torch.bool,
-                         settled=torch.int64, nonfinite=torch.int64)
+WATCH_DTYPES = dict(ema=torch.float32, ref=torch.float32, trough=torch.float32,
+                    below=torch.int64, count=torch.int64, stalled=torch.bool, settled=torch.int64,
+                    nonfinite=torch.int64)
+"""The dtype of each field of ``WatchState``."""
 
 
 class ControllerState(NamedTuple):
