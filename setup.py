@@ -42,6 +42,10 @@ setup(
         "box2d": ["gymnasium[box2d]"],
         "mujoco": ["gymnasium[mujoco]"],
         "sb3": ["stable-baselines3>=2.0"],  # alf_entropy.integrations.sb3
+        # alf_entropy.integrations.trl reads GRPOTrainer internals checked
+        # against these versions only (SUPPORTED_TRL there; its tests fail if
+        # they move). TRL brings transformers, tokenizers, datasets, accelerate.
+        "trl": ["trl>=1.16,<1.17"],
         # The documentation site (mkdocs.yml; .ci/run builds it with --strict).
         "docs": ["mkdocs-material", "mkdocstrings[python]"],
     },

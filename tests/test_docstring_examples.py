@@ -17,6 +17,7 @@ MODULES = [
     "alf_entropy.utils.schedulers",
     "alf_entropy.utils.gin_errors",
     "alf_entropy.utils.requirements",
+    "alf_entropy.integrations.llm",
 ]
 
 

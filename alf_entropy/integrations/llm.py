@@ -1,0 +1,300 @@
+"""Entropy control for LLM RL, independent of the trainer: what a trainer adapter needs.
+
+A controller steers the coefficient of an entropy bonus from one number per
+optimizer step: the entropy of the step's completion tokens, pooled over its
+micro-batches and ranks (a token-weighted mean, i.e. a sum over a count).
+:class:`StepEntropyControl` holds the controller and does the rest, so an
+adapter for a trainer (``alf_entropy.integrations.trl`` for Hugging Face TRL;
+verl or OpenRLHF would need the same few lines) only has to
+
+1. call :meth:`StepEntropyControl.update` once per optimizer step, after the
+   step, with the step's entropy sum and token count (already pooled over
+   ranks, or per rank with ``all_reduce=True``) and the step number;
+2. write the returned coefficient where every micro-batch of the next step
+   reads it;
+3. save :meth:`StepEntropyControl.state_dict` with its checkpoints (plain
+   JSON-able data) and give it back to :meth:`load_state_dict` on resume.
+
+Targets are in nats per completion token at the sampling temperature (the
+entropy of the distribution the tokens were drawn from).  A scheduled target
+(any zero-argument callable, e.g. ``LinearScheduler("percent", ...)``) reads
+the progress fed before each update: ``"iterations"`` is the number of
+optimizer steps done and ``"percent"`` their fraction of ``total_steps``.
+
+:func:`lm_pid_settings` is a preset of ``PIDEntropyTargetAlgorithm``'s
+constructor arguments for language-model entropies.
+
+Everything here runs on the host: the entropy arrives as a Python float (the
+trainer has already read it), and the controller should live on the CPU.
+"""
+import math
+import numbers
+from typing import Any, Callable, Dict, Mapping, Optional, Union
+
+import torch
+
+from alf_entropy.controllers.base import EntropyController
+from alf_entropy.controllers.nested import NestedEntropyTargetAlgorithm
+from alf_entropy.utils import distributed, schedulers
+from alf_entropy.utils.checks import check_int, check_real, is_real
+
+__all__ = ["StepEntropyControl", "lm_pid_settings", "controller_alpha_bounds",
+           "encode_state", "decode_state"]
+
+Target = Union[float, Callable[[], float]]
+
+
+def controller_alpha_bounds(controller: EntropyController) -> "tuple[float, float]":
+    """The ``(min_alpha, max_alpha)`` a controller can command (``inf`` if unbounded).
+
+    Args:
+        controller: an unbatched, non-nested controller.
+
+    Returns:
+        The lowest and the highest coefficient the controller may output; a
+        controller without bounds (the fixed coefficient) gives its ``alpha``
+        twice.
+    """
+    settings = controller.settings
+    alpha = float(controller.alpha)
+    if "min_alpha" not in settings and "max_alpha" not in settings:
+        return alpha, alpha
+    lo = settings.get("min_alpha")
+    hi = settings.get("max_alpha")
+    lo = 0.0 if lo is None or lo <= 0 else float(lo)
+    return lo, math.inf if hi is None else float(hi)
+
+
+def check_step_controller(controller: Any) -> EntropyController:
+    """Check that ``controller`` can drive one scalar coefficient from the host.
+
+    Raises:
+        TypeError: if it is not an ``EntropyController``, is nested (one
+            coefficient per action leaf) or batched (``batch_shape != ()``).
+        ValueError: if its state is not on the CPU.
+    """
+    if not isinstance(controller, EntropyController):
+        raise TypeError("controller must be an EntropyController (e.g. "
+                        f"PIDEntropyTargetAlgorithm(...)), got {controller!r}")
+    if isinstance(controller, NestedEntropyTargetAlgorithm):
+        raise TypeError("controller must drive one coefficient: a nested controller has one per "
+                        "action leaf; build it for BoundedTensorSpec((), torch.int64, 0, V - 1)")
+    if tuple(controller.batch_shape) != ():
+        raise TypeError("controller must drive one coefficient: batch_shape must be (), got "
+                        f"{tuple(controller.batch_shape)}")
+    if controller.alpha.device.type != "cpu":
+        raise ValueError("controller must be on the CPU (the entropy arrives as a host float; "
+                         f"a {controller.alpha.device} controller would sync every step)")
+    return controller
+
+
+def lm_pid_settings(target_entropy: Target) -> Dict[str, Any]:
+    """``PIDEntropyTargetAlgorithm`` constructor arguments for LM entropies (nats per token).
+
+    The PID's default error scale is ``0.5 * ln V`` (about 6 nats for a 150k
+    vocabulary), far wider than the 0.1-3 nats per token of a language model
+    under RL, and its default gains suit an update per PPO minibatch, not one
+    per optimizer step of a sharpening LM.  This preset measures the error
+    relative to the target (``error_scale`` = the target, at least 0.05 nats),
+    bounds the coefficient to ``[1e-5, 1]``, starts it at ``1e-3`` and moves it
+    by at most 20 % per step.  The rule itself is unchanged: these are
+    constructor arguments only.
+
+    Args:
+        target_entropy: the target in nats per completion token at the
+            sampling temperature: a positive number, or a zero-argument
+            callable (a schedule), whose current value sets the error scale.
+
+    Returns:
+        Keyword arguments for ``PIDEntropyTargetAlgorithm(spec, **settings)``
+        (``target_entropy`` included).
+
+    Raises:
+        TypeError: if ``target_entropy`` is neither a number nor callable.
+        ValueError: if the target (or the schedule's current value) is not
+            positive and finite.
+
+    Examples:
+        >>> import torch
+        >>> from alf_entropy import BoundedTensorSpec, PIDEntropyTargetAlgorithm
+        >>> spec = BoundedTensorSpec((), torch.int64, 0, 151_935)
+        >>> pid = PIDEntropyTargetAlgorithm(spec, **lm_pid_settings(0.5))
+        >>> pid.error_scale
+        0.5
+    """
+    if callable(target_entropy):
+        now = target_entropy()
+        if not is_real(now):
+            raise TypeError(f"target_entropy() must return a number, got {now!r}")
+    elif is_real(target_entropy):
+        now = target_entropy
+    else:
+        raise TypeError("target_entropy must be a number (nats per token) or a zero-argument "
+                        f"callable, got {target_entropy!r}")
+    now = check_real("target_entropy", float(now), positive=True)
+    if not math.isfinite(now):
+        raise ValueError(f"target_entropy must be finite, got {now}")
+    return dict(target_entropy=target_entropy, initial_alpha=1e-3, min_alpha=1e-5, max_alpha=1.0,
+                error_scale=max(now, 0.05), kp=1.0, ki=0.1, kd=0.5, max_alpha_change=1.2)
+
+
+def encode_state(value: Any) -> Any:
+    """A ``state_dict`` as JSON-able data (tensors exactly, as lists with dtype and shape)."""
+    if torch.is_tensor(value):
+        t = value.detach().cpu()
+        return {"__tensor__": t.reshape(-1).tolist(), "dtype": str(t.dtype).replace("torch.", ""),
+                "shape": list(t.shape)}
+    if isinstance(value, Mapping):
+        return {"__dict__": [[encode_state(k), encode_state(v)] for k, v in value.items()]}
+    if isinstance(value, (list, tuple)):
+        return {"__list__": [encode_state(v) for v in value], "tuple": isinstance(value, tuple)}
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    raise TypeError(f"cannot encode a {type(value).__name__} of a controller state")
+
+
+def decode_state(value: Any) -> Any:
+    """The inverse of :func:`encode_state`."""
+    if isinstance(value, dict):
+        if "__tensor__" in value:
+            dtype = getattr(torch, value["dtype"])
+            return torch.tensor(value["__tensor__"], dtype=dtype).reshape(value["shape"])
+        if "__dict__" in value:
+            return {decode_state(k): decode_state(v) for k, v in value["__dict__"]}
+        if "__list__" in value:
+            items = [decode_state(v) for v in value["__list__"]]
+            return tuple(items) if value.get("tuple") else items
+        raise ValueError(f"not an encoded controller state: keys {sorted(value)}")
+    return value
+
+
+class StepEntropyControl:
+    """One controller update per optimizer step from the step's entropy sum and token count.
+
+    Args:
+        controller: an unbatched, non-nested ``EntropyController`` on the CPU
+            (e.g. ``PIDEntropyTargetAlgorithm(spec, **lm_pid_settings(0.5))``
+            with ``spec = BoundedTensorSpec((), torch.int64, 0, V - 1)``).
+
+    Raises:
+        TypeError: if ``controller`` is not such a controller.
+        ValueError: if it is not on the CPU.
+
+    Examples:
+        >>> import torch
+        >>> from alf_entropy import BoundedTensorSpec, PIDEntropyTargetAlgorithm
+        >>> spec = BoundedTensorSpec((), torch.int64, 0, 31_999)
+        >>> control = StepEntropyControl(PIDEntropyTargetAlgorithm(spec, **lm_pid_settings(1.0)))
+        >>> for step in (1, 2):                # 0.4 nats per token, below 1.0
+        ...     coef = control.update(entropy_sum=40.0, token_count=100, step=step)
+        >>> coef > 1e-3                        # the bonus grows (from 1e-3)
+        True
+    """
+
+    def __init__(self, controller: EntropyController):
+        self._controller = check_step_controller(controller)
+        self._step = 0
+        self._entropy = math.nan
+
+    @property
+    def controller(self) -> EntropyController:
+        """The controller."""
+        return self._controller
+
+    @property
+    def coefficient(self) -> float:
+        """The coefficient the next optimizer step uses (the controller's ``alpha``)."""
+        return float(self._controller.alpha)
+
+    @property
+    def step(self) -> int:
+        """The optimizer step of the last update (0: none yet)."""
+        return self._step
+
+    @property
+    def entropy(self) -> float:
+        """The entropy of the last update (nats per token; NaN before the first)."""
+        return self._entropy
+
+    def update(self, entropy_sum: float, token_count: float, step: int,
+               total_steps: Optional[int] = None, all_reduce: bool = False) -> float:
+        """Advance the controller once from optimizer step ``step``'s entropy.
+
+        Args:
+            entropy_sum: the sum of the per-token entropies of the step's
+                completion tokens (over all its micro-batches; over all ranks
+                unless ``all_reduce``).
+            token_count: how many tokens that sum covers (> 0).
+            step: the number of optimizer steps done (this one included); fed
+                to the schedulers as ``"iterations"``.
+            total_steps: the planned number of steps; if given, ``step /
+                total_steps`` is fed as ``"percent"``.
+            all_reduce: sum ``entropy_sum`` and ``token_count`` over the
+                ``torch.distributed`` ranks first (pass per-rank values).
+
+        Returns:
+            The coefficient for the next step (the same on every rank).
+
+        Raises:
+            ValueError: if ``token_count`` is not positive, ``step`` is
+                negative or ``total_steps`` not positive.
+        """
+        step = check_int("step", step, minimum=0)
+        if total_steps is not None:
+            total_steps = check_int("total_steps", total_steps, minimum=1)
+        if all_reduce:
+            pooled = distributed.all_reduce_sum(
+                torch.tensor([float(entropy_sum), float(token_count)], dtype=torch.float64),
+                "all_reduce of the step's entropy")
+            entropy_sum, token_count = (float(v) for v in pooled)
+        check_real("token_count", float(token_count), positive=True)
+        schedulers.update_progress("iterations", step)
+        if total_steps is not None:
+            schedulers.update_progress("percent", min(1.0, step / total_steps))
+        self._entropy = float(entropy_sum) / float(token_count)
+        self._controller.adjust_alpha(self._entropy)
+        self._step = step
+        return self.coefficient
+
+    def record(self) -> Dict[str, float]:
+        """The last update's values, for a trainer's logs.
+
+        Returns:
+            ``coef`` (for the next step), ``target`` (at the last update),
+            ``entropy`` (measured), ``stage``, ``unreachable_target`` (0/1),
+            ``nonfinite_entropy`` (count) and the controller's scalar state
+            (``state/<name>``, e.g. ``state/integral`` for the PID).
+        """
+        c = self._controller
+        logs = {"coef": self.coefficient, "target": float(c.target_entropy),
+                "entropy": self._entropy, "stage": float(c.stage),
+                "unreachable_target": float(c.unreachable_target),
+                "nonfinite_entropy": float(c.num_nonfinite_entropy)}
+        for name, value in c.state_dict().items():
+            if (name.startswith("_watch") or name.startswith("_acc") or name.startswith("_span")
+                    or not torch.is_tensor(value) or value.dim() != 0):
+                continue
+            logs[f"state/{name.lstrip('_')}"] = float(value)
+        return logs
+
+    def state_dict(self) -> Dict[str, Any]:
+        """JSON-able state: the controller's ``state_dict``, the step, the last entropy."""
+        return {"step": self._step, "entropy": self._entropy,
+                "controller": encode_state(self._controller.state_dict())}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned.
+
+        Raises:
+            ValueError: if ``state`` lacks a key of :meth:`state_dict`.
+        """
+        missing = {"step", "entropy", "controller"} - set(state)
+        if missing:
+            raise ValueError(f"state is missing {sorted(missing)}")
+        self._controller.load_state_dict(decode_state(state["controller"]))
+        self._step = int(state["step"])
+        self._entropy = float(state["entropy"])

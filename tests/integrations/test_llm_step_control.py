@@ -1,0 +1,115 @@
+"""The trainer-independent part of LLM entropy control (no TRL needed)."""
+import functools
+import json
+import math
+
+import pytest
+import torch
+
+from alf_entropy import (
+    BoundedTensorSpec,
+    EntropyTargetAlgorithm,
+    LinearScheduler,
+    NestedEntropyTargetAlgorithm,
+    PIDEntropyTargetAlgorithm,
+    SGDEntropyTargetAlgorithm,
+)
+from alf_entropy.integrations.llm import (
+    StepEntropyControl,
+    decode_state,
+    encode_state,
+    lm_pid_settings,
+)
+
+SPEC = BoundedTensorSpec((), torch.int64, 0, 31_999)
+
+
+def _controllers():
+    return [
+        PIDEntropyTargetAlgorithm(SPEC, **lm_pid_settings(1.0)),
+        EntropyTargetAlgorithm(SPEC, target_entropy=1.0),
+        SGDEntropyTargetAlgorithm(SPEC, target_entropy=1.0,
+                                  optimizer=functools.partial(torch.optim.Adam, lr=1e-2)),
+    ]
+
+
+def test_update_is_the_token_weighted_mean():
+    a = StepEntropyControl(PIDEntropyTargetAlgorithm(SPEC, **lm_pid_settings(1.0)))
+    b = PIDEntropyTargetAlgorithm(SPEC, **lm_pid_settings(1.0))
+    for step, (s, n) in enumerate([(37 * 0.8 + 5 * 1.4, 42), (10.0, 20), (3.0, 1)], 1):
+        coef = a.update(s, n, step)
+        assert coef == float(b.adjust_alpha(s / n))
+        assert a.entropy == s / n and a.step == step
+    with pytest.raises(ValueError, match="token_count"):
+        a.update(1.0, 0, 4)
+    with pytest.raises(ValueError, match="step"):
+        a.update(1.0, 1, -1)
+
+
+def test_scheduled_target_reads_the_fed_progress():
+    target = LinearScheduler("percent", [(0, 3.0), (1, 2.0)])
+    control = StepEntropyControl(PIDEntropyTargetAlgorithm(SPEC, **lm_pid_settings(target)))
+    targets = []
+    for step in range(1, 11):
+        control.update(2.5, 1, step, total_steps=10)
+        targets.append(control.record()["target"])
+    assert targets == pytest.approx([3.0 - s / 10 for s in range(1, 11)])
+
+
+@pytest.mark.parametrize("index", range(3))
+def test_state_round_trips_through_json_exactly(index):
+    first, second = _controllers()[index], _controllers()[index]
+    a, b = StepEntropyControl(first), StepEntropyControl(second)
+    entropies = [1.5 - 0.05 * k for k in range(30)]
+    for step, h in enumerate(entropies[:15], 1):
+        a.update(h, 1, step)
+    saved = json.loads(json.dumps(a.state_dict()))
+    b.load_state_dict(saved)
+    assert b.step == 15
+    for step, h in enumerate(entropies[15:], 16):
+        assert a.update(h, 1, step) == b.update(h, 1, step)
+    for key, value in first.state_dict().items():
+        other = second.state_dict()[key]
+        if torch.is_tensor(value):
+            assert torch.equal(value, other), key
+
+
+def test_encode_decode_keeps_dtypes_shapes_and_nesting():
+    state = {"a": torch.tensor([[1.5, float("nan")]], dtype=torch.float64),
+             "b": torch.tensor(3, dtype=torch.int64), "c": (1, [2.0, None], "x"),
+             "d": {1: torch.tensor(True)}}
+    back = decode_state(json.loads(json.dumps(encode_state(state))))
+    assert back["a"].dtype == torch.float64 and back["a"].shape == (1, 2)
+    assert torch.equal(back["a"][:, :1], state["a"][:, :1]) and math.isnan(back["a"][0, 1])
+    assert back["b"].dtype == torch.int64 and back["c"] == (1, [2.0, None], "x")
+    assert bool(back["d"][1])
+    with pytest.raises(TypeError, match="encode"):
+        encode_state(object())
+    with pytest.raises(ValueError, match="encoded"):
+        decode_state({"x": 1})
+
+
+def test_record_has_the_logged_values():
+    control = StepEntropyControl(PIDEntropyTargetAlgorithm(SPEC, **lm_pid_settings(1.0)))
+    control.update(0.5, 1, 1)
+    rec = control.record()
+    for key in ("coef", "target", "entropy", "stage", "unreachable_target", "state/integral",
+                "state/log_alpha"):
+        assert key in rec
+    assert rec["entropy"] == 0.5 and rec["coef"] == control.coefficient
+
+
+def test_bad_controllers_and_presets_are_clear_errors():
+    with pytest.raises(TypeError, match="EntropyController"):
+        StepEntropyControl("pid")
+    with pytest.raises(TypeError, match="nested"):
+        StepEntropyControl(NestedEntropyTargetAlgorithm({"a": SPEC, "b": SPEC}))
+    with pytest.raises(TypeError, match="batch_shape"):
+        StepEntropyControl(PIDEntropyTargetAlgorithm(SPEC, target_entropy=1.0, batch_shape=(2,)))
+    with pytest.raises(ValueError, match="target_entropy"):
+        lm_pid_settings(0.0)
+    with pytest.raises(ValueError, match="target_entropy"):
+        lm_pid_settings(math.inf)
+    with pytest.raises(TypeError, match="target_entropy"):
+        lm_pid_settings("1.0")
+    assert lm_pid_settings(0.01)["error_scale"] == 0.05
