@@ -16,6 +16,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEDICATED = {
     "docs/own_loop.md": "tests/test_readme_own_loop.py",
     "docs/sb3.md": "tests/integrations/test_sb3_docs.py",
+    "docs/llm_rl.md": "tests/integrations/test_trl_docs.py",
 }
 PAGES = ["README.md"] + sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md"))
 

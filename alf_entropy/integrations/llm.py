@@ -134,8 +134,8 @@ def lm_pid_settings(target_entropy: Target) -> Dict[str, Any]:
     now = check_real("target_entropy", float(now), positive=True)
     if not math.isfinite(now):
         raise ValueError(f"target_entropy must be finite, got {now}")
-    return dict(target_entropy=target_entropy, initial_alpha=1e-3, min_alpha=1e-5, max_alpha=1.0,
-                error_scale=max(now, 0.05), kp=1.0, ki=0.1, kd=0.5, max_alpha_change=1.2)
+    return dict(target_entropy=target_entropy, initial_alpha=1e-2, min_alpha=1e-5, max_alpha=1.0,
+                error_scale=max(now, 0.05), kp=1.0, ki=0.2, kd=0.5, max_alpha_change=1.5)
 
 
 def encode_state(value: Any) -> Any:
