@@ -96,8 +96,8 @@ def lm_pid_settings(target_entropy: Target) -> Dict[str, Any]:
     under RL, and its default gains suit an update per PPO minibatch, not one
     per optimizer step of a sharpening LM.  This preset measures the error
     relative to the target (``error_scale`` = the target, at least 0.05 nats),
-    bounds the coefficient to ``[1e-5, 1]``, starts it at ``1e-3`` and moves it
-    by at most 20 % per step.  The rule itself is unchanged: these are
+    bounds the coefficient to ``[1e-5, 1]``, starts it at ``1e-2`` and moves it
+    by at most 50 % per step.  The rule itself is unchanged: these are
     constructor arguments only.
 
     Args:
@@ -191,7 +191,7 @@ class StepEntropyControl:
         >>> control = StepEntropyControl(PIDEntropyTargetAlgorithm(spec, **lm_pid_settings(1.0)))
         >>> for step in (1, 2):                # 0.4 nats per token, below 1.0
         ...     coef = control.update(entropy_sum=40.0, token_count=100, step=step)
-        >>> coef > 1e-3                        # the bonus grows (from 1e-3)
+        >>> coef > 1e-2                        # the bonus grows (from 1e-2)
         True
     """
 
