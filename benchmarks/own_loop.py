@@ -1,55 +1,72 @@
-"""The plain-loop examples of ``docs/own_loop.md``, run long.
+"""The plain-loop examples of ``docs/own_loop.md``, run long, over a grid of settings.
 
 That page shows a CleanRL-style PPO loop (CartPole) and SAC loop (Pendulum)
 that use an entropy controller instead of a fixed ``ent_coef``/CleanRL's
 temperature autotune.  The two functions below are those loops (the same
 networks, hyperparameters and controller calls; the page's copies run only
 a few iterations so that the test suite can execute them), run here for
-their full length with several seeds and controller settings (the loops
-here also record the entropy, alpha and episode returns, feed a scheduled
-target's progress, and can advance the PPO controller per minibatch).
-Printed: a Markdown table per task with, as mean (min..max) over the seeds,
-the mean entropy over the last quarter of the run against the target (its
-mean there, for a schedule), the controller's stage and alpha at the end,
-the lowest and highest alpha of any run (after each update), the mean return
-of the last 20 episodes, and in how many runs the controller warned that it
-was stuck before its adjust stage.
+their full length for every controller x target x initial alpha x seed.
+
+Controllers (``--ppo_controllers``/``--sac_controllers``, keys of
+``PPO_CONTROLLERS``/``SAC_CONTROLLERS``): the PID (``PIDEntropyTargetAlgorithm``
+with its defaults) advanced once per rollout (``pid``) or once per minibatch
+(``pid_mb``, 16 times per rollout), ALF's staged rule (``staged``), SAC's rule
+(``sgd``: ``SGDEntropyTargetAlgorithm``, Adam lr 3e-4 in PPO, CleanRL's 1e-3 in
+SAC) and a fixed alpha (``fixed``: CleanRL's ``ent_coef``).  Each runs from
+every initial alpha of ``--alphas`` towards every target of ``--ppo_targets``
+(``--sac_targets``).
+
+Printed: a Markdown table per task, a row per controller, target and initial
+alpha, as mean (min..max) over the seeds:
+
+* **> 5 % below**: the fraction of updates in the second half of the run
+  whose entropy is more than 5 % of the target below it;
+* **RMSE**: the root mean square of entropy - target over the second half;
+* **alpha**: at the start -> at the end (the highest alpha of any run);
+* **return**: the mean return of the last 20 episodes;
+* **unreachable**: in how many runs the controller warned that the target
+  looks unreachable (a warning whose message contains "unreachable");
+* **goals met**: in how many runs both > 5 % below <= 10 % and RMSE <= 0.02
+  (the goals of issue 30 for PPO).
+
+In PPO an "update" here is a rollout for every cadence: its entropy is the
+mean over the rollout's minibatches (so ``pid`` and ``pid_mb`` are measured
+alike); in SAC it is an actor update (its batch's mean entropy).
 
 PPO (CartPole-v1): 4 envs x 128 steps per rollout, 4 epochs x 4 minibatches,
 Adam lr 2.5e-4, GAE (0.99, 0.95), clip 0.2, value coefficient 0.5, gradient
-norm 0.5 (CleanRL's ``ppo.py`` defaults, without the lr annealing), target
-entropy 0.6; the controller advances once per rollout with the mean entropy
-of its minibatches.  ``--ppo_steps`` env steps (default 100k: 195 rollouts).
+norm 0.5 (CleanRL's ``ppo.py`` defaults, without the lr annealing).
+``--ppo_steps`` env steps (default 100k: 195 rollouts, 3,120 minibatches).
 
 SAC (Pendulum-v1): 256x256 actor and twin critics, batch 256, critics Adam lr
 1e-3 (CleanRL's ``q_lr``), actor lr 3e-4 (``policy_lr``), two actor updates
-every second step (``policy_frequency=2``), tau 0.005, target entropy -1; the
-controller advances once per actor update through ``entropy_loss`` and its
-``scalar_loss`` is added to the actor loss (zero: used alone, the SGD rule
-steps its own alpha).
-CleanRL trains its temperature with ``q_lr`` = 1e-3, so "4 x SAC's learning
-rate" for the staged controller's rates can mean 4 x 3e-4 or 4 x 1e-3: both
-are run, and the staged controller with its defaults (free stage kept,
-initial alpha 0.1) and SAC's rule (Adam lr 1e-3) through the same call site.
-``--sac_steps`` env steps (default 10k, the first 1k random; CleanRL
-runs 1M, Pendulum is learnt by about 10k).
+every second step (``policy_frequency=2``), tau 0.005; the controller advances
+once per actor update through ``entropy_loss`` and its ``scalar_loss`` is
+added to the actor loss (zero: used alone, the SGD rule steps its own alpha).
+``--sac_steps`` env steps (default 10k, the first 1k random; CleanRL runs 1M,
+Pendulum is learnt by about 10k).
 
 Usage::
 
-    python benchmarks/own_loop.py       # both tasks, seeds 0 1 2 (~50 min on a busy core:
-                                        # PPO ~20 s a run, SAC ~3.5 min a run)
-    python benchmarks/own_loop.py --tasks ppo --seeds 0 1 2 --ppo_steps 100000
-    python benchmarks/own_loop.py --tasks sac --sac_steps 10000
+    python benchmarks/own_loop.py --tasks ppo --seeds 1 2          # 4 x 2 x 3 x 2 PPO runs
+    python benchmarks/own_loop.py --tasks ppo --ppo_controllers pid pid_mb \\
+        --ppo_targets 0.6 --alphas 0.01 --ppo_steps 20000 --seeds 1  # a quick look
+    python benchmarks/own_loop.py --tasks sac --alphas 0.1 --seeds 0 --jobs 2
 
-Single-threaded (``torch.set_num_threads(1)``).
+A PPO run takes ~20-40 s, a SAC run ~3.5 min on a busy core; ``--jobs N``
+runs N at a time (processes, each single-threaded: ``torch.set_num_threads(1)``).
+Another controller (e.g. a prototype) is a new entry of ``PPO_CONTROLLERS``
+(``key: (name, factory(space, target, initial_alpha), per_minibatch)``) set
+before calling ``main``.
 """
 import argparse
 import copy
 import functools
+import multiprocessing
 import sys
 import time
 import warnings
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Tuple
 
 import gymnasium as gym
 import numpy as np
@@ -63,7 +80,8 @@ from alf_entropy.algorithms.entropy_target_algorithm import (
     FixedEntropyCoefficient,
     SGDEntropyTargetAlgorithm,
 )
-from alf_entropy.utils.schedulers import LinearScheduler, reset_progress, update_progress
+from alf_entropy.algorithms.pid_entropy_target_algorithm import PIDEntropyTargetAlgorithm
+from alf_entropy.utils.schedulers import reset_progress, update_progress
 
 MakeController = Callable[[gym.Space], EntropyController]
 
@@ -81,6 +99,7 @@ def ppo_cartpole(make_controller: MakeController, seed: int, total_steps: int,
     params = [*actor.parameters(), *critic.parameters()]
     optimizer = torch.optim.Adam(params, lr=2.5e-4, eps=1e-5)
     controller = make_controller(envs.single_action_space)                                     # (1)
+    initial_alpha = controller.alpha.item()
 
     num_steps, num_minibatches, update_epochs, gamma, lam = 128, 4, 4, 0.99, 0.95
     num_iterations = total_steps // (4 * num_steps)
@@ -144,7 +163,7 @@ def ppo_cartpole(make_controller: MakeController, seed: int, total_steps: int,
         alphas.append(controller.alpha.item())
         history.append(torch.stack(entropies).mean().item())
         targets.append(controller.target_entropy)
-    return _result(controller, history, targets, alphas, returns_done)
+    return _result(initial_alpha, history, targets, alphas, returns_done)
 
 
 def sac_pendulum(make_controller: MakeController, seed: int, total_steps: int,
@@ -160,6 +179,7 @@ def sac_pendulum(make_controller: MakeController, seed: int, total_steps: int,
     q_opt = torch.optim.Adam(qf.parameters(), lr=1e-3)
     a_opt = torch.optim.Adam(actor.parameters(), lr=3e-4)
     controller = make_controller(env.action_space)  # (1) replaces CleanRL's autotune
+    initial_alpha = controller.alpha.item()
 
     def policy(obs):
         mean, log_std = actor(obs).chunk(2, -1)
@@ -172,7 +192,7 @@ def sac_pendulum(make_controller: MakeController, seed: int, total_steps: int,
         return torch.min(*(net(torch.cat([o, a], -1)).squeeze(-1) for net in nets))
 
     buffer, (obs, _) = [], env.reset(seed=seed)
-    history, alphas, ep_ret, returns_done = [], [], 0.0, []
+    history, targets, alphas, ep_ret, returns_done = [], [], [], 0.0, []
     for step in range(total_steps):
         if step < learning_starts:
             action = env.action_space.sample()
@@ -205,111 +225,168 @@ def sac_pendulum(make_controller: MakeController, seed: int, total_steps: int,
                 actor_loss.backward()
                 a_opt.step()
                 history.append(-log_pi.detach().mean().item())
+                targets.append(controller.target_entropy)
                 alphas.append(controller.alpha.item())
         with torch.no_grad():
             for p, p_target in zip(qf.parameters(), qf_target.parameters()):
                 p_target.lerp_(p, 0.005)
-    return _result(controller, history, [controller.target_entropy], alphas, returns_done)
+    return _result(initial_alpha, history, targets, alphas, returns_done)
 
 
-def _result(controller: EntropyController, history: List[float], targets: List[float],
+def _result(initial_alpha: float, history: List[float], targets: List[float],
             alphas: List[float], returns: List[float]) -> Dict[str, object]:
-    quarter = len(history) * 3 // 4
+    """The metrics of one run (see the module docstring)."""
+    half = len(history) // 2
+    entropy, target = np.array(history[half:]), np.array(targets[half:])
     return {
-        "entropy": float(np.mean(history[quarter:])),
-        "alpha_range": (min(alphas), max(alphas)),
-        "target": float(np.mean(targets[quarter:] if len(targets) > 1 else targets)),
-        "stage": int(controller.stage),
-        "alpha": float(controller.alpha),
+        "below": float(np.mean(entropy < target - 0.05 * np.abs(target))),
+        "rmse": float(np.sqrt(np.mean((entropy - target) ** 2))),
+        "alpha_start": initial_alpha,
+        "alpha_end": alphas[-1],
+        "alpha_peak": max(alphas),
         "return": float(np.mean(returns[-20:])) if returns else float("nan"),
     }
 
 
-def _staged(**kwargs):
-    return functools.partial(EntropyTargetAlgorithm.from_space, **kwargs)
+# ----------------------------------------------------------------- controllers
+# A factory takes (action space, target entropy, initial alpha).
+Factory = Callable[[gym.Space, float, float], EntropyController]
 
 
-PPO_CONTROLLERS = {
-    "staged, initial_alpha 0.1 (an earlier default)": _staged(target_entropy=0.6),
-    "staged, initial_alpha 0.01": _staged(target_entropy=0.6, initial_alpha=0.01),
-    "staged, initial_alpha 0.1, skip_free_stage": _staged(target_entropy=0.6, skip_free_stage=True),
-    "staged, initial_alpha 0.01, target 0.65 -> 0.45 (scheduled)": _staged(
-        target_entropy=LinearScheduler("percent", [(0, 0.65), (1, 0.45)]), initial_alpha=0.01),
-    "staged, initial_alpha 0.01, advanced per minibatch": (
-        _staged(target_entropy=0.6, initial_alpha=0.01), dict(per_minibatch=True)),
-    "fixed alpha 0.01 (CleanRL's ent_coef)": functools.partial(
-        FixedEntropyCoefficient.from_space, alpha=0.01, target_entropy=0.6),
+def pid(space, target, alpha):
+    return PIDEntropyTargetAlgorithm.from_space(space, target_entropy=target,
+                                                initial_alpha=alpha)
+
+
+def staged(space, target, alpha):
+    return EntropyTargetAlgorithm.from_space(space, target_entropy=target, initial_alpha=alpha)
+
+
+def staged_sac(space, target, alpha):  # as sac_pendulum_staged.gin: rates 4 x CleanRL's 1e-3
+    return EntropyTargetAlgorithm.from_space(space, target_entropy=target, initial_alpha=alpha,
+                                             skip_free_stage=True, slow_update_rate=4e-3,
+                                             fast_update_rate=4e-3)
+
+
+def sgd(space, target, alpha, lr=3e-4):
+    return SGDEntropyTargetAlgorithm.from_space(
+        space, target_entropy=target, initial_alpha=alpha,
+        optimizer=functools.partial(torch.optim.Adam, lr=lr))
+
+
+def fixed(space, target, alpha):
+    return FixedEntropyCoefficient.from_space(space, alpha=alpha, target_entropy=target)
+
+
+PPO_CONTROLLERS: Dict[str, Tuple[str, Factory, bool]] = {  # key: (name, factory, per minibatch)
+    "pid": ("PID (defaults), per rollout", pid, False),
+    "pid_mb": ("PID (defaults), per minibatch", pid, True),
+    "staged": ("staged (defaults), per rollout", staged, False),
+    "staged_mb": ("staged (defaults), per minibatch", staged, True),
+    "sgd": ("SAC's rule (Adam 3e-4), per rollout", sgd, False),
+    "sgd_mb": ("SAC's rule (Adam 3e-4), per minibatch", sgd, True),
+    "fixed": ("fixed alpha (CleanRL's ent_coef)", fixed, False),
 }
 
-SAC_CONTROLLERS = {
-    "staged, defaults (free stage kept)": _staged(target_entropy=-1.0),
-    "staged, rates 4 x 3e-4": _staged(target_entropy=-1.0, skip_free_stage=True,
-                                      slow_update_rate=1.2e-3, fast_update_rate=1.2e-3),
-    "staged, rates 4 x 1e-3": _staged(target_entropy=-1.0, skip_free_stage=True,
-                                      slow_update_rate=4e-3, fast_update_rate=4e-3),
-    "SAC's rule, Adam lr 1e-3 (CleanRL's autotune lr)": functools.partial(
-        SGDEntropyTargetAlgorithm.from_space, target_entropy=-1.0,
-        optimizer=functools.partial(torch.optim.Adam, lr=1e-3)),
+SAC_CONTROLLERS: Dict[str, Tuple[str, Factory, bool]] = {
+    "pid": ("PID (defaults)", pid, False),
+    "staged": ("staged, skip_free_stage, rates 4e-3", staged_sac, False),
+    "sgd": ("SAC's rule (Adam 1e-3, CleanRL's autotune lr)", functools.partial(sgd, lr=1e-3),
+            False),
+    "fixed": ("fixed alpha", fixed, False),
 }
+
+
+# ----------------------------------------------------------------- the grid
+def run_one(task: str, key: str, target: float, alpha: float, seed: int,
+            steps: int) -> Dict[str, object]:
+    """One run of ``task`` ("ppo" or "sac") with controller ``key``; its metrics."""
+    torch.set_num_threads(1)
+    _, factory, per_minibatch = (PPO_CONTROLLERS if task == "ppo" else SAC_CONTROLLERS)[key]
+    make = functools.partial(_call, factory, target=target, alpha=alpha)
+    start = time.time()
+    reset_progress()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if task == "ppo":
+            result = ppo_cartpole(make, seed, steps, per_minibatch=per_minibatch)
+        else:
+            result = sac_pendulum(make, seed, steps)
+    result["unreachable"] = any("unreachable" in str(w.message) for w in caught)
+    print(f"{task} | {key} | target {target} | alpha {alpha} | seed {seed}: "
+          f"{ {k: round(v, 4) for k, v in result.items()} } ({time.time() - start:.0f} s)",
+          file=sys.stderr, flush=True)
+    return result
+
+
+def _call(factory: Factory, space: gym.Space, target: float, alpha: float) -> EntropyController:
+    return factory(space, target, alpha)
 
 
 def _span(values: List[float], fmt: str) -> str:
-    lo, hi = min(values), max(values)
-    mean = float(np.mean(values))
+    lo, hi, mean = min(values), max(values), float(np.mean(values))
     return f"{mean:{fmt}} ({lo:{fmt}}..{hi:{fmt}})" if len(values) > 1 else f"{mean:{fmt}}"
 
 
-def _table(title: str, rows: Dict[str, List[Dict[str, object]]]) -> None:
+def _table(title: str, rows: Dict[Tuple[str, float, float], List[Dict[str, object]]]) -> None:
     print(f"\n{title}\n")
-    print("| controller | target, last quarter | entropy, last quarter | stage at the end "
-          "| alpha at the end | alpha, lowest..highest in a run | return, last 20 episodes "
-          "| warned stuck |")
+    print("| controller | target | > 5 % below (2nd half) | RMSE (2nd half) "
+          "| alpha start -> end (peak) | return, last 20 episodes | unreachable | goals met |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for name, results in rows.items():
-        stages = sorted({r["stage"] for r in results})
-        lo = min(r["alpha_range"][0] for r in results)
-        hi = max(r["alpha_range"][1] for r in results)
-        print(f"| {name} | {results[0]['target']:.3g} "
-              f"| {_span([r['entropy'] for r in results], '.3f')} "
-              f"| {', '.join(map(str, stages))} | {_span([r['alpha'] for r in results], '.3g')} "
-              f"| {lo:.3g}..{hi:.3g} | {_span([r['return'] for r in results], '.0f')} "
-              f"| {sum(r['warned'] for r in results)}/{len(results)} |")
+    for (name, target, alpha), results in rows.items():
+        met = sum(r["below"] <= 0.10 and r["rmse"] <= 0.02 for r in results)
+        print(f"| {name} | {target:g} | {_span([r['below'] for r in results], '.0%')} "
+              f"| {_span([r['rmse'] for r in results], '.3f')} "
+              f"| {alpha:g} -> {_span([r['alpha_end'] for r in results], '.3g')} "
+              f"({max(r['alpha_peak'] for r in results):.3g}) "
+              f"| {_span([r['return'] for r in results], '.0f')} "
+              f"| {sum(r['unreachable'] for r in results)}/{len(results)} "
+              f"| {met}/{len(results)} |")
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> Dict[str, Dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tasks", nargs="+", default=["ppo", "sac"], choices=["ppo", "sac"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--alphas", nargs="+", type=float, default=[1e-3, 1e-2, 0.1],
+                        help="initial alphas")
+    parser.add_argument("--ppo_controllers", nargs="+", default=["pid", "pid_mb", "staged", "sgd"],
+                        help=f"of {list(PPO_CONTROLLERS)}")
+    parser.add_argument("--ppo_targets", nargs="+", type=float, default=[0.6, 0.5])
     parser.add_argument("--ppo_steps", type=int, default=100_000)
+    parser.add_argument("--sac_controllers", nargs="+", default=["pid", "staged", "sgd"],
+                        help=f"of {list(SAC_CONTROLLERS)}")
+    parser.add_argument("--sac_targets", nargs="+", type=float, default=[-1.0])
     parser.add_argument("--sac_steps", type=int, default=10_000)
-    parser.add_argument("--only", nargs="*", default=None, help="substrings of controller names")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at a time (processes)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     tasks = {
         "ppo": (f"PPO CartPole-v1, {args.ppo_steps} env steps, seeds {args.seeds}",
-                PPO_CONTROLLERS, functools.partial(ppo_cartpole, total_steps=args.ppo_steps)),
+                PPO_CONTROLLERS, args.ppo_controllers, args.ppo_targets, args.ppo_steps),
         "sac": (f"SAC Pendulum-v1, {args.sac_steps} env steps, seeds {args.seeds}",
-                SAC_CONTROLLERS, functools.partial(sac_pendulum, total_steps=args.sac_steps)),
+                SAC_CONTROLLERS, args.sac_controllers, args.sac_targets, args.sac_steps),
     }
+    tables = {}
     for task in args.tasks:
-        title, controllers, run = tasks[task]
+        title, controllers, keys, targets, steps = tasks[task]
+        unknown = set(keys) - set(controllers)
+        if unknown:
+            parser.error(f"unknown {task} controllers {sorted(unknown)}; of {list(controllers)}")
+        grid = [(key, target, alpha) for key in keys for target in targets for alpha in args.alphas]
+        runs = [(task, key, target, alpha, seed, steps)
+                for key, target, alpha in grid for seed in args.seeds]
+        if args.jobs > 1:
+            with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
+                results = pool.starmap(run_one, runs)
+        else:
+            results = [run_one(*run) for run in runs]
         rows = {}
-        for name, make in controllers.items():
-            if args.only and not any(o in name for o in args.only):
-                continue
-            make, kwargs = make if isinstance(make, tuple) else (make, {})
-            rows[name] = []
-            for seed in args.seeds:
-                start = time.time()
-                reset_progress()
-                with warnings.catch_warnings(record=True) as caught:
-                    warnings.simplefilter("always")
-                    rows[name].append(run(make, seed, **kwargs))
-                rows[name][-1]["warned"] = any("stage after" in str(w.message) for w in caught)
-                print(f"{task} | {name} | seed {seed}: {rows[name][-1]} "
-                      f"({time.time() - start:.0f} s)",
-                      file=sys.stderr, flush=True)
+        for (_, key, target, alpha, _, _), result in zip(runs, results):
+            rows.setdefault((controllers[key][0], target, alpha), []).append(result)
         _table(title, rows)
+        tables[task] = rows
+    return tables
 
 
 if __name__ == "__main__":
