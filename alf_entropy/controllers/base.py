@@ -123,9 +123,8 @@ class EntropyController(Driver):
     @property
     def unreachable_target(self) -> torch.Tensor:
         """True (bool) while the entropy has stayed below the target for ``WINDUP_WINDOW``
-        updates with ``alpha`` stalled (the windup watch) or at its ceiling."""
-        return rules.unreachable(self._watch_below, self._watch_stalled, self.log_alpha,
-                                 self._bounds.unpack(self._bounds.packed()).hi)
+        updates with ``alpha`` at its ceiling (``max_alpha``): alpha can do no more."""
+        return rules.unreachable(self._watch_stalled_for)
 
     @property
     def num_nonfinite_entropy(self) -> torch.Tensor:

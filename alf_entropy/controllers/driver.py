@@ -10,6 +10,7 @@ import math
 import warnings
 from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple, Type, Union
 
+import numpy as np
 import torch
 from absl import logging
 
@@ -20,7 +21,6 @@ from alf_entropy.controllers.state import Bounds, ControllerState, WatchConsts, 
 from alf_entropy.controllers.target import Target
 from alf_entropy.utils import distributed, summary
 from alf_entropy.utils.checks import check_int
-from alf_entropy.utils.dist_utils import entropy_per_log_alpha
 
 __all__ = ["Driver", "UPDATE_MODES", "NO_SPAN"]
 
@@ -31,9 +31,9 @@ UPDATE_MODES = ("auto", "tensor", "host", "compiled")
 NO_SPAN = 1e30
 """``limit_log_alpha_span``'s span when there is none (finite: no ``inf - inf``)."""
 
-_RENAMED = {"_watch_entropy": "_watch_ema", "_stalled": "_watch_stalled",
-            "_settled": "_watch_settled", "_num_nonfinite": "_watch_nonfinite",
-            "_avg_entropy._buf": "_window", "_avg_entropy._count": "_seen"}
+_RENAMED = {"_watch_entropy": "_watch_ema", "_settled": "_watch_settled",
+            "_num_nonfinite": "_watch_nonfinite", "_avg_entropy._buf": "_window",
+            "_avg_entropy._count": "_seen"}
 """Buffers of the earlier layout's checkpoints, and their names now."""
 
 
@@ -86,13 +86,12 @@ class Driver(AlfSubAlgorithm):
 
     def _watch_constants(self) -> WatchConsts:
         a = self._target.annealing
-        response = rules.WINDUP_RESPONSE * entropy_per_log_alpha(self._action_spec)
         if a is None:
-            return WatchConsts(response, 0.0, math.inf, 0.0, -math.inf)
-        return WatchConsts(response, a.tolerance, a.window, 1 - a.factor, a.final)
+            return WatchConsts(0.0, math.inf, 0.0, -math.inf)
+        return WatchConsts(a.tolerance, a.window, 1 - a.factor, a.final)
 
     def _rule(self, x: Any, s: NamedTuple, entropy: Any, valid: Any, target: Any, c: Any,
-              b: Bounds, stalled: Any) -> NamedTuple:
+              b: Bounds) -> NamedTuple:
         """One step of the control law (``rules.py``): the new ``State``."""
         return s
 
@@ -105,7 +104,7 @@ class Driver(AlfSubAlgorithm):
         finite = x.isfinite(entropy)
         valid = finite & has_data
         entropy = x.where(finite, entropy, 0.0)
-        rule = self._rule(x, s.rule, entropy, valid, s.target, c, b, s.watch.stalled)
+        rule = self._rule(x, s.rule, entropy, valid, s.target, c, b)
         return rule, entropy, valid
 
     def _phase2(self, x: Any, s: ControllerState, rule: NamedTuple, entropy: Any, has_data: Any,
@@ -113,7 +112,7 @@ class Driver(AlfSubAlgorithm):
         log_alpha = x.minimum(x.maximum(rule.log_alpha, b.lo), b.hi)
         log_alpha, lo, hi = rules.span_rule(x, log_alpha, s.span_lo, s.span_hi, b.span)
         watch, target = rules.watch_rule(x, s.watch, entropy, has_data, valid, s.target,
-                                         log_alpha, w)
+                                         log_alpha, w, b.hi)
         return ControllerState(rule._replace(log_alpha=log_alpha), watch, target, lo, hi)
 
     def _tensor_phase1(self, s: ControllerState, entropy: Any, has_data: Any, c: Any,
@@ -160,8 +159,7 @@ class Driver(AlfSubAlgorithm):
             new = self._phase2(x, s, self._actuate(rule, True), h, has, valid, self._bounds.host,
                                self._watch_consts.host)
             state.write(arrays, new)
-            unreachable = rules.unreachable(new.watch.below, new.watch.stalled,
-                                            new.rule.log_alpha, self._bounds.host.hi)
+            unreachable = np.any(rules.unreachable(new.watch.stalled_for))
         else:
             if self._compiled is None:  # update_mode="compiled": compiled once, on first use
                 self._compiled = (self._tensor_phase1, self._tensor_phase2)
@@ -196,10 +194,10 @@ class Driver(AlfSubAlgorithm):
         if "unreachable" not in self._warned and unreachable is not None and unreachable.any():
             self._warn("unreachable", (
                 f"the entropy ({_show(self._watch_ema)}) has stayed below the target "
-                f"({_show(self._target_now)}) for {_show(self._watch_below)} updates while alpha "
-                f"climbed to {_show(self.alpha)}; the target looks unreachable for this policy. "
-                "Lower target_entropy (e.g. greedy_probability_target or SettledAnnealing) or set "
-                "max_alpha."))
+                f"({_show(self._target_now)}) for {_show(self._watch_stalled_for)} updates with "
+                f"alpha at its ceiling ({_show(self.alpha)}); the target looks unreachable for "
+                "this policy. Lower target_entropy (e.g. greedy_probability_target or "
+                "SettledAnnealing), or raise max_alpha if a larger coefficient is sensible."))
 
     def _warn(self, key: str, message: str) -> None:
         self._warned.add(key)
@@ -223,8 +221,11 @@ def _upgrade_checkpoint(module: Driver, state_dict: Dict[str, Any], prefix: str,
     for old, new in _RENAMED.items():
         if prefix + old in state_dict and prefix + new not in state_dict:
             state_dict[prefix + new] = state_dict.pop(prefix + old)
-    for name in ("_ref_target", "_target_now", "_watch_settled", "_span_lo", "_span_hi",
-                 "_acc_sum", "_acc_count", "_grad"):
+    for gone in ("_watch_ref", "_watch_trough", "_watch_below", "_watch_stalled",
+                 "_stalled"):  # the climb-based watch's
+        state_dict.pop(prefix + gone, None)
+    for name in ("_ref_target", "_target_now", "_watch_settled", "_watch_stalled_for",
+                 "_span_lo", "_span_hi", "_acc_sum", "_acc_count", "_grad", "_gain"):
         buf = getattr(module, name, None)
         if buf is not None and prefix + name not in state_dict:
             state_dict[prefix + name] = buf.detach().clone()

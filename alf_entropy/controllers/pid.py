@@ -35,7 +35,12 @@ class PIDEntropyTargetAlgorithm(EntropyController):
         target_entropy: a number, a ``Scheduler``/zero-argument callable, a
             ``SettledAnnealing`` or None for the spec's default; per member for a batch.
         kp: proportional gain (>= 0), on an EMA of the error.
-        ki: integral gain per update (>= 0).
+        ki: integral gain per update (>= 0); the rate starts there.
+        integral_growth: how much faster the integral runs each update while the
+            entropy stays below the target without rising (> 1, or 1: never).
+        max_integral_gain: the most the integral's rate may grow, ``x ki`` (>= 1).
+        growth_band: relative band around the target in which the rate does not
+            grow, in ``[0, 1)``.
         kd: derivative gain (>= 0), on the entropy's trend.
         error_ema: smoothing of the error for the P term, in ``[0, 1)``.
         trend_emas: ``(fast, slow)`` smoothing of the entropy whose difference
@@ -44,7 +49,10 @@ class PIDEntropyTargetAlgorithm(EntropyController):
             in ``[0, 1)``.
         max_alpha_change: largest factor ``alpha`` may change by in one update (> 1).
         min_alpha: floor of ``alpha`` (> 0).
-        max_alpha: ceiling of ``alpha`` (> ``min_alpha``); None: none.
+        max_alpha: ceiling of ``alpha`` (> ``min_alpha``; None: none).  Below the
+            target at the ceiling the windup watch finds the target unreachable
+            (after ``WINDUP_WINDOW`` updates, one warning); 1 by default: a bonus
+            heavier than the reward is rarely wanted (raise it for large rewards).
         error_scale: entropy per unit of ``log_alpha`` (> 0); None: from the spec.
         update_mode: ``"auto"``, ``"host"``, ``"tensor"`` or ``"compiled"``.
         batch_shape: ``()``, or ``(K,)`` for K independent controllers.
@@ -69,10 +77,11 @@ class PIDEntropyTargetAlgorithm(EntropyController):
 
     def __init__(self, action_spec: Any, initial_alpha: float = 0.1,
                  target_entropy: Any = None, kp: float = 2.0, ki: float = 0.05,
-                 kd: float = 0.5, error_ema: float = 0.3,
+                 kd: float = 0.5, integral_growth: float = 1.1, max_integral_gain: float = 30.0,
+                 growth_band: float = 0.02, error_ema: float = 0.3,
                  trend_emas: Tuple[float, float] = (0.6, 0.9), deadband: float = 0.0,
                  max_alpha_change: float = 1.25, min_alpha: float = 1e-4,
-                 max_alpha: Optional[float] = None, error_scale: Optional[float] = None,
+                 max_alpha: Optional[float] = 1.0, error_scale: Optional[float] = None,
                  update_mode: str = "auto", batch_shape: Sequence[int] = (),
                  debug_summaries: bool = False, name: str = "PIDEntropyTargetAlgorithm"):
         super().__init__(action_spec, debug_summaries, name)
@@ -86,10 +95,11 @@ class PIDEntropyTargetAlgorithm(EntropyController):
         log_alpha = self._full(math.log(initial_alpha))
         zero = self._full(0.0)
         self._init_rule(PIDState(log_alpha, log_alpha.clone(), zero, zero.clone(), zero.clone(),
-                                 zero.long()), dict(
-            kp=kp, ki=ki, kd=kd, error_ema=error_ema, trend_emas=trend_emas, deadband=deadband,
-            max_alpha_change=max_alpha_change, min_alpha=min_alpha, max_alpha=max_alpha,
-            error_scale=error_scale))
+                                 zero.long(), self._full(1.0)), dict(
+            kp=kp, ki=ki, kd=kd, integral_growth=integral_growth,
+            max_integral_gain=max_integral_gain, growth_band=growth_band, error_ema=error_ema,
+            trend_emas=trend_emas, deadband=deadband, max_alpha_change=max_alpha_change,
+            min_alpha=min_alpha, max_alpha=max_alpha, error_scale=error_scale))
 
     def _constants(self, s: Dict[str, Any]) -> Tuple[PIDConsts, float, float]:
         for arg in ("kp", "ki", "kd"):
@@ -102,6 +112,9 @@ class PIDEntropyTargetAlgorithm(EntropyController):
         if not fast < slow < 1:
             raise ValueError(f"trend_emas must satisfy 0 <= fast < slow < 1, got {trend!r}")
         check_real("deadband", s["deadband"], minimum=0.0, maximum=0.99)
+        growth = check_real("integral_growth", s["integral_growth"], minimum=1.0)
+        check_real("max_integral_gain", s["max_integral_gain"], minimum=1.0)
+        check_real("growth_band", s["growth_band"], minimum=0.0, below=1.0)
         check_real("max_alpha_change", s["max_alpha_change"], above=1.0)
         min_alpha, max_alpha = check_real("min_alpha", s["min_alpha"], positive=True), s[
             "max_alpha"]
@@ -110,12 +123,13 @@ class PIDEntropyTargetAlgorithm(EntropyController):
             raise ValueError(f"max_alpha ({max_alpha}) must be > min_alpha ({min_alpha})")
         scale = self._error_scale(s)
         consts = PIDConsts(1.0 / scale, s["kp"], s["ki"], s["kd"], s["error_ema"], fast, slow,
-                           s["deadband"], math.log(s["max_alpha_change"]))
+                           s["deadband"], math.log(s["max_alpha_change"]), growth, 1.0 / growth,
+                           s["max_integral_gain"], s["growth_band"])
         return consts, math.log(min_alpha), math.inf if max_alpha is None else math.log(max_alpha)
 
     def _rule(self, x: Any, s: PIDState, entropy: Any, valid: Any, target: Any, c: Any,
-              b: Any, stalled: Any) -> PIDState:
-        return pid_rule(x, s, entropy, valid, target, c, b, stalled)
+              b: Any) -> PIDState:
+        return pid_rule(x, s, entropy, valid, target, c, b)
 
     def _error_scale(self, s: Dict[str, Any]) -> float:
         if s["error_scale"] is None:

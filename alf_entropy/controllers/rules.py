@@ -13,7 +13,6 @@ decision is a ``x.where`` on a condition, so the same code runs
 
 with the same dtypes and so the same bits.
 """
-import math
 from typing import Any, Tuple
 
 import numpy as np
@@ -24,15 +23,9 @@ from alf_entropy.controllers.state import PIDState, SGDState, StagedState, Watch
 __all__ = ["ScalarOps", "ArrayOps", "TensorOps", "window_mean", "window_average", "staged_rule",
            "pid_rule", "sgd_rule", "watch_rule", "span_rule", "unreachable"]
 
-WINDUP_CLIMB = 4.0
-"""The climb of ``alpha`` in a spell below the target allowed before the entropy answers."""
-WINDUP_RESPONSE = 0.05
-"""A rise of the entropy under this fraction of the nominal one (``entropy_per_log_alpha``
-per unit of ``log_alpha`` climbed) is a stall."""
 WINDUP_WINDOW = 500
-"""Updates of a spell below the target before a stall counts as an unreachable target."""
-WINDUP_MARGIN = 0.05
-"""The smallest rise of the entropy (relative to the target) that counts as an answer."""
+"""Updates in a row below the target with ``alpha`` at its ceiling before the target counts
+as unreachable."""
 WATCH_EMA = 0.99
 """Smoothing of the entropy that the windup watch and settled annealing compare."""
 TARGET_MOVE = 0.05
@@ -156,34 +149,45 @@ def staged_rule(x: Any, s: StagedState, entropy: Any, valid: Any, target: Any,
         window=window, seen=seen)
 
 
-def pid_rule(x: Any, s: PIDState, entropy: Any, valid: Any, target: Any, c: Any, b: Any,
-             stalled: Any) -> PIDState:
+def pid_rule(x: Any, s: PIDState, entropy: Any, valid: Any, target: Any, c: Any,
+             b: Any) -> PIDState:
     """PID on ``e = (target - H) / error_scale``: ``log_alpha = I + kp ema(e) - kd trend``.
 
-    The integral holds inside the dead band, while the P and D terms already
-    push the other way, and upwards while the watch has ``stalled``; it absorbs
-    what the bounds cut off (back-calculation).  The first update sets ``I``
-    so that the output is the initial ``alpha`` (bumpless start).  ``alpha``
-    moves by at most ``c.max_step`` in log per update, within the bounds ``b``;
-    while stalled it holds.
+    ``I`` integrates ``ki * gain * e`` (at most ``c.max_step`` a step).  ``gain``
+    grows ``c.gain_growth``-fold per update while the entropy stays below the
+    target (outside ``c.gain_band`` of it) and is not rising, shrinks while it
+    rises, within ``[1, c.max_gain]``, and restarts at 1 at a crossing: a slow
+    plant (PPO's entropy, answering alpha over many updates) gets the integral
+    rate it needs, a fast one keeps ``ki``.  The integral holds inside the dead
+    band and while the P and D terms already push the other way, and absorbs
+    what the bounds ``b`` cut off (back-calculation).  The first update sets
+    ``I`` so that the output is the initial ``alpha`` (bumpless start);
+    ``alpha`` moves by at most ``c.max_step`` in log per update.
     """
     first = s.count == 0
     err = (target - entropy) * c.inv_scale
     err_ema = x.where(first, err, c.err_beta * s.err_ema + (1 - c.err_beta) * err)
     fast = x.where(first, entropy, c.fast_beta * s.fast + (1 - c.fast_beta) * entropy)
     slow = x.where(first, entropy, c.slow_beta * s.slow + (1 - c.slow_beta) * entropy)
-    pd = c.kp * err_ema - c.kd * ((fast - slow) * c.inv_scale)
+    trend = (fast - slow) * c.inv_scale  # > 0: rising
+    pd = c.kp * err_ema - c.kd * trend
+    below = err_ema > 0
+    outside = x.abs(err_ema) > c.gain_band * x.abs(target) * c.inv_scale
+    same_side = x.where(below, s.gain > 0, s.gain < 0)
+    gain = x.abs(s.gain) * x.where(below & (trend <= 0), c.gain_growth, c.gain_shrink)
+    gain = x.minimum(x.where(gain < 1.0, 1.0, gain), c.max_gain)
+    gain = x.where(same_side & outside, gain, 1.0)
     inside = x.abs(target - entropy) <= c.deadband * x.abs(target)
-    hold = inside | ((err > 0) & ((pd < 0) | stalled)) | ((err < 0) & (pd > 0))
-    integral = s.integral + x.where(hold, 0.0, c.ki * err)
+    hold = inside | ((err > 0) & (pd < 0)) | ((err < 0) & (pd > 0))
+    step = x.minimum(x.maximum(c.ki * gain * err, -c.max_step), c.max_step)
+    integral = s.integral + x.where(hold, 0.0, step)
     integral = x.where(first, s.log_alpha - pd, integral)
     wanted = integral + pd
-    lo = x.where(stalled, s.log_alpha, b.lo)
-    hi = x.where(stalled, s.log_alpha, b.hi)
-    bounded = x.minimum(x.maximum(wanted, lo), hi)
+    bounded = x.minimum(x.maximum(wanted, b.lo), b.hi)
     integral = integral + (bounded - wanted)
     log_alpha = x.minimum(x.maximum(bounded, s.log_alpha - c.max_step), s.log_alpha + c.max_step)
-    new = PIDState(log_alpha, integral, err_ema, fast, slow, s.count + 1)
+    new = PIDState(log_alpha, integral, err_ema, fast, slow, s.count + 1,
+                   x.where(below, gain, -gain))
     return PIDState(*(x.where(valid, n, o) for n, o in zip(new, s)))
 
 
@@ -198,35 +202,27 @@ def sgd_rule(x: Any, s: SGDState, entropy: Any, valid: Any, target: Any, c: Any)
 
 
 def watch_rule(x: Any, s: WatchState, entropy: Any, has_data: Any, valid: Any, target: Any,
-               log_alpha: Any, c: Any) -> Tuple[WatchState, Any]:
+               log_alpha: Any, c: Any, max_log_alpha: Any) -> Tuple[WatchState, Any]:
     """The windup watch, the NaN/inf count and settled annealing of the target.
 
-    A spell is a run of updates with the smoothed entropy under the target;
-    within it ``stalled`` is set once ``alpha`` has climbed ``WINDUP_CLIMB``-fold
-    while the entropy rose from its trough by less than ``WINDUP_RESPONSE`` of
-    the nominal rise (``c.response = WINDUP_RESPONSE * entropy_per_log_alpha``
-    per unit of ``log_alpha``; at least ``WINDUP_MARGIN`` of the target), until
-    it does or the spell ends.  Annealing: after ``c.anneal_window`` updates
-    within ``c.anneal_tolerance`` of the target (or stalled short of it) the
-    target steps down by ``c.anneal_drop`` of itself, not below ``c.anneal_final``.
+    A stall: the smoothed entropy below the target with ``alpha`` at its ceiling
+    (``max_log_alpha``), the one state in which alpha provably can do no more (a
+    slow plant may need alpha to climb a thousandfold before its entropy
+    answers, so no climb counts); ``stalled_for`` counts them in a row.  Annealing: after
+    ``c.anneal_window`` updates within ``c.anneal_tolerance`` of the target (or
+    stalled short of it) the target steps down by ``c.anneal_drop`` of itself,
+    not below ``c.anneal_final``.
 
     Returns:
         ``(new state, new target)``.
     """
     ema = x.where(s.count == 0, entropy, WATCH_EMA * s.ema + (1 - WATCH_EMA) * entropy)
-    below = x.where(ema < target, s.below + 1, 0)
-    restart = below <= 1
-    climbed = log_alpha - s.ref
-    trough = x.where(s.stalled, s.trough, x.minimum(s.trough, ema))
-    answered = (ema - trough) >= x.maximum(c.response * climbed,
-                                           WINDUP_MARGIN * x.abs(target))
-    stalled = x.where(restart | answered, False, s.stalled | (climbed >= math.log(WINDUP_CLIMB)))
+    stalled = (ema < target) & (log_alpha >= max_log_alpha - 1e-6)
     near = x.abs(ema - target) <= c.anneal_tolerance * x.abs(target)
     settled = x.where(near | stalled, s.settled + 1, 0)
     fire = settled >= c.anneal_window
     lowered = x.maximum(target - c.anneal_drop * x.abs(target), c.anneal_final)
-    new = WatchState(ema, x.where(restart, log_alpha, x.minimum(s.ref, log_alpha)),
-                     x.where(restart, ema, trough), below, s.count + 1, stalled,
+    new = WatchState(ema, x.where(stalled, s.stalled_for + 1, 0), s.count + 1,
                      x.where(fire, 0, settled), s.nonfinite)
     new = WatchState(*(x.where(valid, n, o) for n, o in zip(new, s)))
     nonfinite = s.nonfinite + x.where(valid, 0, x.where(has_data, 1, 0))  # NaN/inf, not empty
@@ -243,6 +239,7 @@ def span_rule(x: Any, log_alpha: Any, lowest: Any, highest: Any, span: Any) -> T
     return log_alpha, x.minimum(lowest, log_alpha), x.maximum(highest, log_alpha)
 
 
-def unreachable(below: Any, stalled: Any, log_alpha: Any, max_log_alpha: Any) -> Any:
-    """The watch's verdict: a long spell below the target, ``alpha`` stalled or at its ceiling."""
-    return (below >= WINDUP_WINDOW) & (stalled | (log_alpha >= max_log_alpha - 1e-6))
+def unreachable(stalled_for: Any) -> Any:
+    """The watch's verdict: ``WINDUP_WINDOW`` updates in a row below the target with ``alpha``
+    at its ceiling."""
+    return stalled_for >= WINDUP_WINDOW

@@ -104,7 +104,7 @@ class SGDEntropyTargetAlgorithm(EntropyController):
                 math.inf if hi is None else math.log(hi))
 
     def _rule(self, x: Any, s: SGDState, entropy: Any, valid: Any, target: Any, c: Any,
-              b: Any, stalled: Any) -> SGDState:
+              b: Any) -> SGDState:
         return sgd_rule(x, s, entropy, valid, target, c)
 
     def optimizer(self) -> torch.optim.Optimizer:

@@ -190,7 +190,7 @@ class EntropyTargetAlgorithm(EntropyController):
         return consts, float(np.float32(min_log_alpha)), hi
 
     def _rule(self, x: Any, s: StagedState, entropy: Any, valid: Any, target: Any, c: Any,
-              b: Any, stalled: Any) -> StagedState:
+              b: Any) -> StagedState:
         return staged_rule(x, s, entropy, valid, target, c)
 
     @property

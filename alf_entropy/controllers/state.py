@@ -39,6 +39,7 @@ class PIDState(NamedTuple):
     fast: Any
     slow: Any
     count: Any
+    gain: Any  # the integral rate's growth: + while below the target, - above
 
 
 class SGDState(NamedTuple):
@@ -59,19 +60,15 @@ class FixedState(NamedTuple):
 class WatchState(NamedTuple):
     """The windup watch (and settled annealing, and the NaN/inf count)."""
 
-    ema: Any
-    ref: Any  # the spell's lowest log_alpha
-    trough: Any  # the spell's lowest smoothed entropy
-    below: Any  # the spell's length
+    ema: Any  # the smoothed entropy
+    stalled_for: Any  # updates in a row with it below the target and alpha at its ceiling
     count: Any
-    stalled: Any
     settled: Any
     nonfinite: Any
 
 
-WATCH_DTYPES = dict(ema=torch.float32, ref=torch.float32, trough=torch.float32,
-                    below=torch.int64, count=torch.int64, stalled=torch.bool, settled=torch.int64,
-                    nonfinite=torch.int64)
+WATCH_DTYPES = dict(ema=torch.float32, stalled_for=torch.int64, count=torch.int64,
+                    settled=torch.int64, nonfinite=torch.int64)
 """The dtype of each field of ``WatchState``."""
 
 
@@ -104,6 +101,10 @@ class PIDConsts(NamedTuple):
     slow_beta: Any
     deadband: Any
     max_step: Any
+    gain_growth: Any
+    gain_shrink: Any
+    max_gain: Any
+    gain_band: Any
 
 
 class Bounds(NamedTuple):
@@ -115,7 +116,6 @@ class Bounds(NamedTuple):
 
 
 class WatchConsts(NamedTuple):
-    response: Any
     anneal_tolerance: Any
     anneal_window: Any
     anneal_drop: Any

@@ -187,7 +187,7 @@ def test_bad_settings_are_refused_and_change_nothing():
         pid.configure(kp=-1.0)
     with pytest.raises(ValueError, match="max_alpha"):
         pid.configure(max_alpha=1e-5)
-    assert pid.settings["kp"] == 2.0 and pid.settings["max_alpha"] is None
+    assert pid.settings["kp"] == 2.0 and pid.settings["max_alpha"] == 1.0
     with pytest.raises(ValueError, match="largest entropy"):
         pid.target_entropy = 5.0
     assert pid.target_entropy == 0.5
@@ -204,22 +204,28 @@ def test_fixed_coefficient_has_a_log_alpha_and_changes_at_once():
 
 @pytest.mark.parametrize("rule", ["staged", "pid"])
 def test_checkpoints_of_the_earlier_layout_load(rule):
-    """Buffers of the earlier version's checkpoints, renamed or absent then, load."""
+    """Buffers of the earlier layout's checkpoints load: renamed ones under their new names,
+    the climb-based watch's dropped, new ones kept as a fresh controller has them."""
     controller = RULES[rule](target_entropy=0.5)
     for k in range(30):
         controller.adjust_alpha(0.6 - 0.01 * k)
     old = dict(_tensors(controller))
-    for new, name in (("_watch_ema", "_watch_entropy"), ("_watch_stalled", "_stalled"),
-                      ("_watch_nonfinite", "_num_nonfinite")):
-        old[name] = old.pop(new)
+    old["_watch_entropy"], old["_num_nonfinite"] = old.pop("_watch_ema"), old.pop(
+        "_watch_nonfinite")
+    old.update(_stalled=torch.tensor(False), _watch_ref=torch.tensor(0.0),
+               _watch_trough=torch.tensor(0.0), _watch_below=torch.tensor(0))
     if rule == "staged":
         old["_avg_entropy._buf"], old["_avg_entropy._count"] = old.pop("_window"), old.pop("_seen")
-    for absent in ("_ref_target", "_target_now", "_watch_settled", "_span_lo", "_span_hi",
-                   "_acc_sum", "_acc_count"):
+    for absent in ("_ref_target", "_target_now", "_watch_settled", "_watch_stalled_for",
+                   "_span_lo", "_span_hi", "_acc_sum", "_acc_count", "_gain"):
         old.pop(absent, None)
     resumed = RULES[rule](target_entropy=0.5)
     resumed.load_state_dict(old)
-    assert torch.equal(resumed.adjust_alpha(0.3), controller.adjust_alpha(0.3))
+    carried = {"_watch_ema", "_watch_nonfinite", "_log_alpha"} | set(old) & set(_tensors(resumed))
+    for key in carried:
+        assert torch.equal(_tensors(resumed)[key], _tensors(controller)[key]), key
+    if rule == "staged":
+        assert torch.equal(resumed.adjust_alpha(0.3), controller.adjust_alpha(0.3))
 
 
 @pytest.mark.slow  # torch.compile: seconds per graph
