@@ -17,7 +17,6 @@ computed as ``sum(buffer) * (1 / n)`` as ALF does.
 from typing import Optional, Tuple
 
 import gin
-import numpy as np
 import torch
 import torch.nn as nn
 
@@ -133,33 +132,6 @@ class WindowAverager(_Averager):
         """
         n = self._count.clamp(min=1, max=self._window_size).to(self._buf.dtype)
         return self._buf.sum(dim=0) * (1.0 / n)
-
-    def average_on_host(self, value: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-        """``get()``, ``update(value)``, ``get()`` through numpy views of CPU buffers.
-
-        The same arithmetic as the tensor methods, with fewer torch calls,
-        for a caller on the CPU that reads values anyway.
-
-        Args:
-            value: the value (numpy, of ``spec.shape`` and dtype).
-
-        Returns:
-            ``(previous average, new average)`` as numpy values.
-
-        Raises:
-            ValueError: if the buffers are not on the CPU.
-        """
-        if self._buf.device.type != "cpu":
-            raise ValueError(
-                f"{self._name}: average_on_host needs CPU buffers, not {self._buf.device}"
-            )
-        buf, count = self._buf.numpy(), self._count.numpy()
-        c, w = int(count[()]), self._window_size
-        one = buf.dtype.type(1)
-        previous = self._buf.sum(dim=0).numpy()[()] * (one / min(max(c, 1), w))
-        buf[c % w] = value
-        count[()] = c + 1
-        return previous, self._buf.sum(dim=0).numpy()[()] * (one / min(c + 1, w))
 
 
 @gin.configurable
