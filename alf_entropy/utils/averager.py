@@ -14,7 +14,7 @@ data, the mean of what was seen while fewer than ``window_size`` values
 arrived, then the mean of the last ``window_size``; a window average is
 computed as ``sum(buffer) * (1 / n)`` as ALF does.
 """
-from typing import Optional, Tuple
+from typing import Optional
 
 import gin
 import torch
