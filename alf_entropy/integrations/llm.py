@@ -98,7 +98,7 @@ def lm_pid_settings(target_entropy: Target) -> Dict[str, Any]:
     relative to the target (``error_scale`` = the target, at least 0.05 nats),
     bounds the coefficient to ``[1e-5, 1]``, starts it at ``1e-2`` and moves it
     by at most 50 % per step; its integral rate does not grow (``integral_growth=1``:
-    the preset was tuned so, and a growing rate overshot on the toy task).  The rule itself is unchanged: these are
+    the preset was tuned so, and a growing rate overshot on the toy task).  These are
     constructor arguments only.
 
     Args:
