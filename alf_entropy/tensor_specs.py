@@ -289,7 +289,8 @@ def from_gym_space(space: Any) -> Any:
     except ImportError as e:
         raise ImportError(
             f"from_gym_space/from_space needs gymnasium to read {type(space).__name__}: "
-            "pip install gymnasium (any version from 0.29), or pip install \"alf_entropy[train]\"; "
+            "pip install gymnasium (any version from 0.29), or pip install -e \".[train]\" "
+            "(in a checkout of alf_entropy); "
             "without gymnasium, build the spec yourself, "
             "e.g. BoundedTensorSpec((), torch.int64, 0, n - 1)"
         ) from e

@@ -65,7 +65,7 @@ def test_the_controller_works_without_gymnasium():
     assert "TARGET 0.35" in out, out
     assert "FROM_SPACE" in out and "pip install gymnasium" in out, out
     assert "TRAINERS MissingDependencyError" in out, out
-    assert 'pip install "alf_entropy[train]"' in out, out
+    assert 'pip install -e ".[train]"' in out, out
     assert "not installed" in out, out
     assert "GYM_LOADED False" in out, out
 
@@ -86,7 +86,7 @@ def test_import_alf_entropy_is_light():
 ])
 def test_require_train_extra_names_what_to_install(monkeypatch, found, problem):
     monkeypatch.setattr(requirements, "gymnasium_version", lambda: found)
-    with pytest.raises(MissingDependencyError, match="alf_entropy\\[train\\]") as info:
+    with pytest.raises(MissingDependencyError, match=r"pip install -e \"\.\[train\]\"") as info:
         require_train_extra("the trainer")
     assert problem in str(info.value)
     assert isinstance(info.value, ImportError)
@@ -112,7 +112,7 @@ def test_cli_with_old_gymnasium_prints_one_line_and_exits_2(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith("alf-entropy-train: error: the trainer needs gymnasium>=1.1"), lines
-    assert 'pip install "alf_entropy[train]"' in lines[0]
+    assert 'pip install -e ".[train]"' in lines[0]
     assert not (tmp_path / "run").exists()
 
 

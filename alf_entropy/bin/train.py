@@ -22,7 +22,7 @@ includes one inherits it, and a config without it is refused.
 
 A missing file, a misspelt binding, a binding nothing uses, an invalid
 value, a missing or too old gymnasium (the trainer needs ``gymnasium>=1.1``:
-``pip install "alf_entropy[train]"``), a ``--root_dir`` that is a file, holds
+``pip install -e ".[train]"``), a ``--root_dir`` that is a file, holds
 another configuration's run (``--allow_config_change`` resumes it anyway) or
 is in use by another trainer, or a run whose checkpoints are all damaged exits
 with status 2 and a single ``alf-entropy-train: error: ...`` line on stderr (a

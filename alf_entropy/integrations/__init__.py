@@ -2,10 +2,10 @@
 
 * ``alf_entropy.integrations.sb3``: an entropy controller drives the entropy
   coefficient of Stable-Baselines3's PPO, A2C and SAC
-  (``pip install "alf_entropy[sb3]"``; see ``docs/sb3.md``).
+  (``pip install -e ".[sb3]"``; see ``docs/sb3.md``).
 * ``alf_entropy.integrations.trl``: an entropy controller drives the entropy
   coefficient of Hugging Face TRL's ``GRPOTrainer``
-  (``pip install "alf_entropy[trl]"``; see ``docs/llm_rl.md``), built on
+  (``pip install -e ".[trl]"``; see ``docs/llm_rl.md``), built on
   ``alf_entropy.integrations.llm`` (the trainer-independent part: one update per
   optimizer step from the step's entropy sum and token count) and
   ``alf_entropy.integrations.toy_lm`` (a tiny random LM task, no download).

@@ -30,7 +30,7 @@ Scheduled targets are fed SB3's progress before each update:
 ``<log_prefix>/alpha``, ``entropy``, ``target_entropy`` and ``stage`` with
 SB3's logger; SB3 itself logs the coefficient SAC used as ``train/ent_coef``.
 
-This module imports ``stable_baselines3`` (``pip install "alf_entropy[sb3]"``);
+This module imports ``stable_baselines3`` (``pip install -e ".[sb3]"``);
 the rest of the package never imports it.  A user guide with a runnable
 example is ``docs/sb3.md``.
 """
@@ -46,7 +46,8 @@ try:
     from stable_baselines3.common.utils import obs_as_tensor
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError(
-        "alf_entropy.integrations.sb3 needs Stable-Baselines3: pip install \"alf_entropy[sb3]\""
+        "alf_entropy.integrations.sb3 needs Stable-Baselines3: pip install -e \".[sb3]\" "
+        "(in a checkout of alf_entropy)"
     ) from e
 
 from alf_entropy.algorithms.entropy_controller import EntropyController

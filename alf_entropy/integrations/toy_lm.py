@@ -9,7 +9,7 @@
   so without an entropy bonus the per-token entropy collapses.
 
 This module imports ``transformers``, ``tokenizers`` and ``datasets`` (all
-installed with ``alf_entropy[trl]``).
+installed with ``pip install -e ".[trl]"``).
 """
 from typing import Any, List
 
@@ -21,7 +21,7 @@ try:
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("alf_entropy.integrations.toy_lm needs transformers, tokenizers and "
-                      "datasets: pip install \"alf_entropy[trl]\"") from e
+                      "datasets: pip install -e \".[trl]\" (in a checkout of alf_entropy)") from e
 
 __all__ = ["CHARACTERS", "char_tokenizer", "tiny_causal_lm", "toy_dataset", "toy_reward"]
 

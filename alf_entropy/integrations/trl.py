@@ -34,7 +34,7 @@ high-entropy tokens; pass ``allow_top_entropy_quantile=True`` to accept a
 target stated for those.  A non-finite entropy leaves the controller as it was
 (TRL itself then turns the bonus off for one step).
 
-This module imports ``trl`` (``pip install "alf_entropy[trl]"``); the rest of
+This module imports ``trl`` (``pip install -e ".[trl]"``); the rest of
 the package never imports it.  The user guide is ``docs/llm_rl.md``.
 """
 import math
@@ -46,7 +46,8 @@ try:
     from transformers import TrainerCallback
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError(
-        "alf_entropy.integrations.trl needs TRL: pip install \"alf_entropy[trl]\"") from e
+        "alf_entropy.integrations.trl needs TRL: pip install -e \".[trl]\" "
+        "(in a checkout of alf_entropy)") from e
 
 from alf_entropy.controllers.base import EntropyController
 from alf_entropy.integrations.llm import (

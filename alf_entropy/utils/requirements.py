@@ -4,7 +4,7 @@ The controller (``alf_entropy.algorithms``, ``tensor_specs``, ``utils``) needs
 only torch, gin-config, absl-py, tensorboard, numpy and optree, so it installs
 next to any gymnasium (0.29 for CleanRL, 1.x) or none.  The trainers and
 environments need ``gymnasium>=1.1`` (its ``AutoresetMode``) and ``tqdm``:
-``pip install "alf_entropy[train]"``.  :func:`require_train_extra` checks for
+``pip install -e ".[train]"``.  :func:`require_train_extra` checks for
 them and raises one :class:`MissingDependencyError` that says what to install.
 
 Examples:
@@ -30,7 +30,7 @@ __all__ = [
 MIN_GYMNASIUM = (1, 1)
 """The oldest gymnasium the trainers run with (``AutoresetMode``; setup.py's ``train`` extra)."""
 
-TRAIN_EXTRA = 'pip install "alf_entropy[train]"'
+TRAIN_EXTRA = 'pip install -e ".[train]"'
 """The install command that brings the trainers' dependencies."""
 
 

@@ -13,7 +13,7 @@ import os
 import pytest
 import torch
 
-pytest.importorskip("trl", reason="TRL is not installed (pip install 'alf_entropy[trl]')")
+pytest.importorskip("trl", reason="TRL is not installed (pip install -e '.[trl]')")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import trl  # noqa: E402

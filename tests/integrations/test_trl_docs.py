@@ -3,7 +3,7 @@ import pathlib
 
 import pytest
 
-pytest.importorskip("trl", reason="TRL is not installed (pip install 'alf_entropy[trl]')")
+pytest.importorskip("trl", reason="TRL is not installed (pip install -e '.[trl]')")
 
 from tests.test_readme import python_blocks  # noqa: E402
 
