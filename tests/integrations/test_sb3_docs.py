@@ -20,6 +20,7 @@ def test_the_example_runs_and_drives_ent_coef(capsys, one_thread):
     target = ns["callback"].controller.target_entropy  # reads the progress: before the reset
     out = capsys.readouterr().out
     assert "PPO: ent_coef" in out and "SAC: ent_coef" in out
+    assert ns["ppo"].ent_coef > 2 * 0.001  # the PID acted on PPO's falling entropy
     callback, model = ns["callback"], ns["model"]  # the SAC run's
     assert float(model.ent_coef_tensor) == pytest.approx(float(callback.controller.alpha))
     assert callback.num_updates == 200  # 300 steps, learning_starts=100
