@@ -343,8 +343,8 @@ class SettledAnnealing(metaclass=PlainGinErrors):
     for ``window`` consecutive controller updates, the target is lowered by
     ``(1 - factor) * |target|`` (never below ``final``), and the count starts
     over.  Updates in which the controller's windup watch finds the entropy
-    stalled short of the target count as well: a target out of reach steps
-    down too.  This object only describes the rule: a controller given it as
+    stalled short of the target (alpha at its ceiling) count as well: a target
+    out of reach steps down too.  This object only describes the rule: a controller given it as
     ``target_entropy`` runs the rule on its device (no host reads) and saves the
     target it is at in its ``state_dict``; its ``target_entropy`` reports it.
 
