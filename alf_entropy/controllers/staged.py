@@ -60,7 +60,7 @@ def describe_stage(stage: Any) -> str:
     return f"stage {stage}: {what}"
 
 
-def _seed_rate(rate: float) -> float:
+def _alf_rate(rate: float) -> float:
     """What ALF's ``torch.tensor(rate)`` holds (float32 for a Python float, float64 for a
     NumPy float64 such as the default ``np.log(2)``)."""
     return float(torch.tensor(rate).to(torch.float64))
@@ -183,8 +183,8 @@ class EntropyTargetAlgorithm(EntropyController):
             raise TypeError("track_target_changes must be a bool, got "
                             f"{type(s['track_target_changes']).__name__}")
         min_log_alpha = math.log(min_alpha) if min_alpha > 0 else -100.0
-        consts = StagedConsts(s["very_slow_update_rate"], _seed_rate(s["slow_update_rate"]),
-                              _seed_rate(s["fast_update_rate"]), min_log_alpha,
+        consts = StagedConsts(s["very_slow_update_rate"], _alf_rate(s["slow_update_rate"]),
+                              _alf_rate(s["fast_update_rate"]), min_log_alpha,
                               s["retarget_update_rate"], float(s["track_target_changes"]))
         hi = math.inf if max_alpha is None else float(np.float32(math.log(max_alpha)))
         return consts, float(np.float32(min_log_alpha)), hi
