@@ -271,7 +271,7 @@ class Trainer:
         device: ``"auto"``, ``"cpu"``, ``"cuda"`` or a ``torch.device``
             (under ``torchrun`` with CUDA: ``cuda:LOCAL_RANK``).
         num_threads: if given, ``torch.set_num_threads(num_threads)``.
-        progress_bar: show a tqdm progress line.
+        progress_bar: show a tqdm progress line (on a terminal only).
         summary_flush_secs: how often summaries are flushed to disk.
         stop_eval_return: stop (and checkpoint) as soon as an evaluation's
             mean return reaches it (needs ``eval_interval``).
@@ -999,7 +999,8 @@ class Trainer:
             total=self._num_iterations,
             initial=self._iteration,
             unit="it",
-            disable=not self._progress_bar,
+            # None: off where stderr is not a terminal (a log file gets log lines only).
+            disable=None if self._progress_bar else True,
             dynamic_ncols=True,
         )
         self._last_summary_time, self._last_summary_steps = time.time(), self._env_steps

@@ -156,11 +156,12 @@ def test_no_positive_limit_is_a_clear_error(tmp_path, limits, match):
         _trainer(tmp_path, **limits)
 
 
-def test_log_lines_are_written_through_the_progress_bar(tmp_path, capsys):
+def test_log_lines_are_written_through_the_progress_bar(tmp_path, capsys, monkeypatch):
     """A log line during training starts on its own line, not after the bar's text."""
     import logging
     import sys
 
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # the bar shows on a terminal only
     root = logging.getLogger()
     console = logging.StreamHandler(sys.stderr)  # the captured stderr, as a terminal's
     console.setFormatter(logging.Formatter("LOG %(message)s"))
@@ -187,3 +188,11 @@ def test_log_lines_are_written_through_the_progress_bar(tmp_path, capsys):
     for line in logged:
         # tqdm.write clears the bar (a carriage return) before the line.
         assert line.rsplit("\r", 1)[-1].startswith("LOG iteration"), repr(line)
+
+
+def test_no_progress_bar_where_stderr_is_not_a_terminal(tmp_path, capsys):
+    """``alf-entropy-train ... 2> log``: the log gets no bar updates."""
+    _trainer(tmp_path, num_iterations=3, checkpoint_interval=None, eval_interval=None,
+             progress_bar=True).train()
+    err = capsys.readouterr().err
+    assert not [line for line in err.split("\n") if "it/s" in line or "s/it" in line], err
