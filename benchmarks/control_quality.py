@@ -35,7 +35,7 @@ Tasks:
     rule with learning rate 0 from alpha 0.05, so that the target is still
     logged); run with ``alf-entropy-sweep``, metrics from the report.
 
-Metrics (``alf_entropy.utils.control_metrics``, band ±5% of the target):
+Metrics (``alf_entropy.experiments.control_metrics``, band ±5% of the target):
 tracking RMSE after warm-up (from the first update whose entropy is within
 the band or below it), fraction of those updates more than 5% below target,
 settling time after the step, largest alpha change within one iteration
@@ -63,8 +63,8 @@ from alf_entropy.algorithms.entropy_target_algorithm import (
 )
 from alf_entropy.algorithms.pid_entropy_target_algorithm import PIDEntropyTargetAlgorithm
 from alf_entropy.data_structures import StepType
+from alf_entropy.experiments import control_metrics as cm
 from alf_entropy.tensor_specs import BoundedTensorSpec
-from alf_entropy.utils import control_metrics as cm
 
 NUM_ACTIONS = 4
 BATCH = 8
@@ -258,14 +258,14 @@ def _group_table(markdown_path):
 
 def _last_evals(run_dir, k=3):
     """Mean of the last ``k`` evaluation returns of a run."""
-    from alf_entropy.bin.report import load_run
+    from alf_entropy.experiments.report import load_run
 
     values = load_run(run_dir).get("eval/return")[1]
     return float(np.mean(values[-k:])) if values.size else math.nan
 
 
 def _run_sweeps(sweeps, out_dir, jobs):
-    from alf_entropy.bin.sweep import run_sweep
+    from alf_entropy.experiments.sweep import run_sweep
 
     dirs = []
     for name, spec in sweeps.items():
@@ -278,7 +278,7 @@ def _run_sweeps(sweeps, out_dir, jobs):
 
 
 def benchmark_ppo(seeds, out_dir, jobs, only=None):
-    from alf_entropy.bin.report import write_report
+    from alf_entropy.experiments.report import write_report
 
     base = {"gin_file": ["ppo_cartpole.gin"], "seeds": list(seeds)}
     sgd = PPO_SGD
@@ -315,7 +315,7 @@ def benchmark_ppo(seeds, out_dir, jobs, only=None):
 
 def benchmark_main_job(seeds, out_dir, jobs):
     """The shipped main job (ppo_cartpole.gin, staged) and its PID twin, as shipped."""
-    from alf_entropy.bin.report import write_report
+    from alf_entropy.experiments.report import write_report
 
     quiet = ["OnPolicyTrainer.progress_bar = False"]
     sweeps = {name: {"gin_file": [gin], "seeds": list(seeds), "gin_param": quiet}
@@ -344,8 +344,8 @@ SAC_COMMON = [
 
 
 def benchmark_sac(seeds, out_dir, jobs, steps=10000, only=None):
-    from alf_entropy.bin.report import write_report
-    from alf_entropy.bin.sweep import run_sweep
+    from alf_entropy.experiments.report import write_report
+    from alf_entropy.experiments.sweep import run_sweep
 
     common = SAC_COMMON + [f"OffPolicyTrainer.num_env_steps = {steps}"]
     base = {"seeds": list(seeds), "seed_binding": "OffPolicyTrainer.seed"}
@@ -372,7 +372,7 @@ def benchmark_sac(seeds, out_dir, jobs, steps=10000, only=None):
                            log=lambda s: print(s, file=sys.stderr))
         print(f"  {name}: {time.time() - start:.0f}s, failed {result['failed']}", file=sys.stderr)
         dirs += [r.root_dir for r in result["runs"]]
-    from alf_entropy.bin.report import load_run
+    from alf_entropy.experiments.report import load_run
 
     rep = write_report(dirs, os.path.join(out_dir, "sac", "report"), dpi=60)
     print(f"\n(c) SAC Pendulum, target entropy -1, {steps} env steps, seeds {list(seeds)}\n")
@@ -400,7 +400,7 @@ def benchmark_sac(seeds, out_dir, jobs, steps=10000, only=None):
 
 def benchmark_discrete_sac(seeds, out_dir, jobs, steps=18000, only=None):
     """(d) discrete SAC on CartPole at SAC's usual target 0.98 log 2, no max_alpha."""
-    from alf_entropy.bin.report import load_run, write_report
+    from alf_entropy.experiments.report import load_run, write_report
 
     target = 0.98 * math.log(2)
     common = SAC_COMMON + [f"OffPolicyTrainer.num_env_steps = {steps}",
@@ -440,7 +440,7 @@ def benchmark_discrete_sac(seeds, out_dir, jobs, steps=18000, only=None):
 
 def benchmark_annealing(seeds, out_dir, jobs, steps=100000):
     """(d') discrete SAC from the same target with SettledAnnealing: solved within ``steps``?"""
-    from alf_entropy.bin.report import load_run
+    from alf_entropy.experiments.report import load_run
 
     target = 0.98 * math.log(2)
     sweeps = {"pid_annealed": {

@@ -37,8 +37,8 @@ DEFAULT = ["ac_cartpole", "ppo_cartpole_scheduled_target", "ppo_pendulum", "sac_
 
 
 def main() -> None:
-    from alf_entropy.bin.report import load_run, write_report
-    from alf_entropy.bin.sweep import run_sweep
+    from alf_entropy.experiments.report import load_run, write_report
+    from alf_entropy.experiments.sweep import run_sweep
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--configs", nargs="+", default=DEFAULT, choices=sorted(CONFIGS))

@@ -7,8 +7,8 @@ import torch
 
 from alf_entropy.algorithms.entropy_target_algorithm import EntropyTargetAlgorithm
 from alf_entropy.data_structures import Experience
+from alf_entropy.experiments import control_metrics as cm
 from alf_entropy.tensor_specs import BoundedTensorSpec
-from alf_entropy.utils import control_metrics as cm
 
 DISCRETE4 = BoundedTensorSpec((), torch.int64, 0, 3)
 

@@ -5,7 +5,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from alf_entropy.bin import report  # noqa: E402
+from alf_entropy.experiments import report  # noqa: E402
 
 
 def _row(**values):
@@ -41,7 +41,7 @@ def test_ctrl_c_is_one_line_and_status_130_not_an_error(tmp_path, capsys, monkey
                                                         module_name, target):
     import importlib
 
-    module = importlib.import_module(f"alf_entropy.bin.{module_name}")
+    module = importlib.import_module(f"alf_entropy.experiments.{module_name}")
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
@@ -60,7 +60,7 @@ def test_ctrl_c_is_one_line_and_status_130_not_an_error(tmp_path, capsys, monkey
 
 def test_seeds_of_one_sweep_are_grouped_under_its_name():
     """Runs named only ``seed=N`` (one sweep's dir) form a group named after the sweep."""
-    from alf_entropy.bin.report import RunData, _group_label
+    from alf_entropy.experiments.report import RunData, _group_label
 
     runs = [RunData.__new__(RunData) for _ in range(2)]
     for k, run in enumerate(runs):

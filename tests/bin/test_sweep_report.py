@@ -12,8 +12,8 @@ import os
 import numpy as np
 import pytest
 
-from alf_entropy.bin import report, sweep
-from alf_entropy.utils import control_metrics as cm
+from alf_entropy.experiments import control_metrics as cm
+from alf_entropy.experiments import report, sweep
 
 # Sweeps of real runs: the slow lane (pytest -m slow); plain pytest runs it.
 pytestmark = pytest.mark.slow

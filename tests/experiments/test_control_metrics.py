@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from alf_entropy.utils import control_metrics as cm
+from alf_entropy.experiments import control_metrics as cm
 
 
 def test_warmup_end_first_sample_near_or_below_target():

@@ -1,0 +1,12 @@
+"""Experiment tools: sweeps, reports and control metrics.
+
+* ``sweep.py``: ``alf-entropy-sweep``, a grid of gin bindings x seeds, each run
+  an ``alf-entropy-train`` process (or a Ray task);
+* ``report.py``: ``alf-entropy-report``, figures and a metrics table from the
+  runs' TensorBoard events;
+* ``control_metrics.py``: how well an entropy followed its target (tracking
+  RMSE, settling times, ...), on plain sequences of numbers.
+
+They sit on top of the library: the trainers, algorithms, controllers,
+networks, environments and utils never import this package.
+"""

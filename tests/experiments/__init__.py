@@ -1,0 +1,1 @@
+"""Tests for ``alf_entropy.experiments``."""
