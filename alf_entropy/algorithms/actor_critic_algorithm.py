@@ -35,12 +35,14 @@ bootstrapped from the value of its final observation, a terminated one
 Entropy: ``entropy_regularization`` adds ``-coef * entropy`` to the loss
 (``coef`` a number or a scheduler).  With ``enforce_entropy_target=True`` the
 coefficient is instead adapted by the entropy controller: the algorithm calls
-its ``rollout_step``/``train_step``, adds its ``calc_loss`` (which adjusts
-``alpha`` once per call, i.e. once per minibatch) to the loss, and its state
-is part of this algorithm's ``state_dict``.
+its ``train_step``, adds its ``calc_loss`` (which adjusts ``alpha`` once per
+call, i.e. once per minibatch) to the loss, and its state is part of this
+algorithm's ``state_dict``.  With ``entropy_target_update="per_iteration"``
+the minibatches read ``alpha`` (``entropy_loss(..., update=False)``) and
+``train_from_unroll`` calls ``adjust_alpha`` once per unroll with the mean of
+their entropies.
 """
 import math
-import numbers
 from typing import Any, Callable, List, Optional, Tuple, Union
 
 import gin
@@ -48,9 +50,7 @@ import torch
 import torch.distributions as td
 import torch.nn as nn
 
-from alf_entropy import accel
 from alf_entropy.algorithms.algorithm import Algorithm, OptimizerArg, combine_loss_infos
-from alf_entropy.algorithms.entropy_controller import EntropyController
 from alf_entropy.data_structures import (
     AlgStep,
     Experience,
@@ -61,7 +61,7 @@ from alf_entropy.data_structures import (
 )
 from alf_entropy.networks import ActorDistributionNetwork, ValueNetwork, mode_of
 from alf_entropy.utils import dist_utils, nest, schedulers, summary, value_ops
-from alf_entropy.utils.checks import check_real
+from alf_entropy.utils.checks import check_callable, check_choice, check_int, check_real
 from alf_entropy.utils.math_ops import masked_mean
 from alf_entropy.utils.optimizers import FusedAdam
 
@@ -146,15 +146,6 @@ def _is_nested_spec(spec: Any) -> bool:
     return nest.is_nested(spec)
 
 
-def _check_optional_positive(value: Any, name: str, allow_zero: bool = False) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number or None, got {value!r}")
-    if value < 0 or (value == 0 and not allow_zero):
-        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value}")
-
-
 @gin.configurable
 class ActorCriticAlgorithm(Algorithm):
     """Advantage actor-critic with GAE (see the module docstring).
@@ -206,13 +197,22 @@ class ActorCriticAlgorithm(Algorithm):
             clipping).
         num_epochs: passes over each unroll (1 for A2C).
         num_minibatches: minibatches per pass (1 for A2C: the whole unroll).
+        fast_acting: act through the actor network's ``sample_with_log_prob``
+            where it offers one (an ``ActorDistributionNetwork`` with one
+            categorical head: the draws of ``dist.sample()`` and
+            ``dist.log_prob``, without building ``dist``); the controller's
+            ``rollout_step`` is then not called (off-policy it returns
+            nothing).  ``False``: always build the distribution and pass it
+            to the controller's ``rollout_step`` (for a controller that
+            watches the rollouts, or a subclass that changes ``_log_prob``).
         debug_summaries: write extra summaries (passed to the controller too).
         name: the name (summary scope).
 
     Raises:
         ValueError: for out-of-range arguments, or when both
             ``entropy_regularization`` and ``enforce_entropy_target`` are set.
-        TypeError: if a network ctor is not callable.
+        TypeError: if a network ctor is not callable, or a numeric argument
+            is not a number.
     """
 
     def __init__(
@@ -235,6 +235,7 @@ class ActorCriticAlgorithm(Algorithm):
         max_grad_norm: Optional[float] = 0.5,
         num_epochs: int = 1,
         num_minibatches: int = 1,
+        fast_acting: bool = True,
         debug_summaries: bool = False,
         name: str = "ActorCriticAlgorithm",
     ):
@@ -243,59 +244,32 @@ class ActorCriticAlgorithm(Algorithm):
             debug_summaries=debug_summaries,
             name=name,
         )
-        for arg, value in (("gamma", gamma), ("td_lambda", td_lambda)):
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, numbers.Real)
-                or not 0.0 <= value <= 1.0
-            ):
-                raise ValueError(f"{arg} must be a number in [0, 1], got {value!r}")
-        _check_optional_positive(td_loss_weight, "td_loss_weight", allow_zero=True)
-        if td_loss_weight is None:
-            raise ValueError("td_loss_weight must be a number >= 0, got None")
-        _check_optional_positive(max_grad_norm, "max_grad_norm")
-        _check_optional_positive(reward_scale, "reward_scale")
-        if reward_scale is None:
-            raise ValueError("reward_scale must be a number > 0, got None")
-        for arg, value in (("num_epochs", num_epochs), ("num_minibatches", num_minibatches)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{arg} must be an int >= 1, got {value!r}")
-        if not callable(actor_network_ctor):
-            raise TypeError("actor_network_ctor must be callable")
-        if not callable(value_network_ctor):
-            raise TypeError("value_network_ctor must be callable")
-        if entropy_target_update not in _ENTROPY_TARGET_UPDATES:
-            raise ValueError(
-                f"entropy_target_update must be one of {_ENTROPY_TARGET_UPDATES}, got "
-                f"{entropy_target_update!r}"
-            )
+        check_callable("actor_network_ctor", actor_network_ctor)
+        check_callable("value_network_ctor", value_network_ctor)
+        check_choice("entropy_target_update", entropy_target_update, _ENTROPY_TARGET_UPDATES)
         self._per_iteration = entropy_target_update == "per_iteration"
-        self._log_alpha_cap = None
-        if max_alpha_change_per_iteration is not None:
-            check_real("max_alpha_change_per_iteration", max_alpha_change_per_iteration)
-            if max_alpha_change_per_iteration <= 1:
-                raise ValueError("max_alpha_change_per_iteration must be > 1 or None, got "
-                                 f"{max_alpha_change_per_iteration!r}")
-            self._log_alpha_cap = math.log(max_alpha_change_per_iteration)
-        self._iteration_entropies: List[Any] = []
+        cap = check_real("max_alpha_change_per_iteration", max_alpha_change_per_iteration,
+                         above=1.0, allow_none=True)
+        self._log_alpha_cap = None if cap is None else math.log(cap)
         if enforce_entropy_target and entropy_regularization is not None:
             raise ValueError(
                 "entropy_regularization must be None when enforce_entropy_target is "
                 "True (the entropy controller sets the coefficient)"
             )
         if entropy_regularization is not None and not callable(entropy_regularization):
-            _check_optional_positive(entropy_regularization, "entropy_regularization", True)
+            check_real("entropy_regularization", entropy_regularization, minimum=0.0)
 
         self._observation_spec = observation_spec
         self._action_spec = action_spec
-        self._gamma = float(gamma)
-        self._td_lambda = float(td_lambda)
+        self._gamma = check_real("gamma", gamma, minimum=0.0, maximum=1.0)
+        self._td_lambda = check_real("td_lambda", td_lambda, minimum=0.0, maximum=1.0)
         self._normalize_advantages = bool(normalize_advantages)
-        self._td_loss_weight = float(td_loss_weight)
-        self._reward_scale = float(reward_scale)
-        self._max_grad_norm = None if max_grad_norm is None else float(max_grad_norm)
-        self._num_epochs = num_epochs
-        self._num_minibatches = num_minibatches
+        self._td_loss_weight = check_real("td_loss_weight", td_loss_weight, minimum=0.0)
+        self._reward_scale = check_real("reward_scale", reward_scale, positive=True)
+        self._max_grad_norm = check_real("max_grad_norm", max_grad_norm, positive=True,
+                                         allow_none=True)
+        self._num_epochs = check_int("num_epochs", num_epochs, minimum=1)
+        self._num_minibatches = check_int("num_minibatches", num_minibatches, minimum=1)
         self._entropy_regularization = (
             None
             if entropy_regularization is None
@@ -318,18 +292,8 @@ class ActorCriticAlgorithm(Algorithm):
             self._entropy_target_algorithm = entropy_target_cls(
                 action_spec, debug_summaries=debug_summaries
             )
-        # rollout_step may draw through ActorDistributionNetwork.sample_with_log_prob
-        # when the controller's rollout_step is the base one (ignoring the
-        # distribution off-policy) and _log_prob is this class's.
-        self._fast_acting = (
-            accel.ENABLED
-            and isinstance(self._actor_network, ActorDistributionNetwork)
-            and type(self)._log_prob is ActorCriticAlgorithm._log_prob
-            and (
-                self._entropy_target_algorithm is None
-                or type(self._entropy_target_algorithm).rollout_step
-                is EntropyController.rollout_step
-            )
+        self._fast_acting = bool(fast_acting) and isinstance(
+            self._actor_network, ActorDistributionNetwork
         )
         # Created now so that a checkpoint can restore its state at once.
         self.optimizers()
@@ -408,6 +372,25 @@ class ActorCriticAlgorithm(Algorithm):
         dist = self._actor_network(inputs.observation)
         return AlgStep(output=mode_of(dist), state=state)
 
+    def _draw(self, observation: Any) -> Tuple[Any, torch.Tensor, Any]:
+        """One draw from the policy: ``(action, log_prob, dist)``.
+
+        With ``fast_acting`` the network draws without building the
+        distribution (``dist`` is then None); it declines (None) what it does
+        not cover (a hook, ``ALF_ENTROPY_ACCEL=0``), which can change after
+        construction, so that is asked per call.
+        """
+        if self._fast_acting:
+            drawn = self._actor_network.sample_with_log_prob(observation)
+            if drawn is not None:
+                return drawn[0], drawn[1], None
+        dist = self._actor_network(observation)
+        if isinstance(dist, td.Distribution):
+            action = dist.sample()
+        else:
+            action = nest.map_structure(lambda d: d.sample(), dist)
+        return action, self._log_prob(dist, action), dist
+
     def rollout_step(self, inputs: TimeStep, state: Any = ()) -> AlgStep:
         """Sample an action; keep its log-probability.
 
@@ -424,22 +407,9 @@ class ActorCriticAlgorithm(Algorithm):
             AlgStep: ``output`` the action nest, ``info`` an
             ``ActorCriticInfo(log_prob, entropy_target)``.
         """
-        if self._fast_acting:
-            drawn = self._actor_network.sample_with_log_prob(inputs.observation)
-            if drawn is not None:
-                # What the path below gives (the controller's rollout_step
-                # returns an empty AlgStep off-policy), at less cost.
-                action, log_prob = drawn
-                return AlgStep(output=action, state=state,
-                               info=ActorCriticInfo(log_prob=log_prob, entropy_target=()))
-        dist = self._actor_network(inputs.observation)
-        if isinstance(dist, td.Distribution):
-            action = dist.sample()
-        else:
-            action = nest.map_structure(lambda d: d.sample(), dist)
-        log_prob = self._log_prob(dist, action)
+        action, log_prob, dist = self._draw(inputs.observation)
         entropy_target_info = ()
-        if self._entropy_target_algorithm is not None:
+        if not self._fast_acting and self._entropy_target_algorithm is not None:
             # Rollout infos are not trained on directly: train_step
             # recomputes the distribution, so the controller only acts there.
             entropy_target_info = self._entropy_target_algorithm.rollout_step(
@@ -589,15 +559,13 @@ class ActorCriticAlgorithm(Algorithm):
             return main
         controller = self._entropy_target_algorithm
         if self._per_iteration:
-            # No update here: record the minibatch's mean entropy (per action
-            # leaf) for the one update at the end of train_from_unroll.
+            # Read alpha only: train_from_unroll adjusts it once per unroll.
             info = train_info.entropy_target
-            entropy = nest.map_structure(torch.neg, info.loss.extra.neg_entropy)
-            self._iteration_entropies.append(
-                nest.map_structure(lambda e: masked_mean(e.detach(), mask)[0], entropy)
-            )
             entropy_loss = controller.entropy_loss(
-                entropy, mask, nest.map_structure(torch.neg, info.loss.loss), update=False
+                nest.map_structure(torch.neg, info.loss.extra.neg_entropy),
+                mask,
+                nest.map_structure(torch.neg, info.loss.loss),
+                update=False,
             )
         else:
             entropy_loss = controller.calc_loss(
@@ -635,16 +603,8 @@ class ActorCriticAlgorithm(Algorithm):
             )
         perm = torch.randperm(num_samples, device=exp.step_type.device)
         shuffled = nest.map_structure(lambda x: x.index_select(0, perm), exp)
-        # ``tensor_split``'s chunk sizes: the first ``num_samples % n`` chunks
-        # are one larger.
-        n = self._num_minibatches
-        size, extra = divmod(num_samples, n)
-        batches, start = [], 0
-        for k in range(n):
-            end = start + size + (1 if k < extra else 0)
-            batches.append(nest.map_structure(lambda x: x[start:end], shuffled))
-            start = end
-        return batches
+        splits = [x.tensor_split(self._num_minibatches) for x in nest.flatten(shuffled)]
+        return [nest.pack_sequence_as(shuffled, leaves) for leaves in zip(*splits)]
 
     def train_from_unroll(
         self, experience: Experience, final_time_step: TimeStep
@@ -662,23 +622,26 @@ class ActorCriticAlgorithm(Algorithm):
         """
         exp = self.preprocess_experience(experience, final_time_step)
         loss_info = train_info = mask = None
+        controller = self._entropy_target_algorithm
+        once_per_unroll = self._per_iteration and controller is not None
+        means = []  # once_per_unroll: each minibatch's mean entropy (per action leaf)
         capped = self._cap_alpha_change(True)
         for _ in range(self._num_epochs):
             for batch in self._minibatches(exp):
                 train_info = self.train_step(batch).info
                 loss_info = self.calc_loss(batch, train_info)
                 mask = self.valid_mask(batch)
+                if once_per_unroll:
+                    neg_entropy = train_info.entropy_target.loss.extra.neg_entropy
+                    means.append(nest.map_structure(
+                        lambda e: masked_mean(-e.detach(), mask)[0], neg_entropy))
                 loss_info, _ = self.update_with_gradient(
                     loss_info, valid_masks=mask, max_grad_norm=self._max_grad_norm
                 )
                 self.after_update()
                 last_batch = batch
-        if self._iteration_entropies:  # entropy_target_update="per_iteration"
-            means = self._iteration_entropies
-            self._iteration_entropies = []
-            self._entropy_target_algorithm.adjust_alpha(
-                nest.map_structure(lambda *m: torch.stack(m).mean(), *means)
-            )
+        if once_per_unroll:
+            controller.adjust_alpha(nest.map_structure(lambda *m: torch.stack(m).mean(), *means))
         if capped:
             self._cap_alpha_change(False)
         if summary.should_record_summaries():

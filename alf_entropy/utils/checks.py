@@ -6,9 +6,9 @@ argument and what is allowed, as the package's standards require.
 """
 import math
 import numbers
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
-__all__ = ["is_real", "check_real", "check_int"]
+__all__ = ["is_real", "check_real", "check_int", "check_callable", "check_choice"]
 
 
 def is_real(value: Any) -> bool:
@@ -26,7 +26,8 @@ def check_real(
     above: Optional[float] = None,
     below: Optional[float] = None,
     finite: bool = True,
-) -> float:
+    allow_none: bool = False,
+) -> Optional[float]:
     """Return ``value`` as a float, or raise naming ``name`` and the allowed range.
 
     Args:
@@ -39,16 +40,20 @@ def check_real(
         below: require ``value < below`` if given.
         finite: reject ``inf`` and NaN (with ``False`` NaN is still
             rejected, infinities pass the range checks as any number).
+        allow_none: accept (and return) ``None``.
 
     Returns:
-        ``float(value)``.
+        ``float(value)``, or ``None`` when it is ``None`` and allowed.
 
     Raises:
         TypeError: if ``value`` is not a real number.
         ValueError: if it is not finite (when required), NaN, or out of range.
     """
+    if value is None and allow_none:
+        return None
     if not is_real(value):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}: {value!r}")
+        raise TypeError(f"{name} must be a real number{' or None' if allow_none else ''}, got "
+                        f"{type(value).__name__}: {value!r}")
     v = float(value)
     if (finite and not math.isfinite(v)) or math.isnan(v):
         raise ValueError(f"{name} must be finite, got {value!r}")
@@ -106,3 +111,40 @@ def check_int(
             allowed += f" or None{f' ({none_means})' if none_means else ''}"
         raise ValueError(f"{name} must be an int{allowed}, got {value!r}")
     return int(value)
+
+
+def check_callable(name: str, value: Any) -> Any:
+    """Return ``value`` if it is callable, else raise ``TypeError`` naming ``name``.
+
+    Args:
+        name: the argument's name, for the message.
+        value: the value to check (a class, function or ``functools.partial``).
+
+    Returns:
+        ``value``.
+
+    Raises:
+        TypeError: if ``value`` is not callable.
+    """
+    if not callable(value):
+        raise TypeError(f"{name} must be callable, got {value!r}")
+    return value
+
+
+def check_choice(name: str, value: Any, choices: Sequence[Any]) -> Any:
+    """Return ``value`` if it is one of ``choices``, else raise ``ValueError``.
+
+    Args:
+        name: the argument's name, for the message.
+        value: the value to check.
+        choices: the allowed values.
+
+    Returns:
+        ``value``.
+
+    Raises:
+        ValueError: if ``value`` is not one of ``choices``.
+    """
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
+    return value

@@ -291,18 +291,22 @@ def test_too_few_samples_for_minibatches():
 
 
 @pytest.mark.skipif(not accel.ENABLED, reason="ALF_ENTROPY_ACCEL=0")
-def test_fast_acting_gives_the_module_paths_draws():
-    """rollout_step through accel.categorical_sample_with_log_prob gives the
-    distribution path's actions and log-probabilities (same draws)."""
-    alg = _alg(enforce_entropy_target=True)
-    assert alg._fast_acting
+def test_fast_acting_gives_the_distribution_paths_draws():
+    """rollout_step through accel.categorical_sample_with_log_prob (the
+    default) gives the distribution path's actions and log-probabilities
+    (same draws)."""
+    fast_alg = _alg(enforce_entropy_target=True)
+    slow_alg = _alg(enforce_entropy_target=True, fast_acting=False)
+    slow_alg.load_state_dict(fast_alg.state_dict())
     ts = _time_step([F, M, L])
+    built = []
+    slow_alg.actor_network.register_forward_hook(lambda *args: built.append(1))
     with torch.no_grad():
         torch.manual_seed(1)
-        fast = alg.rollout_step(ts)
-        alg._fast_acting = False
+        fast = fast_alg.rollout_step(ts)
         torch.manual_seed(1)
-        slow = alg.rollout_step(ts)
+        slow = slow_alg.rollout_step(ts)
+    assert built == [1]  # only the slow path built the distribution
     assert torch.equal(fast.output, slow.output)
     torch.testing.assert_close(fast.info.log_prob, slow.info.log_prob)
     assert fast.info.entropy_target == slow.info.entropy_target == ()
@@ -314,8 +318,12 @@ def test_a_controller_with_its_own_rollout_step_sees_the_distribution():
             self.seen = distribution
             return super().rollout_step(distribution, step_type, on_policy_training)
 
-    alg = _alg(enforce_entropy_target=True, entropy_target_cls=Watching)
-    assert not alg._fast_acting
+    alg = _alg(enforce_entropy_target=True, entropy_target_cls=Watching, fast_acting=False)
     with torch.no_grad():
         alg.rollout_step(_time_step([F, M, M]))
     assert alg.entropy_target_algorithm.seen.batch_shape == (3,)
+    # Acting fast (the default), no distribution is built and none is passed.
+    alg = _alg(enforce_entropy_target=True, entropy_target_cls=Watching)
+    with torch.no_grad():
+        alg.rollout_step(_time_step([F, M, M]))
+    assert not hasattr(alg.entropy_target_algorithm, "seen")

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from alf_entropy.utils import schedulers
-from alf_entropy.utils.checks import check_int, check_real, is_real
+from alf_entropy.utils.checks import check_callable, check_choice, check_int, check_real, is_real
 from alf_entropy.utils.math_ops import masked_mean
 
 
@@ -22,6 +22,23 @@ def test_check_real_names_the_argument_and_the_range():
         check_real("alpha", -1.0, minimum=0.0)
     with pytest.raises(ValueError, match="p must be <= 1"):
         check_real("p", 2.0, maximum=1.0)
+
+
+def test_check_real_with_none_allowed():
+    assert check_real("clip", None, positive=True, allow_none=True) is None
+    with pytest.raises(TypeError, match="clip must be a real number or None"):
+        check_real("clip", "big", allow_none=True)
+    with pytest.raises(TypeError, match="clip must be a real number, got NoneType"):
+        check_real("clip", None)
+
+
+def test_check_callable_and_check_choice_name_the_argument():
+    assert check_callable("ctor", len) is len
+    with pytest.raises(TypeError, match="ctor must be callable, got 3"):
+        check_callable("ctor", 3)
+    assert check_choice("mode", "a", ("a", "b")) == "a"
+    with pytest.raises(ValueError, match=r"mode must be one of \('a', 'b'\), got 'c'"):
+        check_choice("mode", "c", ("a", "b"))
 
 
 def test_check_int_rejects_bools_floats_and_small_values():
