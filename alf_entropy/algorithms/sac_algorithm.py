@@ -31,7 +31,6 @@ the host on a GPU (see
 :func:`~alf_entropy.utils.optimizers.masked_optimizer_step`).
 """
 import copy
-import numbers
 from typing import Any, Callable, List, Optional
 
 import gin
@@ -44,7 +43,7 @@ from alf_entropy.networks import ActorDistributionNetwork, mode_of
 from alf_entropy.networks.critic_networks import CriticNetworks
 from alf_entropy.tensor_specs import BoundedTensorSpec
 from alf_entropy.utils import nest, summary
-from alf_entropy.utils.checks import check_real
+from alf_entropy.utils.checks import check_callable, check_int, check_real, is_real
 from alf_entropy.utils.math_ops import masked_mean
 from alf_entropy.utils.optimizers import FusedAdam
 from alf_entropy.utils.replay_buffer import Transition
@@ -165,41 +164,23 @@ class SacAlgorithm(Algorithm):
                 "SacAlgorithm: a discrete action must be scalar (gymnasium Discrete), got "
                 f"shape {action_spec.shape}"
             )
-        if not 0.0 <= gamma <= 1.0:
-            raise ValueError(f"gamma must be in [0, 1], got {gamma!r}")
-        if not 0.0 < target_update_tau <= 1.0:
-            raise ValueError(f"target_update_tau must be in (0, 1], got {target_update_tau!r}")
-        if (
-            isinstance(target_update_period, bool)
-            or not isinstance(target_update_period, int)
-            or target_update_period < 1
-        ):
-            raise ValueError(
-                f"target_update_period must be an int >= 1, got {target_update_period!r}"
-            )
-        if not reward_scale > 0:
-            raise ValueError(f"reward_scale must be > 0, got {reward_scale!r}")
-        if max_grad_norm is not None and not max_grad_norm > 0:
-            raise ValueError(f"max_grad_norm must be > 0 or None, got {max_grad_norm!r}")
-        for arg, ctor in (
-            ("actor_network_ctor", actor_network_ctor),
-            ("critic_network_ctor", critic_network_ctor),
-        ):
-            if not callable(ctor):
-                raise TypeError(f"{arg} must be callable, got {ctor!r}")
+        self._gamma = check_real("gamma", gamma, minimum=0.0, maximum=1.0)
+        self._tau = check_real("target_update_tau", target_update_tau, above=0.0, maximum=1.0)
+        self._target_update_period = check_int("target_update_period", target_update_period, 1)
+        self._reward_scale = check_real("reward_scale", reward_scale, positive=True)
+        self._max_grad_norm = check_real("max_grad_norm", max_grad_norm, positive=True,
+                                         allow_none=True)
+        check_callable("actor_network_ctor", actor_network_ctor)
+        check_callable("critic_network_ctor", critic_network_ctor)
 
         self._observation_spec = observation_spec
         self._action_spec = action_spec
         self._discrete = action_spec.is_discrete
-        self._gamma = float(gamma)
-        self._tau = float(target_update_tau)
-        self._target_update_period = target_update_period
-        self._reward_scale = float(reward_scale)
-        self._max_grad_norm = None if max_grad_norm is None else float(max_grad_norm)
 
         self._actor_network = actor_network_ctor(observation_spec, action_spec)
         self._critic_networks = critic_network_ctor(observation_spec, action_spec)
-        # Our actor can draw its continuous sample in closed form (or say it cannot).
+        # One explicit choice: a continuous action drawn by our actor network
+        # in closed form (see _sample); anything else goes through the distribution.
         self._closed_form = not self._discrete and isinstance(
             self._actor_network, ActorDistributionNetwork
         )
@@ -213,7 +194,7 @@ class SacAlgorithm(Algorithm):
             action_spec, debug_summaries=debug_summaries
         )
         target = self._entropy_target_algorithm.target_entropy
-        if self._discrete and isinstance(target, numbers.Real) and target < 0:
+        if self._discrete and is_real(target) and target < 0:
             raise ValueError(
                 f"SacAlgorithm: target_entropy {target} is below 0 for a discrete action "
                 "(a discrete entropy is never negative, so alpha would fall forever); "
@@ -284,22 +265,26 @@ class SacAlgorithm(Algorithm):
         Returns:
             AlgStep: ``output`` the action ``[B, ...]``.
         """
-        if self._closed_form:  # the same distribution, built cheaper
-            drawn = self._actor_network.rsample_and_log_prob(inputs.observation, log_prob=False)
-            if drawn is not None:
-                return AlgStep(output=drawn[0], state=state)
-        return AlgStep(output=self._actor_network(inputs.observation).sample(), state=state)
+        return AlgStep(output=self._sample(inputs.observation, acting=True)[0], state=state)
 
     # --------------------------------------------------------------- training
-    def _policy(self, observation: Any):
-        """``(action_or_probs, log_prob)``: a reparameterised sample and its
-        log-probability (continuous), or all probabilities and log-probs
-        ``[B, A]`` (discrete)."""
-        if self._closed_form:  # no distribution objects
-            drawn = self._actor_network.rsample_and_log_prob(observation)
+    def _sample(self, observation: Any, acting: bool = False):
+        """The one sampling path: ``(action_or_probs, log_prob)``.
+
+        Continuous: a reparameterised sample and its log-probability (acting:
+        a plain sample, no log-probability).  Discrete (not acting): all
+        probabilities and log-probs ``[B, A]``.  With ``_closed_form`` the
+        network draws from the same distribution without building it; it
+        returns None for what it does not cover (a hook registered later,
+        ``ALF_ENTROPY_ACCEL=0``), which is asked per call for that reason.
+        """
+        if self._closed_form:
+            drawn = self._actor_network.rsample_and_log_prob(observation, log_prob=not acting)
             if drawn is not None:
                 return drawn
         dist = self._actor_network(observation)
+        if acting:
+            return dist.sample(), None
         if self._discrete:
             log_probs = dist.logits  # torch normalises Categorical logits
             return log_probs.exp(), log_probs
@@ -322,7 +307,7 @@ class SacAlgorithm(Algorithm):
         valid = batch.valid
         critics, targets = self._critic_networks, self._target_critic_networks
         with torch.no_grad():
-            next_a, next_logp = self._policy(batch.next_observation)
+            next_a, next_logp = self._sample(batch.next_observation)
             if self._discrete:
                 target_q = targets(batch.next_observation).min(dim=0).values  # [N, A]
                 next_v = (next_a * (target_q - alpha * next_logp)).sum(-1)
@@ -337,12 +322,12 @@ class SacAlgorithm(Algorithm):
             q_all = critics(batch.observation)  # [n, N, A]
             index = batch.action.long().reshape(1, -1, 1).expand(q_all.shape[0], -1, 1)
             q = q_all.gather(-1, index).squeeze(-1)
-            probs, logp = self._policy(batch.observation)
+            probs, logp = self._sample(batch.observation)
             q_pi = (probs * q_all.detach().min(dim=0).values).sum(-1)
             entropy = -(probs * logp).sum(-1)
         else:
             q = critics(batch.observation, batch.action)  # [n, N]
-            action, logp = self._policy(batch.observation)
+            action, logp = self._sample(batch.observation)
             q_pi = critics(batch.observation, action, detach_params=True).min(dim=0).values
             entropy = -logp
         critic_loss = 0.5 * (q - y.unsqueeze(0)).square().sum(0)
