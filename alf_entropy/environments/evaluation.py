@@ -18,6 +18,7 @@ import torch
 from alf_entropy.data_structures import StepType, TimeStep
 from alf_entropy.environments.gym_vector_env import GymVectorEnv
 from alf_entropy.utils.checks import check_int
+from alf_entropy.utils.signatures import forwards_arguments
 
 __all__ = ["run_episodes", "evaluate"]
 
@@ -89,44 +90,24 @@ def run_episodes(
 
 
 @gin.configurable
-def evaluate(
-    env_id: str,
-    policy_fn: Callable[[Any], Any],
-    num_episodes: int = 10,
-    seed: Optional[int] = 0,
-    device: Any = "cpu",
-    env_kwargs: Optional[Dict[str, Any]] = None,
-    max_episode_steps: Optional[int] = None,
-    pass_time_step: bool = False,
-) -> float:
-    """Mean return of ``num_episodes`` episodes of ``policy_fn``.
+@forwards_arguments(run_episodes)
+def evaluate(env_id: str, policy_fn: Callable[[Any], Any], **kwargs: Any) -> float:
+    """Mean return of ``run_episodes``: the same arguments, one number.
+
+    Make ``policy_fn`` deterministic (e.g. via ``mode_of``) for a clean
+    metric, and give ``seed`` a value different from the training seed.
 
     Args:
         env_id: gymnasium id.
-        policy_fn: observation batch -> action batch (see ``run_episodes``);
-            make it deterministic (e.g. via ``mode_of``) for a clean metric.
-        num_episodes: number of episodes averaged.
-        seed: base seed of the evaluation envs (use one different from the
-            training seed).
-        device: device of the observations given to ``policy_fn``.
-        env_kwargs: extra ``gymnasium.make`` arguments.
-        max_episode_steps: time-limit override.
-        pass_time_step: give ``policy_fn`` the ``TimeStep`` instead.
+        policy_fn: observation batch -> action batch (see ``run_episodes``).
+        **kwargs: ``run_episodes``'s other arguments (keyword-only;
+            bindable in gin as ``evaluate.num_episodes`` etc.).
 
     Returns:
         The mean undiscounted episode return.
 
     Raises:
-        ValueError: if ``num_episodes`` is not positive.
+        ValueError: if ``num_episodes`` or ``max_steps`` is not positive.
     """
-    returns, _ = run_episodes(
-        env_id,
-        policy_fn,
-        num_episodes=num_episodes,
-        seed=seed,
-        device=device,
-        env_kwargs=env_kwargs,
-        max_episode_steps=max_episode_steps,
-        pass_time_step=pass_time_step,
-    )
+    returns, _ = run_episodes(env_id, policy_fn, **kwargs)
     return float(sum(returns) / len(returns))

@@ -51,3 +51,19 @@ def test_pass_time_step_and_errors():
         evaluate("CartPole-v1", policy, num_episodes=0)
     with pytest.raises(ValueError, match="max_steps"):
         run_episodes("CartPole-v1", policy, max_steps=0)
+
+
+def test_evaluate_takes_run_episodes_arguments_declared_once():
+    import inspect
+
+    run = inspect.signature(run_episodes).parameters
+    ev = inspect.signature(evaluate).parameters
+    assert list(ev) == list(run)
+    assert all(ev[n].default == run[n].default for n in run)
+    gin.parse_config("evaluate.max_steps = 3")  # run_episodes' arguments bind through evaluate
+    try:
+        assert evaluate("CartPole-v1", _always(1), num_episodes=1, seed=0) == 3.0
+    finally:
+        gin.clear_config()
+    with pytest.raises(ValueError, match="num_episode"):
+        gin.parse_config("evaluate.num_episode = 2")  # a misspelt binding still fails
