@@ -18,7 +18,8 @@ under the run for a single run) receives:
   ``stage.png``, ``return.png`` (training and evaluation return), all against
   env steps, and ``overview.png`` with the four panels.  Runs whose configs
   differ only in the seed are one curve: the mean, with a band of ± one
-  standard deviation over seeds;
+  standard deviation over seeds (the stage, a level, is one step line per
+  seed instead);
 * ``metrics.csv`` and ``metrics.md``: one row per run with the metrics of
   :mod:`alf_entropy.experiments.control_metrics`, computed on the logged
   iterations (every ``summary_interval``-th; set it to 1 for exact numbers):
@@ -26,7 +27,9 @@ under the run for a single run) receives:
   than 5% below target after that, settling times after target jumps, the
   largest change of alpha within one iteration (from the controller's
   per-update ``<Controller>/alpha`` summaries when present) and the final
-  (evaluation) return.
+  (evaluation) return; ``note`` says "target not reached in this run" (with
+  the final entropy and target) where the entropy never came within the band
+  or below it, so its tracking metrics are empty.
 
 Needs matplotlib (``pip install -e .[report]``).
 """
@@ -61,7 +64,10 @@ METRIC_COLUMNS = [
     "max_alpha_change",
     "final_eval_return",
     "final_return",
+    "note",
 ]
+NOT_REACHED = "target not reached in this run"
+"""The ``note`` of a run whose entropy never came within the band or below it."""
 COUNT_COLUMNS = frozenset({"seed", "env_steps", "tracking_from_env_step"})
 """Columns of env-step (or seed) counts: printed as integers, never ``1.229e+04``."""
 
@@ -186,12 +192,16 @@ def run_metrics(run: RunData, tol: float = TOL) -> Dict[str, Any]:
 
     Returns:
         dict: keyed by ``METRIC_COLUMNS``; NaN where the run lacks the data
-        (e.g. no ``target_entropy`` without a controller).
+        (e.g. no ``target_entropy`` without a controller).  ``note`` is
+        ``NOT_REACHED`` with the final entropy and target when the entropy
+        never came within the band or below it (the tracking metrics are
+        then empty), else empty.
     """
     steps, entropy, target = _aligned(run, "entropy", "target_entropy")
     x = run.env_steps(steps)
     nan = math.nan
     row: Dict[str, Any] = {c: nan for c in METRIC_COLUMNS}
+    row["note"] = ""
     it, env = run.get("env_steps")
     row.update(run=run.name, group="", seed=run.seed, env_steps=int(env[-1]) if env.size else nan)
     if steps.size:
@@ -201,6 +211,9 @@ def run_metrics(run: RunData, tol: float = TOL) -> Dict[str, Any]:
         row["frac_5pct_below"] = cm.fraction_below(entropy, target, tol, start)
         settle = cm.settling_times(entropy, target, tol=tol, x=x)
         row["settle_env_steps"] = ";".join("never" if math.isnan(s) else f"{s:.0f}" for s in settle)
+        if start == steps.size:  # its tracking metrics are empty: say why
+            row["note"] = (f"{NOT_REACHED} (final entropy {entropy[-1]:.3g}, "
+                           f"target {target[-1]:.3g})")
     groups, alpha = run.controller_alpha()
     if alpha.size:
         change = cm.largest_alpha_change(alpha, groups)
@@ -347,8 +360,9 @@ def _draw(ax, name: str, groups: List[List[RunData]], labels: List[str]) -> None
             _plot(ax, runs, "target_entropy", c, None, style="--")
         elif name == "alpha":
             _plot(ax, runs, "alpha", c, label, log=True)
-        elif name == "stage":
-            _plot(ax, runs, "stage", c, label, step=True)
+        elif name == "stage":  # levels: one step line per seed, never a mean
+            for k_run, run in enumerate(runs):
+                _plot(ax, [run], "stage", c, None if k_run else label, step=True)
         else:
             _plot(ax, runs, "return_vs_env_steps", c, label, x_tag="env")
             _plot(ax, runs, "eval/return_vs_env_steps", c, None, style="--", x_tag="env")

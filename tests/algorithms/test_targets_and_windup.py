@@ -171,3 +171,14 @@ def test_a_nested_controller_reports_any_leaf_unreachable():
     assert bool(nested.unreachable_target)
     nested.adjust_alpha({"a": float("nan"), "b": 0.4})
     assert nested.num_nonfinite_entropy.item() == 1
+
+
+@pytest.mark.parametrize("spec, hint, not_hint", [
+    (BoundedTensorSpec((2,), torch.float32, -1.0, 1.0), "bounds of the continuous actions",
+     "log N"),
+    (TWO, "log N for N discrete actions", "continuous"),
+])
+def test_a_target_over_the_maximum_names_the_bound_of_its_own_action_kind(spec, hint, not_hint):
+    with pytest.raises(ValueError, match="above the largest entropy") as info:
+        EntropyTargetAlgorithm(spec, target_entropy=5.0)
+    assert hint in str(info.value) and not_hint not in str(info.value)

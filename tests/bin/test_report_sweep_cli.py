@@ -1,6 +1,7 @@
 """alf-entropy-report and -sweep: integer counts in tables, a clean Ctrl-C (issue 22, item 7)."""
 import math
 
+import numpy as np
 import pytest
 
 pytest.importorskip("matplotlib")
@@ -67,3 +68,54 @@ def test_seeds_of_one_sweep_are_grouped_under_its_name():
         run.name = f"seed={k}"
     assert _group_label(runs, "sac_cartpole") == "sac_cartpole"
     assert _group_label(runs, "") == "seed=0"
+
+
+def _synthetic_run(name, seed, entropy, target, stage):
+    """A RunData with one value per iteration (as the shipped configs log)."""
+    from alf_entropy.experiments.report import RunData
+
+    steps = np.arange(len(entropy), dtype=np.float64)
+    scalars = {
+        "entropy": (steps, np.asarray(entropy, dtype=np.float64)),
+        "target_entropy": (steps, np.full(len(entropy), float(target))),
+        "stage": (steps, np.asarray(stage, dtype=np.float64)),
+        "env_steps": (steps, 1000.0 * (steps + 1)),
+    }
+    return RunData(f"/runs/{name}", scalars, f"OnPolicyTrainer.seed = {seed}\nX.y = 1\n")
+
+
+def test_a_run_whose_entropy_never_reached_the_target_says_so():
+    """Two targets never reached: the rows' metrics are empty, and the note says why."""
+    rows = [report.run_metrics(_synthetic_run(f"t{t}", 0, [0.69, 0.68, 0.67], t, [0, 0, 0]))
+            for t in (0.5, 0.6)]
+    for row, t in zip(rows, (0.5, 0.6)):
+        assert row["note"] == f"{report.NOT_REACHED} (final entropy 0.67, target {t:.3g})"
+        assert math.isnan(row["tracking_rmse"]) and math.isnan(row["tracking_from_env_step"])
+    assert rows[0]["note"] != rows[1]["note"]
+    reached = report.run_metrics(_synthetic_run("r", 0, [0.69, 0.6, 0.5], 0.5, [0, 0, 0]))
+    assert reached["note"] == "" and reached["tracking_from_env_step"] == 3000
+
+
+def test_the_multi_seed_stage_is_drawn_per_seed_never_averaged():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.collections import PolyCollection
+
+    stages = ([-2, -1, 0, 0, 1], [-2, -1, -1, 1, 1], [-2, 0, 0, 0, 0])
+    runs = [_synthetic_run(f"seed={k}", k, [0.7 + 0.1 * k] * 5, 0.5, s)
+            for k, s in enumerate(stages)]
+    fig, ax = plt.subplots()
+    report._draw(ax, "stage", [runs], ["g"])
+    ys = [line.get_ydata().tolist() for line in ax.get_lines()]
+    assert sorted(ys) == sorted(list(map(float, s)) for s in stages)  # each seed's own levels
+    assert not any(isinstance(c, PolyCollection) for c in ax.collections)  # no band
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["g (3 seeds)"]
+    plt.close(fig)
+    fig, ax = plt.subplots()
+    report._draw(ax, "entropy", [runs], ["g"])  # other panels keep the mean and its band
+    entropy_line = ax.get_lines()[0]
+    np.testing.assert_allclose(entropy_line.get_ydata(), [0.8] * 5)
+    assert any(isinstance(c, PolyCollection) for c in ax.collections)
+    plt.close(fig)

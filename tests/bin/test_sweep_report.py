@@ -112,6 +112,7 @@ def test_sweep_then_report_end_to_end(tmp_path):
         # the untrained policy's entropy (~0.69) is within 5% of both targets
         assert cm.warmup_end(entropy, target) == 0
         assert float(row["tracking_from_env_step"]) == 2 * 16
+        assert row["note"] == ""  # reached: no "target not reached in this run"
         assert float(row["tracking_rmse"]) == pytest.approx(
             math.sqrt(np.mean((entropy - target) ** 2)), rel=1e-6
         )
