@@ -6,9 +6,10 @@ argument and what is allowed, as the package's standards require.
 """
 import math
 import numbers
+import operator
 from typing import Any, Optional, Sequence
 
-__all__ = ["is_real", "check_real", "check_int", "check_callable", "check_choice"]
+__all__ = ["is_real", "check_real", "check_int", "check_step", "check_callable", "check_choice"]
 
 
 def is_real(value: Any) -> bool:
@@ -148,3 +149,29 @@ def check_choice(name: str, value: Any, choices: Sequence[Any]) -> Any:
     if value not in choices:
         raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
     return value
+
+
+def check_step(name: str, value: Any) -> int:
+    """Return a step or counter ``value`` as an int >= 0.
+
+    Args:
+        name: the argument's name, for the message.
+        value: the value (anything ``operator.index`` accepts, e.g. numpy
+            integers; not a ``bool``).
+
+    Returns:
+        ``int(value)``.
+
+    Raises:
+        TypeError: if ``value`` is not an integer (or is a ``bool``).
+        ValueError: if ``value < 0``.
+    """
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an int >= 0, got a bool")
+    try:
+        step = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an int >= 0, got {type(value).__name__}") from None
+    if step < 0:
+        raise ValueError(f"{name} must be an int >= 0, got {step}")
+    return step

@@ -9,14 +9,16 @@ scheduler" can be annealed from a gin file::
     LinearScheduler.progress_type = "percent"
     LinearScheduler.schedule = [(0, 1.0), (0.5, 0.1), (1.0, 0.01)]
 
-Training progress is kept in a small module-level registry that the trainer
-updates (:func:`update_progress`) and checkpoints (:func:`get_all_progress`,
+Training progress is process-global state owned by
+:mod:`alf_entropy.utils.progress` (re-exported here): the trainer updates it
+(:func:`update_progress`) and checkpoints it (:func:`get_all_progress`,
 :func:`set_all_progress`).  Progress types:
 
 * ``"iterations"``: number of training iterations done.
 * ``"env_steps"``: number of environment steps taken.
 * ``"percent"``: fraction of training completed, in ``[0, 1]``.
-* ``"global_counter"``: :func:`alf_entropy.utils.summary.get_global_counter`.
+* ``"global_counter"``: the summaries' default step
+  (:func:`alf_entropy.utils.progress.get_global_counter`).
 
 Everything here is host-side Python arithmetic: evaluating a scheduler never
 touches a tensor, so it costs no device synchronisation.
@@ -31,13 +33,22 @@ import bisect
 import math
 import numbers
 from functools import partial
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 import gin
 
-from alf_entropy.utils import summary
 from alf_entropy.utils.checks import check_int, check_real, is_real
 from alf_entropy.utils.gin_errors import PlainGinErrors
+from alf_entropy.utils.progress import (  # re-exported: the progress schedulers read
+    PROGRESS_TYPES,
+    check_progress_type,
+    get_all_progress,
+    get_progress,
+    progress_was_fed,
+    reset_progress,
+    set_all_progress,
+    update_progress,
+)
 
 __all__ = [
     "PROGRESS_TYPES",
@@ -56,134 +67,6 @@ __all__ = [
     "as_scheduler",
     "SettledAnnealing",
 ]
-
-PROGRESS_TYPES: Tuple[str, ...] = (
-    "iterations",
-    "env_steps",
-    "percent",
-    "global_counter",
-)
-
-# Progress values stored here; "global_counter" lives in ``summary``.
-_progress: Dict[str, float] = {"iterations": 0.0, "env_steps": 0.0, "percent": 0.0}
-# Progress types set by update_progress since the last reset_progress.
-_fed: set = set()
-
-
-def _check_progress_type(progress_type: Any) -> str:
-    """Return ``progress_type`` or raise ValueError naming the allowed set."""
-    if progress_type not in PROGRESS_TYPES:
-        raise ValueError(
-            f"Unknown progress_type {progress_type!r}; must be one of "
-            f"{list(PROGRESS_TYPES)}"
-        )
-    return progress_type
-
-
-def update_progress(progress_type: str, value: numbers.Real) -> None:
-    """Set the current value of one kind of training progress.
-
-    Setting ``"global_counter"`` sets
-    :func:`alf_entropy.utils.summary.set_global_counter`.
-
-    Args:
-        progress_type: one of :data:`PROGRESS_TYPES`.
-        value: the progress, a finite number >= 0 (an integer for
-            ``"global_counter"``).
-
-    Raises:
-        TypeError: if ``value`` is not a real number.
-        ValueError: if ``progress_type`` is unknown or ``value`` is not a
-            finite number >= 0 (or not integral for ``"global_counter"``).
-    """
-    _check_progress_type(progress_type)
-    v = check_real(f"value (progress {progress_type!r})", value, minimum=0)
-    _fed.add(progress_type)
-    if progress_type == "global_counter":
-        if v != int(v):
-            raise ValueError(f"value for 'global_counter' must be an integer, got {v}")
-        summary.set_global_counter(int(v))
-    else:
-        _progress[progress_type] = v
-
-
-def get_progress(progress_type: str) -> float:
-    """Return the current value of one kind of training progress.
-
-    Args:
-        progress_type: one of :data:`PROGRESS_TYPES`.
-
-    Returns:
-        float: the progress.
-
-    Raises:
-        ValueError: if ``progress_type`` is unknown.
-    """
-    _check_progress_type(progress_type)
-    if progress_type == "global_counter":
-        return float(summary.get_global_counter())
-    return _progress[progress_type]
-
-
-def reset_progress() -> None:
-    """Set every progress, the summary global counter included, to 0."""
-    for key in _progress:
-        _progress[key] = 0.0
-    _fed.clear()
-    summary.set_global_counter(0)
-
-
-def progress_was_fed(progress_type: str) -> bool:
-    """Whether this progress was ever set (by :func:`update_progress`, or is non-zero).
-
-    A scheduler whose progress is never fed stays at its first value; the
-    entropy controllers use this to warn about a forgotten ``update_progress``.
-
-    Args:
-        progress_type: one of :data:`PROGRESS_TYPES`.
-
-    Returns:
-        bool: True once it was set since the last :func:`reset_progress`.
-    """
-    return progress_type in _fed or get_progress(progress_type) != 0
-
-
-def get_all_progress() -> Dict[str, float]:
-    """Return a copy of all progress values, e.g. to save in a checkpoint.
-
-    Returns:
-        Dict[str, float]: one entry per name in :data:`PROGRESS_TYPES`.
-    """
-    return {key: get_progress(key) for key in PROGRESS_TYPES}
-
-
-def set_all_progress(progresses: Mapping[str, numbers.Real]) -> None:
-    """Restore progress values, e.g. from :func:`get_all_progress` output.
-
-    All entries are validated before any is applied.  Types missing from
-    ``progresses`` keep their current value.
-
-    Args:
-        progresses: mapping from progress type to value.
-
-    Raises:
-        TypeError: if ``progresses`` is not a mapping.
-        ValueError: if a key is not a progress type or a value is invalid
-            (see :func:`update_progress`).
-    """
-    if not isinstance(progresses, Mapping):
-        raise TypeError(
-            f"progresses must be a mapping from progress type to value, got "
-            f"{type(progresses).__name__}"
-        )
-    for key, value in progresses.items():
-        _check_progress_type(key)
-        v = check_real(f"progresses[{key!r}]", value, minimum=0)
-        if key == "global_counter" and v != int(v):
-            raise ValueError(f"progresses[{key!r}] must be integral, got {v}")
-    for key, value in progresses.items():
-        update_progress(key, value)
-
 
 def _check_schedule(
     schedule: Any, arg_name: str = "schedule", finite_values: bool = True
@@ -237,7 +120,7 @@ class Scheduler(metaclass=PlainGinErrors):
         Raises:
             ValueError: if ``progress_type`` is unknown.
         """
-        self._progress_type = _check_progress_type(progress_type)
+        self._progress_type = check_progress_type(progress_type)
 
     @property
     def progress_type(self) -> str:

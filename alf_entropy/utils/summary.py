@@ -19,7 +19,14 @@ to *compute* a value only for a summary should guard that computation with
 ``if summary.should_record_summaries():``.
 
 The global counter (the default ``step`` of every summary, usually the number
-of training iterations) is a plain Python ``int``.
+of training iterations) is a plain Python ``int``, part of the training
+progress that :mod:`alf_entropy.utils.progress` owns (re-exported here).
+
+Process-global state: the default writer, :func:`enable_summary`'s flag and
+the :class:`scope` and :class:`record_if` stacks are per process, as in ALF
+(a summary call deep inside an algorithm needs no writer argument).  The
+trainers set the writer for a run and unset it when the run ends; these and
+the progress module are the package's only process-global state.
 
 Differences from ALF: only scalars (what the package writes); summaries are
 enabled by default (ALF's trainer turns them on explicitly; here setting a
@@ -27,13 +34,17 @@ default writer is enough), and the counter is an ``int`` rather than a numpy
 array.
 """
 import numbers
-import operator
 from typing import Any, Callable, List, Optional, Tuple, Union
 
 import torch
 from torch.utils.tensorboard import SummaryWriter
 
-from alf_entropy.utils.checks import check_int, check_real
+from alf_entropy.utils.checks import check_int, check_real, check_step
+from alf_entropy.utils.progress import (  # re-exported: ALF's alf.summary API
+    get_global_counter,
+    increment_global_counter,
+    set_global_counter,
+)
 
 __all__ = [
     "create_summary_writer",
@@ -54,7 +65,6 @@ __all__ = [
 
 _default_writer: Optional[SummaryWriter] = None
 _summary_enabled: bool = True
-_global_counter: int = 0
 # Each entry is the full prefix (ending with "/") for the scope; "" at the root.
 _scope_stack: List[str] = [""]
 _record_if_stack: List[Callable[[], bool]] = [lambda: True]
@@ -229,60 +239,11 @@ def should_record_summaries() -> bool:
     )
 
 
-def get_global_counter() -> int:
-    """Return the global counter, the default ``step`` of every summary.
-
-    Returns:
-        int: the counter (a host-side Python int).
-    """
-    return _global_counter
-
-
-def set_global_counter(n: int) -> None:
-    """Set the global counter.
-
-    Args:
-        n: the new value, an integer >= 0 (numpy integers are accepted).
-
-    Raises:
-        TypeError: if ``n`` is not an integer.
-        ValueError: if ``n < 0``.
-    """
-    global _global_counter
-    _global_counter = _to_step(n, "n")
-
-
-def increment_global_counter() -> int:
-    """Add one to the global counter.
-
-    Returns:
-        int: the new value of the counter.
-    """
-    global _global_counter
-    _global_counter += 1
-    return _global_counter
-
-
-def _to_step(step: Any, arg_name: str) -> int:
-    """Validate a step/counter value and return it as an int."""
-    if isinstance(step, bool):
-        raise TypeError(f"{arg_name} must be an int >= 0, got a bool")
-    try:
-        value = operator.index(step)
-    except TypeError:
-        raise TypeError(
-            f"{arg_name} must be an int >= 0, got {type(step).__name__}"
-        ) from None
-    if value < 0:
-        raise ValueError(f"{arg_name} must be an int >= 0, got {value}")
-    return value
-
-
 def _resolve(name: str, step: Optional[int]) -> Tuple[str, int]:
     """Return the scoped tag and the step (global counter if ``None``)."""
     if not isinstance(name, str) or not name:
         raise ValueError(f"name must be a non-empty string, got {name!r}")
-    step = _global_counter if step is None else _to_step(step, "step")
+    step = get_global_counter() if step is None else check_step("step", step)
     return _scope_stack[-1] + name, step
 
 
