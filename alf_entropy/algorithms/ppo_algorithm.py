@@ -14,17 +14,25 @@ handling) that changes two things:
   ``num_minibatches`` shuffled minibatches, with advantages normalised per
   minibatch (by default).
 
+The clip range may be a scheduler, as rl-zoo's tuned CartPole PPO anneals it
+linearly to 0 (with the learning rate: ``FusedAdam.lr`` takes a scheduler
+too)::
+
+    PPOAlgorithm.importance_ratio_clipping = @clip/LinearScheduler()
+    clip/LinearScheduler.progress_type = 'percent'
+    clip/LinearScheduler.schedule = [(0, 0.2), (1.0, 0.0)]
+
 With an entropy controller its ``calc_loss`` runs, and adjusts ``alpha``, once
 per minibatch.
 """
-from typing import Any
+from typing import Any, Callable, Union
 
 import gin
 import torch
 
 from alf_entropy.algorithms.actor_critic_algorithm import ActorCriticAlgorithm, ActorCriticInfo
 from alf_entropy.data_structures import Experience, LossInfo
-from alf_entropy.utils import summary
+from alf_entropy.utils import schedulers, summary
 from alf_entropy.utils.checks import check_real
 from alf_entropy.utils.math_ops import masked_mean
 from alf_entropy.utils.signatures import forwards_arguments
@@ -46,13 +54,18 @@ class PPOAlgorithm(ActorCriticAlgorithm):
         normalize_advantages: normalise advantages per minibatch.
         num_epochs: passes over each unroll (>= 1).
         num_minibatches: shuffled minibatches per pass (>= 1).
-        importance_ratio_clipping: the clip range ``eps`` in ``(0, 1)``.
+        importance_ratio_clipping: the clip range ``eps``: a number in
+            ``(0, 1)``, or a scheduler (any zero-argument callable) whose
+            values lie in ``[0, 1)``, read once per update.
         name: the name (summary scope).
         **kwargs: ``ActorCriticAlgorithm``'s other arguments.
 
     Raises:
         ValueError: for out-of-range arguments (see also
-            ``ActorCriticAlgorithm``).
+            ``ActorCriticAlgorithm``), and from an update whose scheduled
+            clip range is outside ``[0, 1)``.
+        TypeError: if ``importance_ratio_clipping`` is neither a real number
+            nor a callable.
 
     Examples:
         >>> import torch
@@ -75,13 +88,15 @@ class PPOAlgorithm(ActorCriticAlgorithm):
         normalize_advantages: bool = True,
         num_epochs: int = 4,
         num_minibatches: int = 4,
-        importance_ratio_clipping: float = 0.2,
+        importance_ratio_clipping: Union[float, Callable[[], float]] = 0.2,
         name: str = "PPOAlgorithm",
         **kwargs: Any,
     ):
-        self._importance_ratio_clipping = check_real(
-            "importance_ratio_clipping", importance_ratio_clipping, above=0.0, below=1.0
-        )
+        if callable(importance_ratio_clipping):
+            self._clip_schedule = importance_ratio_clipping
+        else:
+            self._clip_schedule = schedulers.ConstantScheduler(check_real(
+                "importance_ratio_clipping", importance_ratio_clipping, above=0.0, below=1.0))
         super().__init__(
             observation_spec,
             action_spec,
@@ -94,8 +109,14 @@ class PPOAlgorithm(ActorCriticAlgorithm):
 
     @property
     def importance_ratio_clipping(self) -> float:
-        """The clip range ``eps``."""
-        return self._importance_ratio_clipping
+        """The clip range ``eps`` now (a scheduled one at the current progress).
+
+        Raises:
+            ValueError: if a scheduled value is outside ``[0, 1)``.
+        """
+        # A host-side float: reading a scheduler touches no tensor.
+        return check_real("importance_ratio_clipping (scheduled)", self._clip_schedule(),
+                          minimum=0.0, below=1.0)
 
     def _policy_gradient_loss(
         self, experience: Experience, train_info: ActorCriticInfo, advantages: torch.Tensor
@@ -111,7 +132,7 @@ class PPOAlgorithm(ActorCriticAlgorithm):
         Returns:
             torch.Tensor: ``[N]`` loss.
         """
-        eps = self._importance_ratio_clipping
+        eps = self.importance_ratio_clipping
         log_ratio = train_info.log_prob - experience.rollout_info.log_prob
         # Bound the log-ratio so exp() cannot overflow; the clipped objective
         # gives no gradient that far outside [1 - eps, 1 + eps] anyway.
@@ -126,7 +147,8 @@ class PPOAlgorithm(ActorCriticAlgorithm):
         train_info: ActorCriticInfo,
         mask: torch.Tensor,
     ) -> None:
-        """Actor-critic summaries plus ``approx_kl`` and ``clip_fraction``.
+        """Actor-critic summaries plus ``approx_kl``, ``clip_fraction`` and
+        ``clip_range`` (the clip range of this update).
 
         Args:
             experience: the minibatch of the last update.
@@ -138,5 +160,7 @@ class PPOAlgorithm(ActorCriticAlgorithm):
         log_ratio = (train_info.log_prob - experience.rollout_info.log_prob).detach()
         # The k3 estimator of KL(old || new) (Schulman's blog; CleanRL).
         summary.scalar("ppo/approx_kl", masked_mean(log_ratio.exp() - 1 - log_ratio, mask)[0])
-        clipped = (log_ratio.exp() - 1).abs() > self._importance_ratio_clipping
+        eps = self.importance_ratio_clipping
+        clipped = (log_ratio.exp() - 1).abs() > eps
         summary.scalar("ppo/clip_fraction", masked_mean(clipped.float(), mask)[0])
+        summary.scalar("ppo/clip_range", eps)

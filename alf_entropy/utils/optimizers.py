@@ -3,7 +3,13 @@
 ``FusedAdam`` is ``torch.optim.Adam(fused=True)`` (torch's own class and
 ``step``), registered with gin so that configs can bind its arguments; on
 torch < 2.4 with CPU parameters, which has no fused CPU kernel, it is the
-multi-tensor (``foreach``) Adam.
+multi-tensor (``foreach``) Adam.  Its learning rate may be a scheduler (as
+ALF's optimisers allow), read before each step::
+
+    PPOAlgorithm.optimizer = @FusedAdam
+    FusedAdam.lr = @lr/LinearScheduler()
+    lr/LinearScheduler.progress_type = 'percent'
+    lr/LinearScheduler.schedule = [(0, 1e-3), (1.0, 0.0)]
 
 ``masked_optimizer_step`` takes an update only if a flag (a tensor) says so,
 without waiting for a GPU: fused optimisers get the flag as ``found_inf``, as
@@ -11,10 +17,12 @@ without waiting for a GPU: fused optimisers get the flag as ``found_inf``, as
 (every algorithm's update skips non-finite ones so, see
 ``Algorithm.update_with_gradient``).
 """
-from typing import Any, Iterable, List
+from typing import Any, Callable, Iterable, List, Optional, Union
 
 import gin
 import torch
+
+from alf_entropy.utils.checks import check_real
 
 __all__ = ["FusedAdam", "masked_optimizer_step"]
 
@@ -36,40 +44,68 @@ def _flat_params(params: List[Any]) -> List[torch.Tensor]:
 
 @gin.configurable
 class FusedAdam(torch.optim.Adam):
-    """``torch.optim.Adam(params, ..., fused=True)``.
+    """``torch.optim.Adam(params, ..., fused=True)``, with an optional scheduled
+    learning rate.
 
-    Nothing but torch's Adam with the fused kernel chosen (so its
-    ``state_dict`` is ``torch.optim.Adam``'s); where this torch has no fused
-    kernel for the parameters' device (CPU parameters on torch < 2.4) it is
-    torch's ``foreach`` Adam.
+    Torch's Adam with the fused kernel chosen (so its ``state_dict`` is
+    ``torch.optim.Adam``'s); where this torch has no fused kernel for the
+    parameters' device (CPU parameters on torch < 2.4) it is torch's
+    ``foreach`` Adam.  With a scheduler as ``lr``, each :meth:`step` first
+    sets every parameter group's learning rate to the scheduler's value (a
+    host-side float, so no device synchronisation).
 
     Args:
         params: the parameters (or parameter groups) to optimise.
-        lr: the learning rate.
+        lr: the learning rate (>= 0), or a scheduler (any zero-argument
+            callable returning it, e.g. a ``LinearScheduler``).
         betas: the coefficients of the running averages of the gradient and
             its square.
         eps: added to the denominator.
         weight_decay: L2 penalty.
+
+    Raises:
+        ValueError: if ``lr`` (or, at a step, the scheduled value) is negative
+            or not finite.
+        TypeError: if ``lr`` is neither a real number nor a callable.
     """
 
     def __init__(
         self,
         params: Iterable[Any],
-        lr: float = 1e-3,
+        lr: Union[float, Callable[[], float]] = 1e-3,
         betas: tuple = (0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float = 0.0,
     ):
         params = list(params)
         fused = _FUSED_ADAM_ON_CPU or all(p.device.type != "cpu" for p in _flat_params(params))
+        self._lr_schedule: Optional[Callable[[], float]] = lr if callable(lr) else None
         super().__init__(
             params,
-            lr=lr,
+            lr=self._scheduled_lr() if callable(lr) else check_real("lr", lr, minimum=0.0),
             betas=betas,
             eps=eps,
             weight_decay=weight_decay,
             **({"fused": True} if fused else {"foreach": True}),
         )
+
+    def _scheduled_lr(self) -> float:
+        return check_real("lr (scheduled)", self._lr_schedule(), minimum=0.0)
+
+    def step(self, closure: Optional[Callable[[], float]] = None) -> Optional[float]:
+        """Adam's step, at the scheduled learning rate if ``lr`` is a scheduler.
+
+        Args:
+            closure: as for ``torch.optim.Adam.step``.
+
+        Returns:
+            The closure's loss, if a closure was given.
+        """
+        if self._lr_schedule is not None:
+            lr = self._scheduled_lr()
+            for group in self.param_groups:
+                group["lr"] = lr
+        return super().step(closure)
 
 
 def _takes_found_inf(opt: torch.optim.Optimizer) -> bool:

@@ -15,6 +15,7 @@ from alf_entropy.data_structures import Experience, StepType, TimeStep, make_exp
 from alf_entropy.tensor_specs import BoundedTensorSpec, TensorSpec
 from alf_entropy.trainers.on_policy_trainer import stack_experiences
 from alf_entropy.utils import summary
+from alf_entropy.utils.schedulers import LinearScheduler, update_progress
 
 OBS_SPEC = TensorSpec((4,))
 DISCRETE = BoundedTensorSpec((), torch.int64, 0, 1)
@@ -70,6 +71,29 @@ def test_clipped_surrogate_values_and_gradients():
     grad = new.grad
     assert grad[0] == 0 and grad[2] == 0  # clipped: no gradient
     assert grad[1] != 0 and grad[3] != 0
+
+
+def test_scheduled_clip_range_is_read_at_each_update():
+    clip = LinearScheduler("percent", [(0, 0.2), (1.0, 0.0)])
+    alg = _ppo(importance_ratio_clipping=clip)
+    old = torch.zeros(2)
+    new = torch.log(torch.tensor([1.5, 0.5]))
+    adv = torch.tensor([1.0, -1.0])
+    exp = Experience(rollout_info=ActorCriticInfo(log_prob=old))
+    for percent, eps in ((0.0, 0.2), (0.5, 0.1), (1.0, 0.0)):
+        update_progress("percent", percent)
+        assert alg.importance_ratio_clipping == pytest.approx(eps)
+        loss = alg._policy_gradient_loss(exp, ActorCriticInfo(log_prob=new), adv)
+        # ratio 1.5, A>0: clipped to 1 + eps; ratio 0.5, A<0: clipped to 1 - eps.
+        torch.testing.assert_close(loss, torch.tensor([-(1 + eps), 1 - eps]))
+
+
+def test_scheduled_clip_range_out_of_range_raises_at_the_update():
+    alg = _ppo(importance_ratio_clipping=LinearScheduler("percent", [(0, 0.2), (1.0, 1.5)]))
+    update_progress("percent", 0.9)
+    exp = Experience(rollout_info=ActorCriticInfo(log_prob=torch.zeros(1)))
+    with pytest.raises(ValueError, match="importance_ratio_clipping"):
+        alg._policy_gradient_loss(exp, ActorCriticInfo(log_prob=torch.zeros(1)), torch.ones(1))
 
 
 def test_huge_log_ratio_stays_finite():
@@ -166,7 +190,8 @@ def test_summaries_written_only_when_recording(tmp_path, monkeypatch):
     finally:
         summary.set_default_writer(None)
         writer.close()
-    for tag in ("alpha", "entropy", "target_entropy", "stage", "loss/pg", "ppo/approx_kl"):
+    for tag in ("alpha", "entropy", "target_entropy", "stage", "loss/pg", "ppo/approx_kl",
+                "ppo/clip_range"):
         assert tag in written
 
 

@@ -7,6 +7,7 @@ import torch
 import torch.nn as nn
 
 from alf_entropy.utils.optimizers import FusedAdam, masked_optimizer_step
+from alf_entropy.utils.schedulers import LinearScheduler, update_progress
 
 SHAPES = [(64, 4), (64,), (64, 64), (2, 64), (2,)]
 
@@ -45,6 +46,42 @@ def test_fused_adam_is_torchs_fused_adam():
     assert _same(params, ref)
     # A checkpoint of one loads into the other.
     ref_opt.load_state_dict(pickle.loads(pickle.dumps(opt.state_dict())))
+
+
+def test_fused_adam_follows_a_scheduled_learning_rate():
+    lr = LinearScheduler("iterations", [(0, 1e-2), (10, 0.0)])
+    params, ref = _params(), _params()
+    opt = FusedAdam(params, lr=lr, eps=1e-5)
+    ref_opt = torch.optim.Adam(ref, lr=1e-2, eps=1e-5, fused=True)
+    assert opt.param_groups[0]["lr"] == 1e-2  # the value at progress 0
+    for k, it in enumerate((0, 5, 10)):
+        update_progress("iterations", it)
+        for g in ref_opt.param_groups:
+            g["lr"] = lr()
+        _set_grads(params, k)
+        _set_grads(ref, k)
+        opt.step()
+        ref_opt.step()
+        assert opt.param_groups[0]["lr"] == pytest.approx(1e-2 * (1 - it / 10))
+        assert _same(params, ref)
+    # At lr 0 the last step moved nothing.
+    before = [p.detach().clone() for p in params]
+    _set_grads(params, 3)
+    opt.step()
+    assert _same(params, before)
+
+
+@pytest.mark.parametrize("lr, error", [(-1e-3, ValueError), ("1e-3", TypeError)])
+def test_fused_adam_rejects_a_bad_learning_rate(lr, error):
+    with pytest.raises(error, match="lr"):
+        FusedAdam(_params(), lr=lr)
+
+
+def test_fused_adam_rejects_a_negative_scheduled_learning_rate_at_the_step():
+    opt = FusedAdam(_params(), lr=LinearScheduler("iterations", [(0, 1e-3), (10, -1e-3)]))
+    update_progress("iterations", 8)
+    with pytest.raises(ValueError, match="lr"):
+        opt.step()
 
 
 _OPTIMIZERS = {
