@@ -38,9 +38,11 @@ are printed as Markdown, stamped with date, commit, versions and machine.
 import argparse
 import datetime
 import math
+import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Dict, List
 
@@ -48,8 +50,9 @@ import numpy as np
 import torch
 
 from alf_entropy import BoundedTensorSpec, EntropyTargetAlgorithm, PIDEntropyTargetAlgorithm
+from alf_entropy.experiments import control_metrics
 from alf_entropy.integrations.llm import lm_pid_settings
-from alf_entropy.utils import control_metrics, schedulers
+from alf_entropy.utils import schedulers
 from alf_entropy.utils.schedulers import LinearScheduler
 
 CONTROLLERS = ("none", "trl_0.005", "trl_0.05", "pid", "staged")
@@ -74,24 +77,47 @@ class TRLRule:
         self.last = entropy
 
 
-def run(kind: str, vocab: int, lr: float, seed: int, steps: int, target_value: float,
-        scheduled: bool, positions: int, group: int, logit_std: float) -> Dict[str, float]:
-    """One probe run; returns its metrics."""
+def make_controller(kind: str, spec: BoundedTensorSpec, target):
+    """The package's controller for ``kind`` (``None`` for ``none`` and TRL's rule)."""
+    if kind == "pid":
+        return PIDEntropyTargetAlgorithm(spec, **lm_pid_settings(target))
+    if kind == "staged":
+        return EntropyTargetAlgorithm(spec, target_entropy=target)
+    return None
+
+
+def make_target(value: float, start: float, steps: int, scheduled: bool):
+    """A constant target, or a linear schedule from ``start`` to ``value`` over ``steps``."""
+    if scheduled:
+        return LinearScheduler("iterations", [(0, start), (steps, value)])
+    return lambda: value
+
+
+def summarize(entropies, targets, rewards, step_s, ctl_s) -> Dict[str, float]:
+    """The table's metrics of one run (NaN where the target was never reached)."""
+    e, t = np.asarray(entropies, dtype=np.float64), np.asarray(targets, dtype=np.float64)
+    start = control_metrics.warmup_end(e, t)
+    reached = start < len(e)
+    nan = math.nan
+    rmse = control_metrics.tracking_rmse(e, t, start) if reached else nan
+    return {"rmse": rmse, "rel_rmse": rmse / float(np.mean(t[start:])) if reached else nan,
+            "overshoot": float(np.max(e[start:] / t[start:])) if reached else nan,
+            "below10": control_metrics.fraction_below(e, t, 0.10, start) if reached else nan,
+            "noise": float(np.sqrt(np.mean(np.diff(e[start:]) ** 2) / 2)) if reached else nan,
+            "reached": float(reached), "reward": float(np.mean(rewards[int(0.8 * len(e)):])),
+            "final_h": float(np.mean(e[-20:])),
+            "step_s": float(np.median(step_s)), "ctl_s": float(np.median(ctl_s))}
+
+
+def run_probe(kind: str, vocab: int, lr: float, seed: int, steps: int, target_value: float,
+              scheduled: bool, positions: int, group: int, logit_std: float) -> Dict[str, float]:
+    """One synthetic-probe run; returns its metrics."""
     gen = torch.Generator().manual_seed(seed)
     logits = torch.nn.Parameter(torch.randn(positions, vocab, generator=gen) * logit_std)
     best = logits.detach().argmax(-1)
     opt = torch.optim.Adam([logits], lr=lr)
-    if scheduled:
-        target = LinearScheduler("iterations", [(0, 1.5 * target_value), (steps, target_value)])
-    else:
-        def target():
-            return target_value
-    spec = BoundedTensorSpec((), torch.int64, 0, vocab - 1)
-    controller = None
-    if kind == "pid":
-        controller = PIDEntropyTargetAlgorithm(spec, **lm_pid_settings(target))
-    elif kind == "staged":
-        controller = EntropyTargetAlgorithm(spec, target_entropy=target)
+    target = make_target(target_value, 1.5 * target_value, steps, scheduled)
+    controller = make_controller(kind, BoundedTensorSpec((), torch.int64, 0, vocab - 1), target)
     trl_rule = TRLRule(float(kind.split("_")[1]), target) if kind.startswith("trl") else None
     coef = float(controller.alpha) if controller is not None else 0.0
     entropies, targets, rewards, step_s, ctl_s = [], [], [], [], []
@@ -123,18 +149,78 @@ def run(kind: str, vocab: int, lr: float, seed: int, steps: int, target_value: f
         rewards.append(float(reward.mean()))
         step_s.append(t1 - t0)
         ctl_s.append(t2 - t1)
-    e, t = np.asarray(entropies), np.asarray(targets)
-    start = control_metrics.warmup_end(e, t)
-    rmse = control_metrics.tracking_rmse(e, t, start) if start < len(e) else math.nan
-    after = slice(start, None)
-    reached = start < len(e)
-    return {"rmse": rmse, "rel_rmse": rmse / float(np.mean(t[after])) if reached else math.nan,
-            "overshoot": float(np.max(e[after] / t[after])) if start < len(e) else math.nan,
-            "below10": control_metrics.fraction_below(e, t, 0.10, start) if start < len(e)
-            else math.nan,
-            "reward": float(np.mean(rewards[int(0.8 * steps):])),
-            "final_h": float(np.mean(e[-20:])),
-            "step_s": float(np.median(step_s)), "ctl_s": float(np.median(ctl_s))}
+    return summarize(entropies, targets, rewards, step_s, ctl_s)
+
+
+def run_toy(kind: str, lr: float, seed: int, steps: int, target_value: float,
+            scheduled: bool, batch: int, out_dir: str) -> Dict[str, float]:
+    """One GRPO run of TRL's ``GRPOTrainer`` on the toy task; returns its metrics.
+
+    The package's controllers go in through ``add_entropy_control``; TRL's own
+    rule is TRL's code (a callback moves ``args.entropy_target`` along a
+    schedule).  The controller's cost is the time of the callback's
+    ``on_step_end``; a step's is TRL's ``step_time``.
+    """
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import transformers
+    from transformers import PrinterCallback, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from alf_entropy.integrations.toy_lm import (
+        char_tokenizer,
+        tiny_causal_lm,
+        toy_dataset,
+        toy_reward,
+    )
+    from alf_entropy.integrations.trl import add_entropy_control, grpo_config_kwargs
+
+    transformers.logging.set_verbosity_error()
+    tokenizer = char_tokenizer()
+    target = make_target(target_value, 1.1 * target_value, steps, scheduled)
+    controller = make_controller(kind, BoundedTensorSpec((), torch.int64, 0, len(tokenizer) - 1),
+                                 target)
+    if controller is not None:
+        extra = grpo_config_kwargs(controller)
+    elif kind.startswith("trl"):
+        extra = dict(use_adaptive_entropy=True, entropy_coef_delta=float(kind.split("_")[1]),
+                     entropy_target=float(target()), entropy_coef=0.0)
+    else:
+        extra = {}
+    config = GRPOConfig(
+        output_dir=out_dir, max_steps=steps, learning_rate=lr, lr_scheduler_type="constant",
+        per_device_train_batch_size=batch, num_generations=4, max_completion_length=8,
+        logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, seed=seed,
+        data_seed=seed, disable_tqdm=True, **extra)
+    trainer = GRPOTrainer(model=tiny_causal_lm(seed), reward_funcs=toy_reward, args=config,
+                          train_dataset=toy_dataset(), processing_class=tokenizer)
+    trainer.remove_callback(PrinterCallback)
+    targets, ctl_s = [], []
+
+    class Progress(TrainerCallback):
+        """Feeds the step to the schedulers; moves TRL's target along the schedule."""
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            schedulers.update_progress("iterations", state.global_step)
+            targets.append(float(target()))
+            if kind.startswith("trl"):
+                args.entropy_target = targets[-1]
+
+    trainer.add_callback(Progress())
+    if controller is not None:
+        callback = add_entropy_control(trainer, controller)
+        step_end = callback.on_step_end
+
+        def timed(*args, **kwargs):
+            t0 = time.perf_counter()
+            step_end(*args, **kwargs)
+            ctl_s.append(time.perf_counter() - t0)
+
+        callback.on_step_end = timed
+    trainer.train()
+    logs = [log for log in trainer.state.log_history if "entropy" in log]
+    return summarize([log["entropy"] for log in logs], targets[:len(logs)],
+                     [log["reward"] for log in logs], [log["step_time"] for log in logs],
+                     ctl_s or [0.0])
 
 
 def stamp() -> str:
@@ -148,39 +234,67 @@ def stamp() -> str:
             f"{platform.processor() or platform.platform()}, {torch.get_num_threads()} threads")
 
 
+HEADER = ("| task | target | lr | controller | RMSE | RMSE / mean target | max H / target "
+          "| steps >10% below | noise | reached | reward | final H | controller s / step s |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+
+
+def row(task: str, target: str, lr: float, kind: str, rows: List[Dict[str, float]]) -> str:
+    """A table row: the means over seeds (of the seeds that reached the target)."""
+    def mean(key):
+        values = [r[key] for r in rows if not math.isnan(r[key])]
+        return float(np.mean(values)) if values else math.nan
+    return (f"| {task} | {target} | {lr:g} | {kind} | {mean('rmse'):.3f} | "
+            f"{mean('rel_rmse'):.1%} | {mean('overshoot'):.2f} | {mean('below10'):.1%} | "
+            f"{mean('noise'):.3f} | "
+            f"{sum(r['reached'] for r in rows):.0f}/{len(rows)} | {mean('reward'):.2f} | "
+            f"{mean('final_h'):.3f} | {mean('ctl_s') / mean('step_s'):.2%} |")
+
+
 def main(argv: List[str] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tasks", nargs="+", default=["toy", "probe"], choices=["toy", "probe"])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--controllers", nargs="+", default=list(CONTROLLERS),
+                        choices=CONTROLLERS)
+    parser.add_argument("--no_schedule", action="store_true")
+    parser.add_argument("--toy_lrs", type=float, nargs="+", default=[1e-3, 3e-3, 1e-2])
+    parser.add_argument("--toy_steps", type=int, default=200)
+    parser.add_argument("--toy_target", type=float, default=3.0)
+    parser.add_argument("--toy_batch", type=int, default=8)
     parser.add_argument("--vocab", type=int, nargs="+", default=[32_000, 150_000])
     parser.add_argument("--lrs", type=float, nargs="+", default=[0.03, 0.1, 0.3])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--target", type=float, default=1.0)
     parser.add_argument("--positions", type=int, default=8)
     parser.add_argument("--group", type=int, default=16)
     parser.add_argument("--logit_std", type=float, default=4.0)
-    parser.add_argument("--controllers", nargs="+", default=list(CONTROLLERS),
-                        choices=CONTROLLERS)
-    parser.add_argument("--no_schedule", action="store_true")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    print(f"Synthetic LLM probe ({stamp()}); {args.positions} positions x {args.group} "
-          f"samples, {args.steps} steps, seeds {args.seeds}, logit std {args.logit_std}\n")
-    print("| V | target | Adam lr | controller | RMSE | RMSE / mean target | max H / target "
-          "| steps >10% below | reward | final H | controller s / step s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for vocab in args.vocab:
-        for scheduled in ([False] if args.no_schedule else [False, True]):
-            name = (f"{1.5 * args.target:g} -> {args.target:g}" if scheduled
-                    else f"{args.target:g}")
-            for lr in args.lrs:
-                for kind in args.controllers:
-                    rows = [run(kind, vocab, lr, s, args.steps, args.target, scheduled,
-                                args.positions, args.group, args.logit_std) for s in args.seeds]
-                    m = {k: float(np.nanmean([r[k] for r in rows])) for k in rows[0]}
-                    print(f"| {vocab} | {name} | {lr:g} | {kind} | {m['rmse']:.3f} | "
-                          f"{m['rel_rmse']:.1%} | {m['overshoot']:.2f} | {m['below10']:.1%} | "
-                          f"{m['reward']:.2f} | {m['final_h']:.3f} | "
-                          f"{m['ctl_s'] / m['step_s']:.2%} |", flush=True)
+    schedules = [False] if args.no_schedule else [False, True]
+    print(f"LLM entropy control ({stamp()}); seeds {args.seeds}\n")
+    print(HEADER)
+    if "toy" in args.tasks:
+        with tempfile.TemporaryDirectory() as out_dir:
+            for scheduled in schedules:
+                t = args.toy_target
+                name = f"{1.1 * t:g} -> {t:g}" if scheduled else f"{t:g}"
+                for lr in args.toy_lrs:
+                    for kind in args.controllers:
+                        rows = [run_toy(kind, lr, s, args.toy_steps, t, scheduled,
+                                        args.toy_batch, out_dir) for s in args.seeds]
+                        print(row("tiny GPT-2", name, lr, kind, rows), flush=True)
+    if "probe" in args.tasks:
+        for vocab in args.vocab:
+            for scheduled in schedules:
+                t = args.target
+                name = f"{1.5 * t:g} -> {t:g}" if scheduled else f"{t:g}"
+                for lr in args.lrs:
+                    for kind in args.controllers:
+                        rows = [run_probe(kind, vocab, lr, s, args.steps, t, scheduled,
+                                          args.positions, args.group, args.logit_std)
+                                for s in args.seeds]
+                        print(row(f"probe V={vocab}", name, lr, kind, rows), flush=True)
 
 
 if __name__ == "__main__":

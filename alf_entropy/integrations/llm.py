@@ -93,13 +93,20 @@ def lm_pid_settings(target_entropy: Target) -> Dict[str, Any]:
 
     The PID's default error scale is ``0.5 * ln V`` (about 6 nats for a 150k
     vocabulary), far wider than the 0.1-3 nats per token of a language model
-    under RL, and its default gains suit an update per PPO minibatch, not one
-    per optimizer step of a sharpening LM.  This preset measures the error
-    relative to the target (``error_scale`` = the target, at least 0.05 nats),
-    bounds the coefficient to ``[1e-5, 1]``, starts it at ``1e-2`` and moves it
-    by at most 50 % per step; its integral rate does not grow (``integral_growth=1``:
-    the preset was tuned so, and a growing rate overshot on the toy task).  These are
-    constructor arguments only.
+    under RL, and its default gains suit an update per PPO minibatch.  An LM's
+    entropy answers the coefficient late (Adam's momentum; a policy pushed
+    flat takes many steps to sharpen again) and reads noisily (a step sees a
+    few prompts), so this preset is proportional-and-derivative heavy: the
+    error relative to the target (``error_scale`` = the target, at least 0.05
+    nats), unsmoothed (``error_ema=0``), a strong P (``kp=6``) and D on the
+    trend (``kd=10``: a falling entropy raises the coefficient before it
+    crosses the target, a rising one cuts it), a slow integral (``ki=0.1``,
+    no growth) that only removes the steady offset, the coefficient in
+    ``[1e-3, 1]`` starting at ``1e-2`` and moving at most x2 per step (a floor
+    of ``1e-3`` rather than ``1e-5``: while the entropy is still above the
+    target early in training, the coefficient would otherwise sink decades
+    below what holding the target needs, and climbing back lets the entropy
+    collapse).  These are constructor arguments only.
 
     Args:
         target_entropy: the target in nats per completion token at the
@@ -136,8 +143,8 @@ def lm_pid_settings(target_entropy: Target) -> Dict[str, Any]:
     if not math.isfinite(now):
         raise ValueError(f"target_entropy must be finite, got {now}")
     return dict(target_entropy=target_entropy, initial_alpha=1e-2, min_alpha=1e-5, max_alpha=1.0,
-                error_scale=max(now, 0.05), kp=1.0, ki=0.2, kd=0.5, max_alpha_change=1.5,
-                integral_growth=1.0)
+                error_scale=max(now, 0.05), kp=6.0, ki=0.1, kd=10.0, error_ema=0.0,
+                max_alpha_change=2.0, integral_growth=1.1)
 
 
 def encode_state(value: Any) -> Any:
