@@ -1,33 +1,35 @@
-"""Checkpoint files: atomic writes, the latest checkpoint, RNG and pickled state.
+"""Checkpoints: the :class:`Checkpointer` a trainer holds, and the file primitives.
 
-Shared by every trainer (see :class:`alf_entropy.trainers.trainer.Trainer`):
+:class:`Checkpointer` saves and restores a run's state: it keeps the newest
+``max_to_keep`` files, falls back past damaged ones (named in one warning),
+rolls back whatever a checkpoint that does not fit had already changed, and
+under ``torchrun`` gathers every rank's own part to rank 0 (which alone
+writes) and hands each rank its part on restore.
 
-* :func:`atomic_write_bytes` writes to a temporary file in the same directory,
-  ``fsync``s it and renames it over the destination, so a crash (even
-  ``SIGKILL``) at any moment leaves either the old file or the complete new
-  one, never a partial file under the final name;
-* :func:`save_checkpoint` / :func:`load_checkpoint` write and read
-  ``ckpt-<iteration>.pt`` with ``torch.save`` / ``torch.load(weights_only=True)``
-  and keep the last ``max_to_keep``; :func:`latest_checkpoint` finds the newest;
-* :func:`rng_state` / :func:`set_rng_state` capture and restore the torch
-  (and CUDA), NumPy and Python ``random`` generators as tensors and plain
-  values that ``weights_only`` loading accepts;
-* :func:`bytes_to_tensor` / :func:`tensor_to_bytes` carry opaque bytes (e.g. a
-  pickled environment) as a ``uint8`` tensor, the form ``weights_only``
-  loading accepts.
+Files are written atomically (:func:`atomic_write_bytes`: a temp file,
+``fsync``, rename), so a crash, even ``SIGKILL``, leaves the old file or the
+complete new one, and read with ``torch.load(weights_only=True)``: RNG
+states and pickled environments are stored as tensors and plain values
+(:func:`rng_state`, :func:`bytes_to_tensor`).
 """
+import copy
 import glob
 import os
 import random
 import re
 import tempfile
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
+from absl import logging
+
+from alf_entropy.utils import distributed, schedulers
+from alf_entropy.utils.checks import check_int
 
 __all__ = [
     "CheckpointError",
+    "Checkpointer",
     "REQUIRED_KEYS",
     "atomic_write_bytes",
     "checkpoints_newest_first",
@@ -53,7 +55,7 @@ class CheckpointError(ValueError):
 
 
 def atomic_write_bytes(path: str, write: Callable[[Any], None]) -> None:
-    """Write a file atomically: ``write(f)`` into a temp file, then rename.
+    """Write a file atomically: ``write(f)`` into a temp file, ``fsync``, rename.
 
     Args:
         path: the destination.
@@ -74,26 +76,8 @@ def atomic_write_bytes(path: str, write: Callable[[Any], None]) -> None:
         raise
 
 
-def _checkpoints(checkpoint_dir: str) -> Dict[int, str]:
-    found = {}
-    for path in glob.glob(os.path.join(checkpoint_dir, "ckpt-*.pt")):
-        m = _CKPT_PATTERN.match(os.path.basename(path))
-        if m:
-            found[int(m.group(1))] = path
-    return found
-
-
 def remove_partial_checkpoints(checkpoint_dir: str) -> List[str]:
-    """Delete the temporary files of checkpoint writes that were killed.
-
-    Call it only where no other process writes checkpoints to the directory.
-
-    Args:
-        checkpoint_dir: the checkpoint directory.
-
-    Returns:
-        List[str]: the removed paths.
-    """
+    """Delete (and return) the temp files of killed checkpoint writes (the run's own dir only)."""
     stale = glob.glob(os.path.join(checkpoint_dir, ".ckpt-*.tmp"))
     for path in stale:
         os.remove(path)
@@ -101,65 +85,43 @@ def remove_partial_checkpoints(checkpoint_dir: str) -> List[str]:
 
 
 def checkpoint_path(checkpoint_dir: str, iteration: int) -> str:
-    """The file name of the checkpoint of ``iteration``.
-
-    Args:
-        checkpoint_dir: the checkpoint directory.
-        iteration: the iteration count the checkpoint holds.
-
-    Returns:
-        str: ``checkpoint_dir/ckpt-<iteration:08d>.pt``.
-    """
+    """``checkpoint_dir/ckpt-<iteration:08d>.pt``, the checkpoint of ``iteration``."""
     return os.path.join(checkpoint_dir, f"ckpt-{iteration:08d}.pt")
 
 
-def latest_checkpoint(checkpoint_dir: str) -> Optional[str]:
-    """The path of the checkpoint with the largest iteration, or ``None``.
-
-    Temporary files of an interrupted write (``.ckpt-*.tmp``) are ignored.
-
-    Args:
-        checkpoint_dir: the directory holding ``ckpt-<iteration>.pt`` files.
-
-    Returns:
-        Optional[str]: the path, ``None`` if there is none.
-    """
-    found = _checkpoints(checkpoint_dir)
-    return found[max(found)] if found else None
-
-
 def checkpoints_newest_first(checkpoint_dir: str) -> List[str]:
-    """The paths of all ``ckpt-<iteration>.pt`` files, newest first.
-
-    Args:
-        checkpoint_dir: the checkpoint directory (may be missing).
-
-    Returns:
-        List[str]: the paths, largest iteration first.
-    """
-    found = _checkpoints(checkpoint_dir)
+    """The ``ckpt-<iteration>.pt`` files in ``checkpoint_dir`` (may be missing), newest first."""
+    found = {}
+    for path in glob.glob(os.path.join(checkpoint_dir, "ckpt-*.pt")):
+        m = _CKPT_PATTERN.match(os.path.basename(path))
+        if m:
+            found[int(m.group(1))] = path
     return [found[it] for it in sorted(found, reverse=True)]
+
+
+def latest_checkpoint(checkpoint_dir: str) -> Optional[str]:
+    """The newest checkpoint in ``checkpoint_dir`` (temp files ignored), or ``None``."""
+    paths = checkpoints_newest_first(checkpoint_dir)
+    return paths[0] if paths else None
 
 
 def save_checkpoint(
     checkpoint_dir: str, iteration: int, state: Dict[str, Any], max_to_keep: int
 ) -> str:
-    """Atomically write ``state`` as ``ckpt-<iteration>.pt``; keep the newest few.
+    """Atomically write ``state`` as ``ckpt-<iteration>.pt``; keep the newest ``max_to_keep``.
 
     Args:
         checkpoint_dir: the checkpoint directory (created if missing).
-        iteration: the iteration count ``state`` holds (names the file).
-        state: a nest of tensors and plain Python values (what
-            ``torch.load(weights_only=True)`` accepts).
+        iteration: names the file.
+        state: tensors and plain values (what ``torch.load(weights_only=True)`` accepts).
         max_to_keep: how many of the newest checkpoints to keep.
 
     Returns:
         str: the written path.
 
     Raises:
-        CheckpointError: if the file cannot be written (a full disk, no
-            permission, ...); the earlier checkpoints are left as they were
-            and no partial file remains.
+        CheckpointError: if it cannot be written (a full disk, ...); the
+            earlier checkpoints are left as they were, no partial file remains.
     """
     path = checkpoint_path(checkpoint_dir, iteration)
     try:
@@ -169,9 +131,8 @@ def save_checkpoint(
             f"cannot write checkpoint {path}: {e.strerror or e} (errno {e.errno}); the earlier "
             f"checkpoints in {checkpoint_dir} are intact"
         ) from e
-    found = _checkpoints(checkpoint_dir)
-    for it in sorted(found)[: max(0, len(found) - max_to_keep)]:
-        os.remove(found[it])
+    for old in checkpoints_newest_first(checkpoint_dir)[max_to_keep:]:
+        os.remove(old)
     return path
 
 
@@ -182,21 +143,18 @@ def load_checkpoint(path: str) -> Dict[str, Any]:
         path: the checkpoint file.
 
     Returns:
-        dict: the saved state (tensors on the CPU; ``load_state_dict`` copies
-        them onto the devices of the existing tensors).
+        dict: the saved state.
 
     Raises:
-        CheckpointError: if the file cannot be read (truncated, not a
-            checkpoint, unreadable) or lacks one of :data:`REQUIRED_KEYS`.
+        CheckpointError: if it cannot be read (truncated, not a checkpoint)
+            or lacks one of :data:`REQUIRED_KEYS`.
     """
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # torch.load raises many types for a damaged file
         # The first sentence: torch's zip errors go on for several more.
         message = " ".join(str(e).split()).split(". ")[0][:200]
-        raise CheckpointError(
-            f"{path} cannot be read ({type(e).__name__}: {message})"
-        ) from e
+        raise CheckpointError(f"{path} cannot be read ({type(e).__name__}: {message})") from e
     if not isinstance(state, dict):
         raise CheckpointError(f"{path} is not a checkpoint (it holds a {type(state).__name__})")
     missing = [k for k in REQUIRED_KEYS if k not in state]
@@ -206,50 +164,25 @@ def load_checkpoint(path: str) -> Dict[str, Any]:
 
 
 def bytes_to_tensor(data: bytes) -> torch.Tensor:
-    """``data`` as a 1-D ``uint8`` tensor (storable with ``weights_only``).
-
-    Args:
-        data: any bytes.
-
-    Returns:
-        torch.Tensor: a ``uint8`` copy of ``data``.
-    """
+    """``data`` as a 1-D ``uint8`` tensor (storable with ``weights_only``)."""
     return torch.frombuffer(bytearray(data), dtype=torch.uint8)
 
 
 def tensor_to_bytes(tensor: torch.Tensor) -> bytes:
-    """The bytes stored by :func:`bytes_to_tensor`.
-
-    Args:
-        tensor: a 1-D ``uint8`` tensor.
-
-    Returns:
-        bytes: its content.
-
-    Raises:
-        TypeError: if ``tensor`` is not a ``uint8`` tensor.
-    """
+    """The bytes :func:`bytes_to_tensor` stored; ``TypeError`` if not a ``uint8`` tensor."""
     if not isinstance(tensor, torch.Tensor) or tensor.dtype != torch.uint8:
         raise TypeError(f"tensor must be a uint8 tensor, got {tensor!r:.80}")
     return tensor.cpu().numpy().tobytes()
 
 
 def rng_state() -> Dict[str, Any]:
-    """The states of torch (and CUDA), NumPy's global and Python's ``random``.
-
-    Returns:
-        dict: tensors and plain values (``weights_only``-loadable).
-    """
-    np_state = np.random.get_state()
+    """The torch (and CUDA), NumPy and Python ``random`` generators' states (loadable
+    with ``weights_only``)."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()
     state = {
         "torch": torch.get_rng_state(),
-        "numpy": (
-            np_state[0],
-            torch.from_numpy(np_state[1].astype(np.int64)),
-            int(np_state[2]),
-            int(np_state[3]),
-            float(np_state[4]),
-        ),
+        "numpy": (name, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss),
+                  float(cached)),
         "python": random.getstate(),
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -258,14 +191,193 @@ def rng_state() -> Dict[str, Any]:
 
 
 def set_rng_state(state: Dict[str, Any]) -> None:
-    """Restore the generators captured by :func:`rng_state`.
-
-    Args:
-        state: what :func:`rng_state` returned (possibly saved and loaded).
-    """
+    """Restore the generators :func:`rng_state` captured."""
     torch.set_rng_state(state["torch"])
     name, keys, pos, has_gauss, cached = state["numpy"]
     np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
     random.setstate(state["python"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+_RANK_KEYS = ("rng", "env", "extra")  # each rank's own part of a checkpoint
+
+
+def _to_cpu(obj: Any) -> Any:
+    """``obj`` with every tensor (in dicts, lists, tuples) moved to the CPU."""
+    if isinstance(obj, torch.Tensor):
+        return obj.cpu()
+    if isinstance(obj, dict):
+        return {k: _to_cpu(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
+        return type(obj)(_to_cpu(v) for v in obj)
+    return obj
+
+
+def _any_rank(flag: bool) -> bool:
+    """Whether ``flag`` is set on any rank (``flag`` itself in one process)."""
+    if not distributed.is_distributed():
+        return flag
+    return bool(distributed.broadcast_object(any(distributed.gather_object(flag) or [])))
+
+
+class Checkpointer:
+    """Saves and restores a run's checkpoints in ``checkpoint_dir``.
+
+    A checkpoint holds ``iteration``, ``env_steps``, the scheduler
+    ``progress``, the ``algorithm``'s and its ``optimizers``' state dicts, and
+    rank 0's own ``rng`` states, ``env`` and ``extra`` (from the trainer); in a
+    data-parallel run also ``world_size`` and ``rank_states`` (the other
+    ranks' own parts).
+
+    Args:
+        checkpoint_dir: where the ``ckpt-<iteration>.pt`` files go.
+        max_to_keep: how many of the newest checkpoints to keep.
+    """
+
+    def __init__(self, checkpoint_dir: str, max_to_keep: int = 3):
+        self.checkpoint_dir = checkpoint_dir
+        self._max_to_keep = check_int("max_checkpoints", max_to_keep, minimum=1)
+
+    def path(self, iteration: int) -> str:
+        """The file of the checkpoint of ``iteration``."""
+        return checkpoint_path(self.checkpoint_dir, iteration)
+
+    def save(self, iteration: int, env_steps: int, algorithm: Any, own: Dict[str, Any]) -> str:
+        """Write a checkpoint (every rank calls it; rank 0 writes).
+
+        Args:
+            iteration: iterations done (names the file).
+            env_steps: env steps done.
+            algorithm: the algorithm (its ``state_dict`` and ``optimizers()``).
+            own: this rank's ``env`` and ``extra`` (its ``rng`` is added here).
+
+        Returns:
+            str: the checkpoint path.
+
+        Raises:
+            CheckpointError: if it cannot be written (the earlier ones are intact).
+        """
+        ranks = distributed.gather_object(_to_cpu(dict(own, rng=rng_state())))
+        if not distributed.is_main_process():
+            return self.path(iteration)
+        state = {
+            "iteration": iteration,
+            "env_steps": env_steps,
+            "progress": schedulers.get_all_progress(),
+            "algorithm": algorithm.state_dict(),
+            "optimizers": [opt.state_dict() for opt in algorithm.optimizers()],
+            **{k: ranks[0].get(k) for k in _RANK_KEYS},
+            "world_size": len(ranks),
+            "rank_states": ranks[1:],
+        }
+        return save_checkpoint(self.checkpoint_dir, iteration, state, self._max_to_keep)
+
+    def restore_newest(
+        self, algorithm: Any, load_own: Callable[[Dict[str, Any]], None]
+    ) -> Optional[Tuple[str, Dict[str, Any]]]:
+        """Restore the newest checkpoint that loads and fits; skip (and name) the others.
+
+        Args:
+            algorithm: the algorithm to load (with its optimisers).
+            load_own: loads this rank's ``env`` and ``extra``; raises if they do not fit.
+
+        Returns:
+            ``(path, state)`` of the restored checkpoint, ``None`` if there is none.
+
+        Raises:
+            CheckpointError: if there are checkpoints and none can be restored.
+        """
+        main = distributed.is_main_process()
+        paths = distributed.broadcast_object(checkpoints_newest_first(self.checkpoint_dir)
+                                             if main else [])
+        skipped = []
+        for path in paths:
+            try:
+                state = self.restore(path, algorithm, load_own)
+            except CheckpointError as e:
+                skipped.append(str(e))
+                continue
+            if skipped:
+                logging.warning(
+                    "Skipped %d damaged checkpoint(s) (left in place): %s; resumed from %s instead",
+                    len(skipped), " | ".join(skipped), path,
+                )
+            return path, state
+        if skipped:
+            raise CheckpointError(
+                f"no checkpoint in {self.checkpoint_dir} can be loaded (left in place): "
+                f"{' | '.join(skipped)}; move them away to start afresh, or use a new --root_dir"
+            )
+        return None
+
+    def restore(
+        self, path: str, algorithm: Any, load_own: Callable[[Dict[str, Any]], None]
+    ) -> Dict[str, Any]:
+        """Restore ``path`` on every rank, all or nothing: the algorithm, its
+        optimisers, the rank's own part (``load_own``), then the progress and RNGs.
+
+        Args:
+            path: a checkpoint written by :meth:`save`.
+            algorithm: as in :meth:`restore_newest`.
+            load_own: as in :meth:`restore_newest`.
+
+        Returns:
+            dict: this rank's state (``iteration``, ``env_steps``, its ``env``, ...).
+
+        Raises:
+            CheckpointError: if the file cannot be read or a part does not fit
+                on any rank (every rank raises it; the algorithm and optimisers
+                are put back).
+        """
+        state, error = None, None
+        if distributed.is_main_process():
+            try:
+                state = load_checkpoint(path)
+            except CheckpointError as e:
+                error = str(e)
+        error = distributed.broadcast_object(error)
+        if error is not None:
+            raise CheckpointError(error)
+        state = self._share(path, state)
+        stateful = [algorithm, *algorithm.optimizers()]
+        saved = [copy.deepcopy(obj.state_dict()) for obj in stateful]
+        try:
+            algorithm.load_state_dict(state["algorithm"])
+            if len(stateful) - 1 != len(state["optimizers"]):
+                raise ValueError(f"{len(state['optimizers'])} optimizers saved, "
+                                 f"{len(stateful) - 1} now")
+            for opt, opt_state in zip(stateful[1:], state["optimizers"]):
+                opt.load_state_dict(opt_state)
+            load_own(state)  # last: a replay buffer is swapped in only if all else fits
+        except Exception as e:  # any failure: a damaged or foreign checkpoint
+            error = f"{path} does not match this run: {' '.join(str(e).split())[:300]}"
+        if _any_rank(error is not None):  # a rank's own part (its buffer) may fail alone
+            for obj, obj_state in zip(stateful, saved):
+                obj.load_state_dict(obj_state)
+            raise CheckpointError(error or f"{path}: another rank could not restore its part")
+        schedulers.set_all_progress(state["progress"])
+        if state["rng"] is not None:
+            set_rng_state(state["rng"])
+        return state
+
+    @staticmethod
+    def _share(path: str, state: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+        """Rank 0's ``state`` on every rank, each with its own part.
+
+        A checkpoint of another number of ranks restores the shared state
+        only: ranks keep their fresh RNGs and restart their episodes.
+        """
+        per_rank, world = None, distributed.world_size()
+        if state is not None:  # rank 0
+            per_rank = [{k: state.pop(k, None) for k in _RANK_KEYS}] + state.pop("rank_states", [])
+            if state.pop("world_size", 1) != world:
+                logging.warning(
+                    "%s was written by %d rank(s), this run has %d: networks, optimisers, "
+                    "controllers and progress are restored, the ranks' RNG and environment "
+                    "state are not (episodes restart; not bit-exact).", path, len(per_rank), world,
+                )
+                per_rank = [{"rng": None, "env": {}, "extra": {}}] * world
+        state = distributed.broadcast_object(state)
+        state.update(distributed.scatter_object(per_rank))
+        return state

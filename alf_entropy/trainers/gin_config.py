@@ -11,16 +11,13 @@ configure runs exactly like the command line:
   ``--gin_file`` may be given by name (``ppo_cartpole.gin`` or
   ``ppo_cartpole``) and config files can ``include`` each other by name;
 * a missing file or a misspelt binding raises :class:`GinConfigError` with a
-  one-line message.
+  one-line message;
+* where each binding was written is recorded for
+  :func:`~alf_entropy.trainers.bindings.check_bindings_used`, which the
+  trainer calls to refuse bindings nothing used.
 
-:func:`check_bindings_used` (the trainer calls it once it has built
-everything it builds before training) refuses a binding that nothing used:
-one given with ``--gin_param``, or one in a gin file for a configurable the
-run did call (whose value the code then passes itself), is an error naming
-it; one in a gin file for a configurable the run never builds is a warning
-(a config that switches the controller leaves the other controller's
-settings bound).  Configurables first called during training (:data:`LATE_CONFIGURABLES`:
-the evaluation, ...) cannot be judged then and are left out.
+This module imports every configurable, the trainers included; the trainers
+import :mod:`alf_entropy.trainers.bindings`, never this module.
 """
 import contextlib
 import importlib
@@ -28,12 +25,17 @@ import logging as py_logging
 import os
 import re
 import warnings
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 import gin
-from absl import logging
 
-from alf_entropy.trainers.run_dir import parse_operative_config
+from alf_entropy.trainers.bindings import (
+    LATE_CONFIGURABLES,
+    GinConfigError,
+    check_bindings_used,
+    one_line,
+    record_direct_bindings,
+)
 
 __all__ = [
     "CONFIG_DIR",
@@ -66,23 +68,15 @@ _CONFIGURABLE_MODULES = (
     "alf_entropy.environments",
     "alf_entropy.utils.schedulers",
     "alf_entropy.utils.dist_utils",
+    "alf_entropy.trainers.callbacks",
     "alf_entropy.trainers.on_policy_trainer",
     "alf_entropy.trainers.off_policy_trainer",
 )
 
 
-LATE_CONFIGURABLES = frozenset({"evaluate", "estimated_entropy"})
-"""Configurables first called during training, not when the trainer is built:
-:func:`check_bindings_used` cannot tell whether their bindings are used."""
-
-
 TRAINER_BINDING = "train.trainer"
 """The binding that names the trainer a config runs (``train.trainer =
 @OnPolicyTrainer`` or ``@OffPolicyTrainer``); ``alf-entropy-train`` reads it."""
-
-
-class GinConfigError(ValueError):
-    """A gin file could not be found or a binding could not be applied."""
 
 
 @gin.configurable("train")
@@ -121,26 +115,6 @@ def configured_trainer() -> type:
             f"@OffPolicyTrainer, without parentheses), got {cls!r}"
         )
     return cls
-
-
-def one_line(error: BaseException) -> str:
-    """An exception's message collapsed to a single line.
-
-    Args:
-        error: any exception (gin appends "In call to configurable ..." lines
-            to errors raised inside configurables).
-
-    Returns:
-        str: the message with all whitespace runs replaced by one space.
-    """
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    # gin appends one "In call to configurable 'X' (<class ...>)" line per
-    # enclosing configurable; keep the innermost configurable's name only.
-    calls = [line for line in lines if line.startswith("In call to configurable")]
-    text = " ".join(line for line in lines if line not in calls)
-    if calls:
-        text += f" ({calls[0].split(' (')[0]})"
-    return text or type(error).__name__
 
 
 def import_configurables() -> None:
@@ -267,22 +241,18 @@ def parse_gin_config(
             gin.parse_config_files_and_bindings(paths, list(gin_params or []))
     except (ValueError, TypeError, KeyError, IOError, SyntaxError) as e:
         raise GinConfigError(one_line(e)) from e
-    direct: Dict[Tuple[str, str, str], str] = {}
+    direct: Dict[str, str] = {}
     for path in paths:
         with open(path, encoding="utf-8") as f:
             for key in _binding_keys(f.read()):
-                direct[_normalize(key)] = f"{key} (in {os.path.basename(path)})"
+                direct[key] = f"{key} (in {os.path.basename(path)})"
     for param in gin_params or []:
         for key in _binding_keys(param):
-            direct[_normalize(key)] = f"{' '.join(param.split())} (--gin_param)"
-    _DIRECT.clear()
-    _DIRECT.update(config=gin.config_str(), bindings=direct)
+            direct[key] = f"{' '.join(param.split())} (--gin_param)"
+    record_direct_bindings(direct)
     return paths
 
 
-# What the last parse_gin_config parsed: its config text (to tell whether
-# gin has been reconfigured since) and its direct bindings.
-_DIRECT: Dict[str, object] = {}
 _BINDING_LINE = re.compile(r"^\s*([A-Za-z_][\w.]*(?:/[\w.]+)*)\s*=")
 
 
@@ -296,84 +266,3 @@ def _binding_keys(text: str) -> List[str]:
         if m:
             keys.append(m.group(1))
     return keys
-
-
-def _normalize(key: str) -> Tuple[str, str, str]:
-    """``(scope, configurable's last name, parameter)`` of a binding key."""
-    scope, _, selector = key.rpartition("/")
-    name, _, param = selector.rpartition(".")
-    return scope, name.rsplit(".", 1)[-1], param
-
-
-def check_bindings_used(constructing: Optional[str] = None) -> None:
-    """Refuse bindings that no configurable called so far has used.
-
-    Call it once everything configured before training has been built.
-    Bindings of :data:`LATE_CONFIGURABLES` are not judged.
-
-    Args:
-        constructing: the name of a configurable whose call is still under
-            way (the trainer calling this from its constructor): gin records
-            its parameters only when the call returns, and gin has already
-            checked that each of its bound parameters exists.
-
-    Raises:
-        GinConfigError: naming the unused bindings given with ``--gin_param``
-            (to the last :func:`parse_gin_config`) and those of configurables
-            that were called but did not take the bound value; unused
-            bindings of configurables never called are logged as a warning.
-    """
-    bound = parse_operative_config(gin.config_str())
-    used = parse_operative_config(gin.operative_config_str())
-    used_keys: Set[Tuple[str, str, str]] = {_normalize(k) for k in used}
-    # The trainer binding is read by alf-entropy-train, not by the trainer:
-    # a script that builds a trainer itself leaves it unused.
-    skip = set(LATE_CONFIGURABLES) | {"train"} | ({constructing} if constructing else set())
-    unused = [k for k in bound if _normalize(k) not in used_keys and _normalize(k)[1] not in skip]
-    if not unused:
-        return
-    direct = _DIRECT.get("bindings", {}) if _DIRECT.get("config") == gin.config_str() else {}
-    called = _called_configurables(gin.operative_config_str())
-    errors, alternatives = [], []
-    for key in unused:
-        norm = _normalize(key)
-        where = direct.get(norm, f"{key} (in a gin file)")
-        if where.endswith("(--gin_param)") or norm[1] in called:
-            errors.append(where)  # asked for on the command line, or overridden by the code
-        else:
-            alternatives.append(where)  # a class this run does not build
-    if alternatives:
-        logging.warning(
-            "gin bindings of classes this run does not build (left unused): %s",
-            ", ".join(alternatives),
-        )
-    if errors:
-        raise GinConfigError(
-            f"binding(s) this run never uses: {', '.join(errors)}: nothing reads that parameter "
-            "here (another class, or one whose value the code passes itself); "
-            + _hint(errors)
-        )
-
-
-_HEADER = re.compile(r"^# Parameters for (.+):$")
-
-
-def _called_configurables(operative: str) -> Set[str]:
-    """The last names of the configurables gin's operative config lists (called)."""
-    names = set()
-    for line in operative.splitlines():
-        m = _HEADER.match(line.strip())
-        if m:
-            names.add(m.group(1).rsplit("/", 1)[-1].rsplit(".", 1)[-1])
-    return names
-
-
-def _hint(errors: List[str]) -> str:
-    """A pointer to the usual fix for an unused binding."""
-    if any(".lr" in e or "Adam" in e for e in errors):
-        return (
-            "the algorithms' default optimiser takes its learning rate from "
-            "default_optimizer.lr (A2C/PPO) or sac_default_optimizer.lr (SAC); bind "
-            "<Algorithm>.optimizer = @torch.optim.Adam to use torch.optim.Adam's bindings"
-        )
-    return "check the configurable's name and that the run builds it (see operative_config.gin)"

@@ -32,7 +32,7 @@ from alf_entropy.algorithms.algorithm import Algorithm
 from alf_entropy.algorithms.sac_algorithm import SacAlgorithm
 from alf_entropy.data_structures import StepType
 from alf_entropy.tensor_specs import BoundedTensorSpec
-from alf_entropy.trainers.trainer import Trainer, resolve_device
+from alf_entropy.trainers.trainer import Limits, Trainer, resolve_device
 from alf_entropy.utils import distributed, nest
 from alf_entropy.utils.checks import check_int
 from alf_entropy.utils.replay_buffer import ReplayBuffer, Transition
@@ -56,6 +56,7 @@ class OffPolicyTrainer(Trainer):
         algorithm_ctor: ``(observation_spec, action_spec) -> Algorithm``
             with ``rollout_step``, ``predict_step`` and ``train_step(batch)``
             taking a ``Transition`` batch.
+        num_iterations: stop after this many iterations (see ``Trainer``).
         num_env_steps: stop once this many env steps are done (see
             ``Trainer``).
         initial_collect_steps: env steps of uniformly random actions before
@@ -77,8 +78,8 @@ class OffPolicyTrainer(Trainer):
             the end); ``None``: only at the end.
         device: the training device (see ``Trainer``); the replay buffer
             lives there.
-        **kwargs: ``Trainer``'s other arguments (``num_iterations``,
-            ``eval_interval``, ``seed``, ``num_threads``, ...).
+        **kwargs: ``Trainer``'s other arguments (``eval_interval``,
+            ``seed``, ``num_threads``, ``callbacks``, ...).
 
     Raises:
         ValueError: for out-of-range arguments, a buffer smaller than the
@@ -93,6 +94,7 @@ class OffPolicyTrainer(Trainer):
         env_id: str = "Pendulum-v1",
         num_envs: int = 1,
         algorithm_ctor: Callable[..., Algorithm] = SacAlgorithm,
+        num_iterations: Optional[int] = None,
         num_env_steps: Optional[int] = None,
         initial_collect_steps: int = 1000,
         replay_buffer_length: int = 1_000_000,
@@ -114,16 +116,13 @@ class OffPolicyTrainer(Trainer):
                 f"mini_batch_size ({mini_batch_size}) must be <= replay_buffer_length "
                 f"({replay_buffer_length})"
             )
-        if num_env_steps and initial_collect_steps > num_env_steps:
+        limits = Limits(num_iterations, num_env_steps, steps_per_iteration=num_envs)
+        if limits.num_env_steps and initial_collect_steps > limits.num_env_steps:
             raise ValueError(
                 f"initial_collect_steps ({initial_collect_steps}) must be <= num_env_steps "
                 f"({num_env_steps}): the run would end before learning starts"
             )
-        num_iterations = kwargs.get("num_iterations")
-        if (
-            isinstance(num_iterations, int) and not isinstance(num_iterations, bool)
-            and num_iterations > 0 and initial_collect_steps > num_iterations * num_envs
-        ):
+        if limits.num_iterations and initial_collect_steps > num_iterations * num_envs:
             raise ValueError(
                 f"initial_collect_steps ({initial_collect_steps}) must be <= the env steps "
                 f"num_iterations allows ({num_iterations} iterations x {num_envs} envs = "
@@ -162,6 +161,7 @@ class OffPolicyTrainer(Trainer):
             env_id=env_id,
             num_envs=num_envs,
             algorithm_ctor=algorithm_ctor,
+            num_iterations=num_iterations,
             num_env_steps=num_env_steps,
             steps_per_iteration=num_envs,
             summary_interval=summary_interval,
@@ -221,7 +221,7 @@ class OffPolicyTrainer(Trainer):
         if self._replay_buffer.size >= self._learning_starts:
             for _ in range(self._num_updates_per_train_iter):
                 algorithm.train_step(self._replay_buffer.sample(self._mini_batch_size))
-        return self._steps_per_iteration  # all ranks' env steps
+        return self._limits.steps_per_iteration  # all ranks' env steps
 
     def _example_transition(self) -> Transition:
         """A one-row ``Transition`` with the stored shapes and dtypes."""

@@ -8,8 +8,9 @@ One iteration (``_train_iteration``) reads top to bottom like CleanRL::
         time_step = env.step(alg_step.output)
     algorithm.train_from_unroll(stack(experiences), time_step)  # epochs x minibatches
 
-Everything around it -- limits, progress, summaries, evaluation,
-checkpoints and exact resume -- is :class:`~alf_entropy.trainers.trainer.Trainer`'s.
+Everything around it -- limits, progress, checkpoints, exact resume and the
+callbacks (summaries, evaluation, ...) -- is
+:class:`~alf_entropy.trainers.trainer.Trainer`'s.
 
 Nothing in the rollout or training path reads tensors on the host except the
 environment step itself (which must hand actions to gymnasium); episode
@@ -111,4 +112,4 @@ class OnPolicyTrainer(Trainer):
                 time_step = env.step(alg_step.output)
         self._time_step = time_step
         algorithm.train_from_unroll(stack_experiences(experiences), time_step)
-        return self._steps_per_iteration
+        return self._limits.steps_per_iteration

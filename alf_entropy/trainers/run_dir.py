@@ -1,5 +1,9 @@
 """A run directory belongs to one run: the writer lock and the config check.
 
+* :class:`RunDir` is what a trainer holds: it checks the path, takes the
+  lock, removes killed checkpoint writes' leftovers, refuses a changed
+  configuration and writes ``operative_config.gin``; under ``torchrun``
+  rank 0 alone touches the directory and every rank raises its errors;
 * :func:`check_root_dir` refuses a ``root_dir`` that is a file, lies under a
   file, or cannot be written, before anything is created;
 * :class:`RunLock` holds an exclusive ``fcntl.flock`` on
@@ -15,16 +19,25 @@
   (training limits, intervals, the progress bar, ...), which may change when
   a run is resumed.
 """
+import contextlib
 import errno
 import fcntl
 import os
 import re
+import shutil
 import socket
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
+
+import gin
+from absl import logging
+
+from alf_entropy.trainers import checkpoint as ckpt
+from alf_entropy.utils import distributed
 
 __all__ = [
     "LOCK_FILE",
     "RESULT_NEUTRAL_PARAMETERS",
+    "RunDir",
     "RunDirLocked",
     "RunLock",
     "check_root_dir",
@@ -51,6 +64,8 @@ RESULT_NEUTRAL_PARAMETERS = frozenset({
     "debug_summaries",
     "allow_config_change",
     "device",
+    "callbacks",
+    "max_seconds",
 })
 """Parameter names (of any configurable) that may differ between a run's
 ``operative_config.gin`` and a resumed run: they change when or how much the
@@ -239,3 +254,144 @@ def config_differences(
         if old.get(key) != new.get(key):
             out.append((key, old.get(key), new.get(key)))
     return out
+
+
+def on_main(action: Callable[[], None], root_dir: str) -> None:
+    """Run ``action`` on rank 0 alone; every rank raises the error it raised.
+
+    Args:
+        action: what to do (it may raise ``ValueError`` or ``OSError``).
+        root_dir: named in the message of an ``OSError``.
+
+    Raises:
+        ValueError: (or its subclass) what ``action`` raised, on every rank.
+    """
+    error: Optional[Tuple[type, str]] = None
+    if distributed.is_main_process():
+        try:
+            action()
+        except ValueError as e:
+            error = (type(e), str(e))
+        except OSError as e:  # e.g. no permission inside an existing root_dir
+            error = (ValueError, f"root_dir {root_dir}: {e}")
+    error = distributed.broadcast_object(error)
+    if error is not None:
+        raise error[0](error[1])
+
+
+class RunDir:
+    """The run directory a trainer owns (see the module docstring).
+
+    Args:
+        root_dir: the directory (created by :meth:`take` if missing).
+        allow_config_change: resume a directory whose ``operative_config.gin``
+            differs from the configuration in force (beyond
+            :data:`RESULT_NEUTRAL_PARAMETERS`): the differences are logged and
+            the old config is kept as ``operative_config.<iteration>.gin``.
+
+    Raises:
+        ValueError: if ``root_dir`` is empty, a file, or not writable.
+    """
+
+    def __init__(self, root_dir: str, allow_config_change: bool = False):
+        if not isinstance(root_dir, str) or not root_dir:
+            raise ValueError(f"root_dir must be a non-empty path, got {root_dir!r}")
+        self.path = os.path.abspath(os.path.expanduser(root_dir))
+        check_root_dir(self.path)
+        self.checkpoint_dir = os.path.join(self.path, "checkpoints")
+        self._config_path = os.path.join(self.path, "operative_config.gin")
+        self._allow_config_change = bool(allow_config_change)
+        self._config_change: Optional[str] = None
+        self._lock: Optional[RunLock] = None  # rank 0's
+        self._held = False
+
+    @property
+    def held(self) -> bool:
+        """Whether this run holds the directory (its lock, on rank 0)."""
+        return self._held
+
+    def take(self, check_config: bool = True) -> None:
+        """Lock the directory (if not held); remove leftovers and check the config (rank 0).
+
+        Args:
+            check_config: also remove killed checkpoint writes' leftovers and
+                refuse a changed configuration (when the run starts; not when
+                it takes the directory again for another ``train()``).
+
+        Raises:
+            RunDirLocked: if another process holds it.
+            ValueError: if the configuration differs (without
+                ``allow_config_change``) or the directory cannot be written.
+        """
+
+        if self._held:
+            return
+
+        def take() -> None:
+            self._lock = RunLock(self.path)
+            if check_config:
+                for stale in ckpt.remove_partial_checkpoints(self.checkpoint_dir):
+                    logging.info("Removed %s, left by a checkpoint write that was killed", stale)
+                self._check_config()
+
+        on_main(take, self.path)
+        self._held = True
+
+    def release(self) -> None:
+        """Release the lock (idempotent)."""
+        lock, self._lock, self._held = self._lock, None, False
+        if lock is not None:
+            lock.release()
+
+    @contextlib.contextmanager
+    def opening(self) -> Iterator[None]:
+        """Around a trainer's start: on an error, release and remove a directory it made."""
+        created = distributed.is_main_process() and not os.path.exists(self.path)
+        try:
+            yield
+        except BaseException:
+            self.release()
+            if created:  # leave no half-made run directory behind
+                shutil.rmtree(self.path, ignore_errors=True)
+            raise
+
+    def _check_config(self) -> None:
+        """Refuse a configuration that differs from the directory's."""
+        if not os.path.isfile(self._config_path):
+            return
+        with open(self._config_path, encoding="utf-8") as f:
+            diffs = config_differences(f.read(), gin.operative_config_str())
+        if not diffs:
+            return
+        # Changed values first: they say more than parameters of classes one side lacks.
+        diffs.sort(key=lambda d: d[1] is None or d[2] is None)
+        shown = "; ".join(
+            f"{key}: {'unset' if old is None else old} -> {'unset' if new is None else new}"
+            for key, old, new in diffs[:5]
+        ) + (f"; and {len(diffs) - 5} more" if len(diffs) > 5 else "")
+        if not self._allow_config_change:
+            raise ValueError(
+                f"root_dir {self.path} holds a run with another configuration "
+                f"({len(diffs)} difference(s): {shown}); use a new --root_dir, or "
+                "--allow_config_change to resume it with the new configuration anyway"
+            )
+        self._config_change = shown
+
+    def write_operative_config(self, iteration: int) -> None:
+        """Write ``operative_config.gin`` (rank 0); keep a changed one's predecessor.
+
+        Args:
+            iteration: the iteration the run resumes at (names the kept file).
+        """
+        if not distributed.is_main_process():
+            return
+        if self._config_change is not None and os.path.isfile(self._config_path):
+            keep = os.path.join(self.path, f"operative_config.{iteration}.gin")
+            os.replace(self._config_path, keep)
+            logging.warning(
+                "allow_config_change: resuming %s at iteration %d with a changed configuration "
+                "(%s); the previous config is kept as %s",
+                self.path, iteration, self._config_change, keep,
+            )
+        text = gin.operative_config_str().encode("utf-8")
+        ckpt.atomic_write_bytes(self._config_path, lambda f: f.write(text))

@@ -77,7 +77,8 @@ def test_stop_eval_return_stops_early(tmp_path):
 
 def test_num_env_steps_rounds_up_to_iterations(tmp_path):
     trainer = _trainer(tmp_path, num_env_steps=100)
-    assert trainer.num_iterations == 4  # 32 steps per iteration
+    assert trainer.total_iterations == 4  # 32 steps per iteration
+    assert trainer.num_iterations is None  # as given
 
 
 class _Crash(Exception):

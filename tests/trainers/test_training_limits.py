@@ -4,7 +4,7 @@ import functools
 import pytest
 
 from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
-from alf_entropy.trainers import trainer as trainer_module
+from alf_entropy.trainers import callbacks as callbacks_module
 from alf_entropy.trainers.checkpoint import latest_checkpoint
 from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
 from alf_entropy.utils import schedulers
@@ -52,7 +52,8 @@ def _record_progress(monkeypatch):
 def test_the_first_limit_reached_ends_the_run(tmp_path, monkeypatch, limits, iterations):
     seen = _record_progress(monkeypatch)
     trainer = _trainer(tmp_path, checkpoint_interval=None, **limits)
-    assert trainer.num_iterations == iterations
+    assert trainer.total_iterations == iterations
+    assert trainer.num_iterations == (limits.get("num_iterations") or None)  # as given
     result = trainer.train()
     assert result["iteration"] == iterations
     assert result["env_steps"] == iterations * STEPS_PER_ITERATION
@@ -101,15 +102,15 @@ def test_a_percent_schedule_spans_the_run_under_either_limit(tmp_path, monkeypat
 
 def test_progress_bar_total_is_the_binding_limit(tmp_path, monkeypatch):
     totals = []
-    real_tqdm = trainer_module.tqdm
+    real_tqdm = callbacks_module.tqdm
 
     def recording_tqdm(*args, **kwargs):
         totals.append((kwargs["total"], kwargs["initial"]))
         return real_tqdm(*args, **kwargs)
 
-    monkeypatch.setattr(trainer_module, "tqdm", recording_tqdm)
-    _trainer(tmp_path / "a", num_iterations=3, num_env_steps=10_000).train()
-    _trainer(tmp_path / "b", num_iterations=30, num_env_steps=64).train()
+    monkeypatch.setattr(callbacks_module, "tqdm", recording_tqdm)
+    _trainer(tmp_path / "a", num_iterations=3, num_env_steps=10_000, progress_bar=True).train()
+    _trainer(tmp_path / "b", num_iterations=30, num_env_steps=64, progress_bar=True).train()
     assert totals == [(3, 0), (2, 0)]
 
 

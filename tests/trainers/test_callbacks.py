@@ -1,0 +1,115 @@
+"""Callbacks: the hooks, a stopping callback, gin binding, and docs/callbacks.md's example."""
+import csv
+import os
+import pathlib
+import re
+
+import gin
+import pytest
+
+from alf_entropy.trainers import Callback, OnPolicyTrainer, TimeBudgetCallback
+from alf_entropy.trainers import checkpoint as ckpt
+from alf_entropy.trainers.gin_config import parse_gin_config
+from tests.trainers.test_on_policy_trainer import _trainer
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "callbacks.md"
+
+
+class Recorder(Callback):
+    """Records every hook call; stops after iteration ``stop_at``."""
+
+    def __init__(self, stop_at=None):
+        self.calls = []
+        self.stop_at = stop_at
+
+    def on_training_start(self, trainer):
+        self.calls.append(("start", trainer.iteration))
+
+    def on_iteration_start(self, trainer):
+        self.calls.append(("iteration_start", trainer.iteration))
+
+    def on_iteration_end(self, trainer):
+        self.calls.append(("iteration_end", trainer.iteration))
+        return trainer.iteration != self.stop_at
+
+    def on_training_end(self, trainer):
+        self.calls.append(("end", trainer.iteration))
+
+
+def test_hooks_run_in_order_around_each_iteration(tmp_path):
+    recorder = Recorder()
+    _trainer(tmp_path, num_iterations=2, callbacks=[recorder]).train()
+    assert recorder.calls == [("start", 0), ("iteration_start", 0), ("iteration_end", 1),
+                              ("iteration_start", 1), ("iteration_end", 2), ("end", 2)]
+
+
+def test_false_stops_the_run_with_a_checkpoint_that_resumes(tmp_path):
+    recorder = Recorder(stop_at=2)
+    result = _trainer(tmp_path, num_iterations=5, checkpoint_interval=None,
+                      callbacks=[recorder]).train()
+    assert result["iteration"] == 2 and not result["already_done"]
+    assert result["stopped_by"] is None  # not a signal
+    assert result["checkpoint"] == ckpt.checkpoint_path(str(tmp_path / "checkpoints"), 2)
+    assert recorder.calls[-1] == ("end", 2)
+    resumed = _trainer(tmp_path, num_iterations=5, checkpoint_interval=None)
+    assert resumed.iteration == 2 and resumed.train()["iteration"] == 5
+
+
+def test_on_training_end_runs_after_an_error(tmp_path, monkeypatch):
+    recorder = Recorder()
+
+    def fail(self):
+        raise RuntimeError("boom")
+
+    trainer = _trainer(tmp_path, num_iterations=3, callbacks=[recorder])
+    monkeypatch.setattr(OnPolicyTrainer, "_train_iteration", fail)
+    with pytest.raises(RuntimeError, match="boom"):
+        trainer.train()
+    assert recorder.calls == [("start", 0), ("iteration_start", 0), ("end", 0)]
+
+
+def test_a_callback_that_is_not_one_is_a_type_error(tmp_path):
+    with pytest.raises(TypeError, match="callbacks must be Callback instances"):
+        _trainer(tmp_path, num_iterations=1, callbacks=[lambda trainer: True])
+    assert not os.path.exists(tmp_path / "checkpoints")
+
+
+def test_time_budget_stops_the_run(tmp_path):
+    result = _trainer(tmp_path, num_iterations=50,
+                      callbacks=[TimeBudgetCallback(max_seconds=1e-9)]).train()
+    assert result["iteration"] == 1  # the budget is spent after the first iteration
+    with pytest.raises(ValueError, match="max_seconds must be > 0"):
+        TimeBudgetCallback(max_seconds=0)
+
+
+def test_callbacks_bind_in_gin_and_may_change_on_resume(tmp_path):
+    params = ["OnPolicyTrainer.num_iterations = 3", "OnPolicyTrainer.num_envs = 2",
+              "OnPolicyTrainer.unroll_length = 8", "PPOAlgorithm.num_epochs = 1",
+              "OnPolicyTrainer.progress_bar = False"]
+    parse_gin_config(["ppo_cartpole"], params + [
+        "OnPolicyTrainer.callbacks = [@TimeBudgetCallback()]",
+        "TimeBudgetCallback.max_seconds = 1e-9"])
+    assert OnPolicyTrainer(str(tmp_path), device="cpu").train()["iteration"] == 1
+    gin.clear_config()
+    parse_gin_config(["ppo_cartpole"], params)  # no callbacks now: the same run goes on
+    assert OnPolicyTrainer(str(tmp_path), device="cpu").train()["iteration"] == 3
+
+
+@pytest.mark.slow
+def test_the_docs_example_runs_and_does_what_it_says(tmp_path, monkeypatch, capsys):
+    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), re.S)
+    assert len(blocks) == 1
+    monkeypatch.chdir(tmp_path)
+    ns: dict = {}
+    exec(compile(blocks[0], str(DOC), "exec"), ns)
+    result = ns["result"]
+    assert "stopped after" in capsys.readouterr().out
+    # It stopped at the target, before the limit.
+    assert result["iteration"] < 40 and result["last_return"] >= 60.0
+    with open(tmp_path / "alpha.csv", newline="") as f:
+        rows = list(csv.reader(f))
+    assert [int(r[0]) for r in rows] == list(range(1, result["iteration"] + 1))
+    alphas = [float(r[2]) for r in rows]
+    assert all(a > 0 for a in alphas) and len(set(alphas)) > 1  # the controller moved alpha
