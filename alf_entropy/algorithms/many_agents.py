@@ -1,0 +1,431 @@
+"""``ManyAgents``: K independent actor-critic (A2C/PPO) agents trained as one batch.
+
+A seed sweep trains K agents that differ only in their seed (and perhaps their
+target entropy).  ``ManyAgents`` holds them in one module: every tensor gets a
+leading agent dimension ``K`` and each small operation runs once for all K
+instead of K times, which is what costs on a CPU (per-call overhead) and on a
+GPU (kernel launches).
+
+How the agents are built (``seeds[k]`` for agent ``k``):
+
+1. Under ``torch.manual_seed(seeds[k])`` (and NumPy's, Python's) the
+   ``algorithm_ctor`` builds agent ``k`` as a single run with that seed
+   builds it, so its initial parameters are that run's.
+2. The K agents' networks are stacked
+   (:class:`~alf_entropy.networks.stacked.StackedModule`: each ``nn.Linear``
+   becomes one batched matrix product for all K) and ``algorithm_ctor``
+   builds one more algorithm around them: the *batched algorithm*, with
+   ``normalize_advantages=False`` (done per agent here), a
+   :class:`~alf_entropy.utils.batched_adam.BatchedAdam` and, if the agents
+   have an entropy controller, one controller of the same class with
+   ``batch_shape=(K,)`` (K controllers, each with its own state and target:
+   ``target_entropies``).
+3. Agent ``k`` samples from its own ``torch.Generator``, whose state is the
+   global generator's right after agent ``k`` was built: the random draws
+   (actions, minibatch permutations) of a single run with that seed.
+
+Training runs the batched algorithm's own ``train_step`` and ``calc_loss``
+(the same loss code as a single agent, on ``[K, n]`` tensors: everything in
+them is per element, except the controller's statistics, which the batched
+controller keeps per member) and, per agent: GAE
+(:func:`~alf_entropy.utils.value_ops.generalized_advantage_estimation` on
+``[T, K, B]``), the minibatch permutation, advantage normalisation, the
+masked mean of the loss, the global gradient norm and its clipping, the skip
+of a non-finite update and Adam's state.  Nothing mixes two agents, so a NaN,
+a divergence or an early solve in one leaves the others as they were.
+
+Agent ``k`` follows a single run with seed ``seeds[k]`` (given the same
+environments, :class:`~alf_entropy.environments.agent_envs.AgentEnvs`) up to
+float rounding: batched matrix products may round differently from
+``F.linear``; ``tests/many_agents`` bounds the difference.
+
+Not yet: a data-parallel run (several ranks) and nested action specs are
+refused; actor networks with a free (state-independent) ``log_std`` cannot be
+stacked (``StackedModule`` says so).
+"""
+import functools
+import random
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import gin
+import numpy as np
+import torch
+import torch.distributions as td
+import torch.nn as nn
+
+from alf_entropy.algorithms.actor_critic_algorithm import (
+    ActorCriticAlgorithm,
+    ActorCriticInfo,
+    _masked_normalize,
+)
+from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
+from alf_entropy.data_structures import AlgStep, Experience, LossInfo, TimeStep
+from alf_entropy.networks import mode_of
+from alf_entropy.networks.stacked import StackedModule
+from alf_entropy.utils import distributed, nest, value_ops
+from alf_entropy.utils.batched_adam import BatchedAdam
+from alf_entropy.utils.checks import check_int
+from alf_entropy.utils.math_ops import masked_mean
+
+__all__ = ["ManyAgents"]
+
+
+def _seed_all(seed: int) -> None:
+    """What a single run seeds before building its algorithm (torch, NumPy, ``random``)."""
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    random.seed(seed)
+
+
+def _agent_generator(seed: int, device: torch.device) -> torch.Generator:
+    """The generator a single run with ``seed`` samples from, as it is after the build.
+
+    On the CPU that is the global generator's state now (the build drew from
+    it); on another device the device's generator, seeded and untouched.
+    """
+    if device.type == "cpu":
+        generator = torch.Generator()
+        generator.set_state(torch.get_rng_state())
+        return generator
+    return torch.Generator(device).manual_seed(seed)
+
+
+def _settings(alg: ActorCriticAlgorithm) -> Dict[str, Any]:
+    """The single agent's settings the batch loop applies per agent."""
+    opt = alg.optimizers()[0]
+    if not isinstance(opt, torch.optim.Adam):
+        raise TypeError(f"ManyAgents needs agents optimised by Adam (FusedAdam), got "
+                        f"{type(opt).__name__}")
+    group = opt.param_groups[0]
+    return dict(
+        gamma=alg._gamma, td_lambda=alg._td_lambda, reward_scale=alg._reward_scale,
+        normalize_advantages=alg._normalize_advantages, max_grad_norm=alg._max_grad_norm,
+        per_iteration=alg._per_iteration, num_epochs=alg.num_epochs,
+        num_minibatches=alg.num_minibatches,
+        optimizer=functools.partial(
+            BatchedAdam, lr=getattr(opt, "_lr_schedule", None) or group["lr"],
+            betas=group["betas"], eps=group["eps"], weight_decay=group["weight_decay"]))
+
+
+@gin.configurable
+class ManyAgents(nn.Module):
+    """K independent A2C/PPO agents as one batch (see the module docstring).
+
+    Args:
+        observation_spec: the observation spec (one environment's).
+        action_spec: the action spec (one environment's; not nested).
+        seeds: one seed per agent; ``K = len(seeds)``.
+        algorithm_ctor: ``(observation_spec, action_spec, **overrides) ->``
+            an ``ActorCriticAlgorithm`` (e.g. ``PPOAlgorithm``, configured in
+            gin as for a single run); it must take ``actor_network_ctor``,
+            ``value_network_ctor``, ``entropy_target_cls``,
+            ``normalize_advantages``, ``optimizer`` and ``fast_acting``.
+        target_entropies: one target per agent (a number, scheduler, ...; see
+            the controllers' ``target_entropy``), or None for the configured
+            one.  Needs agents with an entropy controller.
+        device: where the agents live.
+
+    Raises:
+        ValueError: for an empty or repeated ``seeds``, targets of the wrong
+            length or without a controller, a nested action spec, or a
+            data-parallel run.
+        TypeError: if ``algorithm_ctor`` builds no ``ActorCriticAlgorithm`` or
+            its optimiser is not Adam.
+    """
+
+    def __init__(self, observation_spec: Any, action_spec: Any, seeds: Sequence[int],
+                 algorithm_ctor: Callable[..., ActorCriticAlgorithm] = PPOAlgorithm,
+                 target_entropies: Optional[Sequence[Any]] = None, device: Any = "cpu"):
+        super().__init__()
+        seeds = [check_int("seeds[i]", s, minimum=0) for s in seeds]
+        if not seeds or len(set(seeds)) != len(seeds):
+            raise ValueError(f"seeds must be distinct and at least one, got {seeds}")
+        if nest.is_nested(action_spec):
+            raise ValueError("ManyAgents does not take a nested action_spec yet")
+        if distributed.is_distributed():
+            raise ValueError("ManyAgents does not run data-parallel (several ranks) yet; run "
+                             "it in one process")
+        self._device = torch.device(device)
+        self._seeds = seeds
+        k = len(seeds)
+        agents, generators = [], []
+        for seed in seeds:
+            _seed_all(seed)
+            agent = algorithm_ctor(observation_spec, action_spec)
+            if not isinstance(agent, ActorCriticAlgorithm):
+                raise TypeError(f"algorithm_ctor must build an ActorCriticAlgorithm, got "
+                                f"{type(agent).__name__}")
+            agents.append(agent.to(self._device))
+            generators.append(_agent_generator(seed, self._device))
+        self._generators = generators
+        self._settings = _settings(agents[0])
+        controller = agents[0].entropy_target_algorithm
+        overrides: Dict[str, Any] = {}
+        if target_entropies is not None:
+            if controller is None:
+                raise ValueError("target_entropies needs agents with an entropy controller "
+                                 "(enforce_entropy_target=True)")
+            if len(target_entropies) != k:
+                raise ValueError(f"target_entropies has {len(target_entropies)} entries for "
+                                 f"{k} agents")
+            overrides["target_entropy"] = list(target_entropies)
+        entropy_target_cls = None if controller is None else functools.partial(
+            type(controller), batch_shape=(k,), **overrides)
+        self._alg = algorithm_ctor(
+            observation_spec, action_spec,
+            actor_network_ctor=lambda *a: StackedModule([g.actor_network for g in agents]),
+            value_network_ctor=lambda *a: StackedModule([g.value_network for g in agents]),
+            entropy_target_cls=entropy_target_cls, normalize_advantages=False,
+            optimizer=self._settings["optimizer"], fast_acting=False).to(self._device)
+        # Agent 0 as it was built: the single-run layout of agent_state_dict.
+        self._template = (agents[0],)
+        self.register_buffer("skipped_updates", torch.zeros(k, dtype=torch.int64,
+                                                            device=self._device))
+
+    # ------------------------------------------------------------ properties
+    @property
+    def num_agents(self) -> int:
+        """K."""
+        return len(self._seeds)
+
+    @property
+    def seeds(self) -> List[int]:
+        """Each agent's seed."""
+        return list(self._seeds)
+
+    @property
+    def algorithm(self) -> ActorCriticAlgorithm:
+        """The batched algorithm (stacked networks, batched controller, ``BatchedAdam``)."""
+        return self._alg
+
+    @property
+    def entropy_target_algorithm(self) -> Any:
+        """The batched controller (``batch_shape == (K,)``), or None."""
+        return self._alg.entropy_target_algorithm
+
+    @property
+    def generators(self) -> List[torch.Generator]:
+        """Each agent's random generator."""
+        return list(self._generators)
+
+    # ---------------------------------------------------------------- acting
+    def _sample(self, dist: td.Distribution) -> torch.Tensor:
+        """A draw for each agent from its own generator (what ``dist.sample()`` draws)."""
+        if isinstance(dist, td.Independent):
+            return self._sample(dist.base_dist)
+        if isinstance(dist, td.TransformedDistribution):
+            x = self._sample(dist.base_dist)
+            for transform in dist.transforms:
+                x = transform(x)
+            return x
+        if isinstance(dist, td.Categorical):
+            # ``sample_categorical``'s inverse CDF, with each agent's uniforms.
+            probs = dist.probs
+            cdf = probs.cumsum(-1)
+            shape = (*probs.shape[1:-1], 1)
+            u = torch.stack([torch.rand(shape, dtype=cdf.dtype, device=cdf.device, generator=g)
+                             for g in self._generators])
+            return torch.searchsorted(cdf, u).squeeze(-1).clamp_(max=probs.shape[-1] - 1)
+        if isinstance(dist, td.Normal):
+            shape = dist.batch_shape
+            loc, scale = dist.loc.expand(shape), dist.scale.expand(shape)
+            return torch.stack([torch.normal(loc[k], scale[k], generator=g)
+                                for k, g in enumerate(self._generators)])
+        raise TypeError(f"ManyAgents cannot sample a {type(dist).__name__} per agent")
+
+    def rollout_step(self, inputs: TimeStep, state: Any = ()) -> AlgStep:
+        """Each agent samples its action (from its own generator); keep the log-probability.
+
+        Call it under ``torch.no_grad()`` or ``torch.inference_mode()``.
+
+        Args:
+            inputs: a ``TimeStep`` whose ``observation`` is ``[K, B, ...]``.
+            state: unused.
+
+        Returns:
+            AlgStep: ``output`` the actions ``[K, B, ...]``, ``info`` an
+            ``ActorCriticInfo(log_prob=[K, B])``.
+        """
+        dist = self._alg.actor_network(inputs.observation)
+        action = self._sample(dist)
+        return AlgStep(output=action, state=state,
+                       info=ActorCriticInfo(log_prob=dist.log_prob(action)))
+
+    def predict_step(self, inputs: TimeStep, state: Any = ()) -> AlgStep:
+        """Each agent's deterministic (greedy) action, for evaluation.
+
+        Args:
+            inputs: a ``TimeStep`` whose ``observation`` is ``[K, B, ...]``.
+            state: unused.
+
+        Returns:
+            AlgStep: ``output`` the actions ``[K, B, ...]``.
+        """
+        return AlgStep(output=mode_of(self._alg.actor_network(inputs.observation)), state=state)
+
+    # -------------------------------------------------------------- training
+    def preprocess_experience(self, experience: Experience,
+                              final_time_step: TimeStep) -> Experience:
+        """Values, GAE advantages and returns per agent; ``[T, K, B]`` to ``[K, T * B]``.
+
+        Agent ``k``'s rows are what ``ActorCriticAlgorithm.preprocess_experience``
+        gives a single agent (``t * B + b``).
+
+        Args:
+            experience: the unroll, leaves ``[T, K, B, ...]``, ``rollout_info``
+                an ``ActorCriticInfo`` of ``rollout_step``.
+            final_time_step: the time step after the unroll, leaves ``[K, B, ...]``.
+
+        Returns:
+            Experience: leaves ``[K, T * B, ...]`` with ``value``,
+            ``advantages`` and ``returns`` filled in.
+        """
+        s = self._settings
+        with torch.no_grad():
+            time_step = experience.time_step
+            t, k, b = experience.step_type.shape[:3]
+
+            def _with_final(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+                return torch.cat([x, y.unsqueeze(0)])
+
+            observations = nest.map_structure(
+                lambda x, y: _with_final(x, y).transpose(0, 1).reshape(k, (t + 1) * b,
+                                                                     *x.shape[3:]),
+                time_step.observation, final_time_step.observation)
+            values = self._alg.value_network(observations).reshape(k, t + 1, b).transpose(0, 1)
+            rewards = _with_final(time_step.reward, final_time_step.reward)
+            discounts = _with_final(time_step.discount, final_time_step.discount)
+            step_types = _with_final(experience.step_type, final_time_step.step_type)
+            advantages = value_ops.generalized_advantage_estimation(
+                rewards.to(values.dtype) * s["reward_scale"], values, step_types,
+                discounts.to(values.dtype) * s["gamma"], td_lambda=s["td_lambda"])
+            value = values[:-1]
+            experience = experience._replace(rollout_info=experience.rollout_info._replace(
+                value=value, advantages=advantages, returns=advantages + value))
+            return nest.map_structure(
+                lambda x: x.transpose(0, 1).reshape(k, t * b, *x.shape[3:]), experience)
+
+    def _minibatches(self, exp: Experience) -> List[Experience]:
+        """Each agent's shuffled split, from its own generator (as a single agent's)."""
+        s = self._settings
+        k, n = exp.step_type.shape[:2]
+        if s["num_minibatches"] == 1 and s["num_epochs"] == 1:
+            return [exp]
+        if n < s["num_minibatches"]:
+            raise ValueError(f"ManyAgents: an unroll of {n} steps cannot be split into "
+                             f"num_minibatches={s['num_minibatches']}")
+        device = exp.step_type.device
+        perm = torch.stack([torch.randperm(n, device=device, generator=g)
+                            for g in self._generators])
+
+        def _gather(x: torch.Tensor) -> torch.Tensor:
+            index = perm.reshape(k, n, *(1,) * (x.dim() - 2)).expand(x.shape)
+            return x.gather(1, index)
+
+        shuffled = nest.map_structure(_gather, exp)
+        splits = [x.tensor_split(s["num_minibatches"], dim=1) for x in nest.flatten(shuffled)]
+        return [nest.pack_sequence_as(shuffled, leaves) for leaves in zip(*splits)]
+
+    def update(self, loss_info: LossInfo, valid_mask: torch.Tensor) -> torch.Tensor:
+        """One gradient step of every agent on its own loss; a non-finite one is skipped.
+
+        Per agent, as ``Algorithm.update_with_gradient`` for one: the masked
+        mean of its loss (plus ``scalar_loss``), its global gradient norm
+        clipped to ``max_grad_norm``, and a skip (parameters and Adam state
+        kept, ``skipped_updates[k]`` counted) when the loss or the norm is
+        not finite.  Reads nothing on the host.
+
+        Args:
+            loss_info: ``calc_loss``'s, ``loss`` ``[K, n]``.
+            valid_mask: bool ``[K, n]``.
+
+        Returns:
+            torch.Tensor: ``[K]`` the losses minimised (detached).
+        """
+        loss = loss_info.loss
+        mask = valid_mask.to(loss.dtype)
+        per_agent = (loss * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+        if isinstance(loss_info.scalar_loss, torch.Tensor):
+            per_agent = per_agent + loss_info.scalar_loss
+        optimizer = self._alg.optimizers()[0]
+        params = [p for g in optimizer.param_groups for p in g["params"]]
+        for p in params:
+            p.grad = None
+        per_agent.sum().backward()
+        ok = torch.isfinite(per_agent.detach())
+        max_norm = self._settings["max_grad_norm"]
+        if max_norm is not None:
+            k = self.num_agents
+            grads = [p.grad for p in params if p.grad is not None]
+            norms = torch.linalg.vector_norm(torch.stack(
+                [torch.linalg.vector_norm(g.reshape(k, -1), dim=1) for g in grads]), dim=0)
+            # clip_grad_norm_'s coefficient, per agent.
+            coef = (max_norm / (norms + 1e-6)).clamp(max=1.0)
+            for g in grads:
+                g.mul_(coef.reshape(k, *(1,) * (g.dim() - 1)))
+            ok = ok & torch.isfinite(norms)
+        optimizer.masked_step(ok)
+        self.skipped_updates.add_((~ok).to(self.skipped_updates.dtype))
+        return per_agent.detach()
+
+    def train_from_unroll(self, experience: Experience, final_time_step: TimeStep
+                          ) -> Tuple[LossInfo, ActorCriticInfo, torch.Tensor]:
+        """Train every agent on its unroll: ``num_epochs`` x ``num_minibatches`` updates.
+
+        Args:
+            experience: the unroll, leaves ``[T, K, B, ...]``.
+            final_time_step: the time step after it, leaves ``[K, B, ...]``.
+
+        Returns:
+            ``(loss_info, train_info, valid_mask)`` of the last minibatch;
+            ``loss_info.loss`` is ``[K]``, each agent's minimised loss.
+        """
+        s, alg = self._settings, self._alg
+        exp = self.preprocess_experience(experience, final_time_step)
+        controller = alg.entropy_target_algorithm
+        once_per_unroll = s["per_iteration"] and controller is not None
+        means = []
+        capped = alg._cap_alpha_change(True)
+        loss_info = train_info = mask = None
+        for _ in range(s["num_epochs"]):
+            for batch in self._minibatches(exp):
+                mask = alg.valid_mask(batch)
+                if s["normalize_advantages"]:
+                    info = batch.rollout_info
+                    batch = batch._replace(rollout_info=info._replace(
+                        advantages=torch.vmap(_masked_normalize)(info.advantages, mask)))
+                train_info = alg.train_step(batch).info
+                loss_info = alg.calc_loss(batch, train_info)
+                if once_per_unroll:
+                    neg_entropy = train_info.entropy_target.loss.extra.neg_entropy.detach()
+                    means.append(masked_mean(-neg_entropy, mask, dim=1)[0])
+                loss_info = loss_info._replace(loss=self.update(loss_info, mask))
+                alg.after_update()
+        if once_per_unroll:
+            controller.adjust_alpha(torch.stack(means).mean(0))
+        if capped:
+            alg._cap_alpha_change(False)
+        return loss_info, train_info, mask
+
+    # ----------------------------------------------------------- per agent
+    def agent_state_dict(self, k: int) -> Dict[str, torch.Tensor]:
+        """Agent ``k``'s state in a single run's layout (its algorithm's ``state_dict``).
+
+        Args:
+            k: the agent, ``0 <= k < K``.
+
+        Returns:
+            dict: loadable into the algorithm a single run builds.
+
+        Raises:
+            ValueError: if ``k`` is out of range.
+        """
+        check_int("k", k, minimum=0, below=self.num_agents)
+        single = self._template[0].state_dict()
+        batched = {name.replace(".inner.", "."): v for name, v in self._alg.state_dict().items()}
+        out = {}
+        for name, ref in single.items():
+            value = batched[name]
+            per_agent = value.shape == (self.num_agents, *ref.shape)
+            out[name] = (value[k] if per_agent else value).detach().clone()
+        return out

@@ -1,0 +1,195 @@
+"""Stacked networks: K networks of one structure run as one, on a leading ``K`` dim.
+
+``StackedModule(networks)`` copies the first network and replaces each of its
+``nn.Linear`` layers by a :class:`StackedLinear` holding the K networks'
+weights stacked (``[K, out, in]``), computed with one ``torch.baddbmm`` for
+all K.  Its ``forward`` takes inputs ``[K, M, ...]`` (member ``k``'s rows at
+index ``k``), runs the copied network's own ``forward`` on the ``[K * M,
+...]`` rows (agent-major: every ``StackedLinear`` sees them as ``[K, M,
+in]``) and gives back outputs ``[K, M, ...]`` -- tensors, or distributions
+whose batch shape is ``[K, M]``.  So a network's own code (flattening, heads,
+distributions) is reused as it is; only the parameters are stacked.
+
+Member ``k`` computes what network ``k`` computes, up to float rounding: a
+batched matrix product may sum in another order than ``F.linear``, and a
+``Categorical`` built again on ``[K, M]`` logits normalises them once more
+(a difference of an ulp or so; ``tests/many_agents`` measures it).
+
+What can be stacked: networks whose every parameter lives in an
+``nn.Linear`` (the MLP encoders, value and critic networks, categorical
+heads, a normal head with ``state_dependent_std``) and whose other buffers
+are equal across members.  A free parameter elsewhere (a normal head's
+state-independent ``log_std``) is refused with a ``ValueError`` naming it.
+Nothing mixes members: every operation is per row or per member, so a
+non-finite value in member ``k`` stays in member ``k``.
+"""
+import copy
+from typing import Any, Sequence
+
+import torch
+import torch.distributions as td
+import torch.nn as nn
+
+from alf_entropy.networks.distributions import Categorical
+from alf_entropy.utils import nest
+
+__all__ = ["StackedLinear", "StackedModule", "reshape_distribution"]
+
+
+class StackedLinear(nn.Module):
+    """K ``nn.Linear`` layers of one shape as one layer.
+
+    Args:
+        linears: the layers (all ``in_features``, ``out_features`` and
+            ``bias`` alike); their current values are copied.
+
+    Raises:
+        ValueError: if ``linears`` is empty or the layers differ in shape.
+        TypeError: if an element is not an ``nn.Linear``.
+    """
+
+    def __init__(self, linears: Sequence[nn.Linear]):
+        super().__init__()
+        linears = list(linears)
+        if not linears:
+            raise ValueError("linears must hold at least one nn.Linear")
+        for layer in linears:
+            if not isinstance(layer, nn.Linear):
+                raise TypeError(f"linears must be nn.Linear layers, got {type(layer).__name__}")
+        first = linears[0]
+        for layer in linears[1:]:
+            if (layer.in_features, layer.out_features, layer.bias is None) != (
+                    first.in_features, first.out_features, first.bias is None):
+                raise ValueError("linears must all have the same in/out features and bias")
+        self.in_features, self.out_features = first.in_features, first.out_features
+        self.num_members = len(linears)
+        self.weight = nn.Parameter(torch.stack([m.weight.detach() for m in linears]).clone())
+        self.bias = None if first.bias is None else nn.Parameter(
+            torch.stack([m.bias.detach() for m in linears]).clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Apply member ``k``'s layer to the ``k``-th of K equal blocks of rows.
+
+        Args:
+            x: ``[K * M, ..., in_features]``, member-major.
+
+        Returns:
+            torch.Tensor: ``[K * M, ..., out_features]``.
+        """
+        lead = x.shape[:-1]
+        x3 = x.reshape(self.num_members, -1, self.in_features)
+        weight = self.weight.transpose(1, 2)
+        if self.bias is None:
+            y = torch.bmm(x3, weight)
+        else:
+            y = torch.baddbmm(self.bias.unsqueeze(1), x3, weight)
+        return y.reshape(*lead, self.out_features)
+
+    def extra_repr(self) -> str:
+        return (f"num_members={self.num_members}, in_features={self.in_features}, "
+                f"out_features={self.out_features}, bias={self.bias is not None}")
+
+
+def reshape_distribution(dist: td.Distribution, batch_shape: Sequence[int]) -> td.Distribution:
+    """The same distribution with its batch dims reshaped (e.g. ``[K * M]`` -> ``[K, M]``).
+
+    Args:
+        dist: a ``Categorical``, ``Normal``, ``Independent`` or
+            ``TransformedDistribution`` (of these).
+        batch_shape: the new batch shape (as many elements as the old).
+
+    Returns:
+        td.Distribution: the reshaped distribution (``validate_args=False``).
+
+    Raises:
+        TypeError: for another kind of distribution.
+    """
+    shape = tuple(batch_shape)
+    if isinstance(dist, (td.Independent, td.TransformedDistribution)):
+        # The base's batch dims start with the outer distribution's.
+        base_dist = dist.base_dist
+        base = reshape_distribution(
+            base_dist, shape + tuple(base_dist.batch_shape[len(dist.batch_shape):]))
+        if isinstance(dist, td.Independent):
+            return td.Independent(base, dist.reinterpreted_batch_ndims, validate_args=False)
+        return td.TransformedDistribution(base, dist.transforms, validate_args=False)
+    if isinstance(dist, td.Categorical):
+        return Categorical(dist.logits.reshape(*shape, dist.logits.shape[-1]))
+    if isinstance(dist, td.Normal):
+        return td.Normal(dist.loc.reshape(shape), dist.scale.reshape(shape), validate_args=False)
+    raise TypeError(f"cannot reshape a {type(dist).__name__}; stackable are Categorical, Normal, "
+                    "Independent and TransformedDistribution")
+
+
+class StackedModule(nn.Module):
+    """K networks of one structure as one module on inputs ``[K, M, ...]`` (module docstring).
+
+    Args:
+        networks: the K networks (same class and architecture); their current
+            parameters are copied (each ``nn.Linear`` becomes a
+            :class:`StackedLinear`).
+
+    Raises:
+        ValueError: if ``networks`` is empty, a parameter lies outside an
+            ``nn.Linear``, or a buffer differs between networks.
+        TypeError: if the networks are not ``nn.Module`` s of one class.
+    """
+
+    def __init__(self, networks: Sequence[nn.Module]):
+        super().__init__()
+        networks = list(networks)
+        if not networks:
+            raise ValueError("networks must hold at least one network")
+        if not all(isinstance(n, nn.Module) for n in networks) or len(
+                {type(n) for n in networks}) != 1:
+            raise TypeError("networks must be nn.Module instances of one class")
+        self.num_members = len(networks)
+        inner = copy.deepcopy(networks[0])
+        linears = [name for name, m in inner.named_modules() if isinstance(m, nn.Linear)]
+        for name in linears:
+            parent_name, _, attr = name.rpartition(".")
+            parent = inner.get_submodule(parent_name) if parent_name else inner
+            setattr(parent, attr, StackedLinear([n.get_submodule(name) for n in networks]))
+        stray = [name for name, _ in inner.named_parameters()
+                 if not isinstance(inner.get_submodule(name.rpartition(".")[0]), StackedLinear)]
+        if stray:
+            raise ValueError(f"cannot stack {type(networks[0]).__name__}: parameters {stray} are "
+                             "not in an nn.Linear (e.g. a state-independent log_std); use a "
+                             "network whose parameters all live in nn.Linear layers")
+        buffers = [dict(n.named_buffers()) for n in networks]
+        for name, buf in inner.named_buffers():
+            if not all(torch.equal(b[name], buf) for b in buffers):
+                raise ValueError(f"cannot stack {type(networks[0]).__name__}: buffer {name!r} "
+                                 "differs between the networks")
+        self.inner = inner
+
+    def forward(self, *inputs: Any) -> Any:
+        """Run the networks on their members' inputs.
+
+        Args:
+            *inputs: nests of tensors ``[K, M, ...]`` (member ``k`` at index ``k``).
+
+        Returns:
+            The network's output nest with leaves ``[K, M, ...]`` (tensors, or
+            distributions of batch shape ``[K, M, ...]``).
+
+        Raises:
+            ValueError: if an input's first dimension is not K.
+        """
+        leaves = nest.flatten(inputs)
+        if not leaves:
+            raise ValueError("StackedModule needs at least one input tensor")
+        k = self.num_members
+        for x in leaves:
+            if x.dim() < 2 or x.shape[0] != k:
+                raise ValueError(f"inputs must be [K={k}, M, ...], got shape {tuple(x.shape)}")
+        m = leaves[0].shape[1]
+        flat = nest.map_structure(lambda x: x.reshape(k * m, *x.shape[2:]), inputs)
+        out = self.inner(*flat)
+        return nest.map_structure(lambda y: _unflatten(y, k, m), out)
+
+
+def _unflatten(y: Any, k: int, m: int) -> Any:
+    if isinstance(y, td.Distribution):
+        return reshape_distribution(y, (k, m) + tuple(y.batch_shape[1:]))
+    return y.reshape(k, m, *y.shape[1:])

@@ -1,0 +1,137 @@
+"""``BatchedAdam``: Adam over stacked parameters, one independent optimiser per member.
+
+Every parameter has a leading dimension ``K`` (member ``k``'s values at index
+``k``, as :class:`~alf_entropy.networks.stacked.StackedModule` stores them).
+Adam is element-wise except for one thing: its step counter (the bias
+correction).  ``torch.optim.Adam`` keeps one counter per parameter tensor,
+which would tie the members together as soon as one of them skips an update;
+here every member has its own counter (``state["step"]``, ``[K]``), and
+:meth:`BatchedAdam.masked_step` takes a ``[K]`` flag: a member whose flag is
+false keeps its parameters, moments and counter exactly, the others step.
+Nothing else couples members: all arithmetic is element-wise.
+
+The arithmetic is torch's single-tensor Adam's (``lerp`` for the first
+moment, ``mul``/``addcmul`` for the second, bias corrections in float64 then
+applied in the parameter's dtype), so one member matches ``torch.optim.Adam``
+to an ulp or so (``tests/many_agents`` checks it against ``FusedAdam``).
+"""
+from typing import Callable, Iterable, Optional, Tuple, Union
+
+import gin
+import torch
+
+from alf_entropy.utils.checks import check_real
+
+__all__ = ["BatchedAdam"]
+
+
+@gin.configurable
+class BatchedAdam(torch.optim.Optimizer):
+    """Adam for stacked parameters ``[K, ...]``, with a per-member skip (module docstring).
+
+    Args:
+        params: the stacked parameters (each with the same leading ``K``).
+        lr: the learning rate (>= 0), or a zero-argument callable (a
+            scheduler) read before each step.
+        betas: the running averages' coefficients, each in ``[0, 1)``.
+        eps: added to the denominator (>= 0).
+        weight_decay: L2 penalty (>= 0).
+
+    Raises:
+        ValueError: for out-of-range arguments, no parameters, or parameters
+            whose leading dimensions differ.
+    """
+
+    def __init__(self, params: Iterable[torch.Tensor],
+                 lr: Union[float, Callable[[], float]] = 1e-3,
+                 betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.0):
+        self._lr_schedule = lr if callable(lr) else None
+        lr = self._scheduled_lr() if callable(lr) else check_real("lr", lr, minimum=0.0)
+        betas = (check_real("betas[0]", betas[0], minimum=0.0, below=1.0),
+                 check_real("betas[1]", betas[1], minimum=0.0, below=1.0))
+        defaults = dict(lr=lr, betas=betas, eps=check_real("eps", eps, minimum=0.0),
+                        weight_decay=check_real("weight_decay", weight_decay, minimum=0.0))
+        super().__init__(params, defaults)
+        sizes = {p.shape[0] if p.dim() else None for g in self.param_groups for p in g["params"]}
+        if len(sizes) != 1 or None in sizes:
+            raise ValueError("BatchedAdam needs parameters with one common leading dimension K, "
+                             f"got leading sizes {sorted(map(str, sizes))}")
+        self.num_members = sizes.pop()
+
+    def _scheduled_lr(self) -> float:
+        return check_real("lr (scheduled)", self._lr_schedule(), minimum=0.0)
+
+    @torch.no_grad()
+    def step(self, closure: Optional[Callable[[], float]] = None) -> Optional[float]:
+        """One step of every member.
+
+        Args:
+            closure: as for ``torch.optim.Optimizer.step``.
+
+        Returns:
+            The closure's loss, if a closure was given.
+        """
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self.masked_step(None)
+        return loss
+
+    @torch.no_grad()
+    def masked_step(self, ok: Optional[torch.Tensor]) -> None:
+        """One step of the members whose flag is true; the others keep everything.
+
+        Reads nothing on the host: the flag is applied with ``torch.where``.
+
+        Args:
+            ok: bool ``[K]`` on the parameters' device, or None for all.
+
+        Raises:
+            ValueError: if ``ok`` does not have ``K`` elements.
+        """
+        if ok is not None and ok.shape != (self.num_members,):
+            raise ValueError(f"ok must have shape ({self.num_members},), got {tuple(ok.shape)}")
+        if self._lr_schedule is not None:
+            lr = self._scheduled_lr()
+            for group in self.param_groups:
+                group["lr"] = lr
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                self._step_one(p, group["lr"], beta1, beta2, group["eps"],
+                               group["weight_decay"], ok)
+
+    def _step_one(self, p: torch.Tensor, lr: float, beta1: float, beta2: float, eps: float,
+                  weight_decay: float, ok: Optional[torch.Tensor]) -> None:
+        state = self.state[p]
+        if not state:
+            state["step"] = torch.zeros(self.num_members, dtype=torch.float64, device=p.device)
+            state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        grad = p.grad
+        if weight_decay != 0:
+            grad = grad.add(p, alpha=weight_decay)
+        shape = (self.num_members,) + (1,) * (p.dim() - 1)
+        step = state["step"] + (1.0 if ok is None else ok.to(torch.float64))
+        exp_avg = state["exp_avg"].lerp(grad, 1 - beta1)
+        exp_avg_sq = state["exp_avg_sq"].mul(beta2).addcmul_(grad, grad, value=1 - beta2)
+        # float64 bias corrections (as torch computes its Python floats), applied in p's dtype.
+        # A member that never stepped (step 0) gets any finite value: its update is discarded.
+        step_clamped = step.clamp(min=1.0)
+        step_size = (lr / (1 - beta1 ** step_clamped)).to(p.dtype).reshape(shape)
+        bias_correction2_sqrt = (1 - beta2 ** step_clamped).sqrt().to(p.dtype).reshape(shape)
+        denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
+        new_p = p + (-step_size * exp_avg) / denom
+        if ok is None:
+            p.copy_(new_p)
+            state["exp_avg"], state["exp_avg_sq"] = exp_avg, exp_avg_sq
+        else:
+            keep = ok.reshape(shape)
+            p.copy_(torch.where(keep, new_p, p))
+            state["exp_avg"] = torch.where(keep, exp_avg, state["exp_avg"])
+            state["exp_avg_sq"] = torch.where(keep, exp_avg_sq, state["exp_avg_sq"])
+        state["step"] = step
