@@ -107,6 +107,29 @@ def _settings(alg: ActorCriticAlgorithm) -> Dict[str, Any]:
             betas=group["betas"], eps=group["eps"], weight_decay=group["weight_decay"]))
 
 
+_TARGET_BUFFERS = ("_target_now", "_ref_target")
+
+
+def _check_same_start(singles: List[Any], batched: Any, own_targets: bool) -> None:
+    """The batch's controller starts as the K agents' controllers (settings and state)."""
+    if batched.settings != singles[0].settings:
+        raise ValueError(f"the batch's controller has settings {batched.settings}, the agents' "
+                         f"{singles[0].settings}: give ManyAgents the agents' controller "
+                         "(entropy_target_cls) or bind its arguments in gin")
+    state = batched.state_dict()
+    for k, single in enumerate(singles):
+        for name, value in single.state_dict().items():
+            if own_targets and name in _TARGET_BUFFERS:
+                continue
+            mine = state[name]
+            mine = mine[k] if mine.shape == (len(singles), *value.shape) else mine
+            if not torch.equal(mine, value):
+                raise ValueError(
+                    f"the batch's controller starts with {name} = {mine.tolist()} for agent {k}, "
+                    f"the agent's controller with {value.tolist()}: give ManyAgents the agents' "
+                    "controller (entropy_target_cls) or bind its arguments in gin")
+
+
 @gin.configurable
 class ManyAgents(nn.Module):
     """K independent A2C/PPO agents as one batch (see the module docstring).
@@ -123,19 +146,26 @@ class ManyAgents(nn.Module):
         target_entropies: one target per agent (a number, scheduler, ...; see
             the controllers' ``target_entropy``), or None for the configured
             one.  Needs agents with an entropy controller.
+        entropy_target_cls: ``(action_spec, batch_shape=, debug_summaries=,
+            [target_entropy=]) ->`` the batch's controller, or None for the
+            agents' controller's class (with its gin bindings).  The batch's
+            controller must start as the agents' do (same settings and state,
+            but for ``target_entropies``): a ``ValueError`` says where not.
         device: where the agents live.
 
     Raises:
         ValueError: for an empty or repeated ``seeds``, targets of the wrong
             length or without a controller, a nested action spec, or a
-            data-parallel run.
+            data-parallel run, or a batch controller that differs from the
+            agents' controllers.
         TypeError: if ``algorithm_ctor`` builds no ``ActorCriticAlgorithm`` or
             its optimiser is not Adam.
     """
 
     def __init__(self, observation_spec: Any, action_spec: Any, seeds: Sequence[int],
                  algorithm_ctor: Callable[..., ActorCriticAlgorithm] = PPOAlgorithm,
-                 target_entropies: Optional[Sequence[Any]] = None, device: Any = "cpu"):
+                 target_entropies: Optional[Sequence[Any]] = None,
+                 entropy_target_cls: Optional[Callable[..., Any]] = None, device: Any = "cpu"):
         super().__init__()
         seeds = [check_int("seeds[i]", s, minimum=0) for s in seeds]
         if not seeds or len(set(seeds)) != len(seeds):
@@ -169,14 +199,18 @@ class ManyAgents(nn.Module):
                 raise ValueError(f"target_entropies has {len(target_entropies)} entries for "
                                  f"{k} agents")
             overrides["target_entropy"] = list(target_entropies)
-        entropy_target_cls = None if controller is None else functools.partial(
-            type(controller), batch_shape=(k,), **overrides)
+        if controller is not None:
+            entropy_target_cls = functools.partial(
+                entropy_target_cls or type(controller), batch_shape=(k,), **overrides)
         self._alg = algorithm_ctor(
             observation_spec, action_spec,
             actor_network_ctor=lambda *a: StackedModule([g.actor_network for g in agents]),
             value_network_ctor=lambda *a: StackedModule([g.value_network for g in agents]),
             entropy_target_cls=entropy_target_cls, normalize_advantages=False,
             optimizer=self._settings["optimizer"], fast_acting=False).to(self._device)
+        if controller is not None:
+            _check_same_start([g.entropy_target_algorithm for g in agents],
+                              self._alg.entropy_target_algorithm, target_entropies is not None)
         # Agent 0 as it was built: the single-run layout of agent_state_dict.
         self._template = (agents[0],)
         self.register_buffer("skipped_updates", torch.zeros(k, dtype=torch.int64,

@@ -11,9 +11,8 @@ whose batch shape is ``[K, M]``.  So a network's own code (flattening, heads,
 distributions) is reused as it is; only the parameters are stacked.
 
 Member ``k`` computes what network ``k`` computes, up to float rounding: a
-batched matrix product may sum in another order than ``F.linear``, and a
-``Categorical`` built again on ``[K, M]`` logits normalises them once more
-(a difference of an ulp or so; ``tests/many_agents`` measures it).
+batched matrix product may sum in another order than ``F.linear`` (for
+``K = 1`` on the CPU it gives the same bits; ``tests/many_agents`` checks it).
 
 What can be stacked: networks whose every parameter lives in an
 ``nn.Linear`` (the MLP encoders, value and critic networks, categorical
@@ -114,7 +113,13 @@ def reshape_distribution(dist: td.Distribution, batch_shape: Sequence[int]) -> t
             return td.Independent(base, dist.reinterpreted_batch_ndims, validate_args=False)
         return td.TransformedDistribution(base, dist.transforms, validate_args=False)
     if isinstance(dist, td.Categorical):
-        return Categorical(dist.logits.reshape(*shape, dist.logits.shape[-1]))
+        logits = dist.logits.reshape(*shape, dist.logits.shape[-1])
+        new = Categorical(logits)
+        # The constructor normalises the (already normalised) logits again, which can move
+        # them by an ulp; keep the original's (``probs``, ``log_prob`` and ``entropy`` read
+        # ``logits``).
+        new.logits = logits
+        return new
     if isinstance(dist, td.Normal):
         return td.Normal(dist.loc.reshape(shape), dist.scale.reshape(shape), validate_args=False)
     raise TypeError(f"cannot reshape a {type(dist).__name__}; stackable are Categorical, Normal, "

@@ -1,0 +1,82 @@
+"""BatchedAdam: per member torch's Adam, and members that never touch each other."""
+from typing import List
+
+import pytest
+import torch
+
+from alf_entropy.utils.batched_adam import BatchedAdam
+from alf_entropy.utils.optimizers import FusedAdam
+
+K = 3
+
+
+def _grads(steps: int) -> List[torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    return [torch.randn(K, 5, 7, generator=generator) for _ in range(steps)]
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.01])
+def test_each_member_is_torch_adam(weight_decay: float) -> None:
+    start = torch.randn(K, 5, 7)
+    stacked = start.clone().requires_grad_()
+    batched = BatchedAdam([stacked], lr=3e-4, eps=1e-5, weight_decay=weight_decay)
+    singles = [start[k].clone().requires_grad_() for k in range(K)]
+    torch_adams = [torch.optim.Adam([p], lr=3e-4, eps=1e-5, weight_decay=weight_decay,
+                                    foreach=False) for p in singles]
+    fused = [start[k].clone().requires_grad_() for k in range(K)]
+    fused_adams = [FusedAdam([p], lr=3e-4, eps=1e-5, weight_decay=weight_decay) for p in fused]
+    for grad in _grads(30):
+        stacked.grad = grad.clone()
+        batched.step()
+        for k in range(K):
+            singles[k].grad, fused[k].grad = grad[k].clone(), grad[k].clone()
+            torch_adams[k].step()
+            fused_adams[k].step()
+    for k in range(K):
+        assert torch.equal(stacked[k], singles[k])  # torch's single-tensor Adam, bit for bit
+        torch.testing.assert_close(stacked[k], fused[k], rtol=0, atol=1e-7)  # FusedAdam's FMA
+
+
+def test_a_skipped_member_keeps_everything_and_the_others_do_not_notice() -> None:
+    start = torch.randn(K, 5, 7)
+    clean, skipping = start.clone().requires_grad_(), start.clone().requires_grad_()
+    clean_adam, skipping_adam = BatchedAdam([clean], lr=1e-2), BatchedAdam([skipping], lr=1e-2)
+    grads = _grads(10)
+    for i, grad in enumerate(grads):
+        clean.grad = grad.clone()
+        clean_adam.step()
+        poisoned = grad.clone()
+        skip = i in (3, 4, 7)
+        if skip:
+            poisoned[1] = float("nan")  # member 1's update this step is not finite
+        skipping.grad = poisoned
+        skipping_adam.masked_step(torch.tensor([True, not skip, True]))
+        assert torch.isfinite(skipping).all()
+    state = skipping_adam.state[skipping]
+    assert state["step"].tolist() == [10.0, 7.0, 10.0]  # a counter per member
+    for k in (0, 2):  # bit for bit what they do with no member skipping
+        assert torch.equal(skipping[k], clean[k])
+        assert torch.equal(state["exp_avg"][k], clean_adam.state[clean]["exp_avg"][k])
+    # Member 1 is Adam on the 7 gradients it took (bias correction by its own count).
+    alone = start[1].clone().requires_grad_()
+    adam = torch.optim.Adam([alone], lr=1e-2, foreach=False)
+    for i, grad in enumerate(grads):
+        if i not in (3, 4, 7):
+            alone.grad = grad[1].clone()
+            adam.step()
+    assert torch.equal(skipping[1], alone)
+
+
+def test_scheduled_learning_rate_and_arguments() -> None:
+    rates = iter([1e-2, 0.0])
+    p = torch.ones(2, 3, requires_grad=True)
+    adam = BatchedAdam([p], lr=lambda: next(rates))  # the constructor reads the first
+    p.grad = torch.ones(2, 3)
+    adam.step()  # lr 0: nothing moves
+    assert torch.equal(p, torch.ones(2, 3))
+    with pytest.raises(ValueError, match="lr"):
+        BatchedAdam([p], lr=-1.0)
+    with pytest.raises(ValueError, match="leading dimension"):
+        BatchedAdam([torch.zeros(2, 3, requires_grad=True), torch.zeros(3, requires_grad=True)])
+    with pytest.raises(ValueError, match="ok must have shape"):
+        adam.masked_step(torch.tensor([True]))

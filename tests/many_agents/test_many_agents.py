@@ -1,0 +1,261 @@
+"""K agents in one batch against K single runs: same start, same first updates, no coupling."""
+import functools
+from typing import Any, Callable, List, Sequence, Tuple
+
+import numpy as np
+import pytest
+import torch
+
+from alf_entropy.algorithms.actor_critic_algorithm import ActorCriticAlgorithm
+from alf_entropy.algorithms.many_agents import ManyAgents
+from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
+from alf_entropy.controllers import EntropyTargetAlgorithm, PIDEntropyTargetAlgorithm
+from alf_entropy.data_structures import make_experience
+from alf_entropy.environments.agent_envs import AgentEnvs
+from alf_entropy.environments.gym_vector_env import GymVectorEnv
+from alf_entropy.networks import ActorDistributionNetwork
+from alf_entropy.networks.stacked import StackedModule
+from alf_entropy.tensor_specs import BoundedTensorSpec, TensorSpec
+from alf_entropy.trainers.on_policy_trainer import stack_experiences
+from alf_entropy.trainers.ranks import seed_all
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+ENV, NUM_ENVS, UNROLL = "CartPole-v1", 4, 16
+SEEDS = [3, 5, 7]
+
+PPO = functools.partial(PPOAlgorithm, enforce_entropy_target=True)
+PPO_PID_PER_ITERATION = functools.partial(
+    PPOAlgorithm, enforce_entropy_target=True, entropy_target_cls=PIDEntropyTargetAlgorithm,
+    entropy_target_update="per_iteration")
+A2C = functools.partial(ActorCriticAlgorithm, entropy_regularization=0.01)
+
+
+def _single_run(ctor: Callable[..., Any], seed: int, iterations: int = 1
+                ) -> Tuple[ActorCriticAlgorithm, torch.Tensor, torch.Tensor]:
+    """What OnPolicyTrainer does for a seed: seed, build, reset, unroll, train.
+
+    Returns the algorithm, each update's loss and the actions of the unrolls.
+    """
+    seed_all(seed)
+    env = GymVectorEnv(ENV, num_envs=NUM_ENVS, seed=seed)
+    alg = ctor(env.observation_spec, env.action_spec)
+    losses: List[torch.Tensor] = []
+    update = alg.update_with_gradient
+
+    def _recording(loss_info: Any, **kwargs: Any) -> Any:
+        out = update(loss_info, **kwargs)
+        losses.append(out[0].loss.clone())
+        return out
+
+    alg.update_with_gradient = _recording
+    time_step, actions = env.reset(), []
+    for _ in range(iterations):
+        experiences = []
+        with torch.inference_mode():
+            for _ in range(UNROLL):
+                step = alg.rollout_step(time_step)
+                experiences.append(make_experience(time_step._replace(env_info=()), step))
+                actions.append(step.output)
+                time_step = env.step(step.output)
+        alg.train_from_unroll(stack_experiences(experiences), time_step)
+    env.close()
+    return alg, torch.stack(losses), torch.stack(actions)
+
+
+def _batched_run(ctor: Callable[..., Any], seeds: Sequence[int], iterations: int = 1,
+                 before: Callable[[ManyAgents], None] = lambda agents: None, **kwargs: Any
+                 ) -> Tuple[ManyAgents, torch.Tensor, torch.Tensor]:
+    """The same for K seeds in one ``ManyAgents``; losses ``[U, K]``, actions ``[T, K, B]``."""
+    envs = AgentEnvs(ENV, NUM_ENVS, seeds)
+    agents = ManyAgents(envs.observation_spec, envs.action_spec, seeds, algorithm_ctor=ctor,
+                        **kwargs)
+    before(agents)
+    losses: List[torch.Tensor] = []
+    update = agents.update
+
+    def _recording(loss_info: Any, mask: torch.Tensor) -> torch.Tensor:
+        out = update(loss_info, mask)
+        losses.append(out.clone())
+        return out
+
+    agents.update = _recording
+    time_step, actions = envs.reset(), []
+    for _ in range(iterations):
+        experiences = []
+        with torch.inference_mode():
+            for _ in range(UNROLL):
+                step = agents.rollout_step(time_step)
+                experiences.append(make_experience(time_step, step))
+                actions.append(step.output)
+                time_step = envs.step(step.output)
+        agents.train_from_unroll(stack_experiences(experiences), time_step)
+    envs.close()
+    return agents, torch.stack(losses), torch.stack(actions)
+
+
+def _max_param_diff(a: dict, b: dict) -> float:
+    return max(float((a[n].double() - b[n].double()).abs().max()) for n in b
+               if b[n].is_floating_point())
+
+
+def _specs() -> Tuple[TensorSpec, BoundedTensorSpec]:
+    return TensorSpec((4,)), BoundedTensorSpec((), torch.int64, 0, 1)
+
+
+def test_agent_k_starts_as_the_single_run_with_seed_k() -> None:
+    agents = ManyAgents(*_specs(), SEEDS, algorithm_ctor=PPO)
+    for k, seed in enumerate(SEEDS):
+        seed_all(seed)
+        single = PPO(*_specs()).state_dict()
+        mine = agents.agent_state_dict(k)
+        assert mine.keys() == single.keys()
+        for name, value in single.items():
+            assert torch.equal(mine[name], value), name
+
+
+@pytest.mark.parametrize("ctor", [PPO, PPO_PID_PER_ITERATION, A2C],
+                         ids=["ppo", "ppo_pid_per_iteration", "a2c"])
+def test_agent_k_follows_the_single_run_with_seed_k(ctor: Callable[..., Any]) -> None:
+    agents, losses, actions = _batched_run(ctor, SEEDS)
+    for k, seed in enumerate(SEEDS):
+        single, single_losses, single_actions = _single_run(ctor, seed)
+        # Same environments and generator: the same actions, hence the same unroll.
+        assert torch.equal(actions[:, k], single_actions)
+        # Every update of the iteration (the first one included) within 1e-5.
+        assert losses.shape[0] == single_losses.shape[0]
+        torch.testing.assert_close(losses[:, k], single_losses, rtol=1e-5, atol=1e-5)
+        assert _max_param_diff(agents.agent_state_dict(k), single.state_dict()) < 1e-6
+        controller = single.entropy_target_algorithm
+        if controller is not None:
+            torch.testing.assert_close(agents.entropy_target_algorithm.alpha[k],
+                                       controller.alpha, rtol=1e-6, atol=0)
+
+
+def test_one_agent_matches_the_single_run() -> None:
+    """K = 1 through the batch path: the networks, the rollout, the controller and the
+    first updates give the single run's bits; BatchedAdam is torch's single-tensor Adam
+    bit for bit, where the single run's FusedAdam kernel fuses multiply-adds, so the
+    parameters move apart by an ulp (3e-8) now and then.  (A trainer with one agent keeps
+    the single-agent path and is bit-identical by construction.)"""
+    seed = 2
+    agents, losses, actions = _batched_run(PPO, [seed], iterations=2)
+    single, single_losses, single_actions = _single_run(PPO, seed, iterations=2)
+    assert torch.equal(actions[:, 0], single_actions)
+    assert torch.equal(losses[0, 0], single_losses[0])
+    torch.testing.assert_close(losses[:, 0], single_losses, rtol=1e-6, atol=0)
+    assert _max_param_diff(agents.agent_state_dict(0), single.state_dict()) < 1e-7
+    # The networks' arithmetic itself is bit-identical.
+    seed_all(seed)
+    reference = PPO(*_specs())
+    stacked = ManyAgents(*_specs(), [seed], algorithm_ctor=PPO).algorithm
+    obs = torch.randn(1, 32, 4)
+    with torch.no_grad():
+        assert torch.equal(stacked.value_network(obs)[0], reference.value_network(obs[0]))
+        assert torch.equal(stacked.actor_network(obs).logits[0],
+                           reference.actor_network(obs[0]).logits)
+
+
+def test_per_agent_target_entropies() -> None:
+    targets = [0.2, 0.5]
+    ctor = functools.partial(PPOAlgorithm, enforce_entropy_target=True,
+                             entropy_target_cls=PIDEntropyTargetAlgorithm)
+    agents, losses, _ = _batched_run(ctor, SEEDS[:2], target_entropies=targets)
+    assert agents.entropy_target_algorithm.target_entropy.tolist() == pytest.approx(targets)
+    for k, (seed, target) in enumerate(zip(SEEDS, targets)):
+        single_ctor = functools.partial(ctor, entropy_target_cls=functools.partial(
+            PIDEntropyTargetAlgorithm, target_entropy=target))
+        single, single_losses, _ = _single_run(single_ctor, seed)
+        torch.testing.assert_close(losses[:, k], single_losses, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(agents.entropy_target_algorithm.alpha[k],
+                                   single.entropy_target_algorithm.alpha, rtol=1e-6, atol=0)
+
+
+def test_a_nan_in_one_agent_changes_no_other_agent() -> None:
+    reference, _, _ = _batched_run(PPO, SEEDS)
+
+    def _poison_agent_1(agents: ManyAgents) -> None:
+        with torch.no_grad():
+            for network in (agents.algorithm.actor_network, agents.algorithm.value_network):
+                next(network.parameters())[1].fill_(float("nan"))
+
+    poisoned, losses, _ = _batched_run(PPO, SEEDS, before=_poison_agent_1)
+    assert torch.isnan(losses[:, 1]).all() and torch.isfinite(losses[:, [0, 2]]).all()
+    assert poisoned.skipped_updates.tolist() == [0, losses.shape[0], 0]
+    for k in (0, 2):
+        mine, theirs = poisoned.agent_state_dict(k), reference.agent_state_dict(k)
+        for name in theirs:
+            assert torch.equal(mine[name], theirs[name]), (k, name)
+    # Agent 1 skipped every update: its parameters and Adam state are untouched.
+    seed_all(SEEDS[1])
+    initial = PPO(*_specs()).state_dict()
+    after = poisoned.agent_state_dict(1)
+    for name, value in initial.items():
+        if name.startswith("_value_network") and name.endswith("layers.2.weight"):
+            assert torch.equal(after[name], value)
+    optimizer = poisoned.algorithm.optimizers()[0]
+    for state in optimizer.state.values():
+        assert state["step"][1] == 0 and not state["exp_avg"][1].any()
+
+
+def test_argument_errors() -> None:
+    with pytest.raises(ValueError, match="seeds"):
+        ManyAgents(*_specs(), [])
+    with pytest.raises(ValueError, match="seeds"):
+        ManyAgents(*_specs(), [1, 1])
+    with pytest.raises(ValueError, match="target_entropies has 1 entries for 2"):
+        ManyAgents(*_specs(), [1, 2], algorithm_ctor=PPO, target_entropies=[0.3])
+    with pytest.raises(ValueError, match="needs agents with an entropy controller"):
+        ManyAgents(*_specs(), [1, 2], target_entropies=[0.3, 0.4])
+    with pytest.raises(TypeError, match="ActorCriticAlgorithm"):
+        ManyAgents(*_specs(), [1], algorithm_ctor=lambda o, a: torch.nn.Linear(1, 1))
+    # A controller built with explicit arguments the batch does not know of.
+    explicit = functools.partial(PPOAlgorithm, enforce_entropy_target=True,
+                                 entropy_target_cls=functools.partial(EntropyTargetAlgorithm,
+                                                                      initial_alpha=0.5))
+    with pytest.raises(ValueError, match="_log_alpha"):
+        ManyAgents(*_specs(), [1, 2], algorithm_ctor=explicit)
+    agents = ManyAgents(*_specs(), [1, 2], algorithm_ctor=explicit, entropy_target_cls=(
+        functools.partial(EntropyTargetAlgorithm, initial_alpha=0.5)))
+    assert agents.entropy_target_algorithm.alpha.tolist() == pytest.approx([0.5, 0.5])
+    with pytest.raises(ValueError, match="k must be"):
+        agents.agent_state_dict(2)
+
+
+def test_stacking_refuses_a_free_log_std() -> None:
+    spec = BoundedTensorSpec((1,), torch.float32, -2.0, 2.0)
+    networks = [ActorDistributionNetwork(TensorSpec((3,)), spec) for _ in range(2)]
+    with pytest.raises(ValueError, match="log_std"):
+        StackedModule(networks)
+    # With a state-dependent std every parameter is in an nn.Linear: it stacks, and member
+    # k computes network k's distribution.
+    networks = [ActorDistributionNetwork(TensorSpec((3,)), spec, state_dependent_std=True)
+                for _ in range(2)]
+    stacked = StackedModule(networks)
+    obs = torch.randn(2, 5, 3)
+    with torch.no_grad():
+        dist = stacked(obs)
+        for k, network in enumerate(networks):
+            ref = network(obs[k])
+            torch.testing.assert_close(dist.mean[k], ref.mean)
+            torch.testing.assert_close(dist.stddev[k], ref.stddev)
+
+
+def test_agent_envs_are_the_single_runs_envs() -> None:
+    envs = AgentEnvs(ENV, NUM_ENVS, SEEDS)
+    singles = [GymVectorEnv(ENV, num_envs=NUM_ENVS, seed=s) for s in SEEDS]
+    batch = envs.reset()
+    for k, env in enumerate(singles):
+        assert torch.equal(batch.observation[k], env.reset().observation)
+    rng = np.random.default_rng(0)
+    for _ in range(60):  # long enough for episodes to end and reset
+        action = torch.as_tensor(rng.integers(0, 2, size=(len(SEEDS), NUM_ENVS)))
+        batch = envs.step(action)
+        for k, env in enumerate(singles):
+            one = env.step(action[k])
+            assert torch.equal(batch.observation[k], one.observation)
+            assert torch.equal(batch.step_type[k], one.step_type)
+            assert torch.equal(batch.reward[k], one.reward)
+    envs.close()
+    for env in singles:
+        env.close()
