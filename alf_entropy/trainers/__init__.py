@@ -13,15 +13,6 @@ from alf_entropy.trainers.off_policy_trainer import OffPolicyTrainer
 from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
 from alf_entropy.trainers.trainer import Trainer
 
-__all__ = [
-    "Callback",
-    "CheckpointCallback",
-    "EvaluationCallback",
-    "OffPolicyTrainer",
-    "OnPolicyTrainer",
-    "ProgressBarCallback",
-    "SignalCallback",
-    "SummaryCallback",
-    "TimeBudgetCallback",
-    "Trainer",
-]
+__all__ = ["Callback", "CheckpointCallback", "EvaluationCallback", "OffPolicyTrainer",
+           "OnPolicyTrainer", "ProgressBarCallback", "SignalCallback", "SummaryCallback",
+           "TimeBudgetCallback", "Trainer"]

@@ -196,7 +196,7 @@ class ProgressBarCallback(Callback):
         status, m = f"steps={trainer.env_steps}", trainer.metrics
         if "steps_per_sec" in m:
             ret = f"{m['return']:.1f}" if "return" in m else "n/a"
-            status += f" sps={m['steps_per_sec']:.0f} return={ret} alpha={m['alpha']:.4g}"
+            status += f" sps={m['steps_per_sec']:.0f} return={ret} alpha={m.get('alpha', 0):.4g}"
         self._bar.set_postfix_str(status, refresh=False)
         self._bar.update(1)
         return True

@@ -37,20 +37,9 @@ from alf_entropy.trainers.bindings import (
     record_direct_bindings,
 )
 
-__all__ = [
-    "CONFIG_DIR",
-    "DEFAULT_GIN_FILE",
-    "GinConfigError",
-    "LATE_CONFIGURABLES",
-    "TRAINER_BINDING",
-    "check_bindings_used",
-    "configured_trainer",
-    "import_configurables",
-    "find_gin_file",
-    "list_configs",
-    "parse_gin_config",
-    "one_line",
-]
+__all__ = ["CONFIG_DIR", "DEFAULT_GIN_FILE", "GinConfigError", "LATE_CONFIGURABLES",
+           "TRAINER_BINDING", "check_bindings_used", "configured_trainer", "import_configurables",
+           "find_gin_file", "list_configs", "parse_gin_config", "one_line"]
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 """The directory of the shipped ``.gin`` files."""
@@ -92,8 +81,7 @@ def configured_trainer() -> type:
     ``@OnPolicyTrainer``; ``sac_pendulum.gin``: ``@OffPolicyTrainer``), so a
     config that includes one of them inherits its trainer.  Whether the class
     is a trainer is the caller's check (``alf-entropy-train`` refuses one that
-    is not a :class:`~alf_entropy.trainers.trainer.Trainer`): this module is
-    below the trainer, which imports it.
+    is not a :class:`~alf_entropy.trainers.trainer.Trainer`).
 
     Returns:
         type: the bound class.

@@ -11,16 +11,11 @@ environments, then ``num_updates_per_train_iter`` gradient updates, CleanRL-styl
         for _ in range(num_updates_per_train_iter):
             algorithm.train_step(replay_buffer.sample(mini_batch_size))
 
-The replay buffer (:class:`~alf_entropy.utils.replay_buffer.ReplayBuffer`)
-lives on the training device and is sampled there without host reads; random
-actions are drawn with torch's generator from the action bounds, so the
-checkpointed RNG states reproduce them.  Everything else -- limits
-(``num_iterations`` and ``num_env_steps``, whichever comes first), progress,
-summaries, evaluation, checkpoints and exact resume -- is
-:class:`~alf_entropy.trainers.trainer.Trainer`'s.  The replay buffer is part
-of the checkpoint (``checkpoint_replay_buffer=True``), so a resumed run
-continues bit for bit; without it a resumed run refills the buffer (with the
-current policy) for ``initial_collect_steps`` steps before updating again.
+The replay buffer lives on the training device and is sampled there without
+host reads; random actions come from torch's generator, so the checkpointed
+RNG states reproduce them.  The buffer is part of the checkpoint
+(``checkpoint_replay_buffer=True``), so a resumed run continues bit for bit.
+Everything else is :class:`~alf_entropy.trainers.trainer.Trainer`'s.
 """
 from typing import Any, Callable, Dict, Optional
 
@@ -32,7 +27,8 @@ from alf_entropy.algorithms.algorithm import Algorithm
 from alf_entropy.algorithms.sac_algorithm import SacAlgorithm
 from alf_entropy.data_structures import StepType
 from alf_entropy.tensor_specs import BoundedTensorSpec
-from alf_entropy.trainers.trainer import Limits, Trainer, resolve_device
+from alf_entropy.trainers.limits import Limits
+from alf_entropy.trainers.trainer import Trainer, resolve_device
 from alf_entropy.utils import distributed, nest
 from alf_entropy.utils.checks import check_int
 from alf_entropy.utils.replay_buffer import ReplayBuffer, Transition

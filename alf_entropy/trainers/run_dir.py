@@ -1,23 +1,16 @@
 """A run directory belongs to one run: the writer lock and the config check.
 
-* :class:`RunDir` is what a trainer holds: it checks the path, takes the
-  lock, removes killed checkpoint writes' leftovers, refuses a changed
-  configuration and writes ``operative_config.gin``; under ``torchrun``
-  rank 0 alone touches the directory and every rank raises its errors;
-* :func:`check_root_dir` refuses a ``root_dir`` that is a file, lies under a
-  file, or cannot be written, before anything is created;
-* :class:`RunLock` holds an exclusive ``fcntl.flock`` on
-  ``root_dir/.run.lock`` for as long as a trainer uses the directory, so a
-  second trainer started on the same directory (on this host or, on a file
-  system with working ``flock``, another) fails at once with
-  :class:`RunDirLocked`, naming the holder's pid and host.  The operating
-  system drops the lock when the process ends, however it ends (``kill -9``
-  included), so a stale lock file never blocks a restart;
-* :func:`parse_operative_config` / :func:`config_differences` compare the
-  configuration in force with the ``operative_config.gin`` a run directory
-  already holds, ignoring the settings in :data:`RESULT_NEUTRAL_PARAMETERS`
-  (training limits, intervals, the progress bar, ...), which may change when
-  a run is resumed.
+:class:`RunDir` is what a trainer holds.  It refuses a ``root_dir`` that is a
+file or cannot be written (:func:`check_root_dir`) before anything is
+created; holds an exclusive ``flock`` on ``root_dir/.run.lock``
+(:class:`RunLock`), so a second trainer on the directory fails at once with
+:class:`RunDirLocked` naming the holder (the OS drops the lock when the
+process ends, ``kill -9`` included, so a stale lock file never blocks a
+restart); removes killed checkpoint writes' leftovers; refuses a
+configuration that differs from the directory's ``operative_config.gin``
+beyond :data:`RESULT_NEUTRAL_PARAMETERS` (:func:`config_differences`); and
+writes the config in force.  Under ``torchrun`` rank 0 alone touches the
+directory and every rank raises its errors.
 """
 import contextlib
 import errno
@@ -34,38 +27,17 @@ from absl import logging
 from alf_entropy.trainers import checkpoint as ckpt
 from alf_entropy.utils import distributed
 
-__all__ = [
-    "LOCK_FILE",
-    "RESULT_NEUTRAL_PARAMETERS",
-    "RunDir",
-    "RunDirLocked",
-    "RunLock",
-    "check_root_dir",
-    "config_differences",
-    "lock_holder",
-    "parse_operative_config",
-]
+__all__ = ["LOCK_FILE", "RESULT_NEUTRAL_PARAMETERS", "RunDir", "RunDirLocked", "RunLock",
+           "check_root_dir", "config_differences", "lock_holder", "parse_operative_config"]
 
 LOCK_FILE = ".run.lock"
 """The lock file's name inside a run directory."""
 
 RESULT_NEUTRAL_PARAMETERS = frozenset({
-    "num_iterations",
-    "num_env_steps",
-    "summary_interval",
-    "checkpoint_interval",
-    "eval_interval",
-    "num_eval_episodes",
-    "max_checkpoints",
-    "progress_bar",
-    "summary_flush_secs",
-    "stop_eval_return",
-    "num_threads",
-    "debug_summaries",
-    "allow_config_change",
-    "device",
-    "callbacks",
-    "max_seconds",
+    "num_iterations", "num_env_steps", "summary_interval", "checkpoint_interval",
+    "eval_interval", "num_eval_episodes", "max_checkpoints", "progress_bar",
+    "summary_flush_secs", "stop_eval_return", "num_threads", "debug_summaries",
+    "allow_config_change", "device", "callbacks", "max_seconds",
 })
 """Parameter names (of any configurable) that may differ between a run's
 ``operative_config.gin`` and a resumed run: they change when or how much the
@@ -83,15 +55,8 @@ class RunDirLocked(ValueError):
 
 
 def check_root_dir(root_dir: str) -> None:
-    """Refuse a ``root_dir`` that cannot become a run directory (creates nothing).
-
-    Args:
-        root_dir: an absolute path.
-
-    Raises:
-        ValueError: if it (or the nearest existing path above it) is not a
-            directory, or that directory is not writable.
-    """
+    """Refuse (``ValueError``) an absolute ``root_dir`` that is, or lies under, a file, or
+    whose nearest existing directory is not writable; creates nothing."""
     path = root_dir
     while not os.path.lexists(path):
         parent = os.path.dirname(path)
@@ -109,14 +74,8 @@ def check_root_dir(root_dir: str) -> None:
 
 
 def lock_holder(root_dir: str) -> str:
-    """Who holds (or last held) the lock, as written in the lock file.
-
-    Args:
-        root_dir: the run directory.
-
-    Returns:
-        str: ``"pid N on host H"``, or ``"an unknown process"``.
-    """
+    """Who holds (or last held) ``root_dir``'s lock: ``"pid N on host H"`` or
+    ``"an unknown process"``."""
     try:
         with open(os.path.join(root_dir, LOCK_FILE), encoding="utf-8") as f:
             text = f.read().split()
@@ -256,16 +215,9 @@ def config_differences(
     return out
 
 
-def on_main(action: Callable[[], None], root_dir: str) -> None:
-    """Run ``action`` on rank 0 alone; every rank raises the error it raised.
-
-    Args:
-        action: what to do (it may raise ``ValueError`` or ``OSError``).
-        root_dir: named in the message of an ``OSError``.
-
-    Raises:
-        ValueError: (or its subclass) what ``action`` raised, on every rank.
-    """
+def _on_main(action: Callable[[], None], root_dir: str) -> None:
+    """Run ``action`` on rank 0 alone; every rank raises the ``ValueError`` (or, as a
+    ``ValueError`` naming ``root_dir``, the ``OSError``) it raised."""
     error: Optional[Tuple[type, str]] = None
     if distributed.is_main_process():
         try:
@@ -305,11 +257,6 @@ class RunDir:
         self._lock: Optional[RunLock] = None  # rank 0's
         self._held = False
 
-    @property
-    def held(self) -> bool:
-        """Whether this run holds the directory (its lock, on rank 0)."""
-        return self._held
-
     def take(self, check_config: bool = True) -> None:
         """Lock the directory (if not held); remove leftovers and check the config (rank 0).
 
@@ -323,7 +270,6 @@ class RunDir:
             ValueError: if the configuration differs (without
                 ``allow_config_change``) or the directory cannot be written.
         """
-
         if self._held:
             return
 
@@ -334,7 +280,7 @@ class RunDir:
                     logging.info("Removed %s, left by a checkpoint write that was killed", stale)
                 self._check_config()
 
-        on_main(take, self.path)
+        _on_main(take, self.path)
         self._held = True
 
     def release(self) -> None:
