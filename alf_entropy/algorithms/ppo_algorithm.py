@@ -15,8 +15,7 @@ handling) that changes two things:
   minibatch (by default).
 
 The clip range may be a scheduler, as rl-zoo's tuned CartPole PPO anneals it
-linearly to 0 (with the learning rate: ``FusedAdam.lr`` takes a scheduler
-too)::
+linearly to 0 (with the learning rate: see ``FusedAdam.lr_schedule``)::
 
     PPOAlgorithm.importance_ratio_clipping = @clip/LinearScheduler()
     clip/LinearScheduler.progress_type = 'percent'

@@ -3,13 +3,14 @@
 ``FusedAdam`` is ``torch.optim.Adam(fused=True)`` (torch's own class and
 ``step``), registered with gin so that configs can bind its arguments; on
 torch < 2.4 with CPU parameters, which has no fused CPU kernel, it is the
-multi-tensor (``foreach``) Adam.  Its learning rate may be a scheduler (as
-ALF's optimisers allow), read before each step::
+multi-tensor (``foreach``) Adam.  A scheduler may scale its learning rate
+(as torch's ``LambdaLR`` does), read before each step; the algorithms'
+default optimisers are ``FusedAdam``, so in gin::
 
-    PPOAlgorithm.optimizer = @FusedAdam
-    FusedAdam.lr = @lr/LinearScheduler()
+    default_optimizer.lr = 1e-3                 # A2C/PPO's default optimiser
+    FusedAdam.lr_schedule = @lr/LinearScheduler()
     lr/LinearScheduler.progress_type = 'percent'
-    lr/LinearScheduler.schedule = [(0, 1e-3), (1.0, 0.0)]
+    lr/LinearScheduler.schedule = [(0, 1.0), (1.0, 0.0)]   # 1e-3 linearly to 0
 
 ``masked_optimizer_step`` takes an update only if a flag (a tensor) says so,
 without waiting for a GPU: fused optimisers get the flag as ``found_inf``, as
@@ -17,12 +18,12 @@ without waiting for a GPU: fused optimisers get the flag as ``found_inf``, as
 (every algorithm's update skips non-finite ones so, see
 ``Algorithm.update_with_gradient``).
 """
-from typing import Any, Callable, Iterable, List, Optional, Union
+from typing import Any, Callable, Iterable, List, Optional
 
 import gin
 import torch
 
-from alf_entropy.utils.checks import check_real
+from alf_entropy.utils.checks import check_callable, check_real
 
 __all__ = ["FusedAdam", "masked_optimizer_step"]
 
@@ -50,50 +51,59 @@ class FusedAdam(torch.optim.Adam):
     Torch's Adam with the fused kernel chosen (so its ``state_dict`` is
     ``torch.optim.Adam``'s); where this torch has no fused kernel for the
     parameters' device (CPU parameters on torch < 2.4) it is torch's
-    ``foreach`` Adam.  With a scheduler as ``lr``, each :meth:`step` first
-    sets every parameter group's learning rate to the scheduler's value (a
-    host-side float, so no device synchronisation).
+    ``foreach`` Adam.  With an ``lr_schedule``, each :meth:`step` first sets
+    every parameter group's learning rate to its initial one times the
+    schedule's value (host-side floats, so no device synchronisation).
 
     Args:
         params: the parameters (or parameter groups) to optimise.
-        lr: the learning rate (>= 0), or a scheduler (any zero-argument
-            callable returning it, e.g. a ``LinearScheduler``).
+        lr: the learning rate (>= 0).
         betas: the coefficients of the running averages of the gradient and
             its square.
         eps: added to the denominator.
         weight_decay: L2 penalty.
+        lr_schedule: ``None`` (a constant learning rate) or a scheduler (any
+            zero-argument callable, e.g. a ``LinearScheduler``) of the factor
+            (>= 0) each group's initial learning rate is multiplied by.
 
     Raises:
-        ValueError: if ``lr`` (or, at a step, the scheduled value) is negative
-            or not finite.
-        TypeError: if ``lr`` is neither a real number nor a callable.
+        ValueError: if ``lr`` (or, at a step, the scheduled factor) is
+            negative or not finite.
+        TypeError: if ``lr`` is not a real number or ``lr_schedule`` not
+            callable.
     """
 
     def __init__(
         self,
         params: Iterable[Any],
-        lr: Union[float, Callable[[], float]] = 1e-3,
+        lr: float = 1e-3,
         betas: tuple = (0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: float = 0.0,
+        lr_schedule: Optional[Callable[[], float]] = None,
     ):
         params = list(params)
         fused = _FUSED_ADAM_ON_CPU or all(p.device.type != "cpu" for p in _flat_params(params))
-        self._lr_schedule: Optional[Callable[[], float]] = lr if callable(lr) else None
+        self._lr_factor = None if lr_schedule is None else check_callable("lr_schedule",
+                                                                          lr_schedule)
         super().__init__(
             params,
-            lr=self._scheduled_lr() if callable(lr) else check_real("lr", lr, minimum=0.0),
+            lr=check_real("lr", lr, minimum=0.0),
             betas=betas,
             eps=eps,
             weight_decay=weight_decay,
             **({"fused": True} if fused else {"foreach": True}),
         )
+        for group in self.param_groups:  # what lr_schedule scales (kept in checkpoints)
+            group.setdefault("initial_lr", group["lr"])
 
-    def _scheduled_lr(self) -> float:
-        return check_real("lr (scheduled)", self._lr_schedule(), minimum=0.0)
+    @property
+    def lr_schedule(self) -> Optional[Callable[[], float]]:
+        """The scheduler of the learning rates' factor, or ``None`` (constant rates)."""
+        return self._lr_factor
 
     def step(self, closure: Optional[Callable[[], float]] = None) -> Optional[float]:
-        """Adam's step, at the scheduled learning rate if ``lr`` is a scheduler.
+        """Adam's step, at the scheduled learning rate if there is an ``lr_schedule``.
 
         Args:
             closure: as for ``torch.optim.Adam.step``.
@@ -101,10 +111,11 @@ class FusedAdam(torch.optim.Adam):
         Returns:
             The closure's loss, if a closure was given.
         """
-        if self._lr_schedule is not None:
-            lr = self._scheduled_lr()
+        if self._lr_factor is not None:
+            factor = check_real("lr_schedule's value", self._lr_factor(), minimum=0.0)
             for group in self.param_groups:
-                group["lr"] = lr
+                # A checkpoint of a run without a schedule may lack initial_lr.
+                group["lr"] = group.setdefault("initial_lr", group["lr"]) * factor
         return super().step(closure)
 
 

@@ -48,39 +48,52 @@ def test_fused_adam_is_torchs_fused_adam():
     ref_opt.load_state_dict(pickle.loads(pickle.dumps(opt.state_dict())))
 
 
-def test_fused_adam_follows_a_scheduled_learning_rate():
-    lr = LinearScheduler("iterations", [(0, 1e-2), (10, 0.0)])
+def test_fused_adam_follows_its_lr_schedule():
+    factor = LinearScheduler("iterations", [(0, 1.0), (10, 0.0)])
     params, ref = _params(), _params()
-    opt = FusedAdam(params, lr=lr, eps=1e-5)
-    ref_opt = torch.optim.Adam(ref, lr=1e-2, eps=1e-5, fused=True)
-    assert opt.param_groups[0]["lr"] == 1e-2  # the value at progress 0
+    opt = FusedAdam(_groups(params), lr=3e-3, eps=1e-5, lr_schedule=factor)
+    assert opt.lr_schedule is factor and FusedAdam(_params()).lr_schedule is None
+    ref_opt = torch.optim.Adam(_groups(ref), lr=3e-3, eps=1e-5, fused=True)
     for k, it in enumerate((0, 5, 10)):
         update_progress("iterations", it)
-        for g in ref_opt.param_groups:
-            g["lr"] = lr()
+        for g, base in zip(ref_opt.param_groups, (3e-3, 1e-2)):
+            g["lr"] = base * (1 - it / 10)
         _set_grads(params, k)
         _set_grads(ref, k)
         opt.step()
         ref_opt.step()
-        assert opt.param_groups[0]["lr"] == pytest.approx(1e-2 * (1 - it / 10))
+        # Each group's own learning rate, scaled.
+        assert [g["lr"] for g in opt.param_groups] == pytest.approx(
+            [3e-3 * (1 - it / 10), 1e-2 * (1 - it / 10)])
         assert _same(params, ref)
-    # At lr 0 the last step moved nothing.
+    # At factor 0 a step moves nothing.
     before = [p.detach().clone() for p in params]
     _set_grads(params, 3)
     opt.step()
     assert _same(params, before)
+    # A checkpoint carries the unscaled rates: a restored optimiser scales the same ones.
+    update_progress("iterations", 5)
+    restored = FusedAdam(_groups(_params()), lr=1.0, lr_schedule=factor)
+    restored.load_state_dict(pickle.loads(pickle.dumps(opt.state_dict())))
+    _set_grads(_params(), 0)
+    restored.step()
+    assert [g["lr"] for g in restored.param_groups] == pytest.approx([1.5e-3, 5e-3])
 
 
-@pytest.mark.parametrize("lr, error", [(-1e-3, ValueError), ("1e-3", TypeError)])
-def test_fused_adam_rejects_a_bad_learning_rate(lr, error):
-    with pytest.raises(error, match="lr"):
-        FusedAdam(_params(), lr=lr)
+@pytest.mark.parametrize("kwargs, error, name", [
+    ({"lr": -1e-3}, ValueError, "lr"),
+    ({"lr": "1e-3"}, TypeError, "lr"),
+    ({"lr_schedule": 0.5}, TypeError, "lr_schedule"),
+])
+def test_fused_adam_rejects_bad_arguments(kwargs, error, name):
+    with pytest.raises(error, match=name):
+        FusedAdam(_params(), **kwargs)
 
 
-def test_fused_adam_rejects_a_negative_scheduled_learning_rate_at_the_step():
-    opt = FusedAdam(_params(), lr=LinearScheduler("iterations", [(0, 1e-3), (10, -1e-3)]))
+def test_fused_adam_rejects_a_negative_scheduled_factor_at_the_step():
+    opt = FusedAdam(_params(), lr_schedule=LinearScheduler("iterations", [(0, 1.0), (10, -1.0)]))
     update_progress("iterations", 8)
-    with pytest.raises(ValueError, match="lr"):
+    with pytest.raises(ValueError, match="lr_schedule"):
         opt.step()
 
 
