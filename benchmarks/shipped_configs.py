@@ -1,20 +1,27 @@
 """The shipped configs as shipped, over several seeds: evaluation returns and the controller.
 
 Each config runs through ``alf-entropy-sweep`` (one run per seed, the
-config's own settings) and ``alf-entropy-report``; the script prints one
-table with every run and the across-seed means with 95% bootstrap intervals.
-LunarLander (1M env steps), HalfCheetah and discrete SAC on CartPole are
-long; name them with ``--configs`` to include them.
+config's own settings) and ``alf-entropy-report``; the script prints a stamp
+(date, commit, versions, machine), one table with every run (its evaluations,
+the mean of its last 3, its training time from the first to the last summary,
+which leaves out the start-up) and the across-seed means with 95% bootstrap
+intervals.  LunarLander (1M env steps), HalfCheetah and discrete SAC on
+CartPole are long; name them with ``--configs`` to include them.
 
 Usage::
 
     python benchmarks/shipped_configs.py --out_dir shipped --jobs 2
+    python benchmarks/shipped_configs.py --configs ppo_cartpole --seeds 0 1 2 3 4 \
+        --jobs 1 --out_dir shipped_main   # the main job (the default config)
     python benchmarks/shipped_configs.py --configs sac_halfcheetah \
         --gin_param "OffPolicyTrainer.num_env_steps = 100000"   # a shorter run
 """
 import argparse
+import datetime
+import importlib.metadata
 import os
 import platform
+import subprocess
 import sys
 import time
 
@@ -22,6 +29,7 @@ import numpy as np
 import torch
 
 CONFIGS = {
+    "ppo_cartpole": ("ppo_cartpole.gin", "OnPolicyTrainer.seed"),
     "ac_cartpole": ("ac_cartpole.gin", "OnPolicyTrainer.seed"),
     "ppo_cartpole_scheduled_target": ("ppo_cartpole_scheduled_target.gin", "OnPolicyTrainer.seed"),
     "ppo_pendulum": ("ppo_pendulum.gin", "OnPolicyTrainer.seed"),
@@ -34,6 +42,45 @@ CONFIGS = {
 }
 DEFAULT = ["ac_cartpole", "ppo_cartpole_scheduled_target", "ppo_pendulum", "sac_pendulum",
            "sac_pendulum_staged"]
+
+
+def train_seconds(run_dir: str) -> float:
+    """Seconds from a run's first to its last summary (its training, without the start-up)."""
+    from tensorboard.backend.event_processing import event_accumulator as ea
+
+    acc = ea.EventAccumulator(os.path.join(run_dir, "train"), size_guidance={ea.SCALARS: 0})
+    acc.Reload()
+    times = [e.wall_time for tag in acc.Tags()["scalars"] for e in acc.Scalars(tag)]
+    return max(times) - min(times)
+
+
+def stamp() -> str:
+    """Date, commit, versions and machine, for the page the tables go on."""
+    def version(name):
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            return "absent"
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here,
+                                capture_output=True, text=True, check=True).stdout.strip()
+        if subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                          capture_output=True, text=True).stdout.strip():
+            commit += " (with uncommitted changes)"
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown"
+    cpu = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return (f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, commit {commit}; "
+            f"torch {torch.__version__}, gymnasium {version('gymnasium')}, "
+            f"numpy {np.__version__}, Python {platform.python_version()}; "
+            f"{cpu}, {os.cpu_count()} CPUs")
 
 
 def main() -> None:
@@ -67,11 +114,11 @@ def main() -> None:
 
     rep = write_report(dirs, os.path.join(args.out_dir, "report"), dpi=60)
     how = f"with {'; '.join(args.gin_param)}" if args.gin_param else "as shipped"
-    print(f"\nShipped configs {how}, seeds {list(args.seeds)}; torch {torch.__version__}, "
-          f"Python {platform.python_version()}, {platform.machine()} with {os.cpu_count()} CPUs\n")
-    print("| run | env steps | first eval | best eval | final eval | final alpha | "
-          "final entropy (target) |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print(f"\nShipped configs {how}, seeds {list(args.seeds)}, {args.jobs} at a time; "
+          f"{stamp()}\n")
+    print("| run | env steps | first eval | best eval | mean of last 3 evals | final eval | "
+          "final alpha | final entropy (target) | training s |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     common = os.path.commonpath([os.path.abspath(d) for d in dirs])
     for row in rep["rows"]:
         run = load_run(os.path.join(common, row["run"]))
@@ -79,11 +126,12 @@ def main() -> None:
         alpha = run.get("alpha")[1]
         entropy = run.get("entropy")[1]
         target = run.get("target_entropy")[1]
-        first, best = (f"{evals[0]:.1f}", f"{np.max(evals):.1f}") if evals.size else ("–", "–")
+        first, best, last3 = ((f"{evals[0]:.1f}", f"{np.max(evals):.1f}",
+                               f"{np.mean(evals[-3:]):.1f}") if evals.size else ("–",) * 3)
         tail = f"{entropy[-1]:.3g} ({target[-1]:.3g})" if entropy.size and target.size else "–"
-        print(f"| {row['run']} | {row['env_steps']} | {first} | {best} | "
+        print(f"| {row['run']} | {row['env_steps']} | {first} | {best} | {last3} | "
               f"{row['final_eval_return']:.1f} | "
-              f"{alpha[-1]:.3g} | {tail} |")
+              f"{alpha[-1]:.3g} | {tail} | {train_seconds(run.run_dir):.0f} |")
     text = open(rep["markdown"], encoding="utf-8").read()
     if "Across seeds" in text:
         print("\n" + text[text.index("Across seeds"):])
