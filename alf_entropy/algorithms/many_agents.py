@@ -53,6 +53,7 @@ import torch
 import torch.distributions as td
 import torch.nn as nn
 
+from alf_entropy import accel
 from alf_entropy.algorithms.actor_critic_algorithm import (
     ActorCriticAlgorithm,
     ActorCriticInfo,
@@ -60,8 +61,14 @@ from alf_entropy.algorithms.actor_critic_algorithm import (
 )
 from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
 from alf_entropy.data_structures import AlgStep, Experience, LossInfo, TimeStep
-from alf_entropy.networks import mode_of
+from alf_entropy.networks import (
+    ActorDistributionNetwork,
+    CategoricalProjectionNetwork,
+    EncodingNetwork,
+    mode_of,
+)
 from alf_entropy.networks.stacked import StackedModule
+from alf_entropy.tensor_specs import TensorSpec
 from alf_entropy.utils import distributed, nest, value_ops
 from alf_entropy.utils.batched_adam import BatchedAdam
 from alf_entropy.utils.checks import check_int
@@ -244,7 +251,8 @@ class ManyAgents(nn.Module):
 
     # ---------------------------------------------------------------- acting
     def _sample(self, dist: td.Distribution) -> torch.Tensor:
-        """A draw for each agent from its own generator (what ``dist.sample()`` draws)."""
+        """A draw for each agent from its own generator: what ``dist.sample()`` of a single
+        agent draws.  ``dist`` has batch ``[K * B, ...]`` (member-major rows)."""
         if isinstance(dist, td.Independent):
             return self._sample(dist.base_dist)
         if isinstance(dist, td.TransformedDistribution):
@@ -252,20 +260,53 @@ class ManyAgents(nn.Module):
             for transform in dist.transforms:
                 x = transform(x)
             return x
+        k = self.num_agents
         if isinstance(dist, td.Categorical):
-            # ``sample_categorical``'s inverse CDF, with each agent's uniforms.
             probs = dist.probs
-            cdf = probs.cumsum(-1)
-            shape = (*probs.shape[1:-1], 1)
-            u = torch.stack([torch.rand(shape, dtype=cdf.dtype, device=cdf.device, generator=g)
-                             for g in self._generators])
-            return torch.searchsorted(cdf, u).squeeze(-1).clamp_(max=probs.shape[-1] - 1)
+            rows = self._sample_categorical(probs.reshape(-1, probs.shape[-1]))
+            return rows.reshape(probs.shape[:-1])
         if isinstance(dist, td.Normal):
             shape = dist.batch_shape
-            loc, scale = dist.loc.expand(shape), dist.scale.expand(shape)
-            return torch.stack([torch.normal(loc[k], scale[k], generator=g)
-                                for k, g in enumerate(self._generators)])
+            loc = dist.loc.expand(shape).reshape(k, -1, *shape[1:])
+            scale = dist.scale.expand(shape).reshape(k, -1, *shape[1:])
+            return torch.cat([torch.normal(loc[i], scale[i], generator=g)
+                              for i, g in enumerate(self._generators)])
         raise TypeError(f"ManyAgents cannot sample a {type(dist).__name__} per agent")
+
+    def _sample_categorical(self, probs: torch.Tensor) -> torch.Tensor:
+        """``sample_categorical`` on ``[K * B, n]`` probabilities, each agent's rows
+        from its own generator."""
+        cdf = probs.cumsum(-1)
+        shape = (probs.shape[0] // self.num_agents, 1)
+        u = torch.cat([torch.rand(shape, dtype=cdf.dtype, device=cdf.device, generator=g)
+                       for g in self._generators])
+        return torch.searchsorted(cdf, u).squeeze(-1).clamp_(max=probs.shape[-1] - 1)
+
+    def _fast_acting(self, observation: Any) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
+        """``ActorDistributionNetwork.sample_with_log_prob``'s path (the single agent's
+        acting: the same arithmetic, no module calls, no distribution object) with each
+        agent's generator, for a stacked plain ``ActorDistributionNetwork`` with one scalar
+        categorical head; else None."""
+        inner = self._alg.actor_network.inner
+        if not (accel.ENABLED and type(inner) is ActorDistributionNetwork
+                and isinstance(observation, torch.Tensor) and observation.dim() == 3
+                and isinstance(inner.input_tensor_spec, TensorSpec)
+                and observation.shape[2:] == inner.input_tensor_spec.shape
+                and not nest.is_nested(inner.action_spec)):
+            return None
+        children = list(inner.children())  # the encoder, then the heads
+        if len(children) != 2 or len(children[1]) != 1:
+            return None
+        encoder, head = children[0], children[1][0]
+        if (type(encoder) is not EncodingNetwork or type(head) is not CategoricalProjectionNetwork
+                or head.action_spec_shape or observation.dtype != encoder.dtype
+                or not accel.forward_only(inner, encoder, head, head.linear, *encoder.layers)):
+            return None
+        x = observation.reshape(-1, observation.shape[-1])
+        for layer in encoder.layers:
+            x = layer.forward(x)
+        return accel.categorical_sample_with_log_prob(head.linear.forward(x),
+                                                      self._sample_categorical)
 
     def rollout_step(self, inputs: TimeStep, state: Any = ()) -> AlgStep:
         """Each agent samples its action (from its own generator); keep the log-probability.
@@ -280,10 +321,16 @@ class ManyAgents(nn.Module):
             AlgStep: ``output`` the actions ``[K, B, ...]``, ``info`` an
             ``ActorCriticInfo(log_prob=[K, B])``.
         """
-        dist = self._alg.actor_network(inputs.observation)
-        action = self._sample(dist)
-        return AlgStep(output=action, state=state,
-                       info=ActorCriticInfo(log_prob=dist.log_prob(action)))
+        k = self.num_agents
+        fast = self._fast_acting(inputs.observation)
+        if fast is not None:
+            action, log_prob = fast
+        else:
+            dist = self._alg.actor_network.forward_rows(inputs.observation)
+            action = self._sample(dist)
+            log_prob = dist.log_prob(action)
+        return AlgStep(output=action.reshape(k, -1, *action.shape[1:]), state=state,
+                       info=ActorCriticInfo(log_prob=log_prob.reshape(k, -1)))
 
     def predict_step(self, inputs: TimeStep, state: Any = ()) -> AlgStep:
         """Each agent's deterministic (greedy) action, for evaluation.

@@ -23,7 +23,7 @@ Nothing mixes members: every operation is per row or per member, so a
 non-finite value in member ``k`` stays in member ``k``.
 """
 import copy
-from typing import Any, Sequence
+from typing import Any, Sequence, Tuple
 
 import torch
 import torch.distributions as td
@@ -168,6 +168,23 @@ class StackedModule(nn.Module):
                                  "differs between the networks")
         self.inner = inner
 
+    def _rows(self, inputs: Tuple[Any, ...]) -> Tuple[Any, int]:
+        """``inputs`` ``[K, M, ...]`` as ``[K * M, ...]`` rows, and ``M``."""
+        k = self.num_members
+        if len(inputs) == 1 and isinstance(inputs[0], torch.Tensor):  # the common case, fast
+            x = inputs[0]
+            if x.dim() < 2 or x.shape[0] != k:
+                raise ValueError(f"inputs must be [K={k}, M, ...], got shape {tuple(x.shape)}")
+            return (x.reshape(k * x.shape[1], *x.shape[2:]),), x.shape[1]
+        leaves = nest.flatten(inputs)
+        if not leaves:
+            raise ValueError("StackedModule needs at least one input tensor")
+        for x in leaves:
+            if x.dim() < 2 or x.shape[0] != k:
+                raise ValueError(f"inputs must be [K={k}, M, ...], got shape {tuple(x.shape)}")
+        m = leaves[0].shape[1]
+        return nest.map_structure(lambda x: x.reshape(k * m, *x.shape[2:]), inputs), m
+
     def forward(self, *inputs: Any) -> Any:
         """Run the networks on their members' inputs.
 
@@ -181,17 +198,28 @@ class StackedModule(nn.Module):
         Raises:
             ValueError: if an input's first dimension is not K.
         """
-        leaves = nest.flatten(inputs)
-        if not leaves:
-            raise ValueError("StackedModule needs at least one input tensor")
-        k = self.num_members
-        for x in leaves:
-            if x.dim() < 2 or x.shape[0] != k:
-                raise ValueError(f"inputs must be [K={k}, M, ...], got shape {tuple(x.shape)}")
-        m = leaves[0].shape[1]
-        flat = nest.map_structure(lambda x: x.reshape(k * m, *x.shape[2:]), inputs)
-        out = self.inner(*flat)
-        return nest.map_structure(lambda y: _unflatten(y, k, m), out)
+        rows, m = self._rows(inputs)
+        out = self.inner(*rows)
+        if isinstance(out, torch.Tensor):
+            return out.reshape(self.num_members, m, *out.shape[1:])
+        return nest.map_structure(lambda y: _unflatten(y, self.num_members, m), out)
+
+    def forward_rows(self, *inputs: Any) -> Any:
+        """``forward`` without reshaping the outputs: leading dim ``K * M``, member-major.
+
+        Cheaper where the caller works on rows anyway (acting: no distribution is
+        rebuilt).
+
+        Args:
+            *inputs: nests of tensors ``[K, M, ...]``.
+
+        Returns:
+            The network's output nest with leaves ``[K * M, ...]``.
+
+        Raises:
+            ValueError: if an input's first dimension is not K.
+        """
+        return self.inner(*self._rows(inputs)[0])
 
 
 def _unflatten(y: Any, k: int, m: int) -> Any:

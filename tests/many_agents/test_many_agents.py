@@ -31,14 +31,14 @@ PPO_PID_PER_ITERATION = functools.partial(
 A2C = functools.partial(ActorCriticAlgorithm, entropy_regularization=0.01)
 
 
-def _single_run(ctor: Callable[..., Any], seed: int, iterations: int = 1
+def _single_run(ctor: Callable[..., Any], seed: int, iterations: int = 1, env_id: str = ENV
                 ) -> Tuple[ActorCriticAlgorithm, torch.Tensor, torch.Tensor]:
     """What OnPolicyTrainer does for a seed: seed, build, reset, unroll, train.
 
     Returns the algorithm, each update's loss and the actions of the unrolls.
     """
     seed_all(seed)
-    env = GymVectorEnv(ENV, num_envs=NUM_ENVS, seed=seed)
+    env = GymVectorEnv(env_id, num_envs=NUM_ENVS, seed=seed)
     alg = ctor(env.observation_spec, env.action_spec)
     losses: List[torch.Tensor] = []
     update = alg.update_with_gradient
@@ -64,10 +64,10 @@ def _single_run(ctor: Callable[..., Any], seed: int, iterations: int = 1
 
 
 def _batched_run(ctor: Callable[..., Any], seeds: Sequence[int], iterations: int = 1,
-                 before: Callable[[ManyAgents], None] = lambda agents: None, **kwargs: Any
-                 ) -> Tuple[ManyAgents, torch.Tensor, torch.Tensor]:
+                 before: Callable[[ManyAgents], None] = lambda agents: None, env_id: str = ENV,
+                 **kwargs: Any) -> Tuple[ManyAgents, torch.Tensor, torch.Tensor]:
     """The same for K seeds in one ``ManyAgents``; losses ``[U, K]``, actions ``[T, K, B]``."""
-    envs = AgentEnvs(ENV, NUM_ENVS, seeds)
+    envs = AgentEnvs(env_id, NUM_ENVS, seeds)
     agents = ManyAgents(envs.observation_spec, envs.action_spec, seeds, algorithm_ctor=ctor,
                         **kwargs)
     before(agents)
@@ -259,3 +259,33 @@ def test_agent_envs_are_the_single_runs_envs() -> None:
     envs.close()
     for env in singles:
         env.close()
+
+
+def test_acting_without_the_fast_path_draws_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    from alf_entropy import accel
+    from alf_entropy.data_structures import TimeStep
+
+    agents = ManyAgents(*_specs(), SEEDS, algorithm_ctor=PPO)
+    states = [g.get_state() for g in agents.generators]
+    time_step = TimeStep(observation=torch.randn(len(SEEDS), 6, 4))
+    with torch.no_grad():
+        fast = agents.rollout_step(time_step)
+        for g, state in zip(agents.generators, states):
+            g.set_state(state)
+        monkeypatch.setattr(accel, "ENABLED", False)
+        slow = agents.rollout_step(time_step)
+    assert torch.equal(fast.output, slow.output)
+    torch.testing.assert_close(fast.info.log_prob, slow.info.log_prob)
+
+
+def test_continuous_actions_follow_the_single_runs() -> None:
+    """Pendulum: a state-dependent std (every parameter in an nn.Linear) stacks; agent k
+    draws its Normal samples from its own generator as the single run does."""
+    ctor = functools.partial(PPOAlgorithm, enforce_entropy_target=True,
+                             actor_network_ctor=functools.partial(ActorDistributionNetwork,
+                                                                  state_dependent_std=True))
+    agents, losses, actions = _batched_run(ctor, SEEDS[:2], env_id="Pendulum-v1")
+    for k, seed in enumerate(SEEDS[:2]):
+        single, single_losses, single_actions = _single_run(ctor, seed, env_id="Pendulum-v1")
+        torch.testing.assert_close(actions[:, k], single_actions, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(losses[:, k], single_losses, rtol=1e-5, atol=1e-5)
