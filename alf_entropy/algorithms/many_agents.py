@@ -429,23 +429,12 @@ class ManyAgents(nn.Module):
         if isinstance(loss_info.scalar_loss, torch.Tensor):
             per_agent = per_agent + loss_info.scalar_loss
         optimizer = self._alg.optimizers()[0]
-        params = [p for g in optimizer.param_groups for p in g["params"]]
-        for p in params:
-            p.grad = None
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                p.grad = None
         per_agent.sum().backward()
-        ok = torch.isfinite(per_agent.detach())
-        max_norm = self._settings["max_grad_norm"]
-        if max_norm is not None:
-            k = self.num_agents
-            grads = [p.grad for p in params if p.grad is not None]
-            norms = torch.linalg.vector_norm(torch.stack(
-                [torch.linalg.vector_norm(g.reshape(k, -1), dim=1) for g in grads]), dim=0)
-            # clip_grad_norm_'s coefficient, per agent.
-            coef = (max_norm / (norms + 1e-6)).clamp(max=1.0)
-            for g in grads:
-                g.mul_(coef.reshape(k, *(1,) * (g.dim() - 1)))
-            ok = ok & torch.isfinite(norms)
-        optimizer.masked_step(ok)
+        _, ok = optimizer.masked_step(torch.isfinite(per_agent.detach()),
+                                      max_grad_norm=self._settings["max_grad_norm"])
         self.skipped_updates.add_((~ok).to(self.skipped_updates.dtype))
         return per_agent.detach()
 

@@ -57,6 +57,7 @@ def test_a_skipped_member_keeps_everything_and_the_others_do_not_notice() -> Non
     for k in (0, 2):  # bit for bit what they do with no member skipping
         assert torch.equal(skipping[k], clean[k])
         assert torch.equal(state["exp_avg"][k], clean_adam.state[clean]["exp_avg"][k])
+    assert not state["exp_avg"][1].isnan().any()
     # Member 1 is Adam on the 7 gradients it took (bias correction by its own count).
     alone = start[1].clone().requires_grad_()
     adam = torch.optim.Adam([alone], lr=1e-2, foreach=False)
@@ -65,6 +66,30 @@ def test_a_skipped_member_keeps_everything_and_the_others_do_not_notice() -> Non
             alone.grad = grad[1].clone()
             adam.step()
     assert torch.equal(skipping[1], alone)
+
+
+def test_clipping_is_per_member_and_a_group_steps_as_one() -> None:
+    """Two parameters of different shapes; member 1's gradients are huge, member 2's
+    infinite: 1 is clipped to norm 1 (as clip_grad_norm_ clips one model), 2 skipped,
+    0 (small gradients) untouched by either."""
+    a, b = torch.zeros(K, 4, 3, requires_grad=True), torch.zeros(K, 5, requires_grad=True)
+    adam = BatchedAdam([a, b], lr=0.1)
+    a.grad, b.grad = torch.full((K, 4, 3), 0.01), torch.full((K, 5), 0.01)
+    a.grad[1] *= 1e6
+    b.grad[2, 0] = float("inf")
+    norms, ok = adam.masked_step(None, max_grad_norm=1.0)
+    assert ok.tolist() == [True, True, False]
+    torch.testing.assert_close(norms[:2], torch.tensor([(17 * 1e-4) ** 0.5,
+                                                        (12 * 1e8 + 5 * 1e-4) ** 0.5]))
+    assert not b[2].any() and not a[2].any()  # skipped
+    # The first Adam step moves every element by lr (m / sqrt(v) = sign): members 0 and 1
+    # alike, whatever their (clipped) scale.
+    torch.testing.assert_close(a[:2], torch.full((2, 4, 3), -0.1))
+    adam.masked_step(torch.tensor([True, False, True]))  # the same gradients again
+    assert adam.state[a]["step"].tolist() == [2.0, 1.0, 1.0]
+    with pytest.raises(ValueError, match="no gradient"):
+        b.grad = None
+        adam.masked_step(None)
 
 
 def test_scheduled_learning_rate_and_arguments() -> None:

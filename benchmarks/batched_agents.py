@@ -1,0 +1,248 @@
+"""K PPO CartPole agents stacked in one batch against K separate single agents, side by side.
+
+For K in {1, 2, 4, 8, 16} (PPO CartPole as ``ppo_cartpole.gin`` trains it:
+8 environments per agent, unrolls of 128 steps, 4 epochs x 4 minibatches, the
+staged entropy controller), in this one process with one torch thread:
+
+* **acting**: one ``rollout_step`` of all K agents (the stacked batch: one
+  call on ``[K, 8]`` observations; separate: K calls of a single agent's);
+* **update**: one ``train_from_unroll`` of all K agents on a 128-step unroll
+  (16 gradient updates each);
+* **env**: one step of the K agents' environment sets (K ``GymVectorEnv`` s,
+  the same for both sides: each seed's own episodes), and of one
+  NumPy-vectorised CartPole of K * N envs (what one env step for all could
+  cost; its resets share one generator, so it is not each seed's episodes);
+* **iteration**: whole iterations (collect 128 steps, then train), as
+  aggregate env-steps/s of the K agents, and that throughput against one
+  single-agent run's (the K = 1 separate row), for the stacked agents on the
+  K env sets and on the one K * N env.
+
+Each time is the best of a few repeats (the machine is shared: best-of
+filters out other processes' bursts; still, take ratios as +-15 %).  Ratios
+are separate / stacked: how many times cheaper the stacked batch does the
+same work.  Start-up (imports, building the agents) is not timed.
+
+Usage: ``python benchmarks/batched_agents.py [--ks 1,2,4,8,16] [--repeats 3]``
+"""
+import argparse
+import datetime
+import functools
+import os
+import platform
+import subprocess
+import time
+from typing import Any, Callable, List, Tuple
+
+import numpy as np
+import torch
+
+from alf_entropy.algorithms.many_agents import ManyAgents
+from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
+from alf_entropy.data_structures import make_experience
+from alf_entropy.environments.agent_envs import AgentEnvs
+from alf_entropy.environments.gym_vector_env import GymVectorEnv
+from alf_entropy.trainers.on_policy_trainer import stack_experiences
+from alf_entropy.trainers.ranks import seed_all
+from alf_entropy.utils import nest
+
+ENV, NUM_ENVS, UNROLL = "CartPole-v1", 8, 128
+PPO = functools.partial(PPOAlgorithm, enforce_entropy_target=True, num_epochs=4,
+                        num_minibatches=4, gamma=0.98, td_lambda=0.8,
+                        max_alpha_change_per_iteration=2.5)
+
+
+def stamp() -> str:
+    """Date, commit, versions and machine."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here,
+                                capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown"
+    cpu = platform.processor() or "unknown CPU"
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    import gymnasium
+    return (f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, commit {commit}; "
+            f"torch {torch.__version__}, gymnasium {gymnasium.__version__}, "
+            f"numpy {np.__version__}, Python {platform.python_version()}; {cpu}, "
+            f"{os.cpu_count()} CPUs, {torch.get_num_threads()} torch thread")
+
+
+def best_of(fn: Callable[[], Any], repeats: int, inner: int = 1) -> float:
+    """The best time of ``repeats`` runs of ``inner`` calls, per call, in seconds."""
+    fn()  # warm-up
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        best = min(best, (time.perf_counter() - start) / inner)
+    return best
+
+
+class Separate:
+    """K single agents, each with its own environments, run one after the other."""
+
+    def __init__(self, seeds: List[int]):
+        self.envs = AgentEnvs(ENV, NUM_ENVS, seeds)
+        self.agents = []
+        for seed in seeds:
+            seed_all(seed)
+            self.agents.append(PPO(self.envs.observation_spec, self.envs.action_spec))
+        self.singles = self.envs.envs
+        self.time_steps = [env.reset() for env in self.singles]
+
+    def act(self) -> None:
+        with torch.inference_mode():
+            for agent, time_step in zip(self.agents, self.time_steps):
+                agent.rollout_step(time_step)
+
+    def env_step(self) -> None:
+        for env, time_step in zip(self.singles, self.time_steps):
+            env.step(time_step.prev_action)
+
+    def unroll(self) -> List[Tuple[Any, Any]]:
+        out = []
+        for k, (agent, env) in enumerate(zip(self.agents, self.singles)):
+            time_step, experiences = self.time_steps[k], []
+            with torch.inference_mode():
+                for _ in range(UNROLL):
+                    step = agent.rollout_step(time_step)
+                    experiences.append(make_experience(time_step._replace(env_info=()), step))
+                    time_step = env.step(step.output)
+            self.time_steps[k] = time_step
+            out.append((stack_experiences(experiences), time_step))
+        return out
+
+    def train(self, unrolls: List[Tuple[Any, Any]]) -> None:
+        for agent, (experience, final) in zip(self.agents, unrolls):
+            agent.train_from_unroll(experience, final)
+
+    def iteration(self) -> None:
+        self.train(self.unroll())
+
+
+class Stacked:
+    """The same K agents as one ``ManyAgents``."""
+
+    def __init__(self, seeds: List[int]):
+        self.envs = AgentEnvs(ENV, NUM_ENVS, seeds)
+        self.agents = ManyAgents(self.envs.observation_spec, self.envs.action_spec, seeds,
+                                 algorithm_ctor=PPO)
+        self.time_step = self.envs.reset()
+
+    def act(self) -> None:
+        with torch.inference_mode():
+            self.agents.rollout_step(self.time_step)
+
+    def env_step(self) -> None:
+        self.envs.step(self.time_step.prev_action)
+
+    def unroll(self) -> Tuple[Any, Any]:
+        time_step, experiences = self.time_step, []
+        with torch.inference_mode():
+            for _ in range(UNROLL):
+                step = self.agents.rollout_step(time_step)
+                experiences.append(make_experience(time_step, step))
+                time_step = self.envs.step(step.output)
+        self.time_step = time_step
+        return stack_experiences(experiences), time_step
+
+    def train(self, unroll: Tuple[Any, Any]) -> None:
+        self.agents.train_from_unroll(*unroll)
+
+    def iteration(self) -> None:
+        self.train(self.unroll())
+
+
+class OneVectorEnv:
+    """One ``GymVectorEnv`` of K * N environments seen as ``[K, N]``: the env step stacking
+    could have (CartPole's NumPy-vectorised env steps all K * N in one call), but with one
+    reset generator for all, so agent k's episodes are not the single run's."""
+
+    def __init__(self, k: int):
+        self.k = k
+        self.env = GymVectorEnv(ENV, num_envs=k * NUM_ENVS, seed=0)
+        self.observation_spec, self.action_spec = self.env.observation_spec, self.env.action_spec
+
+    def _split(self, time_step: Any) -> Any:
+        return nest.map_structure(lambda x: x.reshape(self.k, NUM_ENVS, *x.shape[1:]),
+                                  time_step._replace(env_info=()))
+
+    def reset(self) -> Any:
+        return self._split(self.env.reset())
+
+    def step(self, action: torch.Tensor) -> Any:
+        return self._split(self.env.step(action.reshape(-1, *action.shape[2:])))
+
+
+class StackedOneEnv(Stacked):
+    """The stacked agents on :class:`OneVectorEnv`."""
+
+    def __init__(self, seeds: List[int]):
+        self.envs = OneVectorEnv(len(seeds))
+        self.agents = ManyAgents(self.envs.observation_spec, self.envs.action_spec, seeds,
+                                 algorithm_ctor=PPO)
+        self.time_step = self.envs.reset()
+
+
+def measure(k: int, repeats: int) -> dict:
+    seeds = list(range(k))
+    sides = {"separate": Separate(seeds), "stacked": Stacked(seeds),
+             "stacked_one_env": StackedOneEnv(seeds)}
+    row = {}
+    for name, side in sides.items():
+        row[f"env/{name}"] = best_of(side.env_step, repeats, inner=50)
+        if name != "stacked_one_env":  # the same agents as "stacked"
+            row[f"act/{name}"] = best_of(side.act, repeats, inner=50)
+            unroll = side.unroll()
+            row[f"update/{name}"] = best_of(lambda: side.train(unroll), repeats)
+        row[f"iteration/{name}"] = best_of(side.iteration, max(1, repeats - 1))
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ks", default="1,2,4,8,16")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    ks = [int(k) for k in args.ks.split(",")]
+    started = time.perf_counter()
+    rows = {k: measure(k, args.repeats) for k in ks}
+    single = None
+    print(f"K agents (PPO CartPole, {NUM_ENVS} envs each, unroll {UNROLL}, 4x4 minibatches): "
+          "one stacked batch vs K separate agents in one process, one torch thread.\n")
+    print("| K | act us sep | act us stk | act x | update ms sep | update ms stk | update x "
+          "| env us: K sets | env us: one K*N env | iter steps/s sep | iter steps/s stk | iter x "
+          "| stk vs one run | stk, one env, vs one run |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for k, r in rows.items():
+        steps = k * NUM_ENVS * UNROLL
+        sep_rate, stk_rate = steps / r["iteration/separate"], steps / r["iteration/stacked"]
+        one_env_rate = steps / r["iteration/stacked_one_env"]
+        if k == 1:
+            single = sep_rate
+        print(f"| {k} | {r['act/separate'] * 1e6:.0f} | {r['act/stacked'] * 1e6:.0f} | "
+              f"{r['act/separate'] / r['act/stacked']:.2f} | "
+              f"{r['update/separate'] * 1e3:.1f} | {r['update/stacked'] * 1e3:.1f} | "
+              f"{r['update/separate'] / r['update/stacked']:.2f} | "
+              f"{r['env/stacked'] * 1e6:.0f} | {r['env/stacked_one_env'] * 1e6:.0f} | "
+              f"{sep_rate:.0f} | {stk_rate:.0f} | {stk_rate / sep_rate:.2f} | "
+              + (f"{stk_rate / single:.2f} | {one_env_rate / single:.2f} |" if single else
+                 "- | - |"))
+    print("\nx: separate time / stacked time for the same work (acting: one step of the K "
+          "agents' policies; update: one train_from_unroll of all K). 'vs one run': the K "
+          "agents' aggregate env-steps/s over one single-agent run's (the K = 1 separate row). "
+          "'one env': the stacked agents on one NumPy-vectorised CartPole of K*N envs (one "
+          "reset generator, so not each seed's episodes). Best of a few repeats on a machine "
+          "shared with other jobs: the numbers are noisy (+-15 %, more for the small ones).")
+    print(f"Measured {stamp()}; the benchmark took {time.perf_counter() - started:.0f} s.")
+
+
+if __name__ == "__main__":
+    main()
