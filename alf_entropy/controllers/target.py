@@ -13,7 +13,11 @@ from absl import logging
 
 from alf_entropy.utils import nest, schedulers
 from alf_entropy.utils.checks import check_real, is_real
-from alf_entropy.utils.dist_utils import calc_default_target_entropy, calc_max_possible_entropy
+from alf_entropy.utils.dist_utils import (
+    GreedyProbabilityTarget,
+    calc_default_target_entropy,
+    calc_max_possible_entropy,
+)
 
 __all__ = ["Target", "PROGRESS_GRACE"]
 
@@ -84,6 +88,8 @@ class Target:
             except (AttributeError, NotImplementedError):
                 known_max = None
         elif is_real(target):
+            if isinstance(target, GreedyProbabilityTarget):
+                self._check_greedy(target)
             target = schedulers.ConstantScheduler(check_real("target_entropy", target))
             known_max = target.max_value()
         else:
@@ -95,6 +101,18 @@ class Target:
                 f"the action spec allows ({self.reachable:.4g}{_example(self._spec)}); the "
                 "controller would push alpha up forever")
         return target
+
+    def _check_greedy(self, target: GreedyProbabilityTarget) -> None:
+        leaves = nest.flatten(self._spec)
+        if any(not leaf.is_discrete for leaf in leaves):
+            raise ValueError(f"{self._name}: target_entropy is a greedy_probability_target (for "
+                             f"{target.num_actions} discrete actions), but the action spec has "
+                             "continuous actions; state a target in nats")
+        counts = {int(leaf.maximum.max() - leaf.minimum.min()) + 1 for leaf in leaves}
+        if len(leaves) == 1 and not leaves[0].shape and counts != {target.num_actions}:
+            raise ValueError(f"{self._name}: target_entropy is a greedy_probability_target for "
+                             f"{target.num_actions} actions, but the action spec has "
+                             f"{counts.pop()}")
 
     def _warn_once(self, key: str, message: str) -> None:
         if key not in self._warned:

@@ -102,8 +102,27 @@ def _check_bounded(spec: TensorSpec, fn_name: str) -> Tuple[np.ndarray, np.ndarr
     return lo, hi
 
 
+class GreedyProbabilityTarget(float):
+    """A target entropy from :func:`greedy_probability_target`, remembering its ``num_actions``.
+
+    A float in every use; the controllers read ``num_actions`` to refuse it
+    for an action spec it was not computed for (a continuous one, or another
+    number of actions).
+    """
+
+    num_actions: int
+
+    def __new__(cls, value: float, num_actions: int) -> "GreedyProbabilityTarget":
+        target = super().__new__(cls, value)
+        target.num_actions = num_actions
+        return target
+
+    def __reduce__(self) -> Tuple[Any, Tuple[float, int]]:
+        return GreedyProbabilityTarget, (float(self), self.num_actions)
+
+
 @gin.configurable
-def greedy_probability_target(p: float, num_actions: int) -> float:
+def greedy_probability_target(p: float, num_actions: int) -> GreedyProbabilityTarget:
     r"""The entropy of a policy that picks its greedy action with probability ``p``.
 
     The other ``N - 1`` actions share ``1 - p`` evenly:
@@ -117,7 +136,8 @@ def greedy_probability_target(p: float, num_actions: int) -> float:
         num_actions: ``N >= 2``.
 
     Returns:
-        The entropy in nats (``log N`` at ``p = 1/N``, 0 at ``p = 1``).
+        The entropy in nats (``log N`` at ``p = 1/N``, 0 at ``p = 1``), a float
+        that remembers ``N`` (a controller refuses it for another action spec).
 
     Raises:
         TypeError: if ``p`` is not a real number.
@@ -129,7 +149,7 @@ def greedy_probability_target(p: float, num_actions: int) -> float:
         raise ValueError(f"p must be in [1/num_actions, 1] = [{1.0 / n:.4g}, 1], got {p!r}")
     rest = 1.0 - p
     h = -p * math.log(p) if p > 0 else 0.0
-    return float(h - rest * math.log(rest / (n - 1)) if rest > 0 else h)
+    return GreedyProbabilityTarget(h - rest * math.log(rest / (n - 1)) if rest > 0 else h, n)
 
 
 def entropy_per_log_alpha(spec: Any) -> float:

@@ -43,6 +43,21 @@ def test_greedy_probability_target_rejects_bad_input():
         greedy_probability_target("0.9", 4)
 
 
+@pytest.mark.parametrize("cls", [EntropyTargetAlgorithm, PIDEntropyTargetAlgorithm])
+def test_greedy_probability_target_is_refused_for_another_action_spec(cls):
+    target = greedy_probability_target(0.8, 4)
+    c = cls(BoundedTensorSpec((), torch.int64, 0, 3), target_entropy=target)
+    assert float(c.target_entropy) == pytest.approx(float(target))
+    with pytest.raises(ValueError, match="continuous actions"):
+        cls(BoundedTensorSpec((2,), torch.float32, -1.0, 1.0), target_entropy=target)
+    with pytest.raises(ValueError, match="for 4 actions, but the action spec has 6"):
+        cls(BoundedTensorSpec((), torch.int64, 0, 5), target_entropy=target)
+    import copy
+    import pickle
+    for twin in (copy.deepcopy(target), pickle.loads(pickle.dumps(target))):
+        assert twin == target and twin.num_actions == 4
+
+
 @pytest.mark.parametrize("kwargs, arg", [
     ({"factor": 1.0}, "factor"), ({"tolerance": 0.0}, "tolerance"),
     ({"window": 0}, "window"), ({"final": 2.0}, "final"),
