@@ -17,8 +17,9 @@ staged entropy controller), in this one process with one torch thread:
   single-agent run's (the K = 1 separate row), for the stacked agents on the
   K env sets and on the one K * N env.
 
-Each time is the best of a few repeats (the machine is shared: best-of
-filters out other processes' bursts; still, take ratios as +-15 %).  Ratios
+Each time is the best of a few rounds in which the sides take turns (the
+machine is shared: best-of filters out other processes' bursts, and taking
+turns spreads the rest over both sides; still, take ratios as +-15 %).  Ratios
 are separate / stacked: how many times cheaper the stacked batch does the
 same work.  Start-up (imports, building the agents) is not timed.
 
@@ -31,7 +32,7 @@ import os
 import platform
 import subprocess
 import time
-from typing import Any, Callable, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 import numpy as np
 import torch
@@ -72,15 +73,24 @@ def stamp() -> str:
             f"{os.cpu_count()} CPUs, {torch.get_num_threads()} torch thread")
 
 
-def best_of(fn: Callable[[], Any], repeats: int, inner: int = 1) -> float:
-    """The best time of ``repeats`` runs of ``inner`` calls, per call, in seconds."""
-    fn()  # warm-up
-    best = float("inf")
+def timed(fn: Callable[[], Any], inner: int = 1) -> float:
+    """Seconds per call of ``inner`` calls of ``fn``."""
+    start = time.perf_counter()
+    for _ in range(inner):
+        fn()
+    return (time.perf_counter() - start) / inner
+
+
+def best_interleaved(fns: Dict[str, Callable[[], Any]], repeats: int, inner: int = 1
+                     ) -> Dict[str, float]:
+    """Each function's best time per call over ``repeats`` rounds, the functions taking
+    turns within a round (so that a burst of other load falls on both sides alike)."""
+    for fn in fns.values():
+        fn()  # warm-up
+    best = {name: float("inf") for name in fns}
     for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        best = min(best, (time.perf_counter() - start) / inner)
+        for name, fn in fns.items():
+            best[name] = min(best[name], timed(fn, inner))
     return best
 
 
@@ -190,18 +200,21 @@ class StackedOneEnv(Stacked):
         self.time_step = self.envs.reset()
 
 
-def measure(k: int, repeats: int) -> dict:
+def measure(k: int, repeats: int) -> Dict[str, float]:
     seeds = list(range(k))
-    sides = {"separate": Separate(seeds), "stacked": Stacked(seeds),
-             "stacked_one_env": StackedOneEnv(seeds)}
+    sep, stk, one = Separate(seeds), Stacked(seeds), StackedOneEnv(seeds)
     row = {}
-    for name, side in sides.items():
-        row[f"env/{name}"] = best_of(side.env_step, repeats, inner=50)
-        if name != "stacked_one_env":  # the same agents as "stacked"
-            row[f"act/{name}"] = best_of(side.act, repeats, inner=50)
-            unroll = side.unroll()
-            row[f"update/{name}"] = best_of(lambda: side.train(unroll), repeats)
-        row[f"iteration/{name}"] = best_of(side.iteration, max(1, repeats - 1))
+    for kind, fns, inner in (
+            ("act", {"separate": sep.act, "stacked": stk.act}, 100),
+            ("env", {"stacked": stk.env_step, "stacked_one_env": one.env_step}, 100)):
+        row.update({f"{kind}/{n}": t for n, t in best_interleaved(fns, repeats, inner).items()})
+    unrolls = {"separate": sep.unroll(), "stacked": stk.unroll()}
+    row.update({f"update/{n}": t for n, t in best_interleaved(
+        {"separate": lambda: sep.train(unrolls["separate"]),
+         "stacked": lambda: stk.train(unrolls["stacked"])}, repeats).items()})
+    row.update({f"iteration/{n}": t for n, t in best_interleaved(
+        {"separate": sep.iteration, "stacked": stk.iteration, "stacked_one_env": one.iteration},
+        max(1, repeats - 1)).items()})
     return row
 
 
