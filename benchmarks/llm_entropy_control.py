@@ -1,9 +1,18 @@
-"""LLM entropy control: a synthetic probe at real vocabulary sizes (issue 27).
+"""LLM entropy control: TRL's GRPOTrainer on a tiny LM, and a probe at real vocabulary sizes.
 
 Usage::
 
-    python benchmarks/llm_entropy_control.py                       # 32k and 150k, 3 seeds
-    python benchmarks/llm_entropy_control.py --vocab 32000 --seeds 0 --steps 200
+    python benchmarks/llm_entropy_control.py                  # both tasks, 3 seeds (~1 h)
+    python benchmarks/llm_entropy_control.py --tasks toy --seeds 0 --toy_lrs 0.01
+
+The toy task (``alf_entropy.integrations.toy_lm``, needs the ``trl`` extra): TRL
+1.16's ``GRPOTrainer``, unmodified, trains a random-weight 2-layer GPT-2 with a
+character tokenizer (39 tokens, at most ln 39 = 3.66 nats) on a verifiable
+toy reward; 8 completions of 8 tokens per step (2 prompts x 4), Adam at
+``--toy_lrs``, ``--toy_steps`` steps.  Without a bonus the entropy collapses.
+The package's controllers go in through ``add_entropy_control``; TRL's rule
+is TRL's own code.  Targets: ``--toy_target`` and a linear schedule from
+``1.1 x`` to it (the Entrocraft shape).
 
 The probe needs no transformers: ``B`` positions (contexts), each with its own
 logits over a vocabulary of ``V`` tokens, start from a peaked, LM-like
@@ -16,7 +25,7 @@ with ``H`` the mean per-position entropy over the whole vocabulary (what TRL
 computes from the logits).  Without a bonus the entropy collapses.
 
 Controllers (one update per step from that step's entropy, applied at the
-next step, as the TRL callback does):
+next step, as the TRL callback does; the same on both tasks):
 
 * ``none``: coefficient 0;
 * ``trl_0.005`` / ``trl_0.05``: TRL 1.16's adaptive rule (``coef += delta``
@@ -25,14 +34,18 @@ next step, as the TRL callback does):
 * ``pid``: ``PIDEntropyTargetAlgorithm(spec, **lm_pid_settings(target))``;
 * ``staged``: ``EntropyTargetAlgorithm(spec, target_entropy=target)`` (defaults).
 
-Targets: a constant (``--target``) and a linear schedule from ``1.5 x`` to
-the target over the run (the Entrocraft shape).  Metrics
-(``alf_entropy.utils.control_metrics``): tracking RMSE from the first step
+Probe targets: a constant (``--target``) and a linear schedule from ``1.5 x``
+to it over the run.  Metrics
+(``alf_entropy.experiments.control_metrics``): tracking RMSE from the first step
 the entropy is within 5 % above the target (or below it), relative RMSE
 (RMSE over the mean target), the largest overshoot above the target after
 that point (as a ratio, max H / target), the fraction of those steps more
-than 10 % below the target, the mean reward of the last 20 % of steps, and
-the controller's seconds per update against the step's.  Means over seeds
+than 10 % below the target, the measurement noise (the step-to-step
+differences' RMS over sqrt 2: what no controller can remove from the
+RMSE), how many seeds reached the target, the mean reward of the last 20 %
+of steps, and the controller's seconds per update against the step's (on
+the toy task: the callback's whole ``on_step_end`` against TRL's
+``step_time``).  Means over seeds
 are printed as Markdown, stamped with date, commit, versions and machine.
 """
 import argparse
