@@ -165,6 +165,9 @@ class OffPolicyTrainer(Trainer):
             device=device,
             **kwargs,
         )
+        spec, buffer_device = self._action_spec, self._replay_buffer.device
+        self._random_low = torch.as_tensor(spec.minimum, device=buffer_device)
+        self._random_high = torch.as_tensor(spec.maximum, device=buffer_device)
 
     @property
     def replay_buffer(self) -> ReplayBuffer:
@@ -177,9 +180,6 @@ class OffPolicyTrainer(Trainer):
                 "OffPolicyTrainer: the environment must have a single bounded action "
                 f"space (Box or Discrete), got {action_spec!r}"
             )
-        device = self._replay_buffer.device
-        self._random_low = torch.as_tensor(action_spec.minimum, device=device)
-        self._random_high = torch.as_tensor(action_spec.maximum, device=device)
         return super()._build_algorithm(observation_spec, action_spec)
 
     def _random_action(self) -> torch.Tensor:

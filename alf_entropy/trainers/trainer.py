@@ -124,26 +124,26 @@ class Trainer:
         self._restored_from: Optional[str] = None
         self.metrics: Dict[str, float] = {}
         """The latest values the callbacks report (``return``, ``eval/return``, ...)."""
-        self._algorithm = self._build()
+        self._observation_spec, self._action_spec, self._algorithm = self._build()
         check_bindings_used(constructing=type(self).__name__)  # before anything is written
         with self._run_dir.opening():
             self._run_dir.take()
             self._resume()
             self._run_dir.write_operative_config(self._iteration)
 
-    def _build(self) -> Algorithm:
+    def _build(self) -> Tuple[Any, Any, Algorithm]:
         """Seed everything, read the specs from a throw-away env, build the algorithm."""
         ranks.seed_all(self._seed)
         schedulers.reset_progress()
         probe = self._env_ctor(self._env_id, num_envs=1, seed=self._seed, device=self._device)
-        self._observation_spec, self._action_spec = probe.observation_spec, probe.action_spec
+        observation_spec, action_spec = probe.observation_spec, probe.action_spec
         probe.close()
-        algorithm = self._build_algorithm(self._observation_spec, self._action_spec)
+        algorithm = self._build_algorithm(observation_spec, action_spec)
         algorithm.to(self._device)
         if distributed.is_distributed():
             distributed.broadcast_module_(algorithm)  # the same start everywhere
             ranks.seed_all(self._seed + distributed.rank() * ranks.RANK_SEED_OFFSET)  # own samples
-        return algorithm
+        return observation_spec, action_spec, algorithm
 
     def _build_algorithm(self, observation_spec: Any, action_spec: Any) -> Algorithm:
         """Build the algorithm (override for more constructor arguments)."""
