@@ -110,8 +110,9 @@ def _settings(alg: ActorCriticAlgorithm) -> Dict[str, Any]:
         per_iteration=alg._per_iteration, num_epochs=alg.num_epochs,
         num_minibatches=alg.num_minibatches,
         optimizer=functools.partial(
-            BatchedAdam, lr=getattr(opt, "_lr_schedule", None) or group["lr"],
-            betas=group["betas"], eps=group["eps"], weight_decay=group["weight_decay"]))
+            BatchedAdam, lr=group.get("initial_lr", group["lr"]), betas=group["betas"],
+            eps=group["eps"], weight_decay=group["weight_decay"],
+            lr_schedule=getattr(opt, "lr_schedule", None)))
 
 
 _TARGET_BUFFERS = ("_target_now", "_ref_target")

@@ -22,12 +22,12 @@ moment, ``mul``/``addcmul`` for the second, bias corrections in float64 then
 applied in the parameter's dtype), so one member matches ``torch.optim.Adam``
 to an ulp or so (``tests/many_agents`` checks it against ``FusedAdam``).
 """
-from typing import Callable, Iterable, Optional, Tuple, Union
+from typing import Callable, Iterable, Optional, Tuple
 
 import gin
 import torch
 
-from alf_entropy.utils.checks import check_real
+from alf_entropy.utils.checks import check_callable, check_real
 
 __all__ = ["BatchedAdam"]
 
@@ -38,26 +38,29 @@ class BatchedAdam(torch.optim.Optimizer):
 
     Args:
         params: the stacked parameters (each with the same leading ``K``).
-        lr: the learning rate (>= 0), or a zero-argument callable (a
-            scheduler) read before each step.
+        lr: the learning rate (>= 0).
         betas: the running averages' coefficients, each in ``[0, 1)``.
         eps: added to the denominator (>= 0).
         weight_decay: L2 penalty (>= 0).
+        lr_schedule: ``None`` (a constant rate) or a zero-argument callable (a
+            scheduler) of the factor (>= 0) each group's initial rate is
+            multiplied by before each step, as ``FusedAdam``'s.
 
     Raises:
         ValueError: for out-of-range arguments, no parameters, or parameters
             whose leading dimensions differ.
+        TypeError: if ``lr_schedule`` is not callable.
     """
 
-    def __init__(self, params: Iterable[torch.Tensor],
-                 lr: Union[float, Callable[[], float]] = 1e-3,
+    def __init__(self, params: Iterable[torch.Tensor], lr: float = 1e-3,
                  betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 0.0):
-        self._lr_schedule = lr if callable(lr) else None
-        lr = self._scheduled_lr() if callable(lr) else check_real("lr", lr, minimum=0.0)
+                 weight_decay: float = 0.0, lr_schedule: Optional[Callable[[], float]] = None):
+        self._lr_factor = None if lr_schedule is None else check_callable("lr_schedule",
+                                                                          lr_schedule)
         betas = (check_real("betas[0]", betas[0], minimum=0.0, below=1.0),
                  check_real("betas[1]", betas[1], minimum=0.0, below=1.0))
-        defaults = dict(lr=lr, betas=betas, eps=check_real("eps", eps, minimum=0.0),
+        defaults = dict(lr=check_real("lr", lr, minimum=0.0), betas=betas,
+                        eps=check_real("eps", eps, minimum=0.0),
                         weight_decay=check_real("weight_decay", weight_decay, minimum=0.0))
         super().__init__(params, defaults)
         sizes = {p.shape[0] if p.dim() else None for g in self.param_groups for p in g["params"]}
@@ -65,9 +68,13 @@ class BatchedAdam(torch.optim.Optimizer):
             raise ValueError("BatchedAdam needs parameters with one common leading dimension K, "
                              f"got leading sizes {sorted(map(str, sizes))}")
         self.num_members = sizes.pop()
+        for group in self.param_groups:  # what lr_schedule scales
+            group.setdefault("initial_lr", group["lr"])
 
-    def _scheduled_lr(self) -> float:
-        return check_real("lr (scheduled)", self._lr_schedule(), minimum=0.0)
+    @property
+    def lr_schedule(self) -> Optional[Callable[[], float]]:
+        """The scheduler of the learning rates' factor, or ``None`` (constant rates)."""
+        return self._lr_factor
 
     @torch.no_grad()
     def step(self, closure: Optional[Callable[[], float]] = None) -> Optional[float]:
@@ -113,10 +120,10 @@ class BatchedAdam(torch.optim.Optimizer):
         k = self.num_members
         if ok is not None and ok.shape != (k,):
             raise ValueError(f"ok must have shape ({k},), got {tuple(ok.shape)}")
-        if self._lr_schedule is not None:
-            lr = self._scheduled_lr()
+        if self._lr_factor is not None:
+            factor = check_real("lr_schedule's value", self._lr_factor(), minimum=0.0)
             for group in self.param_groups:
-                group["lr"] = lr
+                group["lr"] = group.setdefault("initial_lr", group["lr"]) * factor
         grads = []
         for group in self.param_groups:
             missing = [i for i, p in enumerate(group["params"]) if p.grad is None]

@@ -93,14 +93,19 @@ def test_clipping_is_per_member_and_a_group_steps_as_one() -> None:
 
 
 def test_scheduled_learning_rate_and_arguments() -> None:
-    rates = iter([1e-2, 0.0])
-    p = torch.ones(2, 3, requires_grad=True)
-    adam = BatchedAdam([p], lr=lambda: next(rates))  # the constructor reads the first
+    factors = iter([0.5, 0.0])
+    p = torch.zeros(2, 3, requires_grad=True)
+    adam = BatchedAdam([p], lr=0.2, lr_schedule=lambda: next(factors))  # FusedAdam's factor
     p.grad = torch.ones(2, 3)
-    adam.step()  # lr 0: nothing moves
-    assert torch.equal(p, torch.ones(2, 3))
+    adam.step()  # lr 0.2 * 0.5: the first Adam step moves by lr
+    torch.testing.assert_close(p, torch.full((2, 3), -0.1))
+    adam.step()  # factor 0: nothing moves
+    torch.testing.assert_close(p, torch.full((2, 3), -0.1))
+    assert adam.param_groups[0]["initial_lr"] == 0.2
     with pytest.raises(ValueError, match="lr"):
         BatchedAdam([p], lr=-1.0)
+    with pytest.raises(TypeError, match="lr_schedule"):
+        BatchedAdam([p], lr_schedule=0.5)
     with pytest.raises(ValueError, match="leading dimension"):
         BatchedAdam([torch.zeros(2, 3, requires_grad=True), torch.zeros(3, requires_grad=True)])
     with pytest.raises(ValueError, match="ok must have shape"):

@@ -18,6 +18,7 @@ from alf_entropy.networks.stacked import StackedModule
 from alf_entropy.tensor_specs import BoundedTensorSpec, TensorSpec
 from alf_entropy.trainers.on_policy_trainer import stack_experiences
 from alf_entropy.trainers.ranks import seed_all
+from alf_entropy.utils.optimizers import FusedAdam
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -29,6 +30,9 @@ PPO_PID_PER_ITERATION = functools.partial(
     PPOAlgorithm, enforce_entropy_target=True, entropy_target_cls=PIDEntropyTargetAlgorithm,
     entropy_target_update="per_iteration")
 A2C = functools.partial(ActorCriticAlgorithm, entropy_regularization=0.01)
+PPO_CAPPED_SCHEDULED_LR = functools.partial(
+    PPOAlgorithm, enforce_entropy_target=True, max_alpha_change_per_iteration=1.5,
+    optimizer=functools.partial(FusedAdam, lr=2e-3, lr_schedule=lambda: 0.5))
 
 
 def _single_run(ctor: Callable[..., Any], seed: int, iterations: int = 1, env_id: str = ENV
@@ -114,8 +118,8 @@ def test_agent_k_starts_as_the_single_run_with_seed_k() -> None:
             assert torch.equal(mine[name], value), name
 
 
-@pytest.mark.parametrize("ctor", [PPO, PPO_PID_PER_ITERATION, A2C],
-                         ids=["ppo", "ppo_pid_per_iteration", "a2c"])
+@pytest.mark.parametrize("ctor", [PPO, PPO_PID_PER_ITERATION, A2C, PPO_CAPPED_SCHEDULED_LR],
+                         ids=["ppo", "ppo_pid_per_iteration", "a2c", "ppo_capped_scheduled_lr"])
 def test_agent_k_follows_the_single_run_with_seed_k(ctor: Callable[..., Any]) -> None:
     agents, losses, actions = _batched_run(ctor, SEEDS)
     for k, seed in enumerate(SEEDS):
