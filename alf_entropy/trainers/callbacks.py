@@ -5,7 +5,8 @@ The trainer calls each :class:`Callback`'s hooks in the order of its list:
 around every iteration (``False`` from any stops the run cleanly, with a
 checkpoint), ``on_training_end`` always, also after an error.  It builds the
 built-in ones from its arguments (:func:`builtin_callbacks`) and runs
-``callbacks=[...]`` after them.  The classes here are ``@gin.configurable``:
+``callbacks=[...]`` after them.  The classes here but ``SignalCallback``
+(every trainer has one) are ``@gin.configurable``:
 ``OnPolicyTrainer.callbacks = [@TimeBudgetCallback()]``.
 """
 import logging as py_logging
