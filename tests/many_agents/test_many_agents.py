@@ -293,3 +293,20 @@ def test_continuous_actions_follow_the_single_runs() -> None:
         single, single_losses, single_actions = _single_run(ctor, seed, env_id="Pendulum-v1")
         torch.testing.assert_close(actions[:, k], single_actions, rtol=1e-6, atol=1e-6)
         torch.testing.assert_close(losses[:, k], single_losses, rtol=1e-5, atol=1e-5)
+
+
+def test_agent_k_starts_as_the_trainer_with_seed_k(tmp_path: Any) -> None:
+    """The contract with OnPolicyTrainer: a trainer with seed k builds agent k's parameters,
+    and its global generator, when training starts, is agent k's generator."""
+    from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
+
+    agents = ManyAgents(*_specs(), SEEDS[:2], algorithm_ctor=PPO)
+    for k, seed in enumerate(SEEDS[:2]):
+        trainer = OnPolicyTrainer(str(tmp_path / f"seed={seed}"), env_id=ENV,
+                                  num_envs=NUM_ENVS, algorithm_ctor=PPO, num_iterations=1,
+                                  seed=seed, progress_bar=False, device="cpu")
+        single = trainer.algorithm.state_dict()
+        mine = agents.agent_state_dict(k)
+        for name, value in single.items():
+            assert torch.equal(mine[name], value), name
+        assert torch.equal(agents.generators[k].get_state(), torch.get_rng_state())
