@@ -14,6 +14,7 @@ import torch
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEDICATED = {
+    "docs/callbacks.md": "tests/trainers/test_callbacks.py",
     "docs/own_loop.md": "tests/test_readme_own_loop.py",
     "docs/sb3.md": "tests/integrations/test_sb3_docs.py",
     "docs/llm_rl.md": "tests/integrations/test_trl_docs.py",
