@@ -11,7 +11,7 @@ Stepping costs K environment steps (one per set): for environments that are
 cheap to step in one NumPy-vectorised batch (CartPole) that is the part of
 acting that grows linearly with K.
 """
-from typing import Any, Callable, List, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -86,6 +86,24 @@ class AgentEnvs:
     def pop_episode_statistics(self) -> List[Tuple[List[float], List[int]]]:
         """Each agent's finished episodes (returns, lengths) since the last call."""
         return [env.pop_episode_statistics() for env in self._envs]
+
+    def get_state(self) -> List[Optional[bytes]]:
+        """Each set's ``GymVectorEnv.get_state()`` (None for a set that cannot be pickled)."""
+        return [env.get_state() for env in self._envs]
+
+    def set_state(self, states: Sequence[bytes]) -> None:
+        """Restore what :meth:`get_state` returned.
+
+        Args:
+            states: one state per set.
+
+        Raises:
+            ValueError: if there is not one state per set, or a state is not one.
+        """
+        if len(states) != len(self._envs):
+            raise ValueError(f"states has {len(states)} entries for {len(self._envs)} sets")
+        for env, state in zip(self._envs, states):
+            env.set_state(state)
 
     def close(self) -> None:
         """Close every set."""

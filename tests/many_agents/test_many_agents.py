@@ -1,4 +1,5 @@
 """K agents in one batch against K single runs: same start, same first updates, no coupling."""
+import copy
 import functools
 from typing import Any, Callable, List, Sequence, Tuple
 
@@ -310,3 +311,42 @@ def test_agent_k_starts_as_the_trainer_with_seed_k(tmp_path: Any) -> None:
         for name, value in single.items():
             assert torch.equal(mine[name], value), name
         assert torch.equal(agents.generators[k].get_state(), torch.get_rng_state())
+
+
+def test_the_batch_resumes_exactly() -> None:
+    """Everything a checkpoint of the batch holds -- the module's state_dict (networks,
+    controller, skip counts), BatchedAdam's, each agent's generator and environments --
+    continues bit for bit in a freshly built batch."""
+    seeds = SEEDS[:2]
+
+    def _iteration(agents: ManyAgents, envs: AgentEnvs, time_step: Any) -> Any:
+        experiences = []
+        with torch.inference_mode():
+            for _ in range(UNROLL):
+                step = agents.rollout_step(time_step)
+                experiences.append(make_experience(time_step, step))
+                time_step = envs.step(step.output)
+        agents.train_from_unroll(stack_experiences(experiences), time_step)
+        return time_step
+
+    def _build() -> Tuple[ManyAgents, AgentEnvs]:
+        envs = AgentEnvs(ENV, NUM_ENVS, seeds)
+        return ManyAgents(envs.observation_spec, envs.action_spec, seeds, PPO), envs
+
+    agents, envs = _build()
+    time_step = _iteration(agents, envs, envs.reset())
+    saved = (copy.deepcopy(agents.state_dict()),
+             copy.deepcopy(agents.algorithm.optimizers()[0].state_dict()),
+             [g.get_state() for g in agents.generators], envs.get_state(), time_step)
+    _iteration(agents, envs, time_step)
+
+    resumed, resumed_envs = _build()
+    state, optimizer_state, generator_states, env_states, time_step = saved
+    resumed.load_state_dict(state)
+    resumed.algorithm.optimizers()[0].load_state_dict(optimizer_state)
+    for generator, generator_state in zip(resumed.generators, generator_states):
+        generator.set_state(generator_state)
+    resumed_envs.set_state(env_states)
+    _iteration(resumed, resumed_envs, time_step)
+    for name, value in agents.state_dict().items():
+        assert torch.equal(resumed.state_dict()[name], value), name
