@@ -37,7 +37,10 @@ a divergence or an early solve in one leaves the others as they were.
 Agent ``k`` follows a single run with seed ``seeds[k]`` (given the same
 environments, :class:`~alf_entropy.environments.agent_envs.AgentEnvs`) up to
 float rounding: batched matrix products may round differently from
-``F.linear``; ``tests/many_agents`` bounds the difference.
+``F.linear`` (for K = 1 on the CPU they do not), per-agent reductions may sum
+in another order, and ``BatchedAdam`` is torch's single-tensor Adam where the
+single run's ``FusedAdam`` kernel fuses multiply-adds (an ulp now and then).
+``tests/many_agents`` holds every update of a first iteration within 1e-5.
 
 Not yet: a data-parallel run (several ranks) and nested action specs are
 refused; actor networks with a free (state-independent) ``log_std`` cannot be
