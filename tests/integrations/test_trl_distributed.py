@@ -218,7 +218,9 @@ def test_one_process_fed_the_pooled_sums_commands_the_same_coefficients(ranks):
     assert entropies == [h["entropy"] for h in history]
     assert coefs == trained
     # Fed the exact (float64) pooled sums of the micro-batches, it matches to the
-    # float32 rounding of TRL's measurement.
+    # float32 rounding of TRL's measurement (entropies within 1e-6); the
+    # coefficient's log moves by (kp + kd) = 16 per unit of relative error
+    # under lm_pid_settings, so its tolerance is 16x wider.
     per_rank = [_by_step(data["micro_batches"], steps) for data in ranks]
     pooled = []
     for k in range(steps):
@@ -227,4 +229,4 @@ def test_one_process_fed_the_pooled_sums_commands_the_same_coefficients(ranks):
                        math.fsum(m["tokens"] for m in micro)))
     _, coefs, entropies = _reference(pooled, steps, ranks[0]["vocab_size"])
     assert entropies == pytest.approx([h["entropy"] for h in history], rel=1e-6, abs=0)
-    assert coefs == pytest.approx(trained, rel=1e-6, abs=0)
+    assert coefs == pytest.approx(trained, rel=16e-6, abs=0)
