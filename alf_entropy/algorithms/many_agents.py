@@ -481,7 +481,70 @@ class ManyAgents(nn.Module):
             alg._cap_alpha_change(False)
         return loss_info, train_info, mask
 
+    def optimizers(self) -> List[torch.optim.Optimizer]:
+        """The batched algorithm's optimizers (one ``BatchedAdam``): what a checkpoint saves."""
+        return self._alg.optimizers()
+
+    def summary_values(self, loss_info: LossInfo, train_info: ActorCriticInfo,
+                       mask: torch.Tensor) -> Dict[str, torch.Tensor]:
+        """Each agent's training summaries of an iteration, as a single run writes them.
+
+        ``loss/total``, ``loss/pg``, ``loss/td`` and ``entropy`` (masked means over the
+        last minibatch), ``alpha`` and, with a controller, ``target_entropy`` and
+        ``stage``: what ``ActorCriticAlgorithm.summarize_train`` writes for one agent.
+
+        Args:
+            loss_info: :meth:`train_from_unroll`'s ``loss_info`` (``loss`` ``[K]``).
+            train_info: its ``train_info`` (leaves ``[K, n]``).
+            mask: its valid mask ``[K, n]``.
+
+        Returns:
+            dict: tag -> ``[K]`` tensor (on the device; nothing is read on the host).
+        """
+        k = self.num_agents
+        weights = mask.to(loss_info.loss.dtype)
+        count = weights.sum(1).clamp(min=1.0)
+
+        def _mean(x: torch.Tensor) -> torch.Tensor:
+            return (x.reshape(k, -1) * weights).sum(1) / count
+
+        extra = loss_info.extra
+        main = extra["main"] if isinstance(extra, dict) else extra
+        out = {"loss/total": loss_info.loss.detach(), "loss/pg": _mean(main.pg_loss.detach()),
+               "loss/td": _mean(main.td_loss.detach()),
+               "entropy": _mean(train_info.entropy.detach())}
+        controller = self._alg.entropy_target_algorithm
+        alpha = self._alg.entropy_coefficient()
+        out["alpha"] = torch.as_tensor(alpha, dtype=weights.dtype,
+                                       device=weights.device).detach().expand(k)
+        if controller is not None:
+            out["target_entropy"] = torch.as_tensor(
+                controller.target_entropy, device=weights.device).detach().expand(k)
+            out["stage"] = torch.as_tensor(controller.stage,
+                                           device=weights.device).detach().expand(k)
+        return out
+
     # ----------------------------------------------------------- per agent
+    def agent_algorithm(self, k: int) -> ActorCriticAlgorithm:
+        """Agent ``k`` as a single run's algorithm (for evaluation: ``predict_step``).
+
+        One algorithm is shared by every ``k``: it holds agent ``k``'s current
+        state until the next call (its optimizer is not the agent's).
+
+        Args:
+            k: the agent, ``0 <= k < K``.
+
+        Returns:
+            ActorCriticAlgorithm: loaded with :meth:`agent_state_dict` ``(k)``.
+
+        Raises:
+            ValueError: if ``k`` is out of range.
+        """
+        state = self.agent_state_dict(k)
+        single = self._template[0]
+        single.load_state_dict(state)
+        return single
+
     def agent_state_dict(self, k: int) -> Dict[str, torch.Tensor]:
         """Agent ``k``'s state in a single run's layout (its algorithm's ``state_dict``).
 
