@@ -115,3 +115,69 @@ def test_num_agents_is_bound_in_gin(tmp_path: Any) -> None:
     gin.parse_config("OnPolicyTrainer.num_agents = 2")
     trainer = OnPolicyTrainer(str(tmp_path / "batch"), seed=4, num_iterations=1, **SMALL)
     assert trainer.seeds == [4, 5] and trainer.algorithm.num_agents == 2
+
+
+def _scalars(run_dir: str) -> dict:
+    from alf_entropy.experiments.report import load_run
+
+    return load_run(run_dir).scalars
+
+
+def test_each_agent_is_a_run_the_report_reads(tmp_path: Any) -> None:
+    """Agent k's summaries are a run of their own (root/target_entropy=T+seed=N): the
+    report finds K runs, computes their control metrics, and agent k's first summaries are
+    the single run's."""
+    from alf_entropy.experiments.report import find_runs, load_run, run_metrics, write_report
+
+    ctor = functools.partial(PPOAlgorithm, enforce_entropy_target=True,
+                             entropy_target_cls=PIDEntropyTargetAlgorithm)
+    targets, seeds = [0.3, 0.6, 0.6], [1, 2, 3]
+    root = tmp_path / "batch"
+    common = dict(SMALL, algorithm_ctor=ctor, num_iterations=4, summary_interval=1,
+                  eval_interval=2, num_eval_episodes=2)
+    trainer = OnPolicyTrainer(str(root), seeds=seeds, target_entropies=targets, **common)
+    result = trainer.train()
+    assert not (root / "train").exists()  # no run of its own: K runs below it
+    runs = find_runs([str(root)])
+    assert [r[len(str(root)) + 1:] for r in runs] == sorted(trainer.agent_dirs)
+    rows = [run_metrics(load_run(r)) for r in runs]
+    assert all(row["env_steps"] == 4 * 16 * 4 for row in rows)
+    report = write_report([str(root)], str(tmp_path / "report"))
+    assert len(report["rows"]) == 3
+    evals = []
+    for k, seed in enumerate(seeds):
+        mine = _scalars(str(root / trainer.agent_dirs[k]))
+        for tag in ("loss/total", "entropy", "alpha", "target_entropy", "env_steps", "return",
+                    "eval/return"):
+            assert tag in mine, tag
+        assert mine["target_entropy"][1][0] == pytest.approx(targets[k])
+        assert list(mine["entropy"][0]) == [0, 1, 2, 3]
+        assert list(mine["eval/return"][0]) == [0, 2, 4]
+        evals.append(mine["eval/return"][1][-1])
+        single_ctor = functools.partial(ctor, entropy_target_cls=functools.partial(
+            PIDEntropyTargetAlgorithm, target_entropy=targets[k]))
+        single_dir = tmp_path / f"single{seed}"
+        OnPolicyTrainer(str(single_dir), seed=seed,
+                        **dict(common, algorithm_ctor=single_ctor, num_iterations=1)).train()
+        theirs = _scalars(str(single_dir))
+        for tag in ("loss/total", "loss/pg", "loss/td", "entropy", "alpha"):
+            assert mine[tag][1][0] == pytest.approx(theirs[tag][1][0], rel=1e-5, abs=1e-5), tag
+        assert mine["eval/return"][1][0] == theirs["eval/return"][1][0]  # the untrained policy
+    # eval/return in the metrics is the lowest agent's (stop_eval_return: all must reach it).
+    assert result["eval_return"] == pytest.approx(min(evals))
+
+
+def test_stop_eval_return_waits_for_every_agent(tmp_path: Any,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from alf_entropy.trainers import on_policy_trainer
+    from alf_entropy.trainers.trainer import _EVAL_SEED_OFFSET
+
+    solved = {_EVAL_SEED_OFFSET + 1}  # eval seed of agent seed 1: it solves at once, agent 2 never
+    monkeypatch.setattr(on_policy_trainer, "evaluate",
+                        lambda env_id, policy, seed, **kw: 500.0 if seed in solved else 10.0)
+    common = dict(SMALL, num_iterations=3, eval_interval=1, stop_eval_return=400.0)
+    result = OnPolicyTrainer(str(tmp_path / "a"), seeds=[1, 2], **common).train()
+    assert result["iteration"] == 3 and result["eval_return"] == 10.0  # agent 2 kept going
+    solved.add(_EVAL_SEED_OFFSET + 2)
+    result = OnPolicyTrainer(str(tmp_path / "b"), seeds=[1, 2], **common).train()
+    assert result["iteration"] == 1 and result["eval_return"] == 500.0  # both solved
