@@ -181,3 +181,46 @@ def test_stop_eval_return_waits_for_every_agent(tmp_path: Any,
     solved.add(_EVAL_SEED_OFFSET + 2)
     result = OnPolicyTrainer(str(tmp_path / "b"), seeds=[1, 2], **common).train()
     assert result["iteration"] == 1 and result["eval_return"] == 500.0  # both solved
+
+
+def _batch(root: Any, num_iterations: int) -> OnPolicyTrainer:
+    ctor = functools.partial(PPOAlgorithm, enforce_entropy_target=True, num_epochs=2,
+                             num_minibatches=2)
+    return OnPolicyTrainer(str(root), seeds=[3, 8], target_entropies=[0.4, 0.5],
+                           num_iterations=num_iterations,
+                           **dict(SMALL, algorithm_ctor=ctor, unroll_length=40,
+                                  summary_interval=1))
+
+
+def test_the_batch_resumes_exactly(tmp_path: Any) -> None:
+    """2 iterations, stop, resume for 1 more == 3 straight, bit for bit (parameters, Adam
+    state, controllers, each agent's generator and environments)."""
+    straight = _batch(tmp_path / "straight", 3)
+    straight.train()
+    first = _batch(tmp_path / "resumed", 2)
+    assert first.train()["iteration"] == 2
+    resumed = _batch(tmp_path / "resumed", 3)
+    assert resumed.iteration == 2 and resumed.restored_from is not None
+    result = resumed.train()
+    assert result["iteration"] == 3 and result["env_steps"] == 3 * 40 * 4
+    mine, theirs = resumed.algorithm.state_dict(), straight.algorithm.state_dict()
+    assert mine.keys() == theirs.keys()
+    for name, value in theirs.items():
+        assert torch.equal(mine[name], value), name
+    opt_mine = resumed.algorithm.optimizers()[0].state_dict()["state"]
+    opt_theirs = straight.algorithm.optimizers()[0].state_dict()["state"]
+    for key, state in opt_theirs.items():
+        for name, value in state.items():
+            assert torch.equal(opt_mine[key][name], value), (key, name)
+    for g, h in zip(resumed.algorithm.generators, straight.algorithm.generators):
+        assert torch.equal(g.get_state(), h.get_state())
+    # Each agent's summaries continue its run: one value per iteration, none repeated.
+    steps = _scalars(str(tmp_path / "resumed" / resumed.agent_dirs[1]))["entropy"][0]
+    assert list(steps) == [0, 1, 2]
+
+
+def test_a_checkpoint_of_other_agents_does_not_load(tmp_path: Any) -> None:
+    _batch(tmp_path / "run", 1).train()
+    with pytest.raises(ValueError, match="does not match this run"):
+        OnPolicyTrainer(str(tmp_path / "run"), seeds=[3, 8, 9], num_iterations=2,
+                        **dict(SMALL, unroll_length=40, allow_config_change=True))
