@@ -23,14 +23,31 @@ turns spreads the rest over both sides; still, take ratios as +-15 %).  Ratios
 are separate / stacked: how many times cheaper the stacked batch does the
 same work.  Start-up (imports, building the agents) is not timed.
 
-Usage: ``python benchmarks/batched_agents.py [--ks 1,2,4,8,16] [--repeats 3]``
+With ``--processes``, whole processes instead (start-up included: imports,
+building the agents and environments, the final checkpoint): ``OnPolicyTrainer``
+runs of ``--iterations`` iterations each (the same PPO, summaries every 10
+iterations, no evaluation), timed from launch to exit --
+
+* **one single-agent run** alone (the baseline);
+* **K agents in one process** (``OnPolicyTrainer(seeds=...)``, one core);
+* **K agents as two processes of K/2**, both at once (both cores; K >= 4);
+* **K separate runs, two at a time** (both cores; each pays the start-up);
+
+as aggregate env-steps/s, that over the single run's, per core, and the
+largest peak resident memory of one process.
+
+Usage: ``python benchmarks/batched_agents.py [--ks 1,2,4,8,16] [--repeats 3]``,
+``python benchmarks/batched_agents.py --processes [--ks 8] [--iterations 10]``
 """
 import argparse
 import datetime
 import functools
 import os
 import platform
+import shutil
 import subprocess
+import sys
+import tempfile
 import time
 from typing import Any, Callable, Dict, List, Tuple
 
@@ -218,13 +235,96 @@ def measure(k: int, repeats: int) -> Dict[str, float]:
     return row
 
 
+def child(root_dir: str, seeds: List[int], iterations: int) -> None:
+    """One whole training process (``--child``): a single run, or K agents in one."""
+    from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
+
+    agents = dict(seed=seeds[0]) if len(seeds) == 1 else dict(seeds=seeds)
+    OnPolicyTrainer(root_dir, env_id=ENV, num_envs=NUM_ENVS, unroll_length=UNROLL,
+                    algorithm_ctor=PPO, num_iterations=iterations, progress_bar=False,
+                    device="cpu", num_threads=1, checkpoint_interval=None, **agents).train()
+
+
+def run_processes(groups: List[List[int]], iterations: int, jobs: int) -> Tuple[float, float]:
+    """Train each group of seeds in a process of its own, ``jobs`` at a time.
+
+    Returns:
+        (wall seconds from the first launch to the last exit, the largest peak
+        resident memory of one process in MiB).
+    """
+    scratch = tempfile.mkdtemp(prefix="batched_agents_")
+    pending, running, peak = list(groups), set(), 0.0
+    start = time.perf_counter()
+    try:
+        while pending or running:
+            while pending and len(running) < jobs:
+                seeds = pending.pop(0)
+                root = os.path.join(scratch, "_".join(map(str, seeds)))
+                running.add(subprocess.Popen(
+                    [sys.executable, os.path.abspath(__file__), "--child", root,
+                     "--seeds", ",".join(map(str, seeds)), "--iterations", str(iterations)],
+                    env=dict(os.environ, OMP_NUM_THREADS="1")).pid)
+            pid, status, usage = os.wait4(-1, 0)
+            if pid in running:
+                running.remove(pid)
+                if os.waitstatus_to_exitcode(status) != 0:
+                    raise RuntimeError(f"a training process exited with status {status}")
+                peak = max(peak, usage.ru_maxrss / 1024)
+        return time.perf_counter() - start, peak
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def processes_main(ks: List[int], iterations: int) -> None:
+    started = time.perf_counter()
+    per_run = iterations * NUM_ENVS * UNROLL
+    single_wall, single_mem = run_processes([[0]], iterations, 1)
+    single = per_run / single_wall
+    print(f"Whole processes (start-up included): PPO CartPole, {NUM_ENVS} envs per agent, "
+          f"unroll {UNROLL}, 4x4 minibatches, {iterations} iterations "
+          f"({per_run} env steps) per agent, one torch thread per process.\n")
+    print(f"One single-agent run: {single_wall:.1f} s, {single:.0f} env-steps/s, "
+          f"peak {single_mem:.0f} MiB.\n")
+    print("| K | layout | cores | wall s | env-steps/s | x one run | x one run per core "
+          "| peak MiB per process |")
+    print("|---|---|---|---|---|---|---|---|")
+    for k in ks:
+        seeds = list(range(k))
+        layouts = [("K in one process", [seeds], 1)]
+        if k >= 4:  # (for K = 2 it is the separate runs)
+            layouts.append(("two processes of K/2", [seeds[: k // 2], seeds[k // 2:]], 2))
+        layouts.append(("K separate runs, 2 at a time", [[s] for s in seeds], 2))
+        for name, groups, jobs in layouts:
+            wall, mem = run_processes(groups, iterations, jobs)
+            rate = k * per_run / wall
+            cores = min(jobs, len(groups))
+            print(f"| {k} | {name} | {cores} | {wall:.1f} | {rate:.0f} | {rate / single:.2f} | "
+                  f"{rate / single / cores:.2f} | {mem:.0f} |")
+    print("\n'x one run': aggregate env-steps/s over one single-agent run's (alone, one core); "
+          "'per core': divided by the cores the layout keeps busy. One measurement each, on a "
+          "machine shared with other jobs: take ratios as +-15 %.")
+    print(f"Measured {stamp()}; the benchmark took {time.perf_counter() - started:.0f} s.")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--ks", default="1,2,4,8,16")
+    parser.add_argument("--ks", default=None, help="default 1,2,4,8,16 (--processes: 8)")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--processes", action="store_true",
+                        help="whole training processes, start-up included")
+    parser.add_argument("--iterations", type=int, default=10,
+                        help="--processes: iterations per run")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--seeds", default="0", help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    ks = [int(k) for k in args.ks.split(",")]
+    if args.child is not None:
+        child(args.child, [int(s) for s in args.seeds.split(",")], args.iterations)
+        return
+    ks = [int(k) for k in (args.ks or ("8" if args.processes else "1,2,4,8,16")).split(",")]
+    if args.processes:
+        processes_main(ks, args.iterations)
+        return
     started = time.perf_counter()
     rows = {k: measure(k, args.repeats) for k in ks}
     single = None
