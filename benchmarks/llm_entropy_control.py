@@ -50,6 +50,7 @@ are printed as Markdown, stamped with date, commit, versions and machine.
 """
 import argparse
 import datetime
+import importlib.metadata
 import math
 import os
 import platform
@@ -242,8 +243,15 @@ def stamp() -> str:
                                 text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         commit = "unknown"
+    versions = ""
+    for name in ("trl", "transformers"):
+        try:
+            versions += f", {name} {importlib.metadata.version(name)}"
+        except importlib.metadata.PackageNotFoundError:
+            pass
     return (f"{datetime.date.today().isoformat()}, commit {commit}, Python "
-            f"{platform.python_version()}, torch {torch.__version__}, {platform.machine()} "
+            f"{platform.python_version()}, torch {torch.__version__}{versions}, "
+            f"{os.cpu_count()} CPUs, {platform.machine()} "
             f"{platform.processor() or platform.platform()}, {torch.get_num_threads()} threads")
 
 
