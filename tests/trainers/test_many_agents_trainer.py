@@ -1,13 +1,21 @@
 """OnPolicyTrainer with K agents: agent k is the single run with seed k; each agent is a run."""
 import functools
+import multiprocessing
+import os
+import random
+import signal
+import time
 from typing import Any, List, Tuple
 
+import gin
 import pytest
 import torch
 
 from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
 from alf_entropy.controllers import PIDEntropyTargetAlgorithm
+from alf_entropy.trainers import checkpoint as ckpt
 from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
+from alf_entropy.utils import nest
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -224,3 +232,64 @@ def test_a_checkpoint_of_other_agents_does_not_load(tmp_path: Any) -> None:
     with pytest.raises(ValueError, match="does not match this run"):
         OnPolicyTrainer(str(tmp_path / "run"), seeds=[3, 8, 9], num_iterations=2,
                         **dict(SMALL, unroll_length=40, allow_config_change=True))
+
+
+_KILL_ITERATIONS = 8
+
+
+def _train_batch_child(root_dir: str) -> None:
+    """The batch's training "command" in a forked child: always the same arguments."""
+    torch.set_num_threads(1)
+    gin.clear_config()
+    ctor = functools.partial(PPOAlgorithm, enforce_entropy_target=True, num_epochs=2,
+                             num_minibatches=2)
+    OnPolicyTrainer(root_dir, seeds=[3, 8], num_iterations=_KILL_ITERATIONS,
+                    **dict(SMALL, algorithm_ctor=ctor, unroll_length=40, summary_interval=3,
+                           checkpoint_interval=1)).train()
+
+
+def _latest_iteration(root_dir: str) -> int:
+    path = ckpt.latest_checkpoint(os.path.join(root_dir, "checkpoints"))
+    return -1 if path is None else int(os.path.basename(path)[5:13])
+
+
+def _run_killing(root_dir: str, kills: int, rng: random.Random) -> int:
+    """Run the child; ``kills`` times SIGKILL it at a random moment after a new checkpoint."""
+    context, done = multiprocessing.get_context("fork"), 0
+    while True:
+        proc = context.Process(target=_train_batch_child, args=(root_dir,))
+        start = _latest_iteration(root_dir)
+        proc.start()
+        if done < kills:
+            deadline = time.time() + 120
+            while (proc.is_alive() and _latest_iteration(root_dir) <= start
+                   and time.time() < deadline):
+                time.sleep(0.005)
+            time.sleep(rng.uniform(0.0, 0.3))
+            if proc.is_alive():
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.join()
+                done += 1
+                continue
+        proc.join(300)
+        assert proc.exitcode == 0
+        return done
+
+
+@pytest.mark.slow
+def test_sigkill_and_restart_of_the_batch_gives_the_uninterrupted_checkpoint(
+        tmp_path: Any) -> None:
+    _run_killing(str(tmp_path / "reference"), 0, random.Random(0))
+    assert _run_killing(str(tmp_path / "killed"), 2, random.Random(1)) == 2
+    expected, got = [ckpt.load_checkpoint(ckpt.latest_checkpoint(str(tmp_path / d
+                                                                      / "checkpoints")))
+                     for d in ("reference", "killed")]
+    assert got["iteration"] == expected["iteration"] == _KILL_ITERATIONS
+    for key in ("algorithm", "optimizers", "rng", "extra"):
+        flat_got, flat_expected = nest.flatten(got[key]), nest.flatten(expected[key])
+        assert len(flat_got) == len(flat_expected), key
+        for x, y in zip(flat_got, flat_expected):
+            assert torch.equal(x, y) if isinstance(x, torch.Tensor) else x == y, key
+    for name, value in expected["env"]["time_step"].items():
+        mine = got["env"]["time_step"][name]
+        assert torch.equal(mine, value) if isinstance(value, torch.Tensor) else mine == value
