@@ -312,7 +312,11 @@ def _agent_seeds(num_agents: int, seeds: Optional[Sequence[int]], seed: int
     """The K agents' seeds, or None for a single run."""
     num_agents = check_int("num_agents", num_agents, minimum=1)
     if seeds is None:
-        return None if num_agents == 1 else [seed + k for k in range(num_agents)]
+        if num_agents == 1:
+            return None
+        check_int("seed + num_agents - 1", seed + num_agents - 1, minimum=0,
+                  below=ranks.MAX_SEED)
+        return [seed + k for k in range(num_agents)]
     seeds = [check_int("seeds[i]", s, minimum=0, below=ranks.MAX_SEED) for s in seeds]
     if len(seeds) < 2 or len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds must be at least two distinct seeds (for one agent use "

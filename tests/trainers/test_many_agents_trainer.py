@@ -15,6 +15,7 @@ from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
 from alf_entropy.controllers import PIDEntropyTargetAlgorithm
 from alf_entropy.trainers import checkpoint as ckpt
 from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
+from alf_entropy.trainers.ranks import MAX_SEED
 from alf_entropy.utils import nest
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -102,6 +103,8 @@ def test_argument_errors(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None
     root = str(tmp_path / "r")
     with pytest.raises(ValueError, match="num_agents"):
         OnPolicyTrainer(root, num_agents=0, num_iterations=1, **SMALL)
+    with pytest.raises(ValueError, match="seed \\+ num_agents - 1"):
+        OnPolicyTrainer(root, num_agents=3, seed=MAX_SEED - 2, num_iterations=1, **SMALL)
     with pytest.raises(ValueError, match="distinct"):
         OnPolicyTrainer(root, seeds=[1, 1], num_iterations=1, **SMALL)
     with pytest.raises(ValueError, match="at least two"):
