@@ -104,13 +104,17 @@ def check_bindings_used(constructing: Optional[str] = None) -> None:
     if not unused:
         return
     direct = _DIRECT.get("bindings", {}) if _DIRECT.get("config") == gin.config_str() else {}
-    called = {m.group(1).rsplit("/", 1)[-1].rsplit(".", 1)[-1]
+    # (scope, name) of each configurable called: an unscoped binding is judged
+    # by unscoped calls, so `lr/LinearScheduler` using its own bindings does not
+    # make an unused `LinearScheduler.schedule` (for a target set to a number)
+    # an error.
+    called = {_normalize(m.group(1) + ".")[:2]
               for m in map(_HEADER.match, map(str.strip, operative.splitlines())) if m}
     errors, alternatives = [], []
     for key in unused:
         norm = _normalize(key)
         where = direct.get(norm, f"{key} (in a gin file)")
-        if where.endswith("(--gin_param)") or norm[1] in called:
+        if where.endswith("(--gin_param)") or norm[:2] in called:
             errors.append(where)  # asked for on the command line, or overridden by the code
         else:
             alternatives.append(where)  # a class this run does not build

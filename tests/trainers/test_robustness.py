@@ -388,6 +388,24 @@ def test_gin_file_bindings_overridden_by_the_code_are_errors_alternatives_warnin
         OnPolicyTrainer(str(tmp_path / "bad"), device="cpu")
 
 
+def test_a_scoped_call_does_not_judge_the_unscoped_bindings(tmp_path, caplog):
+    # lr/LinearScheduler is called with its own bindings; the unscoped
+    # LinearScheduler bindings were for a target the user replaced by a number:
+    # a configurable this run does not build (a warning), not an error.
+    config = tmp_path / "mine.gin"
+    config.write_text("include 'ppo_cartpole.gin'\nOnPolicyTrainer.num_iterations = 1\n"
+                      "FusedAdam.lr_schedule = @lr/LinearScheduler()\n"
+                      "lr/LinearScheduler.progress_type = 'percent'\n"
+                      "lr/LinearScheduler.schedule = [(0, 1.0), (1.0, 0.0)]\n"
+                      "LinearScheduler.progress_type = 'percent'\n"
+                      "LinearScheduler.schedule = [(0, 0.6), (1.0, 0.5)]\n"
+                      "EntropyTargetAlgorithm.target_entropy = 0.5\n")
+    parse_gin_config([str(config)], [])
+    with caplog.at_level(logging.WARNING):
+        OnPolicyTrainer(str(tmp_path / "ok"), device="cpu").close()
+    assert "LinearScheduler.schedule (in mine.gin)" in caplog.text
+
+
 _TRY_LOCK = """
 import fcntl, os, sys
 fd = os.open(os.path.join(sys.argv[1], ".run.lock"), os.O_RDWR)
