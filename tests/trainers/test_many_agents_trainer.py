@@ -152,6 +152,9 @@ def test_each_agent_is_a_run_the_report_reads(tmp_path: Any) -> None:
     runs = find_runs([str(root)])
     assert [r[len(str(root)) + 1:] for r in runs] == sorted(trainer.agent_dirs)
     rows = [run_metrics(load_run(r)) for r in runs]
+    # The seeds of one target are one group (one curve), as a sweep's runs are.
+    assert sorted(load_run(r).group for r in runs) == [
+        "target_entropy=0.3", "target_entropy=0.6", "target_entropy=0.6"]
     assert all(row["env_steps"] == 4 * 16 * 4 for row in rows)
     report = write_report([str(root)], str(tmp_path / "report"))
     assert len(report["rows"]) == 3
