@@ -49,12 +49,8 @@ the toy task: the callback's whole ``on_step_end`` against TRL's
 are printed as Markdown, stamped with date, commit, versions and machine.
 """
 import argparse
-import datetime
-import importlib.metadata
 import math
 import os
-import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -62,6 +58,7 @@ from typing import Dict, List
 
 import numpy as np
 import torch
+from stamp import stamp
 
 from alf_entropy import BoundedTensorSpec, EntropyTargetAlgorithm, PIDEntropyTargetAlgorithm
 from alf_entropy.experiments import control_metrics
@@ -237,24 +234,6 @@ def run_toy(kind: str, lr: float, seed: int, steps: int, target_value: float,
                      ctl_s or [0.0])
 
 
-def stamp() -> str:
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
-    versions = ""
-    for name in ("trl", "transformers"):
-        try:
-            versions += f", {name} {importlib.metadata.version(name)}"
-        except importlib.metadata.PackageNotFoundError:
-            pass
-    return (f"{datetime.date.today().isoformat()}, commit {commit}, Python "
-            f"{platform.python_version()}, torch {torch.__version__}{versions}, "
-            f"{os.cpu_count()} CPUs, {platform.machine()} "
-            f"{platform.processor() or platform.platform()}, {torch.get_num_threads()} threads")
-
-
 HEADER = ("| task | target | lr | controller | RMSE | RMSE / mean target | max H / target "
           "| steps >10% below | noise | reached | reward | final H | controller s / step s |\n"
           "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -293,7 +272,7 @@ def main(argv: List[str] = None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     schedules = [False] if args.no_schedule else [False, True]
-    print(f"LLM entropy control ({stamp()}); seeds {args.seeds}\n")
+    print(f"LLM entropy control ({stamp(['trl', 'transformers'])}); seeds {args.seeds}\n")
     print(HEADER)
     if "toy" in args.tasks:
         with tempfile.TemporaryDirectory() as out_dir:

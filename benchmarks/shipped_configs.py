@@ -17,16 +17,12 @@ Usage::
         --gin_param "OffPolicyTrainer.num_env_steps = 100000"   # a shorter run
 """
 import argparse
-import datetime
-import importlib.metadata
 import os
-import platform
-import subprocess
 import sys
 import time
 
 import numpy as np
-import torch
+from stamp import stamp
 
 CONFIGS = {
     "ppo_cartpole": ("ppo_cartpole.gin", "OnPolicyTrainer.seed"),
@@ -52,35 +48,6 @@ def train_seconds(run_dir: str) -> float:
     acc.Reload()
     times = [e.wall_time for tag in acc.Tags()["scalars"] for e in acc.Scalars(tag)]
     return max(times) - min(times)
-
-
-def stamp() -> str:
-    """Date, commit, versions and machine, for the page the tables go on."""
-    def version(name):
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            return "absent"
-
-    here = os.path.dirname(os.path.abspath(__file__))
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here,
-                                capture_output=True, text=True, check=True).stdout.strip()
-        if subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
-                          capture_output=True, text=True).stdout.strip():
-            commit += " (with uncommitted changes)"
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
-    cpu = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return (f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, commit {commit}; "
-            f"torch {torch.__version__}, gymnasium {version('gymnasium')}, "
-            f"numpy {np.__version__}, Python {platform.python_version()}; "
-            f"{cpu}, {os.cpu_count()} CPUs")
 
 
 def main() -> None:
