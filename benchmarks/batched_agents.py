@@ -36,8 +36,19 @@ iterations, no evaluation), timed from launch to exit --
 as aggregate env-steps/s, that over the single run's, per core, and the
 largest peak resident memory of one process.
 
+With ``--returns``, the same results as separate runs: ``ppo_cartpole.gin`` at
+its full length (about 200k env steps per agent) for ``--seeds`` (default 0-7),
+trained both ways with ``alf-entropy-train`` -- one process with
+``OnPolicyTrainer.seeds`` = all of them, and one single run per seed
+(``OnPolicyTrainer.seed``), two at a time -- then, per seed, the final
+``eval/return`` and the mean of the last 3 evaluations both ways, their means
+over the seeds with 95 % bootstrap intervals
+(``control_metrics.bootstrap_ci``), whether the intervals overlap, and each
+side's wall time.
+
 Usage: ``python benchmarks/batched_agents.py [--ks 1,2,4,8,16] [--repeats 3]``,
-``python benchmarks/batched_agents.py --processes [--ks 8] [--iterations 10]``
+``python benchmarks/batched_agents.py --processes [--ks 8] [--iterations 10]``,
+``python benchmarks/batched_agents.py --returns [--seeds 0,1,2,3,4,5,6,7]``
 """
 import argparse
 import datetime
@@ -49,7 +60,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -245,32 +256,41 @@ def child(root_dir: str, seeds: List[int], iterations: int) -> None:
                     device="cpu", num_threads=1, checkpoint_interval=None, **agents).train()
 
 
-def run_processes(groups: List[List[int]], iterations: int, jobs: int) -> Tuple[float, float]:
-    """Train each group of seeds in a process of its own, ``jobs`` at a time.
+def run_commands(commands: List[List[str]], jobs: int) -> Tuple[float, float]:
+    """Run the commands, ``jobs`` at a time, with one OpenMP thread each.
 
     Returns:
         (wall seconds from the first launch to the last exit, the largest peak
         resident memory of one process in MiB).
     """
-    scratch = tempfile.mkdtemp(prefix="batched_agents_")
-    pending, running, peak = list(groups), set(), 0.0
+    pending, running, peak = list(commands), set(), 0.0
     start = time.perf_counter()
+    while pending or running:
+        while pending and len(running) < jobs:
+            running.add(subprocess.Popen(pending.pop(0),
+                                         env=dict(os.environ, OMP_NUM_THREADS="1")).pid)
+        pid, status, usage = os.wait4(-1, 0)
+        if pid in running:
+            running.remove(pid)
+            if os.waitstatus_to_exitcode(status) != 0:
+                raise RuntimeError(f"a training process exited with status {status}")
+            peak = max(peak, usage.ru_maxrss / 1024)
+    return time.perf_counter() - start, peak
+
+
+def run_processes(groups: List[List[int]], iterations: int, jobs: int) -> Tuple[float, float]:
+    """Train each group of seeds in a process of its own (``--child``), ``jobs`` at a time.
+
+    Returns:
+        what :func:`run_commands` returns.
+    """
+    scratch = tempfile.mkdtemp(prefix="batched_agents_")
     try:
-        while pending or running:
-            while pending and len(running) < jobs:
-                seeds = pending.pop(0)
-                root = os.path.join(scratch, "_".join(map(str, seeds)))
-                running.add(subprocess.Popen(
-                    [sys.executable, os.path.abspath(__file__), "--child", root,
-                     "--seeds", ",".join(map(str, seeds)), "--iterations", str(iterations)],
-                    env=dict(os.environ, OMP_NUM_THREADS="1")).pid)
-            pid, status, usage = os.wait4(-1, 0)
-            if pid in running:
-                running.remove(pid)
-                if os.waitstatus_to_exitcode(status) != 0:
-                    raise RuntimeError(f"a training process exited with status {status}")
-                peak = max(peak, usage.ru_maxrss / 1024)
-        return time.perf_counter() - start, peak
+        return run_commands(
+            [[sys.executable, os.path.abspath(__file__), "--child",
+              os.path.join(scratch, "_".join(map(str, seeds))),
+              "--seeds", ",".join(map(str, seeds)), "--iterations", str(iterations)]
+             for seeds in groups], jobs)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -306,6 +326,73 @@ def processes_main(ks: List[int], iterations: int) -> None:
     print(f"Measured {stamp()}; the benchmark took {time.perf_counter() - started:.0f} s.")
 
 
+def train_command(root_dir: str, bindings: List[str], log: str) -> List[str]:
+    """``alf-entropy-train`` of ``ppo_cartpole.gin`` with ``bindings``, its output to ``log``."""
+    train = (f"import os; fd = os.open({log!r}, os.O_WRONLY | os.O_CREAT | os.O_TRUNC); "
+             "os.dup2(fd, 1); os.dup2(fd, 2); from alf_entropy.bin.train import main; main()")
+    return [sys.executable, "-c", train, "--root_dir", root_dir, "--device", "cpu",
+            "--gin_file", "ppo_cartpole.gin", "--gin_param", "OnPolicyTrainer.progress_bar = False"
+            ] + [arg for b in bindings for arg in ("--gin_param", b)]
+
+
+def eval_returns(run_dir: str) -> np.ndarray:
+    """A run's ``eval/return`` values, in order."""
+    from alf_entropy.experiments.report import load_run
+
+    values = load_run(run_dir).get("eval/return")[1]
+    if not values.size:
+        raise RuntimeError(f"{run_dir} logged no eval/return")
+    return values
+
+
+def returns_main(seeds: List[int], env_steps: Optional[int]) -> None:
+    from alf_entropy.experiments.control_metrics import bootstrap_ci
+
+    started = time.perf_counter()
+    scratch = tempfile.mkdtemp(prefix="batched_returns_")
+    extra = [] if env_steps is None else [f"OnPolicyTrainer.num_env_steps = {env_steps}"]
+    try:
+        batch_dir = os.path.join(scratch, "batched")
+        os.makedirs(batch_dir)
+        batch_log = os.path.join(scratch, "batched.log")
+        batch_wall, _ = run_commands(
+            [train_command(batch_dir, [f"OnPolicyTrainer.seeds = {seeds}"] + extra, batch_log)], 1)
+        single_dirs = {s: os.path.join(scratch, f"single_seed={s}") for s in seeds}
+        for d in single_dirs.values():
+            os.makedirs(d)
+        single_wall, _ = run_commands(
+            [train_command(d, [f"OnPolicyTrainer.seed = {s}"] + extra, d + ".log")
+             for s, d in single_dirs.items()], 2)
+        batched = {s: eval_returns(os.path.join(batch_dir, f"seed={s}")) for s in seeds}
+        single = {s: eval_returns(d) for s, d in single_dirs.items()}
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    num_evals = len(next(iter(batched.values())))
+    print(f"PPO CartPole (ppo_cartpole.gin, {num_evals} evaluations of 10 deterministic "
+          f"episodes per run), seeds {', '.join(map(str, seeds))}: one process of "
+          f"{len(seeds)} agents against {len(seeds)} single runs, two at a time; one torch "
+          "thread per process.\n")
+    print("| seed | final eval, batched | final eval, single "
+          "| mean of last 3 evals, batched | mean of last 3 evals, single |")
+    print("|---|---|---|---|---|")
+    for s in seeds:
+        print(f"| {s} | {batched[s][-1]:.1f} | {single[s][-1]:.1f} | "
+              f"{batched[s][-3:].mean():.1f} | {single[s][-3:].mean():.1f} |")
+    print(f"\n| over the {len(seeds)} seeds | batched: mean [95 % CI] "
+          "| single: mean [95 % CI] | intervals overlap |")
+    print("|---|---|---|---|")
+    for name, metric in (("final eval", lambda v: v[-1]),
+                         ("mean of last 3 evals", lambda v: v[-3:].mean())):
+        b = bootstrap_ci([metric(batched[s]) for s in seeds])
+        o = bootstrap_ci([metric(single[s]) for s in seeds])
+        overlap = "yes" if b[1] <= o[2] and o[1] <= b[2] else "no"
+        print(f"| {name} | {b[0]:.1f} [{b[1]:.1f}, {b[2]:.1f}] "
+              f"| {o[0]:.1f} [{o[1]:.1f}, {o[2]:.1f}] | {overlap} |")
+    print(f"\nWall time: batched (one process, one core) {batch_wall:.0f} s; single runs "
+          f"(two at a time, two cores) {single_wall:.0f} s.")
+    print(f"Measured {stamp()}; the benchmark took {time.perf_counter() - started:.0f} s.")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ks", default=None, help="default 1,2,4,8,16 (--processes: 8)")
@@ -314,12 +401,20 @@ def main() -> None:
                         help="whole training processes, start-up included")
     parser.add_argument("--iterations", type=int, default=10,
                         help="--processes: iterations per run")
+    parser.add_argument("--returns", action="store_true",
+                        help="final returns of full-length runs, batched vs single")
+    parser.add_argument("--env_steps", type=int, default=None,
+                        help="--returns: env steps per agent (default: the config's)")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--seeds", default="0", help=argparse.SUPPRESS)
+    parser.add_argument("--seeds", default=None, help="--returns: default 0,1,...,7")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.returns:
+        returns_main([int(s) for s in (args.seeds or "0,1,2,3,4,5,6,7").split(",")],
+                     args.env_steps)
+        return
     if args.child is not None:
-        child(args.child, [int(s) for s in args.seeds.split(",")], args.iterations)
+        child(args.child, [int(s) for s in (args.seeds or "0").split(",")], args.iterations)
         return
     ks = [int(k) for k in (args.ks or ("8" if args.processes else "1,2,4,8,16")).split(",")]
     if args.processes:
