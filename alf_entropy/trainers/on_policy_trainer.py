@@ -40,6 +40,7 @@ from alf_entropy.environments.agent_envs import AgentEnvs
 from alf_entropy.trainers import callbacks as callbacks_lib
 from alf_entropy.trainers import checkpoint as ckpt
 from alf_entropy.trainers import ranks
+from alf_entropy.trainers.agent_summaries import AgentSummaryCallback
 from alf_entropy.trainers.trainer import _EVAL_SEED_OFFSET, Trainer
 from alf_entropy.utils import distributed, nest, schedulers
 from alf_entropy.utils.checks import check_int
@@ -153,7 +154,7 @@ class OnPolicyTrainer(Trainer):
         )
         if self._seeds is not None:  # each agent's summaries in its own run directory
             self._callbacks = [
-                callbacks_lib.AgentSummaryCallback.like(c)
+                AgentSummaryCallback.like(c)
                 if type(c) is callbacks_lib.SummaryCallback else c for c in self._callbacks]
 
     def _train_iteration(self) -> int:
@@ -296,7 +297,7 @@ class OnPolicyTrainer(Trainer):
         finally:
             self._algorithm.train()
         for callback in self._callbacks:
-            if isinstance(callback, callbacks_lib.AgentSummaryCallback):
+            if isinstance(callback, AgentSummaryCallback):
                 callback.write("eval/return", values, self._iteration)
                 callback.write("eval/return_vs_env_steps", values, self._env_steps)
         self.metrics["eval/return"] = min(values)
