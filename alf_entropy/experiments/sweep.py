@@ -42,6 +42,11 @@ training in is reported as "already running", not as failed.  Finally the
 report of all the runs is written to ``<sweep_dir>/report`` (see
 ``alf-entropy-report``).
 
+With ``--pack_seeds`` the seeds of each configuration train as one process
+of several agents (``OnPolicyTrainer.seeds``) where the spec allows, each
+agent writing to its run's directory (see :func:`pack_seeds`); the runs,
+their done markers and the report are those of the unpacked sweep.
+
 Runs execute as ``--jobs`` parallel local processes by default.  With
 ``--ray_address`` (an address, ``auto`` for the cluster this machine is part
 of, or ``local`` to start a private Ray instance) each run is a Ray task (one
@@ -61,27 +66,43 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from alf_entropy.utils.checks import check_int
 
-__all__ = ["SweepRun", "load_spec", "expand_spec", "is_done", "stale_runs", "run_sweep", "main"]
+__all__ = ["SweepRun", "load_spec", "expand_spec", "pack_seeds", "is_done", "stale_runs",
+           "run_sweep", "main"]
 
 PROG = "alf-entropy-sweep"
 DONE_FILE = "sweep_done.json"
+PACKED_DIR = "_packed"
+"""Under ``sweep_dir``: the root dirs of packed processes (``--pack_seeds``)."""
+PACKED_SEED_BINDING = "OnPolicyTrainer.seed"
+_K_AGENT_BINDING = re.compile(r"\bOnPolicyTrainer\.(num_agents|seeds|target_entropies)\b")
 _SPEC_KEYS = {"gin_file", "gin_param", "parameters", "seeds", "seed_binding"}
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=+-]+")
 
 
 class SweepRun:
-    """One run of a sweep.
+    """One run of a sweep, or one packed process of several (``members``).
 
     Attributes:
         name: its directory name.
-        root_dir: ``<sweep_dir>/<name>``.
+        root_dir: ``<sweep_dir>/<name>`` (a packed process:
+            ``<sweep_dir>/_packed/<name>``).
         command: the ``alf-entropy-train`` command line (a list).
+        config: the name of its bindings without the seed (``""`` if none).
+        seed: its seed (None for a packed process).
+        bindings: its ``--gin_param`` bindings without the seed.
+        members: a packed process's runs (each agent is one); ``[]`` for a run.
     """
 
-    def __init__(self, name: str, root_dir: str, command: List[str]):
+    def __init__(self, name: str, root_dir: str, command: List[str], config: str = "",
+                 seed: Optional[int] = None, bindings: Optional[List[str]] = None,
+                 members: Optional[List["SweepRun"]] = None):
         self.name = name
         self.root_dir = root_dir
         self.command = command
+        self.config = config
+        self.seed = seed
+        self.bindings = list(bindings or [])
+        self.members = list(members or [])
 
     def __repr__(self) -> str:
         return f"SweepRun({self.name!r})"
@@ -193,6 +214,25 @@ def expand_spec(
     """
     bindings = list(spec["parameters"])
     short = _short_names(bindings + [spec["seed_binding"]])
+    base = _base_command(spec, device)
+    runs = []
+    for values in itertools.product(*(spec["parameters"][b] for b in bindings)):
+        for seed in spec["seeds"]:
+            pairs = list(zip(bindings, values)) + [(spec["seed_binding"], seed)]
+            parts = [f"{short[b]}={_UNSAFE.sub('_', _gin_literal(v))}" for b, v in pairs]
+            name = "+".join(parts)
+            root_dir = os.path.join(sweep_dir, name)
+            command = base + ["--root_dir", root_dir]
+            params = [f"{b} = {_gin_literal(v)}" for b, v in pairs]
+            for p in params:
+                command += ["--gin_param", p]
+            runs.append(SweepRun(name, root_dir, command, config="+".join(parts[:-1]),
+                                 seed=seed, bindings=params[:-1]))
+    return runs
+
+
+def _base_command(spec: Dict[str, Any], device: Optional[str]) -> List[str]:
+    """The command line every run of the spec starts with."""
     base = [sys.executable, "-m", "alf_entropy.bin.train"]
     for f in spec["gin_file"]:
         base += ["--gin_file", f]
@@ -200,17 +240,93 @@ def expand_spec(
         base += ["--gin_param", p]
     if device is not None:
         base += ["--device", device]
-    runs = []
-    for values in itertools.product(*(spec["parameters"][b] for b in bindings)):
-        for seed in spec["seeds"]:
-            pairs = list(zip(bindings, values)) + [(spec["seed_binding"], seed)]
-            name = "+".join(f"{short[b]}={_UNSAFE.sub('_', _gin_literal(v))}" for b, v in pairs)
-            root_dir = os.path.join(sweep_dir, name)
-            command = base + ["--root_dir", root_dir]
-            for b, v in pairs:
-                command += ["--gin_param", f"{b} = {_gin_literal(v)}"]
-            runs.append(SweepRun(name, root_dir, command))
-    return runs
+    return base
+
+
+def _why_not_packed(spec: Dict[str, Any]) -> Optional[str]:
+    """Why the spec's seeds cannot be packed into one process (None: they can)."""
+    if spec["seed_binding"] != PACKED_SEED_BINDING:
+        return (f"seed_binding is {spec['seed_binding']}; only {PACKED_SEED_BINDING} "
+                "(PPO/A2C) trains several agents in one process")
+    for text in list(spec["gin_param"]) + list(spec["parameters"]):
+        if _K_AGENT_BINDING.search(text):
+            return f"the spec binds {_K_AGENT_BINDING.search(text).group(0)} itself"
+    return None
+
+
+def pack_seeds(
+    runs: List[SweepRun], spec: Dict[str, Any], sweep_dir: str,
+    device: Optional[str] = None, log=print,
+) -> List[SweepRun]:
+    """Pack the runs of each configuration that differ only in the seed into one process.
+
+    The process trains them as ``OnPolicyTrainer.seeds = [...]`` with root dir
+    ``<sweep_dir>/_packed/<configuration>+seeds=<s1>_<s2>...`` (holding the
+    batch's checkpoints, config and ``train.log``), whose agent directories
+    ``seed=N`` are links to the runs' own root dirs, so every agent's
+    summaries land where the unpacked sweep puts that run's.  Runs stay
+    separate processes (with a logged note) when the spec's seed is not
+    ``OnPolicyTrainer.seed`` or it binds ``num_agents``/``seeds``/
+    ``target_entropies`` itself, when only one seed of a configuration is left
+    to run, or when a run already has checkpoints of its own (an interrupted
+    unpacked run resumes alone).
+
+    Args:
+        runs: the runs to do (as :func:`expand_spec` gives them).
+        spec: the checked spec.
+        sweep_dir: the sweep's dir.
+        device: passed as ``--device`` if given.
+        log: called with the notes.
+
+    Returns:
+        list: the processes to start: packed ones (with ``members``) and
+        single runs.
+    """
+    why = _why_not_packed(spec)
+    if why is not None:
+        if len(runs) > 1:
+            log(f"{PROG}: not packing seeds: {why}; one process per run")
+        return list(runs)
+    by_config: Dict[str, List[SweepRun]] = {}
+    for run in runs:
+        by_config.setdefault(run.config, []).append(run)
+    base = _base_command(spec, device)
+    out: List[SweepRun] = []
+    for config, members in by_config.items():
+        alone = [r for r in members if os.path.isdir(os.path.join(r.root_dir, "checkpoints"))]
+        for run in alone:
+            log(f"{PROG}: not packing {run.name}: it has checkpoints of its own (resumes alone)")
+        members = [r for r in members if r not in alone]
+        if len(members) < 2:
+            out += alone + members
+            continue
+        seeds = [r.seed for r in members]
+        name = "+".join(([config] if config else []) + ["seeds=" + "_".join(map(str, seeds))])
+        root_dir = os.path.join(sweep_dir, PACKED_DIR, name)
+        command = base + ["--root_dir", root_dir]
+        for p in members[0].bindings + [f"OnPolicyTrainer.seeds = {seeds!r}"]:
+            command += ["--gin_param", p]
+        out += alone + [SweepRun(name, root_dir, command, config=config, members=members)]
+    return out
+
+
+def _link_agent_dirs(task: SweepRun) -> None:
+    """Make a packed process's agent dirs ``seed=N`` links to its runs' root dirs.
+
+    Raises:
+        ValueError: if an agent dir exists and is not that link.
+    """
+    os.makedirs(task.root_dir, exist_ok=True)
+    for run in task.members:
+        os.makedirs(run.root_dir, exist_ok=True)
+        link = os.path.join(task.root_dir, f"seed={run.seed}")
+        target = os.path.relpath(run.root_dir, task.root_dir)
+        if os.path.islink(link) and os.path.realpath(link) == os.path.realpath(run.root_dir):
+            continue
+        if os.path.lexists(link):
+            raise ValueError(f"{link} exists and is not a link to {run.root_dir}: move it "
+                             "away or run without --pack_seeds")
+        os.symlink(target, link, target_is_directory=True)
 
 
 def _recorded_command(run: SweepRun) -> Optional[List[str]]:
@@ -286,7 +402,10 @@ def _error_line(log_path: str, offset: int) -> str:
     return (errors or lines or [""])[-1][:500]
 
 
-def execute_run(name: str, root_dir: str, command: List[str]) -> Tuple[str, int, float, str]:
+def execute_run(
+    name: str, root_dir: str, command: List[str],
+    members: Optional[List[Tuple[str, List[str]]]] = None,
+) -> Tuple[str, int, float, str]:
     """Run one training process; write the done marker if it succeeds.
 
     Output goes to ``<root_dir>/train.log`` (appended).  This is also the body
@@ -296,6 +415,9 @@ def execute_run(name: str, root_dir: str, command: List[str]) -> Tuple[str, int,
         name: the run's name.
         root_dir: its root dir.
         command: the command line.
+        members: a packed process's runs as ``(root dir, command)``: each gets
+            the done marker (with its own command, as if it ran alone)
+            instead of ``root_dir``.
 
     Returns:
         ``(name, exit status, seconds, error line)``; the error line is the
@@ -312,8 +434,12 @@ def execute_run(name: str, root_dir: str, command: List[str]) -> Tuple[str, int,
         rc = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT)
     seconds = time.time() - start
     if rc == 0:
-        with open(os.path.join(root_dir, DONE_FILE), "w", encoding="utf-8") as f:
-            json.dump({"command": command, "seconds": seconds}, f)
+        for run_dir, run_command in members or [(root_dir, command)]:
+            marker = {"command": run_command, "seconds": seconds}
+            if members:
+                marker["packed_in"] = root_dir
+            with open(os.path.join(run_dir, DONE_FILE), "w", encoding="utf-8") as f:
+                json.dump(marker, f)
         return name, rc, seconds, ""
     return name, rc, seconds, _error_line(log_path, offset)
 
@@ -327,10 +453,16 @@ def _outcome(rc: int, error: str) -> str:
     return f"FAILED (exit {rc})"
 
 
+def _members(task: SweepRun) -> Optional[List[Tuple[str, List[str]]]]:
+    """A packed process's runs as :func:`execute_run` takes them (None for a run)."""
+    return [(r.root_dir, r.command) for r in task.members] or None
+
+
 def _run_local(runs: List[SweepRun], jobs: int, log) -> Tuple[Dict[str, int], Dict[str, str]]:
     status, errors = {}, {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(execute_run, r.name, r.root_dir, r.command) for r in runs]
+        futures = [pool.submit(execute_run, r.name, r.root_dir, r.command, _members(r))
+                   for r in runs]
         for future in concurrent.futures.as_completed(futures):
             name, rc, seconds, error = future.result()
             status[name], errors[name] = rc, error
@@ -356,7 +488,8 @@ def _run_ray(
             raise ValueError(f"cannot connect to Ray at --ray_address={address!r}: {e}") from e
     try:
         task = ray.remote(num_cpus=1)(execute_run)
-        pending = {task.remote(r.name, r.root_dir, r.command): r.name for r in runs}
+        pending = {task.remote(r.name, r.root_dir, r.command, _members(r)): r.name
+                   for r in runs}
         status, errors = {}, {}
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
@@ -383,6 +516,7 @@ def run_sweep(
     device: Optional[str] = None,
     report: bool = True,
     log=print,
+    pack: bool = False,
 ) -> Dict[str, Any]:
     """Run (or continue) a sweep and write its report.
 
@@ -394,6 +528,9 @@ def run_sweep(
         device: ``--device`` for every run.
         report: write ``<sweep_dir>/report`` at the end.
         log: called with progress lines.
+        pack: train the seeds of each configuration in one process where
+            the spec allows (see :func:`pack_seeds`); the runs' directories,
+            done markers and report are the same as without.
 
     Returns:
         dict: ``runs`` (all), ``skipped``, ``failed`` and ``running``
@@ -424,10 +561,23 @@ def run_sweep(
     todo = [r for r in runs if not is_done(r)]
     skipped = [r.name for r in runs if is_done(r)]
     log(f"{PROG}: {len(runs)} runs, {len(skipped)} already done, {len(todo)} to run")
+    tasks = pack_seeds(todo, spec, sweep_dir, device, log) if pack else todo
+    for task in tasks:
+        if task.members:
+            _link_agent_dirs(task)
+            log(f"{PROG}: packing {', '.join(r.name for r in task.members)} into one "
+                f"process ({task.root_dir})")
     if ray_address:
-        status, errors = _run_ray(todo, ray_address, log)
+        task_status, task_errors = _run_ray(tasks, ray_address, log)
     else:
-        status, errors = _run_local(todo, jobs, log)
+        task_status, task_errors = _run_local(tasks, jobs, log)
+    status, errors, logs = {}, {}, {}
+    for task in tasks:
+        if task.name not in task_status:
+            continue
+        for run in task.members or [task]:
+            status[run.name], errors[run.name] = task_status[task.name], task_errors[task.name]
+            logs[run.name] = os.path.join(task.root_dir, "train.log")
     running = sorted(n for n, rc in status.items() if rc and ALREADY_RUNNING in errors[n])
     failed = sorted(n for n, rc in status.items() if rc != 0 and n not in running)
     result = {
@@ -445,8 +595,7 @@ def run_sweep(
         log(f"{PROG}: already running: {name} (another process trains in its directory)")
     for name in failed:
         log(
-            f"{PROG}: FAILED: {name}: {errors[name]} "
-            f"(see {os.path.join(sweep_dir, name, 'train.log')})"
+            f"{PROG}: FAILED: {name}: {errors[name]} (see {logs[name]})"
         )
     return result
 
@@ -470,6 +619,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     )
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None)
     parser.add_argument("--no_report", action="store_true", help="skip the final report")
+    parser.add_argument(
+        "--pack_seeds", action="store_true",
+        help="train the seeds of each configuration in one process (OnPolicyTrainer.seeds)",
+    )
     args = parser.parse_args(argv)
     try:
         result = run_sweep(
@@ -479,6 +632,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             ray_address=args.ray_address,
             device=args.device,
             report=not args.no_report,
+            pack=args.pack_seeds,
         )
     except ValueError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
