@@ -41,8 +41,8 @@ its full length (about 200k env steps per agent) for ``--seeds`` (default 0-7),
 trained both ways with ``alf-entropy-train`` -- one process with
 ``OnPolicyTrainer.seeds`` = all of them, and one single run per seed
 (``OnPolicyTrainer.seed``), two at a time -- then, per seed, the final
-``eval/return`` and the mean of the last 3 evaluations both ways, their means
-over the seeds with 95 % bootstrap intervals
+``eval/return``, the mean of the last 3 evaluations and of all of them (the
+learning speed) both ways, their means over the seeds with 95 % bootstrap intervals
 (``control_metrics.bootstrap_ci``), whether the intervals overlap, and each
 side's wall time.
 
