@@ -51,10 +51,8 @@ Usage: ``python benchmarks/batched_agents.py [--ks 1,2,4,8,16] [--repeats 3]``,
 ``python benchmarks/batched_agents.py --returns [--seeds 0,1,2,3,4,5,6,7]``
 """
 import argparse
-import datetime
 import functools
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -64,6 +62,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
+from stamp import stamp
 
 from alf_entropy.algorithms.many_agents import ManyAgents
 from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
@@ -78,27 +77,6 @@ ENV, NUM_ENVS, UNROLL = "CartPole-v1", 8, 128
 PPO = functools.partial(PPOAlgorithm, enforce_entropy_target=True, num_epochs=4,
                         num_minibatches=4, gamma=0.98, td_lambda=0.8,
                         max_alpha_change_per_iteration=2.5)
-
-
-def stamp() -> str:
-    """Date, commit, versions and machine."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here,
-                                capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
-    cpu = platform.processor() or "unknown CPU"
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    import gymnasium
-    return (f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, commit {commit}; "
-            f"torch {torch.__version__}, gymnasium {gymnasium.__version__}, "
-            f"numpy {np.__version__}, Python {platform.python_version()}; {cpu}, "
-            f"{os.cpu_count()} CPUs, {torch.get_num_threads()} torch thread")
 
 
 def timed(fn: Callable[[], Any], inner: int = 1) -> float:
