@@ -66,9 +66,9 @@ def _latest_iteration(root_dir: str) -> int:
     return -1 if path is None else int(os.path.basename(path)[5:13])
 
 
-def _run_to_completion(root_dir: str, env_id: str, kills: int = 0, rng=None,
-                       iteration_time: float = 0.0) -> int:
-    """Run the command; ``kills`` times, SIGKILL it at a random moment and restart.
+def run_killing(train, root_dir: str, kills: int = 0, rng=None,
+                iteration_time: float = 0.0) -> int:
+    """Run ``train(root_dir)`` in a forked process; ``kills`` times, SIGKILL it and restart.
 
     Each kill waits until the process has written a new checkpoint (so the
     run progresses), then a random time of up to one iteration (so the kill
@@ -77,7 +77,7 @@ def _run_to_completion(root_dir: str, env_id: str, kills: int = 0, rng=None,
     """
     done = 0
     while True:
-        proc = _CTX.Process(target=_train, args=(root_dir, env_id))
+        proc = _CTX.Process(target=train, args=(root_dir,))
         start = _latest_iteration(root_dir)
         proc.start()
         if done < kills:
@@ -97,6 +97,13 @@ def _run_to_completion(root_dir: str, env_id: str, kills: int = 0, rng=None,
             f"at iteration {_latest_iteration(root_dir)}"
         )
         return done
+
+
+def _run_to_completion(root_dir: str, env_id: str, kills: int = 0, rng=None,
+                       iteration_time: float = 0.0) -> int:
+    """:func:`run_killing` of this file's training run on ``env_id``."""
+    train = functools.partial(_train, env_id=env_id)
+    return run_killing(train, root_dir, kills, rng, iteration_time)
 
 
 def _final_state(root_dir: str) -> dict:

@@ -1,10 +1,6 @@
 """OnPolicyTrainer with K agents: agent k is the single run with seed k; each agent is a run."""
 import functools
-import multiprocessing
-import os
 import random
-import signal
-import time
 from typing import Any, List, Tuple
 
 import gin
@@ -17,6 +13,7 @@ from alf_entropy.trainers import checkpoint as ckpt
 from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
 from alf_entropy.trainers.ranks import MAX_SEED
 from alf_entropy.utils import nest
+from tests.trainers.test_exact_resume import run_killing
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -240,7 +237,7 @@ def test_a_checkpoint_of_other_agents_does_not_load(tmp_path: Any) -> None:
                         **dict(SMALL, unroll_length=40, allow_config_change=True))
 
 
-_KILL_ITERATIONS = 8
+_KILL_ITERATIONS = 12
 
 
 def _train_batch_child(root_dir: str) -> None:
@@ -254,39 +251,12 @@ def _train_batch_child(root_dir: str) -> None:
                            checkpoint_interval=1)).train()
 
 
-def _latest_iteration(root_dir: str) -> int:
-    path = ckpt.latest_checkpoint(os.path.join(root_dir, "checkpoints"))
-    return -1 if path is None else int(os.path.basename(path)[5:13])
-
-
-def _run_killing(root_dir: str, kills: int, rng: random.Random) -> int:
-    """Run the child; ``kills`` times SIGKILL it at a random moment after a new checkpoint."""
-    context, done = multiprocessing.get_context("fork"), 0
-    while True:
-        proc = context.Process(target=_train_batch_child, args=(root_dir,))
-        start = _latest_iteration(root_dir)
-        proc.start()
-        if done < kills:
-            deadline = time.time() + 120
-            while (proc.is_alive() and _latest_iteration(root_dir) <= start
-                   and time.time() < deadline):
-                time.sleep(0.005)
-            time.sleep(rng.uniform(0.0, 0.3))
-            if proc.is_alive():
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.join()
-                done += 1
-                continue
-        proc.join(300)
-        assert proc.exitcode == 0
-        return done
-
-
 @pytest.mark.slow
 def test_sigkill_and_restart_of_the_batch_gives_the_uninterrupted_checkpoint(
         tmp_path: Any) -> None:
-    _run_killing(str(tmp_path / "reference"), 0, random.Random(0))
-    assert _run_killing(str(tmp_path / "killed"), 2, random.Random(1)) == 2
+    run_killing(_train_batch_child, str(tmp_path / "reference"))
+    assert run_killing(_train_batch_child, str(tmp_path / "killed"), 2, random.Random(1),
+                       iteration_time=0.3) == 2
     expected, got = [ckpt.load_checkpoint(ckpt.latest_checkpoint(str(tmp_path / d
                                                                       / "checkpoints")))
                      for d in ("reference", "killed")]
