@@ -38,6 +38,8 @@ import sys
 import tempfile
 import time
 
+from stamp import stamp
+
 SETTINGS = [
     # (label, ranks, global envs as a multiple of --envs_per_rank, independent runs)
     ("1 rank", 1, 1, 1),
@@ -160,7 +162,7 @@ def main() -> None:
     print(
         f"PPO CartPole, {args.iterations} iterations x 128 steps, device {args.device}, "
         f"{os.cpu_count()} CPUs, best of {args.repeats}, load average "
-        f"{os.getloadavg()[0]:.1f} at the start"
+        f"{os.getloadavg()[0]:.1f} at the start; {stamp()}"
     )
     header = (
         f"{'setting':36s} {'envs':>5s} {'env-steps/s':>12s} {'vs 1 rank':>9s} "
