@@ -47,11 +47,9 @@ refused; actor networks with a free (state-independent) ``log_std`` cannot be
 stacked (``StackedModule`` says so).
 """
 import functools
-import random
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import gin
-import numpy as np
 import torch
 import torch.distributions as td
 import torch.nn as nn
@@ -76,15 +74,9 @@ from alf_entropy.utils import distributed, nest, value_ops
 from alf_entropy.utils.batched_adam import BatchedAdam
 from alf_entropy.utils.checks import check_int
 from alf_entropy.utils.math_ops import masked_mean
+from alf_entropy.utils.seeding import seed_all
 
 __all__ = ["ManyAgents"]
-
-
-def _seed_all(seed: int) -> None:
-    """What a single run seeds before building its algorithm (torch, NumPy, ``random``)."""
-    torch.manual_seed(seed)
-    np.random.seed(seed)
-    random.seed(seed)
 
 
 def _agent_generator(seed: int, device: torch.device) -> torch.Generator:
@@ -191,7 +183,7 @@ class ManyAgents(nn.Module):
         k = len(seeds)
         agents, generators = [], []
         for seed in seeds:
-            _seed_all(seed)
+            seed_all(seed)
             agent = algorithm_ctor(observation_spec, action_spec)
             if not isinstance(agent, ActorCriticAlgorithm):
                 raise TypeError(f"algorithm_ctor must build an ActorCriticAlgorithm, got "

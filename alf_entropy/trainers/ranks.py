@@ -1,12 +1,11 @@
 """Where a run computes: the device, the ranks under ``torchrun``, the seeds."""
-import random
 from typing import Any, Tuple
 
-import numpy as np
 import torch
 
 from alf_entropy.utils import distributed
 from alf_entropy.utils.checks import check_int
+from alf_entropy.utils.seeding import seed_all
 
 __all__ = ["MAX_SEED", "join_ranks", "resolve_device", "seed_all"]
 
@@ -42,13 +41,6 @@ def resolve_device(device: Any) -> torch.device:
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {device!r} requested but CUDA is not available")
     return dev
-
-
-def seed_all(seed: int) -> None:
-    """Seed torch, NumPy and Python ``random`` with ``seed``."""
-    torch.manual_seed(seed)
-    np.random.seed(seed)
-    random.seed(seed)
 
 
 def join_ranks(num_envs: int, device: Any, trainer_name: str) -> Tuple[int, torch.device]:
