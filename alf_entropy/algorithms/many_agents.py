@@ -60,6 +60,13 @@ from alf_entropy.algorithms.actor_critic_algorithm import (
     ActorCriticInfo,
     _masked_normalize,
 )
+from alf_entropy.algorithms.agent_batch import (
+    agent_state_dict,
+    batched_adam_like,
+    build_agents,
+    check_same_start,
+    update_agents,
+)
 from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
 from alf_entropy.data_structures import AlgStep, Experience, LossInfo, TimeStep
 from alf_entropy.networks import (
@@ -68,69 +75,25 @@ from alf_entropy.networks import (
     EncodingNetwork,
     mode_of,
 )
-from alf_entropy.networks.stacked import StackedModule
+from alf_entropy.networks.stacked import (
+    StackedModule,
+    sample_categorical_members,
+    sample_members,
+)
 from alf_entropy.tensor_specs import TensorSpec
-from alf_entropy.utils import distributed, nest, value_ops
-from alf_entropy.utils.batched_adam import BatchedAdam
-from alf_entropy.utils.checks import check_int
+from alf_entropy.utils import nest, value_ops
 from alf_entropy.utils.math_ops import masked_mean
-from alf_entropy.utils.seeding import seed_all
 
 __all__ = ["ManyAgents"]
 
 
-def _agent_generator(seed: int, device: torch.device) -> torch.Generator:
-    """The generator a single run with ``seed`` samples from, as it is after the build.
-
-    On the CPU that is the global generator's state now (the build drew from
-    it); on another device the device's generator, seeded and untouched.
-    """
-    if device.type == "cpu":
-        generator = torch.Generator()
-        generator.set_state(torch.get_rng_state())
-        return generator
-    return torch.Generator(device).manual_seed(seed)
-
-
 def _settings(alg: ActorCriticAlgorithm) -> Dict[str, Any]:
     """The single agent's settings the batch loop applies per agent."""
-    opt = alg.optimizers()[0]
-    if not isinstance(opt, torch.optim.Adam):
-        raise TypeError(f"ManyAgents needs agents optimised by Adam (FusedAdam), got "
-                        f"{type(opt).__name__}")
-    group = opt.param_groups[0]
     return dict(
         gamma=alg._gamma, td_lambda=alg._td_lambda, reward_scale=alg._reward_scale,
         normalize_advantages=alg._normalize_advantages, max_grad_norm=alg._max_grad_norm,
         per_iteration=alg._per_iteration, num_epochs=alg.num_epochs,
-        num_minibatches=alg.num_minibatches,
-        optimizer=functools.partial(
-            BatchedAdam, lr=group.get("initial_lr", group["lr"]), betas=group["betas"],
-            eps=group["eps"], weight_decay=group["weight_decay"],
-            lr_schedule=getattr(opt, "lr_schedule", None)))
-
-
-_TARGET_BUFFERS = ("_target_now", "_ref_target")
-
-
-def _check_same_start(singles: List[Any], batched: Any, own_targets: bool) -> None:
-    """The batch's controller starts as the K agents' controllers (settings and state)."""
-    if batched.settings != singles[0].settings:
-        raise ValueError(f"the batch's controller has settings {batched.settings}, the agents' "
-                         f"{singles[0].settings}: give ManyAgents the agents' controller "
-                         "(entropy_target_cls) or bind its arguments in gin")
-    state = batched.state_dict()
-    for k, single in enumerate(singles):
-        for name, value in single.state_dict().items():
-            if own_targets and name in _TARGET_BUFFERS:
-                continue
-            mine = state[name]
-            mine = mine[k] if mine.shape == (len(singles), *value.shape) else mine
-            if not torch.equal(mine, value):
-                raise ValueError(
-                    f"the batch's controller starts with {name} = {mine.tolist()} for agent {k}, "
-                    f"the agent's controller with {value.tolist()}: give ManyAgents the agents' "
-                    "controller (entropy_target_cls) or bind its arguments in gin")
+        num_minibatches=alg.num_minibatches, optimizer=batched_adam_like(alg.optimizers()[0]))
 
 
 @gin.configurable
@@ -170,27 +133,12 @@ class ManyAgents(nn.Module):
                  target_entropies: Optional[Sequence[Any]] = None,
                  entropy_target_cls: Optional[Callable[..., Any]] = None, device: Any = "cpu"):
         super().__init__()
-        seeds = [check_int("seeds[i]", s, minimum=0) for s in seeds]
-        if not seeds or len(set(seeds)) != len(seeds):
-            raise ValueError(f"seeds must be distinct and at least one, got {seeds}")
-        if nest.is_nested(action_spec):
-            raise ValueError("ManyAgents does not take a nested action_spec yet")
-        if distributed.is_distributed():
-            raise ValueError("ManyAgents does not run data-parallel (several ranks) yet; run "
-                             "it in one process")
         self._device = torch.device(device)
-        self._seeds = seeds
+        agents, self._generators = build_agents(observation_spec, action_spec, seeds,
+                                                algorithm_ctor, ActorCriticAlgorithm,
+                                                self._device, type(self).__name__)
+        self._seeds = [int(s) for s in seeds]
         k = len(seeds)
-        agents, generators = [], []
-        for seed in seeds:
-            seed_all(seed)
-            agent = algorithm_ctor(observation_spec, action_spec)
-            if not isinstance(agent, ActorCriticAlgorithm):
-                raise TypeError(f"algorithm_ctor must build an ActorCriticAlgorithm, got "
-                                f"{type(agent).__name__}")
-            agents.append(agent.to(self._device))
-            generators.append(_agent_generator(seed, self._device))
-        self._generators = generators
         self._settings = _settings(agents[0])
         controller = agents[0].entropy_target_algorithm
         overrides: Dict[str, Any] = {}
@@ -212,7 +160,7 @@ class ManyAgents(nn.Module):
             entropy_target_cls=entropy_target_cls, normalize_advantages=False,
             optimizer=self._settings["optimizer"], fast_acting=False).to(self._device)
         if controller is not None:
-            _check_same_start([g.entropy_target_algorithm for g in agents],
+            check_same_start([g.entropy_target_algorithm for g in agents],
                               self._alg.entropy_target_algorithm, target_entropies is not None)
         # Agent 0 as it was built: the single-run layout of agent_state_dict.
         self._template = (agents[0],)
@@ -249,34 +197,12 @@ class ManyAgents(nn.Module):
     def _sample(self, dist: td.Distribution) -> torch.Tensor:
         """A draw for each agent from its own generator: what ``dist.sample()`` of a single
         agent draws.  ``dist`` has batch ``[K * B, ...]`` (member-major rows)."""
-        if isinstance(dist, td.Independent):
-            return self._sample(dist.base_dist)
-        if isinstance(dist, td.TransformedDistribution):
-            x = self._sample(dist.base_dist)
-            for transform in dist.transforms:
-                x = transform(x)
-            return x
-        k = self.num_agents
-        if isinstance(dist, td.Categorical):
-            probs = dist.probs
-            rows = self._sample_categorical(probs.reshape(-1, probs.shape[-1]))
-            return rows.reshape(probs.shape[:-1])
-        if isinstance(dist, td.Normal):
-            shape = dist.batch_shape
-            loc = dist.loc.expand(shape).reshape(k, -1, *shape[1:])
-            scale = dist.scale.expand(shape).reshape(k, -1, *shape[1:])
-            return torch.cat([torch.normal(loc[i], scale[i], generator=g)
-                              for i, g in enumerate(self._generators)])
-        raise TypeError(f"ManyAgents cannot sample a {type(dist).__name__} per agent")
+        return sample_members(dist, self._generators)
 
     def _sample_categorical(self, probs: torch.Tensor) -> torch.Tensor:
         """``sample_categorical`` on ``[K * B, n]`` probabilities, each agent's rows
         from its own generator."""
-        cdf = probs.cumsum(-1)
-        shape = (probs.shape[0] // self.num_agents, 1)
-        u = torch.cat([torch.rand(shape, dtype=cdf.dtype, device=cdf.device, generator=g)
-                       for g in self._generators])
-        return torch.searchsorted(cdf, u).squeeze(-1).clamp_(max=probs.shape[-1] - 1)
+        return sample_categorical_members(probs, self._generators)
 
     def _fast_acting(self, observation: Any) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
         """``ActorDistributionNetwork.sample_with_log_prob``'s path (the single agent's
@@ -419,20 +345,8 @@ class ManyAgents(nn.Module):
         Returns:
             torch.Tensor: ``[K]`` the losses minimised (detached).
         """
-        loss = loss_info.loss
-        mask = valid_mask.to(loss.dtype)
-        per_agent = (loss * mask).sum(1) / mask.sum(1).clamp(min=1.0)
-        if isinstance(loss_info.scalar_loss, torch.Tensor):
-            per_agent = per_agent + loss_info.scalar_loss
-        optimizer = self._alg.optimizers()[0]
-        for group in optimizer.param_groups:
-            for p in group["params"]:
-                p.grad = None
-        per_agent.sum().backward()
-        _, ok = optimizer.masked_step(torch.isfinite(per_agent.detach()),
-                                      max_grad_norm=self._settings["max_grad_norm"])
-        self.skipped_updates.add_((~ok).to(self.skipped_updates.dtype))
-        return per_agent.detach()
+        return update_agents(self._alg.optimizers()[0], loss_info, valid_mask,
+                             self._settings["max_grad_norm"], self.skipped_updates)
 
     def train_from_unroll(self, experience: Experience, final_time_step: TimeStep
                           ) -> Tuple[LossInfo, ActorCriticInfo, torch.Tensor]:
@@ -549,12 +463,4 @@ class ManyAgents(nn.Module):
         Raises:
             ValueError: if ``k`` is out of range.
         """
-        check_int("k", k, minimum=0, below=self.num_agents)
-        single = self._template[0].state_dict()
-        batched = {name.replace(".inner.", "."): v for name, v in self._alg.state_dict().items()}
-        out = {}
-        for name, ref in single.items():
-            value = batched[name]
-            per_agent = value.shape == (self.num_agents, *ref.shape)
-            out[name] = (value[k] if per_agent else value).detach().clone()
-        return out
+        return agent_state_dict(self._template[0], self._alg, k, self.num_agents)

@@ -35,6 +35,7 @@ from typing import Any, Callable, List, Optional
 
 import gin
 import torch
+import torch.distributions as td
 import torch.nn as nn
 
 from alf_entropy.algorithms.algorithm import Algorithm, OptimizerArg
@@ -43,7 +44,7 @@ from alf_entropy.networks import ActorDistributionNetwork, mode_of
 from alf_entropy.networks.critic_networks import CriticNetworks
 from alf_entropy.tensor_specs import BoundedTensorSpec
 from alf_entropy.utils import nest, summary
-from alf_entropy.utils.checks import check_callable, check_int, check_real, is_real
+from alf_entropy.utils.checks import check_callable, check_int, check_real
 from alf_entropy.utils.math_ops import masked_mean
 from alf_entropy.utils.optimizers import FusedAdam
 from alf_entropy.utils.replay_buffer import Transition
@@ -60,14 +61,9 @@ tensors, and ``alpha`` (0-d)."""
 
 
 def _default_actor(observation_spec: Any, action_spec: Any) -> nn.Module:
-    return ActorDistributionNetwork(
-        observation_spec,
-        action_spec,
-        fc_layer_params=(256, 256),
-        activation=nn.ReLU,
-        squash_to_spec=True,
-        state_dependent_std=True,
-    )
+    return ActorDistributionNetwork(observation_spec, action_spec, fc_layer_params=(256, 256),
+                                    activation=nn.ReLU, squash_to_spec=True,
+                                    state_dependent_std=True)
 
 
 @gin.configurable("sac_default_optimizer")
@@ -149,11 +145,8 @@ class SacAlgorithm(Algorithm):
         debug_summaries: bool = False,
         name: str = "SacAlgorithm",
     ):
-        super().__init__(
-            optimizer=_default_optimizer if optimizer is None else optimizer,
-            debug_summaries=debug_summaries,
-            name=name,
-        )
+        super().__init__(optimizer=_default_optimizer if optimizer is None else optimizer,
+                         debug_summaries=debug_summaries, name=name)
         if nest.is_nested(action_spec) or not isinstance(action_spec, BoundedTensorSpec):
             raise TypeError(
                 "SacAlgorithm: action_spec must be a single BoundedTensorSpec (one "
@@ -181,20 +174,18 @@ class SacAlgorithm(Algorithm):
         self._critic_networks = critic_network_ctor(observation_spec, action_spec)
         # One explicit choice: a continuous action drawn by our actor network
         # in closed form (see _sample); anything else goes through the distribution.
-        self._closed_form = not self._discrete and isinstance(
-            self._actor_network, ActorDistributionNetwork
-        )
+        self._closed_form = not self._discrete and isinstance(self._actor_network,
+                                                              ActorDistributionNetwork)
         self._target_critic_networks = copy.deepcopy(self._critic_networks)
         self._target_critic_networks.requires_grad_(False)
         if entropy_target_cls is None:
             from alf_entropy.algorithms.entropy_target_algorithm import (
                 SGDEntropyTargetAlgorithm as entropy_target_cls,
             )
-        self._entropy_target_algorithm = entropy_target_cls(
-            action_spec, debug_summaries=debug_summaries
-        )
-        target = self._entropy_target_algorithm.target_entropy
-        if self._discrete and is_real(target) and target < 0:
+        self._entropy_target_algorithm = entropy_target_cls(action_spec,
+                                                            debug_summaries=debug_summaries)
+        target = self._entropy_target_algorithm.target_entropy  # [K] for K agents' controller
+        if self._discrete and bool((torch.as_tensor(target) < 0).any()):
             raise ValueError(
                 f"SacAlgorithm: target_entropy {target} is below 0 for a discrete action "
                 "(a discrete entropy is never negative, so alpha would fall forever); "
@@ -203,6 +194,7 @@ class SacAlgorithm(Algorithm):
         self.register_buffer("_num_skipped", torch.zeros((), dtype=torch.int64))
         self.optimizers()  # fails now, not at the first update, if a parameter has none
         self._target_pairs: Optional[tuple] = None
+        self._sampler: Optional[Callable[[td.Distribution, bool], torch.Tensor]] = None
         # Updates counted on the host (for the target period; checkpointed
         # through get/set_extra_state), so no tensor is read to decide.
         self._host_updates = 0
@@ -278,18 +270,29 @@ class SacAlgorithm(Algorithm):
         returns None for what it does not cover (a hook registered later,
         ``ALF_ENTROPY_ACCEL=0``), which is asked per call for that reason.
         """
-        if self._closed_form:
+        if self._closed_form and self._sampler is None:
             drawn = self._actor_network.rsample_and_log_prob(observation, log_prob=not acting)
             if drawn is not None:
                 return drawn
         dist = self._actor_network(observation)
         if acting:
-            return dist.sample(), None
+            return (dist.sample() if self._sampler is None else self._sampler(dist, False)), None
         if self._discrete:
             log_probs = dist.logits  # torch normalises Categorical logits
             return log_probs.exp(), log_probs
-        action = dist.rsample()
+        action = dist.rsample() if self._sampler is None else self._sampler(dist, True)
         return action, dist.log_prob(action)
+
+    def use_sampler(self, sampler: Optional[Callable[[td.Distribution, bool], torch.Tensor]]
+                    ) -> None:
+        """Draw actions with ``sampler(dist, reparameterize)`` instead of ``dist.sample()``
+        and ``dist.rsample()`` (K agents in one batch: each agent from its own generator).
+
+        Args:
+            sampler: ``(distribution, reparameterize) -> action``, or None for the
+                distribution's own draws (and the closed form where it applies).
+        """
+        self._sampler = None if sampler is None else check_callable("sampler", sampler)
 
     def calc_loss(self, batch: Transition) -> LossInfo:
         """SAC's losses on a batch (advances the controller once).
@@ -308,19 +311,19 @@ class SacAlgorithm(Algorithm):
         critics, targets = self._critic_networks, self._target_critic_networks
         with torch.no_grad():
             next_a, next_logp = self._sample(batch.next_observation)
+            # K agents (a batch controller): alpha [K] against rows [K, N, ...].
+            a = alpha.reshape(*alpha.shape, *(1,) * (next_logp.dim() - 1)) if alpha.dim() else alpha
             if self._discrete:
                 target_q = targets(batch.next_observation).min(dim=0).values  # [N, A]
-                next_v = (next_a * (target_q - alpha * next_logp)).sum(-1)
+                next_v = (next_a * (target_q - a * next_logp)).sum(-1)
             else:
                 target_q = targets(batch.next_observation, next_a).min(dim=0).values
-                next_v = target_q - alpha * next_logp
-            y = (
-                self._reward_scale * batch.reward
-                + self._gamma * batch.discount.to(next_v.dtype) * next_v
-            )
+                next_v = target_q - a * next_logp
+            y = (self._reward_scale * batch.reward
+                 + self._gamma * batch.discount.to(next_v.dtype) * next_v)
         if self._discrete:
             q_all = critics(batch.observation)  # [n, N, A]
-            index = batch.action.long().reshape(1, -1, 1).expand(q_all.shape[0], -1, 1)
+            index = batch.action.long().unsqueeze(-1).expand(*q_all.shape[:-1], 1)
             q = q_all.gather(-1, index).squeeze(-1)
             probs, logp = self._sample(batch.observation)
             q_pi = (probs * q_all.detach().min(dim=0).values).sum(-1)
@@ -333,17 +336,10 @@ class SacAlgorithm(Algorithm):
         critic_loss = 0.5 * (q - y.unsqueeze(0)).square().sum(0)
         li = controller.entropy_loss(entropy, mask=valid)
         actor_loss = -q_pi + li.loss
-        return LossInfo(
-            loss=critic_loss + actor_loss,
-            scalar_loss=li.scalar_loss,
-            extra=SacLossInfo(
-                critic=critic_loss.detach(),
-                actor=actor_loss.detach(),
-                entropy=entropy.detach(),
-                q=q.detach().mean(0),
-                alpha=alpha,
-            ),
-        )
+        return LossInfo(loss=critic_loss + actor_loss, scalar_loss=li.scalar_loss,
+                        extra=SacLossInfo(critic=critic_loss.detach(), actor=actor_loss.detach(),
+                                          entropy=entropy.detach(), q=q.detach().mean(0),
+                                          alpha=alpha))
 
     def train_step(self, inputs: Transition, state: Any = (), rollout_info: Any = ()) -> AlgStep:
         """One gradient update on a batch (see the module docstring).
@@ -374,10 +370,8 @@ class SacAlgorithm(Algorithm):
         if self._host_updates % self._target_update_period:
             return
         if self._target_pairs is None:
-            self._target_pairs = (
-                list(self._target_critic_networks.parameters()),
-                list(self._critic_networks.parameters()),
-            )
+            self._target_pairs = (list(self._target_critic_networks.parameters()),
+                                  list(self._critic_networks.parameters()))
         with torch.no_grad():
             for target, source in zip(*self._target_pairs):
                 target.lerp_(source, self._tau)

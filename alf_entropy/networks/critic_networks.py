@@ -22,6 +22,10 @@ double backward; ``fused_backward=False`` (or ``ALF_ENTROPY_ACCEL=0``) is
 plain autograd.  Under ``no_grad``, ``torch.compile``, JIT tracing,
 ``torch.func`` transforms (``grad``, ``vmap``) and autocast the forward is
 plain ops.
+
+:class:`StackedCritics` holds the critics of K agents (K ``CriticNetworks`` of
+one shape) as one module on inputs ``[K, B, ...]``: every layer is one
+``baddbmm`` over the ``K * n`` critics.
 """
 import math
 from typing import Any, Callable, List, Optional, Sequence, Tuple
@@ -38,9 +42,10 @@ from alf_entropy.networks.encoding_network import (
     get_activation,
 )
 from alf_entropy.tensor_specs import BoundedTensorSpec
+from alf_entropy.utils import nest
 from alf_entropy.utils.gin_errors import PlainGinErrors
 
-__all__ = ["CriticNetworks"]
+__all__ = ["CriticNetworks", "StackedCritics"]
 
 
 @gin.configurable
@@ -165,21 +170,91 @@ class CriticNetworks(nn.Module, metaclass=PlainGinErrors):
         return out if self._discrete else out.squeeze(-1)
 
 
+class StackedCritics(nn.Module):
+    """K agents' ``CriticNetworks`` (one shape) as one module on inputs ``[K, B, ...]``.
+
+    Parameters keep the critics' names (``weights.i``, ``biases.i``) with a
+    leading ``K`` (``[K, n, in, out]``): agent ``k``'s are at index ``k``.
+    Member ``k`` computes what critic ``k`` computes (the same batched matrix
+    products, with plain autograd); nothing mixes members.
+
+    Args:
+        critics: the K critics; their current values are copied.
+
+    Raises:
+        ValueError: if ``critics`` is empty or their shapes differ.
+        TypeError: if an element is not a ``CriticNetworks``.
+    """
+
+    def __init__(self, critics: Sequence[CriticNetworks]):
+        super().__init__()
+        critics = list(critics)
+        if not critics:
+            raise ValueError("critics must hold at least one CriticNetworks")
+        if not all(type(c) is CriticNetworks for c in critics):
+            raise TypeError("critics must be CriticNetworks instances")
+        first = critics[0]
+        shapes = [[tuple(p.shape) for p in c.parameters()] for c in critics]
+        if any(s != shapes[0] for s in shapes[1:]) or any(
+                (c._discrete, type(c._activation)) != (first._discrete, type(first._activation))
+                for c in critics):
+            raise ValueError("critics must all have the same shapes and activation")
+        self.num_members = len(critics)
+        self._input_tensor_spec, self._discrete = first._input_tensor_spec, first._discrete
+        self._num_critics, self._act = first._num_critics, first._act
+        self.weights = nn.ParameterList(
+            nn.Parameter(torch.stack([c.weights[i].detach() for c in critics]).clone())
+            for i in range(len(first.weights)))
+        self.biases = nn.ParameterList(
+            nn.Parameter(torch.stack([c.biases[i].detach() for c in critics]).clone())
+            for i in range(len(first.biases)))
+
+    def forward(self, observation: Any, action: Optional[torch.Tensor] = None,
+                detach_params: bool = False) -> torch.Tensor:
+        """Evaluate every agent's critics on its own rows.
+
+        Args:
+            observation: ``[K, B, *obs_shape]`` (or a nest of such leaves).
+            action: ``[K, B, *action_shape]`` for continuous critics; ignored
+                for discrete ones.
+            detach_params: use detached weights (gradients reach the inputs only).
+
+        Returns:
+            torch.Tensor: ``[n, K, B]`` for continuous, ``[n, K, B, A]`` for
+            discrete actions (critic first, as ``CriticNetworks``').
+        """
+        k, n = self.num_members, self._num_critics
+        rows = nest.map_structure(lambda o: o.reshape(-1, *o.shape[2:]), observation)
+        x = flatten_observation(rows, self._input_tensor_spec, self.weights[0].dtype)
+        if not self._discrete:
+            x = torch.cat([x, action.reshape(x.shape[0], -1).to(x.dtype)], dim=-1)
+        b = x.shape[0] // k
+        x = x.reshape(k, 1, b, -1).expand(k, n, b, x.shape[-1]).reshape(k * n, b, -1)
+        params = [p.reshape(k * n, *p.shape[2:]) for wb in zip(self.weights, self.biases)
+                  for p in wb]
+        if detach_params:
+            params = [p.detach() for p in params]
+        out = _mlp_forward(x, params, self._act)[0].reshape(k, n, b, -1).transpose(0, 1)
+        return out if self._discrete else out.squeeze(-1)
+
+
 def _mlp_forward(
     x: torch.Tensor, params: List[torch.Tensor], act: Callable[[torch.Tensor], torch.Tensor]
 ) -> Tuple[torch.Tensor, List[torch.Tensor]]:
-    """The stacked MLP: ``[B, in]`` -> ``[n, B, out]``, and its layer inputs.
+    """The stacked MLP: ``[B, in]`` (or ``[n, B, in]``) -> ``[n, B, out]``, and its layer inputs.
 
     ``params`` alternates weights ``[n, in, out]`` and biases ``[n, 1, out]``.
     """
     n = params[0].shape[0]
-    h = x.unsqueeze(0).expand(n, *x.shape)
+    h = x if x.dim() == 3 else x.unsqueeze(0).expand(n, *x.shape)  # [n, B, in]: per critic
     inputs = [h]
     for w, b in zip(params[:-2:2], params[1:-2:2]):
         h = act(torch.baddbmm(b, h, w))
         inputs.append(h)
     # Batched matmuls with a few output columns take a slow (matrix-vector)
     # path on the CPU; per-critic ones do not.
+    # (unbind, not h[k]: the backward of n selects would zero-fill n full-size gradients)
     w, b = params[-2], params[-1]
-    out = torch.stack([torch.addmm(b[k], h[k], w[k]) for k in range(n)])
+    out = torch.stack([torch.addmm(bk, hk, wk) for bk, hk, wk in zip(b.unbind(0), h.unbind(0),
+                                                                    w.unbind(0))])
     return out, inputs

@@ -23,7 +23,7 @@ Nothing mixes members: every operation is per row or per member, so a
 non-finite value in member ``k`` stays in member ``k``.
 """
 import copy
-from typing import Any, Sequence, Tuple
+from typing import Any, List, Sequence, Tuple
 
 import torch
 import torch.distributions as td
@@ -32,7 +32,8 @@ import torch.nn as nn
 from alf_entropy.networks.distributions import Categorical
 from alf_entropy.utils import nest
 
-__all__ = ["StackedLinear", "StackedModule", "reshape_distribution"]
+__all__ = ["StackedLinear", "StackedModule", "reshape_distribution", "sample_members",
+           "sample_categorical_members"]
 
 
 class StackedLinear(nn.Module):
@@ -226,3 +227,70 @@ def _unflatten(y: Any, k: int, m: int) -> Any:
     if isinstance(y, td.Distribution):
         return reshape_distribution(y, (k, m) + tuple(y.batch_shape[1:]))
     return y.reshape(k, m, *y.shape[1:])
+
+
+def sample_members(dist: td.Distribution, generators: Sequence[torch.Generator],
+                   reparameterize: bool = False) -> torch.Tensor:
+    """A draw for each of K members from its own generator.
+
+    Member ``k`` (the ``k``-th of K equal blocks of the first batch dim:
+    ``[K * B, ...]`` rows or ``[K, B, ...]``) gets what ``dist.sample()`` (or
+    ``dist.rsample()``) of its own distribution draws with ``generators[k]``
+    as torch's generator.
+
+    Args:
+        dist: a ``Categorical``, ``Normal``, ``Independent`` or
+            ``TransformedDistribution`` (of these).
+        generators: one generator per member.
+        reparameterize: draw as ``rsample`` (differentiable; not for a
+            ``Categorical``).
+
+    Returns:
+        torch.Tensor: the draws, of ``dist``'s batch and event shape.
+
+    Raises:
+        TypeError: for another distribution, or a reparameterised categorical draw.
+    """
+    if isinstance(dist, td.Independent):
+        return sample_members(dist.base_dist, generators, reparameterize)
+    if isinstance(dist, td.TransformedDistribution):
+        x = sample_members(dist.base_dist, generators, reparameterize)
+        for transform in dist.transforms:
+            x = transform(x)
+        return x
+    k = len(generators)
+    if isinstance(dist, td.Categorical) and not reparameterize:
+        probs = dist.probs
+        rows = sample_categorical_members(probs.reshape(-1, probs.shape[-1]), generators)
+        return rows.reshape(probs.shape[:-1])
+    if isinstance(dist, td.Normal):
+        shape = dist.batch_shape
+        loc = dist.loc.expand(shape).reshape(k, -1, *shape[1:])
+        scale = dist.scale.expand(shape).reshape(k, -1, *shape[1:])
+        if not reparameterize:
+            return torch.cat([torch.normal(loc[i], scale[i], generator=g)
+                              for i, g in enumerate(generators)])
+        eps = torch.stack([torch.randn(loc.shape[1:], dtype=loc.dtype, device=loc.device,
+                                       generator=g) for g in generators])
+        return (loc + eps * scale).reshape(shape)  # td.Normal.rsample's arithmetic
+    raise TypeError(f"cannot {'rsample' if reparameterize else 'sample'} a "
+                    f"{type(dist).__name__} per member")
+
+
+def sample_categorical_members(probs: torch.Tensor, generators: Sequence[torch.Generator]
+                               ) -> torch.Tensor:
+    """``sample_categorical`` on ``[K * B, n]`` probabilities, member ``k``'s rows from
+    ``generators[k]``.
+
+    Args:
+        probs: probabilities ``[K * B, n]`` (member-major rows).
+        generators: one generator per member.
+
+    Returns:
+        torch.Tensor: int64 indices ``[K * B]``.
+    """
+    cdf = probs.cumsum(-1)
+    shape = (probs.shape[0] // len(generators), 1)
+    u: List[torch.Tensor] = [torch.rand(shape, dtype=cdf.dtype, device=cdf.device, generator=g)
+                             for g in generators]
+    return torch.searchsorted(cdf, torch.cat(u)).squeeze(-1).clamp_(max=probs.shape[-1] - 1)

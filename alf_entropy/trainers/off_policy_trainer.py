@@ -17,16 +17,18 @@ RNG states reproduce them.  The buffer is part of the checkpoint
 (``checkpoint_replay_buffer=True``), so a resumed run continues bit for bit.
 Everything else is :class:`~alf_entropy.trainers.trainer.Trainer`'s.
 """
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Sequence
 
 import gin
 import torch
 from absl import logging
 
 from alf_entropy.algorithms.algorithm import Algorithm
+from alf_entropy.algorithms.many_sac_agents import ManySacAgents
 from alf_entropy.algorithms.sac_algorithm import SacAlgorithm
 from alf_entropy.data_structures import StepType
 from alf_entropy.tensor_specs import BoundedTensorSpec
+from alf_entropy.trainers.agents import AgentsTrainerMixin
 from alf_entropy.trainers.limits import Limits
 from alf_entropy.trainers.trainer import Trainer, resolve_device
 from alf_entropy.utils import distributed, nest
@@ -38,7 +40,7 @@ __all__ = ["OffPolicyTrainer"]
 
 
 @gin.configurable
-class OffPolicyTrainer(Trainer):
+class OffPolicyTrainer(AgentsTrainerMixin, Trainer):
     """Train an off-policy algorithm (``SacAlgorithm``) from a replay buffer.
 
     Takes :class:`~alf_entropy.trainers.trainer.Trainer`'s arguments, with
@@ -74,6 +76,14 @@ class OffPolicyTrainer(Trainer):
             the end); ``None``: only at the end.
         device: the training device (see ``Trainer``); the replay buffer
             lives there.
+        num_agents: K, agents trained side by side in this process
+            (:class:`~alf_entropy.algorithms.many_sac_agents.ManySacAgents`),
+            as ``OnPolicyTrainer``'s: seeds ``seed, ..., seed + K - 1``, each
+            agent a run of its own (``root_dir/seed=N``) with its own
+            environments, random actions and replay rows; the limits and
+            ``initial_collect_steps`` count one agent's steps.  1: a single run.
+        seeds: the K agents' seeds instead (distinct, at least two).
+        target_entropies: one target entropy per agent (needs K > 1).
         **kwargs: ``Trainer``'s other arguments (``eval_interval``,
             ``seed``, ``num_threads``, ``callbacks``, ...).
 
@@ -100,8 +110,12 @@ class OffPolicyTrainer(Trainer):
         summary_interval: int = 1000,
         checkpoint_interval: Optional[int] = 10000,
         device: Any = "auto",
+        num_agents: int = 1,
+        seeds: Optional[Sequence[int]] = None,
+        target_entropies: Optional[Sequence[Any]] = None,
         **kwargs: Any,
     ):
+        self._init_agents(num_agents, seeds, target_entropies, kwargs.get("seed", 0))
         check_int("num_envs", num_envs, minimum=1)
         check_int("replay_buffer_length", replay_buffer_length, minimum=1)
         check_int("mini_batch_size", mini_batch_size, minimum=1)
@@ -165,6 +179,7 @@ class OffPolicyTrainer(Trainer):
             device=device,
             **kwargs,
         )
+        self._agent_callbacks()
         spec, buffer_device = self._action_spec, self._replay_buffer.device
         self._random_low = torch.as_tensor(spec.minimum, device=buffer_device)
         self._random_high = torch.as_tensor(spec.maximum, device=buffer_device)
@@ -175,68 +190,80 @@ class OffPolicyTrainer(Trainer):
         return self._replay_buffer
 
     def _build_algorithm(self, observation_spec: Any, action_spec: Any) -> Algorithm:
-        if nest.is_nested(action_spec) or not isinstance(action_spec, BoundedTensorSpec):
-            raise TypeError(
-                "OffPolicyTrainer: the environment must have a single bounded action "
-                f"space (Box or Discrete), got {action_spec!r}"
-            )
+        _check_action_spec(action_spec)
         return super()._build_algorithm(observation_spec, action_spec)
 
-    def _random_action(self) -> torch.Tensor:
-        """Uniform random actions ``[B, ...]`` from torch's generator."""
+    def _build_agents(self, observation_spec: Any, action_spec: Any) -> ManySacAgents:
+        _check_action_spec(action_spec)
+        return ManySacAgents(observation_spec, action_spec, self._seeds,
+                             algorithm_ctor=self._algorithm_ctor,
+                             target_entropies=self._target_entropies, device=self._device)
+
+    def _random_action(self, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+        """Uniform random actions ``[B, ...]`` from ``generator`` (None: torch's)."""
         spec = self._action_spec
         shape = (self._num_envs,) + tuple(spec.shape)
         low, high = self._random_low, self._random_high
         if spec.is_discrete:  # integers in [low, high]
-            u = torch.rand(shape, dtype=torch.float64, device=low.device)
+            u = torch.rand(shape, dtype=torch.float64, device=low.device, generator=generator)
             return (low + (u * (high - low + 1)).floor()).to(spec.dtype)
-        u = torch.rand(shape, dtype=spec.dtype, device=low.device)
+        u = torch.rand(shape, dtype=spec.dtype, device=low.device, generator=generator)
         return low.to(spec.dtype) + u * (high - low).to(spec.dtype)
 
     def _train_iteration(self) -> int:
         """Step every env once, store the transitions, update; return the env steps."""
         algorithm, env, time_step = self._algorithm, self._env, self._time_step
+        agents = None if self._seeds is None else algorithm.generators  # K agents: [K, B]
         if self._env_steps < self._initial_collect_steps:
-            action = self._random_action()
+            action = (self._random_action() if agents is None
+                      else torch.stack([self._random_action(g) for g in agents]))
         else:
             with torch.no_grad():
                 action = algorithm.rollout_step(time_step).output
         action = action.to(self._action_spec.dtype)
         next_time_step = env.step(action)
-        self._replay_buffer.add(
-            Transition(
-                observation=time_step.observation,
-                action=action,
-                reward=next_time_step.reward,
-                discount=next_time_step.discount,
-                next_observation=next_time_step.observation,
-                valid=time_step.step_type != StepType.LAST,
-            )
+        transition = Transition(
+            observation=time_step.observation,
+            action=action,
+            reward=next_time_step.reward,
+            discount=next_time_step.discount,
+            next_observation=next_time_step.observation,
+            valid=time_step.step_type != StepType.LAST,
         )
+        if agents is not None:  # a row holds the K agents' transitions: [B, K, ...]
+            transition = nest.map_structure(lambda x: x.transpose(0, 1), transition)
+        self._replay_buffer.add(transition)
         self._time_step = next_time_step
         if self._replay_buffer.size >= self._learning_starts:
             for _ in range(self._num_updates_per_train_iter):
-                algorithm.train_step(self._replay_buffer.sample(self._mini_batch_size))
+                if agents is None:
+                    algorithm.train_step(self._replay_buffer.sample(self._mini_batch_size))
+                else:
+                    batch = self._replay_buffer.sample_members(self._mini_batch_size, agents)
+                    self._last_train = (algorithm.train_step(batch).info, batch.valid)
         return self._limits.steps_per_iteration  # all ranks' env steps
 
     def _example_transition(self) -> Transition:
         """A one-row ``Transition`` with the stored shapes and dtypes."""
-        obs = nest.map_structure(lambda s: s.zeros((1,)), self._observation_spec)
+        lead = (1,) if self._seeds is None else (1, len(self._seeds))
+        obs = nest.map_structure(lambda s: s.zeros(lead), self._observation_spec)
         return Transition(
             observation=obs,
-            action=self._action_spec.zeros((1,)),
-            reward=torch.zeros(1),
-            discount=torch.zeros(1),
+            action=self._action_spec.zeros(lead),
+            reward=torch.zeros(lead),
+            discount=torch.zeros(lead),
             next_observation=obs,
-            valid=torch.zeros(1, dtype=torch.bool),
+            valid=torch.zeros(lead, dtype=torch.bool),
         )
 
     def _extra_state(self) -> Dict[str, Any]:
-        if not self._checkpoint_replay_buffer:
-            return {}
-        return {"replay_buffer": self._replay_buffer.state_dict()}
+        state = super()._extra_state()
+        if self._checkpoint_replay_buffer:
+            state["replay_buffer"] = self._replay_buffer.state_dict()
+        return state
 
     def _load_extra_state(self, state: Dict[str, Any]) -> None:
+        super()._load_extra_state(state)
         if "replay_buffer" in state:
             # Into a new buffer, swapped in only once it loaded: a damaged
             # buffer leaves the current one as it was.
@@ -248,3 +275,11 @@ class OffPolicyTrainer(Trainer):
                 "The checkpoint holds no replay buffer: it is refilled before updates "
                 "resume, so this run is not bit-exact with an uninterrupted one."
             )
+
+
+def _check_action_spec(action_spec: Any) -> None:
+    if nest.is_nested(action_spec) or not isinstance(action_spec, BoundedTensorSpec):
+        raise TypeError(
+            "OffPolicyTrainer: the environment must have a single bounded action "
+            f"space (Box or Discrete), got {action_spec!r}"
+        )

@@ -6,10 +6,12 @@ rows at the write position (wrapping around, overwriting the oldest rows);
 ``sample`` draws ``batch_size`` rows uniformly with replacement with
 ``torch.randint`` on the device.  Positions and sizes are Python ints that
 the caller's loop determines, so neither call ever reads a tensor on the host
-(no GPU sync).  ``state_dict``/``load_state_dict`` save the filled rows, so a
+(no GPU sync).  ``sample_members`` samples a buffer whose rows hold K
+members (K agents' transitions of one step) for each member with its own
+generator.  ``state_dict``/``load_state_dict`` save the filled rows, so a
 checkpoint can resume a run with the same buffer content.
 """
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
@@ -148,6 +150,34 @@ class ReplayBuffer:
             raise ValueError("ReplayBuffer.sample: the buffer is empty")
         idx = torch.randint(0, self._size, (batch_size,), device=self._device)
         return nest.pack_sequence_as(self._storage, [x[idx] for x in self._flat])
+
+    def sample_members(self, batch_size: int, generators: Sequence[torch.Generator]) -> Any:
+        """Draw ``batch_size`` rows for each of K members, member ``k``'s from ``generators[k]``.
+
+        For a buffer whose rows hold K members (leaves added as ``[B, K, ...]``):
+        member ``k`` gets the rows :meth:`sample` would draw with ``generators[k]``
+        as torch's generator, and only its own part of them.
+
+        Args:
+            batch_size: the number of rows per member.
+            generators: one generator per member (on the buffer's device).
+
+        Returns:
+            A nest like the added batches, every leaf ``[K, batch_size, ...]``.
+
+        Raises:
+            ValueError: if the buffer is empty or its rows do not hold
+                ``len(generators)`` members.
+        """
+        if self._size == 0:
+            raise ValueError("ReplayBuffer.sample_members: the buffer is empty")
+        k = len(generators)
+        if any(x.dim() < 2 or x.shape[1] != k for x in self._flat):
+            raise ValueError(f"ReplayBuffer.sample_members: the rows do not hold {k} members")
+        idx = torch.stack([torch.randint(0, self._size, (batch_size,), device=self._device,
+                                         generator=g) for g in generators])
+        member = torch.arange(k, device=self._device).unsqueeze(1)
+        return nest.pack_sequence_as(self._storage, [x[idx, member] for x in self._flat])
 
     def state_dict(self) -> Dict[str, Any]:
         """The filled rows (in storage order) and the write position.

@@ -180,11 +180,11 @@ def test_each_agent_is_a_run_the_report_reads(tmp_path: Any) -> None:
 
 def test_stop_eval_return_waits_for_every_agent(tmp_path: Any,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    from alf_entropy.trainers import on_policy_trainer
+    from alf_entropy.trainers import agents
     from alf_entropy.trainers.trainer import _EVAL_SEED_OFFSET
 
     solved = {_EVAL_SEED_OFFSET + 1}  # eval seed of agent seed 1: it solves at once, agent 2 never
-    monkeypatch.setattr(on_policy_trainer, "evaluate",
+    monkeypatch.setattr(agents, "evaluate",
                         lambda env_id, policy, seed, **kw: 500.0 if seed in solved else 10.0)
     common = dict(SMALL, num_iterations=3, eval_interval=1, stop_eval_return=400.0)
     result = OnPolicyTrainer(str(tmp_path / "a"), seeds=[1, 2], **common).train()
