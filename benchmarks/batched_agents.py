@@ -1,4 +1,4 @@
-"""K PPO CartPole agents stacked in one batch against K separate single agents, side by side.
+"""K agents stacked in one batch against K separate single agents, side by side.
 
 For K in {1, 2, 4, 8, 16} (PPO CartPole as ``ppo_cartpole.gin`` trains it:
 8 environments per agent, unrolls of 128 steps, 4 epochs x 4 minibatches, the
@@ -34,7 +34,11 @@ iterations, no evaluation), timed from launch to exit --
 * **K separate runs, two at a time** (both cores; each pays the start-up);
 
 as aggregate env-steps/s, that over the single run's, per core, and the
-largest peak resident memory of one process.
+largest peak resident memory of one process.  ``--algorithm sac`` does the same
+for SAC Pendulum (``OffPolicyTrainer``, ``sac_pendulum.gin``'s settings: one
+env per agent, one update of batch 256 per env step, 256x256 actor and twin
+critics, or ``--hidden`` wide; ``--iterations`` env steps per agent, the
+first 5 % random as the config's 1,000 of 20,000).
 
 With ``--returns``, the same results as separate runs: ``ppo_cartpole.gin`` at
 its full length (about 200k env steps per agent) for ``--seeds`` (default 0-7),
@@ -48,6 +52,8 @@ side's wall time.
 
 Usage: ``python benchmarks/batched_agents.py [--ks 1,2,4,8,16] [--repeats 3]``,
 ``python benchmarks/batched_agents.py --processes [--ks 8] [--iterations 10]``,
+``python benchmarks/batched_agents.py --processes --algorithm sac [--iterations 1000]
+[--hidden 256]``,
 ``python benchmarks/batched_agents.py --returns [--seeds 0,1,2,3,4,5,6,7]``
 """
 import argparse
@@ -224,14 +230,41 @@ def measure(k: int, repeats: int) -> Dict[str, float]:
     return row
 
 
-def child(root_dir: str, seeds: List[int], iterations: int) -> None:
+def sac_ctor(hidden: int) -> Callable[..., Any]:
+    """``sac_pendulum.gin``'s SAC (SAC's temperature rule, alpha from 1, target -1) with
+    ``hidden`` x ``hidden`` ReLU actor and critics."""
+    from alf_entropy.algorithms.sac_algorithm import SacAlgorithm
+    from alf_entropy.controllers import SGDEntropyTargetAlgorithm
+    from alf_entropy.networks import ActorDistributionNetwork
+    from alf_entropy.networks.critic_networks import CriticNetworks
+
+    return functools.partial(
+        SacAlgorithm,
+        actor_network_ctor=functools.partial(ActorDistributionNetwork,
+                                             fc_layer_params=(hidden, hidden), activation="relu",
+                                             squash_to_spec=True, state_dependent_std=True),
+        critic_network_ctor=functools.partial(CriticNetworks, fc_layer_params=(hidden, hidden)),
+        entropy_target_cls=functools.partial(SGDEntropyTargetAlgorithm, initial_alpha=1.0,
+                                             target_entropy=-1.0))
+
+
+def child(root_dir: str, seeds: List[int], iterations: int, algorithm: str, hidden: int) -> None:
     """One whole training process (``--child``): a single run, or K agents in one."""
+    agents = dict(seed=seeds[0]) if len(seeds) == 1 else dict(seeds=seeds)
+    common = dict(num_iterations=iterations, progress_bar=False, device="cpu", num_threads=1,
+                  checkpoint_interval=None, **agents)
+    if algorithm == "sac":
+        from alf_entropy.trainers.off_policy_trainer import OffPolicyTrainer
+
+        OffPolicyTrainer(root_dir, env_id="Pendulum-v1", num_envs=1,
+                         algorithm_ctor=sac_ctor(hidden), initial_collect_steps=iterations // 20,
+                         replay_buffer_length=max(iterations, 256), mini_batch_size=256,
+                         summary_interval=1000, **common).train()
+        return
     from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
 
-    agents = dict(seed=seeds[0]) if len(seeds) == 1 else dict(seeds=seeds)
     OnPolicyTrainer(root_dir, env_id=ENV, num_envs=NUM_ENVS, unroll_length=UNROLL,
-                    algorithm_ctor=PPO, num_iterations=iterations, progress_bar=False,
-                    device="cpu", num_threads=1, checkpoint_interval=None, **agents).train()
+                    algorithm_ctor=PPO, **common).train()
 
 
 def run_commands(commands: List[List[str]], jobs: int) -> Tuple[float, float]:
@@ -256,7 +289,8 @@ def run_commands(commands: List[List[str]], jobs: int) -> Tuple[float, float]:
     return time.perf_counter() - start, peak
 
 
-def run_processes(groups: List[List[int]], iterations: int, jobs: int) -> Tuple[float, float]:
+def run_processes(groups: List[List[int]], iterations: int, jobs: int, algorithm: str = "ppo",
+                  hidden: int = 256) -> Tuple[float, float]:
     """Train each group of seeds in a process of its own (``--child``), ``jobs`` at a time.
 
     Returns:
@@ -267,20 +301,30 @@ def run_processes(groups: List[List[int]], iterations: int, jobs: int) -> Tuple[
         return run_commands(
             [[sys.executable, os.path.abspath(__file__), "--child",
               os.path.join(scratch, "_".join(map(str, seeds))),
-              "--seeds", ",".join(map(str, seeds)), "--iterations", str(iterations)]
+              "--seeds", ",".join(map(str, seeds)), "--iterations", str(iterations),
+              "--algorithm", algorithm, "--hidden", str(hidden)]
              for seeds in groups], jobs)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def processes_main(ks: List[int], iterations: int) -> None:
+def processes_main(ks: List[int], iterations: int, algorithm: str, hidden: int) -> None:
     started = time.perf_counter()
-    per_run = iterations * NUM_ENVS * UNROLL
-    single_wall, single_mem = run_processes([[0]], iterations, 1)
+    run = functools.partial(run_processes, iterations=iterations, algorithm=algorithm,
+                            hidden=hidden)
+    if algorithm == "sac":
+        per_run = iterations
+        what = (f"SAC Pendulum, 1 env per agent, one update of batch 256 per env step, "
+                f"{hidden}x{hidden} actor and critics, {iterations} env steps per agent (the "
+                f"first {iterations // 20} random)")
+    else:
+        per_run = iterations * NUM_ENVS * UNROLL
+        what = (f"PPO CartPole, {NUM_ENVS} envs per agent, unroll {UNROLL}, 4x4 minibatches, "
+                f"{iterations} iterations ({per_run} env steps) per agent")
+    load = os.getloadavg()[0]
+    single_wall, single_mem = run([[0]], jobs=1)
     single = per_run / single_wall
-    print(f"Whole processes (start-up included): PPO CartPole, {NUM_ENVS} envs per agent, "
-          f"unroll {UNROLL}, 4x4 minibatches, {iterations} iterations "
-          f"({per_run} env steps) per agent, one torch thread per process.\n")
+    print(f"Whole processes (start-up included): {what}, one torch thread per process.\n")
     print(f"One single-agent run: {single_wall:.1f} s, {single:.0f} env-steps/s, "
           f"peak {single_mem:.0f} MiB.\n")
     print("| K | layout | cores | wall s | env-steps/s | x one run | x one run per core "
@@ -293,7 +337,7 @@ def processes_main(ks: List[int], iterations: int) -> None:
             layouts.append(("two processes of K/2", [seeds[: k // 2], seeds[k // 2:]], 2))
         layouts.append(("K separate runs, 2 at a time", [[s] for s in seeds], 2))
         for name, groups, jobs in layouts:
-            wall, mem = run_processes(groups, iterations, jobs)
+            wall, mem = run(groups, jobs=jobs)
             rate = k * per_run / wall
             cores = min(jobs, len(groups))
             print(f"| {k} | {name} | {cores} | {wall:.1f} | {rate:.0f} | {rate / single:.2f} | "
@@ -301,7 +345,64 @@ def processes_main(ks: List[int], iterations: int) -> None:
     print("\n'x one run': aggregate env-steps/s over one single-agent run's (alone, one core); "
           "'per core': divided by the cores the layout keeps busy. One measurement each, on a "
           "machine shared with other jobs: take ratios as +-15 %.")
+    print(f"Load average (1 min): {load:.2f} at the start, {os.getloadavg()[0]:.2f} at the end.")
+    if algorithm == "sac":
+        sac_parts(max(ks), hidden)
     print(f"Measured {stamp()}; the benchmark took {time.perf_counter() - started:.0f} s.")
+
+
+def sac_parts(k: int, hidden: int, repeats: int = 3) -> None:
+    """Where a SAC env step's time goes: one single agent against K stacked, per agent."""
+    from alf_entropy.algorithms.many_sac_agents import ManySacAgents
+    from alf_entropy.data_structures import TimeStep
+    from alf_entropy.utils.replay_buffer import ReplayBuffer, Transition
+
+    ctor, seeds = sac_ctor(hidden), list(range(k))
+    envs = AgentEnvs("Pendulum-v1", 1, seeds)
+    seed_all(0)
+    single, batch = ctor(envs.observation_spec, envs.action_spec), ManySacAgents(
+        envs.observation_spec, envs.action_spec, seeds, algorithm_ctor=ctor)
+    gens = batch.generators
+    obs = envs.reset().observation  # [K, 1, 3]
+    rows = Transition(observation=obs, action=torch.zeros(k, 1, 1), reward=torch.zeros(k, 1),
+                      discount=torch.ones(k, 1), next_observation=obs,
+                      valid=torch.ones(k, 1, dtype=torch.bool))
+    one, many = ReplayBuffer(2000), ReplayBuffer(2000)
+    for _ in range(1000):
+        one.add(nest.map_structure(lambda x: x[0], rows))
+        many.add(nest.map_structure(lambda x: x.transpose(0, 1), rows))
+    sample_one, sample_many = one.sample(256), many.sample_members(256, gens)
+    action = torch.zeros(k, 1, 1)
+
+    def act_one() -> None:
+        with torch.no_grad():
+            single.rollout_step(TimeStep(observation=obs[0]))
+
+    def act_many() -> None:
+        with torch.no_grad():
+            batch.rollout_step(TimeStep(observation=obs))
+
+    parts = {
+        "act": (act_one, act_many),
+        "env step": (lambda: envs.envs[0].step(action[0]), lambda: envs.step(action)),
+        "replay add + sample": (
+            lambda: (one.add(nest.map_structure(lambda x: x[0], rows)), one.sample(256)),
+            lambda: (many.add(nest.map_structure(lambda x: x.transpose(0, 1), rows)),
+                     many.sample_members(256, gens))),
+        "update": (lambda: single.train_step(sample_one), lambda: batch.train_step(sample_many)),
+    }
+    print(f"\nOne env step of SAC ({hidden}x{hidden}) in one process, per agent: one single "
+          f"agent against {k} stacked (best of {repeats} interleaved rounds):\n")
+    print("| part | single us | stacked us per agent | single / stacked |")
+    print("|---|---|---|---|")
+    total = [0.0, 0.0]
+    for name, (fn_one, fn_many) in parts.items():
+        inner = 10 if name == "update" else 200
+        t = best_interleaved({"one": fn_one, "many": fn_many}, repeats, inner)
+        t1, tk = t["one"] * 1e6, t["many"] * 1e6 / k
+        total = [total[0] + t1, total[1] + tk]
+        print(f"| {name} | {t1:.0f} | {tk:.0f} | {t1 / tk:.2f} |")
+    print(f"| all | {total[0]:.0f} | {total[1]:.0f} | {total[0] / total[1]:.2f} |")
 
 
 def train_command(root_dir: str, bindings: List[str], log: str) -> List[str]:
@@ -385,8 +486,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--processes", action="store_true",
                         help="whole training processes, start-up included")
-    parser.add_argument("--iterations", type=int, default=10,
-                        help="--processes: iterations per run")
+    parser.add_argument("--iterations", type=int, default=None,
+                        help="--processes: iterations per run (default 10; SAC: 1000)")
+    parser.add_argument("--algorithm", choices=("ppo", "sac"), default="ppo",
+                        help="--processes: PPO CartPole or SAC Pendulum")
+    parser.add_argument("--hidden", type=int, default=256,
+                        help="--processes --algorithm sac: the networks' width")
     parser.add_argument("--returns", action="store_true",
                         help="final returns of full-length runs, batched vs single")
     parser.add_argument("--env_steps", type=int, default=None,
@@ -400,11 +505,13 @@ def main() -> None:
                      args.env_steps)
         return
     if args.child is not None:
-        child(args.child, [int(s) for s in (args.seeds or "0").split(",")], args.iterations)
+        child(args.child, [int(s) for s in (args.seeds or "0").split(",")], args.iterations,
+              args.algorithm, args.hidden)
         return
     ks = [int(k) for k in (args.ks or ("8" if args.processes else "1,2,4,8,16")).split(",")]
     if args.processes:
-        processes_main(ks, args.iterations)
+        processes_main(ks, args.iterations or (1000 if args.algorithm == "sac" else 10),
+                       args.algorithm, args.hidden)
         return
     started = time.perf_counter()
     rows = {k: measure(k, args.repeats) for k in ks}

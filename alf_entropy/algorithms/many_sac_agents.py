@@ -93,7 +93,6 @@ class ManySacAgents(nn.Module):
                                                 type(self).__name__)
         self._seeds = [int(s) for s in seeds]
         k = len(seeds)
-        controller = agents[0].entropy_target_algorithm
         overrides: Dict[str, Any] = {}
         if target_entropies is not None:
             if len(target_entropies) != k:
@@ -104,8 +103,9 @@ class ManySacAgents(nn.Module):
             observation_spec, action_spec,
             actor_network_ctor=lambda *a: StackedModule([g.actor_network for g in agents]),
             critic_network_ctor=lambda *a: StackedCritics([g.critic_networks for g in agents]),
-            entropy_target_cls=functools.partial(entropy_target_cls or type(controller),
-                                                 batch_shape=(k,), **overrides),
+            entropy_target_cls=functools.partial(
+                entropy_target_cls or agents[0]._entropy_target_cls, batch_shape=(k,),
+                **overrides),
             optimizer=batched_adam_like(agents[0].optimizers()[0])).to(self._device)
         batched = self._alg.entropy_target_algorithm
         check_same_start([g.entropy_target_algorithm for g in agents], batched,

@@ -182,6 +182,7 @@ class SacAlgorithm(Algorithm):
             from alf_entropy.algorithms.entropy_target_algorithm import (
                 SGDEntropyTargetAlgorithm as entropy_target_cls,
             )
+        self._entropy_target_cls = entropy_target_cls  # what K agents' batch controller extends
         self._entropy_target_algorithm = entropy_target_cls(action_spec,
                                                             debug_summaries=debug_summaries)
         target = self._entropy_target_algorithm.target_entropy  # [K] for K agents' controller
@@ -195,8 +196,7 @@ class SacAlgorithm(Algorithm):
         self.optimizers()  # fails now, not at the first update, if a parameter has none
         self._target_pairs: Optional[tuple] = None
         self._sampler: Optional[Callable[[td.Distribution, bool], torch.Tensor]] = None
-        # Updates counted on the host (for the target period; checkpointed
-        # through get/set_extra_state), so no tensor is read to decide.
+        # Host-counted updates (target period; extra state): no tensor is read to decide.
         self._host_updates = 0
 
     # ------------------------------------------------------------ properties

@@ -24,13 +24,10 @@ SMALL_NETS = dict(
                                          squash_to_spec=True, state_dependent_std=True),
     critic_network_ctor=functools.partial(CriticNetworks, fc_layer_params=(32, 32)))
 SAC = functools.partial(SacAlgorithm, **SMALL_NETS)
-DISCRETE_SAC = functools.partial(SacAlgorithm, entropy_target_cls=EntropyTargetAlgorithm,
-                                 **SMALL_NETS)  # sac_cartpole.gin's controller: bound in gin
-DISCRETE_BINDINGS = """
-EntropyTargetAlgorithm.target_entropy = 0.2
-EntropyTargetAlgorithm.initial_alpha = 0.01
-EntropyTargetAlgorithm.skip_free_stage = True
-"""
+DISCRETE_SAC = functools.partial(  # sac_cartpole.gin's controller
+    SacAlgorithm, entropy_target_cls=functools.partial(
+        EntropyTargetAlgorithm, target_entropy=0.2, initial_alpha=0.01, skip_free_stage=True),
+    **SMALL_NETS)
 TRAINER = dict(env_id="Pendulum-v1", num_envs=2, initial_collect_steps=8, mini_batch_size=16,
                replay_buffer_length=1000, progress_bar=False, device="cpu",
                checkpoint_interval=None, summary_interval=1)
@@ -87,8 +84,6 @@ def test_agent_k_follows_the_single_trainer_with_seed_k(tmp_path: Any, ctor: Any
                                                         env_id: str) -> None:
     """Same initial parameters, same random actions, replay rows and samples: the first
     updates' losses match the single run's to 1e-5."""
-    if ctor is DISCRETE_SAC:
-        gin.parse_config(DISCRETE_BINDINGS)
     common = dict(algorithm_ctor=ctor, env_id=env_id, num_iterations=12)
     batch = OffPolicyTrainer(str(tmp_path / "batch"), seeds=[3, 5], **{**TRAINER, **common})
     starts = [batch.algorithm.agent_state_dict(k) for k in range(2)]
