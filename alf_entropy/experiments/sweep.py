@@ -43,7 +43,8 @@ report of all the runs is written to ``<sweep_dir>/report`` (see
 ``alf-entropy-report``).
 
 With ``--pack_seeds`` the seeds of each configuration train as one process
-of several agents (``OnPolicyTrainer.seeds``) where the spec allows, each
+of several agents (``OnPolicyTrainer.seeds`` or ``OffPolicyTrainer.seeds``,
+as the spec's ``seed_binding`` names the trainer) where the spec allows, each
 agent writing to its run's directory (see :func:`pack_seeds`); the runs,
 their done markers and the report are those of the unpacked sweep.
 
@@ -73,8 +74,10 @@ PROG = "alf-entropy-sweep"
 DONE_FILE = "sweep_done.json"
 PACKED_DIR = "_packed"
 """Under ``sweep_dir``: the root dirs of packed processes (``--pack_seeds``)."""
-PACKED_SEED_BINDING = "OnPolicyTrainer.seed"
-_K_AGENT_BINDING = re.compile(r"\bOnPolicyTrainer\.(num_agents|seeds|target_entropies)\b")
+PACKED_SEED_BINDINGS = ("OnPolicyTrainer.seed", "OffPolicyTrainer.seed")
+"""The seed bindings whose trainers train several agents in one process (``<trainer>.seeds``)."""
+_K_AGENT_BINDING = re.compile(
+    r"\b(?:On|Off)PolicyTrainer\.(num_agents|seeds|target_entropies)\b")
 _SPEC_KEYS = {"gin_file", "gin_param", "parameters", "seeds", "seed_binding"}
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=+-]+")
 
@@ -245,9 +248,10 @@ def _base_command(spec: Dict[str, Any], device: Optional[str]) -> List[str]:
 
 def _why_not_packed(spec: Dict[str, Any]) -> Optional[str]:
     """Why the spec's seeds cannot be packed into one process (None: they can)."""
-    if spec["seed_binding"] != PACKED_SEED_BINDING:
-        return (f"seed_binding is {spec['seed_binding']}; only {PACKED_SEED_BINDING} "
-                "(PPO/A2C) trains several agents in one process")
+    if spec["seed_binding"] not in PACKED_SEED_BINDINGS:
+        return (f"seed_binding is {spec['seed_binding']}; only "
+                f"{' and '.join(PACKED_SEED_BINDINGS)} (PPO/A2C, SAC) train several agents "
+                "in one process")
     for text in list(spec["gin_param"]) + list(spec["parameters"]):
         if _K_AGENT_BINDING.search(text):
             return f"the spec binds {_K_AGENT_BINDING.search(text).group(0)} itself"
@@ -260,13 +264,14 @@ def pack_seeds(
 ) -> List[SweepRun]:
     """Pack the runs of each configuration that differ only in the seed into one process.
 
-    The process trains them as ``OnPolicyTrainer.seeds = [...]`` with root dir
+    The process trains them as ``<trainer>.seeds = [...]`` (the trainer of the
+    spec's ``seed_binding``: ``OnPolicyTrainer`` or ``OffPolicyTrainer``) with root dir
     ``<sweep_dir>/_packed/<configuration>+seeds=<s1>_<s2>...`` (holding the
     batch's checkpoints, config and ``train.log``), whose agent directories
     ``seed=N`` are links to the runs' own root dirs, so every agent's
     summaries land where the unpacked sweep puts that run's.  Runs stay
     separate processes (with a logged note) when the spec's seed is not
-    ``OnPolicyTrainer.seed`` or it binds ``num_agents``/``seeds``/
+    one of those trainers' or it binds ``num_agents``/``seeds``/
     ``target_entropies`` itself, when only one seed of a configuration is left
     to run, or when a run already has checkpoints of its own (an interrupted
     unpacked run resumes alone).
@@ -304,7 +309,8 @@ def pack_seeds(
         name = "+".join(([config] if config else []) + ["seeds=" + "_".join(map(str, seeds))])
         root_dir = os.path.join(sweep_dir, PACKED_DIR, name)
         command = base + ["--root_dir", root_dir]
-        for p in members[0].bindings + [f"OnPolicyTrainer.seeds = {seeds!r}"]:
+        trainer = spec["seed_binding"].rpartition(".")[0]
+        for p in members[0].bindings + [f"{trainer}.seeds = {seeds!r}"]:
             command += ["--gin_param", p]
         out += alone + [SweepRun(name, root_dir, command, config=config, members=members)]
     return out
@@ -621,7 +627,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--no_report", action="store_true", help="skip the final report")
     parser.add_argument(
         "--pack_seeds", action="store_true",
-        help="train the seeds of each configuration in one process (OnPolicyTrainer.seeds)",
+        help="train the seeds of each configuration in one process (OnPolicyTrainer.seeds, "
+             "OffPolicyTrainer.seeds)",
     )
     args = parser.parse_args(argv)
     try:

@@ -79,7 +79,7 @@ def test_no_parameters_packs_every_seed(tmp_path):
 
 
 @pytest.mark.parametrize("extra, why", [
-    ({"seed_binding": "OffPolicyTrainer.seed"}, "only OnPolicyTrainer.seed"),
+    ({"seed_binding": "PPOAlgorithm.seed"}, "only OnPolicyTrainer.seed and OffPolicyTrainer"),
     ({"gin_param": TINY + ["OnPolicyTrainer.num_agents = 2"]}, "binds OnPolicyTrainer.num_agents"),
     ({"parameters": {"OnPolicyTrainer.target_entropies": [[0.5, 0.6]]}}, "target_entropies"),
 ])
