@@ -101,12 +101,10 @@ def lm_pid_settings(target_entropy: Target) -> Dict[str, Any]:
     nats), unsmoothed (``error_ema=0``), a strong P (``kp=6``) and D on the
     trend (``kd=10``: a falling entropy raises the coefficient before it
     crosses the target, a rising one cuts it), a slow integral (``ki=0.1``,
-    no growth) that only removes the steady offset, the coefficient in
-    ``[1e-3, 1]`` starting at ``1e-2`` and moving at most x2 per step (a floor
-    of ``1e-3`` rather than ``1e-5``: while the entropy is still above the
-    target early in training, the coefficient would otherwise sink decades
-    below what holding the target needs, and climbing back lets the entropy
-    collapse).  These are constructor arguments only.
+    growing x1.1 per step while the entropy stays below the target) that
+    removes the steady offset, the coefficient in ``[1e-5, 1]`` starting at
+    ``1e-2`` and moving at most x2 per step.  These are constructor
+    arguments only.
 
     Args:
         target_entropy: the target in nats per completion token at the
