@@ -16,6 +16,14 @@ host reads; random actions come from torch's generator, so the checkpointed
 RNG states reproduce them.  The buffer is part of the checkpoint
 (``checkpoint_replay_buffer=True``), so a resumed run continues bit for bit.
 Everything else is :class:`~alf_entropy.trainers.trainer.Trainer`'s.
+
+With ``num_agents = K > 1`` (or ``seeds``) the same loop trains K SAC agents as
+one batch (:class:`~alf_entropy.algorithms.many_sac_agents.ManySacAgents` on
+:class:`~alf_entropy.environments.agent_envs.AgentEnvs`, the K-agent parts
+shared with ``OnPolicyTrainer`` in :mod:`alf_entropy.trainers.agents`): a
+buffer row holds the K agents' transitions of one step, and agent ``k`` draws
+its random actions and its replay rows from its own generator, so it is the
+run a single trainer with seed ``seeds[k]`` would be.
 """
 from typing import Any, Callable, Dict, Optional, Sequence
 
