@@ -5,29 +5,30 @@ Every parameter has a leading dimension ``K`` (member ``k``'s values at index
 Adam is element-wise except for one thing: its step counter (the bias
 correction).  ``torch.optim.Adam`` keeps one counter per parameter tensor,
 which would tie the members together as soon as one of them skips an update;
-here every member has its own counter (``step``, ``[K]``), and
+here every member has its own counter (``step``, ``[K]`` per parameter), and
 :meth:`BatchedAdam.masked_step` takes a ``[K]`` flag: a member whose flag is
 false keeps its parameters, moments and counter exactly, the others step.
 Nothing else couples members: all arithmetic is element-wise (or, for the
 optional gradient clipping, per member).
 
-A parameter group is stepped as one ``[K, P]`` matrix (its parameters
-concatenated): a dozen operations per step instead of a dozen per parameter,
-which is most of the cost for small networks.  Its state (``step``,
-``exp_avg``, ``exp_avg_sq``, each ``[K, ...]``) is kept, in that layout, under
-the group's first parameter.
-
-The arithmetic is torch's single-tensor Adam's (``lerp`` for the first
-moment, ``mul``/``addcmul`` for the second, bias corrections in float64 then
-applied in the parameter's dtype), so one member matches ``torch.optim.Adam``
-to an ulp or so (``tests/many_agents`` checks it against ``FusedAdam``).
+Member ``k``'s step is torch's fused Adam kernel (``torch.optim.adam.adam(...,
+fused=True)``, what ``FusedAdam`` runs for a single agent) on its slices of the
+parameters, gradients and moments, with its flag as the kernel's ``found_inf``
+(as ``GradScaler`` skips a step): one kernel call per member, one pass over the
+memory, nothing read on the host.  Where torch has no fused kernel for the
+device (CPU tensors on torch < 2.4) it is torch's single-tensor Adam, and a
+skipped member is not stepped (reading the CPU flag costs no device sync).
+So member ``k`` matches ``FusedAdam`` bit for bit (``tests/many_agents``
+checks it).
 """
-from typing import Callable, Iterable, Optional, Tuple
+from typing import Callable, Iterable, List, Optional, Tuple
 
 import gin
 import torch
+from torch.optim.adam import adam
 
 from alf_entropy.utils.checks import check_callable, check_real
+from alf_entropy.utils.optimizers import _FUSED_ADAM_ON_CPU
 
 __all__ = ["BatchedAdam"]
 
@@ -98,9 +99,8 @@ class BatchedAdam(torch.optim.Optimizer):
                     max_grad_norm: Optional[float] = None) -> Tuple[torch.Tensor, torch.Tensor]:
         """One step of the members whose flag is true; the others keep everything.
 
-        Every parameter of a group is updated together, on one ``[K, P]`` view of
-        all of them (a few operations whatever the number of parameters); reads
-        nothing on the host: the flag is applied with ``torch.where``.
+        One fused-kernel call per member (see the module docstring); reads nothing
+        on the host: a member's flag is the kernel's ``found_inf``.
 
         Args:
             ok: bool ``[K]`` on the parameters' device, or None for all.
@@ -130,47 +130,46 @@ class BatchedAdam(torch.optim.Optimizer):
             if missing:
                 raise ValueError(f"BatchedAdam steps a group's parameters together: parameters "
                                  f"{missing} have no gradient")
-            grads.append(torch.cat([p.grad.reshape(k, -1) for p in group["params"]], dim=1))
+            grads.append([p.grad if p.grad.is_contiguous() else p.grad.contiguous()
+                          for p in group["params"]])
         first = self.param_groups[0]["params"][0]
         norms = first.new_zeros(k)
         if max_grad_norm is not None:
-            norms = torch.linalg.vector_norm(torch.cat(grads, dim=1), dim=1)
+            norms = torch.linalg.vector_norm(
+                torch.cat([g.reshape(k, -1) for gs in grads for g in gs], dim=1), dim=1)
             coef = (max_grad_norm / (norms + 1e-6)).clamp(max=1.0)  # clip_grad_norm_'s
-            grads = [g * coef.unsqueeze(1).to(g.dtype) for g in grads]
+            grads = [[g * coef.reshape(k, *(1,) * (g.dim() - 1)).to(g.dtype) for g in gs]
+                     for gs in grads]
             finite = torch.isfinite(norms)
             ok = finite if ok is None else ok & finite
-        for group, grad in zip(self.param_groups, grads):
-            self._step_group(group, grad, ok)
+        skip = None if ok is None else (~ok).to(torch.float32)
+        for group, group_grads in zip(self.param_groups, grads):
+            self._step_group(group, group_grads, skip)
         return norms, (first.new_ones(k, dtype=torch.bool) if ok is None else ok)
 
-    def _step_group(self, group: dict, grad: torch.Tensor, ok: Optional[torch.Tensor]) -> None:
+    def _step_group(self, group: dict, grads: List[torch.Tensor],
+                    skip: Optional[torch.Tensor]) -> None:
         params, k = group["params"], self.num_members
+        states = []
+        for p in params:
+            state = self.state[p]
+            if not state:
+                state["step"] = torch.zeros(k, dtype=torch.float32, device=p.device)
+                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
+                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
+            elif state["exp_avg"].shape != p.shape or state["step"].shape != (k,):
+                raise ValueError("BatchedAdam: the optimiser state does not fit the parameters "
+                                 f"(a moment of shape {tuple(state['exp_avg'].shape)} for a "
+                                 f"parameter of shape {tuple(p.shape)})")
+            states.append(state)
         beta1, beta2 = group["betas"]
-        lr, eps, weight_decay = group["lr"], group["eps"], group["weight_decay"]
-        state = self.state[params[0]]  # the group's state, [K, P] (P: all its elements)
-        flat = torch.cat([p.detach().reshape(k, -1) for p in params], dim=1)
-        if not state:
-            state["step"] = torch.zeros(k, dtype=torch.float64, device=flat.device)
-            state["exp_avg"] = torch.zeros_like(flat)
-            state["exp_avg_sq"] = torch.zeros_like(flat)
-        if weight_decay != 0:
-            grad = grad.add(flat, alpha=weight_decay)
-        step = state["step"] + (1.0 if ok is None else ok.to(torch.float64))
-        exp_avg = state["exp_avg"].lerp(grad, 1 - beta1)
-        exp_avg_sq = state["exp_avg_sq"].mul(beta2).addcmul_(grad, grad, value=1 - beta2)
-        # float64 bias corrections (as torch computes its Python floats), applied in the
-        # parameters' dtype.  A member that never stepped (step 0) gets any finite value:
-        # its update is discarded.
-        step_clamped = step.clamp(min=1.0)
-        step_size = (lr / (1 - beta1 ** step_clamped)).to(flat.dtype).unsqueeze(1)
-        bias_correction2_sqrt = (1 - beta2 ** step_clamped).sqrt().to(flat.dtype).unsqueeze(1)
-        denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
-        new = flat + (-step_size * exp_avg) / denom
-        if ok is not None:
-            keep = ok.unsqueeze(1)
-            new = torch.where(keep, new, flat)
-            exp_avg = torch.where(keep, exp_avg, state["exp_avg"])
-            exp_avg_sq = torch.where(keep, exp_avg_sq, state["exp_avg_sq"])
-        state["exp_avg"], state["exp_avg_sq"], state["step"] = exp_avg, exp_avg_sq, step
-        for p, chunk in zip(params, new.split([p[0].numel() for p in params], dim=1)):
-            p.copy_(chunk.reshape(p.shape))
+        fused = _FUSED_ADAM_ON_CPU or params[0].device.type != "cpu"
+        for m in range(k):
+            if not fused and skip is not None and bool(skip[m]):
+                continue  # CPU without the fused kernel: a host read, no device sync
+            adam([p.detach()[m] for p in params], [g[m] for g in grads],
+                 [s["exp_avg"][m] for s in states], [s["exp_avg_sq"][m] for s in states], [],
+                 [s["step"][m] for s in states], fused=fused, foreach=False,
+                 grad_scale=None, found_inf=None if skip is None or not fused else skip[m],
+                 amsgrad=False, beta1=beta1, beta2=beta2, lr=group["lr"],
+                 weight_decay=group["weight_decay"], eps=group["eps"], maximize=False)

@@ -8,7 +8,12 @@ import torch
 
 from alf_entropy.algorithms.many_sac_agents import ManySacAgents
 from alf_entropy.algorithms.sac_algorithm import SacAlgorithm
-from alf_entropy.controllers import EntropyTargetAlgorithm, SGDEntropyTargetAlgorithm
+from alf_entropy.controllers import (
+    EntropyTargetAlgorithm,
+    FixedEntropyCoefficient,
+    PIDEntropyTargetAlgorithm,
+    SGDEntropyTargetAlgorithm,
+)
 from alf_entropy.networks import ActorDistributionNetwork
 from alf_entropy.networks.critic_networks import CriticNetworks, StackedCritics
 from alf_entropy.tensor_specs import BoundedTensorSpec, TensorSpec
@@ -154,7 +159,8 @@ def test_a_nan_in_one_agent_changes_no_other_agent() -> None:
                if isinstance(v, torch.Tensor) and v.is_floating_point())
 
 
-@pytest.mark.parametrize("controller", [SGDEntropyTargetAlgorithm, EntropyTargetAlgorithm])
+@pytest.mark.parametrize("controller", [SGDEntropyTargetAlgorithm, EntropyTargetAlgorithm,
+                                        PIDEntropyTargetAlgorithm, FixedEntropyCoefficient])
 def test_per_agent_targets(controller: Any) -> None:
     """Agent k with target t_k updates as a single agent whose controller has target t_k."""
     targets, seeds = [-1.0, 0.5], [2, 9]
