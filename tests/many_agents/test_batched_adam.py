@@ -60,7 +60,7 @@ def test_a_skipped_member_keeps_everything_and_the_others_do_not_notice() -> Non
     assert not state["exp_avg"][1].isnan().any()
     # Member 1 is Adam on the 7 gradients it took (bias correction by its own count).
     alone = start[1].clone().requires_grad_()
-    adam = torch.optim.Adam([alone], lr=1e-2, foreach=False)
+    adam = FusedAdam([alone], lr=1e-2)
     for i, grad in enumerate(grads):
         if i not in (3, 4, 7):
             alone.grad = grad[1].clone()
