@@ -134,8 +134,9 @@ def agent_state_dict(single: nn.Module, batched: nn.Module, k: int, num_agents: 
     """Member ``k`` of ``batched`` in ``single``'s ``state_dict`` layout.
 
     A value of ``batched`` with a leading ``num_agents`` more than ``single``'s
-    gives its ``[k]`` (also inside extra states: an optimiser's); others are
-    copied.  ``StackedModule``'s ``.inner.`` is dropped from the names.
+    gives its ``[k]`` (also inside extra states: an optimiser's, where a value
+    ``single`` lacks is taken as per agent if it leads with ``num_agents``);
+    others are copied.  ``StackedModule``'s ``.inner.`` is dropped from the names.
 
     Raises:
         ValueError: if ``k`` is out of range.
@@ -143,11 +144,15 @@ def agent_state_dict(single: nn.Module, batched: nn.Module, k: int, num_agents: 
     check_int("k", k, minimum=0, below=num_agents)
 
     def _member(value: Any, ref: Any) -> Any:
-        if isinstance(value, torch.Tensor) and isinstance(ref, torch.Tensor):
-            per_agent = value.shape == (num_agents, *ref.shape)
+        if isinstance(value, torch.Tensor):
+            if isinstance(ref, torch.Tensor):
+                per_agent = value.shape == (num_agents, *ref.shape)
+            else:  # state the single one has not made yet (an optimiser's before its step)
+                per_agent = value.dim() > 0 and value.shape[0] == num_agents
             return (value[k] if per_agent else value).detach().clone()
-        if isinstance(value, dict) and isinstance(ref, dict):
-            return {key: _member(value[key], ref[key]) for key in ref}
+        if isinstance(value, dict):
+            ref = ref if isinstance(ref, dict) else {}
+            return {key: _member(v, ref.get(key)) for key, v in value.items()}
         return value
 
     state = {name.replace(".inner.", "."): v for name, v in batched.state_dict().items()}

@@ -15,9 +15,10 @@ class AgentSummaryCallback(SummaryCallback):
     """A trainer of K agents: each agent's summaries in its own run directory.
 
     Agent ``k`` writes to ``root_dir/<trainer.agent_dirs[k]>/train`` what a
-    single run writes to ``root_dir/train`` (the tags of
-    ``ManyAgents.summary_values``, ``env_steps``, ``steps_per_sec``, ``return``,
-    ``episode_length``, ``return_vs_env_steps``; evaluations through
+    single run writes to ``root_dir/train`` (the tags of the batch's
+    ``summary_values``: ``ManyAgents``' or ``ManySacAgents``'; ``env_steps``,
+    ``steps_per_sec``, ``return``, ``episode_length``, ``return_vs_env_steps``;
+    evaluations through
     :meth:`write`), so the report reads each agent as a run.  Nothing is written
     to ``root_dir/train``.  ``trainer.metrics`` gets the agents' means (and
     ``steps_per_sec`` of all agents together).  Built by the trainer in place of
