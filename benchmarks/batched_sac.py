@@ -1,0 +1,100 @@
+"""SAC Pendulum for ``batched_agents.py --processes --algorithm sac`` (see its docstring).
+
+``sac_pendulum.gin``'s SAC with ``hidden`` x ``hidden`` networks: a whole training
+process (:func:`train_sac`, one agent or K), and where one env step's time goes
+per agent, one single agent against K stacked (:func:`sac_parts`).
+"""
+import functools
+from typing import Any, Callable, Dict
+
+import torch
+
+from alf_entropy.environments.agent_envs import AgentEnvs
+from alf_entropy.trainers.ranks import seed_all
+from alf_entropy.utils import nest
+
+
+def sac_ctor(hidden: int) -> Callable[..., Any]:
+    """``sac_pendulum.gin``'s SAC (SAC's temperature rule, alpha from 1, target -1) with
+    ``hidden`` x ``hidden`` ReLU actor and critics."""
+    from alf_entropy.algorithms.sac_algorithm import SacAlgorithm
+    from alf_entropy.controllers import SGDEntropyTargetAlgorithm
+    from alf_entropy.networks import ActorDistributionNetwork
+    from alf_entropy.networks.critic_networks import CriticNetworks
+
+    return functools.partial(
+        SacAlgorithm,
+        actor_network_ctor=functools.partial(ActorDistributionNetwork,
+                                             fc_layer_params=(hidden, hidden), activation="relu",
+                                             squash_to_spec=True, state_dependent_std=True),
+        critic_network_ctor=functools.partial(CriticNetworks, fc_layer_params=(hidden, hidden)),
+        entropy_target_cls=functools.partial(SGDEntropyTargetAlgorithm, initial_alpha=1.0,
+                                             target_entropy=-1.0))
+
+
+def train_sac(root_dir: str, iterations: int, hidden: int, **common: Any) -> None:
+    """One whole SAC Pendulum run of ``iterations`` env steps per agent (the first 5 %
+    random, as the config's 1,000 of 20,000); ``common``: ``OffPolicyTrainer``'s other
+    arguments (``seed`` or ``seeds``, ...)."""
+    from alf_entropy.trainers.off_policy_trainer import OffPolicyTrainer
+
+    OffPolicyTrainer(root_dir, env_id="Pendulum-v1", num_envs=1,
+                     algorithm_ctor=sac_ctor(hidden), initial_collect_steps=iterations // 20,
+                     replay_buffer_length=max(iterations, 256), mini_batch_size=256,
+                     summary_interval=1000, **common).train()
+
+
+def sac_parts(k: int, hidden: int, best_interleaved: Callable[..., Dict[str, float]],
+              repeats: int = 3) -> None:
+    """Where a SAC env step's time goes: one single agent against K stacked, per agent
+    (``best_interleaved``: ``batched_agents``' timer)."""
+    from alf_entropy.algorithms.many_sac_agents import ManySacAgents
+    from alf_entropy.data_structures import TimeStep
+    from alf_entropy.utils.replay_buffer import ReplayBuffer, Transition
+
+    ctor, seeds = sac_ctor(hidden), list(range(k))
+    envs = AgentEnvs("Pendulum-v1", 1, seeds)
+    seed_all(0)
+    single, batch = ctor(envs.observation_spec, envs.action_spec), ManySacAgents(
+        envs.observation_spec, envs.action_spec, seeds, algorithm_ctor=ctor)
+    gens = batch.generators
+    obs = envs.reset().observation  # [K, 1, 3]
+    rows = Transition(observation=obs, action=torch.zeros(k, 1, 1), reward=torch.zeros(k, 1),
+                      discount=torch.ones(k, 1), next_observation=obs,
+                      valid=torch.ones(k, 1, dtype=torch.bool))
+    one, many = ReplayBuffer(2000), ReplayBuffer(2000)
+    for _ in range(1000):
+        one.add(nest.map_structure(lambda x: x[0], rows))
+        many.add(nest.map_structure(lambda x: x.transpose(0, 1), rows))
+    sample_one, sample_many = one.sample(256), many.sample_members(256, gens)
+    action = torch.zeros(k, 1, 1)
+
+    def act_one() -> None:
+        with torch.no_grad():
+            single.rollout_step(TimeStep(observation=obs[0]))
+
+    def act_many() -> None:
+        with torch.no_grad():
+            batch.rollout_step(TimeStep(observation=obs))
+
+    parts = {
+        "act": (act_one, act_many),
+        "env step": (lambda: envs.envs[0].step(action[0]), lambda: envs.step(action)),
+        "replay add + sample": (
+            lambda: (one.add(nest.map_structure(lambda x: x[0], rows)), one.sample(256)),
+            lambda: (many.add(nest.map_structure(lambda x: x.transpose(0, 1), rows)),
+                     many.sample_members(256, gens))),
+        "update": (lambda: single.train_step(sample_one), lambda: batch.train_step(sample_many)),
+    }
+    print(f"\nOne env step of SAC ({hidden}x{hidden}) in one process, per agent: one single "
+          f"agent against {k} stacked (best of {repeats} interleaved rounds):\n")
+    print("| part | single us | stacked us per agent | single / stacked |")
+    print("|---|---|---|---|")
+    total = [0.0, 0.0]
+    for name, (fn_one, fn_many) in parts.items():
+        inner = 10 if name == "update" else 200
+        t = best_interleaved({"one": fn_one, "many": fn_many}, repeats, inner)
+        t1, tk = t["one"] * 1e6, t["many"] * 1e6 / k
+        total = [total[0] + t1, total[1] + tk]
+        print(f"| {name} | {t1:.0f} | {tk:.0f} | {t1 / tk:.2f} |")
+    print(f"| all | {total[0]:.0f} | {total[1]:.0f} | {total[0] / total[1]:.2f} |")
