@@ -2,12 +2,14 @@
 
 ``sac_pendulum.gin``'s SAC with ``hidden`` x ``hidden`` networks: a whole training
 process (:func:`train_sac`, one agent or K), and where one env step's time goes
-per agent, one single agent against K stacked (:func:`sac_parts`).
+per agent, one single agent against K stacked (:func:`sac_parts`), and the update's
+arithmetic against this core's matrix-product peak (:func:`update_ceiling`).
 """
 import functools
 from typing import Any, Callable, Dict
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from alf_entropy.environments.agent_envs import AgentEnvs
 from alf_entropy.trainers.ranks import seed_all
@@ -98,3 +100,31 @@ def sac_parts(k: int, hidden: int, best_interleaved: Callable[..., Dict[str, flo
         total = [total[0] + t1, total[1] + tk]
         print(f"| {name} | {t1:.0f} | {tk:.0f} | {t1 / tk:.2f} |")
     print(f"| all | {total[0]:.0f} | {total[1]:.0f} | {total[0] / total[1]:.2f} |")
+    update_ceiling(k, parts["update"], best_interleaved, repeats)
+
+
+def update_ceiling(k: int, updates: Any, best_interleaved: Callable[..., Dict[str, float]],
+                   repeats: int) -> None:
+    """The update's floating-point work (``FlopCounterMode``) and rate, single and stacked,
+    against the best rate of one ``torch.mm`` on this core: no layout of the same products
+    can run faster than that, so it bounds what stacking can save per agent."""
+    flops = []
+    for fn in updates:
+        with FlopCounterMode(display=False) as counter:
+            fn()
+        flops.append(counter.get_total_flops())
+    t = best_interleaved({"one": updates[0], "many": updates[1]}, repeats, 10)
+    peak = 0.0
+    for n in (256, 512, 1024):
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        inner = max(3, 10 ** 9 // n ** 3)
+        peak = max(peak, 2 * n ** 3 / best_interleaved({"mm": lambda: a @ b}, repeats,
+                                                         inner)["mm"])
+    one, many = flops[0] / t["one"], flops[1] / t["many"]
+    at_peak = flops[1] / k / peak
+    print(f"\nThe update's arithmetic: {flops[0] / 1e9:.3f} GFLOP per agent "
+          f"({flops[1] / k / 1e9:.3f} stacked); single {one / 1e9:.1f} GFLOP/s, stacked "
+          f"{many / 1e9:.1f} GFLOP/s; this core's best torch.mm rate {peak / 1e9:.1f} GFLOP/s "
+          f"(256-1024 square). At that rate, with every other operation free, an update "
+          f"would take {at_peak * 1e3:.2f} ms per agent: at most "
+          f"{t['one'] / at_peak:.2f}x the single agent's {t['one'] * 1e3:.2f} ms.")
