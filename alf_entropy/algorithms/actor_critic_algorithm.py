@@ -42,8 +42,9 @@ the minibatches read ``alpha`` (``entropy_loss(..., update=False)``) and
 ``train_from_unroll`` calls ``adjust_alpha`` once per unroll with the mean of
 their entropies.
 """
+import contextlib
 import math
-from typing import Any, Callable, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 import gin
 import torch
@@ -93,18 +94,6 @@ ActorCriticLossInfo = namedtuple(
     default_value=(),
 )
 """Per-step loss terms (``LossInfo.extra`` of ``calc_loss``)."""
-
-
-def _masked_normalize(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """``(x - mean) / (std + eps)`` with statistics over the masked elements."""
-    # ``masked_mean`` twice, with the mask conversion, the count and ``x -
-    # mean`` computed once (the same operations, so the same values).
-    mask = mask.to(x.dtype)
-    count = mask.sum().clamp(min=1.0)
-    mean = (x * mask).sum() / count
-    centered = x - mean
-    var = (centered.square() * mask).sum() / count
-    return centered / (var.sqrt() + eps)
 
 
 @gin.configurable
@@ -247,6 +236,7 @@ class ActorCriticAlgorithm(Algorithm):
         check_callable("actor_network_ctor", actor_network_ctor)
         check_callable("value_network_ctor", value_network_ctor)
         check_choice("entropy_target_update", entropy_target_update, _ENTROPY_TARGET_UPDATES)
+        self._entropy_target_update = entropy_target_update
         self._per_iteration = entropy_target_update == "per_iteration"
         cap = check_real("max_alpha_change_per_iteration", max_alpha_change_per_iteration,
                          above=1.0, allow_none=True)
@@ -333,6 +323,23 @@ class ActorCriticAlgorithm(Algorithm):
     def num_minibatches(self) -> int:
         """Minibatches per pass."""
         return self._num_minibatches
+
+    @property
+    def settings(self) -> Dict[str, Any]:
+        """The training settings, as constructed (a copy: changing it changes nothing).
+
+        Returns:
+            dict: ``gamma``, ``td_lambda``, ``reward_scale``, ``normalize_advantages``,
+            ``td_loss_weight``, ``max_grad_norm`` (None: no clipping),
+            ``entropy_target_update``, ``num_epochs`` and ``num_minibatches``: what a
+            batch of K such agents applies per agent.
+        """
+        return dict(gamma=self._gamma, td_lambda=self._td_lambda,
+                    reward_scale=self._reward_scale,
+                    normalize_advantages=self._normalize_advantages,
+                    td_loss_weight=self._td_loss_weight, max_grad_norm=self._max_grad_norm,
+                    entropy_target_update=self._entropy_target_update,
+                    num_epochs=self._num_epochs, num_minibatches=self._num_minibatches)
 
     def entropy_coefficient(self) -> Union[float, torch.Tensor]:
         """The current entropy coefficient, for summaries.
@@ -543,7 +550,7 @@ class ActorCriticAlgorithm(Algorithm):
         rollout_info = experience.rollout_info
         advantages = rollout_info.advantages
         if self._normalize_advantages:
-            advantages = _masked_normalize(advantages, mask)
+            advantages = value_ops.normalize_advantages(advantages, mask)
         pg_loss = self._policy_gradient_loss(experience, train_info, advantages)
         td_loss = (train_info.value - rollout_info.returns).square()
         loss = pg_loss + self._td_loss_weight * td_loss
@@ -625,36 +632,48 @@ class ActorCriticAlgorithm(Algorithm):
         controller = self._entropy_target_algorithm
         once_per_unroll = self._per_iteration and controller is not None
         means = []  # once_per_unroll: each minibatch's mean entropy (per action leaf)
-        capped = self._cap_alpha_change(True)
-        for _ in range(self._num_epochs):
-            for batch in self._minibatches(exp):
-                train_info = self.train_step(batch).info
-                loss_info = self.calc_loss(batch, train_info)
-                mask = self.valid_mask(batch)
-                if once_per_unroll:
-                    neg_entropy = train_info.entropy_target.loss.extra.neg_entropy
-                    means.append(nest.map_structure(
-                        lambda e: masked_mean(-e.detach(), mask)[0], neg_entropy))
-                loss_info, _ = self.update_with_gradient(
-                    loss_info, valid_masks=mask, max_grad_norm=self._max_grad_norm
-                )
-                self.after_update()
-                last_batch = batch
-        if once_per_unroll:
-            controller.adjust_alpha(nest.map_structure(lambda *m: torch.stack(m).mean(), *means))
-        if capped:
-            self._cap_alpha_change(False)
+        with self.alpha_change_capped():
+            for _ in range(self._num_epochs):
+                for batch in self._minibatches(exp):
+                    train_info = self.train_step(batch).info
+                    loss_info = self.calc_loss(batch, train_info)
+                    mask = self.valid_mask(batch)
+                    if once_per_unroll:
+                        neg_entropy = train_info.entropy_target.loss.extra.neg_entropy
+                        means.append(nest.map_structure(
+                            lambda e: masked_mean(-e.detach(), mask)[0], neg_entropy))
+                    loss_info, _ = self.update_with_gradient(
+                        loss_info, valid_masks=mask, max_grad_norm=self._max_grad_norm
+                    )
+                    self.after_update()
+                    last_batch = batch
+            if once_per_unroll:
+                controller.adjust_alpha(
+                    nest.map_structure(lambda *m: torch.stack(m).mean(), *means))
         if summary.should_record_summaries():
             self.summarize_train(last_batch, loss_info, train_info, mask)
         return loss_info, train_info, mask
 
-    def _cap_alpha_change(self, start: bool) -> bool:
-        """Start (or end) ``max_alpha_change_per_iteration``'s limit on every leaf controller."""
-        if self._log_alpha_cap is None or self._entropy_target_algorithm is None:
-            return False
-        for leaf in self._entropy_target_algorithm.leaf_algorithms().values():
-            leaf.limit_log_alpha_span(self._log_alpha_cap if start else None)
-        return True
+    @contextlib.contextmanager
+    def alpha_change_capped(self) -> Iterator[None]:
+        """Within the block (one iteration), ``max_alpha_change_per_iteration`` holds.
+
+        Every leaf controller limits the span of its ``log alpha`` to the cap on
+        entry and lifts the limit on exit; without a cap or a controller it does
+        nothing.
+
+        Yields:
+            None.
+        """
+        leaves = ([] if self._log_alpha_cap is None or self._entropy_target_algorithm is None
+                  else list(self._entropy_target_algorithm.leaf_algorithms().values()))
+        for leaf in leaves:
+            leaf.limit_log_alpha_span(self._log_alpha_cap)
+        try:
+            yield
+        finally:
+            for leaf in leaves:
+                leaf.limit_log_alpha_span(None)
 
     def summarize_train(
         self,

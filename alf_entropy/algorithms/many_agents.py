@@ -55,11 +55,7 @@ import torch.distributions as td
 import torch.nn as nn
 
 from alf_entropy import accel
-from alf_entropy.algorithms.actor_critic_algorithm import (
-    ActorCriticAlgorithm,
-    ActorCriticInfo,
-    _masked_normalize,
-)
+from alf_entropy.algorithms.actor_critic_algorithm import ActorCriticAlgorithm, ActorCriticInfo
 from alf_entropy.algorithms.agent_batch import (
     agent_state_dict,
     batched_adam_like,
@@ -85,15 +81,6 @@ from alf_entropy.utils import nest, value_ops
 from alf_entropy.utils.math_ops import masked_mean
 
 __all__ = ["ManyAgents"]
-
-
-def _settings(alg: ActorCriticAlgorithm) -> Dict[str, Any]:
-    """The single agent's settings the batch loop applies per agent."""
-    return dict(
-        gamma=alg._gamma, td_lambda=alg._td_lambda, reward_scale=alg._reward_scale,
-        normalize_advantages=alg._normalize_advantages, max_grad_norm=alg._max_grad_norm,
-        per_iteration=alg._per_iteration, num_epochs=alg.num_epochs,
-        num_minibatches=alg.num_minibatches, optimizer=batched_adam_like(alg.optimizers()[0]))
 
 
 @gin.configurable
@@ -139,7 +126,7 @@ class ManyAgents(nn.Module):
                                                 self._device, type(self).__name__)
         self._seeds = [int(s) for s in seeds]
         k = len(seeds)
-        self._settings = _settings(agents[0])
+        self._settings = agents[0].settings
         controller = agents[0].entropy_target_algorithm
         overrides: Dict[str, Any] = {}
         if target_entropies is not None:
@@ -158,7 +145,8 @@ class ManyAgents(nn.Module):
             actor_network_ctor=lambda *a: StackedModule([g.actor_network for g in agents]),
             value_network_ctor=lambda *a: StackedModule([g.value_network for g in agents]),
             entropy_target_cls=entropy_target_cls, normalize_advantages=False,
-            optimizer=self._settings["optimizer"], fast_acting=False).to(self._device)
+            optimizer=batched_adam_like(agents[0].optimizers()[0]),
+            fast_acting=False).to(self._device)
         if controller is not None:
             check_same_start([g.entropy_target_algorithm for g in agents],
                               self._alg.entropy_target_algorithm, target_entropies is not None)
@@ -363,28 +351,26 @@ class ManyAgents(nn.Module):
         s, alg = self._settings, self._alg
         exp = self.preprocess_experience(experience, final_time_step)
         controller = alg.entropy_target_algorithm
-        once_per_unroll = s["per_iteration"] and controller is not None
+        once_per_unroll = s["entropy_target_update"] == "per_iteration" and controller is not None
         means = []
-        capped = alg._cap_alpha_change(True)
         loss_info = train_info = mask = None
-        for _ in range(s["num_epochs"]):
-            for batch in self._minibatches(exp):
-                mask = alg.valid_mask(batch)
-                if s["normalize_advantages"]:
-                    info = batch.rollout_info
-                    batch = batch._replace(rollout_info=info._replace(
-                        advantages=torch.vmap(_masked_normalize)(info.advantages, mask)))
-                train_info = alg.train_step(batch).info
-                loss_info = alg.calc_loss(batch, train_info)
-                if once_per_unroll:
-                    neg_entropy = train_info.entropy_target.loss.extra.neg_entropy.detach()
-                    means.append(masked_mean(-neg_entropy, mask, dim=1)[0])
-                loss_info = loss_info._replace(loss=self.update(loss_info, mask))
-                alg.after_update()
-        if once_per_unroll:
-            controller.adjust_alpha(torch.stack(means).mean(0))
-        if capped:
-            alg._cap_alpha_change(False)
+        with alg.alpha_change_capped():
+            for _ in range(s["num_epochs"]):
+                for batch in self._minibatches(exp):
+                    mask = alg.valid_mask(batch)
+                    if s["normalize_advantages"]:
+                        info = batch.rollout_info
+                        batch = batch._replace(rollout_info=info._replace(advantages=torch.vmap(
+                            value_ops.normalize_advantages)(info.advantages, mask)))
+                    train_info = alg.train_step(batch).info
+                    loss_info = alg.calc_loss(batch, train_info)
+                    if once_per_unroll:
+                        neg_entropy = train_info.entropy_target.loss.extra.neg_entropy.detach()
+                        means.append(masked_mean(-neg_entropy, mask, dim=1)[0])
+                    loss_info = loss_info._replace(loss=self.update(loss_info, mask))
+                    alg.after_update()
+            if once_per_unroll:
+                controller.adjust_alpha(torch.stack(means).mean(0))
         return loss_info, train_info, mask
 
     def optimizers(self) -> List[torch.optim.Optimizer]:

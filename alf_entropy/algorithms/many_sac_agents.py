@@ -104,7 +104,7 @@ class ManySacAgents(nn.Module):
             actor_network_ctor=lambda *a: StackedModule([g.actor_network for g in agents]),
             critic_network_ctor=lambda *a: StackedCritics([g.critic_networks for g in agents]),
             entropy_target_cls=functools.partial(
-                entropy_target_cls or agents[0]._entropy_target_cls, batch_shape=(k,),
+                entropy_target_cls or agents[0].entropy_target_cls, batch_shape=(k,),
                 **overrides),
             optimizer=batched_adam_like(agents[0].optimizers()[0])).to(self._device)
         batched = self._alg.entropy_target_algorithm
@@ -113,7 +113,7 @@ class ManySacAgents(nn.Module):
         self._alg.target_critic_networks.load_state_dict(
             StackedCritics([g.target_critic_networks for g in agents]).state_dict())
         self._alg.use_sampler(self._draw)
-        self._max_grad_norm = agents[0]._max_grad_norm
+        self._max_grad_norm = agents[0].max_grad_norm
         self._template = (agents[0],)  # agent 0 as built: the single-run layout
         self.register_buffer("skipped_updates", torch.zeros(k, dtype=torch.int64,
                                                             device=self._device))
@@ -181,7 +181,7 @@ class ManySacAgents(nn.Module):
         loss_info = alg.calc_loss(inputs)
         loss = update_agents(alg.optimizers()[0], loss_info, inputs.valid, self._max_grad_norm,
                              self.skipped_updates)
-        alg._update_targets()
+        alg.update_target_networks()
         return AlgStep(output=(), state=state, info=loss_info._replace(loss=loss))
 
     def optimizers(self) -> List[torch.optim.Optimizer]:

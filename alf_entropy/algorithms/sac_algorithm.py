@@ -182,7 +182,7 @@ class SacAlgorithm(Algorithm):
             from alf_entropy.algorithms.entropy_target_algorithm import (
                 SGDEntropyTargetAlgorithm as entropy_target_cls,
             )
-        self._entropy_target_cls = entropy_target_cls  # what K agents' batch controller extends
+        self._entropy_target_cls = entropy_target_cls
         self._entropy_target_algorithm = entropy_target_cls(action_spec,
                                                             debug_summaries=debug_summaries)
         target = self._entropy_target_algorithm.target_entropy  # [K] for K agents' controller
@@ -224,6 +224,16 @@ class SacAlgorithm(Algorithm):
     def entropy_target_algorithm(self) -> Algorithm:
         """The temperature controller."""
         return self._entropy_target_algorithm
+
+    @property
+    def entropy_target_cls(self) -> Callable[..., Algorithm]:
+        """The controller factory the controller was built with (its arguments bound)."""
+        return self._entropy_target_cls
+
+    @property
+    def max_grad_norm(self) -> Optional[float]:
+        """The gradient-norm clip of an update (None: no clipping)."""
+        return self._max_grad_norm
 
     @property
     def num_skipped_updates(self) -> torch.Tensor:
@@ -359,13 +369,17 @@ class SacAlgorithm(Algorithm):
             max_grad_norm=self._max_grad_norm,
             skipped_counter=self._num_skipped,
         )
-        self._update_targets()
+        self.update_target_networks()
         if summary.should_record_summaries():
             self._summarize(loss_info, inputs.valid)
         return AlgStep(output=(), state=state, info=loss_info)
 
-    def _update_targets(self) -> None:
-        """Polyak-average the target critics (every ``target_update_period``)."""
+    def update_target_networks(self) -> None:
+        """Polyak-average the target critics (every ``target_update_period``-th call).
+
+        ``train_step`` calls it after each update; a caller that makes the
+        updates itself (a batch of agents) calls it after each of its own.
+        """
         self._host_updates += 1
         if self._host_updates % self._target_update_period:
             return

@@ -29,7 +29,7 @@ import torch
 from alf_entropy.data_structures import StepType
 from alf_entropy.utils.checks import check_real
 
-__all__ = ["generalized_advantage_estimation"]
+__all__ = ["generalized_advantage_estimation", "normalize_advantages"]
 
 
 def _check_inputs(
@@ -73,6 +73,28 @@ def _check_inputs(
 
     is_lasts = _expand((step_types == StepType.LAST).to(values.dtype))
     return _expand(rewards.to(values.dtype)), values, is_lasts, _expand(discounts.to(values.dtype))
+
+
+def normalize_advantages(advantages: torch.Tensor, mask: torch.Tensor,
+                         eps: float = 1e-8) -> torch.Tensor:
+    """``(x - mean) / (std + eps)`` with the statistics over the masked elements.
+
+    Args:
+        advantages: any shape.
+        mask: bool (or 0/1) of ``advantages``' shape: the elements counted.
+        eps: added to the standard deviation.
+
+    Returns:
+        torch.Tensor: the normalised advantages (every element, masked or not).
+    """
+    # ``masked_mean`` twice, with the mask conversion, the count and ``x -
+    # mean`` computed once (the same operations, so the same values).
+    mask = mask.to(advantages.dtype)
+    count = mask.sum().clamp(min=1.0)
+    mean = (advantages * mask).sum() / count
+    centered = advantages - mean
+    var = (centered.square() * mask).sum() / count
+    return centered / (var.sqrt() + eps)
 
 
 def _to_batch_major(x: torch.Tensor, time_major: bool) -> torch.Tensor:
