@@ -487,36 +487,55 @@ class ActorCriticAlgorithm(Algorithm):
             ``value``, ``advantages`` and ``returns`` filled in.
         """
         with torch.no_grad():
-            info = experience.rollout_info
-            time_step = experience.time_step
             T, B = experience.step_type.shape[:2]
             # All T + 1 observations in one forward pass ([(T+1)*B, ...]).
             observations = nest.map_structure(
                 lambda x, y: torch.cat([x, y.unsqueeze(0)]).reshape(-1, *x.shape[2:]),
-                time_step.observation,
+                experience.time_step.observation,
                 final_time_step.observation,
             )
             values = self._value_network(observations).reshape(T + 1, B)
-            rewards = torch.cat([time_step.reward, final_time_step.reward.unsqueeze(0)], dim=0)
-            discounts = torch.cat(
-                [time_step.discount, final_time_step.discount.unsqueeze(0)], dim=0
-            )
-            step_types = torch.cat(
-                [experience.step_type, final_time_step.step_type.unsqueeze(0)], dim=0
-            )
-            advantages = value_ops.generalized_advantage_estimation(
-                rewards.to(values.dtype) * self._reward_scale,
-                values,
-                step_types,
-                discounts.to(values.dtype) * self._gamma,
-                td_lambda=self._td_lambda,
-            )
-            value = values[:-1]
-            returns = advantages + value
-            experience = experience._replace(
-                rollout_info=info._replace(value=value, advantages=advantages, returns=returns)
-            )
+            experience = self.with_advantages(experience, final_time_step, values)
             return nest.map_structure(lambda x: x.reshape(-1, *x.shape[2:]), experience)
+
+    def with_advantages(
+        self, experience: Experience, final_time_step: TimeStep, values: torch.Tensor
+    ) -> Experience:
+        """The unroll with ``value``, GAE ``advantages`` and ``returns`` in its ``rollout_info``.
+
+        GAE (:func:`~alf_entropy.utils.value_ops.generalized_advantage_estimation`)
+        with this algorithm's ``gamma``, ``td_lambda`` and ``reward_scale``, the
+        final time step bootstrapping the last transitions; ``returns`` is
+        ``advantages + value``.  Any batch shape (``[B]`` for one agent,
+        ``[K, B]`` for K agents): the recursion runs over time alone.
+
+        Args:
+            experience: the unroll, leaves ``[T, *batch, ...]``.
+            final_time_step: the time step after it, leaves ``[*batch, ...]``.
+            values: ``[T + 1, *batch]``, the values of the unroll's observations
+                and of the final one (without gradient).
+
+        Returns:
+            Experience: ``experience`` with ``value`` (``values[:-1]``),
+            ``advantages`` and ``returns`` (``[T, *batch]``) filled in.
+        """
+        time_step = experience.time_step
+
+        def _with_final(x: torch.Tensor, final: torch.Tensor) -> torch.Tensor:
+            return torch.cat([x, final.unsqueeze(0)], dim=0)
+
+        advantages = value_ops.generalized_advantage_estimation(
+            _with_final(time_step.reward, final_time_step.reward).to(values.dtype)
+            * self._reward_scale,
+            values,
+            _with_final(experience.step_type, final_time_step.step_type),
+            _with_final(time_step.discount, final_time_step.discount).to(values.dtype)
+            * self._gamma,
+            td_lambda=self._td_lambda,
+        )
+        value = values[:-1]
+        return experience._replace(rollout_info=experience.rollout_info._replace(
+            value=value, advantages=advantages, returns=advantages + value))
 
     def _policy_gradient_loss(
         self, experience: Experience, train_info: ActorCriticInfo, advantages: torch.Tensor

@@ -260,7 +260,8 @@ class ManyAgents(nn.Module):
         """Values, GAE advantages and returns per agent; ``[T, K, B]`` to ``[K, T * B]``.
 
         Agent ``k``'s rows are what ``ActorCriticAlgorithm.preprocess_experience``
-        gives a single agent (``t * B + b``).
+        gives a single agent (``t * B + b``): the same
+        :meth:`~ActorCriticAlgorithm.with_advantages` on ``[T, K, B]``.
 
         Args:
             experience: the unroll, leaves ``[T, K, B, ...]``, ``rollout_info``
@@ -271,28 +272,14 @@ class ManyAgents(nn.Module):
             Experience: leaves ``[K, T * B, ...]`` with ``value``,
             ``advantages`` and ``returns`` filled in.
         """
-        s = self._settings
         with torch.no_grad():
-            time_step = experience.time_step
             t, k, b = experience.step_type.shape[:3]
-
-            def _with_final(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-                return torch.cat([x, y.unsqueeze(0)])
-
             observations = nest.map_structure(
-                lambda x, y: _with_final(x, y).transpose(0, 1).reshape(k, (t + 1) * b,
-                                                                     *x.shape[3:]),
-                time_step.observation, final_time_step.observation)
+                lambda x, y: torch.cat([x, y.unsqueeze(0)]).transpose(0, 1).reshape(
+                    k, (t + 1) * b, *x.shape[3:]),
+                experience.time_step.observation, final_time_step.observation)
             values = self._alg.value_network(observations).reshape(k, t + 1, b).transpose(0, 1)
-            rewards = _with_final(time_step.reward, final_time_step.reward)
-            discounts = _with_final(time_step.discount, final_time_step.discount)
-            step_types = _with_final(experience.step_type, final_time_step.step_type)
-            advantages = value_ops.generalized_advantage_estimation(
-                rewards.to(values.dtype) * s["reward_scale"], values, step_types,
-                discounts.to(values.dtype) * s["gamma"], td_lambda=s["td_lambda"])
-            value = values[:-1]
-            experience = experience._replace(rollout_info=experience.rollout_info._replace(
-                value=value, advantages=advantages, returns=advantages + value))
+            experience = self._alg.with_advantages(experience, final_time_step, values)
             return nest.map_structure(
                 lambda x: x.transpose(0, 1).reshape(k, t * b, *x.shape[3:]), experience)
 
