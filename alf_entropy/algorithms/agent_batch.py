@@ -2,11 +2,12 @@
 
 ``ManyAgents`` (actor-critic) and ``ManySacAgents`` (SAC) build K agents as K
 single runs would, stack them and train them as one; the pieces here are
-theirs alike: each agent's generator (the single run's global generator after
-its build), the ``BatchedAdam`` that replaces an agent's Adam, the check that
-the batch's controller starts as the agents' controllers, the per-agent
-gradient step (masked mean, clipping, non-finite skip) and agent ``k``'s
-state in a single run's layout.
+theirs alike: their base class :class:`AgentBatch` (the build, the per-agent
+properties, agent ``k`` as a single run's algorithm), each agent's generator
+(the single run's global generator after its build), the ``BatchedAdam`` that
+replaces an agent's Adam, the check that the batch's controller starts as the
+agents' controllers, the per-agent gradient step (masked mean, clipping,
+non-finite skip) and agent ``k``'s state in a single run's layout.
 """
 import functools
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -20,7 +21,7 @@ from alf_entropy.utils.batched_adam import BatchedAdam
 from alf_entropy.utils.checks import check_int
 from alf_entropy.utils.seeding import seed_all
 
-__all__ = ["agent_generator", "agent_state_dict", "batched_adam_like", "build_agents",
+__all__ = ["AgentBatch", "agent_generator", "agent_state_dict", "batched_adam_like", "build_agents",
            "check_same_start", "update_agents"]
 
 
@@ -180,3 +181,103 @@ def check_same_start(singles: List[Any], batched: Any, own_targets: bool) -> Non
                     f"the batch's controller starts with {name} = {mine.tolist()} for agent {k}, "
                     f"the agent's controller with {value.tolist()}: give ManyAgents the agents' "
                     "controller (entropy_target_cls) or bind its arguments in gin")
+
+
+class AgentBatch(nn.Module):
+    """The base of a batch of K agents (``ManyAgents``, ``ManySacAgents``).
+
+    A subclass calls :meth:`_build_agents` in its constructor, builds the
+    batched algorithm around the agents' stacked networks and keeps it as
+    ``self._alg``.
+
+    Args:
+        device: where the agents live.
+    """
+
+    def __init__(self, device: Any = "cpu"):
+        super().__init__()
+        self._device = torch.device(device)
+        self._alg: Any = None
+
+    def _build_agents(self, observation_spec: Any, action_spec: Any, seeds: Sequence[int],
+                      algorithm_ctor: Callable[..., Any], cls: type,
+                      target_entropies: Optional[Sequence[Any]]) -> List[Any]:
+        """The K agents, built as single runs (:func:`build_agents`); keeps their generators.
+
+        Raises:
+            ValueError: see :func:`build_agents`; also ``target_entropies`` not one per agent.
+            TypeError: see :func:`build_agents`.
+        """
+        agents, self._generators = build_agents(observation_spec, action_spec, seeds,
+                                                algorithm_ctor, cls, self._device,
+                                                type(self).__name__)
+        self._seeds = [int(s) for s in seeds]
+        if target_entropies is not None and len(target_entropies) != len(seeds):
+            raise ValueError(f"target_entropies has {len(target_entropies)} entries for "
+                             f"{len(seeds)} agents")
+        self._template = (agents[0],)  # agent 0 as built: the single-run layout
+        self.register_buffer("skipped_updates", torch.zeros(len(seeds), dtype=torch.int64,
+                                                            device=self._device))
+        return agents
+
+    @property
+    def num_agents(self) -> int:
+        """K."""
+        return len(self._seeds)
+
+    @property
+    def seeds(self) -> List[int]:
+        """Each agent's seed."""
+        return list(self._seeds)
+
+    @property
+    def algorithm(self) -> Any:
+        """The batched algorithm (stacked networks, batched controller, ``BatchedAdam``)."""
+        return self._alg
+
+    @property
+    def entropy_target_algorithm(self) -> Any:
+        """The batched controller (``batch_shape == (K,)``), or None."""
+        return self._alg.entropy_target_algorithm
+
+    @property
+    def generators(self) -> List[torch.Generator]:
+        """Each agent's random generator."""
+        return list(self._generators)
+
+    def optimizers(self) -> List[torch.optim.Optimizer]:
+        """The batched algorithm's optimizers (one ``BatchedAdam``): what a checkpoint saves."""
+        return self._alg.optimizers()
+
+    def agent_algorithm(self, k: int) -> Any:
+        """Agent ``k`` as a single run's algorithm (for evaluation: ``predict_step``).
+
+        One algorithm is shared by every ``k``: it holds agent ``k``'s current
+        state until the next call (its optimizer is not the agent's).
+
+        Args:
+            k: the agent, ``0 <= k < K``.
+
+        Returns:
+            The algorithm a single run builds, loaded with :meth:`agent_state_dict` ``(k)``.
+
+        Raises:
+            ValueError: if ``k`` is out of range.
+        """
+        single = self._template[0]
+        single.load_state_dict(self.agent_state_dict(k))
+        return single
+
+    def agent_state_dict(self, k: int) -> Dict[str, Any]:
+        """Agent ``k``'s state in a single run's layout (its algorithm's ``state_dict``).
+
+        Args:
+            k: the agent, ``0 <= k < K``.
+
+        Returns:
+            dict: loadable into the algorithm a single run builds.
+
+        Raises:
+            ValueError: if ``k`` is out of range.
+        """
+        return agent_state_dict(self._template[0], self._alg, k, self.num_agents)

@@ -52,14 +52,12 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import gin
 import torch
 import torch.distributions as td
-import torch.nn as nn
 
 from alf_entropy import accel
 from alf_entropy.algorithms.actor_critic_algorithm import ActorCriticAlgorithm, ActorCriticInfo
 from alf_entropy.algorithms.agent_batch import (
-    agent_state_dict,
+    AgentBatch,
     batched_adam_like,
-    build_agents,
     check_same_start,
     update_agents,
 )
@@ -84,7 +82,7 @@ __all__ = ["ManyAgents"]
 
 
 @gin.configurable
-class ManyAgents(nn.Module):
+class ManyAgents(AgentBatch):
     """K independent A2C/PPO agents as one batch (see the module docstring).
 
     Args:
@@ -119,13 +117,9 @@ class ManyAgents(nn.Module):
                  algorithm_ctor: Callable[..., ActorCriticAlgorithm] = PPOAlgorithm,
                  target_entropies: Optional[Sequence[Any]] = None,
                  entropy_target_cls: Optional[Callable[..., Any]] = None, device: Any = "cpu"):
-        super().__init__()
-        self._device = torch.device(device)
-        agents, self._generators = build_agents(observation_spec, action_spec, seeds,
-                                                algorithm_ctor, ActorCriticAlgorithm,
-                                                self._device, type(self).__name__)
-        self._seeds = [int(s) for s in seeds]
-        k = len(seeds)
+        super().__init__(device)
+        agents = self._build_agents(observation_spec, action_spec, seeds, algorithm_ctor,
+                                    ActorCriticAlgorithm, target_entropies)
         self._settings = agents[0].settings
         controller = agents[0].entropy_target_algorithm
         overrides: Dict[str, Any] = {}
@@ -133,13 +127,10 @@ class ManyAgents(nn.Module):
             if controller is None:
                 raise ValueError("target_entropies needs agents with an entropy controller "
                                  "(enforce_entropy_target=True)")
-            if len(target_entropies) != k:
-                raise ValueError(f"target_entropies has {len(target_entropies)} entries for "
-                                 f"{k} agents")
             overrides["target_entropy"] = list(target_entropies)
         if controller is not None:
             entropy_target_cls = functools.partial(
-                entropy_target_cls or type(controller), batch_shape=(k,), **overrides)
+                entropy_target_cls or type(controller), batch_shape=(len(seeds),), **overrides)
         self._alg = algorithm_ctor(
             observation_spec, action_spec,
             actor_network_ctor=lambda *a: StackedModule([g.actor_network for g in agents]),
@@ -150,36 +141,6 @@ class ManyAgents(nn.Module):
         if controller is not None:
             check_same_start([g.entropy_target_algorithm for g in agents],
                               self._alg.entropy_target_algorithm, target_entropies is not None)
-        # Agent 0 as it was built: the single-run layout of agent_state_dict.
-        self._template = (agents[0],)
-        self.register_buffer("skipped_updates", torch.zeros(k, dtype=torch.int64,
-                                                            device=self._device))
-
-    # ------------------------------------------------------------ properties
-    @property
-    def num_agents(self) -> int:
-        """K."""
-        return len(self._seeds)
-
-    @property
-    def seeds(self) -> List[int]:
-        """Each agent's seed."""
-        return list(self._seeds)
-
-    @property
-    def algorithm(self) -> ActorCriticAlgorithm:
-        """The batched algorithm (stacked networks, batched controller, ``BatchedAdam``)."""
-        return self._alg
-
-    @property
-    def entropy_target_algorithm(self) -> Any:
-        """The batched controller (``batch_shape == (K,)``), or None."""
-        return self._alg.entropy_target_algorithm
-
-    @property
-    def generators(self) -> List[torch.Generator]:
-        """Each agent's random generator."""
-        return list(self._generators)
 
     # ---------------------------------------------------------------- acting
     def _sample(self, dist: td.Distribution) -> torch.Tensor:
@@ -360,10 +321,6 @@ class ManyAgents(nn.Module):
                 controller.adjust_alpha(torch.stack(means).mean(0))
         return loss_info, train_info, mask
 
-    def optimizers(self) -> List[torch.optim.Optimizer]:
-        """The batched algorithm's optimizers (one ``BatchedAdam``): what a checkpoint saves."""
-        return self._alg.optimizers()
-
     def summary_values(self, loss_info: LossInfo, train_info: ActorCriticInfo,
                        mask: torch.Tensor) -> Dict[str, torch.Tensor]:
         """Each agent's training summaries of an iteration, as a single run writes them.
@@ -402,38 +359,3 @@ class ManyAgents(nn.Module):
             out["stage"] = torch.as_tensor(controller.stage,
                                            device=weights.device).detach().expand(k)
         return out
-
-    # ----------------------------------------------------------- per agent
-    def agent_algorithm(self, k: int) -> ActorCriticAlgorithm:
-        """Agent ``k`` as a single run's algorithm (for evaluation: ``predict_step``).
-
-        One algorithm is shared by every ``k``: it holds agent ``k``'s current
-        state until the next call (its optimizer is not the agent's).
-
-        Args:
-            k: the agent, ``0 <= k < K``.
-
-        Returns:
-            ActorCriticAlgorithm: loaded with :meth:`agent_state_dict` ``(k)``.
-
-        Raises:
-            ValueError: if ``k`` is out of range.
-        """
-        state = self.agent_state_dict(k)
-        single = self._template[0]
-        single.load_state_dict(state)
-        return single
-
-    def agent_state_dict(self, k: int) -> Dict[str, torch.Tensor]:
-        """Agent ``k``'s state in a single run's layout (its algorithm's ``state_dict``).
-
-        Args:
-            k: the agent, ``0 <= k < K``.
-
-        Returns:
-            dict: loadable into the algorithm a single run builds.
-
-        Raises:
-            ValueError: if ``k`` is out of range.
-        """
-        return agent_state_dict(self._template[0], self._alg, k, self.num_agents)

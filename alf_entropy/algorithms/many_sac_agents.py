@@ -32,16 +32,14 @@ torch's single-tensor Adam; ``tests/many_agents`` holds the first updates
 within 1e-5.
 """
 import functools
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence
 
 import gin
 import torch
-import torch.nn as nn
 
 from alf_entropy.algorithms.agent_batch import (
-    agent_state_dict,
+    AgentBatch,
     batched_adam_like,
-    build_agents,
     check_same_start,
     update_agents,
 )
@@ -55,7 +53,7 @@ __all__ = ["ManySacAgents"]
 
 
 @gin.configurable
-class ManySacAgents(nn.Module):
+class ManySacAgents(AgentBatch):
     """K independent SAC agents as one batch (see the module docstring).
 
     Args:
@@ -86,25 +84,18 @@ class ManySacAgents(nn.Module):
                  algorithm_ctor: Callable[..., SacAlgorithm] = SacAlgorithm,
                  target_entropies: Optional[Sequence[Any]] = None,
                  entropy_target_cls: Optional[Callable[..., Any]] = None, device: Any = "cpu"):
-        super().__init__()
-        self._device = torch.device(device)
-        agents, self._generators = build_agents(observation_spec, action_spec, seeds,
-                                                algorithm_ctor, SacAlgorithm, self._device,
-                                                type(self).__name__)
-        self._seeds = [int(s) for s in seeds]
-        k = len(seeds)
+        super().__init__(device)
+        agents = self._build_agents(observation_spec, action_spec, seeds, algorithm_ctor,
+                                    SacAlgorithm, target_entropies)
         overrides: Dict[str, Any] = {}
         if target_entropies is not None:
-            if len(target_entropies) != k:
-                raise ValueError(f"target_entropies has {len(target_entropies)} entries for "
-                                 f"{k} agents")
             overrides["target_entropy"] = list(target_entropies)
         self._alg = algorithm_ctor(
             observation_spec, action_spec,
             actor_network_ctor=lambda *a: StackedModule([g.actor_network for g in agents]),
             critic_network_ctor=lambda *a: StackedCritics([g.critic_networks for g in agents]),
             entropy_target_cls=functools.partial(
-                entropy_target_cls or agents[0].entropy_target_cls, batch_shape=(k,),
+                entropy_target_cls or agents[0].entropy_target_cls, batch_shape=(len(seeds),),
                 **overrides),
             optimizer=batched_adam_like(agents[0].optimizers()[0])).to(self._device)
         batched = self._alg.entropy_target_algorithm
@@ -114,35 +105,6 @@ class ManySacAgents(nn.Module):
             StackedCritics([g.target_critic_networks for g in agents]).state_dict())
         self._alg.use_sampler(self._draw)
         self._max_grad_norm = agents[0].max_grad_norm
-        self._template = (agents[0],)  # agent 0 as built: the single-run layout
-        self.register_buffer("skipped_updates", torch.zeros(k, dtype=torch.int64,
-                                                            device=self._device))
-
-    # ------------------------------------------------------------ properties
-    @property
-    def num_agents(self) -> int:
-        """K."""
-        return len(self._seeds)
-
-    @property
-    def seeds(self) -> List[int]:
-        """Each agent's seed."""
-        return list(self._seeds)
-
-    @property
-    def algorithm(self) -> SacAlgorithm:
-        """The batched algorithm (stacked networks, batched controller, ``BatchedAdam``)."""
-        return self._alg
-
-    @property
-    def entropy_target_algorithm(self) -> Any:
-        """The batched controller (``batch_shape == (K,)``)."""
-        return self._alg.entropy_target_algorithm
-
-    @property
-    def generators(self) -> List[torch.Generator]:
-        """Each agent's random generator."""
-        return list(self._generators)
 
     def _draw(self, dist: Any, reparameterize: bool) -> torch.Tensor:
         return sample_members(dist, self._generators, reparameterize)
@@ -184,10 +146,6 @@ class ManySacAgents(nn.Module):
         alg.update_target_networks()
         return AlgStep(output=(), state=state, info=loss_info._replace(loss=loss))
 
-    def optimizers(self) -> List[torch.optim.Optimizer]:
-        """The batched algorithm's optimizers (one ``BatchedAdam``): what a checkpoint saves."""
-        return self._alg.optimizers()
-
     def summary_values(self, loss_info: LossInfo, valid: torch.Tensor) -> Dict[str, torch.Tensor]:
         """Each agent's training summaries, the tags a single SAC run writes.
 
@@ -214,25 +172,3 @@ class ManySacAgents(nn.Module):
                                                   device=device).expand(k),
                 "stage": torch.as_tensor(controller.stage, device=device).expand(k),
                 "num_skipped_updates": self.skipped_updates.clone()}
-
-    # ----------------------------------------------------------- per agent
-    def agent_algorithm(self, k: int) -> SacAlgorithm:
-        """Agent ``k`` as a single run's algorithm (for evaluation).
-
-        One algorithm is shared by every ``k``: it holds agent ``k``'s state
-        until the next call (its optimizer is not the agent's).
-
-        Raises:
-            ValueError: if ``k`` is out of range.
-        """
-        single = self._template[0]
-        single.load_state_dict(self.agent_state_dict(k))
-        return single
-
-    def agent_state_dict(self, k: int) -> Dict[str, Any]:
-        """Agent ``k``'s state in a single run's layout (its ``SacAlgorithm``'s ``state_dict``).
-
-        Raises:
-            ValueError: if ``k`` is out of range.
-        """
-        return agent_state_dict(self._template[0], self._alg, k, self.num_agents)
