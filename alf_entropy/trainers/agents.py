@@ -4,18 +4,20 @@
 share for ``num_agents = K > 1`` (or ``seeds``): the argument checks, each
 agent's run directory (``seed=N``, ``target_entropy=T+seed=N``), each agent's
 summaries (:class:`~alf_entropy.trainers.agent_summaries.AgentSummaryCallback`),
-the K sets of environments
-(:class:`~alf_entropy.environments.agent_envs.AgentEnvs`), the agents'
-generators in the checkpoint and each agent's evaluation.  A trainer lists it
+each agent's ``operative_config.gin`` (:func:`agent_operative_config`), the K
+sets of environments (:class:`~alf_entropy.environments.agent_envs.AgentEnvs`),
+the agents' generators in the checkpoint and each agent's evaluation.  A trainer lists it
 before ``Trainer``, calls :meth:`AgentsTrainerMixin._init_agents` before and
 :meth:`AgentsTrainerMixin._agent_callbacks` after ``Trainer.__init__``, and
 writes ``_build_agents``.  For one agent (``K = 1``) every method is
 ``Trainer``'s own.
 """
+import os
 import re
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+import gin
 import torch
 from absl import logging
 
@@ -30,9 +32,69 @@ from alf_entropy.trainers.trainer import _EVAL_SEED_OFFSET
 from alf_entropy.utils import distributed, schedulers
 from alf_entropy.utils.checks import check_int
 
-__all__ = ["AgentsTrainerMixin", "agent_seeds"]
+__all__ = ["AgentsTrainerMixin", "agent_operative_config", "agent_seeds"]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=+-]+")  # as the sweep names its run directories
+_SECTION = re.compile(r"^# Parameters for (?:[\w.]+/)*([\w.]+):")
+_BINDING = re.compile(r"^((?:[\w.]+/)*([\w.]+))\s*=")
+BATCH_CONFIGURABLES = frozenset({"ManyAgents", "ManySacAgents", "BatchedAdam"})
+"""The configurables of a batch of agents, which a single run does not build."""
+
+
+def agent_operative_config(text: str, trainer: str, seed: int, controller: Optional[str] = None,
+                           target: Any = None) -> str:
+    """An agent's ``operative_config.gin``: the batch's, as a single run of the agent has it.
+
+    The trainer's ``seed`` is the agent's, its ``num_agents``, ``seeds`` and
+    ``target_entropies`` a single run's (1, None, None), the batch's own
+    configurables (:data:`BATCH_CONFIGURABLES`) are left out and, for a
+    per-agent target, ``<controller>.target_entropy`` is the agent's (a binding
+    is added where the batch's config has none).  A batch configured in gin
+    thus gives each agent the text of the single run with its seed (and
+    target), so the report reads its seed and groups it with that run (but
+    for what only the configured target builds: a scheduler's bindings stay).
+
+    Args:
+        text: the batch's operative config (``gin.operative_config_str()``).
+        trainer: the trainer's configurable name (``OnPolicyTrainer``).
+        seed: the agent's seed.
+        controller: the controller's configurable name, for ``target``.
+        target: the agent's own target entropy (None: the configured one); a
+            number is written as a binding, anything else as a comment.
+
+    Returns:
+        str: the agent's config text.
+    """
+    values = {f"{trainer}.seed": str(seed), f"{trainer}.num_agents": "1",
+              f"{trainer}.seeds": "None", f"{trainer}.target_entropies": "None"}
+    if controller is not None and target is not None:
+        number = isinstance(target, (int, float)) and not isinstance(target, bool)
+        values[f"{controller}.target_entropy"] = repr(target) if number else None
+        comment = f"# {controller}.target_entropy: {target} (this agent's)"
+    out: List[str] = []
+    seen, dropped, continued = set(), False, False
+    for line in text.splitlines():
+        section = _SECTION.match(line)
+        if section:
+            dropped = section.group(1) in BATCH_CONFIGURABLES
+        if dropped or (continued and line[:1].isspace() and line.strip()):
+            continue
+        continued = False
+        binding = _BINDING.match(line)
+        name = binding.group(2) if binding else None
+        if name in values:
+            seen.add(name)
+            continued = True
+            value = values[name]
+            out.append(comment if value is None else f"{binding.group(1)} = {value}")
+            continue
+        out.append(line)
+    missing = [name for name in values if name not in seen and not name.endswith(
+        ("num_agents", "seeds", "target_entropies"))]
+    if missing:
+        out += ["", "# The agent's own bindings:"] + [
+            comment if values[n] is None else f"{n} = {values[n]}" for n in missing]
+    return "\n".join(out) + "\n"
 
 
 def agent_seeds(num_agents: int, seeds: Optional[Sequence[int]], seed: int
@@ -98,11 +160,22 @@ class AgentsTrainerMixin:
                              f"for {len(self._seeds)} agents")
 
     def _agent_callbacks(self) -> None:
-        """K agents: each agent's summaries in its own run directory (after ``Trainer``'s)."""
-        if self._seeds is not None:
-            self._callbacks = [
-                AgentSummaryCallback.like(c)
-                if type(c) is callbacks_lib.SummaryCallback else c for c in self._callbacks]
+        """K agents: each agent's summaries and ``operative_config.gin`` in its own run
+        directory (after ``Trainer.__init__``, which writes the batch's config)."""
+        if self._seeds is None:
+            return
+        self._callbacks = [
+            AgentSummaryCallback.like(c)
+            if type(c) is callbacks_lib.SummaryCallback else c for c in self._callbacks]
+        controller = self._algorithm.entropy_target_algorithm
+        text = gin.operative_config_str()
+        targets = self._target_entropies or [None] * len(self._seeds)
+        for name, seed, target in zip(self.agent_dirs, self._seeds, targets):
+            config = agent_operative_config(text, type(self).__name__, seed,
+                                            type(controller).__name__, target).encode("utf-8")
+            os.makedirs(os.path.join(self.root_dir, name), exist_ok=True)
+            ckpt.atomic_write_bytes(os.path.join(self.root_dir, name, "operative_config.gin"),
+                                    lambda f, config=config: f.write(config))
 
     def _build_agents(self, observation_spec: Any, action_spec: Any) -> Any:
         """The batch of agents (``ManyAgents`` or the like) on ``self._device``."""

@@ -139,6 +139,10 @@ def test_packed_sweep_is_the_unpacked_sweep(tmp_path, monkeypatch):
         assert sorted(r["run"] for r in rows[mode]) == names
         assert len({r["group"] for r in rows[mode]}) == 1
         assert all(r["env_steps"] == 2 * 16 * 2 for r in rows[mode])
+    # Each agent's operative config is its run's: the same seeds, the same groups.
+    assert sorted((r["run"], r["seed"], r["group"]) for r in rows["packed"]) == sorted(
+        (r["run"], r["seed"], r["group"]) for r in rows["unpacked"])
+    assert sorted(r["seed"] for r in rows["packed"]) == [0, 1]
     # Agent k's first iteration is the single run's (float rounding aside).
     for name in names:
         mine = _scalars(os.path.join(dirs["packed"], name))

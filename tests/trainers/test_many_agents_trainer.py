@@ -149,12 +149,16 @@ def test_each_agent_is_a_run_the_report_reads(tmp_path: Any) -> None:
     runs = find_runs([str(root)])
     assert [r[len(str(root)) + 1:] for r in runs] == sorted(trainer.agent_dirs)
     rows = [run_metrics(load_run(r)) for r in runs]
-    # The seeds of one target are one group (one curve), as a sweep's runs are.
-    assert sorted(load_run(r).group for r in runs) == [
-        "target_entropy=0.3", "target_entropy=0.6", "target_entropy=0.6"]
+    # Each agent's operative config gives the report its seed; the seeds of one target
+    # are one group (one curve), as a sweep's runs are.
+    by_dir = {r[len(str(root)) + 1:]: load_run(r) for r in runs}
+    assert [by_dir[d].seed for d in trainer.agent_dirs] == seeds
+    groups = [by_dir[d].group for d in trainer.agent_dirs]
+    assert groups[1] == groups[2] != groups[0]
+    assert sorted(row["seed"] for row in rows) == seeds
     assert all(row["env_steps"] == 4 * 16 * 4 for row in rows)
     report = write_report([str(root)], str(tmp_path / "report"))
-    assert len(report["rows"]) == 3
+    assert sorted(row["seed"] for row in report["rows"]) == seeds
     evals = []
     for k, seed in enumerate(seeds):
         mine = _scalars(str(root / trainer.agent_dirs[k]))
@@ -269,3 +273,34 @@ def test_sigkill_and_restart_of_the_batch_gives_the_uninterrupted_checkpoint(
     for name, value in expected["env"]["time_step"].items():
         mine = got["env"]["time_step"][name]
         assert torch.equal(mine, value) if isinstance(value, torch.Tensor) else mine == value
+
+
+def test_each_agent_has_the_operative_config_of_its_single_run(tmp_path: Any) -> None:
+    """A K = 2 batch configured in gin, each agent with its own target: agent k's
+    ``operative_config.gin`` is the text the single run with its seed and target writes,
+    so the report fills its seed column and groups it exactly as that run."""
+    from alf_entropy.experiments.report import find_runs, write_report
+    from alf_entropy.trainers.gin_config import CONFIG_DIR, parse_gin_config
+
+    tiny = ["OnPolicyTrainer.num_env_steps = None", "OnPolicyTrainer.num_iterations = 1",
+            "OnPolicyTrainer.unroll_length = 16", "OnPolicyTrainer.num_envs = 2",
+            "OnPolicyTrainer.progress_bar = False", "OnPolicyTrainer.summary_interval = 1",
+            "OnPolicyTrainer.eval_interval = None", "PPOAlgorithm.num_minibatches = 2",
+            "EntropyTargetAlgorithm.target_entropy = 0.67"]  # not the shipped schedule
+    seeds, targets = [3, 4], [0.5, 0.6]
+    parse_gin_config([f"{CONFIG_DIR}/ppo_cartpole.gin"], tiny + [
+        f"OnPolicyTrainer.seeds = {seeds}", f"OnPolicyTrainer.target_entropies = {targets}"])
+    root = tmp_path / "batch"
+    batch = OnPolicyTrainer(str(root))
+    batch.train()
+    configs = [(root / d / "operative_config.gin").read_text() for d in batch.agent_dirs]
+    for seed, target, config in zip(seeds, targets, configs):
+        gin.clear_config()
+        parse_gin_config([f"{CONFIG_DIR}/ppo_cartpole.gin"], tiny + [
+            f"OnPolicyTrainer.seed = {seed}", f"EntropyTargetAlgorithm.target_entropy = {target}"])
+        single = tmp_path / f"single{seed}"
+        OnPolicyTrainer(str(single))
+        assert config == (single / "operative_config.gin").read_text()
+    rows = write_report(find_runs([str(root)]), str(tmp_path / "report"))["rows"]
+    assert [(row["run"], row["seed"]) for row in rows] == list(zip(batch.agent_dirs, seeds))
+    assert rows[0]["group"] != rows[1]["group"]
