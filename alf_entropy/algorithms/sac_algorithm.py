@@ -51,11 +51,8 @@ from alf_entropy.utils.replay_buffer import Transition
 
 __all__ = ["SacAlgorithm", "SacLossInfo"]
 
-SacLossInfo = namedtuple(
-    "SacLossInfo",
-    ["critic", "actor", "entropy", "q", "alpha"],
-    default_value=(),
-)
+SacLossInfo = namedtuple("SacLossInfo", ["critic", "actor", "entropy", "q", "alpha"],
+                         default_value=())
 """``LossInfo.extra`` of an update, for summaries: detached per-row ``[N]``
 tensors, and ``alpha`` (0-d)."""
 
@@ -148,15 +145,11 @@ class SacAlgorithm(Algorithm):
         super().__init__(optimizer=_default_optimizer if optimizer is None else optimizer,
                          debug_summaries=debug_summaries, name=name)
         if nest.is_nested(action_spec) or not isinstance(action_spec, BoundedTensorSpec):
-            raise TypeError(
-                "SacAlgorithm: action_spec must be a single BoundedTensorSpec (one "
-                f"discrete or one continuous action), got {action_spec!r}"
-            )
+            raise TypeError("SacAlgorithm: action_spec must be a single BoundedTensorSpec (one "
+                            f"discrete or one continuous action), got {action_spec!r}")
         if action_spec.is_discrete and action_spec.shape != ():
-            raise ValueError(
-                "SacAlgorithm: a discrete action must be scalar (gymnasium Discrete), got "
-                f"shape {action_spec.shape}"
-            )
+            raise ValueError("SacAlgorithm: a discrete action must be scalar (gymnasium "
+                             f"Discrete), got shape {action_spec.shape}")
         self._gamma = check_real("gamma", gamma, minimum=0.0, maximum=1.0)
         self._tau = check_real("target_update_tau", target_update_tau, above=0.0, maximum=1.0)
         self._target_update_period = check_int("target_update_period", target_update_period, 1)
@@ -190,8 +183,7 @@ class SacAlgorithm(Algorithm):
             raise ValueError(
                 f"SacAlgorithm: target_entropy {target} is below 0 for a discrete action "
                 "(a discrete entropy is never negative, so alpha would fall forever); "
-                "negative targets such as -dim(A) are for continuous actions"
-            )
+                "negative targets such as -dim(A) are for continuous actions")
         self.register_buffer("_num_skipped", torch.zeros((), dtype=torch.int64))
         self.optimizers()  # fails now, not at the first update, if a parameter has none
         self._target_pairs: Optional[tuple] = None
@@ -311,9 +303,8 @@ class SacAlgorithm(Algorithm):
             batch: a ``Transition`` of ``[N, ...]`` tensors.
 
         Returns:
-            LossInfo: ``loss`` the per-row critic + actor loss ``[N]``,
-            ``scalar_loss`` the controller's (a 0-d tensor), ``extra`` a
-            ``SacLossInfo`` of detached scalars.
+            LossInfo: ``loss`` the per-row critic + actor loss ``[N]``, ``scalar_loss`` the
+            controller's (a 0-d tensor), ``extra`` a ``SacLossInfo`` of detached scalars.
         """
         controller = self._entropy_target_algorithm
         alpha = controller.alpha.detach()
@@ -360,25 +351,20 @@ class SacAlgorithm(Algorithm):
             rollout_info: unused.
 
         Returns:
-            AlgStep: ``info`` the ``LossInfo`` (``loss`` the minimised
-            scalar, detached).
+            AlgStep: ``info`` the ``LossInfo`` (``loss`` the minimised scalar, detached).
         """
         loss_info, _ = self.update_with_gradient(
-            self.calc_loss(inputs),
-            valid_masks=inputs.valid,
-            max_grad_norm=self._max_grad_norm,
-            skipped_counter=self._num_skipped,
-        )
+            self.calc_loss(inputs), valid_masks=inputs.valid, max_grad_norm=self._max_grad_norm,
+            skipped_counter=self._num_skipped)
         self.update_target_networks()
         if summary.should_record_summaries():
             self._summarize(loss_info, inputs.valid)
         return AlgStep(output=(), state=state, info=loss_info)
 
     def update_target_networks(self) -> None:
-        """Polyak-average the target critics (every ``target_update_period``-th call).
+        """Polyak-average the target critics, every ``target_update_period``-th call.
 
-        ``train_step`` calls it after each update; a caller that makes the
-        updates itself (a batch of agents) calls it after each of its own.
+        ``train_step`` calls it after its update, a batch of agents after its own.
         """
         self._host_updates += 1
         if self._host_updates % self._target_update_period:
