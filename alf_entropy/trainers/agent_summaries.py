@@ -37,11 +37,11 @@ class AgentSummaryCallback(SummaryCallback):
     @classmethod
     def like(cls, other: SummaryCallback) -> "AgentSummaryCallback":
         """One with ``other``'s interval and flush period."""
-        return cls(other._interval, other._flush_secs)
+        return cls(other.interval, other.flush_secs)
 
     def on_training_start(self, trainer: Any) -> None:
         self._writers = [summary.create_summary_writer(
-            os.path.join(trainer.root_dir, name, "train"), flush_secs=self._flush_secs)
+            os.path.join(trainer.root_dir, name, "train"), flush_secs=self.flush_secs)
             for name in trainer.agent_dirs]
         summary.set_default_writer(None)  # the batch's own summary calls go nowhere
         self._since = (time.time(), trainer.env_steps)

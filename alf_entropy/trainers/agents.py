@@ -28,7 +28,7 @@ from alf_entropy.trainers import callbacks as callbacks_lib
 from alf_entropy.trainers import checkpoint as ckpt
 from alf_entropy.trainers import ranks
 from alf_entropy.trainers.agent_summaries import AgentSummaryCallback
-from alf_entropy.trainers.trainer import _EVAL_SEED_OFFSET
+from alf_entropy.trainers.trainer import EVAL_SEED_OFFSET
 from alf_entropy.utils import distributed, schedulers
 from alf_entropy.utils.checks import check_int
 
@@ -294,7 +294,7 @@ class AgentsTrainerMixin:
                 def _policy(observation: Any, agent: Any = agent) -> Any:
                     return agent.predict_step(TimeStep(observation=observation)).output
 
-                values.append(evaluate(self._env_id, _policy, seed=seed + _EVAL_SEED_OFFSET,
+                values.append(evaluate(self._env_id, _policy, seed=seed + EVAL_SEED_OFFSET,
                                        num_episodes=num_episodes or self._num_eval_episodes,
                                        device=self._device))
         finally:

@@ -73,13 +73,13 @@ class SummaryCallback(Callback):
     them and ``alpha``.
 
     Args:
-        interval: iterations between summaries.
-        flush_secs: how often the writer flushes to disk.
+        interval: iterations between summaries (the ``interval`` attribute).
+        flush_secs: how often the writer flushes to disk (``flush_secs``).
     """
 
     def __init__(self, interval: int = 10, flush_secs: float = 10.0):
-        self._interval = check_int("summary_interval", interval, minimum=1)
-        self._flush_secs = flush_secs
+        self.interval = check_int("summary_interval", interval, minimum=1)
+        self.flush_secs = flush_secs
         self._writer: Any = None
         self._gate: Optional[summary.record_if] = None
         self._since = (0.0, 0)  # (time, env steps) of the last summary
@@ -87,13 +87,13 @@ class SummaryCallback(Callback):
     def on_training_start(self, trainer: Any) -> None:
         if distributed.is_main_process():
             self._writer = summary.create_summary_writer(
-                os.path.join(trainer.root_dir, "train"), flush_secs=self._flush_secs
+                os.path.join(trainer.root_dir, "train"), flush_secs=self.flush_secs
             )
         summary.set_default_writer(self._writer)
         self._since = (time.time(), trainer.env_steps)
 
     def _due(self, trainer: Any) -> bool:
-        return trainer.iteration % self._interval == 0
+        return trainer.iteration % self.interval == 0
 
     def on_iteration_start(self, trainer: Any) -> None:
         due = self._due(trainer)
@@ -101,7 +101,7 @@ class SummaryCallback(Callback):
         self._gate.__enter__()
 
     def on_iteration_end(self, trainer: Any) -> bool:
-        if self._gate is not None and (trainer.iteration - 1) % self._interval == 0:
+        if self._gate is not None and (trainer.iteration - 1) % self.interval == 0:
             self._write(trainer)
         self._close_gate()
         return True

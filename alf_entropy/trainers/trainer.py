@@ -44,9 +44,10 @@ from alf_entropy.trainers.run_dir import RunDir
 from alf_entropy.utils import distributed, schedulers
 from alf_entropy.utils.checks import check_int
 
-__all__ = ["MAX_SEED", "Trainer", "TrainingAborted", "resolve_device"]
+__all__ = ["EVAL_SEED_OFFSET", "MAX_SEED", "Trainer", "TrainingAborted", "resolve_device"]
 
-_EVAL_SEED_OFFSET = 1_000_003
+EVAL_SEED_OFFSET = 1_000_003
+"""Evaluation environments are seeded ``seed + EVAL_SEED_OFFSET`` (apart from training's)."""
 
 
 class Trainer:
@@ -327,7 +328,7 @@ class Trainer:
         start = time.time()
         self._algorithm.eval()
         try:
-            value = evaluate(self._env_id, self._policy_fn, seed=self._seed + _EVAL_SEED_OFFSET,
+            value = evaluate(self._env_id, self._policy_fn, seed=self._seed + EVAL_SEED_OFFSET,
                              num_episodes=num_episodes or self._num_eval_episodes,
                              device=self._device)
         finally:

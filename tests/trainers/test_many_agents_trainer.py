@@ -185,15 +185,15 @@ def test_each_agent_is_a_run_the_report_reads(tmp_path: Any) -> None:
 def test_stop_eval_return_waits_for_every_agent(tmp_path: Any,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     from alf_entropy.trainers import agents
-    from alf_entropy.trainers.trainer import _EVAL_SEED_OFFSET
+    from alf_entropy.trainers.trainer import EVAL_SEED_OFFSET
 
-    solved = {_EVAL_SEED_OFFSET + 1}  # eval seed of agent seed 1: it solves at once, agent 2 never
+    solved = {EVAL_SEED_OFFSET + 1}  # eval seed of agent seed 1: it solves at once, agent 2 never
     monkeypatch.setattr(agents, "evaluate",
                         lambda env_id, policy, seed, **kw: 500.0 if seed in solved else 10.0)
     common = dict(SMALL, num_iterations=3, eval_interval=1, stop_eval_return=400.0)
     result = OnPolicyTrainer(str(tmp_path / "a"), seeds=[1, 2], **common).train()
     assert result["iteration"] == 3 and result["eval_return"] == 10.0  # agent 2 kept going
-    solved.add(_EVAL_SEED_OFFSET + 2)
+    solved.add(EVAL_SEED_OFFSET + 2)
     result = OnPolicyTrainer(str(tmp_path / "b"), seeds=[1, 2], **common).train()
     assert result["iteration"] == 1 and result["eval_return"] == 500.0  # both solved
 
