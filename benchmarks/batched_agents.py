@@ -32,6 +32,8 @@ iterations, no evaluation), timed from launch to exit --
 * **K agents in one process** (``OnPolicyTrainer(seeds=...)``, one core);
 * **K agents as two processes of K/2**, both at once (both cores; K >= 4);
 * **K separate runs, two at a time** (both cores; each pays the start-up);
+* PPO, if it is installed: **Stable-Baselines3's PPO**, K runs of the same
+  settings (8 envs, 128 steps, 4 epochs of 4 minibatches, 64x64 tanh), two at a time;
 
 as aggregate env-steps/s, that over the single run's, per core, and the
 largest peak resident memory of one process.  ``--algorithm sac`` does the same
@@ -58,6 +60,7 @@ Usage: ``python benchmarks/batched_agents.py [--ks 1,2,4,8,16] [--repeats 3]``,
 """
 import argparse
 import functools
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -240,6 +243,16 @@ def child(root_dir: str, seeds: List[int], iterations: int, algorithm: str, hidd
 
         train_sac(root_dir, iterations, hidden, **common)
         return
+    if algorithm == "sb3":  # SB3's PPO with the same settings, for the SB3 rows
+        import stable_baselines3 as sb3
+        from stable_baselines3.common.env_util import make_vec_env
+
+        sb3.PPO("MlpPolicy", make_vec_env(ENV, n_envs=NUM_ENVS, seed=seeds[0]), n_steps=UNROLL,
+                batch_size=NUM_ENVS * UNROLL // 4, n_epochs=4, gamma=0.98, gae_lambda=0.8,
+                policy_kwargs=dict(net_arch=dict(pi=[64, 64], vf=[64, 64]),
+                                   activation_fn=torch.nn.Tanh),
+                seed=seeds[0], device="cpu").learn(iterations * NUM_ENVS * UNROLL)
+        return
     from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
 
     OnPolicyTrainer(root_dir, env_id=ENV, num_envs=NUM_ENVS, unroll_length=UNROLL,
@@ -315,8 +328,10 @@ def processes_main(ks: List[int], iterations: int, algorithm: str, hidden: int) 
         if k >= 4:  # (for K = 2 it is the separate runs)
             layouts.append(("two processes of K/2", [seeds[: k // 2], seeds[k // 2:]], 2))
         layouts.append(("K separate runs, 2 at a time", [[s] for s in seeds], 2))
+        if algorithm == "ppo" and importlib.util.find_spec("stable_baselines3"):
+            layouts.append(("SB3: K separate runs, 2 at a time", [[s] for s in seeds], 2))
         for name, groups, jobs in layouts:
-            wall, mem = run(groups, jobs=jobs)
+            wall, mem = run(groups, jobs=jobs, algorithm="sb3" if "SB3" in name else algorithm)
             rate = k * per_run / wall
             cores = min(jobs, len(groups))
             print(f"| {k} | {name} | {cores} | {wall:.1f} | {rate:.0f} | {rate / single:.2f} | "
@@ -415,8 +430,8 @@ def main() -> None:
                         help="whole training processes, start-up included")
     parser.add_argument("--iterations", type=int, default=None,
                         help="--processes: iterations per run (default 10; SAC: 1000)")
-    parser.add_argument("--algorithm", choices=("ppo", "sac"), default="ppo",
-                        help="--processes: PPO CartPole or SAC Pendulum")
+    parser.add_argument("--algorithm", choices=("ppo", "sac", "sb3"), default="ppo",
+                        help="--processes: PPO CartPole or SAC Pendulum (sb3: the SB3 rows)")
     parser.add_argument("--hidden", type=int, default=256,
                         help="--processes --algorithm sac: the networks' width")
     parser.add_argument("--returns", action="store_true",
