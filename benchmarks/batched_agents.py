@@ -50,13 +50,15 @@ trained both ways with ``alf-entropy-train`` -- one process with
 ``eval/return``, the mean of the last 3 evaluations and of all of them (the
 learning speed) both ways, their means over the seeds with 95 % bootstrap intervals
 (``control_metrics.bootstrap_ci``), whether the intervals overlap, and each
-side's wall time.
+side's wall time.  ``--returns --algorithm sac`` does the same for
+``sac_pendulum.gin`` (``OffPolicyTrainer.seeds`` / ``.seed``; ``--hidden`` and
+``--env_steps`` shorten it).
 
 Usage: ``python benchmarks/batched_agents.py [--ks 1,2,4,8,16] [--repeats 3]``,
 ``python benchmarks/batched_agents.py --processes [--ks 8] [--iterations 10]``,
 ``python benchmarks/batched_agents.py --processes --algorithm sac [--iterations 1000]
 [--hidden 256]``,
-``python benchmarks/batched_agents.py --returns [--seeds 0,1,2,3,4,5,6,7]``
+``python benchmarks/batched_agents.py --returns [--seeds 0,1,2,3,4,5,6,7] [--algorithm sac]``
 """
 import argparse
 import functools
@@ -347,12 +349,19 @@ def processes_main(ks: List[int], iterations: int, algorithm: str, hidden: int) 
     print(f"Measured {stamp()}; the benchmark took {time.perf_counter() - started:.0f} s.")
 
 
-def train_command(root_dir: str, bindings: List[str], log: str) -> List[str]:
-    """``alf-entropy-train`` of ``ppo_cartpole.gin`` with ``bindings``, its output to ``log``."""
+RETURNS_CONFIGS = {"ppo": ("ppo_cartpole.gin", "OnPolicyTrainer", "PPO CartPole"),
+                   "sac": ("sac_pendulum.gin", "OffPolicyTrainer", "SAC Pendulum")}
+"""``--returns``: per algorithm, the shipped config, its trainer and a name."""
+
+
+def train_command(root_dir: str, bindings: List[str], log: str, algorithm: str = "ppo"
+                  ) -> List[str]:
+    """``alf-entropy-train`` of the algorithm's config with ``bindings``, its output to ``log``."""
+    config, trainer, _ = RETURNS_CONFIGS[algorithm]
     train = (f"import os; fd = os.open({log!r}, os.O_WRONLY | os.O_CREAT | os.O_TRUNC); "
              "os.dup2(fd, 1); os.dup2(fd, 2); from alf_entropy.bin.train import main; main()")
     return [sys.executable, "-c", train, "--root_dir", root_dir, "--device", "cpu",
-            "--gin_file", "ppo_cartpole.gin", "--gin_param", "OnPolicyTrainer.progress_bar = False"
+            "--gin_file", config, "--gin_param", f"{trainer}.progress_bar = False"
             ] + [arg for b in bindings for arg in ("--gin_param", b)]
 
 
@@ -366,31 +375,37 @@ def eval_returns(run_dir: str) -> np.ndarray:
     return values
 
 
-def returns_main(seeds: List[int], env_steps: Optional[int]) -> None:
+def returns_main(seeds: List[int], env_steps: Optional[int], algorithm: str = "ppo",
+                 hidden: Optional[int] = None) -> None:
     from alf_entropy.experiments.control_metrics import bootstrap_ci
 
     started = time.perf_counter()
     scratch = tempfile.mkdtemp(prefix="batched_returns_")
-    extra = [] if env_steps is None else [f"OnPolicyTrainer.num_env_steps = {env_steps}"]
+    config, trainer, what = RETURNS_CONFIGS[algorithm]
+    extra = [] if env_steps is None else [f"{trainer}.num_env_steps = {env_steps}"]
+    if hidden is not None:
+        extra += [f"{net}.fc_layer_params = ({hidden}, {hidden})"
+                  for net in ("ActorDistributionNetwork", "CriticNetworks")]
     try:
         batch_dir = os.path.join(scratch, "batched")
         os.makedirs(batch_dir)
         batch_log = os.path.join(scratch, "batched.log")
-        batch_wall, _ = run_commands(
-            [train_command(batch_dir, [f"OnPolicyTrainer.seeds = {seeds}"] + extra, batch_log)], 1)
+        batch_wall, _ = run_commands([train_command(
+            batch_dir, [f"{trainer}.seeds = {seeds}"] + extra, batch_log, algorithm)], 1)
         single_dirs = {s: os.path.join(scratch, f"single_seed={s}") for s in seeds}
         for d in single_dirs.values():
             os.makedirs(d)
         single_wall, _ = run_commands(
-            [train_command(d, [f"OnPolicyTrainer.seed = {s}"] + extra, d + ".log")
+            [train_command(d, [f"{trainer}.seed = {s}"] + extra, d + ".log", algorithm)
              for s, d in single_dirs.items()], 2)
         batched = {s: eval_returns(os.path.join(batch_dir, f"seed={s}")) for s in seeds}
         single = {s: eval_returns(d) for s, d in single_dirs.items()}
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     num_evals = len(next(iter(batched.values())))
-    print(f"PPO CartPole (ppo_cartpole.gin, {num_evals} evaluations of 10 deterministic "
-          f"episodes per run), seeds {', '.join(map(str, seeds))}: one process of "
+    print(f"{what} ({config}{' '.join([','] + extra) if extra else ''}; {num_evals} "
+          f"evaluations of 10 deterministic episodes per run), seeds "
+          f"{', '.join(map(str, seeds))}: one process of "
           f"{len(seeds)} agents against {len(seeds)} single runs, two at a time; one torch "
           "thread per process.\n")
     print("| seed | final eval, batched | final eval, single "
@@ -433,7 +448,7 @@ def main() -> None:
     parser.add_argument("--algorithm", choices=("ppo", "sac", "sb3"), default="ppo",
                         help="--processes: PPO CartPole or SAC Pendulum (sb3: the SB3 rows)")
     parser.add_argument("--hidden", type=int, default=256,
-                        help="--processes --algorithm sac: the networks' width")
+                        help="--algorithm sac: the networks' width")
     parser.add_argument("--returns", action="store_true",
                         help="final returns of full-length runs, batched vs single")
     parser.add_argument("--env_steps", type=int, default=None,
@@ -444,7 +459,8 @@ def main() -> None:
     torch.set_num_threads(1)
     if args.returns:
         returns_main([int(s) for s in (args.seeds or "0,1,2,3,4,5,6,7").split(",")],
-                     args.env_steps)
+                     args.env_steps, args.algorithm,
+                     args.hidden if args.algorithm == "sac" and args.hidden != 256 else None)
         return
     if args.child is not None:
         child(args.child, [int(s) for s in (args.seeds or "0").split(",")], args.iterations,
