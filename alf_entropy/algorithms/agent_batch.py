@@ -40,29 +40,39 @@ def agent_generator(seed: int, device: torch.device) -> torch.Generator:
 
 def build_agents(observation_spec: Any, action_spec: Any, seeds: Sequence[int],
                  algorithm_ctor: Callable[..., Any], cls: type, device: torch.device,
-                 batch_name: str) -> Tuple[List[Any], List[torch.Generator]]:
+                 batch_name: str, target_entropies: Optional[Sequence[Any]] = None
+                 ) -> Tuple[List[Any], List[torch.Generator]]:
     """Agent ``k`` built as a single run with ``seeds[k]`` builds it, and its generator.
 
     Args:
         observation_spec: the observation spec.
         action_spec: the action spec (not nested).
-        seeds: one seed per agent (distinct, at least one).
+        seeds: one seed per agent (at least one; distinct unless
+            ``target_entropies`` tells the agents with one seed apart: those
+            start alike, as the single runs with that seed do).
         algorithm_ctor: ``(observation_spec, action_spec) -> algorithm``.
         cls: the class the agents must be.
         device: where the agents live.
         batch_name: the batch's class name, for messages.
+        target_entropies: each agent's own target (None: the configured one).
 
     Returns:
         ``(agents, generators)``.
 
     Raises:
-        ValueError: for empty or repeated ``seeds``, a nested action spec or a
-            data-parallel run.
+        ValueError: for empty ``seeds``, repeated (target, seed) pairs, a
+            nested action spec or a data-parallel run.
         TypeError: if ``algorithm_ctor`` builds no ``cls``.
     """
     seeds = [check_int("seeds[i]", s, minimum=0) for s in seeds]
-    if not seeds or len(set(seeds)) != len(seeds):
-        raise ValueError(f"seeds must be distinct and at least one, got {seeds}")
+    if not seeds:
+        raise ValueError("seeds must hold at least one seed, got []")
+    targets = [None] * len(seeds) if target_entropies is None else [
+        str(t) for t in target_entropies]
+    if len(set(zip(seeds, targets))) != len(seeds):
+        raise ValueError(f"seeds must be distinct unless target_entropies gives each agent "
+                         f"its own (target, seed), got seeds {seeds} and target_entropies "
+                         f"{target_entropies}")
     if nest.is_nested(action_spec):
         raise ValueError(f"{batch_name} does not take a nested action_spec yet")
     if distributed.is_distributed():
@@ -208,13 +218,13 @@ class AgentBatch(nn.Module):
             ValueError: see :func:`build_agents`; also ``target_entropies`` not one per agent.
             TypeError: see :func:`build_agents`.
         """
-        agents, self._generators = build_agents(observation_spec, action_spec, seeds,
-                                                algorithm_ctor, cls, self._device,
-                                                type(self).__name__)
-        self._seeds = [int(s) for s in seeds]
         if target_entropies is not None and len(target_entropies) != len(seeds):
             raise ValueError(f"target_entropies has {len(target_entropies)} entries for "
                              f"{len(seeds)} agents")
+        agents, self._generators = build_agents(observation_spec, action_spec, seeds,
+                                                algorithm_ctor, cls, self._device,
+                                                type(self).__name__, target_entropies)
+        self._seeds = [int(s) for s in seeds]
         self._template = (agents[0],)  # agent 0 as built: the single-run layout
         self.register_buffer("skipped_updates", torch.zeros(len(seeds), dtype=torch.int64,
                                                             device=self._device))

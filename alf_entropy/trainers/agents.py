@@ -32,7 +32,7 @@ from alf_entropy.trainers.trainer import EVAL_SEED_OFFSET
 from alf_entropy.utils import distributed, schedulers
 from alf_entropy.utils.checks import check_int
 
-__all__ = ["AgentsTrainerMixin", "agent_operative_config", "agent_seeds"]
+__all__ = ["AgentsTrainerMixin", "agent_dir", "agent_operative_config", "agent_seeds"]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=+-]+")  # as the sweep names its run directories
 _SECTION = re.compile(r"^# Parameters for (?:[\w.]+/)*([\w.]+):")
@@ -97,22 +97,41 @@ def agent_operative_config(text: str, trainer: str, seed: int, controller: Optio
     return "\n".join(out) + "\n"
 
 
-def agent_seeds(num_agents: int, seeds: Optional[Sequence[int]], seed: int
-                ) -> Optional[List[int]]:
+def agent_dir(seed: int, target: Any = None) -> str:
+    """An agent's run directory under the batch's root dir (named as a sweep names runs).
+
+    Args:
+        seed: the agent's seed.
+        target: its own target entropy (None: the configured one).
+
+    Returns:
+        ``seed=N``, or ``target_entropy=T+seed=N`` for a target of its own.
+    """
+    if target is None:
+        return f"seed={seed}"
+    return f"target_entropy={_UNSAFE.sub('_', str(target))}+seed={seed}"
+
+
+def agent_seeds(num_agents: int, seeds: Optional[Sequence[int]], seed: int,
+                target_entropies: Optional[Sequence[Any]] = None) -> Optional[List[int]]:
     """The K agents' seeds, or None for a single run.
 
     Args:
         num_agents: K; with ``seeds`` None the seeds are ``seed, ..., seed + K - 1``.
-        seeds: the seeds instead (distinct, at least two); ``num_agents`` is then
-            1 or ``len(seeds)``.
+        seeds: the seeds instead (at least two; distinct, or repeated where
+            ``target_entropies`` gives the agents distinct run directories:
+            each agent's (target, seed) its own); ``num_agents`` is then 1 or
+            ``len(seeds)``.
         seed: the trainer's seed.
+        target_entropies: each agent's target (None: the configured one).
 
     Returns:
         The seeds, or None for one agent.
 
     Raises:
-        ValueError: for out-of-range or repeated seeds, or a ``num_agents``
-            that disagrees with ``seeds``.
+        ValueError: for out-of-range seeds, repeated seeds without distinct
+            (target, seed) run directories, or a ``num_agents`` that
+            disagrees with ``seeds``.
     """
     num_agents = check_int("num_agents", num_agents, minimum=1)
     if seeds is None:
@@ -122,11 +141,20 @@ def agent_seeds(num_agents: int, seeds: Optional[Sequence[int]], seed: int
                   below=ranks.MAX_SEED)
         return [seed + k for k in range(num_agents)]
     seeds = [check_int("seeds[i]", s, minimum=0, below=ranks.MAX_SEED) for s in seeds]
-    if len(seeds) < 2 or len(set(seeds)) != len(seeds):
-        raise ValueError(f"seeds must be at least two distinct seeds (for one agent use "
-                         f"seed), got {seeds}")
+    if len(seeds) < 2:
+        raise ValueError(f"seeds must be at least two seeds (for one agent use seed), got "
+                         f"{seeds}")
     if num_agents not in (1, len(seeds)):
         raise ValueError(f"num_agents is {num_agents} but seeds has {len(seeds)} entries")
+    if len(set(seeds)) != len(seeds):
+        if target_entropies is None or len(target_entropies) != len(seeds):
+            raise ValueError(f"seeds must be distinct unless target_entropies gives each "
+                             f"agent its own (target, seed), got seeds {seeds}")
+        dirs = [agent_dir(s, t) for s, t in zip(seeds, target_entropies)]
+        twice = sorted({d for d in dirs if dirs.count(d) > 1})
+        if twice:
+            raise ValueError(f"seeds and target_entropies must give distinct (target, seed) "
+                             f"pairs, got {twice[0]} twice (seeds {seeds})")
     return seeds
 
 
@@ -143,7 +171,7 @@ class AgentsTrainerMixin:
             ValueError: see :func:`agent_seeds`; also K > 1 on several ranks, or
                 ``target_entropies`` for one agent or of the wrong length.
         """
-        self._seeds = agent_seeds(num_agents, seeds, seed)
+        self._seeds = agent_seeds(num_agents, seeds, seed, target_entropies)
         self._target_entropies = None if target_entropies is None else list(target_entropies)
         self._last_train: Optional[Tuple[Any, ...]] = None
         if self._seeds is None:
@@ -196,10 +224,8 @@ class AgentsTrainerMixin:
         """Each agent's run directory, relative to ``root_dir`` (``""`` for a single run)."""
         if self._seeds is None:
             return [""]
-        if self._target_entropies is None:
-            return [f"seed={s}" for s in self._seeds]
-        return [f"target_entropy={_UNSAFE.sub('_', str(t))}+seed={s}"
-                for t, s in zip(self._target_entropies, self._seeds)]
+        targets = self._target_entropies or [None] * len(self._seeds)
+        return [agent_dir(s, t) for s, t in zip(self._seeds, targets)]
 
     def agent_summary_values(self) -> Dict[str, torch.Tensor]:
         """K agents: each agent's training summaries of the last iteration (tag -> ``[K]``)."""
