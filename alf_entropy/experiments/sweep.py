@@ -46,7 +46,9 @@ With ``--pack_seeds`` the seeds of each configuration train as one process
 of several agents (``OnPolicyTrainer.seeds`` or ``OffPolicyTrainer.seeds``,
 as the spec's ``seed_binding`` names the trainer) where the spec allows, each
 agent writing to its run's directory (see :func:`pack_seeds`); the runs,
-their done markers and the report are those of the unpacked sweep.
+their done markers and the report are those of the unpacked sweep.  With
+``--pack_targets`` the configurations that differ only in the controller's
+target entropy are one process too (``<trainer>.target_entropies``).
 
 Runs execute as ``--jobs`` parallel local processes by default.  With
 ``--ray_address`` (an address, ``auto`` for the cluster this machine is part
@@ -58,6 +60,7 @@ import argparse
 import concurrent.futures
 import itertools
 import json
+import math
 import os
 import re
 import subprocess
@@ -94,11 +97,14 @@ class SweepRun:
         seed: its seed (None for a packed process).
         bindings: its ``--gin_param`` bindings without the seed.
         members: a packed process's runs (each agent is one); ``[]`` for a run.
+        targets: a packed process's target entropy of each member (None each
+            where it packs seeds only).
     """
 
     def __init__(self, name: str, root_dir: str, command: List[str], config: str = "",
                  seed: Optional[int] = None, bindings: Optional[List[str]] = None,
-                 members: Optional[List["SweepRun"]] = None):
+                 members: Optional[List["SweepRun"]] = None,
+                 targets: Optional[List[Any]] = None):
         self.name = name
         self.root_dir = root_dir
         self.command = command
@@ -106,6 +112,7 @@ class SweepRun:
         self.seed = seed
         self.bindings = list(bindings or [])
         self.members = list(members or [])
+        self.targets = list(targets) if targets is not None else [None] * len(self.members)
 
     def __repr__(self) -> str:
         return f"SweepRun({self.name!r})"
@@ -258,9 +265,28 @@ def _why_not_packed(spec: Dict[str, Any]) -> Optional[str]:
     return None
 
 
+def _target_axis(spec: Dict[str, Any]) -> Tuple[Optional[str], str]:
+    """The spec's packable target binding (``<controller>.target_entropy`` with numbers),
+    or None and why there is none."""
+    from alf_entropy import controllers
+
+    names = {n for n in controllers.__all__ if isinstance(getattr(controllers, n), type)}
+    found = [b for b in spec["parameters"] if b.endswith(".target_entropy")]
+    if len(found) != 1:
+        return None, f"the grid varies {len(found)} target_entropy bindings, not one"
+    binding = found[0]
+    if binding.rpartition(".")[0] not in names:
+        return None, f"{binding} is no controller's unscoped target_entropy"
+    values = spec["parameters"][binding]
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+               for v in values):
+        return None, f"{binding} takes values other than finite numbers ({values!r})"
+    return binding, ""
+
+
 def pack_seeds(
     runs: List[SweepRun], spec: Dict[str, Any], sweep_dir: str,
-    device: Optional[str] = None, log=print,
+    device: Optional[str] = None, log=print, targets: bool = False,
 ) -> List[SweepRun]:
     """Pack the runs of each configuration that differ only in the seed into one process.
 
@@ -268,12 +294,18 @@ def pack_seeds(
     spec's ``seed_binding``: ``OnPolicyTrainer`` or ``OffPolicyTrainer``) with root dir
     ``<sweep_dir>/_packed/<configuration>+seeds=<s1>_<s2>...`` (holding the
     batch's checkpoints, config and ``train.log``), whose agent directories
-    ``seed=N`` are links to the runs' own root dirs, so every agent's
-    summaries land where the unpacked sweep puts that run's.  Runs stay
-    separate processes (with a logged note) when the spec's seed is not
-    one of those trainers' or it binds ``num_agents``/``seeds``/
-    ``target_entropies`` itself, when only one seed of a configuration is left
-    to run, or when a run already has checkpoints of its own (an interrupted
+    (``seed=N``, ``target_entropy=T+seed=N``) are links to the runs' own root
+    dirs, so every agent's summaries land where the unpacked sweep puts that
+    run's.  With ``targets`` the runs that differ only in the seed and the
+    controller's target entropy (a grid binding ``<controller>.target_entropy``
+    of numbers, e.g. ``EntropyTargetAlgorithm.target_entropy``) are one
+    process too, the targets given as ``<trainer>.target_entropies`` (and agent
+    0's as the binding, so each agent's ``operative_config.gin`` is its run's); where
+    the spec has no such axis the seeds alone are packed (with a logged note).
+    Runs stay separate processes (with a logged note) when the spec's seed
+    is not one of those trainers' or it binds ``num_agents``/``seeds``/
+    ``target_entropies`` itself, when only one run of a group is left to
+    run, or when a run already has checkpoints of its own (an interrupted
     unpacked run resumes alone).
 
     Args:
@@ -282,6 +314,7 @@ def pack_seeds(
         sweep_dir: the sweep's dir.
         device: passed as ``--device`` if given.
         log: called with the notes.
+        targets: pack the target axis too, where the spec allows.
 
     Returns:
         list: the processes to start: packed ones (with ``members``) and
@@ -292,12 +325,20 @@ def pack_seeds(
         if len(runs) > 1:
             log(f"{PROG}: not packing seeds: {why}; one process per run")
         return list(runs)
-    by_config: Dict[str, List[SweepRun]] = {}
+    target = None
+    if targets:
+        target, why = _target_axis(spec)
+        if target is None:
+            log(f"{PROG}: not packing targets: {why}; packing the seeds of each configuration")
+    short = _short_names(list(spec["parameters"]) + [spec["seed_binding"]])
+    by_group: Dict[str, List[SweepRun]] = {}
     for run in runs:
-        by_config.setdefault(run.config, []).append(run)
+        by_group.setdefault("\n".join(b for b in run.bindings if _name_of(b) != target),
+                            []).append(run)
     base = _base_command(spec, device)
+    trainer = spec["seed_binding"].rpartition(".")[0]
     out: List[SweepRun] = []
-    for config, members in by_config.items():
+    for members in by_group.values():
         alone = [r for r in members if os.path.isdir(os.path.join(r.root_dir, "checkpoints"))]
         for run in alone:
             log(f"{PROG}: not packing {run.name}: it has checkpoints of its own (resumes alone)")
@@ -306,33 +347,70 @@ def pack_seeds(
             out += alone + members
             continue
         seeds = [r.seed for r in members]
-        name = "+".join(([config] if config else []) + ["seeds=" + "_".join(map(str, seeds))])
+        values = [dict(_pairs(r))[target] for r in members] if target else []
+        values = values if len(set(values)) > 1 else []  # one target: seeds alone
+        bindings = [b for b in members[0].bindings if not values or _name_of(b) != target]
+        params = bindings + [f"{trainer}.seeds = {seeds!r}"]
+        parts = [f"{short[b]}={_UNSAFE.sub('_', v)}" for b, v in _pairs(members[0])
+                 if not values or b != target]
+        tail = "seeds=" + "_".join(map(str, seeds))
+        if values:  # agent 0's target bound too: the agents' configs are the runs' own
+            params += [f"{target} = {values[0]}",
+                       f"{trainer}.target_entropies = [{', '.join(values)}]"]
+            tail = _agents_name(short[target], values, seeds)
+        name = "+".join(parts + [tail])
         root_dir = os.path.join(sweep_dir, PACKED_DIR, name)
         command = base + ["--root_dir", root_dir]
-        trainer = spec["seed_binding"].rpartition(".")[0]
-        for p in members[0].bindings + [f"{trainer}.seeds = {seeds!r}"]:
+        for p in params:
             command += ["--gin_param", p]
-        out += alone + [SweepRun(name, root_dir, command, config=config, members=members)]
+        targets = [json.loads(v) for v in values] if values else [None] * len(members)
+        out += alone + [SweepRun(name, root_dir, command, config="+".join(parts),
+                                 members=members, targets=targets)]
     return out
 
 
+def _agents_name(short: str, values: List[str], seeds: List[int]) -> str:
+    """A target-packed process's name for its agents: ``<short>=T1_T2+seeds=S1_S2`` for
+    every target with every seed (in that order), else ``<short>_seed=T1=S1_T2=S2...``."""
+    def safe(v: Any) -> str:
+        return _UNSAFE.sub("_", str(v))
+    targets, unique_seeds = list(dict.fromkeys(values)), list(dict.fromkeys(seeds))
+    if list(zip(values, seeds)) == [(t, s) for t in targets for s in unique_seeds]:
+        return (f"{short}={'_'.join(map(safe, targets))}+seeds="
+                + "_".join(map(str, unique_seeds)))
+    return f"{short}_seed=" + "_".join(f"{safe(t)}={s}" for t, s in zip(values, seeds))
+
+
+def _name_of(binding: str) -> str:
+    """``'Class.arg = value'``'s ``Class.arg``."""
+    return binding.partition(" = ")[0]
+
+
+def _pairs(run: SweepRun) -> List[Tuple[str, str]]:
+    """A run's bindings (but the seed) as ``(name, gin text of the value)``."""
+    return [(_name_of(b), b.partition(" = ")[2]) for b in run.bindings]
+
+
 def _link_agent_dirs(task: SweepRun) -> None:
-    """Make a packed process's agent dirs ``seed=N`` links to its runs' root dirs.
+    """Make a packed process's agent dirs (``seed=N``, ``target_entropy=T+seed=N``) links
+    to its runs' root dirs.
 
     Raises:
         ValueError: if an agent dir exists and is not that link.
     """
+    from alf_entropy.trainers.agents import agent_dir
+
     os.makedirs(task.root_dir, exist_ok=True)
-    for run in task.members:
+    for run, target in zip(task.members, task.targets):
         os.makedirs(run.root_dir, exist_ok=True)
-        link = os.path.join(task.root_dir, f"seed={run.seed}")
-        target = os.path.relpath(run.root_dir, task.root_dir)
+        link = os.path.join(task.root_dir, agent_dir(run.seed, target))
+        target_dir = os.path.relpath(run.root_dir, task.root_dir)
         if os.path.islink(link) and os.path.realpath(link) == os.path.realpath(run.root_dir):
             continue
         if os.path.lexists(link):
             raise ValueError(f"{link} exists and is not a link to {run.root_dir}: move it "
                              "away or run without --pack_seeds")
-        os.symlink(target, link, target_is_directory=True)
+        os.symlink(target_dir, link, target_is_directory=True)
 
 
 def _recorded_command(run: SweepRun) -> Optional[List[str]]:
@@ -523,6 +601,7 @@ def run_sweep(
     report: bool = True,
     log=print,
     pack: bool = False,
+    pack_targets: bool = False,
 ) -> Dict[str, Any]:
     """Run (or continue) a sweep and write its report.
 
@@ -537,6 +616,9 @@ def run_sweep(
         pack: train the seeds of each configuration in one process where
             the spec allows (see :func:`pack_seeds`); the runs' directories,
             done markers and report are the same as without.
+        pack_targets: also train the configurations that differ only in the
+            controller's target entropy in one process, where the spec
+            allows (implies ``pack``; see :func:`pack_seeds`).
 
     Returns:
         dict: ``runs`` (all), ``skipped``, ``failed`` and ``running``
@@ -567,7 +649,8 @@ def run_sweep(
     todo = [r for r in runs if not is_done(r)]
     skipped = [r.name for r in runs if is_done(r)]
     log(f"{PROG}: {len(runs)} runs, {len(skipped)} already done, {len(todo)} to run")
-    tasks = pack_seeds(todo, spec, sweep_dir, device, log) if pack else todo
+    tasks = (pack_seeds(todo, spec, sweep_dir, device, log, targets=pack_targets)
+             if pack or pack_targets else todo)
     for task in tasks:
         if task.members:
             _link_agent_dirs(task)
@@ -630,6 +713,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         help="train the seeds of each configuration in one process (OnPolicyTrainer.seeds, "
              "OffPolicyTrainer.seeds)",
     )
+    parser.add_argument(
+        "--pack_targets", action="store_true",
+        help="as --pack_seeds, and the configurations that differ only in the controller's "
+             "target entropy (a grid binding <controller>.target_entropy of numbers) in one "
+             "process too (<trainer>.target_entropies); the seeds alone where the spec has "
+             "no such axis",
+    )
     args = parser.parse_args(argv)
     try:
         result = run_sweep(
@@ -640,6 +730,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             device=args.device,
             report=not args.no_report,
             pack=args.pack_seeds,
+            pack_targets=args.pack_targets,
         )
     except ValueError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
