@@ -105,8 +105,8 @@ class ManyAgents(AgentBatch):
         device: where the agents live.
 
     Raises:
-        ValueError: for an empty or repeated ``seeds``, targets of the wrong
-            length or without a controller, a nested action spec, or a
+        ValueError: for an empty ``seeds`` (or a repeated seed without its own
+            target), targets of the wrong length or without a controller, a nested action spec, or a
             data-parallel run, or a batch controller that differs from the
             agents' controllers.
         TypeError: if ``algorithm_ctor`` builds no ``ActorCriticAlgorithm`` or

@@ -73,9 +73,10 @@ class ManySacAgents(AgentBatch):
         device: where the agents live.
 
     Raises:
-        ValueError: for empty or repeated ``seeds``, targets of the wrong length
-            (or below 0 for a discrete action), a nested action spec, a
-            data-parallel run, or a batch controller unlike the agents'.
+        ValueError: for empty ``seeds`` (or a repeated seed without its own
+            target), targets of the wrong length (or below 0 for a discrete
+            action), a nested action spec, a data-parallel run, or a batch
+            controller unlike the agents'.
         TypeError: if ``algorithm_ctor`` builds no ``SacAlgorithm`` or its
             optimiser is not Adam.
     """

@@ -90,7 +90,8 @@ class OffPolicyTrainer(AgentsTrainerMixin, Trainer):
             agent a run of its own (``root_dir/seed=N``) with its own
             environments, random actions and replay rows; the limits and
             ``initial_collect_steps`` count one agent's steps.  1: a single run.
-        seeds: the K agents' seeds instead (distinct, at least two).
+        seeds: the K agents' seeds instead (at least two; distinct unless
+            ``target_entropies`` gives each agent its own (target, seed)).
         target_entropies: one target entropy per agent (needs K > 1).
         **kwargs: ``Trainer``'s other arguments (``eval_interval``,
             ``seed``, ``num_threads``, ``callbacks``, ...).

@@ -91,7 +91,8 @@ class OnPolicyTrainer(AgentsTrainerMixin, Trainer):
         unroll_length: steps per env per iteration ``T``.
         num_agents: K, agents trained side by side in this process, with seeds
             ``seed, seed + 1, ..., seed + K - 1``; 1: a single run.
-        seeds: the K agents' seeds instead (distinct, at least two);
+        seeds: the K agents' seeds instead (at least two; distinct unless
+            ``target_entropies`` gives each agent its own (target, seed));
             ``num_agents`` must then be 1 or ``len(seeds)``.
         target_entropies: one target entropy (a number or a schedule, as the
             controller's ``target_entropy``) per agent; needs K > 1 and agents
