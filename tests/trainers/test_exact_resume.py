@@ -112,6 +112,17 @@ def _final_state(root_dir: str) -> dict:
     return ckpt.load_checkpoint(path)
 
 
+def assert_same_final_checkpoint(reference_dir: str, killed_dir: str, iterations: int) -> None:
+    """The two runs' latest checkpoints are at ``iterations`` and equal bit for bit
+    (parameters, optimisers, RNG, the trainer's extra state, the environments' time step)."""
+    expected, got = [ckpt.load_checkpoint(ckpt.latest_checkpoint(os.path.join(d, "checkpoints")))
+                     for d in (reference_dir, killed_dir)]
+    assert got["iteration"] == expected["iteration"] == iterations
+    for key in ("algorithm", "optimizers", "rng", "extra"):
+        _assert_equal_states(got[key], expected[key])
+    _assert_equal_states(got["env"]["time_step"], expected["env"]["time_step"])
+
+
 def _assert_equal_states(a, b):
     flat_a, flat_b = nest.flatten(a), nest.flatten(b)
     assert len(flat_a) == len(flat_b)

@@ -9,11 +9,9 @@ import torch
 
 from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
 from alf_entropy.controllers import PIDEntropyTargetAlgorithm
-from alf_entropy.trainers import checkpoint as ckpt
 from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
 from alf_entropy.trainers.ranks import MAX_SEED
-from alf_entropy.utils import nest
-from tests.trainers.test_exact_resume import run_killing
+from tests.trainers.test_exact_resume import assert_same_final_checkpoint, run_killing
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -261,18 +259,8 @@ def test_sigkill_and_restart_of_the_batch_gives_the_uninterrupted_checkpoint(
     run_killing(_train_batch_child, str(tmp_path / "reference"))
     assert run_killing(_train_batch_child, str(tmp_path / "killed"), 2, random.Random(1),
                        iteration_time=0.3) == 2
-    expected, got = [ckpt.load_checkpoint(ckpt.latest_checkpoint(str(tmp_path / d
-                                                                      / "checkpoints")))
-                     for d in ("reference", "killed")]
-    assert got["iteration"] == expected["iteration"] == _KILL_ITERATIONS
-    for key in ("algorithm", "optimizers", "rng", "extra"):
-        flat_got, flat_expected = nest.flatten(got[key]), nest.flatten(expected[key])
-        assert len(flat_got) == len(flat_expected), key
-        for x, y in zip(flat_got, flat_expected):
-            assert torch.equal(x, y) if isinstance(x, torch.Tensor) else x == y, key
-    for name, value in expected["env"]["time_step"].items():
-        mine = got["env"]["time_step"][name]
-        assert torch.equal(mine, value) if isinstance(value, torch.Tensor) else mine == value
+    assert_same_final_checkpoint(str(tmp_path / "reference"), str(tmp_path / "killed"),
+                                 _KILL_ITERATIONS)
 
 
 def test_each_agent_has_the_operative_config_of_its_single_run(tmp_path: Any) -> None:
