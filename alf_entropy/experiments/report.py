@@ -161,7 +161,9 @@ def load_run(run_dir: str) -> RunData:
     acc.Reload()
     scalars = {}
     for tag in acc.Tags()["scalars"]:
-        events = acc.Scalars(tag)
+        # In step order: a run resumed within the same second as its last
+        # write has two event files whose names may sort either way.
+        events = sorted(acc.Scalars(tag), key=lambda e: e.step)
         scalars[tag] = (
             np.array([e.step for e in events], dtype=np.float64),
             np.array([e.value for e in events], dtype=np.float64),

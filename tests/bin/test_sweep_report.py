@@ -241,3 +241,22 @@ def test_docs_sweep_spec_is_valid(tmp_path):
     runs = sweep.expand_spec(spec, str(tmp_path))
     assert len(runs) == 2 * 2 * 3
     assert runs[-1].name == "target_entropy=0.6+fast_update_rate=0.693+seed=2"
+
+
+def test_load_run_gives_each_tag_in_step_order_whatever_the_event_files_names(tmp_path):
+    """A run resumed within the same second as its last write has two event files whose
+    names may sort either way; the report still reads its steps in order."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    train = tmp_path / "run" / "train"
+    for steps, suffix in (([0, 1], ".b"), ([2], ".a")):  # the later steps' file sorts first
+        writer = SummaryWriter(str(train), filename_suffix=suffix)
+        for step in steps:
+            writer.add_scalar("entropy", 10.0 + step, step)
+        writer.close()
+    names = sorted(os.listdir(train))
+    assert len(names) == 2
+    os.rename(train / names[0], train / "events.out.tfevents.1.x.2")  # ".b" file: later name
+    os.rename(train / names[1], train / "events.out.tfevents.1.x.1")
+    steps, values = report.load_run(str(tmp_path / "run")).scalars["entropy"]
+    assert list(steps) == [0, 1, 2] and list(values) == [10.0, 11.0, 12.0]
