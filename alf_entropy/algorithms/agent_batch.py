@@ -15,6 +15,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 
+from alf_entropy.controllers.driver import TARGET_STATE
 from alf_entropy.data_structures import LossInfo
 from alf_entropy.utils import distributed, nest
 from alf_entropy.utils.batched_adam import BatchedAdam
@@ -170,9 +171,6 @@ def agent_state_dict(single: nn.Module, batched: nn.Module, k: int, num_agents: 
     return {name: _member(state[name], ref) for name, ref in single.state_dict().items()}
 
 
-_TARGET_BUFFERS = ("_target_now", "_ref_target")
-
-
 def check_same_start(singles: List[Any], batched: Any, own_targets: bool) -> None:
     """The batch's controller starts as the K agents' controllers (settings and state)."""
     if batched.settings != singles[0].settings:
@@ -182,7 +180,8 @@ def check_same_start(singles: List[Any], batched: Any, own_targets: bool) -> Non
     state = batched.state_dict()
     for k, single in enumerate(singles):
         for name, value in single.state_dict().items():
-            if (own_targets and name in _TARGET_BUFFERS) or not isinstance(value, torch.Tensor):
+            target_state = own_targets and name.rpartition(".")[2] in TARGET_STATE
+            if target_state or not isinstance(value, torch.Tensor):
                 continue
             mine = state[name]
             mine = mine[k] if mine.shape == (len(singles), *value.shape) else mine

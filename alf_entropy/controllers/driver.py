@@ -22,7 +22,7 @@ from alf_entropy.controllers.target import Target
 from alf_entropy.utils import distributed, summary
 from alf_entropy.utils.checks import check_int
 
-__all__ = ["Driver", "UPDATE_MODES", "NO_SPAN"]
+__all__ = ["Driver", "UPDATE_MODES", "NO_SPAN", "TARGET_STATE"]
 
 UPDATE_MODES = ("auto", "tensor", "host", "compiled")
 """``"host"`` (NumPy over CPU state), ``"tensor"`` (tensor ops, no host read), ``"compiled"``
@@ -30,6 +30,10 @@ UPDATE_MODES = ("auto", "tensor", "host", "compiled")
 
 NO_SPAN = 1e30
 """``limit_log_alpha_span``'s span when there is none (finite: no ``inf - inf``)."""
+
+TARGET_STATE = ("_target_now", "_ref_target")
+"""A controller's ``state_dict`` entries (last name part) that hold its target: they
+differ between controllers that differ only in their target."""
 
 _RENAMED = {"_watch_entropy": "_watch_ema", "_settled": "_watch_settled",
             "_num_nonfinite": "_watch_nonfinite", "_avg_entropy._buf": "_window",
