@@ -23,7 +23,8 @@ import torch.distributions as td
 
 from alf_entropy.utils import nest
 
-__all__ = ["Categorical", "StableTanh", "mode_of", "sample_categorical"]
+__all__ = ["Categorical", "StableTanh", "categorical_from_uniform", "mode_of",
+           "sample_categorical"]
 
 
 class Categorical(td.Categorical):
@@ -65,12 +66,25 @@ def sample_categorical(probs: torch.Tensor, sample_shape: Sequence[int] = ()) ->
     Returns:
         torch.Tensor: int64 indices of shape ``sample_shape + probs.shape[:-1]``.
     """
-    cdf = probs.cumsum(-1)
     # A plain tuple: torch parses it faster than a ``torch.Size``.
     shape = (*sample_shape, *probs.shape[:-1], 1)
-    u = torch.rand(shape, dtype=cdf.dtype, device=cdf.device)
-    if sample_shape:
-        cdf = cdf.expand(*shape[:-1], cdf.shape[-1]).contiguous()
+    return categorical_from_uniform(probs, torch.rand(shape, dtype=probs.dtype,
+                                                      device=probs.device))
+
+
+def categorical_from_uniform(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """The categorical draw that uniforms ``u`` give: the inverse of ``probs``' CDF.
+
+    Args:
+        probs: probabilities ``[..., num_events]`` (summing to 1).
+        u: uniforms in ``[0, 1)``, ``[*sample_shape, ..., 1]``.
+
+    Returns:
+        torch.Tensor: int64 indices ``u.shape[:-1]``.
+    """
+    cdf = probs.cumsum(-1)
+    if u.dim() > cdf.dim():  # leading sample dimensions
+        cdf = cdf.expand(*u.shape[:-1], cdf.shape[-1]).contiguous()
     # Index k is drawn when cdf[k-1] < u <= cdf[k] (the number of entries
     # below u); clamp guards against a last cdf entry that rounds below 1.
     return torch.searchsorted(cdf, u).squeeze(-1).clamp_(max=probs.shape[-1] - 1)

@@ -23,13 +23,13 @@ Nothing mixes members: every operation is per row or per member, so a
 non-finite value in member ``k`` stays in member ``k``.
 """
 import copy
-from typing import Any, List, Sequence, Tuple
+from typing import Any, Sequence, Tuple
 
 import torch
 import torch.distributions as td
 import torch.nn as nn
 
-from alf_entropy.networks.distributions import Categorical
+from alf_entropy.networks.distributions import Categorical, categorical_from_uniform
 from alf_entropy.utils import nest
 
 __all__ = ["StackedLinear", "StackedModule", "reshape_distribution", "sample_members",
@@ -289,8 +289,7 @@ def sample_categorical_members(probs: torch.Tensor, generators: Sequence[torch.G
     Returns:
         torch.Tensor: int64 indices ``[K * B]``.
     """
-    cdf = probs.cumsum(-1)
     shape = (probs.shape[0] // len(generators), 1)
-    u: List[torch.Tensor] = [torch.rand(shape, dtype=cdf.dtype, device=cdf.device, generator=g)
-                             for g in generators]
-    return torch.searchsorted(cdf, torch.cat(u)).squeeze(-1).clamp_(max=probs.shape[-1] - 1)
+    u = [torch.rand(shape, dtype=probs.dtype, device=probs.device, generator=g)
+         for g in generators]
+    return categorical_from_uniform(probs, torch.cat(u))
