@@ -142,6 +142,9 @@ def _run(argv: List[str]) -> None:
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         _train(device_flag=FLAGS.device)
+        # All ranks leave the process group together: destroying it while a
+        # peer still talks over gloo can abort that peer at exit.
+        distributed.barrier()
     except KeyboardInterrupt:
         _stopped("before training started: nothing to resume was written yet; run the "
                  "same command to start", signal.SIGINT)
