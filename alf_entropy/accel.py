@@ -158,7 +158,8 @@ def relu_mlp(
     """``CriticNetworks``' stacked ReLU MLP with the hand-written backward.
 
     Args:
-        x: the input ``[B, in]``.
+        x: the input ``[B, in]`` (broadcast to every critic) or ``[n, B, in]``
+            (one block of rows per critic).
         params: weights ``[n, in, out]`` and biases ``[n, 1, out]``, alternating.
         mlp_forward: the plain stacked MLP (``critic_networks``' own), called
             as ``mlp_forward(x, params, torch.relu_)`` without autograd
@@ -206,7 +207,7 @@ class _ReluMLP(torch.autograd.Function):
         ctx: Any, x: torch.Tensor, mlp_forward: _MLPForward, *params: torch.Tensor
     ) -> torch.Tensor:
         out, inputs = mlp_forward(x, list(params), torch.relu_)
-        ctx.num_inputs = len(inputs)
+        ctx.num_inputs, ctx.broadcast = len(inputs), x.dim() == 2
         ctx.save_for_backward(*inputs, *params)
         return out
 
@@ -239,5 +240,6 @@ class _ReluMLP(torch.autograd.Function):
             d = d * w.transpose(1, 2) if w.shape[-1] == 1 else torch.bmm(d, w.transpose(1, 2))
             if i > 0:  # through the ReLU, in place: the gradient where h > 0, else 0
                 torch.ops.aten.threshold_backward.grad_input(d, h, 0.0, grad_input=d)
-        dx = d.sum(0) if needs[0] else None  # x was broadcast to every critic
-        return (dx, None, *grads)
+        if not needs[0]:
+            return (None, None, *grads)
+        return (d.sum(0) if ctx.broadcast else d, None, *grads)  # a broadcast x: summed

@@ -257,6 +257,29 @@ def test_argument_errors(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None
         OffPolicyTrainer(root, num_agents=2, **common)
 
 
+@pytest.mark.parametrize("detach", [False, True])
+def test_stacked_critics_backward_equals_autograd(detach: bool) -> None:
+    """The stacked ReLU critics' hand-written backward gives plain autograd's gradients."""
+    torch.manual_seed(3)
+    nets = {fused: StackedCritics([
+        CriticNetworks(PENDULUM_OBS, PENDULUM_ACTION, fc_layer_params=(6, 5),
+                       fused_backward=fused).double() for _ in range(3)])
+        for fused in (True, False)}
+    nets[False].load_state_dict(nets[True].state_dict())
+    obs = torch.randn(3, 4, 3, dtype=torch.float64, requires_grad=True)
+    act = torch.randn(3, 4, 1, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(2, 3, 4, dtype=torch.float64)
+    grads = {}
+    for fused, net in nets.items():
+        inputs = [obs, act] + ([] if detach else list(net.parameters()))
+        q = net(obs, act, detach_params=detach)
+        grads[fused] = (q, torch.autograd.grad((q * weight).sum(), inputs))
+    torch.testing.assert_close(grads[True][0], grads[False][0])
+    for got, want in zip(grads[True][1], grads[False][1]):
+        torch.testing.assert_close(got, want)
+    assert all(g.abs().sum() > 0 for g in grads[True][1])
+
+
 def test_stacked_critics_and_member_sampling() -> None:
     """``StackedCritics`` member k is critic k; ``sample_members`` needs K member rows."""
     critics = [CriticNetworks(PENDULUM_OBS, PENDULUM_ACTION, fc_layer_params=(8,))
