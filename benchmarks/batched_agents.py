@@ -85,6 +85,7 @@ from alf_entropy.trainers.ranks import seed_all
 from alf_entropy.utils import nest
 
 ENV, NUM_ENVS, UNROLL = "CartPole-v1", 8, 128
+SAC_GOAL = 1.8  # K SAC agents in one process against one run: the speed asked of it
 PPO = functools.partial(PPOAlgorithm, enforce_entropy_target=True, num_epochs=4,
                         num_minibatches=4, gamma=0.98, td_lambda=0.8,
                         max_alpha_change_per_iteration=2.5)
@@ -334,6 +335,8 @@ def processes_main(ks: List[int], iterations: int, algorithm: str, hidden: int) 
             layouts.append(("SB3: K separate runs, 2 at a time", [[s] for s in seeds], 2))
         for name, groups, jobs in layouts:
             wall, mem = run(groups, jobs=jobs, algorithm="sb3" if "SB3" in name else algorithm)
+            if jobs == 1:
+                one_process_wall = wall
             rate = k * per_run / wall
             cores = min(jobs, len(groups))
             print(f"| {k} | {name} | {cores} | {wall:.1f} | {rate:.0f} | {rate / single:.2f} | "
@@ -345,7 +348,9 @@ def processes_main(ks: List[int], iterations: int, algorithm: str, hidden: int) 
     if algorithm == "sac":
         from batched_sac import sac_parts
 
-        sac_parts(max(ks), hidden, best_interleaved)
+        k = max(ks)
+        sac_parts(k, hidden, best_interleaved,
+                  budget=(SAC_GOAL, one_process_wall - k * single_wall / SAC_GOAL, iterations))
     print(f"Measured {stamp()}; the benchmark took {time.perf_counter() - started:.0f} s.")
 
 

@@ -6,7 +6,7 @@ per agent, one single agent against K stacked (:func:`sac_parts`), and the updat
 arithmetic against this core's matrix-product peak (:func:`update_ceiling`).
 """
 import functools
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
@@ -14,6 +14,8 @@ from torch.utils.flop_counter import FlopCounterMode
 from alf_entropy.environments.agent_envs import AgentEnvs
 from alf_entropy.trainers.ranks import seed_all
 from alf_entropy.utils import nest
+
+MATRIX_PRODUCTS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
 
 
 def sac_ctor(hidden: int) -> Callable[..., Any]:
@@ -47,9 +49,10 @@ def train_sac(root_dir: str, iterations: int, hidden: int, **common: Any) -> Non
 
 
 def sac_parts(k: int, hidden: int, best_interleaved: Callable[..., Dict[str, float]],
-              repeats: int = 3) -> None:
+              repeats: int = 3, budget: Optional[Tuple[float, float, int]] = None) -> None:
     """Where a SAC env step's time goes: one single agent against K stacked, per agent
-    (``best_interleaved``: ``batched_agents``' timer)."""
+    (``best_interleaved``: ``batched_agents``' timer); ``budget``: see
+    :func:`update_ceiling`."""
     from alf_entropy.algorithms.many_sac_agents import ManySacAgents
     from alf_entropy.data_structures import TimeStep
     from alf_entropy.utils.replay_buffer import ReplayBuffer, Transition
@@ -100,19 +103,28 @@ def sac_parts(k: int, hidden: int, best_interleaved: Callable[..., Dict[str, flo
         total = [total[0] + t1, total[1] + tk]
         print(f"| {name} | {t1:.0f} | {tk:.0f} | {t1 / tk:.2f} |")
     print(f"| all | {total[0]:.0f} | {total[1]:.0f} | {total[0] / total[1]:.2f} |")
-    update_ceiling(k, parts["update"], best_interleaved, repeats)
+    update_ceiling(k, parts["update"], best_interleaved, repeats, budget)
 
 
 def update_ceiling(k: int, updates: Any, best_interleaved: Callable[..., Dict[str, float]],
-                   repeats: int) -> None:
+                   repeats: int, budget: Optional[Tuple[float, float, int]] = None) -> None:
     """The update's floating-point work (``FlopCounterMode``) and rate, single and stacked,
     against the best rate of one ``torch.mm`` on this core: no layout of the same products
-    can run faster than that, so it bounds what stacking can save per agent."""
-    flops = []
+    can run faster than that, so it bounds what stacking can save per agent.  Also the
+    time of the update's matrix products alone (``torch.profiler``), and, given
+    ``budget = (goal, seconds, iterations)`` (the K-agent process ran ``seconds`` longer
+    than ``goal`` x one run allows, over ``iterations`` updates per agent), the update
+    time per agent that the goal needs."""
+    flops, products = [], []
     for fn in updates:
         with FlopCounterMode(display=False) as counter:
             fn()
         flops.append(counter.get_total_flops())
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            for _ in range(5):
+                fn()
+        products.append(sum(e.self_cpu_time_total for e in prof.key_averages()
+                            if e.key in MATRIX_PRODUCTS) / 5 / 1e6)
     t = best_interleaved({"one": updates[0], "many": updates[1]}, repeats, 10)
     peak = 0.0
     for n in (256, 512, 1024):
@@ -128,3 +140,13 @@ def update_ceiling(k: int, updates: Any, best_interleaved: Callable[..., Dict[st
           f"(256-1024 square). At that rate, with every other operation free, an update "
           f"would take {at_peak * 1e3:.2f} ms per agent: at most "
           f"{t['one'] / at_peak:.2f}x the single agent's {t['one'] * 1e3:.2f} ms.")
+    print(f"Its matrix products alone (torch.profiler, self time of {', '.join(MATRIX_PRODUCTS)})"
+          f": single {products[0] * 1e3:.2f} ms ({products[0] / t['one']:.0%} of its update), "
+          f"stacked {products[1] / k * 1e3:.2f} ms per agent "
+          f"({products[1] / t['many']:.0%} of its update).")
+    if budget is not None:
+        goal, over_s, iterations = budget
+        need = t["many"] / k - over_s / (k * iterations)
+        print(f"For {goal:g}x one run, the {k}-agent process would have had to be {over_s:.1f} s "
+              f"shorter: a stacked update of at most {need * 1e3:.2f} ms per agent, "
+              f"{need / (products[1] / k):.2f}x the time of its matrix products alone.")
