@@ -1,7 +1,9 @@
 """Experiment tools: sweeps, reports and control metrics.
 
 * ``sweep.py``: ``alf-entropy-sweep``, a grid of gin bindings x seeds, each run
-  an ``alf-entropy-train`` process (or a Ray task);
+  an ``alf-entropy-train`` process (or a Ray task); ``sweep_spec.py``, its
+  JSON spec and the runs it expands to; ``packing.py``, several runs as one
+  process of several agents (``--pack_seeds``, ``--pack_targets``);
 * ``report.py``: ``alf-entropy-report``, figures and a metrics table from the
   runs' TensorBoard events;
 * ``control_metrics.py``: how well an entropy followed its target (tracking

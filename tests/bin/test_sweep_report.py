@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from alf_entropy.experiments import control_metrics as cm
-from alf_entropy.experiments import report, sweep
+from alf_entropy.experiments import report, sweep, sweep_spec
 
 # Sweeps of real runs: the slow lane (pytest -m slow); plain pytest runs it.
 pytestmark = pytest.mark.slow
@@ -182,7 +182,7 @@ def test_ray_sweep(tmp_path):
 
 
 def test_expand_spec_names_and_commands(tmp_path):
-    spec = sweep.check_spec(
+    spec = sweep_spec.check_spec(
         {
             "parameters": {
                 "A.lr": [0.1],
@@ -192,7 +192,7 @@ def test_expand_spec_names_and_commands(tmp_path):
             "seeds": [3],
         }
     )
-    runs = sweep.expand_spec(spec, str(tmp_path))
+    runs = sweep_spec.expand_spec(spec, str(tmp_path))
     # clashing short names keep the whole binding; unsafe characters become _
     assert [r.name for r in runs] == [
         "A.lr=0.1+B.lr=1+target_entropy=_LinearScheduler_+seed=3",
@@ -223,7 +223,7 @@ def test_expand_spec_names_and_commands(tmp_path):
 )
 def test_bad_spec_raises(spec, word):
     with pytest.raises(ValueError, match=word):
-        sweep.check_spec(spec)
+        sweep_spec.check_spec(spec)
 
 
 def test_report_cli_rejects_a_dir_without_runs(tmp_path, capsys):
@@ -237,8 +237,8 @@ def test_docs_sweep_spec_is_valid(tmp_path):
     text = open(os.path.join(REPO_ROOT, "docs", "experiments.md"), encoding="utf-8").read()
     blocks = re.findall(r"```json\n(.*?)```", text, re.S)
     assert blocks, "docs/experiments.md has no sweep spec"
-    spec = sweep.check_spec(json.loads(blocks[0]))
-    runs = sweep.expand_spec(spec, str(tmp_path))
+    spec = sweep_spec.check_spec(json.loads(blocks[0]))
+    runs = sweep_spec.expand_spec(spec, str(tmp_path))
     assert len(runs) == 2 * 2 * 3
     assert runs[-1].name == "target_entropy=0.6+fast_update_rate=0.693+seed=2"
 

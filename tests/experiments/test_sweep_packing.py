@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from alf_entropy.experiments import report, sweep
+from alf_entropy.experiments import packing, report, sweep, sweep_spec
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -35,13 +35,13 @@ def _spec(seeds=(0, 1), **extra):
         "seeds": list(seeds),
     }
     spec.update(extra)
-    return sweep.check_spec(spec)
+    return sweep_spec.check_spec(spec)
 
 
 def _pack(spec, sweep_dir):
     notes = []
-    runs = sweep.expand_spec(spec, sweep_dir)
-    return runs, sweep.pack_seeds(runs, spec, sweep_dir, log=notes.append), notes
+    runs = sweep_spec.expand_spec(spec, sweep_dir)
+    return runs, packing.pack_seeds(runs, spec, sweep_dir, log=notes.append), notes
 
 
 def test_packs_the_seeds_of_each_configuration(tmp_path):
@@ -51,7 +51,7 @@ def test_packs_the_seeds_of_each_configuration(tmp_path):
     assert [t.name for t in tasks] == ["target_entropy=0.67+seeds=0_1",
                                        "target_entropy=0.69+seeds=0_1"]
     task = tasks[0]
-    assert task.root_dir == os.path.join(sweep_dir, sweep.PACKED_DIR, task.name)
+    assert task.root_dir == os.path.join(sweep_dir, packing.PACKED_DIR, task.name)
     assert [r.name for r in task.members] == ["target_entropy=0.67+seed=0",
                                              "target_entropy=0.67+seed=1"]
     params = [task.command[i + 1] for i, a in enumerate(task.command) if a == "--gin_param"]
@@ -60,16 +60,16 @@ def test_packs_the_seeds_of_each_configuration(tmp_path):
     assert not any(p.startswith("OnPolicyTrainer.seed ") for p in params)
     assert task.command[task.command.index("--root_dir") + 1] == task.root_dir
     # The agents' dirs (seed=N under the process's root) are links to the runs' dirs.
-    sweep._link_agent_dirs(task)
+    packing.link_agent_dirs(task)
     for run in task.members:
         link = os.path.join(task.root_dir, f"seed={run.seed}")
         assert os.path.islink(link)
         assert os.path.realpath(link) == os.path.realpath(run.root_dir)
-    sweep._link_agent_dirs(task)  # again: already there
+    packing.link_agent_dirs(task)  # again: already there
     os.unlink(os.path.join(task.root_dir, "seed=1"))
     os.makedirs(os.path.join(task.root_dir, "seed=1"))
     with pytest.raises(ValueError, match="not a link"):
-        sweep._link_agent_dirs(task)
+        packing.link_agent_dirs(task)
 
 
 def test_no_parameters_packs_every_seed(tmp_path):
@@ -93,10 +93,10 @@ def test_single_seeds_and_runs_with_checkpoints_stay_alone(tmp_path):
     sweep_dir = str(tmp_path)
     runs, tasks, _ = _pack(_spec(seeds=[0]), sweep_dir)
     assert tasks == runs
-    runs = sweep.expand_spec(_spec(seeds=[0, 1, 2]), sweep_dir)
+    runs = sweep_spec.expand_spec(_spec(seeds=[0, 1, 2]), sweep_dir)
     os.makedirs(os.path.join(runs[0].root_dir, "checkpoints"))  # interrupted, unpacked
     notes = []
-    tasks = sweep.pack_seeds(runs, _spec(seeds=[0, 1, 2]), sweep_dir, log=notes.append)
+    tasks = packing.pack_seeds(runs, _spec(seeds=[0, 1, 2]), sweep_dir, log=notes.append)
     assert [t.name for t in tasks] == ["target_entropy=0.67+seed=0",
                                        "target_entropy=0.67+seeds=1_2",
                                        "target_entropy=0.69+seeds=0_1_2"]
@@ -131,7 +131,7 @@ def test_packed_sweep_is_the_unpacked_sweep(tmp_path, monkeypatch):
             assert marker["command"] == run.command
             assert os.path.isdir(os.path.join(dirs[mode], name, "train"))
     # The packed process's own dir: checkpoints, config and log, and the agents' links.
-    packed_root = os.path.join(dirs["packed"], sweep.PACKED_DIR, "target_entropy=0.67+seeds=0_1")
+    packed_root = os.path.join(dirs["packed"], packing.PACKED_DIR, "target_entropy=0.67+seeds=0_1")
     assert {"checkpoints", "train.log", "seed=0", "seed=1"} <= set(os.listdir(packed_root))
     # The report reads the same runs, grouped alike (the seeds of the target as one curve).
     rows = {mode: results[mode]["report"]["rows"] for mode in results}

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from alf_entropy.experiments import report, sweep
+from alf_entropy.experiments import packing, report, sweep, sweep_spec
 from tests.experiments.test_sweep_packing import REPO_ROOT, TINY, _scalars
 
 TARGET = "EntropyTargetAlgorithm.target_entropy"
@@ -19,13 +19,13 @@ def _spec(**extra):
     spec = {"gin_file": ["ppo_cartpole.gin"], "gin_param": list(TINY),
             "parameters": {TARGET: [0.67, 0.69]}, "seeds": [0, 1]}
     spec.update(extra)
-    return sweep.check_spec(spec)
+    return sweep_spec.check_spec(spec)
 
 
 def _pack(spec, sweep_dir, runs=None):
     notes = []
-    runs = runs or sweep.expand_spec(spec, sweep_dir)
-    return runs, sweep.pack_seeds(runs, spec, sweep_dir, log=notes.append, targets=True), notes
+    runs = runs or sweep_spec.expand_spec(spec, sweep_dir)
+    return runs, packing.pack_seeds(runs, spec, sweep_dir, log=notes.append, targets=True), notes
 
 
 def _params(task):
@@ -37,14 +37,14 @@ def test_targets_and_seeds_are_one_process(tmp_path):
     assert notes == [] and len(tasks) == 1
     task = tasks[0]
     assert task.name == "target_entropy=0.67_0.69+seeds=0_1"
-    assert task.root_dir == os.path.join(str(tmp_path), sweep.PACKED_DIR, task.name)
+    assert task.root_dir == os.path.join(str(tmp_path), packing.PACKED_DIR, task.name)
     assert task.members == runs and task.targets == [0.67, 0.67, 0.69, 0.69]
     params = _params(task)
     assert params[-3:] == ["OnPolicyTrainer.seeds = [0, 1, 0, 1]", f"{TARGET} = 0.67",
                            "OnPolicyTrainer.target_entropies = [0.67, 0.67, 0.69, 0.69]"]
     assert [p for p in params if p.startswith(TARGET)] == [f"{TARGET} = 0.67"]
     # Each agent's directory links to its run's root dir, named as the trainer names it.
-    sweep._link_agent_dirs(task)
+    packing.link_agent_dirs(task)
     for run in runs:
         link = os.path.join(task.root_dir, run.name)  # target_entropy=T+seed=N
         assert os.path.realpath(link) == os.path.realpath(run.root_dir)
@@ -66,7 +66,7 @@ def test_other_axes_stay_separate_processes(tmp_path):
 
 def test_what_is_left_is_packed_by_its_agents(tmp_path):
     spec = _spec()
-    runs = sweep.expand_spec(spec, str(tmp_path))
+    runs = sweep_spec.expand_spec(spec, str(tmp_path))
     os.makedirs(os.path.join(runs[0].root_dir, "checkpoints"))  # resumes alone
     _, tasks, notes = _pack(spec, str(tmp_path), runs)
     assert [t.name for t in tasks] == [runs[0].name,
@@ -77,7 +77,7 @@ def test_what_is_left_is_packed_by_its_agents(tmp_path):
     left = [r for r in runs if "0.69" in r.name]
     _, tasks, _ = _pack(spec, str(tmp_path), left)
     assert [(t.name, t.command) for t in tasks] == [
-        (t.name, t.command) for t in sweep.pack_seeds(left, spec, str(tmp_path))]
+        (t.name, t.command) for t in packing.pack_seeds(left, spec, str(tmp_path))]
     assert tasks[0].targets == [None, None]
 
 
@@ -91,7 +91,7 @@ def test_falls_back_to_packing_seeds(tmp_path, parameters, why):
     runs, tasks, notes = _pack(spec, str(tmp_path))
     assert len(notes) == 1 and why in notes[0] and "packing the seeds" in notes[0]
     assert [(t.name, t.command) for t in tasks] == [
-        (t.name, t.command) for t in sweep.pack_seeds(runs, spec, str(tmp_path))]
+        (t.name, t.command) for t in packing.pack_seeds(runs, spec, str(tmp_path))]
 
 
 def test_cli_flag_reaches_the_sweep(tmp_path, monkeypatch):
@@ -123,7 +123,7 @@ def test_packed_target_sweep_is_the_unpacked_sweep(tmp_path, monkeypatch):
             with open(os.path.join(run.root_dir, sweep.DONE_FILE)) as f:
                 assert json.load(f)["command"] == run.command  # its own, packed or not
     assert any("into one process" in line for line in lines)
-    packed_root = os.path.join(dirs["packed"], sweep.PACKED_DIR,
+    packed_root = os.path.join(dirs["packed"], packing.PACKED_DIR,
                                "target_entropy=0.67_0.69+seeds=0_1")
     assert {"checkpoints", "train.log", *names} <= set(os.listdir(packed_root))
     # The same report rows: runs, seeds and groups (2 targets x 2 seeds).

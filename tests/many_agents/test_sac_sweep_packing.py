@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from alf_entropy.experiments import report, sweep
+from alf_entropy.experiments import packing, report, sweep, sweep_spec
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -26,13 +26,13 @@ def _spec(**extra):
             "parameters": {"SGDEntropyTargetAlgorithm.target_entropy": [-1.0, -0.5]},
             "seeds": [0, 1], "seed_binding": "OffPolicyTrainer.seed"}
     spec.update(extra)
-    return sweep.check_spec(spec)
+    return sweep_spec.check_spec(spec)
 
 
 def test_sac_seeds_are_packed_as_off_policy_trainer_seeds(tmp_path):
     spec = _spec()
     notes = []
-    tasks = sweep.pack_seeds(sweep.expand_spec(spec, str(tmp_path)), spec, str(tmp_path),
+    tasks = packing.pack_seeds(sweep_spec.expand_spec(spec, str(tmp_path)), spec, str(tmp_path),
                              log=notes.append)
     assert notes == []
     assert [t.name for t in tasks] == ["target_entropy=-1.0+seeds=0_1",
@@ -44,9 +44,9 @@ def test_sac_seeds_are_packed_as_off_policy_trainer_seeds(tmp_path):
                    for p in params)
     # A spec binding the K-agent arguments itself still runs one process per run.
     spec = _spec(gin_param=TINY_SAC + ["OffPolicyTrainer.num_agents = 2"])
-    runs = sweep.expand_spec(spec, str(tmp_path))
+    runs = sweep_spec.expand_spec(spec, str(tmp_path))
     notes = []
-    assert sweep.pack_seeds(runs, spec, str(tmp_path), log=notes.append) == runs
+    assert packing.pack_seeds(runs, spec, str(tmp_path), log=notes.append) == runs
     assert "binds OffPolicyTrainer.num_agents" in notes[0]
 
 
@@ -61,7 +61,7 @@ def test_packed_sac_sweep_is_the_unpacked_sweep(tmp_path, monkeypatch):
         result = sweep.run_sweep(spec, path, jobs=2, pack=mode == "packed", log=lines.append)
         assert result["failed"] == [] and sorted(result["status"]) == names, lines
         assert report.find_runs([path]) == [os.path.join(path, n) for n in names]
-    packed_root = os.path.join(dirs["packed"], sweep.PACKED_DIR, "target_entropy=-1.0+seeds=0_1")
+    packed_root = os.path.join(dirs["packed"], packing.PACKED_DIR, "target_entropy=-1.0+seeds=0_1")
     assert {"checkpoints", "seed=0", "seed=1"} <= set(os.listdir(packed_root))
     for name in names:  # agent k's summaries are the single run's (float rounding aside)
         mine = report.load_run(os.path.join(dirs["packed"], name)).scalars

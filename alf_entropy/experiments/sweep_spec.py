@@ -1,0 +1,191 @@
+"""A sweep's spec (the JSON file of ``alf-entropy-sweep``) and the runs it expands to.
+
+See :mod:`alf_entropy.experiments.sweep` for the spec's keys; :func:`expand_spec`
+gives one :class:`SweepRun` per configuration and seed.
+"""
+import itertools
+import json
+import os
+import re
+import sys
+from typing import Any, Dict, List, Optional, Sequence
+
+__all__ = ["PROG", "SweepRun", "gin_literal", "dir_safe", "load_spec", "check_spec",
+           "short_names", "expand_spec", "base_command"]
+
+PROG = "alf-entropy-sweep"
+_SPEC_KEYS = {"gin_file", "gin_param", "parameters", "seeds", "seed_binding"}
+_UNSAFE = re.compile(r"[^A-Za-z0-9._=+-]+")
+
+
+def dir_safe(text: str) -> str:
+    """``text`` with every run of characters unsafe in a directory name replaced by ``_``."""
+    return _UNSAFE.sub("_", text)
+
+
+class SweepRun:
+    """One run of a sweep, or one packed process of several (``members``).
+
+    Attributes:
+        name: its directory name.
+        root_dir: ``<sweep_dir>/<name>`` (a packed process:
+            ``<sweep_dir>/_packed/<name>``).
+        command: the ``alf-entropy-train`` command line (a list).
+        config: the name of its bindings without the seed (``""`` if none).
+        seed: its seed (None for a packed process).
+        bindings: its ``--gin_param`` bindings without the seed.
+        members: a packed process's runs (each agent is one); ``[]`` for a run.
+        targets: a packed process's target entropy of each member (None each
+            where it packs seeds only).
+    """
+
+    def __init__(self, name: str, root_dir: str, command: List[str], config: str = "",
+                 seed: Optional[int] = None, bindings: Optional[List[str]] = None,
+                 members: Optional[List["SweepRun"]] = None,
+                 targets: Optional[List[Any]] = None):
+        self.name = name
+        self.root_dir = root_dir
+        self.command = command
+        self.config = config
+        self.seed = seed
+        self.bindings = list(bindings or [])
+        self.members = list(members or [])
+        self.targets = list(targets) if targets is not None else [None] * len(self.members)
+
+    def __repr__(self) -> str:
+        return f"SweepRun({self.name!r})"
+
+
+def gin_literal(value: Any) -> str:
+    """A JSON value as gin text (strings such as ``@Foo()`` or ``'x'`` as written)."""
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    if value is None:
+        return "None"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (list, tuple)):
+        return "(" + ", ".join(gin_literal(v) for v in value) + (",)" if len(value) == 1 else ")")
+    return repr(value)
+
+
+def load_spec(path: str) -> Dict[str, Any]:
+    """Read and check a sweep spec.
+
+    Args:
+        path: the JSON file.
+
+    Returns:
+        dict: the spec with defaults filled in.
+
+    Raises:
+        ValueError: for an unreadable file or a malformed spec.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            spec = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"cannot read sweep spec {path!r}: {e}") from e
+    return check_spec(spec)
+
+
+def check_spec(spec: Any) -> Dict[str, Any]:
+    """Check a sweep spec (a dict as in the module docstring); fill in defaults.
+
+    Args:
+        spec: the parsed spec.
+
+    Returns:
+        dict: a checked copy.
+
+    Raises:
+        ValueError: naming the offending key.
+    """
+    if not isinstance(spec, dict):
+        raise ValueError(f"the sweep spec must be a JSON object, got {type(spec).__name__}")
+    unknown = set(spec) - _SPEC_KEYS
+    if unknown:
+        raise ValueError(
+            f"unknown keys in the sweep spec: {sorted(unknown)}; allowed: {sorted(_SPEC_KEYS)}"
+        )
+    out = {
+        "gin_file": spec.get("gin_file", []),
+        "gin_param": spec.get("gin_param", []),
+        "parameters": spec.get("parameters", {}),
+        "seeds": spec.get("seeds", [0]),
+        "seed_binding": spec.get("seed_binding", "OnPolicyTrainer.seed"),
+    }
+    for key in ("gin_file", "gin_param"):
+        if isinstance(out[key], str):
+            out[key] = [out[key]]
+        if not isinstance(out[key], list) or not all(isinstance(s, str) for s in out[key]):
+            raise ValueError(f"{key} must be a string or a list of strings, got {out[key]!r}")
+    params = out["parameters"]
+    if not isinstance(params, dict) or not all(
+        isinstance(k, str) and "." in k and isinstance(v, list) and v for k, v in params.items()
+    ):
+        raise ValueError(
+            "parameters must map bindings ('Class.arg') to non-empty lists of values, "
+            f"got {params!r}"
+        )
+    seeds = out["seeds"]
+    if not isinstance(seeds, list) or not seeds or not all(
+        isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds
+    ) or len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must be a non-empty list of distinct ints >= 0, got {seeds!r}")
+    if not isinstance(out["seed_binding"], str) or "." not in out["seed_binding"]:
+        raise ValueError(f"seed_binding must be a 'Class.arg' string, got {out['seed_binding']!r}")
+    return out
+
+
+def short_names(bindings: Sequence[str]) -> Dict[str, str]:
+    """The last part of each binding, or the whole binding where that clashes."""
+    last = {b: b.rsplit(".", 1)[-1] for b in bindings}
+    counts: Dict[str, int] = {}
+    for s in last.values():
+        counts[s] = counts.get(s, 0) + 1
+    return {b: (s if counts[s] == 1 else b) for b, s in last.items()}
+
+
+def expand_spec(
+    spec: Dict[str, Any], sweep_dir: str, device: Optional[str] = None
+) -> List[SweepRun]:
+    """All the runs of a (checked) spec: the grid of parameters x seeds.
+
+    Args:
+        spec: as returned by :func:`check_spec`.
+        sweep_dir: the parent of the runs' root dirs.
+        device: passed as ``--device`` if given.
+
+    Returns:
+        list: the runs, configurations in grid order, seeds innermost.
+    """
+    bindings = list(spec["parameters"])
+    short = short_names(bindings + [spec["seed_binding"]])
+    base = base_command(spec, device)
+    runs = []
+    for values in itertools.product(*(spec["parameters"][b] for b in bindings)):
+        for seed in spec["seeds"]:
+            pairs = list(zip(bindings, values)) + [(spec["seed_binding"], seed)]
+            parts = [f"{short[b]}={dir_safe(gin_literal(v))}" for b, v in pairs]
+            name = "+".join(parts)
+            root_dir = os.path.join(sweep_dir, name)
+            command = base + ["--root_dir", root_dir]
+            params = [f"{b} = {gin_literal(v)}" for b, v in pairs]
+            for p in params:
+                command += ["--gin_param", p]
+            runs.append(SweepRun(name, root_dir, command, config="+".join(parts[:-1]),
+                                 seed=seed, bindings=params[:-1]))
+    return runs
+
+
+def base_command(spec: Dict[str, Any], device: Optional[str]) -> List[str]:
+    """The command line every run of the spec starts with."""
+    base = [sys.executable, "-m", "alf_entropy.bin.train"]
+    for f in spec["gin_file"]:
+        base += ["--gin_file", f]
+    for p in spec["gin_param"]:
+        base += ["--gin_param", p]
+    if device is not None:
+        base += ["--device", device]
+    return base
