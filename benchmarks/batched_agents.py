@@ -325,6 +325,7 @@ def processes_main(ks: List[int], iterations: int, algorithm: str, hidden: int) 
     print("| K | layout | cores | wall s | env-steps/s | x one run | x one run per core "
           "| peak MiB per process |")
     print("|---|---|---|---|---|---|---|---|")
+    one_process_wall: Dict[int, float] = {}
     for k in ks:
         seeds = list(range(k))
         layouts = [("K in one process", [seeds], 1)]
@@ -336,7 +337,7 @@ def processes_main(ks: List[int], iterations: int, algorithm: str, hidden: int) 
         for name, groups, jobs in layouts:
             wall, mem = run(groups, jobs=jobs, algorithm="sb3" if "SB3" in name else algorithm)
             if jobs == 1:
-                one_process_wall = wall
+                one_process_wall[k] = wall
             rate = k * per_run / wall
             cores = min(jobs, len(groups))
             print(f"| {k} | {name} | {cores} | {wall:.1f} | {rate:.0f} | {rate / single:.2f} | "
@@ -350,7 +351,7 @@ def processes_main(ks: List[int], iterations: int, algorithm: str, hidden: int) 
 
         k = max(ks)
         sac_parts(k, hidden, best_interleaved,
-                  budget=(SAC_GOAL, one_process_wall - k * single_wall / SAC_GOAL, iterations))
+                  budget=(SAC_GOAL, one_process_wall[k] - k * single_wall / SAC_GOAL, iterations))
     print(f"Measured {stamp()}; the benchmark took {time.perf_counter() - started:.0f} s.")
 
 

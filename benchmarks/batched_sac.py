@@ -144,7 +144,9 @@ def update_ceiling(k: int, updates: Any, best_interleaved: Callable[..., Dict[st
           f": single {products[0] * 1e3:.2f} ms ({products[0] / t['one']:.0%} of its update), "
           f"stacked {products[1] / k * 1e3:.2f} ms per agent "
           f"({products[1] / t['many']:.0%} of its update).")
-    if budget is not None:
+    if budget is not None and budget[1] <= 0:
+        print(f"The {k}-agent process reached {budget[0]:g}x one run.")
+    elif budget is not None:
         goal, over_s, iterations = budget
         need = t["many"] / k - over_s / (k * iterations)
         print(f"For {goal:g}x one run, the {k}-agent process would have had to be {over_s:.1f} s "
