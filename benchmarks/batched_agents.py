@@ -40,7 +40,10 @@ largest peak resident memory of one process.  ``--algorithm sac`` does the same
 for SAC Pendulum (``OffPolicyTrainer``, ``sac_pendulum.gin``'s settings: one
 env per agent, one update of batch 256 per env step, 256x256 actor and twin
 critics, or ``--hidden`` wide; ``--iterations`` env steps per agent, the
-first 5 % random as the config's 1,000 of 20,000).
+first 5 % random as the config's 1,000 of 20,000).  ``--device cuda`` trains every
+process on the GPU, ``--jobs N`` runs the separate processes N at a time (for a
+machine with more cores: ``--processes --ks 64 --device cuda --jobs 16`` is the GPU
+table).
 
 With ``--returns``, the same results as separate runs: ``ppo_cartpole.gin`` at
 its full length (about 200k env steps per agent) for ``--seeds`` (default 0-7),
@@ -55,7 +58,8 @@ side's wall time.  ``--returns --algorithm sac`` does the same for
 ``--env_steps`` shorten it).
 
 Usage: ``python benchmarks/batched_agents.py [--ks 1,2,4,8,16] [--repeats 3]``,
-``python benchmarks/batched_agents.py --processes [--ks 8] [--iterations 10]``,
+``python benchmarks/batched_agents.py --processes [--ks 8] [--iterations 10] [--device cuda]
+[--jobs 2]``,
 ``python benchmarks/batched_agents.py --processes --algorithm sac [--iterations 1000]
 [--hidden 256]``,
 ``python benchmarks/batched_agents.py --returns [--seeds 0,1,2,3,4,5,6,7] [--algorithm sac]``
@@ -236,10 +240,11 @@ def measure(k: int, repeats: int) -> Dict[str, float]:
     return row
 
 
-def child(root_dir: str, seeds: List[int], iterations: int, algorithm: str, hidden: int) -> None:
+def child(root_dir: str, seeds: List[int], iterations: int, algorithm: str, hidden: int,
+          device: str = "cpu") -> None:
     """One whole training process (``--child``): a single run, or K agents in one."""
     agents = dict(seed=seeds[0]) if len(seeds) == 1 else dict(seeds=seeds)
-    common = dict(num_iterations=iterations, progress_bar=False, device="cpu", num_threads=1,
+    common = dict(num_iterations=iterations, progress_bar=False, device=device, num_threads=1,
                   checkpoint_interval=None, **agents)
     if algorithm == "sac":
         from batched_sac import train_sac
@@ -254,7 +259,7 @@ def child(root_dir: str, seeds: List[int], iterations: int, algorithm: str, hidd
                 batch_size=NUM_ENVS * UNROLL // 4, n_epochs=4, gamma=0.98, gae_lambda=0.8,
                 policy_kwargs=dict(net_arch=dict(pi=[64, 64], vf=[64, 64]),
                                    activation_fn=torch.nn.Tanh),
-                seed=seeds[0], device="cpu").learn(iterations * NUM_ENVS * UNROLL)
+                seed=seeds[0], device=device).learn(iterations * NUM_ENVS * UNROLL)
         return
     from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
 
@@ -285,7 +290,7 @@ def run_commands(commands: List[List[str]], jobs: int) -> Tuple[float, float]:
 
 
 def run_processes(groups: List[List[int]], iterations: int, jobs: int, algorithm: str = "ppo",
-                  hidden: int = 256) -> Tuple[float, float]:
+                  hidden: int = 256, device: str = "cpu") -> Tuple[float, float]:
     """Train each group of seeds in a process of its own (``--child``), ``jobs`` at a time.
 
     Returns:
@@ -297,16 +302,17 @@ def run_processes(groups: List[List[int]], iterations: int, jobs: int, algorithm
             [[sys.executable, os.path.abspath(__file__), "--child",
               os.path.join(scratch, "_".join(map(str, seeds))),
               "--seeds", ",".join(map(str, seeds)), "--iterations", str(iterations),
-              "--algorithm", algorithm, "--hidden", str(hidden)]
+              "--algorithm", algorithm, "--hidden", str(hidden), "--device", device]
              for seeds in groups], jobs)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def processes_main(ks: List[int], iterations: int, algorithm: str, hidden: int) -> None:
+def processes_main(ks: List[int], iterations: int, algorithm: str, hidden: int,
+                   device: str = "cpu", jobs: int = 2) -> None:
     started = time.perf_counter()
     run = functools.partial(run_processes, iterations=iterations, algorithm=algorithm,
-                            hidden=hidden)
+                            hidden=hidden, device=device)
     if algorithm == "sac":
         per_run = iterations
         what = (f"SAC Pendulum, 1 env per agent, one update of batch 256 per env step, "
@@ -319,7 +325,8 @@ def processes_main(ks: List[int], iterations: int, algorithm: str, hidden: int) 
     load = os.getloadavg()[0]
     single_wall, single_mem = run([[0]], jobs=1)
     single = per_run / single_wall
-    print(f"Whole processes (start-up included): {what}, one torch thread per process.\n")
+    print(f"Whole processes (start-up included): {what}, one torch thread per process, "
+          f"on {device}.\n")
     print(f"One single-agent run: {single_wall:.1f} s, {single:.0f} env-steps/s, "
           f"peak {single_mem:.0f} MiB.\n")
     print("| K | layout | cores | wall s | env-steps/s | x one run | x one run per core "
@@ -331,15 +338,16 @@ def processes_main(ks: List[int], iterations: int, algorithm: str, hidden: int) 
         layouts = [("K in one process", [seeds], 1)]
         if k >= 4:  # (for K = 2 it is the separate runs)
             layouts.append(("two processes of K/2", [seeds[: k // 2], seeds[k // 2:]], 2))
-        layouts.append(("K separate runs, 2 at a time", [[s] for s in seeds], 2))
+        layouts.append((f"K separate runs, {jobs} at a time", [[s] for s in seeds], jobs))
         if algorithm == "ppo" and importlib.util.find_spec("stable_baselines3"):
-            layouts.append(("SB3: K separate runs, 2 at a time", [[s] for s in seeds], 2))
-        for name, groups, jobs in layouts:
-            wall, mem = run(groups, jobs=jobs, algorithm="sb3" if "SB3" in name else algorithm)
-            if jobs == 1:
+            layouts.append((f"SB3: K separate runs, {jobs} at a time", [[s] for s in seeds],
+                            jobs))
+        for name, groups, at_once in layouts:
+            wall, mem = run(groups, jobs=at_once, algorithm="sb3" if "SB3" in name else algorithm)
+            if at_once == 1:
                 one_process_wall[k] = wall
             rate = k * per_run / wall
-            cores = min(jobs, len(groups))
+            cores = min(at_once, len(groups))
             print(f"| {k} | {name} | {cores} | {wall:.1f} | {rate:.0f} | {rate / single:.2f} | "
                   f"{rate / single / cores:.2f} | {mem:.0f} |")
     print("\n'x one run': aggregate env-steps/s over one single-agent run's (alone, one core); "
@@ -453,6 +461,9 @@ def main() -> None:
                         help="--processes: iterations per run (default 10; SAC: 1000)")
     parser.add_argument("--algorithm", choices=("ppo", "sac", "sb3"), default="ppo",
                         help="--processes: PPO CartPole or SAC Pendulum (sb3: the SB3 rows)")
+    parser.add_argument("--device", default="cpu", help="--processes: the trainers' device")
+    parser.add_argument("--jobs", type=int, default=2,
+                        help="--processes: separate processes run this many at a time")
     parser.add_argument("--hidden", type=int, default=256,
                         help="--algorithm sac: the networks' width")
     parser.add_argument("--returns", action="store_true",
@@ -470,12 +481,12 @@ def main() -> None:
         return
     if args.child is not None:
         child(args.child, [int(s) for s in (args.seeds or "0").split(",")], args.iterations,
-              args.algorithm, args.hidden)
+              args.algorithm, args.hidden, args.device)
         return
     ks = [int(k) for k in (args.ks or ("8" if args.processes else "1,2,4,8,16")).split(",")]
     if args.processes:
         processes_main(ks, args.iterations or (1000 if args.algorithm == "sac" else 10),
-                       args.algorithm, args.hidden)
+                       args.algorithm, args.hidden, args.device, args.jobs)
         return
     started = time.perf_counter()
     rows = {k: measure(k, args.repeats) for k in ks}
