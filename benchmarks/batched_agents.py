@@ -28,7 +28,8 @@ building the agents and environments, the final checkpoint): ``OnPolicyTrainer``
 runs of ``--iterations`` iterations each (the same PPO, summaries every 10
 iterations, no evaluation), timed from launch to exit --
 
-* **one single-agent run** alone (the baseline);
+* **one single-agent run** alone (the baseline; after one untimed run, so that no
+  timed process pays for compiling the bytecode);
 * **K agents in one process** (``OnPolicyTrainer(seeds=...)``, one core);
 * **K agents as two processes of K/2**, both at once (both cores; K >= 4);
 * **K separate runs, two at a time** (both cores; each pays the start-up);
@@ -322,6 +323,7 @@ def processes_main(ks: List[int], iterations: int, algorithm: str, hidden: int,
         per_run = iterations * NUM_ENVS * UNROLL
         what = (f"PPO CartPole, {NUM_ENVS} envs per agent, unroll {UNROLL}, 4x4 minibatches, "
                 f"{iterations} iterations ({per_run} env steps) per agent")
+    run([[0]], jobs=1)  # untimed: the first process after a change compiles the bytecode
     load = os.getloadavg()[0]
     single_wall, single_mem = run([[0]], jobs=1)
     single = per_run / single_wall
