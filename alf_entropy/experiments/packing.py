@@ -10,13 +10,8 @@ import os
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
-from alf_entropy.experiments.sweep_spec import (
-    PROG,
-    SweepRun,
-    base_command,
-    dir_safe,
-    short_names,
-)
+from alf_entropy.experiments.sweep_spec import PROG, SweepRun, base_command, short_names
+from alf_entropy.utils.run_names import dir_safe
 
 __all__ = ["PACKED_DIR", "PACKED_SEED_BINDINGS", "pack_seeds", "link_agent_dirs"]
 

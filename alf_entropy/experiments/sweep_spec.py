@@ -6,22 +6,16 @@ gives one :class:`SweepRun` per configuration and seed.
 import itertools
 import json
 import os
-import re
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
-__all__ = ["PROG", "SweepRun", "gin_literal", "dir_safe", "load_spec", "check_spec",
+from alf_entropy.utils.run_names import dir_safe
+
+__all__ = ["PROG", "SweepRun", "gin_literal", "load_spec", "check_spec",
            "short_names", "expand_spec", "base_command"]
 
 PROG = "alf-entropy-sweep"
 _SPEC_KEYS = {"gin_file", "gin_param", "parameters", "seeds", "seed_binding"}
-_UNSAFE = re.compile(r"[^A-Za-z0-9._=+-]+")
-
-
-def dir_safe(text: str) -> str:
-    """``text`` with every run of characters unsafe in a directory name replaced by ``_``."""
-    return _UNSAFE.sub("_", text)
-
 
 class SweepRun:
     """One run of a sweep, or one packed process of several (``members``).

@@ -31,10 +31,10 @@ from alf_entropy.trainers.agent_summaries import AgentSummaryCallback
 from alf_entropy.trainers.trainer import EVAL_SEED_OFFSET
 from alf_entropy.utils import distributed, schedulers
 from alf_entropy.utils.checks import check_int
+from alf_entropy.utils.run_names import dir_safe
 
 __all__ = ["AgentsTrainerMixin", "agent_dir", "agent_operative_config", "agent_seeds"]
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9._=+-]+")  # as the sweep names its run directories
 _SECTION = re.compile(r"^# Parameters for (?:[\w.]+/)*([\w.]+):")
 _BINDING = re.compile(r"^((?:[\w.]+/)*([\w.]+))\s*=")
 BATCH_CONFIGURABLES = frozenset({"ManyAgents", "ManySacAgents", "BatchedAdam"})
@@ -109,7 +109,7 @@ def agent_dir(seed: int, target: Any = None) -> str:
     """
     if target is None:
         return f"seed={seed}"
-    return f"target_entropy={_UNSAFE.sub('_', str(target))}+seed={seed}"
+    return f"target_entropy={dir_safe(str(target))}+seed={seed}"
 
 
 def agent_seeds(num_agents: int, seeds: Optional[Sequence[int]], seed: int,
