@@ -1,5 +1,7 @@
-"""K agents through the trainers, on the CPU and (where there is one) on CUDA: agent k
-of a batch ends where the single run with seed k ends."""
+"""K agents through the trainers on CUDA: agent k of a batch ends where the single run
+with seed k ends, its state on the device.  On the CPU the same holds more tightly in
+``tests/trainers/test_many_agents_trainer.py`` (PPO) and
+``tests/many_agents/test_many_sac_agents.py`` (SAC)."""
 from typing import Any, Callable
 
 import pytest
@@ -12,7 +14,7 @@ from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 SEEDS = [3, 5]
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+DEVICES = [pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs CUDA"))]
 
 
