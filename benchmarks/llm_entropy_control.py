@@ -234,18 +234,26 @@ def run_toy(kind: str, lr: float, seed: int, steps: int, target_value: float,
                      ctl_s or [0.0])
 
 
-HEADER = ("| task | target | lr | controller | RMSE | RMSE / mean target | max H / target "
-          "| steps >10% below | noise | reached | reward | final H | controller s / step s |\n"
+HEADER = ("| task | target | lr | controller | RMSE [seeds' range] | RMSE / mean target "
+          "| max H / target (worst seed) | steps >10% below | noise | reached | reward | final H "
+          "| controller s / step s |\n"
           "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def row(task: str, target: str, lr: float, kind: str, rows: List[Dict[str, float]]) -> str:
-    """A table row: the means over seeds (of the seeds that reached the target)."""
+    """A table row: the means over seeds (of the seeds that reached the target), with the
+    seeds' range of the RMSE and the worst seed's overshoot."""
+    def values(key):
+        return [r[key] for r in rows if not math.isnan(r[key])]
+
     def mean(key):
-        values = [r[key] for r in rows if not math.isnan(r[key])]
-        return float(np.mean(values)) if values else math.nan
-    return (f"| {task} | {target} | {lr:g} | {kind} | {mean('rmse'):.3f} | "
-            f"{mean('rel_rmse'):.1%} | {mean('overshoot'):.2f} | {mean('below10'):.1%} | "
+        return float(np.mean(values(key))) if values(key) else math.nan
+
+    rmse = values("rmse")
+    spread = f" [{min(rmse):.2f}, {max(rmse):.2f}]" if rmse else ""
+    worst = f" ({max(values('overshoot')):.2f})" if rmse else ""
+    return (f"| {task} | {target} | {lr:g} | {kind} | {mean('rmse'):.3f}{spread} | "
+            f"{mean('rel_rmse'):.1%} | {mean('overshoot'):.2f}{worst} | {mean('below10'):.1%} | "
             f"{mean('noise'):.3f} | "
             f"{sum(r['reached'] for r in rows):.0f}/{len(rows)} | {mean('reward'):.2f} | "
             f"{mean('final_h'):.3f} | {mean('ctl_s') / mean('step_s'):.2%} |")
