@@ -45,8 +45,9 @@ differences' RMS over sqrt 2: what no controller can remove from the
 RMSE), how many seeds reached the target, the mean reward of the last 20 %
 of steps, and the controller's seconds per update against the step's (on
 the toy task: the callback's whole ``on_step_end`` against TRL's
-``step_time``).  Means over seeds
-are printed as Markdown, stamped with date, commit, versions and machine.
+``step_time``).  Means over seeds (with the seeds' range of the RMSE and the
+worst seed's overshoot) are printed as Markdown, stamped with date, commit,
+versions and machine.
 """
 import argparse
 import math
