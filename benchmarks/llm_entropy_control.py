@@ -248,7 +248,8 @@ def row(task: str, target: str, lr: float, kind: str, rows: List[Dict[str, float
         return [r[key] for r in rows if not math.isnan(r[key])]
 
     def mean(key):
-        return float(np.mean(values(key))) if values(key) else math.nan
+        kept = values(key)
+        return float(np.mean(kept)) if kept else math.nan
 
     rmse = values("rmse")
     spread = f" [{min(rmse):.2f}, {max(rmse):.2f}]" if rmse else ""
