@@ -29,7 +29,8 @@ trainer has already read it), and the controller should live on the CPU.
 """
 import math
 import numbers
-from typing import Any, Callable, Dict, Mapping, Optional, Union
+from collections.abc import Mapping
+from typing import Any, Callable, Dict, Optional, Union
 
 import torch
 
@@ -147,16 +148,16 @@ def lm_pid_settings(target_entropy: Target) -> Dict[str, Any]:
 
 def encode_state(value: Any) -> Any:
     """A ``state_dict`` as JSON-able data (tensors exactly, as lists with dtype and shape)."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
     if torch.is_tensor(value):
         t = value.detach().cpu()
-        return {"__tensor__": t.reshape(-1).tolist(), "dtype": str(t.dtype).replace("torch.", ""),
-                "shape": list(t.shape)}
+        flat = [t.tolist()] if t.dim() == 0 else t.reshape(-1).tolist()
+        return {"__tensor__": flat, "dtype": str(t.dtype)[len("torch."):], "shape": list(t.shape)}
     if isinstance(value, Mapping):
         return {"__dict__": [[encode_state(k), encode_state(v)] for k, v in value.items()]}
     if isinstance(value, (list, tuple)):
         return {"__list__": [encode_state(v) for v in value], "tuple": isinstance(value, tuple)}
-    if value is None or isinstance(value, (bool, str)):
-        return value
     if isinstance(value, numbers.Integral):
         return int(value)
     if isinstance(value, numbers.Real):
