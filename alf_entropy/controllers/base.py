@@ -172,8 +172,7 @@ class EntropyController(Driver):
         else:
             raise TypeError(f"entropy must be a number or a tensor, got {type(entropy).__name__}")
         entropy = distributed.all_reduce_masked_mean(entropy.to(self._log_alpha.device), None)[0]
-        self._advance(entropy, None)
-        return self.alpha
+        return self._advance(entropy, None)
 
     def entropy_loss(self, entropy: torch.Tensor, mask: Optional[torch.Tensor] = None,
                      entropy_for_gradient: Optional[torch.Tensor] = None,

@@ -10,7 +10,6 @@ import math
 import warnings
 from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple, Type, Union
 
-import numpy as np
 import torch
 from absl import logging
 
@@ -163,7 +162,7 @@ class Driver(AlfSubAlgorithm):
             new = self._phase2(x, s, self._actuate(rule, True), h, has, valid, self._bounds.host,
                                self._watch_consts.host)
             state.write(arrays, new)
-            unreachable = np.any(rules.unreachable(new.watch.stalled_for))
+            unreachable = rules.unreachable(arrays.watch.stalled_for).any()  # views: arrays
         else:
             if self._compiled is None:  # update_mode="compiled": compiled once, on first use
                 self._compiled = (self._tensor_phase1, self._tensor_phase2)

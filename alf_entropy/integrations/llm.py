@@ -264,9 +264,9 @@ class StepEntropyControl:
         if total_steps is not None:
             schedulers.update_progress("percent", min(1.0, step / total_steps))
         self._entropy = float(entropy_sum) / float(token_count)
-        self._controller.adjust_alpha(self._entropy)
+        coefficient = float(self._controller.adjust_alpha(self._entropy))
         self._step = step
-        return self.coefficient
+        return coefficient
 
     def record(self) -> Dict[str, float]:
         """The last update's values, for a trainer's logs.
