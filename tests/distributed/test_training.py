@@ -21,6 +21,7 @@ import torch
 from alf_entropy.trainers import checkpoint as ckpt
 from tests.distributed import workers
 from tests.distributed.launch import REPO_ROOT, local_env, run_ranks, torchrun, torchrun_cmd
+from tests.nests import assert_nests_equal
 
 # torchrun: the slow lane (pytest -m slow); plain pytest runs it.
 pytestmark = pytest.mark.slow
@@ -35,21 +36,15 @@ def ppo_run(tmp_path_factory):
     return out, [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(2)]
 
 
-def _assert_equal_state(a, b, where):
-    assert a.keys() == b.keys(), where
-    for k in a:
-        assert torch.equal(a[k], b[k]), f"{where}: {k} differs"
-
-
 def test_parameters_and_controller_bit_identical_across_ranks(ppo_run):
     out, (r0, r1) = ppo_run
     assert r0["result"]["iteration"] == r1["result"]["iteration"] == workers.PPO_ITERATIONS
     # env_steps and scheduler progress count the global batch: 4 envs x 16 steps.
     assert r0["result"]["env_steps"] == r1["result"]["env_steps"] == workers.PPO_ITERATIONS * 64
-    _assert_equal_state(r0["algorithm"], r1["algorithm"], "algorithm")
+    assert_nests_equal(r0["algorithm"], r1["algorithm"], "algorithm")
     for i, (o0, o1) in enumerate(zip(r0["optimizers"], r1["optimizers"])):
         for p, (s0, s1) in enumerate(zip(o0["state"].values(), o1["state"].values())):
-            _assert_equal_state(s0, s1, f"optimizer {i} param {p}")
+            assert_nests_equal(s0, s1, f"optimizer {i} param {p}")
     controller = {k: v for k, v in r0["algorithm"].items() if "_entropy_target" in k}
     assert any(k.endswith("_log_alpha") for k in controller), list(r0["algorithm"])
     # The run trained: alpha moved away from the configured 0.01.
@@ -57,7 +52,7 @@ def test_parameters_and_controller_bit_identical_across_ranks(ppo_run):
     assert abs(log_alpha.exp().item() - 0.01) > 1e-6
     # The checkpoint (rank 0's) holds the same model and both ranks' RNGs/envs.
     state = ckpt.load_checkpoint(os.path.join(out, "run", "checkpoints", "ckpt-00000004.pt"))
-    _assert_equal_state(state["algorithm"], r0["algorithm"], "checkpoint")
+    assert_nests_equal(state["algorithm"], r0["algorithm"], "checkpoint")
     assert state["world_size"] == 2 and len(state["rank_states"]) == 1
     assert not torch.equal(state["rng"]["torch"], state["rank_states"][0]["rng"]["torch"])
     assert state["env"] and state["rank_states"][0]["env"]
@@ -93,7 +88,7 @@ def test_torchrun_resume_equals_uninterrupted_run(ppo_run, tmp_path):
     assert res.stdout.count("alf-entropy-train: done: 4 iterations") == 1  # rank 0 reports
     want = ckpt.load_checkpoint(out / "run" / "checkpoints" / "ckpt-00000004.pt")
     got = ckpt.load_checkpoint(root / "checkpoints" / "ckpt-00000004.pt")
-    _assert_equal_state(got["algorithm"], want["algorithm"], "resumed algorithm")
+    assert_nests_equal(got["algorithm"], want["algorithm"], "resumed algorithm")
     assert got["env_steps"] == want["env_steps"] and got["progress"] == want["progress"]
     for a, b in zip(
         [got["rng"]] + [s["rng"] for s in got["rank_states"]],
@@ -158,10 +153,10 @@ def test_sac_parameters_and_controller_bit_identical_across_ranks(tmp_path):
         assert res.returncode == 0, f"rank {r} exited {res.returncode}:\n{res.stderr[-4000:]}"
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2))
     assert r0["result"]["env_steps"] == r1["result"]["env_steps"] == 80  # global count
-    _assert_equal_state(r0["algorithm"], r1["algorithm"], "algorithm")
+    assert_nests_equal(r0["algorithm"], r1["algorithm"], "algorithm")
     for i, (o0, o1) in enumerate(zip(r0["optimizers"], r1["optimizers"])):
         for p, (s0, s1) in enumerate(zip(o0["state"].values(), o1["state"].values())):
-            _assert_equal_state(s0, s1, f"optimizer {i} param {p}")
+            assert_nests_equal(s0, s1, f"optimizer {i} param {p}")
     (log_alpha,) = [v for k, v in r0["algorithm"].items() if k.endswith("_log_alpha")]
     assert abs(log_alpha.item() - math.log(0.1)) > 1e-6  # the staged controller moved
     # Each rank's replay buffer (its own transitions) is in rank 0's checkpoint.

@@ -21,6 +21,7 @@ from alf_entropy.trainers.gin_config import CONFIG_DIR, parse_gin_config
 from alf_entropy.trainers.off_policy_trainer import OffPolicyTrainer
 from alf_entropy.trainers.ranks import MAX_SEED, seed_all
 from alf_entropy.utils.replay_buffer import ReplayBuffer, Transition
+from tests.nests import assert_nests_equal
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -59,22 +60,6 @@ def _max_diff(mine: Dict[str, Any], theirs: Dict[str, Any]) -> float:
                if isinstance(v, torch.Tensor) and v.is_floating_point())
 
 
-def _assert_equal(mine: Any, theirs: Any, where: str = "") -> None:
-    """Bit-identical nests (state dicts with extra states)."""
-    if isinstance(theirs, torch.Tensor):
-        assert torch.equal(mine, theirs), where
-    elif isinstance(theirs, dict):
-        assert mine.keys() == theirs.keys(), where
-        for key, value in theirs.items():
-            _assert_equal(mine[key], value, f"{where}.{key}")
-    elif isinstance(theirs, (list, tuple)):
-        assert len(mine) == len(theirs), where
-        for i, (a, b) in enumerate(zip(mine, theirs)):
-            _assert_equal(a, b, f"{where}[{i}]")
-    else:
-        assert mine == theirs, where
-
-
 def _train(root: Any, **kwargs: Any) -> Tuple[OffPolicyTrainer, torch.Tensor]:
     trainer = OffPolicyTrainer(str(root), **{**TRAINER, **kwargs})
     losses = _recording(trainer)
@@ -99,7 +84,8 @@ def test_agent_k_follows_the_single_trainer_with_seed_k(tmp_path: Any, ctor: Any
     for k, seed in enumerate([3, 5]):
         single, single_losses = _train(tmp_path / f"single{seed}", seed=seed, **common)
         seed_all(seed)
-        _assert_equal(starts[k], ctor(batch._observation_spec, batch._action_spec).state_dict())
+        fresh = ctor(batch._observation_spec, batch._action_spec).state_dict()
+        assert_nests_equal(starts[k], fresh)
         torch.testing.assert_close(losses[:, k], single_losses, rtol=1e-5, atol=1e-5)
         mine, theirs = batch.algorithm.agent_state_dict(k), single.algorithm.state_dict()
         assert _max_diff(mine, theirs) < 1e-5
@@ -158,7 +144,7 @@ def test_a_nan_in_one_agent_changes_no_other_agent() -> None:
         poisoned.train_step(batch)
     assert poisoned.skipped_updates.tolist() == [0, 1, 0]
     for k in (0, 2):
-        _assert_equal(poisoned.agent_state_dict(k), clean.agent_state_dict(k), f"agent {k}")
+        assert_nests_equal(poisoned.agent_state_dict(k), clean.agent_state_dict(k), f"agent {k}")
     # Agent 1 took its other two updates: its networks moved, and stayed finite.
     after = poisoned.agent_state_dict(1)
     assert not torch.equal(after["_critic_networks.weights.0"],
@@ -203,10 +189,10 @@ def test_the_batch_resumes_exactly(tmp_path: Any) -> None:
     resumed = _batch(tmp_path / "resumed", 3)
     assert resumed.iteration == 2 and resumed.restored_from is not None
     assert resumed.train()["iteration"] == 3
-    _assert_equal(resumed.algorithm.state_dict(), straight.algorithm.state_dict())
-    _assert_equal(resumed.algorithm.optimizers()[0].state_dict(),
+    assert_nests_equal(resumed.algorithm.state_dict(), straight.algorithm.state_dict())
+    assert_nests_equal(resumed.algorithm.optimizers()[0].state_dict(),
                   straight.algorithm.optimizers()[0].state_dict())
-    _assert_equal(resumed.replay_buffer.state_dict(), straight.replay_buffer.state_dict())
+    assert_nests_equal(resumed.replay_buffer.state_dict(), straight.replay_buffer.state_dict())
     for g, h in zip(resumed.algorithm.generators, straight.algorithm.generators):
         assert torch.equal(g.get_state(), h.get_state())
 

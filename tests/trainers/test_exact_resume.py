@@ -21,7 +21,8 @@ from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
 from alf_entropy.environments import GymVectorEnv
 from alf_entropy.trainers import checkpoint as ckpt
 from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
-from alf_entropy.utils import nest, schedulers
+from alf_entropy.utils import schedulers
+from tests.nests import assert_nests_equal
 
 # Fork children inherit the thread pool settings; one thread also avoids
 # forking a process with busy OpenMP workers.
@@ -119,21 +120,8 @@ def assert_same_final_checkpoint(reference_dir: str, killed_dir: str, iterations
                      for d in (reference_dir, killed_dir)]
     assert got["iteration"] == expected["iteration"] == iterations
     for key in ("algorithm", "optimizers", "rng", "extra"):
-        _assert_equal_states(got[key], expected[key])
-    _assert_equal_states(got["env"]["time_step"], expected["env"]["time_step"])
-
-
-def _assert_equal_states(a, b):
-    flat_a, flat_b = nest.flatten(a), nest.flatten(b)
-    assert len(flat_a) == len(flat_b)
-    for i, (x, y) in enumerate(zip(flat_a, flat_b)):
-        if isinstance(x, torch.Tensor):
-            assert x.dtype == y.dtype and x.shape == y.shape and torch.equal(x, y), (
-                f"leaf {i} differs: max |diff| "
-                f"{(x.double() - y.double()).abs().max().item() if x.shape == y.shape else 'shape'}"
-            )
-        else:
-            assert x == y, f"leaf {i} differs: {x!r} != {y!r}"
+        assert_nests_equal(got[key], expected[key])
+    assert_nests_equal(got["env"]["time_step"], expected["env"]["time_step"])
 
 
 def _continue(state: dict, env_id: str) -> list:
@@ -172,13 +160,13 @@ def test_sigkill_and_restart_gives_the_uninterrupted_checkpoint(tmp_path, env_id
                                iteration_time=iteration_time)
     assert kills == 3, f"only {kills} kills: the run ended first"
     got = _final_state(interrupted)
-    _assert_equal_states(got["algorithm"], expected["algorithm"])
-    _assert_equal_states(got["optimizers"], expected["optimizers"])
-    _assert_equal_states(got["rng"], expected["rng"])
-    _assert_equal_states(got["env"]["time_step"], expected["env"]["time_step"])
+    assert_nests_equal(got["algorithm"], expected["algorithm"])
+    assert_nests_equal(got["optimizers"], expected["optimizers"])
+    assert_nests_equal(got["rng"], expected["rng"])
+    assert_nests_equal(got["env"]["time_step"], expected["env"]["time_step"])
     # The pickled envs differ in wall-clock episode start times only: they
     # must continue identically.
-    _assert_equal_states(_continue(got, env_id), _continue(expected, env_id))
+    assert_nests_equal(_continue(got, env_id), _continue(expected, env_id))
     assert got["progress"] == expected["progress"]
     assert (got["iteration"], got["env_steps"]) == (expected["iteration"], expected["env_steps"])
 

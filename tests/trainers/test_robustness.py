@@ -29,7 +29,7 @@ from alf_entropy.trainers.off_policy_trainer import OffPolicyTrainer
 from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
 from alf_entropy.trainers.run_dir import RunDirLocked, config_differences
 from alf_entropy.trainers.trainer import TrainingAborted
-from alf_entropy.utils import nest
+from tests.nests import assert_nests_equal
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -47,16 +47,6 @@ def _trainer(root_dir, **kwargs):
 
 def _ckpt(root, iteration):
     return os.path.join(str(root), "checkpoints", f"ckpt-{iteration:08d}.pt")
-
-
-def _assert_equal_nests(a, b):
-    flat_a, flat_b = nest.flatten(a), nest.flatten(b)
-    assert len(flat_a) == len(flat_b)
-    for i, (x, y) in enumerate(zip(flat_a, flat_b)):
-        if isinstance(x, torch.Tensor):
-            assert x.dtype == y.dtype and x.shape == y.shape and torch.equal(x, y), i
-        else:
-            assert x == y, (i, x, y)
 
 
 # ------------------------------------------------------- damaged checkpoints
@@ -126,7 +116,7 @@ def test_a_checkpoint_that_does_not_fit_restores_nothing(tmp_path):
     before = copy.deepcopy(fresh.algorithm.state_dict())
     with pytest.raises(CheckpointError, match="bad.pt does not match this run"):
         fresh.load_checkpoint(bad)
-    _assert_equal_nests(fresh.algorithm.state_dict(), before)
+    assert_nests_equal(fresh.algorithm.state_dict(), before)
     assert fresh.train()["iteration"] == 1  # and it still trains from scratch
 
 
@@ -155,7 +145,7 @@ def test_a_damaged_replay_buffer_restores_nothing(tmp_path):
     with pytest.raises(CheckpointError, match="ReplayBuffer"):
         fresh.load_checkpoint(bad)
     assert fresh.replay_buffer is buffer and buffer.size == 0
-    _assert_equal_nests(fresh.algorithm.state_dict(), params)
+    assert_nests_equal(fresh.algorithm.state_dict(), params)
 
 
 # -------------------------------------------------------------- a full disk
@@ -211,8 +201,8 @@ def test_a_signal_stops_after_the_iteration_with_an_exact_checkpoint(
                     checkpoint_interval=None).train()["iteration"] == 5
     got = ckpt.load_checkpoint(_ckpt(tmp_path / "run", 5))
     for key in ("algorithm", "optimizers", "rng", "progress"):
-        _assert_equal_nests(got[key], expected[key])
-    _assert_equal_nests(got["env"]["time_step"], expected["env"]["time_step"])
+        assert_nests_equal(got[key], expected[key])
+    assert_nests_equal(got["env"]["time_step"], expected["env"]["time_step"])
     assert got["env"]["state"].numel() > 0
 
 
@@ -329,8 +319,8 @@ def test_two_runs_of_one_configuration_write_equal_checkpoints(tmp_path, env_id)
         time.sleep(0.01)
     a, b = states
     for key in ("algorithm", "optimizers", "rng", "progress", "iteration", "env_steps"):
-        _assert_equal_nests(a[key], b[key])
-    _assert_equal_nests(a["env"]["time_step"], b["env"]["time_step"])
+        assert_nests_equal(a[key], b[key])
+    assert_nests_equal(a["env"]["time_step"], b["env"]["time_step"])
     # The pickled environments, spaces' generators included, byte for byte.
     assert torch.equal(a["env"]["state"], b["env"]["state"])
     env_a = pickle.loads(ckpt.tensor_to_bytes(a["env"]["state"]))[0]
