@@ -162,7 +162,8 @@ class Driver(AlfSubAlgorithm):
             new = self._phase2(x, s, self._actuate(rule, True), h, has, valid, self._bounds.host,
                                self._watch_consts.host)
             state.write(arrays, new)
-            unreachable = rules.unreachable(arrays.watch.stalled_for).any()  # views: arrays
+            # Read back from the views (arrays; the rule may return a Python int).
+            unreachable = rules.unreachable(arrays.watch.stalled_for).any()
         else:
             if self._compiled is None:  # update_mode="compiled": compiled once, on first use
                 self._compiled = (self._tensor_phase1, self._tensor_phase2)
