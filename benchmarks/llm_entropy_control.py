@@ -40,14 +40,14 @@ to it over the run.  Metrics
 the entropy is within 5 % above the target (or below it), relative RMSE
 (RMSE over the mean target), the largest overshoot above the target after
 that point (as a ratio, max H / target), the fraction of those steps more
-than 10 % below the target, the measurement noise (the step-to-step
-differences' RMS over sqrt 2: what no controller can remove from the
+than 10 % below the target, the noise (the step-to-step differences' RMS
+over sqrt 2: what no controller acting a step later can remove from the
 RMSE), how many seeds reached the target, the mean reward of the last 20 %
-of steps, and the controller's seconds per update against the step's (on
-the toy task: the callback's whole ``on_step_end`` against TRL's
-``step_time``).  Means over seeds (with the seeds' range of the RMSE and the
-worst seed's overshoot) are printed as Markdown, stamped with date, commit,
-versions and machine.
+of steps, the seconds per step (the median over steps; on the toy task
+TRL's ``step_time``) and the controller's seconds per update over the
+step's (on the toy task the callback's whole ``on_step_end``).  Means over
+seeds (with the seeds' range of the RMSE and the worst seed's overshoot) are
+printed as Markdown, stamped with date, commit, versions and machine.
 """
 import argparse
 import math
@@ -237,8 +237,8 @@ def run_toy(kind: str, lr: float, seed: int, steps: int, target_value: float,
 
 HEADER = ("| task | target | lr | controller | RMSE [seeds' range] | RMSE / mean target "
           "| max H / target (worst seed) | steps >10% below | noise | reached | reward | final H "
-          "| controller s / step s |\n"
-          "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| s / step | controller s / step s |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def row(task: str, target: str, lr: float, kind: str, rows: List[Dict[str, float]]) -> str:
@@ -258,7 +258,8 @@ def row(task: str, target: str, lr: float, kind: str, rows: List[Dict[str, float
             f"{mean('rel_rmse'):.1%} | {mean('overshoot'):.2f}{worst} | {mean('below10'):.1%} | "
             f"{mean('noise'):.3f} | "
             f"{sum(r['reached'] for r in rows):.0f}/{len(rows)} | {mean('reward'):.2f} | "
-            f"{mean('final_h'):.3f} | {mean('ctl_s') / mean('step_s'):.2%} |")
+            f"{mean('final_h'):.3f} | {mean('step_s'):.3g} | "
+            f"{mean('ctl_s') / mean('step_s'):.2%} |")
 
 
 def main(argv: List[str] = None) -> None:
