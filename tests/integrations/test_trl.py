@@ -189,12 +189,14 @@ def test_scheduled_target_follows_training_progress(tmp_path):
 
 
 def test_resumed_run_equals_uninterrupted(tmp_path):
-    def run(out, resume=None):
+    def run(out, resume=None, restore_callbacks=False):
         pid = _pid(target=3.0)
         trainer = _trainer(out, steps=4, accumulation=2, save_steps=2,
-                           config=grpo_config_kwargs(pid))
+                           config=grpo_config_kwargs(pid),
+                           restore_callback_states_from_checkpoint=restore_callbacks)
         callback = add_entropy_control(trainer, pid)
         trainer.train(resume_from_checkpoint=resume)
+        assert callback in trainer.callback_handler.callbacks
         return callback, pid
 
     full, full_pid = run(tmp_path / "full")
@@ -203,6 +205,11 @@ def test_resumed_run_equals_uninterrupted(tmp_path):
     assert resumed.history == full.history[2:]
     for key, value in full_pid.state_dict().items():
         assert torch.equal(value, resumed_pid.state_dict()[key]), key
+    # Trainer's own restore of callback states (which re-creates the callbacks it knows) leaves
+    # this one, which restores itself, in place and exact.
+    restored, _ = run(tmp_path / "full", resume=str(tmp_path / "full" / "checkpoint-2"),
+                      restore_callbacks=True)
+    assert restored.history == full.history[2:]
     # A checkpoint without controller state resumes with a warning.
     import json
     path = tmp_path / "full" / "checkpoint-2" / "trainer_state.json"
