@@ -172,7 +172,8 @@ class EntropyController(Driver):
         else:
             raise TypeError(f"entropy must be a number or a tensor, got {type(entropy).__name__}")
         entropy = distributed.all_reduce_masked_mean(entropy.to(self._log_alpha.device), None)[0]
-        return self._advance(entropy, None)
+        self._advance(entropy, None)  # SAC's rule returns alpha before its step: not that
+        return self.alpha
 
     def entropy_loss(self, entropy: torch.Tensor, mask: Optional[torch.Tensor] = None,
                      entropy_for_gradient: Optional[torch.Tensor] = None,

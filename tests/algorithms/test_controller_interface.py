@@ -105,6 +105,8 @@ def test_every_controller_has_the_same_interface(kind, device):
     assert torch.equal(controller.alpha, alpha_before_nan)
     for a in (a1, a2):
         assert a.shape == () and a.device.type == device
+    # adjust_alpha returns the new alpha (SGD too, whose entropy_loss uses the one before).
+    assert torch.equal(a2, alpha_before_loss)
     # Entropy far above the target lowers alpha (the fixed one stays put).
     if kind == "fixed":
         assert a2.item() == pytest.approx(0.2)
