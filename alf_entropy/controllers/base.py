@@ -172,7 +172,7 @@ class EntropyController(Driver):
         else:
             raise TypeError(f"entropy must be a number or a tensor, got {type(entropy).__name__}")
         entropy = distributed.all_reduce_masked_mean(entropy.to(self._log_alpha.device), None)[0]
-        self._advance(entropy, None)  # SAC's rule returns alpha before its step: not that
+        self._advance(entropy, None)  # not its value: SAC's rule gives alpha before its step
         return self.alpha
 
     def entropy_loss(self, entropy: torch.Tensor, mask: Optional[torch.Tensor] = None,
