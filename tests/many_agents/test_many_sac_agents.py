@@ -191,7 +191,7 @@ def test_the_batch_resumes_exactly(tmp_path: Any) -> None:
     assert resumed.train()["iteration"] == 3
     assert_nests_equal(resumed.algorithm.state_dict(), straight.algorithm.state_dict())
     assert_nests_equal(resumed.algorithm.optimizers()[0].state_dict(),
-                  straight.algorithm.optimizers()[0].state_dict())
+                       straight.algorithm.optimizers()[0].state_dict())
     assert_nests_equal(resumed.replay_buffer.state_dict(), straight.replay_buffer.state_dict())
     for g, h in zip(resumed.algorithm.generators, straight.algorithm.generators):
         assert torch.equal(g.get_state(), h.get_state())
