@@ -40,9 +40,10 @@ to it over the run.  Metrics
 the entropy is within 5 % above the target (or below it), relative RMSE
 (RMSE over the mean target), the largest overshoot above the target after
 that point (as a ratio, max H / target), the fraction of those steps more
-than 10 % below the target, the noise (the step-to-step differences' RMS
-over sqrt 2: what no controller acting a step later can remove from the
-RMSE), how many seeds reached the target, the mean reward of the last 20 %
+than 10 % below the target, the floor (``minimum_variance_floor``: the RMS
+error no controller could remove, its action first showing in the entropy
+two steps later, estimated from the run itself), how many seeds reached the
+target, the mean reward of the last 20 %
 of steps, the seconds per step (the median over steps; on the toy task
 TRL's ``step_time``) and the controller's seconds per update over the
 step's (on the toy task the callback's whole ``on_step_end``).  Means over
@@ -115,7 +116,7 @@ def summarize(entropies, targets, rewards, step_s, ctl_s) -> Dict[str, float]:
     return {"rmse": rmse, "rel_rmse": rmse / float(np.mean(t[start:])) if reached else nan,
             "overshoot": float(np.max(e[start:] / t[start:])) if reached else nan,
             "below10": control_metrics.fraction_below(e, t, 0.10, start) if reached else nan,
-            "noise": float(np.sqrt(np.mean(np.diff(e[start:]) ** 2) / 2)) if reached else nan,
+            "floor": control_metrics.minimum_variance_floor(e, t, start) if reached else nan,
             "reached": float(reached), "reward": float(np.mean(rewards[int(0.8 * len(e)):])),
             "final_h": float(np.mean(e[-20:])),
             "step_s": float(np.median(step_s)), "ctl_s": float(np.median(ctl_s))}
@@ -236,7 +237,7 @@ def run_toy(kind: str, lr: float, seed: int, steps: int, target_value: float,
 
 
 HEADER = ("| task | target | lr | controller | RMSE [seeds' range] | RMSE / mean target "
-          "| max H / target (worst seed) | steps >10% below | noise | reached | reward | final H "
+          "| max H / target (worst seed) | steps >10% below | floor | reached | reward | final H "
           "| s / step | controller s / step s |\n"
           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
@@ -256,7 +257,7 @@ def row(task: str, target: str, lr: float, kind: str, rows: List[Dict[str, float
     worst = f" ({max(values('overshoot')):.2f})" if rmse else ""
     return (f"| {task} | {target} | {lr:g} | {kind} | {mean('rmse'):.3f}{spread} | "
             f"{mean('rel_rmse'):.1%} | {mean('overshoot'):.2f}{worst} | {mean('below10'):.1%} | "
-            f"{mean('noise'):.3f} | "
+            f"{mean('floor'):.3f} | "
             f"{sum(r['reached'] for r in rows):.0f}/{len(rows)} | {mean('reward'):.2f} | "
             f"{mean('final_h'):.3f} | {mean('step_s'):.3g} | "
             f"{mean('ctl_s') / mean('step_s'):.2%} |")

@@ -11,6 +11,8 @@ both use them, so each metric is defined once, here:
 * :func:`tracking_rmse`: root-mean-square of ``entropy - target`` from there.
 * :func:`fraction_below`: the fraction of samples from there that are more
   than ``tol`` (relative) below the target.
+* :func:`minimum_variance_floor`: the tracking error no controller acting
+  ``delay`` samples late could remove (Harris's minimum-variance bound).
 * :func:`target_changes` / :func:`settling_times`: for each jump of the
   target, how long until the entropy entered the ``±tol`` band around the new
   target and stayed in it (until the next jump or the end).
@@ -36,6 +38,7 @@ __all__ = [
     "warmup_end",
     "tracking_rmse",
     "fraction_below",
+    "minimum_variance_floor",
     "target_changes",
     "settling_times",
     "largest_alpha_change",
@@ -118,6 +121,55 @@ def fraction_below(
     start = check_int("start", start, minimum=0)
     below = (e < t - tol * np.abs(t))[start:]
     return float(below.mean()) if below.size else math.nan
+
+
+def minimum_variance_floor(entropy: Sequence[float], target: Sequence[float], start: int = 0,
+                           delay: int = 2, order: int = 4) -> float:
+    """The RMS error no controller acting ``delay`` samples late could remove.
+
+    Harris's minimum-variance bound (Harris, "Assessment of closed-loop
+    performance", 1989), estimated from the run itself: an AR(``order``)
+    model fitted to ``entropy - target`` over ``[start:]`` (mean removed: an
+    offset is removable) gives the innovations' variance ``s2`` and the
+    impulse response ``psi``; the part of each sample that is unpredictable
+    ``delay`` samples earlier has variance ``s2 * sum(psi[:delay] ** 2)``.  A
+    controller whose action first shows ``delay`` samples later (a
+    coefficient set after step ``t`` moves the entropy measured at step
+    ``t + 2``) cannot cancel it, whatever its rule; the estimate is the same
+    under any linear controller, so runs under different controllers should
+    agree.
+
+    Args:
+        entropy: the entropy series.
+        target: the target series (or one number).
+        start: the first sample counted (e.g. :func:`warmup_end`).
+        delay: samples between an action and its first effect (>= 1).
+        order: the AR model's order (>= 1).
+
+    Returns:
+        float: the bound's square root (an RMS, in the entropy's unit); NaN
+        with fewer than ``2 * order + delay`` samples.
+
+    Raises:
+        ValueError: for series of different lengths, or a bad ``start``,
+            ``delay`` or ``order``.
+    """
+    e, t = _pair(entropy, target)
+    start = check_int("start", start, minimum=0)
+    delay = check_int("delay", delay, minimum=1)
+    order = check_int("order", order, minimum=1)
+    y = (e - t)[start:]
+    if y.size < 2 * order + delay:
+        return math.nan
+    y = y - y.mean()
+    lags = np.column_stack([y[order - k:y.size - k] for k in range(1, order + 1)])
+    coef = np.linalg.lstsq(lags, y[order:], rcond=None)[0]
+    residual = y[order:] - lags @ coef
+    s2 = float(residual @ residual) / (residual.size - order)
+    psi = [1.0]
+    for k in range(1, delay):
+        psi.append(sum(coef[i] * psi[k - 1 - i] for i in range(min(order, k))))
+    return math.sqrt(s2 * sum(v * v for v in psi))
 
 
 def target_changes(target: Sequence[float], min_change: float = 0.05) -> np.ndarray:

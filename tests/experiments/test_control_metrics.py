@@ -34,6 +34,40 @@ def test_fraction_below_counts_more_than_tol_below():
     assert cm.fraction_below([-2.2, -2.05], -2.0) == pytest.approx(0.5)
 
 
+def _ar1(a, sigma, n, seed=0):
+    rng = np.random.default_rng(seed)
+    noise = rng.normal(0.0, sigma, n)
+    y = np.zeros(n)
+    for i in range(1, n):
+        y[i] = a * y[i - 1] + noise[i]
+    return y
+
+
+@pytest.mark.parametrize("a", [0.0, 0.8, 0.97])
+def test_minimum_variance_floor_of_a_known_process(a):
+    """AR(1) with innovations of std 0.1: unpredictable 2 samples ahead is 0.1 * sqrt(1 + a^2),
+    1 sample ahead 0.1; a target (and an offset) changes nothing."""
+    y = _ar1(a, 0.1, 6000)
+    assert cm.minimum_variance_floor(3.0 + y, 3.0, delay=2) == pytest.approx(
+        0.1 * math.sqrt(1 + a * a), rel=0.04)
+    assert cm.minimum_variance_floor(3.2 + y, np.full(y.size, 3.0), delay=1) == pytest.approx(
+        0.1, rel=0.04)
+    assert cm.minimum_variance_floor(y, 0.0, delay=3, order=1) == pytest.approx(
+        0.1 * math.sqrt(1 + a * a + a ** 4), rel=0.04)
+
+
+def test_minimum_variance_floor_counts_from_start_and_needs_samples():
+    y = np.r_[np.full(50, 10.0), _ar1(0.5, 0.1, 3000)]
+    floor = cm.minimum_variance_floor(y, 0.0, start=50)
+    assert floor == pytest.approx(0.1 * math.sqrt(1.25), rel=0.05)
+    assert cm.minimum_variance_floor(y, 0.0) > 2 * floor  # the jump at sample 50 counts too
+    assert math.isnan(cm.minimum_variance_floor(np.arange(9.0), 0.0, order=4, delay=2))
+    with pytest.raises(ValueError, match="delay"):
+        cm.minimum_variance_floor(y, 0.0, delay=0)
+    with pytest.raises(ValueError, match="order"):
+        cm.minimum_variance_floor(y, 0.0, order=0)
+
+
 def test_target_changes_ignores_a_ramp_finds_steps():
     ramp = np.linspace(1.2, 0.3, 4000)
     assert cm.target_changes(ramp).size == 0
