@@ -128,16 +128,14 @@ def minimum_variance_floor(entropy: Sequence[float], target: Sequence[float], st
     """The RMS error no controller acting ``delay`` samples late could remove.
 
     Harris's minimum-variance bound (Harris, "Assessment of closed-loop
-    performance", 1989), estimated from the run itself: an AR(``order``)
-    model fitted to ``entropy - target`` over ``[start:]`` (mean removed: an
-    offset is removable) gives the innovations' variance ``s2`` and the
-    impulse response ``psi``; the part of each sample that is unpredictable
-    ``delay`` samples earlier has variance ``s2 * sum(psi[:delay] ** 2)``.  A
-    controller whose action first shows ``delay`` samples later (a
-    coefficient set after step ``t`` moves the entropy measured at step
-    ``t + 2``) cannot cancel it, whatever its rule; the estimate is the same
-    under any linear controller, so runs under different controllers should
-    agree.
+    performance", 1989), estimated from the run itself: an AR(``order``) fit
+    of ``entropy - target`` over ``[start:]`` (mean removed: an offset is
+    removable) gives the innovations' variance ``s2`` and impulse response
+    ``psi``; what was unpredictable ``delay`` samples earlier has variance
+    ``s2 * sum(psi[:delay] ** 2)``, and a controller whose action first shows
+    ``delay`` samples later (e.g. a coefficient set after step ``t`` moves
+    the entropy measured at ``t + 2``) cannot cancel it.  On a linear plant
+    the estimate is the same under every linear controller.
 
     Args:
         entropy: the entropy series.
