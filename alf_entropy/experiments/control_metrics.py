@@ -2,8 +2,8 @@
 
 Every function takes plain 1-d arrays (numpy, lists) of one run, sampled at
 the controller's updates or at logged training iterations, and returns
-numbers; the report (``alf-entropy-report``) and the control-quality benchmark
-both use them, so each metric is defined once, here:
+numbers; the report (``alf-entropy-report``) and the benchmarks (control
+quality, LLM entropy control) use them, so each metric is defined once, here:
 
 * :func:`warmup_end`: where tracking starts: the first sample whose entropy
   is at or below ``(1 + tol) * target`` (before it, the policy is still more
