@@ -42,6 +42,7 @@ from alf_entropy.integrations.trl import (  # noqa: E402
     grpo_config_kwargs,
     lm_pid_settings,
 )
+from tests.nests import assert_nests_equal  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -203,8 +204,7 @@ def test_resumed_run_equals_uninterrupted(tmp_path):
     resumed, resumed_pid = run(tmp_path / "full", resume=str(tmp_path / "full" / "checkpoint-2"))
     assert [h["step"] for h in resumed.history] == [3, 4]
     assert resumed.history == full.history[2:]
-    for key, value in full_pid.state_dict().items():
-        assert torch.equal(value, resumed_pid.state_dict()[key]), key
+    assert_nests_equal(resumed_pid.state_dict(), full_pid.state_dict(), "resumed controller")
     # Trainer's own restore of callback states (which re-creates the callbacks it knows) leaves
     # this one, which restores itself, in place and exact.
     restored, _ = run(tmp_path / "full", resume=str(tmp_path / "full" / "checkpoint-2"),
