@@ -46,9 +46,9 @@ two steps later, estimated from the run itself), how many seeds reached the
 target, the mean reward of the last 20 % of steps, the seconds per step (the
 median over steps; on the toy task TRL's ``step_time``) and the controller's
 seconds per update over the step's (on the toy task the callback's whole
-``on_step_end``).  Means over
-seeds (with the seeds' range of the RMSE and the worst seed's overshoot) are
-printed as Markdown, stamped with date, commit, versions and machine.
+``on_step_end``).  Means over seeds (with the seeds' range of the RMSE and
+the worst seed's overshoot) are printed as Markdown, stamped with date,
+commit, versions and machine.
 """
 import argparse
 import math
