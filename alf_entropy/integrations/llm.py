@@ -24,13 +24,15 @@ optimizer steps done and ``"percent"`` their fraction of ``total_steps``.
 :func:`lm_pid_settings` is a preset of ``PIDEntropyTargetAlgorithm``'s
 constructor arguments for language-model entropies.
 
-Everything here runs on the host: the entropy arrives as a Python float (the
-trainer has already read it), and the controller should live on the CPU.
+The controller lives on the CPU and runs on the host: the step's sum and
+count arrive as numbers, or as one-element tensors on the trainer's device,
+which ``update`` reads once (after reducing them there with
+``all_reduce=True``: NCCL reduces CUDA tensors only).
 """
 import math
 import numbers
 from collections.abc import Mapping
-from typing import Any, Callable, Dict, Optional, Union
+from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 import torch
 
@@ -43,6 +45,7 @@ __all__ = ["StepEntropyControl", "lm_pid_settings", "controller_alpha_bounds",
            "encode_state", "decode_state"]
 
 Target = Union[float, Callable[[], float]]
+Number = Union[float, torch.Tensor]
 
 
 def controller_alpha_bounds(controller: EntropyController) -> "tuple[float, float]":
@@ -180,6 +183,32 @@ def decode_state(value: Any) -> Any:
     return value
 
 
+def _read_sum_and_count(entropy_sum: Number, token_count: Number, all_reduce: bool,
+                        device: torch.device) -> Tuple[float, float]:
+    """The step's entropy sum and token count as floats, summed over the ranks first if
+    ``all_reduce`` (in float64 on the device of whichever is a tensor, ``device`` if
+    neither), with one read on the host."""
+    on = None
+    for name, value in (("entropy_sum", entropy_sum), ("token_count", token_count)):
+        if isinstance(value, torch.Tensor):
+            if value.numel() != 1:
+                raise ValueError(f"{name} must be a number or a one-element tensor, got shape "
+                                 f"{tuple(value.shape)}")
+            on = value.device
+        elif not is_real(value):
+            raise TypeError(f"{name} must be a number or a one-element tensor, got "
+                            f"{type(value).__name__}")
+    if on is None and not all_reduce:
+        return float(entropy_sum), float(token_count)
+    on = device if on is None else on
+    pair = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=on).reshape(())
+                        for v in (entropy_sum, token_count)])
+    if all_reduce:
+        pair = distributed.all_reduce_sum(pair, "all_reduce of the step's entropy")
+    entropy_sum, token_count = pair.tolist()
+    return entropy_sum, token_count
+
+
 class StepEntropyControl:
     """One controller update per optimizer step from the step's entropy sum and token count.
 
@@ -228,42 +257,45 @@ class StepEntropyControl:
         """The entropy of the last update (nats per token; NaN before the first)."""
         return self._entropy
 
-    def update(self, entropy_sum: float, token_count: float, step: int,
+    def update(self, entropy_sum: Number, token_count: Number, step: int,
                total_steps: Optional[int] = None, all_reduce: bool = False) -> float:
         """Advance the controller once from optimizer step ``step``'s entropy.
 
         Args:
             entropy_sum: the sum of the per-token entropies of the step's
                 completion tokens (over all its micro-batches; over all ranks
-                unless ``all_reduce``).
-            token_count: how many tokens that sum covers (> 0).
+                unless ``all_reduce``): a number or a one-element tensor.
+            token_count: how many tokens that sum covers (> 0), likewise.
             step: the number of optimizer steps done (this one included); fed
                 to the schedulers as ``"iterations"``.
             total_steps: the planned number of steps; if given, ``step /
                 total_steps`` is fed as ``"percent"``.
             all_reduce: sum ``entropy_sum`` and ``token_count`` over the
-                ``torch.distributed`` ranks first (pass per-rank values).
+                ``torch.distributed`` ranks first (pass per-rank values), on
+                the device of whichever is a tensor: pass CUDA tensors under
+                NCCL, which cannot reduce CPU tensors (numbers are reduced on
+                the CPU, which needs gloo).
 
         Returns:
             The coefficient for the next step (the same on every rank).
 
         Raises:
-            ValueError: if ``token_count`` is not positive, ``step`` is
-                negative or ``total_steps`` not positive.
+            TypeError: if ``entropy_sum`` or ``token_count`` is neither a number
+                nor a tensor.
+            ValueError: if a tensor has more than one element, ``token_count``
+                is not positive, ``step`` is negative or ``total_steps`` not
+                positive.
         """
         step = check_int("step", step, minimum=0)
         if total_steps is not None:
             total_steps = check_int("total_steps", total_steps, minimum=1)
-        if all_reduce:
-            pooled = distributed.all_reduce_sum(
-                torch.tensor([float(entropy_sum), float(token_count)], dtype=torch.float64),
-                "all_reduce of the step's entropy")
-            entropy_sum, token_count = (float(v) for v in pooled)
-        check_real("token_count", float(token_count), positive=True)
+        entropy_sum, token_count = _read_sum_and_count(
+            entropy_sum, token_count, all_reduce, self._controller.log_alpha.device)
+        check_real("token_count", token_count, positive=True)
         schedulers.update_progress("iterations", step)
         if total_steps is not None:
             schedulers.update_progress("percent", min(1.0, step / total_steps))
-        self._entropy = float(entropy_sum) / float(token_count)
+        self._entropy = entropy_sum / token_count
         coefficient = float(self._controller.adjust_alpha(self._entropy))
         self._step = step
         return coefficient

@@ -153,11 +153,17 @@ def test_failed_peer_makes_others_fail_in_bounded_time(tmp_path, fault):
         assert results[1].returncode == -9
 
 
-def test_accumulate_then_step_pools_every_micro_batch_of_every_rank(tmp_path):
+@pytest.fixture(scope="module")
+def accumulated(tmp_path_factory):
+    out = tmp_path_factory.mktemp("accumulate")
+    _assert_ok(run_ranks("accumulate", str(out)))
+    return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(2)]
+
+
+def test_accumulate_then_step_pools_every_micro_batch_of_every_rank(accumulated):
     """2 ranks x 4 micro-batches of unequal lengths a step: one alpha on both ranks, equal to
     one process fed the concatenated batch (the count-weighted mean, not a mean of means)."""
-    _assert_ok(run_ranks("accumulate", str(tmp_path)))
-    out = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2)]
+    out = accumulated
     _same_bits(out[0]["alphas"], out[1]["alphas"], "alphas")
     single = workers.controllers()
     for name, alg in single.items():
@@ -166,3 +172,14 @@ def test_accumulate_then_step_pools_every_micro_batch_of_every_rank(tmp_path):
             alg.accumulate(pooled)
             assert torch.allclose(alg.step(), alpha, rtol=1e-6, atol=0), (name, step)
     assert "call step() first" in out[0]["refused"] and out[1]["refused"]
+
+
+def test_step_entropy_control_all_reduce_pools_the_ranks_sums_and_counts(accumulated):
+    """``StepEntropyControl.update(..., all_reduce=True)`` fed each rank's own sum and count
+    (unequal counts), as numbers and as tensors: the same coefficients on both ranks, those of
+    one process fed the pooled sums."""
+    single = workers.step_control_coefficients(None)
+    assert len(set(single["numbers"])) > 3  # the coefficient moved: the steps differ
+    for data in accumulated:
+        assert data["step_control"]["numbers"] == single["numbers"]
+        assert data["step_control"]["tensors"] == single["numbers"]

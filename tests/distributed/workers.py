@@ -94,6 +94,35 @@ def micro_batches(rank: int, step: int):
             for m in range(MICRO_BATCHES)]
 
 
+
+def step_control_coefficients(rank: Optional[int]) -> Dict[str, list]:
+    """``StepEntropyControl``'s coefficient after each step fed this rank's entropy sum and
+    token count with ``all_reduce=True``, as numbers and as tensors; ``rank=None``: one
+    process fed both ranks' pooled sums (``all_reduce=False``)."""
+    from alf_entropy.algorithms.pid_entropy_target_algorithm import PIDEntropyTargetAlgorithm
+    from alf_entropy.integrations.llm import StepEntropyControl, lm_pid_settings
+    from alf_entropy.tensor_specs import BoundedTensorSpec
+
+    spec = BoundedTensorSpec((), torch.int64, 0, 31_999)
+    out = {}
+    for form in ("numbers", "tensors"):
+        control = StepEntropyControl(PIDEntropyTargetAlgorithm(spec, **lm_pid_settings(1.0)))
+        coefs = []
+        for step in range(ACC_STEPS):
+            sums, counts = zip(*(
+                (torch.cat(micro_batches(r, step)).to(torch.float64).sum(),
+                 sum(e.numel() for e in micro_batches(r, step)))
+                for r in ([0, 1] if rank is None else [rank])))
+            total, count = sum(sums), sum(counts)  # rank 0's + rank 1's, as the all_reduce adds
+            if form == "numbers":
+                total = float(total)
+            else:
+                count = torch.tensor(count)
+            coefs.append(control.update(total, count, step + 1, all_reduce=rank is not None))
+        out[form] = coefs
+    return out
+
+
 def accumulate(out_dir: str) -> None:
     """Every controller accumulates 4 micro-batches a step, then steps: alpha after each step;
     and a state_dict taken between accumulate and step is refused."""
@@ -107,6 +136,7 @@ def accumulate(out_dir: str) -> None:
                 alg.accumulate(entropy)
             alphas.append(alg.step().clone())
         out["alphas"][name] = alphas
+    out["step_control"] = step_control_coefficients(r)
     alg = algs["pid_host"]
     alg.accumulate(torch.ones(3))
     try:

@@ -47,6 +47,34 @@ def test_update_is_the_token_weighted_mean():
         a.update(1.0, 1, -1)
 
 
+
+def test_tensors_are_read_once_and_reduced_on_their_own_device(monkeypatch):
+    """A trainer's on-device sum and count give the bits of the same numbers; under
+    ``all_reduce`` the pair is reduced on the inputs' device (CUDA under NCCL, which cannot
+    reduce CPU tensors): here the meta device, with the collective faked."""
+    a, b = (StepEntropyControl(PIDEntropyTargetAlgorithm(SPEC, **lm_pid_settings(1.0)))
+            for _ in range(2))
+    for step, (s, n) in enumerate([(33.6, 42), (10.0, 20), (3.0, 1)], 1):
+        assert a.update(torch.tensor(s, dtype=torch.float64), torch.tensor(n), step) == b.update(
+            s, n, step)
+        assert a.entropy == b.entropy
+    seen = []
+
+    def fake_all_reduce_sum(value, what):
+        seen.append((value.device.type, value.dtype, tuple(value.shape)))
+        return torch.tensor([2.0 * 21.0, 2.0 * 30.0], dtype=torch.float64)  # two equal ranks
+
+    monkeypatch.setattr("alf_entropy.utils.distributed.all_reduce_sum", fake_all_reduce_sum)
+    a.update(torch.empty((), device="meta"), 30, 4, all_reduce=True)
+    a.update(21.0, torch.empty(1, device="meta"), 5, all_reduce=True)
+    b.update(21.0, 30, 6, all_reduce=True)  # numbers: on the controller's device
+    assert seen == [("meta", torch.float64, (2,))] * 2 + [("cpu", torch.float64, (2,))]
+    assert a.entropy == b.entropy == 0.7
+    with pytest.raises(ValueError, match="entropy_sum must be a number or a one-element"):
+        a.update(torch.ones(2), 2, 7)
+    with pytest.raises(TypeError, match="token_count must be a number or a one-element"):
+        a.update(1.0, "2", 7)
+
 def test_scheduled_target_reads_the_fed_progress():
     target = LinearScheduler("percent", [(0, 3.0), (1, 2.0)])
     control = StepEntropyControl(PIDEntropyTargetAlgorithm(SPEC, **lm_pid_settings(target)))
