@@ -202,7 +202,7 @@ def _read_sum_and_count(entropy_sum: Number, token_count: Number, all_reduce: bo
         return float(entropy_sum), float(token_count)
     on = device if on is None else on
     pair = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=on).reshape(())
-                        for v in (entropy_sum, token_count)])
+                        for v in (entropy_sum, token_count)]).detach()
     if all_reduce:
         pair = distributed.all_reduce_sum(pair, "all_reduce of the step's entropy")
     entropy_sum, token_count = pair.tolist()
