@@ -32,6 +32,10 @@ next step, as the TRL callback does; the same on both tasks):
   if ``H <= target`` else ``-= delta``, clipped to ``[0, 1]``; the bonus is
   applied only while the last entropy was at or below the target);
 * ``pid``: ``PIDEntropyTargetAlgorithm(spec, **lm_pid_settings(target))``;
+  ``pid:kp=12,kd=5`` is that preset with those settings changed (with two
+  or more such rows, a second table gives each seed's lowest RMSE among
+  them: what the best of those settings, chosen per seed after the run,
+  would reach);
 * ``staged``: ``EntropyTargetAlgorithm(spec, target_entropy=target)`` (defaults).
 
 Probe targets: a constant (``--target``) and a linear schedule from ``1.5 x``
@@ -90,10 +94,31 @@ class TRLRule:
         self.last = entropy
 
 
+def pid_changes(kind: str) -> Dict[str, float]:
+    """The settings ``pid:kp=12,kd=5`` changes in the preset (``{}`` for ``pid``)."""
+    changes = kind.partition(":")[2]
+    return {k: float(v) for k, v in (item.split("=") for item in changes.split(",") if item)}
+
+
+def controller_kind(text: str) -> str:
+    """``argparse`` type of ``--controllers``: a name of ``CONTROLLERS`` or ``pid:k=v,...``."""
+    name, _, changes = text.partition(":")
+    try:
+        valid = name in CONTROLLERS and (not changes or name == "pid") and (
+            pid_changes(text).keys() <= lm_pid_settings(1.0).keys())
+    except ValueError:
+        valid = False
+    if not valid:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: one of {CONTROLLERS}, or pid:name=value,... with names of "
+            f"lm_pid_settings (e.g. pid:kp=12,kd=5)")
+    return text
+
+
 def make_controller(kind: str, spec: BoundedTensorSpec, target):
     """The package's controller for ``kind`` (``None`` for ``none`` and TRL's rule)."""
-    if kind == "pid":
-        return PIDEntropyTargetAlgorithm(spec, **lm_pid_settings(target))
+    if kind.partition(":")[0] == "pid":
+        return PIDEntropyTargetAlgorithm(spec, **{**lm_pid_settings(target), **pid_changes(kind)})
     if kind == "staged":
         return EntropyTargetAlgorithm(spec, target_entropy=target)
     return None
@@ -268,7 +293,7 @@ def main(argv: List[str] = None) -> None:
     parser.add_argument("--tasks", nargs="+", default=["toy", "probe"], choices=["toy", "probe"])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--controllers", nargs="+", default=list(CONTROLLERS),
-                        choices=CONTROLLERS)
+                        type=controller_kind)
     parser.add_argument("--no_schedule", action="store_true")
     parser.add_argument("--toy_lrs", type=float, nargs="+", default=[1e-3, 3e-3, 1e-2])
     parser.add_argument("--toy_steps", type=int, default=200)
@@ -286,27 +311,44 @@ def main(argv: List[str] = None) -> None:
     schedules = [False] if args.no_schedule else [False, True]
     print(f"LLM entropy control ({stamp(['trl', 'transformers'])}); seeds {args.seeds}\n")
     print(HEADER)
+    pids = [kind for kind in args.controllers if kind.startswith("pid")]
+    best = []  # per (task, target, lr): each seed's lowest RMSE among the PID rows
+
+    def run_all(task, name, lr, run):
+        by_kind = {}
+        for kind in args.controllers:
+            by_kind[kind] = [run(kind, s) for s in args.seeds]
+            print(row(task, name, lr, kind, by_kind[kind]), flush=True)
+        if len(pids) > 1:
+            per_seed = zip(*([r["rmse"] for r in by_kind[k]] for k in pids))
+            lowest = [min(v for v in rmses if not math.isnan(v)) for rmses in per_seed
+                      if not all(math.isnan(v) for v in rmses)]
+            spread = f" [{min(lowest):.2f}, {max(lowest):.2f}]" if lowest else ""
+            best.append(f"| {task} | {name} | {lr:g} | "
+                        f"{float(np.mean(lowest)) if lowest else math.nan:.3f}{spread} | "
+                        f"{len(lowest)}/{len(args.seeds)} |")
+
     if "toy" in args.tasks:
         with tempfile.TemporaryDirectory() as out_dir:
             for scheduled in schedules:
                 t = args.toy_target
                 name = f"{1.1 * t:g} -> {t:g}" if scheduled else f"{t:g}"
                 for lr in args.toy_lrs:
-                    for kind in args.controllers:
-                        rows = [run_toy(kind, lr, s, args.toy_steps, t, scheduled,
-                                        args.toy_batch, out_dir) for s in args.seeds]
-                        print(row("tiny GPT-2", name, lr, kind, rows), flush=True)
+                    run_all("tiny GPT-2", name, lr, lambda kind, s: run_toy(
+                        kind, lr, s, args.toy_steps, t, scheduled, args.toy_batch, out_dir))
     if "probe" in args.tasks:
         for vocab in args.vocab:
             for scheduled in schedules:
                 t = args.target
                 name = f"{1.5 * t:g} -> {t:g}" if scheduled else f"{t:g}"
                 for lr in args.lrs:
-                    for kind in args.controllers:
-                        rows = [run_probe(kind, vocab, lr, s, args.steps, t, scheduled,
-                                          args.positions, args.group, args.logit_std)
-                                for s in args.seeds]
-                        print(row(f"probe V={vocab}", name, lr, kind, rows), flush=True)
+                    run_all(f"probe V={vocab}", name, lr, lambda kind, s: run_probe(
+                        kind, vocab, lr, s, args.steps, t, scheduled, args.positions,
+                        args.group, args.logit_std))
+    if best:
+        print(f"\nEach seed's lowest RMSE among {', '.join(pids)} (chosen after the run):\n")
+        print("| task | target | lr | RMSE [seeds' range] | reached |\n|---|---|---|---|---|")
+        print("\n".join(best))
 
 
 if __name__ == "__main__":
