@@ -94,7 +94,6 @@ def micro_batches(rank: int, step: int):
             for m in range(MICRO_BATCHES)]
 
 
-
 def step_control_coefficients(rank: Optional[int]) -> Dict[str, list]:
     """``StepEntropyControl``'s coefficient after each step fed this rank's entropy sum and
     token count with ``all_reduce=True``, as numbers and as tensors; ``rank=None``: one

@@ -47,7 +47,6 @@ def test_update_is_the_token_weighted_mean():
         a.update(1.0, 1, -1)
 
 
-
 def test_tensors_are_read_once_and_reduced_on_their_own_device(monkeypatch):
     """A trainer's on-device sum and count give the bits of the same numbers; under
     ``all_reduce`` the pair is reduced on the inputs' device (CUDA under NCCL, which cannot
@@ -74,6 +73,7 @@ def test_tensors_are_read_once_and_reduced_on_their_own_device(monkeypatch):
         a.update(torch.ones(2), 2, 7)
     with pytest.raises(TypeError, match="token_count must be a number or a one-element"):
         a.update(1.0, "2", 7)
+
 
 def test_scheduled_target_reads_the_fed_progress():
     target = LinearScheduler("percent", [(0, 3.0), (1, 2.0)])
