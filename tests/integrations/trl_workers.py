@@ -114,6 +114,9 @@ def main(out_dir: str) -> None:
         json.dump(result, f)
     os.replace(path + ".tmp", path)
     accelerator.wait_for_everyone()
+    # Leave the gloo group before exit: a group torn down by interpreter exit can abort
+    # ("terminate called without an active exception", exit -6) while a peer still talks.
+    accelerator.end_training()
 
 
 if __name__ == "__main__":
