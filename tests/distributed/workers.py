@@ -108,11 +108,10 @@ def step_control_coefficients(rank: Optional[int]) -> Dict[str, list]:
         control = StepEntropyControl(PIDEntropyTargetAlgorithm(spec, **lm_pid_settings(1.0)))
         coefs = []
         for step in range(ACC_STEPS):
-            sums, counts = zip(*(
-                (torch.cat(micro_batches(r, step)).to(torch.float64).sum(),
-                 sum(e.numel() for e in micro_batches(r, step)))
-                for r in ([0, 1] if rank is None else [rank])))
-            total, count = sum(sums), sum(counts)  # rank 0's + rank 1's, as the all_reduce adds
+            tokens = [torch.cat(micro_batches(r, step)).to(torch.float64)
+                      for r in ([0, 1] if rank is None else [rank])]
+            # Rank 0's sum plus rank 1's, as the all_reduce adds them.
+            total, count = sum(t.sum() for t in tokens), sum(t.numel() for t in tokens)
             if form == "numbers":
                 total = float(total)
             else:
