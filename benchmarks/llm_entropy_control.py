@@ -311,7 +311,7 @@ def main(argv: List[str] = None) -> None:
     schedules = [False] if args.no_schedule else [False, True]
     print(f"LLM entropy control ({stamp(['trl', 'transformers'])}); seeds {args.seeds}\n")
     print(HEADER)
-    pids = [kind for kind in args.controllers if kind.startswith("pid")]
+    pids = [kind for kind in args.controllers if kind.partition(":")[0] == "pid"]
     best = []  # per (task, target, lr): each seed's lowest RMSE among the PID rows
 
     def run_all(task, name, lr, run):
