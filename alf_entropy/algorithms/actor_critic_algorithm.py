@@ -51,7 +51,7 @@ import torch
 import torch.distributions as td
 import torch.nn as nn
 
-from alf_entropy.algorithms.algorithm import Algorithm, OptimizerArg, combine_loss_infos
+from alf_entropy.algorithm import Algorithm, OptimizerArg, combine_loss_infos
 from alf_entropy.data_structures import (
     AlgStep,
     Experience,

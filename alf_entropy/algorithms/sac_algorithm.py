@@ -38,7 +38,7 @@ import torch
 import torch.distributions as td
 import torch.nn as nn
 
-from alf_entropy.algorithms.algorithm import Algorithm, OptimizerArg
+from alf_entropy.algorithm import Algorithm, OptimizerArg
 from alf_entropy.data_structures import AlgStep, LossInfo, TimeStep, namedtuple
 from alf_entropy.networks import ActorDistributionNetwork, mode_of
 from alf_entropy.networks.critic_networks import CriticNetworks

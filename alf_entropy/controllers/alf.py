@@ -10,7 +10,7 @@ from typing import Any, Optional, Tuple
 
 import torch
 
-from alf_entropy.algorithms.algorithm import Algorithm
+from alf_entropy.algorithm import Algorithm
 from alf_entropy.data_structures import AlgStep, Experience, LossInfo, StepType, namedtuple
 from alf_entropy.utils import nest
 from alf_entropy.utils.dist_utils import entropy_with_fallback

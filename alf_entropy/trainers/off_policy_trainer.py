@@ -31,7 +31,7 @@ import gin
 import torch
 from absl import logging
 
-from alf_entropy.algorithms.algorithm import Algorithm
+from alf_entropy.algorithm import Algorithm
 from alf_entropy.algorithms.many_sac_agents import ManySacAgents
 from alf_entropy.algorithms.sac_algorithm import SacAlgorithm
 from alf_entropy.data_structures import StepType

@@ -30,7 +30,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 import torch
 from absl import logging
 
-from alf_entropy.algorithms.algorithm import Algorithm
+from alf_entropy.algorithm import Algorithm
 from alf_entropy.data_structures import TimeStep
 from alf_entropy.environments import GymVectorEnv, evaluate
 from alf_entropy.trainers import callbacks as callbacks_lib

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
+from alf_entropy.algorithm import Algorithm
 from alf_entropy.algorithms.actor_critic_algorithm import ActorCriticAlgorithm
-from alf_entropy.algorithms.algorithm import Algorithm
 from alf_entropy.algorithms.entropy_target_algorithm import (
     EntropyTargetAlgorithm,
     EntropyTargetInfo,

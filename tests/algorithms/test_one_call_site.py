@@ -16,7 +16,7 @@ import gymnasium as gym
 import pytest
 import torch
 
-from alf_entropy.algorithms.algorithm import Algorithm
+from alf_entropy.algorithm import Algorithm
 from alf_entropy.algorithms.entropy_target_algorithm import (
     EntropyController,
     EntropyTargetAlgorithm,

@@ -315,7 +315,7 @@ def regression_state(rank: Optional[int]) -> Dict[str, torch.Tensor]:
     Returns:
         The trained parameters (cloned).
     """
-    from alf_entropy.algorithms.algorithm import Algorithm
+    from alf_entropy.algorithm import Algorithm
     from alf_entropy.data_structures import LossInfo
 
     torch.manual_seed(0)
