@@ -33,12 +33,12 @@ __version__ = "0.1.0"
 # gymnasium (only ``from_space`` does, when called).
 _EXPORTS: Dict[str, str] = {
     # The entropy controllers (one interface: entropy_controller.py).
-    "EntropyController": "alf_entropy.algorithms.entropy_controller",
-    "EntropyTargetAlgorithm": "alf_entropy.algorithms.entropy_target_algorithm",
-    "SGDEntropyTargetAlgorithm": "alf_entropy.algorithms.entropy_target_algorithm",
-    "NestedEntropyTargetAlgorithm": "alf_entropy.algorithms.entropy_target_algorithm",
-    "FixedEntropyCoefficient": "alf_entropy.algorithms.entropy_controller",
-    "PIDEntropyTargetAlgorithm": "alf_entropy.algorithms.pid_entropy_target_algorithm",
+    "EntropyController": "alf_entropy.controllers",
+    "EntropyTargetAlgorithm": "alf_entropy.controllers",
+    "SGDEntropyTargetAlgorithm": "alf_entropy.controllers",
+    "NestedEntropyTargetAlgorithm": "alf_entropy.controllers",
+    "FixedEntropyCoefficient": "alf_entropy.controllers",
+    "PIDEntropyTargetAlgorithm": "alf_entropy.controllers",
     # The algorithms that use them.
     "ActorCriticAlgorithm": "alf_entropy.algorithms.actor_critic_algorithm",
     "PPOAlgorithm": "alf_entropy.algorithms.ppo_algorithm",

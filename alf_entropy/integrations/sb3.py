@@ -50,14 +50,41 @@ except ImportError as e:  # pragma: no cover - depends on the environment
         "(in a checkout of alf_entropy)"
     ) from e
 
-from alf_entropy.algorithms.entropy_controller import EntropyController
-from alf_entropy.algorithms.entropy_target_algorithm import EntropyTargetAlgorithm
+from alf_entropy.controllers import EntropyController, EntropyTargetAlgorithm
+from alf_entropy.tensor_specs import BoundedTensorSpec
 from alf_entropy.utils import schedulers
 from alf_entropy.utils.checks import check_int
+from alf_entropy.utils.dist_utils import GreedyProbabilityTarget
 
 __all__ = ["EntropyControllerCallback"]
 
 _ON_POLICY, _SAC = "on_policy", "sac"
+SAVED = "alf_entropy_controller"
+"""The model attribute that ``model.save()`` writes the controller's state under."""
+
+
+class _SavedState:
+    """On the model while training: pickled (by ``model.save()``) as a plain dict of the
+    controller's state now, which ``Algorithm.load()`` puts back on the model."""
+
+    __slots__ = ("callback",)
+
+    def __init__(self, callback: "EntropyControllerCallback"):
+        self.callback = callback
+
+    def __reduce__(self) -> Any:
+        c = self.callback
+        return dict, ([("controller", type(c.controller).__name__),
+                       ("state", c.controller.state_dict()), ("updates", c.num_updates)],)
+
+
+def _probe_spec(kwargs: Dict[str, Any]) -> BoundedTensorSpec:
+    """An action spec on which a controller built with ``kwargs`` checks every setting that
+    does not depend on the model's actions (a stated target is checked at ``learn()``)."""
+    target = kwargs.get("target_entropy")
+    if isinstance(target, GreedyProbabilityTarget):
+        return BoundedTensorSpec((), torch.int64, 0, target.num_actions - 1)
+    return BoundedTensorSpec((1,), torch.float32, -1e6, 1e6)
 
 
 def _flatten_rollout_observations(buffer: Any) -> Any:
@@ -133,6 +160,7 @@ class EntropyControllerCallback(BaseCallback):
             self._controller_cls = type(controller)
         elif isinstance(controller, type) and issubclass(controller, EntropyController):
             self._controller, self._controller_cls = None, controller
+            controller(_probe_spec(controller_kwargs), **controller_kwargs)  # checks them now
         else:
             raise TypeError(
                 "controller must be an EntropyController (e.g. EntropyTargetAlgorithm(...)) or a "
@@ -180,6 +208,14 @@ class EntropyControllerCallback(BaseCallback):
             )
         if self._controller is None:  # built once: a second learn() keeps its state
             self._controller = self._controller_cls.from_space(space, **self._controller_kwargs)
+        saved = model.__dict__.get(SAVED)
+        if isinstance(saved, dict):  # a loaded model: continue from the saved controller
+            if saved["controller"] != type(self.controller).__name__:
+                raise ValueError(f"this model was saved with a {saved['controller']}; the "
+                                 f"callback's controller is a {type(self.controller).__name__}")
+            self.controller.load_state_dict(saved["state"])
+            self._updates = saved["updates"]
+        model.__dict__[SAVED] = _SavedState(self)
         if self._kind == _SAC and getattr(model, "ent_coef_optimizer", None) is not None:
             # SB3's own rule would train log_ent_coef and use it; with the
             # optimiser gone, train() (and save()) use ent_coef_tensor.
