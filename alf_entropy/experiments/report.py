@@ -44,12 +44,12 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from alf_entropy.experiments import control_metrics as cm
+from alf_entropy.utils.gin_config import read_bindings, write_bindings
 
 __all__ = ["RunData", "find_runs", "load_run", "run_metrics", "write_report", "main"]
 
 PROG = "alf-entropy-report"
 TOL = 0.05
-_SEED_LINE = re.compile(r"^\s*[\w./]*\.seed\s*=\s*(\d+)\s*$", re.MULTILINE)
 _SEED_NAME = re.compile(r"(^|[+,_/-])seed=?\d+")
 METRIC_COLUMNS = [
     "run",
@@ -91,9 +91,11 @@ class RunData:
         self.name = os.path.basename(os.path.normpath(run_dir))
         self.scalars = scalars
         self.config = config
-        m = _SEED_LINE.search(config)
-        self.seed: Optional[int] = int(m.group(1)) if m else None
-        self.group = _SEED_LINE.sub("", config) if config else _SEED_NAME.sub("", self.name)
+        bindings = read_bindings(config)
+        seeds = [k for k, v in bindings.items() if k.endswith(".seed") and v.isdigit()]
+        self.seed: Optional[int] = int(bindings[seeds[0]]) if seeds else None
+        rest = {k: v for k, v in bindings.items() if k not in seeds}
+        self.group = write_bindings(rest) if config else _SEED_NAME.sub("", self.name)
 
     def get(self, tag: str) -> Tuple[np.ndarray, np.ndarray]:
         """``(steps, values)`` of ``tag`` (empty arrays if it was not logged)."""

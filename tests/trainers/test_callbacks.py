@@ -9,7 +9,7 @@ import pytest
 
 from alf_entropy.trainers import Callback, OnPolicyTrainer, TimeBudgetCallback
 from alf_entropy.trainers import checkpoint as ckpt
-from alf_entropy.trainers.gin_config import parse_gin_config
+from alf_entropy.utils.gin_config import parse_gin_config
 from tests.trainers.test_on_policy_trainer import _trainer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
