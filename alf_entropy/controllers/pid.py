@@ -20,7 +20,7 @@ from alf_entropy.controllers.base import EntropyController
 from alf_entropy.controllers.rules import pid_rule
 from alf_entropy.controllers.state import PIDConsts, PIDState
 from alf_entropy.utils.checks import check_real
-from alf_entropy.utils.dist_utils import entropy_per_log_alpha
+from alf_entropy.utils.entropies import entropy_per_log_alpha
 
 __all__ = ["PIDEntropyTargetAlgorithm"]
 

@@ -48,7 +48,7 @@ _CONFIGURABLE_MODULES = (
     "alf_entropy.networks",
     "alf_entropy.environments",
     "alf_entropy.utils.schedulers",
-    "alf_entropy.utils.dist_utils",
+    "alf_entropy.utils.entropies",
     "alf_entropy.trainers.callbacks",
     "alf_entropy.trainers.on_policy_trainer",
     "alf_entropy.trainers.off_policy_trainer",
