@@ -9,14 +9,13 @@ built-in ones from its arguments (:func:`builtin_callbacks`) and runs
 (every trainer has one) are ``@gin.configurable``:
 ``OnPolicyTrainer.callbacks = [@TimeBudgetCallback()]``.
 """
-import contextlib
 import logging as py_logging
 import os
 import signal
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import gin
 import numpy as np
@@ -31,7 +30,6 @@ from alf_entropy.utils.requirements import require_train_extra
 require_train_extra()  # gymnasium>=1.1 and tqdm: the `train` extra
 
 from tqdm import tqdm  # noqa: E402  (after the requirement check)
-from tqdm.contrib.logging import logging_redirect_tqdm  # noqa: E402
 
 __all__ = ["Callback", "CheckpointCallback", "EvaluationCallback",
            "ProgressBarCallback", "SignalCallback", "SummaryCallback", "TimeBudgetCallback",
@@ -143,18 +141,41 @@ class SummaryCallback(Callback):
             self._writer = None
 
 
+class _BarLogHandler(py_logging.Handler):
+    """Writes another console handler's lines with ``tqdm.write`` (on a line of their own)."""
+
+    def __init__(self, console: py_logging.Handler):
+        super().__init__(console.level)
+        self._console = console
+
+    def emit(self, record: py_logging.LogRecord) -> None:
+        try:
+            tqdm.write(self._console.format(record), file=sys.stderr)
+        except Exception:  # logging must not raise; report it as logging does
+            self.handleError(record)
+
+
+def _is_console_handler(handler: py_logging.Handler) -> bool:
+    """Whether ``handler`` writes to the terminal (stdout or stderr)."""
+    if isinstance(handler, ABSLHandler):  # absl's, installed by app.run
+        handler = handler.python_handler
+    return isinstance(handler, py_logging.StreamHandler) and handler.stream in (
+        sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__,
+    )
+
+
 @gin.configurable
 class ProgressBarCallback(Callback):
     """A tqdm bar on a terminal (none where stderr is not one: a log gets log lines only).
 
     Its total is the binding limit in iterations; it shows the env steps and
     the latest ``steps_per_sec``, ``return`` and ``alpha``.  While it shows,
-    console log lines go through ``tqdm.write`` (``logging_redirect_tqdm``).
+    log lines go through ``tqdm.write``, so they do not glue onto the bar.
     """
 
     def __init__(self) -> None:
         self._bar: Any = None
-        self._redirect = contextlib.ExitStack()
+        self._swapped: List[Tuple[py_logging.Handler, py_logging.Handler]] = []
 
     def on_training_start(self, trainer: Any) -> None:
         self._bar = tqdm(
@@ -165,13 +186,12 @@ class ProgressBarCallback(Callback):
             dynamic_ncols=True,
         )
         root = py_logging.getLogger()
-        # absl's handler (app.run installs it) wraps a StreamHandler tqdm recognises.
-        handlers = [h.python_handler if isinstance(h, ABSLHandler) else h for h in root.handlers]
-        if not self._bar.disable and any(isinstance(h, py_logging.StreamHandler) and h.stream in
-                                         (sys.stdout, sys.stderr) for h in handlers):
-            self._redirect.callback(setattr, root, "handlers", root.handlers)
-            root.handlers = handlers
-            self._redirect.enter_context(logging_redirect_tqdm())
+        if not self._bar.disable:
+            for handler in [h for h in root.handlers if _is_console_handler(h)]:
+                proxy = _BarLogHandler(handler)
+                root.removeHandler(handler)
+                root.addHandler(proxy)
+                self._swapped.append((handler, proxy))
 
     def on_iteration_end(self, trainer: Any) -> bool:
         status, m = f"steps={trainer.env_steps}", trainer.metrics
@@ -183,7 +203,11 @@ class ProgressBarCallback(Callback):
         return True
 
     def on_training_end(self, trainer: Any) -> None:
-        self._redirect.close()
+        root = py_logging.getLogger()
+        for handler, proxy in self._swapped:
+            root.removeHandler(proxy)
+            root.addHandler(handler)
+        self._swapped = []
         if self._bar is not None:
             self._bar.close()
             self._bar = None
