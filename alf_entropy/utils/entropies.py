@@ -12,7 +12,7 @@ is an interval of width ``M - m``, a discrete one has ``N = M - m + 1`` choices.
 """
 import functools
 import math
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import gin
 import numpy as np
@@ -230,19 +230,17 @@ def estimated_entropy(
     return entropy, entropy_for_gradient
 
 
-def _affine_parts(transform: td.Transform) -> Optional[List[td.AffineTransform]]:
-    """The ``AffineTransform`` s making up ``transform``, or None if any part is not affine."""
-    if isinstance(transform, td.AffineTransform):
-        return [transform]
-    if isinstance(transform, td.ComposeTransform):
-        parts = []
-        for part in transform.parts:
-            sub = _affine_parts(part)
-            if sub is None:
-                return None
-            parts.extend(sub)
-        return parts
-    return None
+def _affine_parts(transforms: Sequence[td.Transform]) -> Optional[List[td.AffineTransform]]:
+    """The ``AffineTransform`` s making up ``transforms`` (``ComposeTransform`` s unpacked),
+    or None if a part is not affine."""
+    parts: List[td.AffineTransform] = []
+    for t in transforms:
+        sub = _affine_parts(t.parts) if isinstance(t, td.ComposeTransform) else (
+            [t] if isinstance(t, td.AffineTransform) else None)
+        if sub is None:
+            return None
+        parts.extend(sub)
+    return parts
 
 
 def _sum_rightmost(x: torch.Tensor, ndims: int) -> torch.Tensor:
@@ -258,13 +256,8 @@ def _analytic_entropy(dist: td.Distribution) -> Optional[torch.Tensor]:
             return None
         return _sum_rightmost(base, dist.reinterpreted_batch_ndims)
     if isinstance(dist, td.TransformedDistribution):
-        affines = []
-        for t in dist.transforms:
-            parts = _affine_parts(t)
-            if parts is None:
-                return None
-            affines.extend(parts)
-        base = _analytic_entropy(dist.base_dist)
+        affines = _affine_parts(dist.transforms)
+        base = None if affines is None else _analytic_entropy(dist.base_dist)
         if base is None:
             return None
         # H(f(X)) = H(X) + log|det J_f|, constant for an element-wise affine f.
