@@ -34,7 +34,9 @@ setup(
     extras_require={
         # The trainers, environments and CLIs (alf_entropy.utils.requirements
         # checks these at import; .ci/run tests the gymnasium minimum).
-        "train": ["gymnasium>=1.1", "tqdm"],  # 1.1: AutoresetMode
+        # gymnasium 1.1: AutoresetMode; filelock
+        # (torch installs one) 3.30: a losing contender leaves the holder's pid in the file.
+        "train": ["gymnasium>=1.1", "tqdm", "filelock>=3.30"],
         # matplotlib for the report's figures; tbparse reads events in its tests.
         "dev": ["pytest", "hypothesis", "matplotlib", "tbparse", "gymnasium>=1.1", "tqdm"],
         "report": ["matplotlib"],

@@ -53,7 +53,7 @@ _EXPORTS: Dict[str, str] = {
     "SettledAnnealing": "alf_entropy.utils.schedulers",
     "update_progress": "alf_entropy.utils.schedulers",
     # Targets users can state.
-    "greedy_probability_target": "alf_entropy.utils.dist_utils",
+    "greedy_probability_target": "alf_entropy.utils.entropies",
     # Specs of actions and observations.
     "TensorSpec": "alf_entropy.tensor_specs",
     "BoundedTensorSpec": "alf_entropy.tensor_specs",

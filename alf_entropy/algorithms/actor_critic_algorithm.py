@@ -61,7 +61,7 @@ from alf_entropy.data_structures import (
     namedtuple,
 )
 from alf_entropy.networks import ActorDistributionNetwork, ValueNetwork, mode_of
-from alf_entropy.utils import dist_utils, nest, schedulers, summary, value_ops
+from alf_entropy.utils import entropies, nest, schedulers, summary, value_ops
 from alf_entropy.utils.checks import check_callable, check_choice, check_int, check_real
 from alf_entropy.utils.math_ops import masked_mean
 from alf_entropy.utils.optimizers import FusedAdam
@@ -449,7 +449,7 @@ class ActorCriticAlgorithm(Algorithm):
         log_prob = self._log_prob(dist, inputs.action)
         entropy_target_info = ()
         if self._entropy_target_algorithm is None:
-            entropy, entropy_for_gradient = dist_utils.entropy_with_fallback(dist)
+            entropy, entropy_for_gradient = entropies.entropy_with_fallback(dist)
         else:
             # The entropy is computed once, by the controller; the summaries
             # and the loss use the same values (and samples).

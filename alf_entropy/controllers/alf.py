@@ -9,7 +9,7 @@ import torch
 from alf_entropy.algorithm import Algorithm
 from alf_entropy.data_structures import AlgStep, Experience, LossInfo, StepType, namedtuple
 from alf_entropy.utils import nest
-from alf_entropy.utils.dist_utils import entropy_with_fallback
+from alf_entropy.utils.entropies import entropy_with_fallback
 
 __all__ = ["EntropyTargetLossInfo", "EntropyTargetInfo", "AlfSubAlgorithm"]
 

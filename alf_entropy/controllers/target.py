@@ -14,7 +14,7 @@ from absl import logging
 
 from alf_entropy.utils import nest, schedulers
 from alf_entropy.utils.checks import check_real, is_real
-from alf_entropy.utils.dist_utils import (
+from alf_entropy.utils.entropies import (
     GreedyProbabilityTarget,
     calc_default_target_entropy,
     calc_max_possible_entropy,

@@ -36,13 +36,13 @@ from alf_entropy.environments import GymVectorEnv, evaluate
 from alf_entropy.trainers import callbacks as callbacks_lib
 from alf_entropy.trainers import checkpoint as ckpt
 from alf_entropy.trainers import ranks
-from alf_entropy.trainers.bindings import check_bindings_used
 from alf_entropy.trainers.callbacks import Callback, SignalCallback, TrainingAborted
 from alf_entropy.trainers.limits import Limits
 from alf_entropy.trainers.ranks import MAX_SEED, resolve_device
 from alf_entropy.trainers.run_dir import RunDir
 from alf_entropy.utils import distributed, schedulers
 from alf_entropy.utils.checks import check_int
+from alf_entropy.utils.gin_config import check_bindings_used
 
 __all__ = ["EVAL_SEED_OFFSET", "MAX_SEED", "Trainer", "TrainingAborted", "resolve_device"]
 

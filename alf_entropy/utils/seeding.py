@@ -1,10 +1,11 @@
-"""Seeding the process's random number generators, for trainers and algorithms alike."""
+"""The process's random number generators: seeding them, and their state for checkpoints."""
 import random
+from typing import Any, Dict
 
 import numpy as np
 import torch
 
-__all__ = ["seed_all"]
+__all__ = ["rng_state", "seed_all", "set_rng_state"]
 
 
 def seed_all(seed: int) -> None:
@@ -12,3 +13,28 @@ def seed_all(seed: int) -> None:
     torch.manual_seed(seed)
     np.random.seed(seed)
     random.seed(seed)
+
+
+def rng_state() -> Dict[str, Any]:
+    """The torch (and CUDA), NumPy and Python ``random`` generators' states (loadable
+    with ``weights_only``)."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    state = {
+        "torch": torch.get_rng_state(),
+        "numpy": (name, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss),
+                  float(cached)),
+        "python": random.getstate(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: Dict[str, Any]) -> None:
+    """Restore the generators :func:`rng_state` captured."""
+    torch.set_rng_state(state["torch"])
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])

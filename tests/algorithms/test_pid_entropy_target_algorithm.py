@@ -11,7 +11,7 @@ from alf_entropy.algorithms.entropy_controller import WINDUP_WINDOW
 from alf_entropy.algorithms.entropy_target_algorithm import NestedEntropyTargetAlgorithm
 from alf_entropy.algorithms.pid_entropy_target_algorithm import PIDEntropyTargetAlgorithm
 from alf_entropy.tensor_specs import BoundedTensorSpec
-from alf_entropy.utils.dist_utils import entropy_per_log_alpha
+from alf_entropy.utils.entropies import entropy_per_log_alpha
 from tests.algorithms.test_entropy_target_algorithm import _forbid_host_sync
 
 TWO = BoundedTensorSpec((), torch.int64, 0, 1)
@@ -234,7 +234,7 @@ def test_bindable_in_gin_inside_ppo():
 
     gin.parse_config("""
         import alf_entropy.algorithms.pid_entropy_target_algorithm
-        import alf_entropy.utils.dist_utils
+        import alf_entropy.utils.entropies
         PPOAlgorithm.enforce_entropy_target = True
         PPOAlgorithm.entropy_target_cls = @PIDEntropyTargetAlgorithm
         PIDEntropyTargetAlgorithm.target_entropy = @greedy_probability_target()

@@ -13,7 +13,7 @@ from alf_entropy.algorithms.entropy_target_algorithm import (
 from alf_entropy.algorithms.pid_entropy_target_algorithm import PIDEntropyTargetAlgorithm
 from alf_entropy.tensor_specs import BoundedTensorSpec
 from alf_entropy.utils import summary
-from alf_entropy.utils.dist_utils import greedy_probability_target
+from alf_entropy.utils.entropies import greedy_probability_target
 from alf_entropy.utils.schedulers import SettledAnnealing
 from tests.algorithms.test_entropy_target_algorithm import _forbid_host_sync
 
