@@ -52,6 +52,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 
 from alf_entropy.algorithms.entropy_controller import EntropyController
 from alf_entropy.algorithms.entropy_target_algorithm import EntropyTargetAlgorithm
+from alf_entropy.integrations.squashed import squashed_space
 from alf_entropy.utils import schedulers
 from alf_entropy.utils.checks import check_int
 
@@ -172,7 +173,7 @@ class EntropyControllerCallback(BaseCallback):
             self._kind, space = _ON_POLICY, model.action_space
         elif hasattr(model, "ent_coef_tensor") or hasattr(model, "ent_coef_optimizer"):
             self._kind = _SAC
-            space = _squashed_space(model.action_space)
+            space = squashed_space(model.action_space)
         else:
             raise TypeError(
                 "EntropyControllerCallback drives PPO, A2C (on-policy, model.ent_coef) and SAC "
@@ -257,11 +258,3 @@ class EntropyControllerCallback(BaseCallback):
                 "target_entropy": float(controller.target_entropy),
                 "stage": int(controller.stage)}
 
-
-def _squashed_space(space: Any) -> Any:
-    """``Box(-1, 1)`` of ``space``'s shape: the coordinates of SAC's ``log_prob``."""
-    from gymnasium import spaces
-
-    if not isinstance(space, spaces.Box):
-        raise TypeError(f"SAC needs a Box action space, got {space}")
-    return spaces.Box(-1.0, 1.0, space.shape, dtype=np.float32)
