@@ -11,15 +11,6 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
-def extras_require() -> dict:
-    """setup.py's ``extras_require``, read without running setup.py."""
-    import ast
-
-    call = next(n for n in ast.walk(ast.parse((REPO / "setup.py").read_text(encoding="utf-8")))
-                if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "setup")
-    return ast.literal_eval(next(k.value for k in call.keywords if k.arg == "extras_require"))
-
-
 def _clean_python(code: str) -> subprocess.CompletedProcess:
     """Run ``code`` in a fresh interpreter that skips ``site`` (no .pth imports).
 

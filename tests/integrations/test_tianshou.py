@@ -137,9 +137,9 @@ def test_tianshou_version_and_the_alpha_protocol_relied_on():
 
 
 def test_the_tianshou_extra_pins_the_tested_version():
-    from tests.test_packaging import REPO, extras_require
+    from tests.test_dependencies import REPO, setup_kwargs
 
-    assert extras_require()["tianshou"] == [f"tianshou{SUPPORTED_TIANSHOU}"]
+    assert setup_kwargs()["extras_require"]["tianshou"] == [f"tianshou{SUPPORTED_TIANSHOU}"]
     assert "torchrl,tianshou" in (REPO / ".ci" / "run").read_text(encoding="utf-8")
 
 

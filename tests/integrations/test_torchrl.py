@@ -136,9 +136,10 @@ def test_torchrl_version_and_the_seams_relied_on():
 
 
 def test_the_torchrl_extra_pins_the_tested_versions():
-    from tests.test_packaging import extras_require
+    from tests.test_dependencies import setup_kwargs
 
-    assert extras_require()["torchrl"] == [f"torchrl{SUPPORTED_TORCHRL}", "tensordict==0.14.3"]
+    assert setup_kwargs()["extras_require"]["torchrl"] == [f"torchrl{SUPPORTED_TORCHRL}",
+                                                           "tensordict==0.14.3"]
 
 
 def test_from_space_reads_torchrl_specs():
