@@ -16,7 +16,8 @@ bounds: ``Cls.from_space(env.action_spec_unbatched, ...)``.
 
 TorchRL internals relied on (checked at wiring, and by the tests):
 ``log_alpha``, ``alpha_init``, ``min_log_alpha``/``max_log_alpha`` (the clamp
-in ``_alpha``, refused here) and ``fixed_alpha``.  This module imports
+in ``_alpha``, refused here), ``fixed_alpha``, ``reduction`` and
+``scalar_output_mode``.  This module imports
 ``torchrl`` (``pip install -e ".[torchrl]"``); the user guide is ``docs/torchrl.md``.
 """
 import math
@@ -41,7 +42,8 @@ SUPPORTED_TORCHRL = "==0.14.1"
 CONTROLLER_NAME = "alpha_controller"
 """The controller's submodule name in the loss (its ``state_dict`` prefix)."""
 
-_LOSS_ATTRIBUTES = ("log_alpha", "alpha_init", "min_log_alpha", "max_log_alpha", "fixed_alpha")
+_LOSS_ATTRIBUTES = ("log_alpha", "alpha_init", "min_log_alpha", "max_log_alpha", "fixed_alpha",
+                    "reduction", "scalar_output_mode")
 
 
 class AlphaStep:
