@@ -48,6 +48,12 @@ setup(
         # against these versions only (SUPPORTED_TRL there; its tests fail if
         # they move). TRL brings transformers, tokenizers, datasets, accelerate.
         "trl": ["trl>=1.16,<1.17"],
+        # alf_entropy.integrations.torchrl / .tianshou read SACLoss's alpha
+        # internals and Tianshou's Alpha protocol as of exactly these versions
+        # (SUPPORTED_TORCHRL / SUPPORTED_TIANSHOU there; their tests fail if they
+        # move). Tianshou pins pandas<3: .ci/run tests both in a venv.
+        "torchrl": ["torchrl==0.14.1", "tensordict==0.14.3"],
+        "tianshou": ["tianshou==2.0.1"],
         # The documentation site (mkdocs.yml; .ci/run builds it with --strict).
         "docs": ["mkdocs-material", "mkdocstrings[python]"],
     },

@@ -143,7 +143,7 @@ def test_from_space_with_the_installed_gymnasium():
     assert md.action_spec.maximum.tolist() == [2, 1]
 
 
-def _setup_kwargs() -> dict:
+def setup_kwargs() -> dict:
     """The literal keyword arguments of setup.py's ``setup(...)`` call."""
     import ast
 
@@ -155,7 +155,7 @@ def _setup_kwargs() -> dict:
 
 
 def test_setup_keeps_gymnasium_out_of_the_core_and_agrees_on_the_minimum():
-    kwargs = _setup_kwargs()
+    kwargs = setup_kwargs()
     core = " ".join(kwargs["install_requires"])
     assert "gymnasium" not in core and "tqdm" not in core, core
     train = kwargs["extras_require"]["train"]

@@ -1,38 +1,22 @@
 """Stable-Baselines3: any entropy controller drives PPO's, A2C's or SAC's ``ent_coef``.
 
-:class:`EntropyControllerCallback` is an SB3 callback.  At the end of every
-rollout -- after SB3 collected experience and before it calls ``train()`` --
-it measures the policy's entropy, advances the controller once
-(``adjust_alpha``) and writes the new ``alpha`` where SB3's ``train()`` reads
-the coefficient:
+:class:`EntropyControllerCallback` runs at the end of every rollout, before
+SB3's ``train()``: it measures the entropy, advances the controller once and
+writes ``alpha`` where ``train()`` reads the coefficient.
 
-* **PPO / A2C** read the float ``model.ent_coef`` inside ``train()`` (the
-  loss is ``policy_loss + ent_coef * entropy_loss + ...``).  The entropy fed
-  to the controller is the current policy's mean entropy
-  (``policy.get_distribution(obs).entropy()``) over the rollout's
-  observations: the policy that ``train()`` then starts from.
-* **SAC** reads ``ent_coef_tensor`` (or, with ``ent_coef="auto"``, its own
-  ``log_ent_coef`` trained by ``ent_coef_optimizer``); assigning
-  ``model.ent_coef`` changes nothing (SB3 issue #1403).  The callback turns
-  SB3's rule off (``ent_coef_optimizer = None``, so ``train()`` and ``save()``
-  use ``ent_coef_tensor``) and sets ``ent_coef_tensor``.  The entropy is the
-  mean ``-log_prob`` of fresh actions of the current actor on a replay batch
-  (what SAC's own temperature loss uses), in SB3's squashed ``[-1, 1]``
-  action coordinates; so the controller is built for a ``Box(-1, 1)`` of the
-  action shape and ``target_entropy`` is in those units (SB3's default target
-  is ``-dim(A)``).  One controller update per ``train()`` call, i.e. per
-  gradient step with SB3's default ``train_freq=1, gradient_steps=1``.
+* **PPO / A2C**: the float ``model.ent_coef``; the entropy is the current
+  policy's mean ``get_distribution(obs).entropy()`` over the rollout.
+* **SAC**: ``ent_coef_tensor``, with SB3's own rule off
+  (``ent_coef_optimizer = None``; assigning ``model.ent_coef`` changes
+  nothing, SB3 issue #1403).  The entropy is the mean ``-log_prob`` of the
+  actor's fresh actions on a replay batch, in SB3's squashed ``[-1, 1]`` units:
+  the controller is built for ``Box(-1, 1)`` of the action shape
+  (``integrations/squashed.py``).  One update per ``train()`` call.
 
-Scheduled targets are fed SB3's progress before each update:
-``update_progress("percent", num_timesteps / total_timesteps)`` (SB3's
-``1 - progress_remaining``), ``"env_steps"`` (``num_timesteps``) and
-``"iterations"`` (the controller updates so far).  The callback records
-``<log_prefix>/alpha``, ``entropy``, ``target_entropy`` and ``stage`` with
-SB3's logger; SB3 itself logs the coefficient SAC used as ``train/ent_coef``.
-
-This module imports ``stable_baselines3`` (``pip install -e ".[sb3]"``);
-the rest of the package never imports it.  A user guide with a runnable
-example is ``docs/sb3.md``.
+Schedules get SB3's progress before each update (``"percent"``,
+``"env_steps"``, ``"iterations"``); ``<log_prefix>/alpha``, ``entropy``,
+``target_entropy`` and ``stage`` go to SB3's logger.  This module imports
+``stable_baselines3`` (``pip install -e ".[sb3]"``); the guide is ``docs/sb3.md``.
 """
 from typing import Any, Dict, Optional, Type, Union
 
@@ -51,6 +35,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
     ) from e
 
 from alf_entropy.controllers import EntropyController, EntropyTargetAlgorithm
+from alf_entropy.integrations.squashed import squashed_space
 from alf_entropy.tensor_specs import BoundedTensorSpec
 from alf_entropy.utils import schedulers
 from alf_entropy.utils.checks import check_int
@@ -200,7 +185,7 @@ class EntropyControllerCallback(BaseCallback):
             self._kind, space = _ON_POLICY, model.action_space
         elif hasattr(model, "ent_coef_tensor") or hasattr(model, "ent_coef_optimizer"):
             self._kind = _SAC
-            space = _squashed_space(model.action_space)
+            space = squashed_space(model.action_space)
         else:
             raise TypeError(
                 "EntropyControllerCallback drives PPO, A2C (on-policy, model.ent_coef) and SAC "
@@ -293,11 +278,3 @@ class EntropyControllerCallback(BaseCallback):
                 "target_entropy": float(controller.target_entropy),
                 "stage": int(controller.stage)}
 
-
-def _squashed_space(space: Any) -> Any:
-    """``Box(-1, 1)`` of ``space``'s shape: the coordinates of SAC's ``log_prob``."""
-    from gymnasium import spaces
-
-    if not isinstance(space, spaces.Box):
-        raise TypeError(f"SAC needs a Box action space, got {space}")
-    return spaces.Box(-1.0, 1.0, space.shape, dtype=np.float32)
