@@ -59,7 +59,7 @@ class EntropyController(Driver):
 
     @classmethod
     def from_space(cls, space: Any, **kwargs: Any) -> "EntropyController":
-        """``cls(from_gym_space(space), **kwargs)`` for a gymnasium action space."""
+        """``cls(from_gym_space(space), **kwargs)`` for a gymnasium space or a TorchRL spec."""
         return cls(from_gym_space(space), **kwargs)
 
     action_spec = property(lambda self: self._action_spec)
