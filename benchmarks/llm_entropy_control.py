@@ -195,7 +195,7 @@ def run_probe(kind: str, vocab: int, lr: float, seed: int, steps: int, target_va
 
 
 def run_toy(kind: str, lr: float, seed: int, steps: int, target_value: float,
-            scheduled: bool, batch: int, out_dir: str) -> Dict[str, float]:
+            scheduled: bool, batch: int, out_dir: str, task: str = "letter") -> Dict[str, float]:
     """One GRPO run of TRL's ``GRPOTrainer`` on the toy task; returns its metrics.
 
     The package's controllers go in through ``add_entropy_control``; TRL's own
@@ -209,15 +209,17 @@ def run_toy(kind: str, lr: float, seed: int, steps: int, target_value: float,
     from trl import GRPOConfig, GRPOTrainer
 
     from alf_entropy.integrations.toy_lm import (
+        LETTERS,
         char_tokenizer,
         tiny_causal_lm,
         toy_dataset,
         toy_reward,
+        vowel_reward,
     )
     from alf_entropy.integrations.trl import add_entropy_control, grpo_config_kwargs
 
     transformers.logging.set_verbosity_error()
-    tokenizer = char_tokenizer()
+    tokenizer = char_tokenizer() if task == "letter" else char_tokenizer(LETTERS)
     target = make_target(target_value, 1.1 * target_value, steps, scheduled)
     controller = make_controller(kind, BoundedTensorSpec((), torch.int64, 0, len(tokenizer) - 1),
                                  target)
@@ -233,8 +235,9 @@ def run_toy(kind: str, lr: float, seed: int, steps: int, target_value: float,
         per_device_train_batch_size=batch, num_generations=4, max_completion_length=8,
         logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, seed=seed,
         data_seed=seed, disable_tqdm=True, **extra)
-    trainer = GRPOTrainer(model=tiny_causal_lm(seed), reward_funcs=toy_reward, args=config,
-                          train_dataset=toy_dataset(), processing_class=tokenizer)
+    trainer = GRPOTrainer(model=tiny_causal_lm(seed, len(tokenizer)),
+                          reward_funcs=toy_reward if task == "letter" else vowel_reward,
+                          args=config, train_dataset=toy_dataset(), processing_class=tokenizer)
     trainer.remove_callback(PrinterCallback)
     targets, ctl_s = [], []
 
@@ -303,6 +306,9 @@ def main(argv: List[str] = None) -> None:
     parser.add_argument("--toy_lrs", type=float, nargs="+", default=[1e-3, 3e-3, 1e-2])
     parser.add_argument("--toy_steps", type=int, default=300)
     parser.add_argument("--toy_target", type=float, default=3.0)
+    parser.add_argument("--toy_task", default="letter", choices=["letter", "vowel"],
+                        help="the reward: the prompt's first letter (39 tokens), or vowels (a "
+                        "second task: 28 tokens, another order)")
     parser.add_argument("--toy_batch", type=int, default=32, help="completions per step (4 per "
                         "prompt: 32 is 8 prompts)")
     parser.add_argument("--vocab", type=int, nargs="+", default=[32_000, 150_000])
@@ -340,8 +346,9 @@ def main(argv: List[str] = None) -> None:
                 t = args.toy_target
                 name = f"{1.1 * t:g} -> {t:g}" if scheduled else f"{t:g}"
                 for lr in args.toy_lrs:
-                    run_all("tiny GPT-2", name, lr, lambda kind, s: run_toy(
-                        kind, lr, s, args.toy_steps, t, scheduled, args.toy_batch, out_dir))
+                    run_all(f"tiny GPT-2, {args.toy_task}", name, lr, lambda kind, s: run_toy(
+                        kind, lr, s, args.toy_steps, t, scheduled, args.toy_batch, out_dir,
+                        args.toy_task))
     if "probe" in args.tasks:
         for vocab in args.vocab:
             for scheduled in schedules:

@@ -37,6 +37,7 @@ class PIDState(NamedTuple):
     noise: Any  # the readings' noise variance, from their second differences
     reading: Any  # the last two readings
     before: Any
+    slowdown: Any  # the last update's sqrt(k), by which every gain was multiplied
 
 
 class PIDConsts(NamedTuple):
@@ -81,7 +82,8 @@ def pid_rule(x: Any, s: PIDState, entropy: Any, target: Any, c: PIDConsts) -> PI
     fast = x.where(first, level, c.fast_beta * s.fast + (1 - c.fast_beta) * level)
     slow = x.where(first, level, c.slow_beta * s.slow + (1 - c.slow_beta) * level)
     trend = (fast - slow) * c.inv_scale  # > 0: rising
-    pd = g * (c.kp * err_ema - c.kd * trend)
+    raw = c.kp * err_ema - c.kd * trend
+    pd = g * raw
     below = err_ema > 0
     outside = x.abs(err_ema) > c.gain_band * x.abs(target) * c.inv_scale
     same_side = x.where(below, s.gain > 0, s.gain < 0)
@@ -91,8 +93,10 @@ def pid_rule(x: Any, s: PIDState, entropy: Any, target: Any, c: PIDConsts) -> PI
     gain = x.where(same_side & outside, gain, 1.0)
     inside = x.abs(target - level) <= c.deadband * x.abs(target)
     hold = inside | ((err > 0) & (pd < 0)) | ((err < 0) & (pd > 0))
-    step = x.minimum(x.maximum(g * c.ki * gain * err, -c.max_step), c.max_step)
-    integral = s.integral + x.where(hold, 0.0, step)
+    step = x.minimum(x.maximum(g * c.ki * gain * x.clip(err, -1.0, 2.0), -c.max_step),
+                     c.max_step)
+    # (s.slowdown - g) * raw: a change of g alone does not move the output
+    integral = s.integral + x.where(hold, 0.0, step) + (s.slowdown - g) * raw
     integral = x.where(first, s.log_alpha - pd, integral)
     wanted = integral + pd
     bounded = x.minimum(x.maximum(wanted, c.lo), c.hi)
@@ -100,7 +104,7 @@ def pid_rule(x: Any, s: PIDState, entropy: Any, target: Any, c: PIDConsts) -> PI
     log_alpha = x.minimum(x.maximum(bounded, s.log_alpha - c.max_step), s.log_alpha + c.max_step)
     return PIDState(log_alpha, integral, err_ema, fast, slow, s.count + 1,
                     x.where(below, gain, -gain), level, noise, entropy,
-                    x.where(first, entropy, s.reading))
+                    x.where(first, entropy, s.reading), g)
 
 
 @gin.configurable
@@ -166,6 +170,7 @@ class PIDEntropyTargetAlgorithm(EntropyController):
         self.register_buffer("_gain", self._full(1.0))
         for name in ("_level", "_noise", "_reading", "_before"):
             self.register_buffer(name, self._full(0.0))
+        self.register_buffer("_slowdown", self._full(1.0))
 
     def _constants(self, s: Dict[str, Any]) -> PIDConsts:
         for arg in ("kp", "ki", "kd"):

@@ -7,6 +7,8 @@
   verifiable reward is the fraction of the completion's characters equal to
   the prompt's first letter.  GRPO sharpens the policy towards that letter,
   so without an entropy bonus the per-token entropy collapses.
+* :func:`vowel_reward` with ``char_tokenizer(LETTERS)``: a second task (the
+  fraction of vowels), to check a setting on another reward and vocabulary.
 
 This module imports ``transformers``, ``tokenizers`` and ``datasets`` (all
 installed with ``pip install -e ".[trl]"``).
@@ -23,16 +25,19 @@ except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("alf_entropy.integrations.toy_lm needs transformers, tokenizers and "
                       "datasets: pip install -e \".[trl]\" (in a checkout of alf_entropy)") from e
 
-__all__ = ["CHARACTERS", "char_tokenizer", "tiny_causal_lm", "toy_dataset", "toy_reward"]
+__all__ = ["CHARACTERS", "LETTERS", "char_tokenizer", "tiny_causal_lm", "toy_dataset",
+           "toy_reward", "vowel_reward"]
 
 CHARACTERS = "abcdefghijklmnopqrstuvwxyz0123456789 "
 """The tokenizer's characters (after ``<pad>`` and ``<eos>``)."""
+LETTERS = "zyxwvutsrqponmlkjihgfedcba"
+"""The second task's characters (another vocabulary, in another order)."""
 
 
-def char_tokenizer() -> PreTrainedTokenizerFast:
-    """A character-level tokenizer: one token per character of :data:`CHARACTERS`."""
+def char_tokenizer(characters: str = CHARACTERS) -> PreTrainedTokenizerFast:
+    """A character-level tokenizer: one token per character of ``characters``."""
     vocab = {"<pad>": 0, "<eos>": 1}
-    for c in CHARACTERS:
+    for c in characters:
         vocab[c] = len(vocab)
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
     tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
@@ -62,3 +67,8 @@ def toy_dataset(repeats: int = 64) -> Dataset:
 def toy_reward(prompts: List[str], completions: List[str], **kwargs: Any) -> List[float]:
     """Per completion: the fraction of its characters equal to its prompt's first letter."""
     return [c.count(p[0]) / max(len(c), 1) for p, c in zip(prompts, completions)]
+
+
+def vowel_reward(prompts: List[str], completions: List[str], **kwargs: Any) -> List[float]:
+    """Per completion: the fraction of its characters that are vowels."""
+    return [sum(c.count(v) for v in "aeiou") / max(len(c), 1) for c in completions]
