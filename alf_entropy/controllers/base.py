@@ -23,19 +23,19 @@ class EntropyController(Driver):
     Args:
         action_spec: nest of ``BoundedTensorSpec`` of the actions.
         target_entropy: a number, a ``Scheduler`` or zero-argument callable, a
-            ``SettledAnnealing``, or None (the spec's default); a list, one per member, for a batch.
+            ``SettledAnnealing``, or None (the spec's default); for a batch, a list of these.
         initial_alpha: the first ``alpha``, in ``[min_alpha, max_alpha]``.
         min_alpha: floor of ``alpha`` (<= 0: ``exp(-100)``).
-        max_alpha: ceiling of ``alpha`` (> ``min_alpha``; None: none, as ALF).  Below the
-            target at the ceiling for ``WINDUP_WINDOW`` updates the target is unreachable.
+        max_alpha: ceiling of ``alpha`` (None: none, as ALF); below the target at the ceiling
+            for ``WINDUP_WINDOW`` updates, the target is unreachable.
         update_mode: ``"auto"``, ``"host"`` or ``"tensor"`` (``UPDATE_MODES``).
         batch_shape: ``()``, or ``(K,)`` for K independent controllers in one module.
         debug_summaries: write the controller's own summaries.
         name: the summary scope.
 
     Raises:
-        TypeError: for an argument of the wrong type, or one that is another rule's setting.
-        ValueError: for an argument out of range.
+        TypeError: a wrong type, or another rule's setting.
+        ValueError: out of range.
     """
 
     def __init__(self, action_spec: Any, target_entropy: Any = None, initial_alpha: float = 0.1,
@@ -45,17 +45,20 @@ class EntropyController(Driver):
         super().__init__(action_spec, target_entropy, initial_alpha, min_alpha, max_alpha,
                          update_mode, batch_shape, debug_summaries, name)
 
-    def _refuse(self, unknown: Dict[str, Any]) -> None:
-        """A ``TypeError`` for an unknown argument, naming the controllers that take it."""
-        classes, owners = [EntropyController], set()
-        for cls in classes if unknown else ():
-            classes.extend(cls.__subclasses__())
-            if min(unknown) in inspect.signature(cls.__init__).parameters:
-                owners.add(cls.__name__)
+    def _take(self, unknown: Dict[str, Any], **settings: Any) -> None:
+        """Check and take the rule's ``settings``; a ``TypeError`` for an ``unknown`` argument
+        naming the controllers that take it."""
+        self._settings.update(settings)
         if unknown:
-            where = f"a setting of {', '.join(sorted(owners))}" if owners else "a typo?"
-            raise TypeError(f"{type(self).__name__} has no argument {min(unknown)!r} ({where}); "
+            arg, classes = min(unknown), [EntropyController]
+            for cls in classes:
+                classes.extend(cls.__subclasses__())
+            owners = sorted({c.__name__ for c in classes
+                             if arg in inspect.signature(c.__init__).parameters})
+            where = f"a setting of {', '.join(owners)}" if owners else "a typo?"
+            raise TypeError(f"{type(self).__name__} has no argument {arg!r} ({where}); "
                             f"its settings are {sorted(self._settings)}")
+        self._configure({})
 
     @classmethod
     def from_space(cls, space: Any, **kwargs: Any) -> "EntropyController":
@@ -100,8 +103,7 @@ class EntropyController(Driver):
         return dict(self._settings)
 
     def configure(self, **changes: Any) -> None:
-        """Change settings mid-run, checked as in the constructor (nothing changes on an
-        error); the state is kept."""
+        """Change settings mid-run, checked as at construction (an error changes nothing)."""
         unknown = sorted(set(changes) - set(self._settings))
         if unknown:
             raise TypeError(f"{self._name}: {unknown} are not settings; the settings are "
@@ -115,8 +117,8 @@ class EntropyController(Driver):
 
     @property
     def unreachable_target(self) -> torch.Tensor:
-        """Whether the entropy stayed below the target for ``WINDUP_WINDOW`` updates with
-        ``alpha`` at ``max_alpha``: alpha can do no more."""
+        """Whether the entropy stayed below the target with ``alpha`` at ``max_alpha`` for
+        ``WINDUP_WINDOW`` updates."""
         return self._watch_stalled_for >= WINDUP_WINDOW
 
     @property
@@ -137,8 +139,8 @@ class EntropyController(Driver):
         self._b = self._b._replace(span=self._span)
 
     def adjust_alpha(self, entropy: Union[float, Sequence[float], torch.Tensor]) -> torch.Tensor:
-        """One update from the batch-mean entropy (a number or one-element tensor; for a batch
-        one per member, or one shared); NaN/inf changes nothing.  Returns the new alpha."""
+        """One update from the batch-mean entropy (for a batch, one per member or one shared);
+        NaN/inf changes nothing.  Returns the new alpha."""
         members = math.prod(self._batch)
         if isinstance(entropy, torch.Tensor):
             if entropy.numel() != members:
@@ -164,14 +166,14 @@ class EntropyController(Driver):
             update: False: the loss with the current ``alpha``, no update.
 
         Returns:
-            ``LossInfo(loss=-alpha * entropy_for_gradient)`` per element with ``alpha`` after
-            the update, detached (every controller alike); ``extra`` an ``EntropyTargetLossInfo``.
+            ``LossInfo(loss=-alpha * entropy_for_gradient)`` per element, ``alpha`` the
+            post-update one (every controller), detached; ``extra=EntropyTargetLossInfo``.
         """
         grad = entropy if entropy_for_gradient is None else entropy_for_gradient
         return self._loss(neg(entropy), mask, neg(grad), update)
 
     def _member_dims(self, x: torch.Tensor, mask: Optional[torch.Tensor]) -> Tuple:
-        """``x`` and ``mask`` with an element dim per member; the dims to reduce."""
+        """``(x, mask, dims to reduce)``, with an element dim per member."""
         if self._batch == ():
             return x, mask, None
         if x.dim() == len(self._batch):

@@ -19,13 +19,11 @@ class FixedState(NamedTuple):
 class FixedEntropyCoefficient(EntropyController):
     """A constant ``alpha`` through the same driver (and watch) as the adaptive controllers.
 
-    The shared arguments are ``EntropyController``'s (``initial_alpha`` is the
-    coefficient, >= 0 and not clamped by ``min_alpha``/``max_alpha``; ``target_entropy`` is
-    only reported); its own:
+    Shared arguments: ``EntropyController``'s (``initial_alpha``, the coefficient, is >= 0 and
+    not clamped; ``target_entropy`` is only reported); its own:
 
     Args:
-        alpha: the coefficient, another name of ``initial_alpha`` (``configure(alpha=...)``
-            changes it at once).
+        alpha: another name of ``initial_alpha`` (``configure(alpha=...)`` sets it at once).
 
     Examples:
         >>> import torch
@@ -51,9 +49,7 @@ class FixedEntropyCoefficient(EntropyController):
             initial_alpha = alpha
         super().__init__(action_spec, target_entropy, initial_alpha, min_alpha, max_alpha,
                          update_mode, batch_shape, debug_summaries, name)
-        self._settings.update(alpha=initial_alpha)
-        self._refuse(unknown)
-        self._configure({})
+        self._take(unknown, alpha=initial_alpha)
 
     def _constants(self, s: Dict[str, Any]) -> Any:
         alpha = check_real("alpha", s["alpha"], minimum=0.0)

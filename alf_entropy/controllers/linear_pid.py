@@ -1,12 +1,11 @@
 """PID control of the coefficient itself, clamped at 0: for a one-sided actuator.
 
-An entropy bonus can push the entropy up; only its absence lets it fall.  Above the target a
-log-space rule keeps a small positive coefficient (it can approach 0 only by decades), while
-this one reaches 0 and holds it: the PID-Lagrangian form of Stooke et al. 2020 (``coef =
-clip(kp e + I - kd trend, min_alpha, max_alpha)``, ``I = clip(I + ki e, min_alpha,
-max_alpha)``, ``e = target - H``), the derivative on the measured entropy's trend.
+A bonus can push the entropy up; only its absence lets it fall.  A log-space rule nears 0
+only by decades; this one (Stooke et al. 2020's PID-Lagrangian form, the derivative on the
+measured entropy) reaches 0 and holds it.
 """
 import math
+from collections import namedtuple
 from typing import Any, Dict, NamedTuple, Optional, Sequence
 
 import gin
@@ -26,18 +25,13 @@ class LinearPIDState(NamedTuple):
     count: Any
 
 
-class LinearPIDConsts(NamedTuple):
-    kp: float
-    ki: float
-    kd: float
-    beta: float
-    lo: float
-    hi: float
+LinearPIDConsts = namedtuple("LinearPIDConsts", "kp ki kd beta lo hi")
 
 
 def linear_pid_rule(x: Any, s: LinearPIDState, entropy: Any, target: Any,
                     c: LinearPIDConsts) -> LinearPIDState:
-    """One update of ``coef = clip(kp e + I - kd d(level), lo, hi)`` (module docstring)."""
+    """``coef = clip(kp e + I - kd d(level), lo, hi)``, ``I = clip(I + ki e, lo, hi)``,
+    ``e = target - H``."""
     first = s.count == 0
     level = x.where(first, entropy, c.beta * s.level + (1.0 - c.beta) * entropy)
     err = target - entropy
@@ -51,8 +45,7 @@ def linear_pid_rule(x: Any, s: LinearPIDState, entropy: Any, target: Any,
 class LinearPIDEntropyTargetAlgorithm(EntropyController):
     """PID control of ``alpha`` itself, clamped at ``min_alpha`` (which may be 0).
 
-    The shared arguments are ``EntropyController``'s (``min_alpha <= 0``: alpha reaches 0);
-    its own:
+    Shared arguments: ``EntropyController``'s (``min_alpha <= 0``: alpha reaches 0); its own:
 
     Args:
         kp: proportional gain, coefficient per nat (>= 0).
@@ -83,9 +76,7 @@ class LinearPIDEntropyTargetAlgorithm(EntropyController):
                  name: str = "LinearPIDEntropyTargetAlgorithm", **unknown: Any):
         super().__init__(action_spec, target_entropy, initial_alpha, min_alpha, max_alpha,
                          update_mode, batch_shape, debug_summaries, name)
-        self._settings.update(kp=kp, ki=ki, kd=kd, trend_ema=trend_ema)
-        self._refuse(unknown)
-        self._configure({})
+        self._take(unknown, kp=kp, ki=ki, kd=kd, trend_ema=trend_ema)
         self.register_buffer("_integral", self._full(initial_alpha))
         self.register_buffer("_level", self._full(0.0))
         self.register_buffer("_count", self._full(0, torch.int64))

@@ -1,14 +1,10 @@
 """A PID controller of ``log_alpha`` that holds the entropy at its target.
 
-SAC's gradient rule on a multiplier is pure integral control, hence its overshoot and limit
-cycles (Stooke et al. 2020, "Responsive Safety in RL by PID Lagrangian Methods"); ALF's
-staged rule moves by fixed steps whose size decays and then jumps.  The PID rule acts on
-``(target - H) / error_scale``, ``error_scale`` being how much a Boltzmann-like policy's
-entropy moves per unit of ``log_alpha`` (0.5 per continuous dimension, ``0.5 log N`` per
-discrete one), so one set of gains serves a 2-action Categorical and a 6-dimensional
-Gaussian alike; it is rate-limited, bounded, anti-windup and starts bumplessly.
+It acts on ``(target - H) / error_scale`` (``entropy_per_log_alpha``: one set of gains for
+any spec); rate-limited, bounded, anti-windup, bumpless; why and how: docs/pid_controller.md.
 """
 import math
+from collections import namedtuple
 from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple
 
 import gin
@@ -39,36 +35,14 @@ class PIDState(NamedTuple):
     before: Any
 
 
-class PIDConsts(NamedTuple):
-    inv_scale: float
-    kp: float
-    ki: float
-    kd: float
-    err_beta: float
-    fast_beta: float
-    slow_beta: float
-    deadband: float
-    max_step: float
-    gain_growth: float
-    max_gain: float
-    gain_band: float
-    noise_step: float
-    noise_beta: float
-    lo: float
-    hi: float
+PIDConsts = namedtuple("PIDConsts", "inv_scale kp ki kd err_beta fast_beta slow_beta deadband "
+                       "max_step gain_growth max_gain gain_band noise_step noise_beta lo hi")
 
 
 def pid_rule(x: Any, s: PIDState, entropy: Any, target: Any, c: PIDConsts) -> PIDState:
-    """``log_alpha = I + kp ema(e) - kd trend`` on ``e = (target - H) / error_scale``.
-
-    ``I`` integrates ``ki * gain * e`` (at most ``c.max_step`` a step); ``gain`` grows while
-    the entropy stays below the target (outside ``c.gain_band``) without rising, shrinks while
-    it rises, within ``[1, c.max_gain]``, and restarts at 1 at a crossing: a slow plant gets
-    the integral rate it needs.  ``I`` holds inside the dead band and while P and D already
-    push the other way, and absorbs what the bounds cut off (back-calculation).  The first
-    update sets ``I`` so that the output is the initial ``alpha``; ``alpha`` moves by at most
-    ``c.max_step`` in log per update.
-    """
+    """``log_alpha = I + kp ema(e) - kd trend`` on ``e = (target - H) / error_scale``, every
+    gain slowed by the noise filter; ``I`` integrates ``ki * gain * e``, ``gain`` growing while
+    the entropy stays below the target without rising (docs/pid_controller.md)."""
     first = s.count == 0
     d2 = entropy - 2.0 * s.reading + s.before  # white noise of variance v: 6 v on average
     w = x.maximum(1.0 / x.f32(x.maximum(s.count - 1, 1)), 1.0 - c.noise_beta)
@@ -105,15 +79,15 @@ def pid_rule(x: Any, s: PIDState, entropy: Any, target: Any, c: PIDConsts) -> PI
 
 @gin.configurable
 class PIDEntropyTargetAlgorithm(EntropyController):
-    """PID control of ``log_alpha`` on the entropy error (module docstring, ``pid_rule``).
+    """PID control of ``log_alpha`` on the entropy error (``pid_rule``).
 
-    The shared arguments are ``EntropyController``'s; its own:
+    Shared arguments: ``EntropyController``'s; its own:
 
     Args:
         kp: proportional gain (>= 0), on an EMA of the error.
         ki: integral gain per update (>= 0); the rate starts there.
-        integral_growth: how much faster the integral runs each update while the entropy
-            stays below the target without rising (>= 1; 1: never).
+        integral_growth: the integral's speed-up per update while the entropy stays below
+            the target without rising (>= 1; 1: never).
         max_integral_gain: the most the integral's rate may grow, ``x ki`` (>= 1).
         growth_band: relative band around the target without growth, in ``[0, 1)``.
         kd: derivative gain (>= 0), on the entropy's trend.
@@ -123,9 +97,8 @@ class PIDEntropyTargetAlgorithm(EntropyController):
         deadband: relative band around the target in which the integral holds, in ``[0, 1)``.
         max_alpha_change: the largest factor ``alpha`` may change by in one update (> 1).
         error_scale: entropy per unit of ``log_alpha`` (> 0); None: from the spec.
-        noise_step: the ``log_alpha`` step that the readings' noise alone may cause per
-            update (> 0): the noisier the readings, the more they are filtered and the
-            slower every gain (``pid_rule``); ``inf``: no filter.
+        noise_step: the ``log_alpha`` step the readings' noise alone may cause per update
+            (> 0; the noisier, the more filtered and the slower every gain); ``inf``: no filter.
 
     Examples:
         >>> import torch
@@ -152,13 +125,11 @@ class PIDEntropyTargetAlgorithm(EntropyController):
                  **unknown: Any):
         super().__init__(action_spec, target_entropy, initial_alpha, min_alpha, max_alpha,
                          update_mode, batch_shape, debug_summaries, name)
-        self._settings.update(
-            kp=kp, ki=ki, kd=kd, integral_growth=integral_growth,
-            max_integral_gain=max_integral_gain, growth_band=growth_band, error_ema=error_ema,
-            trend_emas=trend_emas, deadband=deadband, max_alpha_change=max_alpha_change,
-            error_scale=error_scale, noise_step=noise_step)
-        self._refuse(unknown)
-        self._configure({})
+        self._take(unknown, kp=kp, ki=ki, kd=kd, integral_growth=integral_growth,
+                   max_integral_gain=max_integral_gain, growth_band=growth_band,
+                   error_ema=error_ema, trend_emas=trend_emas, deadband=deadband,
+                   max_alpha_change=max_alpha_change, error_scale=error_scale,
+                   noise_step=noise_step)
         self.register_buffer("_integral", self._log_alpha.clone())
         for name in ("_err_ema", "_fast", "_slow"):
             self.register_buffer(name, self._full(0.0))

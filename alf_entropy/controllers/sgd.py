@@ -1,12 +1,10 @@
-"""SAC's gradient rule for ``alpha`` (ALF's ``SGDEntropyTargetAlgorithm``).
+"""SAC's gradient rule for ``alpha`` (ALF's ``SGDEntropyTargetAlgorithm``) as a pure rule.
 
-``log_alpha`` descends the loss ``log_alpha * (H - target)``, ``H`` the batch-mean entropy
-averaged over the last ``window_size`` updates, with Adam (SAC's: ``lr=3e-4``) or plain
-gradient steps, written as a rule like the others: the moments are buffers, saved and copied
-with the module, and the tensor path reads nothing on the host.  Adam's arithmetic is torch's
-own (``torch.optim.Adam`` gives the same bits), so the host path hands it to torch.
+``log_alpha`` descends ``log_alpha * (H - target)`` (``H`` averaged over ``window_size``
+updates) by Adam, its moments buffers, or plain steps; both through torch's own kernels.
 """
 import functools
+from collections import namedtuple
 from typing import Any, Dict, NamedTuple, Optional, Sequence
 
 import gin
@@ -28,15 +26,13 @@ class SGDState(NamedTuple):
     adam_step: Any
 
 
-class SGDConsts(NamedTuple):
-    lr: float
-    adam: bool
+SGDConsts = namedtuple("SGDConsts", "lr adam")
 
 
 def adam_step(lr: float, log_alpha: torch.Tensor, m: torch.Tensor, v: torch.Tensor,
               t: torch.Tensor, grad: torch.Tensor) -> tuple:
-    """One step of ``torch.optim.Adam`` (betas 0.9, 0.999, eps 1e-8; its single-tensor
-    arithmetic, the bias corrections from a tensor step count): ``(log_alpha, m, v, t)``."""
+    """``torch.optim.Adam``'s step (betas 0.9, 0.999, eps 1e-8; its single-tensor arithmetic,
+    same bits): ``(log_alpha, m, v, t)``."""
     t = t + 1
     m = torch.lerp(m, grad, 1 - 0.9)
     v = torch.addcmul(v * 0.999, grad, grad, value=1 - 0.999)
@@ -59,8 +55,7 @@ def sgd_rule(x: Any, s: SGDState, entropy: Any, target: Any, c: SGDConsts) -> SG
 
 
 def _rule_of(optimizer: Any, lr: float) -> tuple:
-    """``(name, lr)`` of ``optimizer``: a name, or an earlier config's torch optimiser factory
-    (``functools.partial(torch.optim.Adam, lr=...)``) that the rule can run."""
+    """``(name, lr)`` of a name or an earlier config's factory (``partial(Adam, lr=...)``)."""
     if isinstance(optimizer, str):
         return optimizer, lr
     opt = optimizer([torch.zeros((), requires_grad=True)]) if callable(optimizer) else None
@@ -77,12 +72,9 @@ def _rule_of(optimizer: Any, lr: float) -> tuple:
 
 @gin.configurable
 class SGDEntropyTargetAlgorithm(EntropyController):
-    """SAC's gradient rule for ``alpha`` (module docstring).
-
-    Each update takes one step; ``entropy_loss``'s ``scalar_loss`` is zero, so a parent's
-    optimiser never touches ``log_alpha``.
-
-    The shared arguments are ``EntropyController``'s; its own:
+    """SAC's gradient rule for ``alpha``: one step an update, by its own optimiser (a
+    parent's never touches ``log_alpha``: ``scalar_loss`` is zero).  Shared arguments:
+    ``EntropyController``'s; its own:
 
     Args:
         lr: the learning rate of ``log_alpha`` (>= 0; 0: a fixed alpha that logs its target).
@@ -114,9 +106,7 @@ class SGDEntropyTargetAlgorithm(EntropyController):
         super().__init__(action_spec, target_entropy, initial_alpha, min_alpha, max_alpha,
                          update_mode, batch_shape, debug_summaries, name)
         optimizer, lr = _rule_of(optimizer, lr)
-        self._settings.update(lr=lr, optimizer=optimizer)
-        self._refuse(unknown)
-        self._configure({})
+        self._take(unknown, lr=lr, optimizer=optimizer)
         window = check_int("window_size", window_size, minimum=1)
         self.register_buffer("_window", torch.zeros(self._batch + (window,)))
         self.register_buffer("_seen", self._full(0, torch.int64))

@@ -1,5 +1,6 @@
 """ALF's staged controller (``EntropyTargetAlgorithm``), step for step."""
 import math
+from collections import namedtuple
 from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence
 
 import gin
@@ -15,7 +16,7 @@ from alf_entropy.utils.checks import check_int, check_real
 __all__ = ["EntropyTargetAlgorithm", "describe_stage", "STUCK_UPDATES"]
 
 STUCK_UPDATES = 1000
-"""Not adjusting after ``max(STUCK_UPDATES, 10 * average_window)`` updates: one warning."""
+"""Still not adjusting after ``max(STUCK_UPDATES, 10 * average_window)`` updates: a warning."""
 TARGET_MOVE = 0.05  # track_target_changes: a larger relative move restarts adjusting
 
 
@@ -29,20 +30,14 @@ class StagedState(NamedTuple):
     seen: Any
 
 
-class StagedConsts(NamedTuple):
-    very_slow_update_rate: float
-    slow_update_rate: float  # float64 in ALF, as are the two below
-    fast_update_rate: float
-    min_log_alpha: float
-    retarget_rate: float
-    track: float
+StagedConsts = namedtuple("StagedConsts", "very_slow_update_rate slow_update_rate "
+                          "fast_update_rate min_log_alpha retarget_rate track")
 
 
 def staged_rule(x: Any, s: StagedState, entropy: Any, target: Any,
                 c: StagedConsts) -> StagedState:
-    """ALF's ``adjust_alpha`` (the PyTorch version): each sequential ``if`` a condition and
-    each write a select, so one update cascades through several stages as in ALF.  ALF's
-    dtypes: float32 state, float64 ``log_alpha`` steps, floor and rates."""
+    """ALF's ``adjust_alpha``, each ``if`` a select (one update may cascade through stages as
+    in ALF); ALF's dtypes: float32 state, float64 ``log_alpha`` steps, floor and rates."""
     prev_avg, avg, window, seen = window_average(x, s.window, s.seen, entropy)
     log_alpha, stage, rate, max_entropy = s.log_alpha, s.stage, s.update_rate, s.max_entropy
     decreasing = avg < prev_avg
@@ -94,8 +89,7 @@ def describe_stage(stage: Any) -> str:
 
 
 def _alf_rate(rate: float) -> float:
-    """What ALF's ``torch.tensor(rate)`` holds: float32 for a Python float, float64 for a
-    NumPy float64 such as the default ``np.log(2)``."""
+    """ALF's ``torch.tensor(rate)``: float32 from a Python float, float64 from ``np.log(2)``."""
     return float(torch.tensor(rate).to(torch.float64))
 
 
@@ -103,14 +97,11 @@ def _alf_rate(rate: float) -> float:
 class EntropyTargetAlgorithm(EntropyController):
     """ALF's staged controller: ``alpha`` keeps the entropy >= a target.
 
-    Stages: estimate ``max_entropy`` (``stage < -2``); init (-2): ``log_alpha`` creeps down
-    while the average entropy rises and up by half while it falls, until it is below
-    ``max_entropy``; free (-1): ``alpha`` fixed until the entropy falls below the target;
-    adjust (0 below / 1 above): ``log_alpha`` steps by ``update_rate``, shrunk by 0.9 at each
-    crossing, reset to ``fast_update_rate`` when the entropy drops far below the target.
-
-    The shared arguments are ``EntropyController``'s (``min_alpha <= 0`` floors at
-    ``exp(-100)``, as in ALF); its own:
+    Stages (``describe_stage``): estimate ``max_entropy``; init: ``log_alpha`` creeps until the
+    average entropy is below it; free: ``alpha`` fixed until the entropy falls below the
+    target; adjust: steps of ``update_rate``, x0.9 at each crossing, back to
+    ``fast_update_rate`` when the entropy drops far below the target.  Shared arguments:
+    ``EntropyController``'s; its own:
 
     Args:
         skip_free_stage: start in the adjust stage.
@@ -147,17 +138,15 @@ class EntropyTargetAlgorithm(EntropyController):
                  **unknown: Any):
         super().__init__(action_spec, target_entropy, initial_alpha, min_alpha, max_alpha,
                          update_mode, batch_shape, debug_summaries, name)
-        self._settings.update(
-            very_slow_update_rate=very_slow_update_rate, slow_update_rate=slow_update_rate,
-            fast_update_rate=fast_update_rate, track_target_changes=track_target_changes,
-            retarget_update_rate=retarget_update_rate)
-        self._refuse(unknown)
+        self._take(unknown, very_slow_update_rate=very_slow_update_rate,
+                   slow_update_rate=slow_update_rate, fast_update_rate=fast_update_rate,
+                   track_target_changes=track_target_changes,
+                   retarget_update_rate=retarget_update_rate)
         window = check_int("average_window", average_window, minimum=1)
         top = max(self._target.initial)
         if max_entropy is not None and top > check_real("max_entropy", max_entropy):
             raise ValueError(f"target_entropy ({top}) must be <= max_entropy ({max_entropy})")
         stage = 1 if skip_free_stage else (-2 - window if max_entropy is None else -2)
-        self._configure({})
         self.register_buffer("_stage", self._full(stage, torch.int32))
         self.register_buffer("_update_rate", self._full(float(np.float32(fast_update_rate))))
         self.register_buffer("_max_entropy", self._full(max_entropy or 0.0))

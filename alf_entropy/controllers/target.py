@@ -1,10 +1,8 @@
 """The target entropy, per member of a batch: the only place it is evaluated.
 
-A target is a number, a ``Scheduler`` or any zero-argument callable (evaluated on the host at
-every update), a ``SettledAnnealing`` (run by the controller on its device), or for a batch a
-list of these.  No value above the largest entropy the spec allows is used: a constant or a
-schedule whose ``max_value()`` is above it is rejected, any other callable clamped (one
-warning); a schedule whose progress is never fed warns once after ``PROGRESS_GRACE`` updates.
+A number, a ``Scheduler`` or zero-argument callable (evaluated on the host every update), a
+``SettledAnnealing`` (run on the device), or for a batch a list of these.  A target known to
+exceed the spec's largest entropy is refused, any other callable clamped to it (one warning).
 """
 import math
 import warnings
@@ -27,24 +25,17 @@ PROGRESS_GRACE = 10
 
 
 class Target:
-    """A controller's target (module docstring).
-
-    Raises:
-        TypeError: if a target is neither a number nor callable.
-        ValueError: if one is not finite, can exceed the reachable entropy, or a list does not
-            have one entry per member.
-    """
+    """A controller's target (module docstring): ``TypeError``/``ValueError`` for a bad one."""
 
     def __init__(self, target_entropy: Any, action_spec: Any, batch_shape: Tuple[int, ...],
                  name: str):
-        specs = nest.flatten(action_spec)
-        self.reachable = float(sum(calc_max_possible_entropy(s) for s in specs))
-        self._spec, self._name, self._updates, self._warned = action_spec, name, 0, set()
-        self._batch = batch_shape
+        self.reachable = float(sum(map(calc_max_possible_entropy, nest.flatten(action_spec))))
+        self._spec, self._batch, self._name, self._updates, self._warned = (
+            action_spec, batch_shape, name, 0, set())
         self.set(target_entropy)
 
     def set(self, target_entropy: Any) -> None:
-        """Take a new target (see the class); the same checks as at construction."""
+        """Take a new target, checked as at construction."""
         members = math.prod(self._batch)
         if isinstance(target_entropy, (list, tuple)) and self._batch:
             if len(target_entropy) != members:
@@ -68,39 +59,28 @@ class Target:
         if target is None:
             target = float(sum(calc_default_target_entropy(s) for s in nest.flatten(self._spec)))
             logging.info("%s: target_entropy=%s (the action spec's default)", self._name, target)
-        if isinstance(target, schedulers.SettledAnnealing):
-            known_max = target.max_value()
-        elif callable(target):
+        if isinstance(target, schedulers.SettledAnnealing) or callable(target):
             try:
                 known_max = target.max_value()
             except (AttributeError, NotImplementedError):
                 known_max = None
         elif is_real(target):
             if isinstance(target, GreedyProbabilityTarget):
-                self._check_greedy(target)
+                target.check(self._spec, self._name)
             target = schedulers.ConstantScheduler(check_real("target_entropy", target))
             known_max = target.max_value()
         else:
             raise TypeError(f"target_entropy must be a number or a zero-argument callable"
                             f"{' (or a list of these)' if self._batch else ''}, got {target!r}")
         if known_max is not None and known_max > self.reachable:
+            continuous = any(s.is_continuous for s in nest.flatten(self._spec))
+            whence = ("from the bounds of the continuous actions" if continuous
+                      else "log N for N discrete actions")
             raise ValueError(
                 f"{self._name}: target_entropy reaches {known_max:.4g}, above the largest entropy "
-                f"the action spec allows ({self.reachable:.4g}{_example(self._spec)}); the "
+                f"the action spec allows ({self.reachable:.4g}, {whence}); the "
                 "controller would push alpha up forever")
         return target
-
-    def _check_greedy(self, target: GreedyProbabilityTarget) -> None:
-        leaves = nest.flatten(self._spec)
-        if any(not leaf.is_discrete for leaf in leaves):
-            raise ValueError(f"{self._name}: target_entropy is a greedy_probability_target (for "
-                             f"{target.num_actions} discrete actions), but the action spec has "
-                             "continuous actions; state a target in nats")
-        counts = {int(leaf.maximum.max() - leaf.minimum.min()) + 1 for leaf in leaves}
-        if len(leaves) == 1 and not leaves[0].shape and counts != {target.num_actions}:
-            raise ValueError(f"{self._name}: target_entropy is a greedy_probability_target for "
-                             f"{target.num_actions} actions, but the action spec has "
-                             f"{counts.pop()}")
 
     def _warn_once(self, key: str, message: str) -> None:
         if key not in self._warned:
@@ -151,9 +131,3 @@ class Target:
         """The (first member's) target as given: a scheduler, callable or ``SettledAnnealing``."""
         return self._fns[0]
 
-
-def _example(spec: Any) -> str:
-    leaves = nest.flatten(spec)
-    if all(not s.is_continuous for s in leaves):
-        return ", log N for N discrete actions"
-    return ", from the bounds of the continuous actions"

@@ -1,9 +1,8 @@
-"""The windup watch, settled annealing and the NaN/inf count: the driver's own state.
+"""The driver's own state: the windup watch, settled annealing and the NaN/inf count.
 
-A stall is the smoothed entropy below the target with ``alpha`` at its ceiling, the one state
-in which alpha provably can do no more; ``stalled_for`` counts stalls up and other updates
-down (not below 0), so a target is found unreachable once alpha has been stuck for most of a
-window, however often noise knocks it off the ceiling.  Settled annealing: after ``window``
+A stall is the smoothed entropy below the target with ``alpha`` at its ceiling; ``stalled_for``
+counts stalls up and other updates down (not below 0), so noise that knocks alpha off the
+ceiling now and then does not hide an unreachable target.  Settled annealing: after ``window``
 updates within ``tolerance`` of the target (or stalled) the target steps down by ``drop``.
 """
 import math
@@ -73,20 +72,18 @@ def unreachable_message(c: Any) -> str:
 def stuck_message(c: Any, stage: int) -> str:
     """What a staged controller ``c`` still before its adjust stage says."""
     n, avg, alpha = c._updates, float(c.avg_entropy.min()), float(c.alpha.min())
-    given = "given" if c._max_entropy_given else "estimated from the first entropies"
-    bound = f"max_entropy {float(c._max_entropy.min()):.3f} ({given})"
-    target = f"the target ({float(c._target_now.min()):.3f})"
     if stage < -2:
         return (f"is still estimating max_entropy after {n} updates: no finite entropy from a "
                 f"non-empty batch ({int(c._watch_nonfinite.max())} NaN/inf). To make it "
                 "act: check the entropies fed to it, or give max_entropy.")
-    if stage == -2:
-        return (f"is still in its init stage after {n} updates: until the average entropy "
-                f"({avg:.3f}) falls below {bound}, log_alpha only creeps by "
-                f"very_slow_update_rate and {target} is not acted on. To make it act: give "
-                "max_entropy (e.g. a little above the target), set skip_free_stage=True, or "
-                f"start from a smaller initial_alpha (alpha is {alpha:.3g}).")
-    return (f"is still in its free stage after {n} updates: alpha ({alpha:.3g}) is frozen "
-            f"until the average entropy ({avg:.3f}) falls below {target}; {bound}. To hold "
-            "the entropy at the target, not only above it, set skip_free_stage=True, or "
-            "start from a smaller initial_alpha so that it falls to the target.")
+    given = "given" if c._max_entropy_given else "estimated from the first entropies"
+    bound = f"max_entropy {float(c._max_entropy.min()):.3f} ({given})"
+    target = f"the target ({float(c._target_now.min()):.3f})"
+    why = (f"until the average entropy ({avg:.3f}) falls below {bound}, log_alpha only creeps by "
+           f"very_slow_update_rate and {target} is not acted on. To make it act: give "
+           "max_entropy (e.g. a little above the target)," if stage == -2 else
+           f"alpha is frozen until the average entropy ({avg:.3f}) falls below {target}; "
+           f"{bound}. To hold the entropy at the target, not only above it,")
+    return (f"is still in its {'init' if stage == -2 else 'free'} stage after {n} updates: {why} "
+            f"set skip_free_stage=True, or start from a smaller initial_alpha (alpha is "
+            f"{alpha:.3g}).")
