@@ -38,13 +38,6 @@ class EntropyController(Driver):
         ValueError: out of range.
     """
 
-    def __init__(self, action_spec: Any, target_entropy: Any = None, initial_alpha: float = 0.1,
-                 min_alpha: float = 1e-4, max_alpha: Optional[float] = None,
-                 update_mode: str = "auto", batch_shape: Sequence[int] = (),
-                 debug_summaries: bool = False, name: str = "EntropyController"):
-        super().__init__(action_spec, target_entropy, initial_alpha, min_alpha, max_alpha,
-                         update_mode, batch_shape, debug_summaries, name)
-
     def _take(self, unknown: Dict[str, Any], **settings: Any) -> None:
         """Check and take the rule's ``settings``; a ``TypeError`` for an ``unknown`` argument
         naming the controllers that take it."""
@@ -191,10 +184,8 @@ class EntropyController(Driver):
             alpha = self._advance(-pooled, pooled_count)
             if self._debug_summaries and summary.should_record_summaries():
                 square = masked_mean(x * x, m, dim=dim)[0]
-                std = torch.sqrt(torch.clamp(square - neg_mean * neg_mean, min=0.0))
-                with summary.scope(self._name):
-                    for k, v in enumerate(std.reshape(-1)):
-                        summary.scalar(f"entropy_std{'/' + str(k) if self._batch else ''}", v)
+                self._scalars({"entropy_std": torch.sqrt(
+                    torch.clamp(square - neg_mean * neg_mean, min=0.0))})
         alpha = alpha.reshape(self._batch + (1,) * (neg_grad.dim() - len(self._batch)))
         return LossInfo(loss=neg_grad * alpha, scalar_loss=neg_grad.new_zeros(()),
                         extra=EntropyTargetLossInfo(neg_entropy=neg_entropy))

@@ -1,13 +1,11 @@
 """The one driver of every rule: the shared state, and one update on the host or on tensors.
 
-An update runs the rule, bounds ``log_alpha`` to ``[min_alpha, max_alpha]`` and
-``limit_log_alpha_span``, and runs the windup watch (and settled annealing); without a finite
-entropy from a non-empty batch it changes nothing but the NaN/inf count.  On CPU state it
-runs as NumPy over views of the buffers, elsewhere as tensor ops that never read a value on
-the host; both give the same bits.
+An update runs the rule, bounds ``log_alpha`` and runs the watch, unless the entropy is
+NaN/inf or the batch empty; NumPy over views of CPU buffers or tensor ops, with the same bits.
 """
 import math
 import warnings
+from collections import namedtuple
 from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -39,10 +37,7 @@ TARGET_STATE = ("_target_now", "_ref_target")
 """``state_dict`` entries (last name part) that hold the target."""
 
 
-class Bounds(NamedTuple):
-    lo: float
-    hi: float
-    span: float
+Bounds = namedtuple("Bounds", "lo hi span")
 
 
 class Update(NamedTuple):  # everything one update reads and writes
@@ -54,16 +49,17 @@ class Update(NamedTuple):  # everything one update reads and writes
 
 
 class Driver(AlfSubAlgorithm):
-    """Holds the shared state and runs a rule: a controller defines ``State`` (registering a
-    buffer ``"_" + field`` for each field), ``_constants`` and ``_rule``."""
+    """Holds the shared state and runs a rule: a controller defines ``State`` (and a buffer
+    ``"_" + field`` for each field), ``_constants`` and ``_rule``."""
 
     State: Any = NamedTuple
     CLAMPED = True  # alpha stays in [min_alpha, max_alpha] (not a fixed coefficient)
     ZERO_ALPHA = False  # alpha may be 0 (a log-space rule cannot start there)
 
-    def __init__(self, action_spec: Any, target_entropy: Any, initial_alpha: float,
-                 min_alpha: float, max_alpha: Optional[float], update_mode: str,
-                 batch_shape: Sequence[int], debug_summaries: bool, name: str):
+    def __init__(self, action_spec: Any, target_entropy: Any = None, initial_alpha: float = 0.1,
+                 min_alpha: float = 1e-4, max_alpha: Optional[float] = None,
+                 update_mode: str = "auto", batch_shape: Sequence[int] = (),
+                 debug_summaries: bool = False, name: str = "EntropyController"):
         super().__init__(debug_summaries=debug_summaries, name=name)
         specs = nest.flatten(action_spec)
         if not specs or not all(isinstance(s, TensorSpec) for s in specs):
@@ -109,8 +105,7 @@ class Driver(AlfSubAlgorithm):
         settings = {**self._settings, **changes}
         lo, hi = self._log_bounds(settings)
         self._settings, self._c = settings, self._constants(settings)
-        self._b = Bounds(lo, hi, self._span) if self.CLAMPED else Bounds(
-            -math.inf, math.inf, self._span)
+        self._b = Bounds(*((lo, hi) if self.CLAMPED else (-math.inf, math.inf)), self._span)
         self._w = anneal_of(self._target.annealing)
 
     @staticmethod
@@ -120,15 +115,15 @@ class Driver(AlfSubAlgorithm):
         high = check_real("max_alpha", s["max_alpha"], positive=True, allow_none=True)
         if high is not None and high < low:
             raise ValueError(f"min_alpha ({low}) must be <= max_alpha ({high})")
-        return f32(math.log(low)) if low > 0 else -math.inf, math.inf if high is None else f32(
-            math.log(high))
+        return (f32(math.log(low)) if low > 0 else -math.inf,
+                math.inf if high is None else f32(math.log(high)))
 
     def _constants(self, settings: Dict[str, Any]) -> Any:
-        """Check the rule's settings; its constants (a tuple of Python floats)."""
+        """Check the rule's settings; its constants (Python floats)."""
         return ()
 
     def _rule(self, x: Any, s: Any, entropy: Any, target: Any) -> Any:
-        """One step of the control law (``x``: the ops): the new ``State``."""
+        """The new ``State`` (``x``: the ops)."""
         return s
 
     def _read(self) -> Update:
@@ -201,12 +196,16 @@ class Driver(AlfSubAlgorithm):
                               **self._debug_values())
             if not self._target.constant or self._target.annealing:
                 values["target_entropy"] = self._target_now
-            with summary.scope(self._name):
-                for tag, value in values.items():
-                    for k, v in enumerate(value.reshape(-1)):
-                        summary.scalar(tag if self._batch == () else f"{tag}/{k}", v)
+            self._scalars(values)
         if unreachable and "unreachable" not in self._warned:
             self._warn("unreachable", unreachable_message(self))
+
+    def _scalars(self, values: Dict[str, torch.Tensor]) -> None:
+        """Summaries of ``values`` (one a member, ``tag/k``, for a batch)."""
+        with summary.scope(self._name):
+            for tag, value in values.items():
+                for k, v in enumerate(value.reshape(-1)):
+                    summary.scalar(tag if self._batch == () else f"{tag}/{k}", v)
 
     def _warn(self, key: str, message: str) -> None:
         self._warned.add(key)
@@ -214,8 +213,7 @@ class Driver(AlfSubAlgorithm):
         warnings.warn(f"{self._name}: {message}", stacklevel=5)
 
     def _debug_values(self) -> Dict[str, torch.Tensor]:
-        """The rule's own debug summaries."""
-        return {}
+        return {}  # the rule's own debug summaries
 
 
 def _flat(s: Update) -> list:

@@ -1,11 +1,10 @@
 """The ops every rule is written in, and the entropy window.
 
-A rule never branches in Python on a value: each decision is an ``x.where``, so one rule
-runs on CPU state as NumPy (``ScalarOps`` for one controller, ``ArrayOps`` for a batch: plain
-memory reads) and on any device as tensors (``TensorOps``: no host read), with the same
-dtypes and bits.  Constants are Python floats on both (weak scalars, in NumPy >= 2 as in
-torch); a Python float chosen by ``where`` is float32 on both.  A rule divides a number by a
-tensor only as ``1.0 / t`` (torch computes ``c / t`` as ``c * (1 / t)``).
+A rule never branches in Python on a value (each decision an ``x.where``), so it runs on CPU
+state as NumPy (``ScalarOps``; ``ArrayOps`` for a batch) and anywhere as tensors (``TensorOps``:
+no host read), with the same bits.  Bit traps: Python-float constants are weak scalars on both
+(NumPy >= 2) and float32 when ``where`` chooses them; a number divided by a tensor only as
+``1.0 / t`` (torch's ``c / t`` is ``c * (1 / t)``); sqrt and log in float64, then cast.
 """
 from typing import Any, Callable, Tuple
 
@@ -43,10 +42,6 @@ class ScalarOps:
         return _f32(a if cond else b)
 
     @staticmethod
-    def gate(valid: Any, new: Any, old: Any) -> Any:
-        return new if valid else old
-
-    @staticmethod
     def push(window: np.ndarray, seen: Any, value: Any) -> np.ndarray:
         """``window`` with ``value`` at slot ``seen % len``."""
         window = window.copy()
@@ -55,7 +50,7 @@ class ScalarOps:
 
     @staticmethod
     def via_torch(fn: Callable[..., torch.Tensor], *args: Any) -> Any:
-        """``fn`` (of tensors) on these values: where only torch's own kernels give its bits."""
+        """``fn`` (of tensors) on these values, where only torch's kernels give its bits."""
         out = fn(*(torch.as_tensor(a) for a in args))
         return tuple(o.numpy()[()] for o in out) if isinstance(out, tuple) else out.numpy()[()]
 
@@ -114,7 +109,7 @@ class TensorOps:
 
 
 def gate(x: Any, valid: Any, new: Any, old: Any) -> Any:
-    """``new`` where ``valid``, else ``old``, field by field (tuples of tuples too)."""
+    """``new`` where ``valid``, else ``old``, field by field (nested tuples too)."""
     if isinstance(valid, (bool, np.bool_)):
         return new if valid else old
     if isinstance(valid, np.ndarray) and valid.all():

@@ -1,11 +1,10 @@
 """The driver's own state: the windup watch, settled annealing and the NaN/inf count.
 
-A stall is the smoothed entropy below the target with ``alpha`` at its ceiling; ``stalled_for``
-counts stalls up and other updates down (not below 0), so noise that knocks alpha off the
-ceiling now and then does not hide an unreachable target.  Settled annealing: after ``window``
-updates within ``tolerance`` of the target (or stalled) the target steps down by ``drop``.
+A stall: the smoothed entropy below the target, ``alpha`` at its ceiling.  ``stalled_for``
+counts stalls up and other updates down (not below 0): noise cannot hide an unreachable target.
 """
 import math
+from collections import namedtuple
 from typing import Any, NamedTuple, Tuple
 
 import torch
@@ -27,11 +26,7 @@ class WatchState(NamedTuple):
     nonfinite: Any
 
 
-class Anneal(NamedTuple):
-    tolerance: float
-    window: float
-    drop: float
-    final: float
+Anneal = namedtuple("Anneal", "tolerance window drop final")
 
 
 def anneal_of(annealing: Any) -> Anneal:
@@ -43,7 +38,7 @@ def anneal_of(annealing: Any) -> Anneal:
 
 def watch_rule(x: Any, s: WatchState, entropy: Any, target: Any, log_alpha: Any, w: Anneal,
                max_log_alpha: Any) -> Tuple[WatchState, Any]:
-    """One update of the watch: ``(watch, target)``."""
+    """``(watch, target)``: after ``w.window`` updates near the target (or stalled) it drops."""
     ema = x.where(s.count == 0, entropy, WATCH_EMA * s.ema + (1 - WATCH_EMA) * entropy)
     stalled = (ema < target) & (log_alpha >= max_log_alpha - 1e-6)
     near = x.abs(ema - target) <= w.tolerance * x.abs(target)
