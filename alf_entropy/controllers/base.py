@@ -26,8 +26,7 @@ class EntropyController(Driver):
             ``SettledAnnealing``, or None (the spec's default); for a batch, a list of these.
         initial_alpha: the first ``alpha``, in ``[min_alpha, max_alpha]``.
         min_alpha: floor of ``alpha`` (<= 0: ``exp(-100)``).
-        max_alpha: ceiling of ``alpha`` (None: none, as ALF); below the target at the ceiling
-            for ``WINDUP_WINDOW`` updates, the target is unreachable.
+        max_alpha: ceiling of ``alpha`` (None: none, as ALF).
         update_mode: ``"auto"``, ``"host"`` or ``"tensor"`` (``UPDATE_MODES``).
         batch_shape: ``()``, or ``(K,)`` for K independent controllers in one module.
         debug_summaries: write the controller's own summaries.
@@ -39,8 +38,7 @@ class EntropyController(Driver):
     """
 
     def _take(self, unknown: Dict[str, Any], **settings: Any) -> None:
-        """Check and take the rule's ``settings``; a ``TypeError`` for an ``unknown`` argument
-        naming the controllers that take it."""
+        """Check and take the rule's ``settings``; refuse ``unknown`` arguments."""
         self._settings.update(settings)
         if unknown:
             arg, classes = min(unknown), [EntropyController]
@@ -77,7 +75,7 @@ class EntropyController(Driver):
 
     @property
     def target_entropy(self) -> Union[float, torch.Tensor]:
-        """The target now (a tensor for a batch); settable (from the next update)."""
+        """The target now (a tensor for a batch); settable."""
         if self._target.annealing is not None:  # the annealed target is state
             return float(self._target_now) if self._batch == () else self._target_now.clone()
         values = self._target.values()
@@ -120,7 +118,7 @@ class EntropyController(Driver):
         return self._watch_nonfinite
 
     def leaf_algorithms(self) -> Dict[str, "EntropyController"]:
-        """The per-action controllers by path in the spec: ``{"": self}`` unless nested."""
+        """The per-action controllers by path in the spec (``{"": self}`` unless nested)."""
         return {"": self}
 
     def limit_log_alpha_span(self, span: Optional[float]) -> None:
@@ -132,8 +130,8 @@ class EntropyController(Driver):
         self._b = self._b._replace(span=self._span)
 
     def adjust_alpha(self, entropy: Union[float, Sequence[float], torch.Tensor]) -> torch.Tensor:
-        """One update from the batch-mean entropy (for a batch, one per member or one shared);
-        NaN/inf changes nothing.  Returns the new alpha."""
+        """One update from the batch-mean entropy (a batch's: one per member, or shared); the
+        new alpha."""
         members = math.prod(self._batch)
         if isinstance(entropy, torch.Tensor):
             if entropy.numel() != members:
@@ -150,23 +148,15 @@ class EntropyController(Driver):
     def entropy_loss(self, entropy: torch.Tensor, mask: Optional[torch.Tensor] = None,
                      entropy_for_gradient: Optional[torch.Tensor] = None,
                      update: bool = True) -> LossInfo:
-        """One update from the masked mean of ``entropy``; the bonus as a loss.
-
-        Args:
-            entropy: per-step entropies, any shape (``[*batch_shape, ...]`` for a batch).
-            mask: bool or 0/1, broadcastable with ``entropy``; None: all count.
-            entropy_for_gradient: what to differentiate instead of ``entropy``.
-            update: False: the loss with the current ``alpha``, no update.
-
-        Returns:
-            ``LossInfo(loss=-alpha * entropy_for_gradient)`` per element, ``alpha`` the
-            post-update one (every controller), detached; ``extra=EntropyTargetLossInfo``.
-        """
+        """One update from the masked mean of ``entropy`` (``[*batch_shape, ...]`` for a batch;
+        ``mask`` bool or 0/1, broadcastable); ``update=False``: none.  Returns
+        ``LossInfo(loss=-alpha * entropy_for_gradient)`` per element, ``alpha`` the post-update
+        one (every controller), detached."""
         grad = entropy if entropy_for_gradient is None else entropy_for_gradient
         return self._loss(neg(entropy), mask, neg(grad), update)
 
     def _member_dims(self, x: torch.Tensor, mask: Optional[torch.Tensor]) -> Tuple:
-        """``(x, mask, dims to reduce)``, with an element dim per member."""
+        """``(x, mask, dims to reduce)``, each member with an element dim."""
         if self._batch == ():
             return x, mask, None
         if x.dim() == len(self._batch):
@@ -174,8 +164,7 @@ class EntropyController(Driver):
         return x, mask, tuple(range(len(self._batch), x.dim()))
 
     def _loss(self, neg_entropy: Any, mask: Optional[torch.Tensor], neg_grad: Any,
-              update: bool) -> LossInfo:
-        """``entropy_loss`` on negated entropies (the form ``train_step`` stores)."""
+              update: bool) -> LossInfo:  # on negated entropies, as train_step stores them
         alpha = self.alpha
         if update:
             x, m, dim = self._member_dims(neg_entropy.detach(), mask)
@@ -191,7 +180,7 @@ class EntropyController(Driver):
                         extra=EntropyTargetLossInfo(neg_entropy=neg_entropy))
 
     def accumulate(self, entropy: torch.Tensor, mask: Optional[torch.Tensor] = None) -> None:
-        """Add a micro-batch's entropies (``mask`` as in ``entropy_loss``) to this step's."""
+        """Add a micro-batch's entropies (as ``entropy_loss``'s) to this ``step``'s."""
         x, m, dim = self._member_dims(entropy.detach().to(torch.float64), mask)
         mean, count = masked_mean(x, m, dim=dim)
         with torch.no_grad():
@@ -199,7 +188,7 @@ class EntropyController(Driver):
             self._acc_count.add_(count)
 
     def step(self) -> torch.Tensor:
-        """One update from what was accumulated since the last step, pooled over ranks."""
+        """One update from what was accumulated, pooled over ranks; the new alpha."""
         total, count = distributed.all_reduce_sum(
             torch.stack([self._acc_sum, self._acc_count]), "all_reduce of the entropy").unbind()
         self._acc_sum.zero_()

@@ -122,8 +122,9 @@ class Driver(AlfSubAlgorithm):
         """Check the rule's settings; its constants (Python floats)."""
         return ()
 
-    def _rule(self, x: Any, s: Any, entropy: Any, target: Any) -> Any:
-        """The new ``State`` (``x``: the ops)."""
+    @staticmethod
+    def _rule(x: Any, s: Any, entropy: Any, target: Any, c: Any) -> Any:
+        """The control law (``x``: the ops; ``c``: the constants): the new ``State``."""
         return s
 
     def _read(self) -> Update:
@@ -146,7 +147,7 @@ class Driver(AlfSubAlgorithm):
         """One update of the rule, the bounds, the span limit and the watch."""
         finite = x.isfinite(entropy)
         entropy = x.where(finite, entropy, 0.0)
-        rule = self._rule(x, s.rule, entropy, s.target)
+        rule = self._rule(x, s.rule, entropy, s.target, self._c)
         b = self._b
         log_alpha = x.minimum(x.maximum(rule.log_alpha, b.lo), b.hi)
         if b.span < NO_SPAN:  # a constant: no branch on a value

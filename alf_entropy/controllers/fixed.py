@@ -61,9 +61,6 @@ class FixedEntropyCoefficient(EntropyController):
         with torch.no_grad():
             self._log_alpha.fill_(self._c[0])
 
-    def _rule(self, x: Any, s: FixedState, entropy: Any, target: Any) -> FixedState:
-        return s
-
     @property
     def stage(self) -> torch.Tensor:
         """Always -1 (the free stage: alpha fixed)."""

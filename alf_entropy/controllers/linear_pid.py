@@ -65,7 +65,7 @@ class LinearPIDEntropyTargetAlgorithm(EntropyController):
         True
     """
 
-    State = LinearPIDState
+    State, _rule = LinearPIDState, staticmethod(linear_pid_rule)
     ZERO_ALPHA = True
 
     def __init__(self, action_spec: Any, initial_alpha: float = 0.1,
@@ -88,9 +88,6 @@ class LinearPIDEntropyTargetAlgorithm(EntropyController):
         lo, hi = max(s["min_alpha"], 0.0), s["max_alpha"]
         return LinearPIDConsts(*map(f32, (s["kp"], s["ki"], s["kd"], s["trend_ema"], lo,
                                           math.inf if hi is None else hi)))
-
-    def _rule(self, x: Any, s: LinearPIDState, entropy: Any, target: Any) -> LinearPIDState:
-        return linear_pid_rule(x, s, entropy, target, self._c)
 
     @property
     def integral(self) -> torch.Tensor:

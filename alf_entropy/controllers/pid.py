@@ -79,26 +79,23 @@ def pid_rule(x: Any, s: PIDState, entropy: Any, target: Any, c: PIDConsts) -> PI
 
 @gin.configurable
 class PIDEntropyTargetAlgorithm(EntropyController):
-    """PID control of ``log_alpha`` on the entropy error (``pid_rule``).
-
-    Shared arguments: ``EntropyController``'s; its own:
+    """PID control of ``log_alpha`` on the entropy error (``pid_rule``); shared arguments:
+    ``EntropyController``'s; its own:
 
     Args:
         kp: proportional gain (>= 0), on an EMA of the error.
         ki: integral gain per update (>= 0); the rate starts there.
-        integral_growth: the integral's speed-up per update while the entropy stays below
-            the target without rising (>= 1; 1: never).
+        integral_growth: the integral rate's growth per update below the target (>= 1).
         max_integral_gain: the most the integral's rate may grow, ``x ki`` (>= 1).
         growth_band: relative band around the target without growth, in ``[0, 1)``.
         kd: derivative gain (>= 0), on the entropy's trend.
         error_ema: smoothing of the error for the P term, in ``[0, 1)``.
-        trend_emas: ``(fast, slow)`` smoothing of the entropy whose difference is the
-            trend, ``0 <= fast < slow < 1``.
+        trend_emas: ``(fast, slow)`` EMAs whose difference is the trend, ``0 <= fast < slow < 1``.
         deadband: relative band around the target in which the integral holds, in ``[0, 1)``.
         max_alpha_change: the largest factor ``alpha`` may change by in one update (> 1).
         error_scale: entropy per unit of ``log_alpha`` (> 0); None: from the spec.
-        noise_step: the ``log_alpha`` step the readings' noise alone may cause per update
-            (> 0; the noisier, the more filtered and the slower every gain); ``inf``: no filter.
+        noise_step: the ``log_alpha`` step the readings' noise may cause per update (> 0;
+            the noisier, the more filtered and slower); ``inf``: no filter.
 
     Examples:
         >>> import torch
@@ -110,7 +107,7 @@ class PIDEntropyTargetAlgorithm(EntropyController):
         True
     """
 
-    State = PIDState
+    State, _rule = PIDState, staticmethod(pid_rule)
 
     def __init__(self, action_spec: Any, initial_alpha: float = 0.1,
                  target_entropy: Any = None, kp: float = 2.0, ki: float = 0.05,
@@ -121,8 +118,7 @@ class PIDEntropyTargetAlgorithm(EntropyController):
                  max_alpha: Optional[float] = None, error_scale: Optional[float] = None,
                  noise_step: float = 0.05, update_mode: str = "auto",
                  batch_shape: Sequence[int] = (), debug_summaries: bool = False,
-                 name: str = "PIDEntropyTargetAlgorithm",
-                 **unknown: Any):
+                 name: str = "PIDEntropyTargetAlgorithm", **unknown: Any):
         super().__init__(action_spec, target_entropy, initial_alpha, min_alpha, max_alpha,
                          update_mode, batch_shape, debug_summaries, name)
         self._take(unknown, kp=kp, ki=ki, kd=kd, integral_growth=integral_growth,
@@ -139,9 +135,11 @@ class PIDEntropyTargetAlgorithm(EntropyController):
             self.register_buffer(name, self._full(0.0))
 
     def _constants(self, s: Dict[str, Any]) -> PIDConsts:
-        for arg in ("kp", "ki", "kd"):
-            check_real(arg, s[arg], minimum=0.0)
-        check_real("error_ema", s["error_ema"], minimum=0.0, below=1.0)
+        for arg, least in (("kp", 0.0), ("ki", 0.0), ("kd", 0.0), ("integral_growth", 1.0),
+                           ("max_integral_gain", 1.0)):
+            check_real(arg, s[arg], minimum=least)
+        for arg in ("error_ema", "growth_band"):
+            check_real(arg, s[arg], minimum=0.0, below=1.0)
         trend = s["trend_emas"]
         if not isinstance(trend, (tuple, list)) or len(trend) != 2:
             raise TypeError(f"trend_emas must be a pair (fast, slow), got {trend!r}")
@@ -149,18 +147,13 @@ class PIDEntropyTargetAlgorithm(EntropyController):
         if not fast < slow < 1:
             raise ValueError(f"trend_emas must satisfy 0 <= fast < slow < 1, got {trend!r}")
         check_real("deadband", s["deadband"], minimum=0.0, maximum=0.99)
-        growth = check_real("integral_growth", s["integral_growth"], minimum=1.0)
-        check_real("max_integral_gain", s["max_integral_gain"], minimum=1.0)
-        check_real("growth_band", s["growth_band"], minimum=0.0, below=1.0)
         check_real("max_alpha_change", s["max_alpha_change"], above=1.0)
         noise_step = check_real("noise_step", s["noise_step"], positive=True, finite=False)
         return PIDConsts(*map(f32, (
             1.0 / self._error_scale(s), s["kp"], s["ki"], s["kd"], s["error_ema"], fast, slow,
-            s["deadband"], math.log(s["max_alpha_change"]), growth, s["max_integral_gain"],
-            s["growth_band"], noise_step, NOISE_EMA, *self._log_bounds(s))))
-
-    def _rule(self, x: Any, s: PIDState, entropy: Any, target: Any) -> PIDState:
-        return pid_rule(x, s, entropy, target, self._c)
+            s["deadband"], math.log(s["max_alpha_change"]), s["integral_growth"],
+            s["max_integral_gain"], s["growth_band"], noise_step, NOISE_EMA,
+            *self._log_bounds(s))))
 
     def _error_scale(self, s: Dict[str, Any]) -> float:
         if s["error_scale"] is None:

@@ -95,7 +95,7 @@ class SGDEntropyTargetAlgorithm(EntropyController):
         (True, tensor(0.))
     """
 
-    State = SGDState
+    State, _rule = SGDState, staticmethod(sgd_rule)
 
     def __init__(self, action_spec: Any, initial_alpha: float = 0.1,
                  target_entropy: Any = None, window_size: int = 1, lr: float = 3e-4,
@@ -117,9 +117,6 @@ class SGDEntropyTargetAlgorithm(EntropyController):
     def _constants(self, s: Dict[str, Any]) -> SGDConsts:
         check_choice("optimizer", s["optimizer"], ("adam", "sgd"))
         return SGDConsts(check_real("lr", s["lr"], minimum=0.0), s["optimizer"] == "adam")
-
-    def _rule(self, x: Any, s: SGDState, entropy: Any, target: Any) -> SGDState:
-        return sgd_rule(x, s, entropy, target, self._c)
 
     def _debug_values(self) -> Dict[str, torch.Tensor]:
         return {"entropy": window_mean(TensorOps, self._window, self._seen)}

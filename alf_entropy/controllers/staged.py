@@ -78,7 +78,7 @@ def describe_stage(stage: Any) -> str:
         stage = int(stage)
     if isinstance(stage, bool) or not isinstance(stage, (int, np.integer)):
         raise TypeError(f"stage must be an int or a 0-d integer tensor, got {stage!r}")
-    left, stage = -2 - int(stage), int(stage)
+    stage, left = int(stage), -2 - int(stage)
     side = "above" if stage > 0 else "at or below"
     what = (f"estimating max_entropy ({left} more update{'s' if left > 1 else ''}), then init, "
             "free and adjust" if stage < -2 else
@@ -95,13 +95,10 @@ def _alf_rate(rate: float) -> float:
 
 @gin.configurable
 class EntropyTargetAlgorithm(EntropyController):
-    """ALF's staged controller: ``alpha`` keeps the entropy >= a target.
-
-    Stages (``describe_stage``): estimate ``max_entropy``; init: ``log_alpha`` creeps until the
-    average entropy is below it; free: ``alpha`` fixed until the entropy falls below the
-    target; adjust: steps of ``update_rate``, x0.9 at each crossing, back to
-    ``fast_update_rate`` when the entropy drops far below the target.  Shared arguments:
-    ``EntropyController``'s; its own:
+    """ALF's staged controller: ``alpha`` keeps the entropy >= a target, through the stages
+    ``describe_stage`` names; adjusting, ``update_rate`` shrinks x0.9 at each crossing and is
+    reset to ``fast_update_rate`` when the entropy drops far below the target.  Shared
+    arguments: ``EntropyController``'s; its own:
 
     Args:
         skip_free_stage: start in the adjust stage.
@@ -125,7 +122,7 @@ class EntropyTargetAlgorithm(EntropyController):
         (0.3732, 0)
     """
 
-    State = StagedState
+    State, _rule = StagedState, staticmethod(staged_rule)
 
     def __init__(self, action_spec: Any, initial_alpha: float = 0.1,
                  skip_free_stage: bool = False, max_entropy: Optional[float] = None,
@@ -168,9 +165,6 @@ class EntropyTargetAlgorithm(EntropyController):
             _alf_rate(s["fast_update_rate"]),
             math.log(s["min_alpha"]) if s["min_alpha"] > 0 else -100.0,
             s["retarget_update_rate"], float(s["track_target_changes"]))
-
-    def _rule(self, x: Any, s: StagedState, entropy: Any, target: Any) -> StagedState:
-        return staged_rule(x, s, entropy, target, self._c)
 
     @property
     def stage(self) -> torch.Tensor:

@@ -50,8 +50,8 @@ class Target:
                              "member of the batch")
         self.annealing: Optional[schedulers.SettledAnnealing] = anneal[0] if anneal else None
         self._fns: List[Callable[[], float]] = fns
-        self.constant = all(isinstance(f, schedulers.ConstantScheduler) for f in fns) or bool(
-            anneal)
+        self.constant = bool(anneal) or all(
+            isinstance(f, schedulers.ConstantScheduler) for f in fns)
         self.shared = all(f is fns[0] for f in fns)
         self.initial = self.values()
 
@@ -59,19 +59,17 @@ class Target:
         if target is None:
             target = float(sum(calc_default_target_entropy(s) for s in nest.flatten(self._spec)))
             logging.info("%s: target_entropy=%s (the action spec's default)", self._name, target)
-        if isinstance(target, schedulers.SettledAnnealing) or callable(target):
-            try:
-                known_max = target.max_value()
-            except (AttributeError, NotImplementedError):
-                known_max = None
-        elif is_real(target):
+        if not (isinstance(target, schedulers.SettledAnnealing) or callable(target)):
+            if not is_real(target):
+                raise TypeError(f"target_entropy must be a number or a zero-argument callable"
+                                f"{' (or a list of these)' if self._batch else ''}, got {target!r}")
             if isinstance(target, GreedyProbabilityTarget):
                 target.check(self._spec, self._name)
             target = schedulers.ConstantScheduler(check_real("target_entropy", target))
+        try:
             known_max = target.max_value()
-        else:
-            raise TypeError(f"target_entropy must be a number or a zero-argument callable"
-                            f"{' (or a list of these)' if self._batch else ''}, got {target!r}")
+        except (AttributeError, NotImplementedError):
+            known_max = None
         if known_max is not None and known_max > self.reachable:
             continuous = any(s.is_continuous for s in nest.flatten(self._spec))
             whence = ("from the bounds of the continuous actions" if continuous
