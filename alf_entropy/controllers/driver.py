@@ -38,14 +38,7 @@ TARGET_STATE = ("_target_now", "_ref_target")
 
 
 Bounds = namedtuple("Bounds", "lo hi span")
-
-
-class Update(NamedTuple):  # everything one update reads and writes
-    rule: Any  # the rule's ``State``
-    watch: WatchState
-    target: Any
-    span_lo: Any
-    span_hi: Any
+Update = namedtuple("Update", "rule watch target span_lo span_hi")  # what an update reads, writes
 
 
 class Driver(AlfSubAlgorithm):

@@ -1,6 +1,7 @@
 """A fixed coefficient: "no adjustment" as a controller."""
 import math
-from typing import Any, Dict, NamedTuple, Optional, Sequence
+from collections import namedtuple
+from typing import Any, Dict, Optional, Sequence
 
 import gin
 import torch
@@ -11,8 +12,7 @@ from alf_entropy.utils.checks import check_real
 __all__ = ["FixedEntropyCoefficient"]
 
 
-class FixedState(NamedTuple):
-    log_alpha: Any
+FixedState = namedtuple("FixedState", "log_alpha")
 
 
 @gin.configurable

@@ -6,7 +6,7 @@ measured entropy) reaches 0 and holds it.
 """
 import math
 from collections import namedtuple
-from typing import Any, Dict, NamedTuple, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 import gin
 import torch
@@ -18,13 +18,8 @@ from alf_entropy.utils.checks import check_real
 __all__ = ["LinearPIDEntropyTargetAlgorithm", "linear_pid_rule"]
 
 
-class LinearPIDState(NamedTuple):
-    log_alpha: Any
-    integral: Any  # in coefficient units, within [min_alpha, max_alpha]
-    level: Any  # the entropy, smoothed: its change is the trend
-    count: Any
-
-
+# integral: in coefficient units, in [min_alpha, max_alpha]; level: the smoothed entropy
+LinearPIDState = namedtuple("LinearPIDState", "log_alpha integral level count")
 LinearPIDConsts = namedtuple("LinearPIDConsts", "kp ki kd beta lo hi")
 
 

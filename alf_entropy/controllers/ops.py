@@ -36,10 +36,7 @@ class ScalarOps:
     f32, f64, i32, isfinite = np.float32, np.float64, np.int32, np.isfinite
     sqrt = staticmethod(lambda v: np.float32(np.sqrt(np.float64(v))))
     log = staticmethod(lambda v: np.float32(_log64(v)))
-
-    @staticmethod
-    def where(cond: Any, a: Any, b: Any) -> Any:
-        return _f32(a if cond else b)
+    where = staticmethod(lambda cond, a, b: _f32(a if cond else b))
 
     @staticmethod
     def push(window: np.ndarray, seen: Any, value: Any) -> np.ndarray:
@@ -60,15 +57,9 @@ class ArrayOps(ScalarOps):
 
     maximum, minimum, abs = staticmethod(np.maximum), staticmethod(np.minimum), staticmethod(np.abs)
     clip = staticmethod(np.clip)
-
-    @staticmethod
-    def where(cond: Any, a: Any, b: Any) -> Any:
-        return np.where(cond, _f32(a), _f32(b))
-
-    @staticmethod
-    def gate(valid: Any, new: Any, old: Any) -> Any:
-        return np.where(np.reshape(valid, np.shape(valid) + (1,) * (np.ndim(new) - np.ndim(valid))),
-                        new, old)
+    where = staticmethod(lambda cond, a, b: np.where(cond, _f32(a), _f32(b)))
+    gate = staticmethod(lambda valid, new, old: np.where(
+        np.reshape(valid, np.shape(valid) + (1,) * (np.ndim(new) - np.ndim(valid))), new, old))
 
     @staticmethod
     def push(window: np.ndarray, seen: Any, value: Any) -> np.ndarray:
@@ -96,10 +87,8 @@ class TensorOps:
     f64 = staticmethod(lambda t: t.to(torch.float64) if torch.is_tensor(t) else t)
     i32 = staticmethod(lambda t: t.to(torch.int32))
     via_torch = staticmethod(lambda fn, *args: fn(*args))
-
-    @staticmethod
-    def gate(valid: torch.Tensor, new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
-        return torch.where(valid.reshape(valid.shape + (1,) * (new.dim() - valid.dim())), new, old)
+    gate = staticmethod(lambda valid, new, old: torch.where(
+        valid.reshape(valid.shape + (1,) * (new.dim() - valid.dim())), new, old))
 
     @staticmethod
     def push(window: torch.Tensor, seen: torch.Tensor, value: torch.Tensor) -> torch.Tensor:

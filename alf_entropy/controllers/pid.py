@@ -5,7 +5,7 @@ any spec); rate-limited, bounded, anti-windup, bumpless; why and how: docs/pid_c
 """
 import math
 from collections import namedtuple
-from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import gin
 import torch
@@ -21,18 +21,11 @@ NOISE_EMA = 0.99
 """Memory of the readings' noise estimate (a running mean over its first 100 updates)."""
 
 
-class PIDState(NamedTuple):
-    log_alpha: Any
-    integral: Any
-    err_ema: Any
-    fast: Any  # fast and slow averages of the level: their difference is the trend
-    slow: Any
-    count: Any
-    gain: Any  # the integral rate's growth: + while below the target, - above
-    level: Any  # the entropy, filtered by K (the noise's)
-    noise: Any  # the readings' noise variance, from their second differences
-    reading: Any  # the last two readings
-    before: Any
+# fast, slow: EMAs of the level (their difference: the trend); gain: the integral rate's growth
+# (+ below the target, - above); level: the entropy filtered by k; noise: the readings' noise
+# variance (from second differences); reading, before: the last two readings.
+PIDState = namedtuple("PIDState", "log_alpha integral err_ema fast slow count gain level noise "
+                      "reading before")
 
 
 PIDConsts = namedtuple("PIDConsts", "inv_scale kp ki kd err_beta fast_beta slow_beta deadband "

@@ -5,7 +5,7 @@ updates) by Adam, its moments buffers, or plain steps; both through torch's own 
 """
 import functools
 from collections import namedtuple
-from typing import Any, Dict, NamedTuple, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 import gin
 import torch
@@ -17,13 +17,8 @@ from alf_entropy.utils.checks import check_choice, check_int, check_real
 __all__ = ["SGDEntropyTargetAlgorithm", "adam_step"]
 
 
-class SGDState(NamedTuple):
-    log_alpha: Any
-    window: Any
-    seen: Any
-    exp_avg: Any  # Adam's moments and step count, as torch.optim.Adam names them
-    exp_avg_sq: Any
-    adam_step: Any
+# exp_avg, exp_avg_sq, adam_step: Adam's moments and step count (torch.optim.Adam's names)
+SGDState = namedtuple("SGDState", "log_alpha window seen exp_avg exp_avg_sq adam_step")
 
 
 SGDConsts = namedtuple("SGDConsts", "lr adam")

@@ -1,7 +1,7 @@
 """ALF's staged controller (``EntropyTargetAlgorithm``), step for step."""
 import math
 from collections import namedtuple
-from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence
 
 import gin
 import numpy as np
@@ -20,14 +20,9 @@ STUCK_UPDATES = 1000
 TARGET_MOVE = 0.05  # track_target_changes: a larger relative move restarts adjusting
 
 
-class StagedState(NamedTuple):
-    log_alpha: Any
-    stage: Any  # < -2 estimating max_entropy, -2 init, -1 free, 0/1 adjust (below/above)
-    update_rate: Any
-    max_entropy: Any
-    ref_target: Any  # the target when adjusting last (re)started (track_target_changes)
-    window: Any  # the last ``average_window`` entropies
-    seen: Any
+# ref_target: the target when adjusting last (re)started; window: the last entropies
+StagedState = namedtuple("StagedState", "log_alpha stage update_rate max_entropy ref_target "
+                         "window seen")
 
 
 StagedConsts = namedtuple("StagedConsts", "very_slow_update_rate slow_update_rate "

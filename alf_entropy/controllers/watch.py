@@ -5,7 +5,7 @@ counts stalls up and other updates down (not below 0): noise cannot hide an unre
 """
 import math
 from collections import namedtuple
-from typing import Any, NamedTuple, Tuple
+from typing import Any, Tuple
 
 import torch
 
@@ -18,12 +18,8 @@ WATCH_EMA = 0.99
 """Smoothing of the entropy that the watch and settled annealing compare."""
 
 
-class WatchState(NamedTuple):
-    ema: Any  # the smoothed entropy
-    stalled_for: Any  # stalled updates less the others since it was last 0
-    count: Any
-    settled: Any  # updates in a row near the target
-    nonfinite: Any
+# ema: the smoothed entropy; settled: updates in a row near the target (or stalled)
+WatchState = namedtuple("WatchState", "ema stalled_for count settled nonfinite")
 
 
 Anneal = namedtuple("Anneal", "tolerance window drop final")
