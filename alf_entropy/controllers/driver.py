@@ -1,12 +1,10 @@
-"""The one driver of every rule: the shared state, and one update on the host or on tensors.
-
-An update runs the rule, bounds ``log_alpha`` and runs the watch, unless the entropy is
-NaN/inf or the batch empty; NumPy over views of CPU buffers or tensor ops, with the same bits.
-"""
+"""The one driver of every rule: the shared state, and one update (rule, bounds, watch; only
+the NaN/inf count without a finite entropy from a non-empty batch) as NumPy over views of CPU
+buffers or as tensor ops, with the same bits."""
 import math
 import warnings
 from collections import namedtuple
-from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -43,9 +41,9 @@ Update = namedtuple("Update", "rule watch target span_lo span_hi")  # what an up
 
 class Driver(AlfSubAlgorithm):
     """Holds the shared state and runs a rule: a controller defines ``State`` (and a buffer
-    ``"_" + field`` for each field), ``_constants`` and ``_rule``."""
+    ``"_" + field`` for each field), ``_constants`` and ``_rule`` (here: ``alpha`` stays)."""
 
-    State: Any = NamedTuple
+    State: Any = namedtuple("State", "log_alpha")
     CLAMPED = True  # alpha stays in [min_alpha, max_alpha] (not a fixed coefficient)
     ZERO_ALPHA = False  # alpha may be 0 (a log-space rule cannot start there)
 

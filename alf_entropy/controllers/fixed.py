@@ -1,6 +1,5 @@
 """A fixed coefficient: "no adjustment" as a controller."""
 import math
-from collections import namedtuple
 from typing import Any, Dict, Optional, Sequence
 
 import gin
@@ -10,9 +9,6 @@ from alf_entropy.controllers.base import EntropyController
 from alf_entropy.utils.checks import check_real
 
 __all__ = ["FixedEntropyCoefficient"]
-
-
-FixedState = namedtuple("FixedState", "log_alpha")
 
 
 @gin.configurable
@@ -34,8 +30,7 @@ class FixedEntropyCoefficient(EntropyController):
         tensor([-0.0500, -0.0500, -0.0500, -0.0500])
     """
 
-    State = FixedState
-    CLAMPED, ZERO_ALPHA = False, True
+    CLAMPED, ZERO_ALPHA = False, True  # the driver's State and _rule: log_alpha stays
 
     def __init__(self, action_spec: Any, initial_alpha: float = 0.1,
                  target_entropy: Any = None, min_alpha: float = 1e-4,

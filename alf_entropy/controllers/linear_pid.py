@@ -1,9 +1,5 @@
-"""PID control of the coefficient itself, clamped at 0: for a one-sided actuator.
-
-A bonus can push the entropy up; only its absence lets it fall.  A log-space rule nears 0
-only by decades; this one (Stooke et al. 2020's PID-Lagrangian form, the derivative on the
-measured entropy) reaches 0 and holds it.
-"""
+"""PID control of the coefficient itself (Stooke et al. 2020's PID-Lagrangian form), for a
+one-sided actuator: a log-space rule nears 0 only by decades, this one reaches 0 and holds it."""
 import math
 from collections import namedtuple
 from typing import Any, Dict, Optional, Sequence

@@ -58,8 +58,6 @@ class ArrayOps(ScalarOps):
     maximum, minimum, abs = staticmethod(np.maximum), staticmethod(np.minimum), staticmethod(np.abs)
     clip = staticmethod(np.clip)
     where = staticmethod(lambda cond, a, b: np.where(cond, _f32(a), _f32(b)))
-    gate = staticmethod(lambda valid, new, old: np.where(
-        np.reshape(valid, np.shape(valid) + (1,) * (np.ndim(new) - np.ndim(valid))), new, old))
 
     @staticmethod
     def push(window: np.ndarray, seen: Any, value: Any) -> np.ndarray:
@@ -87,8 +85,6 @@ class TensorOps:
     f64 = staticmethod(lambda t: t.to(torch.float64) if torch.is_tensor(t) else t)
     i32 = staticmethod(lambda t: t.to(torch.int32))
     via_torch = staticmethod(lambda fn, *args: fn(*args))
-    gate = staticmethod(lambda valid, new, old: torch.where(
-        valid.reshape(valid.shape + (1,) * (new.dim() - valid.dim())), new, old))
 
     @staticmethod
     def push(window: torch.Tensor, seen: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
@@ -105,7 +101,7 @@ def gate(x: Any, valid: Any, new: Any, old: Any) -> Any:
         return new
     if isinstance(new, tuple):
         return type(new)(*(gate(x, valid, n, o) for n, o in zip(new, old)))
-    return x.gate(valid, new, old)
+    return x.where(valid.reshape(valid.shape + (1,) * (new.ndim - valid.ndim)), new, old)
 
 
 def window_mean(x: Any, window: Any, seen: Any) -> Any:

@@ -1,8 +1,5 @@
-"""A PID controller of ``log_alpha`` that holds the entropy at its target.
-
-It acts on ``(target - H) / error_scale`` (``entropy_per_log_alpha``: one set of gains for
-any spec); rate-limited, bounded, anti-windup, bumpless; why and how: docs/pid_controller.md.
-"""
+"""A PID controller of ``log_alpha`` that holds the entropy at its target: rate-limited,
+bounded, anti-windup, bumpless; why and how: docs/pid_controller.md."""
 import math
 from collections import namedtuple
 from typing import Any, Dict, Optional, Sequence, Tuple
@@ -26,8 +23,6 @@ NOISE_EMA = 0.99
 # variance (from second differences); reading, before: the last two readings.
 PIDState = namedtuple("PIDState", "log_alpha integral err_ema fast slow count gain level noise "
                       "reading before")
-
-
 PIDConsts = namedtuple("PIDConsts", "inv_scale kp ki kd err_beta fast_beta slow_beta deadband "
                        "max_step gain_growth max_gain gain_band noise_step noise_beta lo hi")
 

@@ -1,8 +1,5 @@
-"""SAC's gradient rule for ``alpha`` (ALF's ``SGDEntropyTargetAlgorithm``) as a pure rule.
-
-``log_alpha`` descends ``log_alpha * (H - target)`` (``H`` averaged over ``window_size``
-updates) by Adam, its moments buffers, or plain steps; both through torch's own kernels.
-"""
+"""SAC's gradient rule for ``alpha`` (ALF's ``SGDEntropyTargetAlgorithm``) as a pure rule: Adam
+(its moments buffers) or plain steps down ``log_alpha * (H - target)``, in torch's kernels."""
 import functools
 from collections import namedtuple
 from typing import Any, Dict, Optional, Sequence
@@ -19,8 +16,6 @@ __all__ = ["SGDEntropyTargetAlgorithm", "adam_step"]
 
 # exp_avg, exp_avg_sq, adam_step: Adam's moments and step count (torch.optim.Adam's names)
 SGDState = namedtuple("SGDState", "log_alpha window seen exp_avg exp_avg_sq adam_step")
-
-
 SGDConsts = namedtuple("SGDConsts", "lr adam")
 
 

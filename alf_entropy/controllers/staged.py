@@ -23,8 +23,6 @@ TARGET_MOVE = 0.05  # track_target_changes: a larger relative move restarts adju
 # ref_target: the target when adjusting last (re)started; window: the last entropies
 StagedState = namedtuple("StagedState", "log_alpha stage update_rate max_entropy ref_target "
                          "window seen")
-
-
 StagedConsts = namedtuple("StagedConsts", "very_slow_update_rate slow_update_rate "
                           "fast_update_rate min_log_alpha retarget_rate track")
 

@@ -1,22 +1,14 @@
-"""The target entropy, per member of a batch: the only place it is evaluated.
-
-A number, a ``Scheduler`` or zero-argument callable (evaluated on the host every update), a
-``SettledAnnealing`` (run on the device), or for a batch a list of these.  A target known to
-exceed the spec's largest entropy is refused, any other callable clamped to it (one warning).
-"""
+"""The target entropy, per member of a batch: the only place it is evaluated (callables on
+the host every update).  One known to exceed the spec's largest entropy is refused, any other
+callable clamped to it (one warning)."""
 import math
 import warnings
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from absl import logging
 
-from alf_entropy.utils import nest, schedulers
+from alf_entropy.utils import entropies, nest, schedulers
 from alf_entropy.utils.checks import check_real, is_real
-from alf_entropy.utils.entropies import (
-    GreedyProbabilityTarget,
-    calc_default_target_entropy,
-    calc_max_possible_entropy,
-)
 
 __all__ = ["Target", "PROGRESS_GRACE"]
 
@@ -29,7 +21,8 @@ class Target:
 
     def __init__(self, target_entropy: Any, action_spec: Any, batch_shape: Tuple[int, ...],
                  name: str):
-        self.reachable = float(sum(map(calc_max_possible_entropy, nest.flatten(action_spec))))
+        leaves = nest.flatten(action_spec)
+        self.reachable = float(sum(map(entropies.calc_max_possible_entropy, leaves)))
         self._spec, self._batch, self._name, self._updates, self._warned = (
             action_spec, batch_shape, name, 0, set())
         self.set(target_entropy)
@@ -57,13 +50,14 @@ class Target:
 
     def _one(self, target: Any) -> Any:
         if target is None:
-            target = float(sum(calc_default_target_entropy(s) for s in nest.flatten(self._spec)))
+            target = float(sum(map(entropies.calc_default_target_entropy,
+                                   nest.flatten(self._spec))))
             logging.info("%s: target_entropy=%s (the action spec's default)", self._name, target)
         if not (isinstance(target, schedulers.SettledAnnealing) or callable(target)):
             if not is_real(target):
                 raise TypeError(f"target_entropy must be a number or a zero-argument callable"
                                 f"{' (or a list of these)' if self._batch else ''}, got {target!r}")
-            if isinstance(target, GreedyProbabilityTarget):
+            if isinstance(target, entropies.GreedyProbabilityTarget):
                 target.check(self._spec, self._name)
             target = schedulers.ConstantScheduler(check_real("target_entropy", target))
         try:

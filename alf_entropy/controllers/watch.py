@@ -1,8 +1,6 @@
-"""The driver's own state: the windup watch, settled annealing and the NaN/inf count.
-
-A stall: the smoothed entropy below the target, ``alpha`` at its ceiling.  ``stalled_for``
-counts stalls up and other updates down (not below 0): noise cannot hide an unreachable target.
-"""
+"""The driver's own state: the windup watch, settled annealing and the NaN/inf count.  A stall
+(the smoothed entropy below the target, ``alpha`` at its ceiling) counts ``stalled_for`` up,
+other updates count it down (not below 0): noise cannot hide an unreachable target."""
 import math
 from collections import namedtuple
 from typing import Any, Tuple
