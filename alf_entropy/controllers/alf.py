@@ -21,8 +21,7 @@ neg = functools.partial(nest.map_structure, torch.neg)
 
 
 class AlfSubAlgorithm(Algorithm):
-    """``rollout_step``/``train_step``/``calc_loss``; a subclass has ``action_spec`` and
-    ``_loss(neg_entropy, mask, neg_grad, update) -> LossInfo``."""
+    """The ALF steps over a subclass's ``action_spec`` and ``_loss`` (on negated entropies)."""
 
     def predict_step(self, *args: Any, **kwargs: Any) -> AlgStep:
         """Nothing to do when acting for evaluation."""
@@ -45,9 +44,8 @@ class AlfSubAlgorithm(Algorithm):
 
     def calc_loss(self, experience: Experience, info: Any,
                   valid_mask: Optional[torch.Tensor] = None) -> LossInfo:
-        """``entropy_loss`` over the valid steps that are not ``LAST``: ``experience`` has a
-        ``step_type``, ``info`` is ``train_step``'s (time-stacked), ``valid_mask`` bool or 0/1;
-        all broadcast with the entropies (else ``ValueError``)."""
+        """``entropy_loss`` over the valid (bool or 0/1 ``valid_mask``) steps that are not
+        ``LAST``, of ``train_step``'s time-stacked ``info``."""
         mask = experience.step_type != StepType.LAST
         if valid_mask is not None:
             try:

@@ -18,7 +18,8 @@ __all__ = ["EntropyController", "UPDATE_MODES", "NO_SPAN"]
 
 
 class EntropyController(Driver):
-    """The base of every controller; its arguments are the shared ones.
+    """The base of every controller; its arguments are the shared ones (a bad one: a
+    ``TypeError``/``ValueError`` naming it).
 
     Args:
         action_spec: nest of ``BoundedTensorSpec`` of the actions.
@@ -31,10 +32,6 @@ class EntropyController(Driver):
         batch_shape: ``()``, or ``(K,)`` for K independent controllers in one module.
         debug_summaries: write the controller's own summaries.
         name: the summary scope.
-
-    Raises:
-        TypeError: a wrong type, or another rule's setting.
-        ValueError: out of range.
     """
 
     def _take(self, unknown: Dict[str, Any], **settings: Any) -> None:
@@ -103,13 +100,13 @@ class EntropyController(Driver):
 
     @property
     def stage(self) -> torch.Tensor:
-        """The stage (int32): < -2 estimating, -2 init, -1 free, 0/1 adjust; 1 if unstaged."""
+        """The stage (int32; ``describe_stage``): < -2 estimating, -2 init, -1 free (a fixed
+        alpha), 0/1 adjust (an unstaged rule)."""
         return torch.ones_like(self._watch_count, dtype=torch.int32)
 
     @property
     def unreachable_target(self) -> torch.Tensor:
-        """Whether the entropy stayed below the target with ``alpha`` at ``max_alpha`` for
-        ``WINDUP_WINDOW`` updates."""
+        """Whether the entropy stayed below the target at ``max_alpha`` for ``WINDUP_WINDOW``."""
         return self._watch_stalled_for >= WINDUP_WINDOW
 
     @property
@@ -130,8 +127,7 @@ class EntropyController(Driver):
         self._b = self._b._replace(span=self._span)
 
     def adjust_alpha(self, entropy: Union[float, Sequence[float], torch.Tensor]) -> torch.Tensor:
-        """One update from the batch-mean entropy (a batch's: one per member, or shared); the
-        new alpha."""
+        """One update from the batch-mean entropy (a batch's: one each, or shared); new alpha."""
         members = math.prod(self._batch)
         if isinstance(entropy, torch.Tensor):
             if entropy.numel() != members:

@@ -23,7 +23,7 @@ from alf_entropy.controllers.watch import (
 )
 from alf_entropy.tensor_specs import TensorSpec
 from alf_entropy.utils import nest, summary
-from alf_entropy.utils.checks import check_int, check_real
+from alf_entropy.utils.checks import check_choice, check_int, check_real
 
 __all__ = ["Driver", "UPDATE_MODES", "NO_SPAN", "TARGET_STATE", "WatchState"]
 
@@ -57,8 +57,7 @@ class Driver(AlfSubAlgorithm):
             raise TypeError(f"action_spec must be a non-empty nest of TensorSpec: {action_spec!r}")
         if not isinstance(batch_shape, (tuple, list)) or len(batch_shape) > 1:
             raise ValueError(f"batch_shape must be () or (K,), got {batch_shape!r}")
-        if update_mode not in UPDATE_MODES:
-            raise ValueError(f"update_mode must be one of {UPDATE_MODES}, got {update_mode!r}")
+        check_choice("update_mode", update_mode, UPDATE_MODES)
         self._action_spec, self._update_mode = action_spec, update_mode
         self._batch = tuple(check_int("batch_shape[0]", k, minimum=1) for k in batch_shape)
         self._target = Target(target_entropy, action_spec, self._batch, name)
@@ -177,8 +176,7 @@ class Driver(AlfSubAlgorithm):
         return self.alpha
 
     def _after_update(self, unreachable: Any) -> None:
-        """Summaries, and the unreachable warning where reading it costs nothing more
-        (``unreachable``: the host path's verdict; None on the tensor path)."""
+        """Summaries; the unreachable warning where reading costs nothing (host path; summary)."""
         if summary.should_record_summaries():
             stalled = self._watch_stalled_for >= WINDUP_WINDOW
             unreachable = bool(stalled.any())  # a summary step reads the device anyway

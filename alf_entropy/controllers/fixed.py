@@ -31,6 +31,7 @@ class FixedEntropyCoefficient(EntropyController):
     """
 
     CLAMPED, ZERO_ALPHA = False, True  # the driver's State and _rule: log_alpha stays
+    stage = property(lambda self: torch.full_like(self._watch_count, -1, dtype=torch.int32))
 
     def __init__(self, action_spec: Any, initial_alpha: float = 0.1,
                  target_entropy: Any = None, min_alpha: float = 1e-4,
@@ -55,8 +56,3 @@ class FixedEntropyCoefficient(EntropyController):
         super().configure(**changes)
         with torch.no_grad():
             self._log_alpha.fill_(self._c[0])
-
-    @property
-    def stage(self) -> torch.Tensor:
-        """Always -1 (the free stage: alpha fixed)."""
-        return torch.full_like(self._watch_count, -1, dtype=torch.int32)

@@ -21,8 +21,7 @@ SGDConsts = namedtuple("SGDConsts", "lr adam")
 
 def adam_step(lr: float, log_alpha: torch.Tensor, m: torch.Tensor, v: torch.Tensor,
               t: torch.Tensor, grad: torch.Tensor) -> tuple:
-    """``torch.optim.Adam``'s step (betas 0.9, 0.999, eps 1e-8; its single-tensor arithmetic,
-    same bits): ``(log_alpha, m, v, t)``."""
+    """``torch.optim.Adam``'s step, bit for bit (betas 0.9, 0.999, eps 1e-8): ``(p, m, v, t)``."""
     t = t + 1
     m = torch.lerp(m, grad, 1 - 0.9)
     v = torch.addcmul(v * 0.999, grad, grad, value=1 - 0.999)

@@ -159,10 +159,7 @@ class EntropyTargetAlgorithm(EntropyController):
             math.log(s["min_alpha"]) if s["min_alpha"] > 0 else -100.0,
             s["retarget_update_rate"], float(s["track_target_changes"]))
 
-    @property
-    def stage(self) -> torch.Tensor:
-        """< -2 estimating max entropy, -2 init, -1 free, 0/1 adjust (``describe_stage``)."""
-        return self._stage
+    stage = property(lambda self: self._stage)  # EntropyController.stage
 
     @property
     def update_rate(self) -> torch.Tensor:
