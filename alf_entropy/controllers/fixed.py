@@ -33,12 +33,11 @@ class FixedEntropyCoefficient(EntropyController):
     CLAMPED, ZERO_ALPHA = False, True  # the driver's State and _rule: log_alpha stays
     stage = property(lambda self: torch.full_like(self._watch_count, -1, dtype=torch.int32))
 
-    def __init__(self, action_spec: Any, initial_alpha: float = 0.1,
-                 target_entropy: Any = None, min_alpha: float = 1e-4,
-                 max_alpha: Optional[float] = None, update_mode: str = "auto",
-                 batch_shape: Sequence[int] = (), alpha: Optional[float] = None,
-                 debug_summaries: bool = False, name: str = "FixedEntropyCoefficient",
-                 **unknown: Any):
+    def __init__(self, action_spec: Any, initial_alpha: float = 0.1, target_entropy: Any = None,
+                 min_alpha: float = 1e-4, max_alpha: Optional[float] = None,
+                 update_mode: str = "auto", batch_shape: Sequence[int] = (),
+                 alpha: Optional[float] = None, debug_summaries: bool = False,
+                 name: str = "FixedEntropyCoefficient", **unknown: Any):
         if alpha is not None:
             if initial_alpha != 0.1:
                 raise TypeError("give the coefficient as initial_alpha or as alpha, not both")

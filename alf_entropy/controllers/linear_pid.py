@@ -59,12 +59,12 @@ class LinearPIDEntropyTargetAlgorithm(EntropyController):
     State, _rule = LinearPIDState, staticmethod(linear_pid_rule)
     ZERO_ALPHA = True
 
-    def __init__(self, action_spec: Any, initial_alpha: float = 0.1,
-                 target_entropy: Any = None, kp: float = 0.3, ki: float = 0.02,
-                 kd: float = 3.0, trend_ema: float = 0.5, min_alpha: float = 1e-4,
-                 max_alpha: Optional[float] = None, update_mode: str = "auto",
-                 batch_shape: Sequence[int] = (), debug_summaries: bool = False,
-                 name: str = "LinearPIDEntropyTargetAlgorithm", **unknown: Any):
+    def __init__(self, action_spec: Any, initial_alpha: float = 0.1, target_entropy: Any = None,
+                 kp: float = 0.3, ki: float = 0.02, kd: float = 3.0, trend_ema: float = 0.5,
+                 min_alpha: float = 1e-4, max_alpha: Optional[float] = None,
+                 update_mode: str = "auto", batch_shape: Sequence[int] = (),
+                 debug_summaries: bool = False, name: str = "LinearPIDEntropyTargetAlgorithm",
+                 **unknown: Any):
         super().__init__(action_spec, target_entropy, initial_alpha, min_alpha, max_alpha,
                          update_mode, batch_shape, debug_summaries, name)
         self._take(unknown, kp=kp, ki=ki, kd=kd, trend_ema=trend_ema)

@@ -19,13 +19,10 @@ __all__ = ["NestedEntropyTargetAlgorithm"]
 
 @gin.configurable
 class NestedEntropyTargetAlgorithm(EntropyController):
-    """One controller per action leaf, on its own action's entropy (a discrete "which tool"
-    and a continuous "how hard" keep their own targets); the losses are summed.
-
-    Aggregates: ``alpha`` the leaves' mean, ``target_entropy`` the sum, ``stage`` the least
-    advanced, ``unreachable_target`` any, ``num_nonfinite_entropy`` the sum, ``settings`` the
-    first leaf's; ``leaf_algorithms()`` gives each leaf.  Entropies are nests like the spec.
-    Shared arguments: ``EntropyController``'s, passed to every leaf; its own:
+    """One controller per action leaf, on its own action's entropy (nests like the spec); the
+    losses summed.  ``alpha`` is the leaves' mean, ``target_entropy`` and
+    ``num_nonfinite_entropy`` the sum, ``stage`` the least advanced, ``unreachable_target`` any,
+    ``settings`` the first leaf's.  Shared arguments: ``EntropyController``'s, for every leaf:
 
     Args:
         leaf_cls: each leaf's controller class.
@@ -37,11 +34,11 @@ class NestedEntropyTargetAlgorithm(EntropyController):
 
     def __init__(self, action_spec: Any,
                  leaf_cls: Callable[..., EntropyController] = EntropyTargetAlgorithm,
-                 target_entropy: Any = None, max_entropy: Any = None,
-                 initial_alpha: float = 0.1, min_alpha: float = 1e-4,
-                 max_alpha: Optional[float] = None, update_mode: str = "auto",
-                 batch_shape: Sequence[int] = (), debug_summaries: bool = False,
-                 name: str = "NestedEntropyTargetAlgorithm", **leaf_settings: Any):
+                 target_entropy: Any = None, max_entropy: Any = None, initial_alpha: float = 0.1,
+                 min_alpha: float = 1e-4, max_alpha: Optional[float] = None,
+                 update_mode: str = "auto", batch_shape: Sequence[int] = (),
+                 debug_summaries: bool = False, name: str = "NestedEntropyTargetAlgorithm",
+                 **leaf_settings: Any):
         Algorithm.__init__(self, debug_summaries=debug_summaries, name=name)
         self._action_spec, self._batch = action_spec, tuple(batch_shape)
         self._paths = [p for p, _ in nest.flatten_with_path(action_spec)]

@@ -61,9 +61,8 @@ def _rule_of(optimizer: Any, lr: float) -> tuple:
 
 @gin.configurable
 class SGDEntropyTargetAlgorithm(EntropyController):
-    """SAC's gradient rule for ``alpha``: one step an update, by its own optimiser (a
-    parent's never touches ``log_alpha``: ``scalar_loss`` is zero).  Shared arguments:
-    ``EntropyController``'s; its own:
+    """SAC's gradient rule: one step an update, by its own optimiser (``scalar_loss`` is zero:
+    a parent's never touches ``log_alpha``).  Shared arguments: ``EntropyController``'s:
 
     Args:
         lr: the learning rate of ``log_alpha`` (>= 0; 0: a fixed alpha that logs its target).
@@ -86,12 +85,12 @@ class SGDEntropyTargetAlgorithm(EntropyController):
 
     State, _rule = SGDState, staticmethod(sgd_rule)
 
-    def __init__(self, action_spec: Any, initial_alpha: float = 0.1,
-                 target_entropy: Any = None, window_size: int = 1, lr: float = 3e-4,
-                 optimizer: str = "adam", min_alpha: float = 1e-4,
-                 max_alpha: Optional[float] = None, update_mode: str = "auto",
-                 batch_shape: Sequence[int] = (), debug_summaries: bool = False,
-                 name: str = "SGDEntropyTargetAlgorithm", **unknown: Any):
+    def __init__(self, action_spec: Any, initial_alpha: float = 0.1, target_entropy: Any = None,
+                 window_size: int = 1, lr: float = 3e-4, optimizer: str = "adam",
+                 min_alpha: float = 1e-4, max_alpha: Optional[float] = None,
+                 update_mode: str = "auto", batch_shape: Sequence[int] = (),
+                 debug_summaries: bool = False, name: str = "SGDEntropyTargetAlgorithm",
+                 **unknown: Any):
         super().__init__(action_spec, target_entropy, initial_alpha, min_alpha, max_alpha,
                          update_mode, batch_shape, debug_summaries, name)
         optimizer, lr = _rule_of(optimizer, lr)

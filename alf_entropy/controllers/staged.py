@@ -88,10 +88,8 @@ def _alf_rate(rate: float) -> float:
 
 @gin.configurable
 class EntropyTargetAlgorithm(EntropyController):
-    """ALF's staged controller: ``alpha`` keeps the entropy >= a target, through the stages
-    ``describe_stage`` names; adjusting, ``update_rate`` shrinks x0.9 at each crossing and is
-    reset to ``fast_update_rate`` when the entropy drops far below the target.  Shared
-    arguments: ``EntropyController``'s; its own:
+    """ALF's staged controller: ``alpha`` keeps the entropy >= a target, in the stages that
+    ``describe_stage`` names (docs/controllers.md).  Shared arguments: ``EntropyController``'s:
 
     Args:
         skip_free_stage: start in the adjust stage.
@@ -117,11 +115,11 @@ class EntropyTargetAlgorithm(EntropyController):
 
     State, _rule = StagedState, staticmethod(staged_rule)
 
-    def __init__(self, action_spec: Any, initial_alpha: float = 0.1,
-                 skip_free_stage: bool = False, max_entropy: Optional[float] = None,
-                 target_entropy: Any = None, very_slow_update_rate: float = 0.001,
-                 slow_update_rate: float = 0.01, fast_update_rate: float = np.log(2),
-                 min_alpha: float = 1e-4, average_window: int = 2, update_mode: str = "auto",
+    def __init__(self, action_spec: Any, initial_alpha: float = 0.1, skip_free_stage: bool = False,
+                 max_entropy: Optional[float] = None, target_entropy: Any = None,
+                 very_slow_update_rate: float = 0.001, slow_update_rate: float = 0.01,
+                 fast_update_rate: float = np.log(2), min_alpha: float = 1e-4,
+                 average_window: int = 2, update_mode: str = "auto",
                  track_target_changes: bool = False, retarget_update_rate: float = 0.1,
                  max_alpha: Optional[float] = None, batch_shape: Sequence[int] = (),
                  debug_summaries: bool = False, name: str = "EntropyTargetAlgorithm",
