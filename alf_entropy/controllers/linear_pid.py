@@ -21,8 +21,7 @@ LinearPIDConsts = namedtuple("LinearPIDConsts", "kp ki kd beta lo hi")
 
 def linear_pid_rule(x: Any, s: LinearPIDState, entropy: Any, target: Any,
                     c: LinearPIDConsts) -> LinearPIDState:
-    """``coef = clip(kp e + I - kd d(level), lo, hi)``, ``I = clip(I + ki e, lo, hi)``,
-    ``e = target - H``."""
+    """``coef = clip(kp e + I - kd d(level))``, ``I = clip(I + ki e)``, ``e = target - H``."""
     first = s.count == 0
     level = x.where(first, entropy, c.beta * s.level + (1.0 - c.beta) * entropy)
     err = target - entropy

@@ -28,9 +28,7 @@ PIDConsts = namedtuple("PIDConsts", "inv_scale kp ki kd err_beta fast_beta slow_
 
 
 def pid_rule(x: Any, s: PIDState, entropy: Any, target: Any, c: PIDConsts) -> PIDState:
-    """``log_alpha = I + kp ema(e) - kd trend`` on ``e = (target - H) / error_scale``, every
-    gain slowed by the noise filter; ``I`` integrates ``ki * gain * e``, ``gain`` growing while
-    the entropy stays below the target without rising (docs/pid_controller.md)."""
+    """``log_alpha = I + kp ema(e) - kd trend`` on ``e = (target - H) / error_scale``."""
     first = s.count == 0
     d2 = entropy - 2.0 * s.reading + s.before  # white noise of variance v: 6 v on average
     w = x.maximum(1.0 / x.f32(x.maximum(s.count - 1, 1)), 1.0 - c.noise_beta)

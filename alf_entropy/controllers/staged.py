@@ -180,8 +180,7 @@ class EntropyTargetAlgorithm(EntropyController):
         return self._target.fn
 
     def _debug_values(self) -> Dict[str, torch.Tensor]:
-        return {"avg_entropy": self.avg_entropy, "stage": self._stage,
-                "update_rate": self._update_rate}
+        return dict(avg_entropy=self.avg_entropy, stage=self._stage, update_rate=self._update_rate)
 
     def _after_update(self, unreachable: Any) -> None:
         super()._after_update(unreachable)
