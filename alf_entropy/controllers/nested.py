@@ -25,7 +25,7 @@ class NestedEntropyTargetAlgorithm(EntropyController):
     ``settings`` the first leaf's.  Shared arguments: ``EntropyController``'s, for every leaf:
 
     Args:
-        leaf_cls: each leaf's controller class.
+        leaf_cls: the leaves' controller class.
         target_entropy: None (each leaf's default), a nest like ``action_spec``, or a list with
             one entry per leaf (``nest.flatten`` order).
         max_entropy: None, one number for every leaf, or a nest/list as ``target_entropy``.
