@@ -34,7 +34,6 @@ NO_SPAN = 1e30
 TARGET_STATE = ("_target_now", "_ref_target")
 """``state_dict`` entries (last name part) that hold the target."""
 
-
 Bounds = namedtuple("Bounds", "lo hi span")
 Update = namedtuple("Update", "rule watch target span_lo span_hi")  # what an update reads, writes
 
@@ -84,8 +83,7 @@ class Driver(AlfSubAlgorithm):
     def _full(self, value: Union[float, Sequence[float]],
               dtype: Optional[torch.dtype] = None) -> torch.Tensor:
         """A tensor of ``batch_shape`` (float32 unless ``dtype``) on the state's device."""
-        log_alpha = self._buffers.get("_log_alpha")
-        device = None if log_alpha is None else log_alpha.device
+        device = getattr(self._buffers.get("_log_alpha"), "device", None)
         if isinstance(value, (list, tuple)):
             return torch.tensor(value, dtype=dtype).reshape(self._batch).to(device)
         return torch.full(self._batch, value, dtype=dtype or torch.float32, device=device)

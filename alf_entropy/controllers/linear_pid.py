@@ -13,7 +13,6 @@ from alf_entropy.utils.checks import check_real
 
 __all__ = ["LinearPIDEntropyTargetAlgorithm", "linear_pid_rule"]
 
-
 # integral: in coefficient units, in [min_alpha, max_alpha]; level: the smoothed entropy
 LinearPIDState = namedtuple("LinearPIDState", "log_alpha integral level count")
 LinearPIDConsts = namedtuple("LinearPIDConsts", "kp ki kd beta lo hi")

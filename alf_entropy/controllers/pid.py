@@ -17,7 +17,6 @@ __all__ = ["PIDEntropyTargetAlgorithm", "pid_rule", "NOISE_EMA"]
 NOISE_EMA = 0.99
 """Memory of the readings' noise estimate (a running mean over its first 100 updates)."""
 
-
 # fast, slow: EMAs of the level (their difference: the trend); gain: the integral rate's growth
 # (+ below the target, - above); level: the entropy filtered by k; noise: the readings' noise
 # variance (from second differences); reading, before: the last two readings.

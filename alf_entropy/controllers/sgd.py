@@ -13,7 +13,6 @@ from alf_entropy.utils.checks import check_choice, check_int, check_real
 
 __all__ = ["SGDEntropyTargetAlgorithm", "adam_step"]
 
-
 # exp_avg, exp_avg_sq, adam_step: Adam's moments and step count (torch.optim.Adam's names)
 SGDState = namedtuple("SGDState", "log_alpha window seen exp_avg exp_avg_sq adam_step")
 SGDConsts = namedtuple("SGDConsts", "lr adam")

@@ -19,7 +19,6 @@ STUCK_UPDATES = 1000
 """Still not adjusting after ``max(STUCK_UPDATES, 10 * average_window)`` updates: a warning."""
 TARGET_MOVE = 0.05  # track_target_changes: a larger relative move restarts adjusting
 
-
 # ref_target: the target when adjusting last (re)started; window: the last entropies
 StagedState = namedtuple("StagedState", "log_alpha stage update_rate max_entropy ref_target "
                          "window seen")

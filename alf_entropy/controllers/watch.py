@@ -15,11 +15,8 @@ WINDUP_WINDOW = 500
 WATCH_EMA = 0.99
 """Smoothing of the entropy that the watch and settled annealing compare."""
 
-
 # ema: the smoothed entropy; settled: updates in a row near the target (or stalled)
 WatchState = namedtuple("WatchState", "ema stalled_for count settled nonfinite")
-
-
 Anneal = namedtuple("Anneal", "tolerance window drop final")
 
 
@@ -74,5 +71,4 @@ def stuck_message(c: Any, stage: int) -> str:
            f"alpha is frozen until the average entropy ({avg:.3f}) falls below {target}; "
            f"{bound}. To hold the entropy at the target, not only above it,")
     return (f"is still in its {'init' if stage == -2 else 'free'} stage after {n} updates: {why} "
-            f"set skip_free_stage=True, or start from a smaller initial_alpha (alpha is "
-            f"{alpha:.3g}).")
+            f"set skip_free_stage=True, or start from a smaller initial_alpha (alpha {alpha:.3g}).")
