@@ -18,21 +18,9 @@ __all__ = ["EntropyController", "UPDATE_MODES", "NO_SPAN"]
 
 
 class EntropyController(Driver):
-    """The base of every controller; its arguments are the shared ones (a bad one: a
-    ``TypeError``/``ValueError`` naming it).
-
-    Args:
-        action_spec: nest of ``BoundedTensorSpec`` of the actions.
-        target_entropy: a number, a ``Scheduler`` or zero-argument callable, a
-            ``SettledAnnealing``, or None (the spec's default); for a batch, a list of these.
-        initial_alpha: the first ``alpha``, in ``[min_alpha, max_alpha]``.
-        min_alpha: floor of ``alpha`` (<= 0: ``exp(-100)``).
-        max_alpha: ceiling of ``alpha`` (None: none, as ALF).
-        update_mode: ``"auto"``, ``"host"`` or ``"tensor"`` (``UPDATE_MODES``).
-        batch_shape: ``()``, or ``(K,)`` for K independent controllers in one module.
-        debug_summaries: write the controller's own summaries.
-        name: the summary scope.
-    """
+    """The base of every controller.  Its arguments are the shared ones, described once, in the
+    table of docs/controllers.md ("The shared arguments"); a bad one raises a ``TypeError`` or
+    ``ValueError`` naming it."""
 
     def _take(self, unknown: Dict[str, Any], **settings: Any) -> None:
         """Check and take the rule's ``settings``; refuse ``unknown`` arguments."""
