@@ -13,7 +13,6 @@ __all__ = ["EntropyTargetLossInfo", "EntropyTargetInfo", "AlfSubAlgorithm"]
 
 EntropyTargetLossInfo = namedtuple("EntropyTargetLossInfo", ["neg_entropy"], default_value=())
 """``extra`` of a controller's ``LossInfo``: the per-step negative entropy."""
-
 EntropyTargetInfo = namedtuple("EntropyTargetInfo", ["loss"], default_value=())
 """``info`` of a controller's ``rollout_step``/``train_step``."""
 

@@ -1,5 +1,4 @@
-"""What a controller's ``state_dict`` needs beyond ``nn.Module``'s: earlier layouts load, and
-no multi-rank checkpoint holds one rank's partial entropy sum."""
+"""A controller's ``state_dict`` hooks: earlier layouts load; no rank's partial sum is saved."""
 from typing import Any, Dict
 
 import torch.nn as nn

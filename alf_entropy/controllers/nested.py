@@ -78,7 +78,6 @@ class NestedEntropyTargetAlgorithm(EntropyController):
     def _stack(self, attr: str) -> torch.Tensor:
         return torch.stack(self._each(lambda c: getattr(c, attr)))
 
-    # The aggregates (class docstring):
     alpha = property(lambda self: self._stack("alpha").mean(0))
     log_alpha = property(lambda self: self.alpha.log())
     target_entropy = property(lambda self: sum(self._each(lambda c: c.target_entropy)))

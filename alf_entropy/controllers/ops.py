@@ -1,11 +1,9 @@
-"""The ops every rule is written in, and the entropy window.
-
-A rule never branches in Python on a value (each decision an ``x.where``), so it runs on CPU
-state as NumPy (``ScalarOps``; ``ArrayOps`` for a batch) and anywhere as tensors (``TensorOps``:
-no host read), with the same bits.  Bit traps: Python-float constants are weak scalars on both
-(NumPy >= 2) and float32 when ``where`` chooses them; a number divided by a tensor only as
-``1.0 / t`` (torch's ``c / t`` is ``c * (1 / t)``); sqrt and log in float64, then cast.
-"""
+"""The ops every rule is written in, and the entropy window.  A rule never branches in Python
+on a value (each decision an ``x.where``), so it runs on CPU state as NumPy (``ScalarOps``;
+``ArrayOps`` for a batch) and anywhere as tensors (``TensorOps``: no host read), with the same
+bits.  Bit traps: Python-float constants are weak scalars on both (NumPy >= 2) and float32 when
+``where`` chooses them; a number divided by a tensor only as ``1.0 / t`` (torch's ``c / t`` is
+``c * (1 / t)``); sqrt and log in float64, then cast."""
 from typing import Any, Callable, Tuple
 
 import numpy as np

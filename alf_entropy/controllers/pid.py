@@ -136,8 +136,7 @@ class PIDEntropyTargetAlgorithm(EntropyController):
         return PIDConsts(*map(f32, (
             1.0 / self._error_scale(s), s["kp"], s["ki"], s["kd"], s["error_ema"], fast, slow,
             s["deadband"], math.log(s["max_alpha_change"]), s["integral_growth"],
-            s["max_integral_gain"], s["growth_band"], noise_step, NOISE_EMA,
-            *self._log_bounds(s))))
+            s["max_integral_gain"], s["growth_band"], noise_step, NOISE_EMA, *self._log_bounds(s))))
 
     def _error_scale(self, s: Dict[str, Any]) -> float:
         if s["error_scale"] is None:

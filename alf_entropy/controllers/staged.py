@@ -70,8 +70,7 @@ def describe_stage(stage: Any) -> str:
         stage = int(stage)
     if isinstance(stage, bool) or not isinstance(stage, (int, np.integer)):
         raise TypeError(f"stage must be an int or a 0-d integer tensor, got {stage!r}")
-    stage, left = int(stage), -2 - int(stage)
-    side = "above" if stage > 0 else "at or below"
+    stage, left, side = int(stage), -2 - int(stage), "above" if stage > 0 else "at or below"
     what = (f"estimating max_entropy ({left} more update{'s' if left > 1 else ''}), then init, "
             "free and adjust" if stage < -2 else
             "init (alpha moves until the average entropy is below max_entropy)" if stage == -2
