@@ -1,10 +1,6 @@
-"""The entropy controllers: each a named state and a pure rule, run by one driver.
-
-``ops.py`` (the ops a rule is written in), ``target.py`` (the target entropy), ``driver.py``
-(one update on the host or on tensors), ``base.py`` (the interface and shared arguments),
-``alf.py`` (ALF's ``rollout_step``/``train_step``/``calc_loss``); the rules: ``staged.py``
-(ALF's), ``pid.py``, ``linear_pid.py``, ``sgd.py`` (SAC's), ``fixed.py``, ``nested.py``.
-"""
+"""The entropy controllers, each a named state and a pure rule (``staged``, ``pid``,
+``linear_pid``, ``sgd``, ``fixed``, ``nested``) run by one driver (``driver``, ``ops``,
+``target``, ``watch``); ``base`` is their interface, ``alf`` ALF's sub-algorithm protocol."""
 from alf_entropy.controllers.alf import EntropyTargetInfo, EntropyTargetLossInfo
 from alf_entropy.controllers.base import UPDATE_MODES, EntropyController
 from alf_entropy.controllers.fixed import FixedEntropyCoefficient

@@ -1,6 +1,4 @@
-"""ALF's sub-algorithm protocol: ``train_step`` turns the policy's distribution into its
-entropy; ``calc_loss`` masks ``LAST`` steps, advances the controller once and returns
-``-alpha * entropy`` per step."""
+"""ALF's sub-algorithm protocol: the entropy of a distribution, the loss of its steps."""
 import functools
 from typing import Any, Optional, Tuple
 
@@ -15,7 +13,6 @@ __all__ = ["EntropyTargetLossInfo", "EntropyTargetInfo", "AlfSubAlgorithm"]
 
 EntropyTargetLossInfo = namedtuple("EntropyTargetLossInfo", ["neg_entropy"], default_value=())
 """``extra`` of a controller's ``LossInfo``: the per-step negative entropy."""
-
 EntropyTargetInfo = namedtuple("EntropyTargetInfo", ["loss"], default_value=())
 """``info`` of a controller's ``rollout_step``/``train_step``."""
 
@@ -23,8 +20,7 @@ neg = functools.partial(nest.map_structure, torch.neg)
 
 
 class AlfSubAlgorithm(Algorithm):
-    """``rollout_step``/``train_step``/``calc_loss`` over a distribution; the subclass has
-    ``_loss(neg_entropy, mask, neg_grad, update) -> LossInfo`` and ``action_spec``."""
+    """The ALF steps over a subclass's ``action_spec`` and ``_loss`` (on negated entropies)."""
 
     def predict_step(self, *args: Any, **kwargs: Any) -> AlgStep:
         """Nothing to do when acting for evaluation."""
@@ -36,9 +32,8 @@ class AlfSubAlgorithm(Algorithm):
         return self.train_step(distribution, step_type) if on_policy_training else AlgStep()
 
     def train_step(self, distribution: Any, step_type: Any = None) -> AlgStep:
-        """The policy's entropy (a per-dimension distribution summed over the spec's dims) and
-        its gradient surrogate, as ``EntropyTargetInfo(loss=LossInfo(loss=-entropy_for_gradient,
-        extra=EntropyTargetLossInfo(neg_entropy=-entropy)))``; ``step_type`` is unused."""
+        """``EntropyTargetInfo(loss=LossInfo(loss=-entropy_for_gradient,
+        extra=EntropyTargetLossInfo(neg_entropy=-entropy)))`` of the policy's distribution."""
         entropy, for_gradient = self._entropy(distribution)
         return AlgStep(info=EntropyTargetInfo(loss=LossInfo(
             loss=neg(for_gradient), extra=EntropyTargetLossInfo(neg_entropy=neg(entropy)))))
@@ -48,16 +43,8 @@ class AlfSubAlgorithm(Algorithm):
 
     def calc_loss(self, experience: Experience, info: Any,
                   valid_mask: Optional[torch.Tensor] = None) -> LossInfo:
-        """``entropy_loss`` over the steps that are not ``LAST`` and are valid.
-
-        Args:
-            experience: anything with a ``step_type`` broadcastable with the entropies.
-            info: the (time-stacked) ``EntropyTargetInfo`` of ``train_step``.
-            valid_mask: optional bool or 0/1 mask, broadcastable likewise.
-
-        Raises:
-            ValueError: if ``valid_mask``, ``step_type`` and the entropy do not broadcast.
-        """
+        """``entropy_loss`` over the valid (bool or 0/1 ``valid_mask``) steps that are not
+        ``LAST``, of ``train_step``'s time-stacked ``info``."""
         mask = experience.step_type != StepType.LAST
         if valid_mask is not None:
             try:

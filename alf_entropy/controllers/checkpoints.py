@@ -1,5 +1,4 @@
-"""What a controller's ``state_dict`` needs beyond ``nn.Module``'s: earlier layouts load, and
-no multi-rank checkpoint holds one rank's partial entropy sum."""
+"""A controller's ``state_dict`` hooks: earlier layouts load; no rank's partial sum is saved."""
 from typing import Any, Dict
 
 import torch.nn as nn
@@ -14,10 +13,9 @@ _RENAMED = {"_watch_entropy": "_watch_ema", "_settled": "_watch_settled",
 _GONE = ("_watch_ref", "_watch_trough", "_watch_below", "_watch_stalled", "_stalled", "_grad")
 _ADDED = ("_ref_target", "_target_now", "_watch_settled", "_watch_stalled_for", "_span_lo",
           "_span_hi", "_acc_sum", "_acc_count", "_gain", "_exp_avg", "_exp_avg_sq",
-          "_adam_step", "_noise", "_slowdown")
-"""Buffers earlier layouts lacked: a fresh controller's values are taken."""
+          "_adam_step", "_noise", "_slowdown")  # absent earlier: a fresh controller's are taken
+# The SGD rule's torch.optim.Adam state, once its _extra_state, now buffers:
 _ADAM = {"exp_avg": "_exp_avg", "exp_avg_sq": "_exp_avg_sq", "step": "_adam_step"}
-"""The SGD rule's ``torch.optim.Adam`` state (earlier, its ``_extra_state``): now buffers."""
 
 
 def _upgrade(module: nn.Module, state_dict: Dict[str, Any], prefix: str, *args: Any) -> None:

@@ -1,14 +1,10 @@
-"""The one driver of every rule: the shared state, and one update on the host or on tensors.
-
-An update runs the rule, bounds ``log_alpha`` to ``[min_alpha, max_alpha]`` and
-``limit_log_alpha_span``, and runs the windup watch (and settled annealing); without a finite
-entropy from a non-empty batch it changes nothing but the NaN/inf count.  On CPU state it
-runs as NumPy over views of the buffers, elsewhere as tensor ops that never read a value on
-the host; both give the same bits.
-"""
+"""The one driver of every rule: the shared state, and one update (rule, bounds, watch; only
+the NaN/inf count without a finite entropy from a non-empty batch) as NumPy over views of CPU
+buffers or as tensor ops, with the same bits."""
 import math
 import warnings
-from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple, Union
+from collections import namedtuple
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -27,7 +23,7 @@ from alf_entropy.controllers.watch import (
 )
 from alf_entropy.tensor_specs import TensorSpec
 from alf_entropy.utils import nest, summary
-from alf_entropy.utils.checks import check_int, check_real
+from alf_entropy.utils.checks import check_choice, check_int, check_real
 
 __all__ = ["Driver", "UPDATE_MODES", "NO_SPAN", "TARGET_STATE", "WatchState"]
 
@@ -38,40 +34,29 @@ NO_SPAN = 1e30
 TARGET_STATE = ("_target_now", "_ref_target")
 """``state_dict`` entries (last name part) that hold the target."""
 
-
-class Bounds(NamedTuple):
-    lo: float
-    hi: float
-    span: float
-
-
-class Update(NamedTuple):  # everything one update reads and writes
-    rule: Any  # the rule's ``State``
-    watch: WatchState
-    target: Any
-    span_lo: Any
-    span_hi: Any
+Bounds = namedtuple("Bounds", "lo hi span")
+Update = namedtuple("Update", "rule watch target span_lo span_hi")  # what an update reads, writes
 
 
 class Driver(AlfSubAlgorithm):
-    """Holds the shared state and runs a rule: a controller defines ``State`` (registering a
-    buffer ``"_" + field`` for each field), ``_constants`` and ``_rule``."""
+    """Holds the shared state and runs a rule: a controller defines ``State`` (and a buffer
+    ``"_" + field`` for each field), ``_constants`` and ``_rule`` (here: ``alpha`` stays)."""
 
-    State: Any = NamedTuple
+    State: Any = namedtuple("State", "log_alpha")
     CLAMPED = True  # alpha stays in [min_alpha, max_alpha] (not a fixed coefficient)
     ZERO_ALPHA = False  # alpha may be 0 (a log-space rule cannot start there)
 
-    def __init__(self, action_spec: Any, target_entropy: Any, initial_alpha: float,
-                 min_alpha: float, max_alpha: Optional[float], update_mode: str,
-                 batch_shape: Sequence[int], debug_summaries: bool, name: str):
+    def __init__(self, action_spec: Any, target_entropy: Any = None, initial_alpha: float = 0.1,
+                 min_alpha: float = 1e-4, max_alpha: Optional[float] = None,
+                 update_mode: str = "auto", batch_shape: Sequence[int] = (),
+                 debug_summaries: bool = False, name: str = "EntropyController"):
         super().__init__(debug_summaries=debug_summaries, name=name)
         specs = nest.flatten(action_spec)
         if not specs or not all(isinstance(s, TensorSpec) for s in specs):
             raise TypeError(f"action_spec must be a non-empty nest of TensorSpec: {action_spec!r}")
         if not isinstance(batch_shape, (tuple, list)) or len(batch_shape) > 1:
             raise ValueError(f"batch_shape must be () or (K,), got {batch_shape!r}")
-        if update_mode not in UPDATE_MODES:
-            raise ValueError(f"update_mode must be one of {UPDATE_MODES}, got {update_mode!r}")
+        check_choice("update_mode", update_mode, UPDATE_MODES)
         self._action_spec, self._update_mode = action_spec, update_mode
         self._batch = tuple(check_int("batch_shape[0]", k, minimum=1) for k in batch_shape)
         self._target = Target(target_entropy, action_spec, self._batch, name)
@@ -98,8 +83,7 @@ class Driver(AlfSubAlgorithm):
     def _full(self, value: Union[float, Sequence[float]],
               dtype: Optional[torch.dtype] = None) -> torch.Tensor:
         """A tensor of ``batch_shape`` (float32 unless ``dtype``) on the state's device."""
-        log_alpha = self._buffers.get("_log_alpha")
-        device = None if log_alpha is None else log_alpha.device
+        device = getattr(self._buffers.get("_log_alpha"), "device", None)
         if isinstance(value, (list, tuple)):
             return torch.tensor(value, dtype=dtype).reshape(self._batch).to(device)
         return torch.full(self._batch, value, dtype=dtype or torch.float32, device=device)
@@ -109,8 +93,7 @@ class Driver(AlfSubAlgorithm):
         settings = {**self._settings, **changes}
         lo, hi = self._log_bounds(settings)
         self._settings, self._c = settings, self._constants(settings)
-        self._b = Bounds(lo, hi, self._span) if self.CLAMPED else Bounds(
-            -math.inf, math.inf, self._span)
+        self._b = Bounds(*((lo, hi) if self.CLAMPED else (-math.inf, math.inf)), self._span)
         self._w = anneal_of(self._target.annealing)
 
     @staticmethod
@@ -120,15 +103,16 @@ class Driver(AlfSubAlgorithm):
         high = check_real("max_alpha", s["max_alpha"], positive=True, allow_none=True)
         if high is not None and high < low:
             raise ValueError(f"min_alpha ({low}) must be <= max_alpha ({high})")
-        return f32(math.log(low)) if low > 0 else -math.inf, math.inf if high is None else f32(
-            math.log(high))
+        return (f32(math.log(low)) if low > 0 else -math.inf,
+                math.inf if high is None else f32(math.log(high)))
 
     def _constants(self, settings: Dict[str, Any]) -> Any:
-        """Check the rule's settings; its constants (a tuple of Python floats)."""
+        """Check the rule's settings; its constants (Python floats)."""
         return ()
 
-    def _rule(self, x: Any, s: Any, entropy: Any, target: Any) -> Any:
-        """One step of the control law (``x``: the ops): the new ``State``."""
+    @staticmethod
+    def _rule(x: Any, s: Any, entropy: Any, target: Any, c: Any) -> Any:
+        """The control law (``x``: the ops; ``c``: the constants): the new ``State``."""
         return s
 
     def _read(self) -> Update:
@@ -151,7 +135,7 @@ class Driver(AlfSubAlgorithm):
         """One update of the rule, the bounds, the span limit and the watch."""
         finite = x.isfinite(entropy)
         entropy = x.where(finite, entropy, 0.0)
-        rule = self._rule(x, s.rule, entropy, s.target)
+        rule = self._rule(x, s.rule, entropy, s.target, self._c)
         b = self._b
         log_alpha = x.minimum(x.maximum(rule.log_alpha, b.lo), b.hi)
         if b.span < NO_SPAN:  # a constant: no branch on a value
@@ -190,8 +174,7 @@ class Driver(AlfSubAlgorithm):
         return self.alpha
 
     def _after_update(self, unreachable: Any) -> None:
-        """Summaries, and the unreachable warning where reading it costs nothing more
-        (``unreachable``: the host path's verdict; None on the tensor path)."""
+        """Summaries; the unreachable warning where reading costs nothing (host path; summary)."""
         if summary.should_record_summaries():
             stalled = self._watch_stalled_for >= WINDUP_WINDOW
             unreachable = bool(stalled.any())  # a summary step reads the device anyway
@@ -201,12 +184,16 @@ class Driver(AlfSubAlgorithm):
                               **self._debug_values())
             if not self._target.constant or self._target.annealing:
                 values["target_entropy"] = self._target_now
-            with summary.scope(self._name):
-                for tag, value in values.items():
-                    for k, v in enumerate(value.reshape(-1)):
-                        summary.scalar(tag if self._batch == () else f"{tag}/{k}", v)
+            self._scalars(values)
         if unreachable and "unreachable" not in self._warned:
             self._warn("unreachable", unreachable_message(self))
+
+    def _scalars(self, values: Dict[str, torch.Tensor]) -> None:
+        """Summaries of ``values`` (one a member, ``tag/k``, for a batch)."""
+        with summary.scope(self._name):
+            for tag, value in values.items():
+                for k, v in enumerate(value.reshape(-1)):
+                    summary.scalar(tag if self._batch == () else f"{tag}/{k}", v)
 
     def _warn(self, key: str, message: str) -> None:
         self._warned.add(key)
@@ -214,8 +201,7 @@ class Driver(AlfSubAlgorithm):
         warnings.warn(f"{self._name}: {message}", stacklevel=5)
 
     def _debug_values(self) -> Dict[str, torch.Tensor]:
-        """The rule's own debug summaries."""
-        return {}
+        return {}  # the rule's own debug summaries
 
 
 def _flat(s: Update) -> list:

@@ -1,6 +1,6 @@
 """A fixed coefficient: "no adjustment" as a controller."""
 import math
-from typing import Any, Dict, NamedTuple, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 import gin
 import torch
@@ -11,21 +11,15 @@ from alf_entropy.utils.checks import check_real
 __all__ = ["FixedEntropyCoefficient"]
 
 
-class FixedState(NamedTuple):
-    log_alpha: Any
-
-
 @gin.configurable
 class FixedEntropyCoefficient(EntropyController):
     """A constant ``alpha`` through the same driver (and watch) as the adaptive controllers.
 
-    The shared arguments are ``EntropyController``'s (``initial_alpha`` is the
-    coefficient, >= 0 and not clamped by ``min_alpha``/``max_alpha``; ``target_entropy`` is
-    only reported); its own:
+    Shared arguments: ``EntropyController``'s (``initial_alpha``, the coefficient, is >= 0 and
+    not clamped; ``target_entropy`` is only reported); its own:
 
     Args:
-        alpha: the coefficient, another name of ``initial_alpha`` (``configure(alpha=...)``
-            changes it at once).
+        alpha: another name of ``initial_alpha`` (``configure(alpha=...)`` sets it at once).
 
     Examples:
         >>> import torch
@@ -36,24 +30,21 @@ class FixedEntropyCoefficient(EntropyController):
         tensor([-0.0500, -0.0500, -0.0500, -0.0500])
     """
 
-    State = FixedState
-    CLAMPED, ZERO_ALPHA = False, True
+    CLAMPED, ZERO_ALPHA = False, True  # the driver's State and _rule: log_alpha stays
+    stage = property(lambda self: torch.full_like(self._watch_count, -1, dtype=torch.int32))
 
-    def __init__(self, action_spec: Any, initial_alpha: float = 0.1,
-                 target_entropy: Any = None, min_alpha: float = 1e-4,
-                 max_alpha: Optional[float] = None, update_mode: str = "auto",
-                 batch_shape: Sequence[int] = (), alpha: Optional[float] = None,
-                 debug_summaries: bool = False, name: str = "FixedEntropyCoefficient",
-                 **unknown: Any):
+    def __init__(self, action_spec: Any, initial_alpha: float = 0.1, target_entropy: Any = None,
+                 min_alpha: float = 1e-4, max_alpha: Optional[float] = None,
+                 update_mode: str = "auto", batch_shape: Sequence[int] = (),
+                 alpha: Optional[float] = None, debug_summaries: bool = False,
+                 name: str = "FixedEntropyCoefficient", **unknown: Any):
         if alpha is not None:
             if initial_alpha != 0.1:
                 raise TypeError("give the coefficient as initial_alpha or as alpha, not both")
             initial_alpha = alpha
         super().__init__(action_spec, target_entropy, initial_alpha, min_alpha, max_alpha,
                          update_mode, batch_shape, debug_summaries, name)
-        self._settings.update(alpha=initial_alpha)
-        self._refuse(unknown)
-        self._configure({})
+        self._take(unknown, alpha=initial_alpha)
 
     def _constants(self, s: Dict[str, Any]) -> Any:
         alpha = check_real("alpha", s["alpha"], minimum=0.0)
@@ -64,11 +55,3 @@ class FixedEntropyCoefficient(EntropyController):
         super().configure(**changes)
         with torch.no_grad():
             self._log_alpha.fill_(self._c[0])
-
-    def _rule(self, x: Any, s: FixedState, entropy: Any, target: Any) -> FixedState:
-        return s
-
-    @property
-    def stage(self) -> torch.Tensor:
-        """Always -1 (the free stage: alpha fixed)."""
-        return torch.full_like(self._watch_count, -1, dtype=torch.int32)

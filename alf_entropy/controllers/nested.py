@@ -19,17 +19,13 @@ __all__ = ["NestedEntropyTargetAlgorithm"]
 
 @gin.configurable
 class NestedEntropyTargetAlgorithm(EntropyController):
-    """One controller per action leaf: each sees only its own action's entropy (a discrete
-    "which tool" and a continuous "how hard" keep their own targets); the losses are summed.
-
-    The common properties aggregate: ``alpha`` the mean over the leaves, ``target_entropy``
-    the sum, ``stage`` the least advanced, ``unreachable_target`` any, ``num_nonfinite_entropy``
-    the sum; ``leaf_algorithms()`` gives each leaf.  Entropy arguments are nests like the spec.
-
-    The shared arguments are ``EntropyController``'s, passed to every leaf; its own:
+    """One controller per action leaf, on its own action's entropy (nests like the spec); the
+    losses summed.  ``alpha`` is the leaves' mean, ``target_entropy`` and
+    ``num_nonfinite_entropy`` the sum, ``stage`` the least advanced, ``unreachable_target`` any,
+    ``settings`` the first leaf's.  Shared arguments: ``EntropyController``'s, for every leaf:
 
     Args:
-        leaf_cls: each leaf's controller class.
+        leaf_cls: the leaves' controller class.
         target_entropy: None (each leaf's default), a nest like ``action_spec``, or a list with
             one entry per leaf (``nest.flatten`` order).
         max_entropy: None, one number for every leaf, or a nest/list as ``target_entropy``.
@@ -38,28 +34,27 @@ class NestedEntropyTargetAlgorithm(EntropyController):
 
     def __init__(self, action_spec: Any,
                  leaf_cls: Callable[..., EntropyController] = EntropyTargetAlgorithm,
-                 target_entropy: Any = None, max_entropy: Any = None,
-                 initial_alpha: float = 0.1, min_alpha: float = 1e-4,
-                 max_alpha: Optional[float] = None, update_mode: str = "auto",
-                 batch_shape: Sequence[int] = (), debug_summaries: bool = False,
-                 name: str = "NestedEntropyTargetAlgorithm", **leaf_settings: Any):
+                 target_entropy: Any = None, max_entropy: Any = None, initial_alpha: float = 0.1,
+                 min_alpha: float = 1e-4, max_alpha: Optional[float] = None,
+                 update_mode: str = "auto", batch_shape: Sequence[int] = (),
+                 debug_summaries: bool = False, name: str = "NestedEntropyTargetAlgorithm",
+                 **leaf_settings: Any):
         Algorithm.__init__(self, debug_summaries=debug_summaries, name=name)
         self._action_spec, self._batch = action_spec, tuple(batch_shape)
         self._paths = [p for p, _ in nest.flatten_with_path(action_spec)]
-        specs = nest.flatten(action_spec)
         if is_real(max_entropy):
-            max_entropy = [max_entropy] * len(specs)
+            max_entropy = [max_entropy] * len(self._paths)
         shared = dict(leaf_settings, initial_alpha=initial_alpha, min_alpha=min_alpha,
                       max_alpha=max_alpha, update_mode=update_mode, batch_shape=batch_shape,
                       debug_summaries=debug_summaries)
+        targets = self._per_leaf(target_entropy, "target_entropy")
+        maxima = self._per_leaf(max_entropy, "max_entropy")
         # Keyed by path ("." is not allowed in module names): "_leaves.arm/grip._log_alpha".
         self._leaves = nn.ModuleDict(
             (path.replace(".", "/") or "action",
              leaf_cls(spec, target_entropy=t, name=f"{name}/{path}",
                       **(shared if m is None else dict(shared, max_entropy=m))))
-            for path, spec, t, m in zip(self._paths, specs, self._per_leaf(target_entropy,
-                                        "target_entropy"), self._per_leaf(max_entropy,
-                                                                          "max_entropy")))
+            for path, spec, t, m in zip(self._paths, nest.flatten(action_spec), targets, maxima))
 
     def _per_leaf(self, value: Any, arg_name: str = "entropy") -> List[Any]:
         """``value`` as one entry per leaf: None, a nest like the spec, or a flat list."""
@@ -80,38 +75,19 @@ class NestedEntropyTargetAlgorithm(EntropyController):
     def _each(self, fn: Callable[[EntropyController], Any]) -> List[Any]:
         return [fn(leaf) for leaf in self._leaves.values()]
 
-    @property
-    def alpha(self) -> torch.Tensor:
-        """The mean ``alpha`` over the leaves."""
-        return torch.stack(self._each(lambda c: c.alpha)).mean(0)
+    def _stack(self, attr: str) -> torch.Tensor:
+        return torch.stack(self._each(lambda c: getattr(c, attr)))
 
-    @property
-    def log_alpha(self) -> torch.Tensor:
-        return self.alpha.log()
-
-    @property
-    def target_entropy(self) -> float:
-        """The sum of the leaves' targets (comparable with the total entropy)."""
-        return sum(self._each(lambda c: c.target_entropy))
-
-    @property
-    def settings(self) -> Dict[str, Any]:
-        """The first leaf's settings (``configure`` changes every leaf's)."""
-        return self._each(lambda c: c.settings)[0]
-
-    @property
-    def stage(self) -> torch.Tensor:
-        return torch.stack(self._each(lambda c: c.stage)).min(0).values
-
-    @property
-    def unreachable_target(self) -> torch.Tensor:
-        return torch.stack(self._each(lambda c: c.unreachable_target)).any(0)
-
-    @property
-    def num_nonfinite_entropy(self) -> torch.Tensor:
-        return torch.stack(self._each(lambda c: c.num_nonfinite_entropy)).sum(0)
+    alpha = property(lambda self: self._stack("alpha").mean(0))
+    log_alpha = property(lambda self: self.alpha.log())
+    target_entropy = property(lambda self: sum(self._each(lambda c: c.target_entropy)))
+    settings = property(lambda self: self._each(lambda c: c.settings)[0])
+    stage = property(lambda self: self._stack("stage").min(0).values)
+    unreachable_target = property(lambda self: self._stack("unreachable_target").any(0))
+    num_nonfinite_entropy = property(lambda self: self._stack("num_nonfinite_entropy").sum(0))
 
     def configure(self, **changes: Any) -> None:
+        """Change every leaf's settings."""
         self._each(lambda c: c.configure(**changes))
 
     def limit_log_alpha_span(self, span: Optional[float]) -> None:

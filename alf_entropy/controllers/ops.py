@@ -1,12 +1,9 @@
-"""The ops every rule is written in, and the entropy window.
-
-A rule never branches in Python on a value: each decision is an ``x.where``, so one rule
-runs on CPU state as NumPy (``ScalarOps`` for one controller, ``ArrayOps`` for a batch: plain
-memory reads) and on any device as tensors (``TensorOps``: no host read), with the same
-dtypes and bits.  Constants are Python floats on both (weak scalars, in NumPy >= 2 as in
-torch); a Python float chosen by ``where`` is float32 on both.  A rule divides a number by a
-tensor only as ``1.0 / t`` (torch computes ``c / t`` as ``c * (1 / t)``).
-"""
+"""The ops every rule is written in, and the entropy window.  A rule never branches in Python
+on a value (each decision an ``x.where``), so it runs on CPU state as NumPy (``ScalarOps``;
+``ArrayOps`` for a batch) and anywhere as tensors (``TensorOps``: no host read), with the same
+bits.  Bit traps: Python-float constants are weak scalars on both (NumPy >= 2) and float32 when
+``where`` chooses them; a number divided by a tensor only as ``1.0 / t`` (torch's ``c / t`` is
+``c * (1 / t)``); sqrt and log in float64, then cast."""
 from typing import Any, Callable, Tuple
 
 import numpy as np
@@ -37,14 +34,7 @@ class ScalarOps:
     f32, f64, i32, isfinite = np.float32, np.float64, np.int32, np.isfinite
     sqrt = staticmethod(lambda v: np.float32(np.sqrt(np.float64(v))))
     log = staticmethod(lambda v: np.float32(_log64(v)))
-
-    @staticmethod
-    def where(cond: Any, a: Any, b: Any) -> Any:
-        return _f32(a if cond else b)
-
-    @staticmethod
-    def gate(valid: Any, new: Any, old: Any) -> Any:
-        return new if valid else old
+    where = staticmethod(lambda cond, a, b: _f32(a if cond else b))
 
     @staticmethod
     def push(window: np.ndarray, seen: Any, value: Any) -> np.ndarray:
@@ -55,7 +45,7 @@ class ScalarOps:
 
     @staticmethod
     def via_torch(fn: Callable[..., torch.Tensor], *args: Any) -> Any:
-        """``fn`` (of tensors) on these values: where only torch's own kernels give its bits."""
+        """``fn`` (of tensors) on these values, where only torch's kernels give its bits."""
         out = fn(*(torch.as_tensor(a) for a in args))
         return tuple(o.numpy()[()] for o in out) if isinstance(out, tuple) else out.numpy()[()]
 
@@ -65,15 +55,7 @@ class ArrayOps(ScalarOps):
 
     maximum, minimum, abs = staticmethod(np.maximum), staticmethod(np.minimum), staticmethod(np.abs)
     clip = staticmethod(np.clip)
-
-    @staticmethod
-    def where(cond: Any, a: Any, b: Any) -> Any:
-        return np.where(cond, _f32(a), _f32(b))
-
-    @staticmethod
-    def gate(valid: Any, new: Any, old: Any) -> Any:
-        return np.where(np.reshape(valid, np.shape(valid) + (1,) * (np.ndim(new) - np.ndim(valid))),
-                        new, old)
+    where = staticmethod(lambda cond, a, b: np.where(cond, _f32(a), _f32(b)))
 
     @staticmethod
     def push(window: np.ndarray, seen: Any, value: Any) -> np.ndarray:
@@ -103,10 +85,6 @@ class TensorOps:
     via_torch = staticmethod(lambda fn, *args: fn(*args))
 
     @staticmethod
-    def gate(valid: torch.Tensor, new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
-        return torch.where(valid.reshape(valid.shape + (1,) * (new.dim() - valid.dim())), new, old)
-
-    @staticmethod
     def push(window: torch.Tensor, seen: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
         slots = torch.arange(window.shape[-1], device=window.device)
         hit = slots == (seen % window.shape[-1]).unsqueeze(-1)
@@ -114,14 +92,14 @@ class TensorOps:
 
 
 def gate(x: Any, valid: Any, new: Any, old: Any) -> Any:
-    """``new`` where ``valid``, else ``old``, field by field (tuples of tuples too)."""
+    """``new`` where ``valid``, else ``old``, field by field (nested tuples too)."""
     if isinstance(valid, (bool, np.bool_)):
         return new if valid else old
     if isinstance(valid, np.ndarray) and valid.all():
         return new
     if isinstance(new, tuple):
         return type(new)(*(gate(x, valid, n, o) for n, o in zip(new, old)))
-    return x.gate(valid, new, old)
+    return x.where(valid.reshape(valid.shape + (1,) * (new.ndim - valid.ndim)), new, old)
 
 
 def window_mean(x: Any, window: Any, seen: Any) -> Any:

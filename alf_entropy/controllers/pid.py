@@ -1,15 +1,8 @@
-"""A PID controller of ``log_alpha`` that holds the entropy at its target.
-
-SAC's gradient rule on a multiplier is pure integral control, hence its overshoot and limit
-cycles (Stooke et al. 2020, "Responsive Safety in RL by PID Lagrangian Methods"); ALF's
-staged rule moves by fixed steps whose size decays and then jumps.  The PID rule acts on
-``(target - H) / error_scale``, ``error_scale`` being how much a Boltzmann-like policy's
-entropy moves per unit of ``log_alpha`` (0.5 per continuous dimension, ``0.5 log N`` per
-discrete one), so one set of gains serves a 2-action Categorical and a 6-dimensional
-Gaussian alike; it is rate-limited, bounded, anti-windup and starts bumplessly.
-"""
+"""A PID controller of ``log_alpha`` that holds the entropy at its target: rate-limited,
+bounded, anti-windup, bumpless; why and how: docs/pid_controller.md."""
 import math
-from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple
+from collections import namedtuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import gin
 import torch
@@ -24,52 +17,17 @@ __all__ = ["PIDEntropyTargetAlgorithm", "pid_rule", "NOISE_EMA"]
 NOISE_EMA = 0.99
 """Memory of the readings' noise estimate (a running mean over its first 100 updates)."""
 
-
-class PIDState(NamedTuple):
-    log_alpha: Any
-    integral: Any
-    err_ema: Any
-    fast: Any  # fast and slow averages of the level: their difference is the trend
-    slow: Any
-    count: Any
-    gain: Any  # the integral rate's growth: + while below the target, - above
-    level: Any  # the entropy, filtered by K (the noise's)
-    noise: Any  # the readings' noise variance, from their second differences
-    reading: Any  # the last two readings
-    before: Any
-    slowdown: Any  # the last update's sqrt(k), by which every gain was multiplied
-
-
-class PIDConsts(NamedTuple):
-    inv_scale: float
-    kp: float
-    ki: float
-    kd: float
-    err_beta: float
-    fast_beta: float
-    slow_beta: float
-    deadband: float
-    max_step: float
-    gain_growth: float
-    max_gain: float
-    gain_band: float
-    noise_step: float
-    noise_beta: float
-    lo: float
-    hi: float
+# fast, slow: EMAs of the level (the trend: their difference); gain: the integral rate's growth
+# (+ below the target, - above); level: the entropy filtered by k; noise: the readings' noise
+# variance; reading, before: the last two readings; slowdown: the last sqrt(k), on every gain.
+PIDState = namedtuple("PIDState", "log_alpha integral err_ema fast slow count gain level noise "
+                      "reading before slowdown")
+PIDConsts = namedtuple("PIDConsts", "inv_scale kp ki kd err_beta fast_beta slow_beta deadband "
+                       "max_step gain_growth max_gain gain_band noise_step noise_beta lo hi")
 
 
 def pid_rule(x: Any, s: PIDState, entropy: Any, target: Any, c: PIDConsts) -> PIDState:
-    """``log_alpha = I + kp ema(e) - kd trend`` on ``e = (target - H) / error_scale``.
-
-    ``I`` integrates ``ki * gain * e`` (at most ``c.max_step`` a step); ``gain`` grows while
-    the entropy stays below the target (outside ``c.gain_band``) without rising, shrinks while
-    it rises, within ``[1, c.max_gain]``, and restarts at 1 at a crossing: a slow plant gets
-    the integral rate it needs.  ``I`` holds inside the dead band and while P and D already
-    push the other way, and absorbs what the bounds cut off (back-calculation).  The first
-    update sets ``I`` so that the output is the initial ``alpha``; ``alpha`` moves by at most
-    ``c.max_step`` in log per update.
-    """
+    """``log_alpha = I + kp ema(e) - kd trend`` on ``e = (target - H) / error_scale``."""
     first = s.count == 0
     d2 = entropy - 2.0 * s.reading + s.before  # white noise of variance v: 6 v on average
     w = x.maximum(1.0 / x.f32(x.maximum(s.count - 1, 1)), 1.0 - c.noise_beta)
@@ -93,10 +51,8 @@ def pid_rule(x: Any, s: PIDState, entropy: Any, target: Any, c: PIDConsts) -> PI
     gain = x.where(same_side & outside, gain, 1.0)
     inside = x.abs(target - level) <= c.deadband * x.abs(target)
     hold = inside | ((err > 0) & (pd < 0)) | ((err < 0) & (pd > 0))
-    step = x.minimum(x.maximum(g * c.ki * gain * x.clip(err, -1.0, 2.0), -c.max_step),
-                     c.max_step)
-    # (s.slowdown - g) * raw: a change of g alone does not move the output
-    integral = s.integral + x.where(hold, 0.0, step) + (s.slowdown - g) * raw
+    step = x.clip(g * c.ki * gain * x.clip(err, -1.0, 2.0), -c.max_step, c.max_step)
+    integral = s.integral + x.where(hold, 0.0, step) + (s.slowdown - g) * raw  # bumpless in g
     integral = x.where(first, s.log_alpha - pd, integral)
     wanted = integral + pd
     bounded = x.minimum(x.maximum(wanted, c.lo), c.hi)
@@ -109,27 +65,23 @@ def pid_rule(x: Any, s: PIDState, entropy: Any, target: Any, c: PIDConsts) -> PI
 
 @gin.configurable
 class PIDEntropyTargetAlgorithm(EntropyController):
-    """PID control of ``log_alpha`` on the entropy error (module docstring, ``pid_rule``).
-
-    The shared arguments are ``EntropyController``'s; its own:
+    """PID control of ``log_alpha`` on the entropy error (``pid_rule``); shared arguments:
+    ``EntropyController``'s; its own:
 
     Args:
         kp: proportional gain (>= 0), on an EMA of the error.
         ki: integral gain per update (>= 0); the rate starts there.
-        integral_growth: how much faster the integral runs each update while the entropy
-            stays below the target without rising (>= 1; 1: never).
+        integral_growth: the integral rate's growth per update below the target (>= 1).
         max_integral_gain: the most the integral's rate may grow, ``x ki`` (>= 1).
         growth_band: relative band around the target without growth, in ``[0, 1)``.
         kd: derivative gain (>= 0), on the entropy's trend.
         error_ema: smoothing of the error for the P term, in ``[0, 1)``.
-        trend_emas: ``(fast, slow)`` smoothing of the entropy whose difference is the
-            trend, ``0 <= fast < slow < 1``.
+        trend_emas: ``(fast, slow)`` EMAs whose difference is the trend, ``0 <= fast < slow < 1``.
         deadband: relative band around the target in which the integral holds, in ``[0, 1)``.
         max_alpha_change: the largest factor ``alpha`` may change by in one update (> 1).
         error_scale: entropy per unit of ``log_alpha`` (> 0); None: from the spec.
-        noise_step: the ``log_alpha`` step that the readings' noise alone may cause per
-            update (> 0): the noisier the readings, the more they are filtered and the
-            slower every gain (``pid_rule``); ``inf``: no filter.
+        noise_step: the ``log_alpha`` step the readings' noise may cause per update (> 0;
+            the noisier, the more filtered and slower); ``inf``: no filter.
 
     Examples:
         >>> import torch
@@ -141,41 +93,37 @@ class PIDEntropyTargetAlgorithm(EntropyController):
         True
     """
 
-    State = PIDState
+    State, _rule = PIDState, staticmethod(pid_rule)
 
-    def __init__(self, action_spec: Any, initial_alpha: float = 0.1,
-                 target_entropy: Any = None, kp: float = 2.0, ki: float = 0.05,
-                 kd: float = 0.5, integral_growth: float = 1.1, max_integral_gain: float = 30.0,
-                 growth_band: float = 0.02, error_ema: float = 0.3,
+    def __init__(self, action_spec: Any, initial_alpha: float = 0.1, target_entropy: Any = None,
+                 kp: float = 2.0, ki: float = 0.05, kd: float = 0.5, integral_growth: float = 1.1,
+                 max_integral_gain: float = 30.0, growth_band: float = 0.02, error_ema: float = 0.3,
                  trend_emas: Tuple[float, float] = (0.6, 0.9), deadband: float = 0.0,
                  max_alpha_change: float = 1.25, min_alpha: float = 1e-4,
                  max_alpha: Optional[float] = None, error_scale: Optional[float] = None,
                  noise_step: float = 0.05, update_mode: str = "auto",
                  batch_shape: Sequence[int] = (), debug_summaries: bool = False,
-                 name: str = "PIDEntropyTargetAlgorithm",
-                 **unknown: Any):
+                 name: str = "PIDEntropyTargetAlgorithm", **unknown: Any):
         super().__init__(action_spec, target_entropy, initial_alpha, min_alpha, max_alpha,
                          update_mode, batch_shape, debug_summaries, name)
-        self._settings.update(
-            kp=kp, ki=ki, kd=kd, integral_growth=integral_growth,
-            max_integral_gain=max_integral_gain, growth_band=growth_band, error_ema=error_ema,
-            trend_emas=trend_emas, deadband=deadband, max_alpha_change=max_alpha_change,
-            error_scale=error_scale, noise_step=noise_step)
-        self._refuse(unknown)
-        self._configure({})
+        self._take(unknown, kp=kp, ki=ki, kd=kd, integral_growth=integral_growth,
+                   max_integral_gain=max_integral_gain, growth_band=growth_band,
+                   error_ema=error_ema, trend_emas=trend_emas, deadband=deadband,
+                   max_alpha_change=max_alpha_change, error_scale=error_scale,
+                   noise_step=noise_step)
         self.register_buffer("_integral", self._log_alpha.clone())
-        for name in ("_err_ema", "_fast", "_slow"):
-            self.register_buffer(name, self._full(0.0))
         self.register_buffer("_count", self._full(0, torch.int64))
-        self.register_buffer("_gain", self._full(1.0))
-        for name in ("_level", "_noise", "_reading", "_before"):
+        for name in ("_err_ema", "_fast", "_slow", "_level", "_noise", "_reading", "_before"):
             self.register_buffer(name, self._full(0.0))
-        self.register_buffer("_slowdown", self._full(1.0))
+        for name in ("_gain", "_slowdown"):
+            self.register_buffer(name, self._full(1.0))
 
     def _constants(self, s: Dict[str, Any]) -> PIDConsts:
-        for arg in ("kp", "ki", "kd"):
-            check_real(arg, s[arg], minimum=0.0)
-        check_real("error_ema", s["error_ema"], minimum=0.0, below=1.0)
+        for arg, least in (("kp", 0.0), ("ki", 0.0), ("kd", 0.0), ("integral_growth", 1.0),
+                           ("max_integral_gain", 1.0)):
+            check_real(arg, s[arg], minimum=least)
+        for arg in ("error_ema", "growth_band"):
+            check_real(arg, s[arg], minimum=0.0, below=1.0)
         trend = s["trend_emas"]
         if not isinstance(trend, (tuple, list)) or len(trend) != 2:
             raise TypeError(f"trend_emas must be a pair (fast, slow), got {trend!r}")
@@ -183,18 +131,12 @@ class PIDEntropyTargetAlgorithm(EntropyController):
         if not fast < slow < 1:
             raise ValueError(f"trend_emas must satisfy 0 <= fast < slow < 1, got {trend!r}")
         check_real("deadband", s["deadband"], minimum=0.0, maximum=0.99)
-        growth = check_real("integral_growth", s["integral_growth"], minimum=1.0)
-        check_real("max_integral_gain", s["max_integral_gain"], minimum=1.0)
-        check_real("growth_band", s["growth_band"], minimum=0.0, below=1.0)
         check_real("max_alpha_change", s["max_alpha_change"], above=1.0)
         noise_step = check_real("noise_step", s["noise_step"], positive=True, finite=False)
         return PIDConsts(*map(f32, (
             1.0 / self._error_scale(s), s["kp"], s["ki"], s["kd"], s["error_ema"], fast, slow,
-            s["deadband"], math.log(s["max_alpha_change"]), growth, s["max_integral_gain"],
-            s["growth_band"], noise_step, NOISE_EMA, *self._log_bounds(s))))
-
-    def _rule(self, x: Any, s: PIDState, entropy: Any, target: Any) -> PIDState:
-        return pid_rule(x, s, entropy, target, self._c)
+            s["deadband"], math.log(s["max_alpha_change"]), s["integral_growth"],
+            s["max_integral_gain"], s["growth_band"], noise_step, NOISE_EMA, *self._log_bounds(s))))
 
     def _error_scale(self, s: Dict[str, Any]) -> float:
         if s["error_scale"] is None:

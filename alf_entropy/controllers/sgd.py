@@ -1,13 +1,8 @@
-"""SAC's gradient rule for ``alpha`` (ALF's ``SGDEntropyTargetAlgorithm``).
-
-``log_alpha`` descends the loss ``log_alpha * (H - target)``, ``H`` the batch-mean entropy
-averaged over the last ``window_size`` updates, with Adam (SAC's: ``lr=3e-4``) or plain
-gradient steps, written as a rule like the others: the moments are buffers, saved and copied
-with the module, and the tensor path reads nothing on the host.  Adam's arithmetic is torch's
-own (``torch.optim.Adam`` gives the same bits), so the host path hands it to torch.
-"""
+"""SAC's gradient rule for ``alpha`` (ALF's ``SGDEntropyTargetAlgorithm``) as a pure rule: Adam
+(its moments buffers) or plain steps down ``log_alpha * (H - target)``, in torch's kernels."""
 import functools
-from typing import Any, Dict, NamedTuple, Optional, Sequence
+from collections import namedtuple
+from typing import Any, Dict, Optional, Sequence
 
 import gin
 import torch
@@ -18,25 +13,14 @@ from alf_entropy.utils.checks import check_choice, check_int, check_real
 
 __all__ = ["SGDEntropyTargetAlgorithm", "adam_step"]
 
-
-class SGDState(NamedTuple):
-    log_alpha: Any
-    window: Any
-    seen: Any
-    exp_avg: Any  # Adam's moments and step count, as torch.optim.Adam names them
-    exp_avg_sq: Any
-    adam_step: Any
-
-
-class SGDConsts(NamedTuple):
-    lr: float
-    adam: bool
+# exp_avg, exp_avg_sq, adam_step: Adam's moments and step count (torch.optim.Adam's names)
+SGDState = namedtuple("SGDState", "log_alpha window seen exp_avg exp_avg_sq adam_step")
+SGDConsts = namedtuple("SGDConsts", "lr adam")
 
 
 def adam_step(lr: float, log_alpha: torch.Tensor, m: torch.Tensor, v: torch.Tensor,
               t: torch.Tensor, grad: torch.Tensor) -> tuple:
-    """One step of ``torch.optim.Adam`` (betas 0.9, 0.999, eps 1e-8; its single-tensor
-    arithmetic, the bias corrections from a tensor step count): ``(log_alpha, m, v, t)``."""
+    """``torch.optim.Adam``'s step, bit for bit (betas 0.9, 0.999, eps 1e-8): ``(p, m, v, t)``."""
     t = t + 1
     m = torch.lerp(m, grad, 1 - 0.9)
     v = torch.addcmul(v * 0.999, grad, grad, value=1 - 0.999)
@@ -59,8 +43,7 @@ def sgd_rule(x: Any, s: SGDState, entropy: Any, target: Any, c: SGDConsts) -> SG
 
 
 def _rule_of(optimizer: Any, lr: float) -> tuple:
-    """``(name, lr)`` of ``optimizer``: a name, or an earlier config's torch optimiser factory
-    (``functools.partial(torch.optim.Adam, lr=...)``) that the rule can run."""
+    """``(name, lr)`` of a name or an earlier config's factory (``partial(Adam, lr=...)``)."""
     if isinstance(optimizer, str):
         return optimizer, lr
     opt = optimizer([torch.zeros((), requires_grad=True)]) if callable(optimizer) else None
@@ -77,12 +60,8 @@ def _rule_of(optimizer: Any, lr: float) -> tuple:
 
 @gin.configurable
 class SGDEntropyTargetAlgorithm(EntropyController):
-    """SAC's gradient rule for ``alpha`` (module docstring).
-
-    Each update takes one step; ``entropy_loss``'s ``scalar_loss`` is zero, so a parent's
-    optimiser never touches ``log_alpha``.
-
-    The shared arguments are ``EntropyController``'s; its own:
+    """SAC's gradient rule: one step an update, by its own optimiser (``scalar_loss`` is zero:
+    a parent's never touches ``log_alpha``).  Shared arguments: ``EntropyController``'s:
 
     Args:
         lr: the learning rate of ``log_alpha`` (>= 0; 0: a fixed alpha that logs its target).
@@ -103,20 +82,18 @@ class SGDEntropyTargetAlgorithm(EntropyController):
         (True, tensor(0.))
     """
 
-    State = SGDState
+    State, _rule = SGDState, staticmethod(sgd_rule)
 
-    def __init__(self, action_spec: Any, initial_alpha: float = 0.1,
-                 target_entropy: Any = None, window_size: int = 1, lr: float = 3e-4,
-                 optimizer: str = "adam", min_alpha: float = 1e-4,
-                 max_alpha: Optional[float] = None, update_mode: str = "auto",
-                 batch_shape: Sequence[int] = (), debug_summaries: bool = False,
-                 name: str = "SGDEntropyTargetAlgorithm", **unknown: Any):
+    def __init__(self, action_spec: Any, initial_alpha: float = 0.1, target_entropy: Any = None,
+                 window_size: int = 1, lr: float = 3e-4, optimizer: str = "adam",
+                 min_alpha: float = 1e-4, max_alpha: Optional[float] = None,
+                 update_mode: str = "auto", batch_shape: Sequence[int] = (),
+                 debug_summaries: bool = False, name: str = "SGDEntropyTargetAlgorithm",
+                 **unknown: Any):
         super().__init__(action_spec, target_entropy, initial_alpha, min_alpha, max_alpha,
                          update_mode, batch_shape, debug_summaries, name)
         optimizer, lr = _rule_of(optimizer, lr)
-        self._settings.update(lr=lr, optimizer=optimizer)
-        self._refuse(unknown)
-        self._configure({})
+        self._take(unknown, lr=lr, optimizer=optimizer)
         window = check_int("window_size", window_size, minimum=1)
         self.register_buffer("_window", torch.zeros(self._batch + (window,)))
         self.register_buffer("_seen", self._full(0, torch.int64))
@@ -127,9 +104,6 @@ class SGDEntropyTargetAlgorithm(EntropyController):
     def _constants(self, s: Dict[str, Any]) -> SGDConsts:
         check_choice("optimizer", s["optimizer"], ("adam", "sgd"))
         return SGDConsts(check_real("lr", s["lr"], minimum=0.0), s["optimizer"] == "adam")
-
-    def _rule(self, x: Any, s: SGDState, entropy: Any, target: Any) -> SGDState:
-        return sgd_rule(x, s, entropy, target, self._c)
 
     def _debug_values(self) -> Dict[str, torch.Tensor]:
         return {"entropy": window_mean(TensorOps, self._window, self._seen)}

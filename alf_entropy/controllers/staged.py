@@ -1,6 +1,7 @@
 """ALF's staged controller (``EntropyTargetAlgorithm``), step for step."""
 import math
-from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence
+from collections import namedtuple
+from typing import Any, Callable, Dict, Optional, Sequence
 
 import gin
 import numpy as np
@@ -15,34 +16,20 @@ from alf_entropy.utils.checks import check_int, check_real
 __all__ = ["EntropyTargetAlgorithm", "describe_stage", "STUCK_UPDATES"]
 
 STUCK_UPDATES = 1000
-"""Not adjusting after ``max(STUCK_UPDATES, 10 * average_window)`` updates: one warning."""
+"""Still not adjusting after ``max(STUCK_UPDATES, 10 * average_window)`` updates: a warning."""
 TARGET_MOVE = 0.05  # track_target_changes: a larger relative move restarts adjusting
 
-
-class StagedState(NamedTuple):
-    log_alpha: Any
-    stage: Any  # < -2 estimating max_entropy, -2 init, -1 free, 0/1 adjust (below/above)
-    update_rate: Any
-    max_entropy: Any
-    ref_target: Any  # the target when adjusting last (re)started (track_target_changes)
-    window: Any  # the last ``average_window`` entropies
-    seen: Any
-
-
-class StagedConsts(NamedTuple):
-    very_slow_update_rate: float
-    slow_update_rate: float  # float64 in ALF, as are the two below
-    fast_update_rate: float
-    min_log_alpha: float
-    retarget_rate: float
-    track: float
+# ref_target: the target when adjusting last (re)started; window: the last entropies
+StagedState = namedtuple("StagedState", "log_alpha stage update_rate max_entropy ref_target "
+                         "window seen")
+StagedConsts = namedtuple("StagedConsts", "very_slow_update_rate slow_update_rate "
+                          "fast_update_rate min_log_alpha retarget_rate track")
 
 
 def staged_rule(x: Any, s: StagedState, entropy: Any, target: Any,
                 c: StagedConsts) -> StagedState:
-    """ALF's ``adjust_alpha`` (the PyTorch version): each sequential ``if`` a condition and
-    each write a select, so one update cascades through several stages as in ALF.  ALF's
-    dtypes: float32 state, float64 ``log_alpha`` steps, floor and rates."""
+    """ALF's ``adjust_alpha``, each ``if`` a select (one update may cascade through stages as
+    in ALF); ALF's dtypes: float32 state, float64 ``log_alpha`` steps, floor and rates."""
     prev_avg, avg, window, seen = window_average(x, s.window, s.seen, entropy)
     log_alpha, stage, rate, max_entropy = s.log_alpha, s.stage, s.update_rate, s.max_entropy
     decreasing = avg < prev_avg
@@ -83,8 +70,7 @@ def describe_stage(stage: Any) -> str:
         stage = int(stage)
     if isinstance(stage, bool) or not isinstance(stage, (int, np.integer)):
         raise TypeError(f"stage must be an int or a 0-d integer tensor, got {stage!r}")
-    left, stage = -2 - int(stage), int(stage)
-    side = "above" if stage > 0 else "at or below"
+    stage, left, side = int(stage), -2 - int(stage), "above" if stage > 0 else "at or below"
     what = (f"estimating max_entropy ({left} more update{'s' if left > 1 else ''}), then init, "
             "free and adjust" if stage < -2 else
             "init (alpha moves until the average entropy is below max_entropy)" if stage == -2
@@ -94,23 +80,14 @@ def describe_stage(stage: Any) -> str:
 
 
 def _alf_rate(rate: float) -> float:
-    """What ALF's ``torch.tensor(rate)`` holds: float32 for a Python float, float64 for a
-    NumPy float64 such as the default ``np.log(2)``."""
+    """ALF's ``torch.tensor(rate)``: float32 from a Python float, float64 from ``np.log(2)``."""
     return float(torch.tensor(rate).to(torch.float64))
 
 
 @gin.configurable
 class EntropyTargetAlgorithm(EntropyController):
-    """ALF's staged controller: ``alpha`` keeps the entropy >= a target.
-
-    Stages: estimate ``max_entropy`` (``stage < -2``); init (-2): ``log_alpha`` creeps down
-    while the average entropy rises and up by half while it falls, until it is below
-    ``max_entropy``; free (-1): ``alpha`` fixed until the entropy falls below the target;
-    adjust (0 below / 1 above): ``log_alpha`` steps by ``update_rate``, shrunk by 0.9 at each
-    crossing, reset to ``fast_update_rate`` when the entropy drops far below the target.
-
-    The shared arguments are ``EntropyController``'s (``min_alpha <= 0`` floors at
-    ``exp(-100)``, as in ALF); its own:
+    """ALF's staged controller: ``alpha`` keeps the entropy >= a target, in the stages that
+    ``describe_stage`` names (docs/controllers.md).  Shared arguments: ``EntropyController``'s:
 
     Args:
         skip_free_stage: start in the adjust stage.
@@ -134,30 +111,28 @@ class EntropyTargetAlgorithm(EntropyController):
         (0.3732, 0)
     """
 
-    State = StagedState
+    State, _rule = StagedState, staticmethod(staged_rule)
 
-    def __init__(self, action_spec: Any, initial_alpha: float = 0.1,
-                 skip_free_stage: bool = False, max_entropy: Optional[float] = None,
-                 target_entropy: Any = None, very_slow_update_rate: float = 0.001,
-                 slow_update_rate: float = 0.01, fast_update_rate: float = np.log(2),
-                 min_alpha: float = 1e-4, average_window: int = 2, update_mode: str = "auto",
+    def __init__(self, action_spec: Any, initial_alpha: float = 0.1, skip_free_stage: bool = False,
+                 max_entropy: Optional[float] = None, target_entropy: Any = None,
+                 very_slow_update_rate: float = 0.001, slow_update_rate: float = 0.01,
+                 fast_update_rate: float = np.log(2), min_alpha: float = 1e-4,
+                 average_window: int = 2, update_mode: str = "auto",
                  track_target_changes: bool = False, retarget_update_rate: float = 0.1,
                  max_alpha: Optional[float] = None, batch_shape: Sequence[int] = (),
                  debug_summaries: bool = False, name: str = "EntropyTargetAlgorithm",
                  **unknown: Any):
         super().__init__(action_spec, target_entropy, initial_alpha, min_alpha, max_alpha,
                          update_mode, batch_shape, debug_summaries, name)
-        self._settings.update(
-            very_slow_update_rate=very_slow_update_rate, slow_update_rate=slow_update_rate,
-            fast_update_rate=fast_update_rate, track_target_changes=track_target_changes,
-            retarget_update_rate=retarget_update_rate)
-        self._refuse(unknown)
+        self._take(unknown, very_slow_update_rate=very_slow_update_rate,
+                   slow_update_rate=slow_update_rate, fast_update_rate=fast_update_rate,
+                   track_target_changes=track_target_changes,
+                   retarget_update_rate=retarget_update_rate)
         window = check_int("average_window", average_window, minimum=1)
         top = max(self._target.initial)
         if max_entropy is not None and top > check_real("max_entropy", max_entropy):
             raise ValueError(f"target_entropy ({top}) must be <= max_entropy ({max_entropy})")
         stage = 1 if skip_free_stage else (-2 - window if max_entropy is None else -2)
-        self._configure({})
         self.register_buffer("_stage", self._full(stage, torch.int32))
         self.register_buffer("_update_rate", self._full(float(np.float32(fast_update_rate))))
         self.register_buffer("_max_entropy", self._full(max_entropy or 0.0))
@@ -180,13 +155,7 @@ class EntropyTargetAlgorithm(EntropyController):
             math.log(s["min_alpha"]) if s["min_alpha"] > 0 else -100.0,
             s["retarget_update_rate"], float(s["track_target_changes"]))
 
-    def _rule(self, x: Any, s: StagedState, entropy: Any, target: Any) -> StagedState:
-        return staged_rule(x, s, entropy, target, self._c)
-
-    @property
-    def stage(self) -> torch.Tensor:
-        """< -2 estimating max entropy, -2 init, -1 free, 0/1 adjust (``describe_stage``)."""
-        return self._stage
+    stage = property(lambda self: self._stage)  # EntropyController.stage
 
     @property
     def update_rate(self) -> torch.Tensor:
@@ -209,8 +178,7 @@ class EntropyTargetAlgorithm(EntropyController):
         return self._target.fn
 
     def _debug_values(self) -> Dict[str, torch.Tensor]:
-        return {"avg_entropy": self.avg_entropy, "stage": self._stage,
-                "update_rate": self._update_rate}
+        return dict(avg_entropy=self.avg_entropy, stage=self._stage, update_rate=self._update_rate)
 
     def _after_update(self, unreachable: Any) -> None:
         super()._after_update(unreachable)

@@ -1,24 +1,14 @@
-"""The target entropy, per member of a batch: the only place it is evaluated.
-
-A target is a number, a ``Scheduler`` or any zero-argument callable (evaluated on the host at
-every update), a ``SettledAnnealing`` (run by the controller on its device), or for a batch a
-list of these.  No value above the largest entropy the spec allows is used: a constant or a
-schedule whose ``max_value()`` is above it is rejected, any other callable clamped (one
-warning); a schedule whose progress is never fed warns once after ``PROGRESS_GRACE`` updates.
-"""
+"""The target entropy, per member of a batch: the only place it is evaluated (callables on
+the host every update).  One known to exceed the spec's largest entropy is refused, any other
+callable clamped to it (one warning)."""
 import math
 import warnings
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from absl import logging
 
-from alf_entropy.utils import nest, schedulers
+from alf_entropy.utils import entropies, nest, schedulers
 from alf_entropy.utils.checks import check_real, is_real
-from alf_entropy.utils.entropies import (
-    GreedyProbabilityTarget,
-    calc_default_target_entropy,
-    calc_max_possible_entropy,
-)
 
 __all__ = ["Target", "PROGRESS_GRACE"]
 
@@ -27,24 +17,18 @@ PROGRESS_GRACE = 10
 
 
 class Target:
-    """A controller's target (module docstring).
-
-    Raises:
-        TypeError: if a target is neither a number nor callable.
-        ValueError: if one is not finite, can exceed the reachable entropy, or a list does not
-            have one entry per member.
-    """
+    """A controller's target (module docstring): ``TypeError``/``ValueError`` for a bad one."""
 
     def __init__(self, target_entropy: Any, action_spec: Any, batch_shape: Tuple[int, ...],
                  name: str):
-        specs = nest.flatten(action_spec)
-        self.reachable = float(sum(calc_max_possible_entropy(s) for s in specs))
-        self._spec, self._name, self._updates, self._warned = action_spec, name, 0, set()
-        self._batch = batch_shape
+        leaves = nest.flatten(action_spec)
+        self.reachable = float(sum(map(entropies.calc_max_possible_entropy, leaves)))
+        self._spec, self._batch, self._name, self._updates, self._warned = (
+            action_spec, batch_shape, name, 0, set())
         self.set(target_entropy)
 
     def set(self, target_entropy: Any) -> None:
-        """Take a new target (see the class); the same checks as at construction."""
+        """Take a new target, checked as at construction."""
         members = math.prod(self._batch)
         if isinstance(target_entropy, (list, tuple)) and self._batch:
             if len(target_entropy) != members:
@@ -59,48 +43,36 @@ class Target:
                              "member of the batch")
         self.annealing: Optional[schedulers.SettledAnnealing] = anneal[0] if anneal else None
         self._fns: List[Callable[[], float]] = fns
-        self.constant = all(isinstance(f, schedulers.ConstantScheduler) for f in fns) or bool(
-            anneal)
+        self.constant = bool(anneal) or all(
+            isinstance(f, schedulers.ConstantScheduler) for f in fns)
         self.shared = all(f is fns[0] for f in fns)
         self.initial = self.values()
 
     def _one(self, target: Any) -> Any:
         if target is None:
-            target = float(sum(calc_default_target_entropy(s) for s in nest.flatten(self._spec)))
+            target = float(sum(map(entropies.calc_default_target_entropy,
+                                   nest.flatten(self._spec))))
             logging.info("%s: target_entropy=%s (the action spec's default)", self._name, target)
-        if isinstance(target, schedulers.SettledAnnealing):
-            known_max = target.max_value()
-        elif callable(target):
-            try:
-                known_max = target.max_value()
-            except (AttributeError, NotImplementedError):
-                known_max = None
-        elif is_real(target):
-            if isinstance(target, GreedyProbabilityTarget):
-                self._check_greedy(target)
+        if not (isinstance(target, schedulers.SettledAnnealing) or callable(target)):
+            if not is_real(target):
+                raise TypeError(f"target_entropy must be a number or a zero-argument callable"
+                                f"{' (or a list of these)' if self._batch else ''}, got {target!r}")
+            if isinstance(target, entropies.GreedyProbabilityTarget):
+                target.check(self._spec, self._name)
             target = schedulers.ConstantScheduler(check_real("target_entropy", target))
+        try:
             known_max = target.max_value()
-        else:
-            raise TypeError(f"target_entropy must be a number or a zero-argument callable"
-                            f"{' (or a list of these)' if self._batch else ''}, got {target!r}")
+        except (AttributeError, NotImplementedError):
+            known_max = None
         if known_max is not None and known_max > self.reachable:
+            continuous = any(s.is_continuous for s in nest.flatten(self._spec))
+            whence = ("from the bounds of the continuous actions" if continuous
+                      else "log N for N discrete actions")
             raise ValueError(
                 f"{self._name}: target_entropy reaches {known_max:.4g}, above the largest entropy "
-                f"the action spec allows ({self.reachable:.4g}{_example(self._spec)}); the "
+                f"the action spec allows ({self.reachable:.4g}, {whence}); the "
                 "controller would push alpha up forever")
         return target
-
-    def _check_greedy(self, target: GreedyProbabilityTarget) -> None:
-        leaves = nest.flatten(self._spec)
-        if any(not leaf.is_discrete for leaf in leaves):
-            raise ValueError(f"{self._name}: target_entropy is a greedy_probability_target (for "
-                             f"{target.num_actions} discrete actions), but the action spec has "
-                             "continuous actions; state a target in nats")
-        counts = {int(leaf.maximum.max() - leaf.minimum.min()) + 1 for leaf in leaves}
-        if len(leaves) == 1 and not leaves[0].shape and counts != {target.num_actions}:
-            raise ValueError(f"{self._name}: target_entropy is a greedy_probability_target for "
-                             f"{target.num_actions} actions, but the action spec has "
-                             f"{counts.pop()}")
 
     def _warn_once(self, key: str, message: str) -> None:
         if key not in self._warned:
@@ -151,9 +123,3 @@ class Target:
         """The (first member's) target as given: a scheduler, callable or ``SettledAnnealing``."""
         return self._fns[0]
 
-
-def _example(spec: Any) -> str:
-    leaves = nest.flatten(spec)
-    if all(not s.is_continuous for s in leaves):
-        return ", log N for N discrete actions"
-    return ", from the bounds of the continuous actions"

@@ -1,13 +1,9 @@
-"""The windup watch, settled annealing and the NaN/inf count: the driver's own state.
-
-A stall is the smoothed entropy below the target with ``alpha`` at its ceiling, the one state
-in which alpha provably can do no more; ``stalled_for`` counts stalls up and other updates
-down (not below 0), so a target is found unreachable once alpha has been stuck for most of a
-window, however often noise knocks it off the ceiling.  Settled annealing: after ``window``
-updates within ``tolerance`` of the target (or stalled) the target steps down by ``drop``.
-"""
+"""The driver's own state: the windup watch, settled annealing and the NaN/inf count.  A stall
+(the smoothed entropy below the target, ``alpha`` at its ceiling) counts ``stalled_for`` up,
+other updates count it down (not below 0): noise cannot hide an unreachable target."""
 import math
-from typing import Any, NamedTuple, Tuple
+from collections import namedtuple
+from typing import Any, Tuple
 
 import torch
 
@@ -19,20 +15,9 @@ WINDUP_WINDOW = 500
 WATCH_EMA = 0.99
 """Smoothing of the entropy that the watch and settled annealing compare."""
 
-
-class WatchState(NamedTuple):
-    ema: Any  # the smoothed entropy
-    stalled_for: Any  # stalled updates less the others since it was last 0
-    count: Any
-    settled: Any  # updates in a row near the target
-    nonfinite: Any
-
-
-class Anneal(NamedTuple):
-    tolerance: float
-    window: float
-    drop: float
-    final: float
+# ema: the smoothed entropy; settled: updates in a row near the target (or stalled)
+WatchState = namedtuple("WatchState", "ema stalled_for count settled nonfinite")
+Anneal = namedtuple("Anneal", "tolerance window drop final")
 
 
 def anneal_of(annealing: Any) -> Anneal:
@@ -44,7 +29,7 @@ def anneal_of(annealing: Any) -> Anneal:
 
 def watch_rule(x: Any, s: WatchState, entropy: Any, target: Any, log_alpha: Any, w: Anneal,
                max_log_alpha: Any) -> Tuple[WatchState, Any]:
-    """One update of the watch: ``(watch, target)``."""
+    """``(watch, target)``: after ``w.window`` updates near the target (or stalled) it drops."""
     ema = x.where(s.count == 0, entropy, WATCH_EMA * s.ema + (1 - WATCH_EMA) * entropy)
     stalled = (ema < target) & (log_alpha >= max_log_alpha - 1e-6)
     near = x.abs(ema - target) <= w.tolerance * x.abs(target)
@@ -73,20 +58,17 @@ def unreachable_message(c: Any) -> str:
 def stuck_message(c: Any, stage: int) -> str:
     """What a staged controller ``c`` still before its adjust stage says."""
     n, avg, alpha = c._updates, float(c.avg_entropy.min()), float(c.alpha.min())
-    given = "given" if c._max_entropy_given else "estimated from the first entropies"
-    bound = f"max_entropy {float(c._max_entropy.min()):.3f} ({given})"
-    target = f"the target ({float(c._target_now.min()):.3f})"
     if stage < -2:
         return (f"is still estimating max_entropy after {n} updates: no finite entropy from a "
                 f"non-empty batch ({int(c._watch_nonfinite.max())} NaN/inf). To make it "
                 "act: check the entropies fed to it, or give max_entropy.")
-    if stage == -2:
-        return (f"is still in its init stage after {n} updates: until the average entropy "
-                f"({avg:.3f}) falls below {bound}, log_alpha only creeps by "
-                f"very_slow_update_rate and {target} is not acted on. To make it act: give "
-                "max_entropy (e.g. a little above the target), set skip_free_stage=True, or "
-                f"start from a smaller initial_alpha (alpha is {alpha:.3g}).")
-    return (f"is still in its free stage after {n} updates: alpha ({alpha:.3g}) is frozen "
-            f"until the average entropy ({avg:.3f}) falls below {target}; {bound}. To hold "
-            "the entropy at the target, not only above it, set skip_free_stage=True, or "
-            "start from a smaller initial_alpha so that it falls to the target.")
+    given = "given" if c._max_entropy_given else "estimated from the first entropies"
+    bound = f"max_entropy {float(c._max_entropy.min()):.3f} ({given})"
+    target = f"the target ({float(c._target_now.min()):.3f})"
+    why = (f"until the average entropy ({avg:.3f}) falls below {bound}, log_alpha only creeps by "
+           f"very_slow_update_rate and {target} is not acted on. To make it act: give "
+           "max_entropy (e.g. a little above the target)," if stage == -2 else
+           f"alpha is frozen until the average entropy ({avg:.3f}) falls below {target}; "
+           f"{bound}. To hold the entropy at the target, not only above it,")
+    return (f"is still in its {'init' if stage == -2 else 'free'} stage after {n} updates: {why} "
+            f"set skip_free_stage=True, or start from a smaller initial_alpha (alpha {alpha:.3g}).")

@@ -79,6 +79,19 @@ class GreedyProbabilityTarget(float):
     def __reduce__(self) -> Tuple[Any, Tuple[float, int]]:
         return GreedyProbabilityTarget, (float(self), self.num_actions)
 
+    def check(self, spec: Any, name: str) -> None:
+        """``ValueError`` unless ``spec``'s actions are discrete (``num_actions`` of them if
+        it is one scalar action); ``name`` heads the message."""
+        leaves = nest.flatten(spec)
+        if any(not leaf.is_discrete for leaf in leaves):
+            raise ValueError(f"{name}: target_entropy is a greedy_probability_target (for "
+                             f"{self.num_actions} discrete actions), but the action spec has "
+                             "continuous actions; state a target in nats")
+        n = int(leaves[0].maximum.max() - leaves[0].minimum.min()) + 1
+        if len(leaves) == 1 and not leaves[0].shape and n != self.num_actions:
+            raise ValueError(f"{name}: target_entropy is a greedy_probability_target for "
+                             f"{self.num_actions} actions, but the action spec has {n}")
+
 
 @gin.configurable
 def greedy_probability_target(p: float, num_actions: int) -> GreedyProbabilityTarget:
