@@ -1,47 +1,47 @@
 """``Trainer``: the training loop every trainer shares; a subclass writes one iteration.
 
-:meth:`Trainer.train` reads top to bottom: the callbacks' ``on_training_start``;
-then, until a limit is reached, ``on_iteration_start``, one iteration
-(``_train_iteration``: collect, then train) and ``on_iteration_end`` (any
-False stops); a checkpoint of the last iteration; ``on_training_end``.
+:meth:`Trainer.train` reads top to bottom (SB3's ``learn()``): until a limit is reached
+or ``control.should_stop``, the callbacks decide (:mod:`~alf_entropy.trainers.callbacks`)
+and the loop acts -- one iteration (``_train_iteration``: collect, then train) with the
+algorithm's summaries recorded if ``should_log``, then logging (``on_log``), evaluation
+(``on_evaluate``) and a checkpoint as asked.  A run ends with a checkpoint of its last
+iteration.  The services have their own names: the run directory (``RunDir``), the
+checkpointer (``Checkpointer``), the callbacks.  Scheduler progress (``iterations``,
+``env_steps``, ``percent`` of the binding limit) is set before every iteration.
 
-The services are pieces with their own names: the run directory
-(:class:`~alf_entropy.trainers.run_dir.RunDir`: lock, config check,
-``operative_config.gin``), the checkpointer
-(:class:`~alf_entropy.trainers.checkpoint.Checkpointer`) and the callbacks
-(:mod:`alf_entropy.trainers.callbacks`: summaries in ``root_dir/train``,
-progress bar, signals, evaluation, periodic checkpoints in
-``root_dir/checkpoints``, and yours).  Before every iteration the scheduler
-progress is set (:mod:`alf_entropy.utils.schedulers`: ``iterations``,
-``env_steps``, ``global_counter`` and ``percent`` of the binding limit).
-
-Under ``torchrun`` every rank builds the same trainer; ``num_envs`` and the
-limits are global totals; the model starts as rank 0's; rank 0 alone
-evaluates and writes (see :mod:`alf_entropy.utils.distributed`).
-
-A subclass calls ``super().__init__(..., steps_per_iteration=...)`` and
-writes ``_train_iteration``; it may override ``_build_algorithm``,
-``_extra_state`` / ``_load_extra_state`` and ``_policy_fn``.
+K agents (``num_agents``/``seeds``) are data, not a mode: the algorithm and the
+environments are built for them (``ManyAgents`` on ``AgentEnvs``, leaves ``[K, N]``)
+and speak one agent's protocol; summaries, evaluations and configs go to each agent's
+run directory (``agent_dirs``).  Under ``torchrun`` every rank builds the same trainer
+(one agent); ``num_envs`` and the limits are totals; rank 0 alone evaluates and writes.
 """
 import pickle
 import time
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 from absl import logging
 
 from alf_entropy.algorithm import Algorithm
+from alf_entropy.algorithms.agent_batch import AgentBatch
 from alf_entropy.data_structures import TimeStep
-from alf_entropy.environments import GymVectorEnv, evaluate
-from alf_entropy.trainers import callbacks as callbacks_lib
+from alf_entropy.environments import GymVectorEnv, mean_returns, run_episodes
+from alf_entropy.environments.agent_envs import agent_env_ctor, episode_statistics
+from alf_entropy.trainers import agents as agents_lib
 from alf_entropy.trainers import checkpoint as ckpt
 from alf_entropy.trainers import ranks
 from alf_entropy.trainers.bindings import check_bindings_used
-from alf_entropy.trainers.callbacks import Callback, SignalCallback, TrainingAborted
+from alf_entropy.trainers.callbacks import (
+    Callback,
+    SignalCallback,
+    TrainerControl,
+    TrainingAborted,
+    builtin_callbacks,
+)
 from alf_entropy.trainers.limits import Limits
 from alf_entropy.trainers.ranks import MAX_SEED, resolve_device
 from alf_entropy.trainers.run_dir import RunDir
-from alf_entropy.utils import distributed, schedulers
+from alf_entropy.utils import distributed, schedulers, summary
 from alf_entropy.utils.checks import check_int
 
 __all__ = ["EVAL_SEED_OFFSET", "MAX_SEED", "Trainer", "TrainingAborted", "resolve_device"]
@@ -56,18 +56,15 @@ class Trainer:
     Args:
         root_dir: where summaries, checkpoints and the config go; a run there is resumed.
         env_id: the gymnasium id.
-        num_envs: parallel environments in total (under ``torchrun`` split over the ranks).
+        num_envs: parallel environments (per agent; under ``torchrun`` the total).
         algorithm_ctor: ``(observation_spec, action_spec) -> Algorithm``.
         env_ctor: ``(env_id, num_envs=, seed=, device=) -> env`` (a ``GymVectorEnv``).
-        num_iterations: stop after this many iterations; ``None`` or 0: no limit from it.
-        num_env_steps: stop once this many env steps are done (whole iterations,
-            so rounded up); ``None`` or 0: no limit from it.  One limit must be positive.
+        num_iterations: stop after this many iterations (0 or None: no limit from it).
+        num_env_steps: stop once this many env steps are done (0 or None: no limit).
         steps_per_iteration: env steps one iteration takes (from the subclass).
-        summary_interval: write summaries every this many iterations.
-        checkpoint_interval: checkpoint every this many iterations (and at the
-            end); ``None``: only at the end.
-        eval_interval: evaluate the deterministic policy every this many
-            iterations (and at the start and the end); ``None``: never.
+        summary_interval: iterations between summaries.
+        checkpoint_interval: iterations between checkpoints (``None``: at the end only).
+        eval_interval: iterations between evaluations (also at the start and the end).
         num_eval_episodes: episodes per evaluation.
         max_checkpoints: how many recent checkpoints to keep.
         seed: seeds torch, NumPy, Python ``random`` and the environments.
@@ -75,22 +72,24 @@ class Trainer:
         num_threads: if given, ``torch.set_num_threads(num_threads)``.
         progress_bar: show a tqdm progress line (on a terminal only).
         summary_flush_secs: how often summaries are flushed to disk.
-        stop_eval_return: stop (with a checkpoint) once an evaluation's mean
-            return reaches it (needs ``eval_interval``).
-        allow_config_change: resume a run directory whose config differs
-            (see :class:`~alf_entropy.trainers.run_dir.RunDir`).
-        callbacks: more :class:`~alf_entropy.trainers.callbacks.Callback` s,
-            run after the built-in ones.
+        stop_eval_return: stop (with a checkpoint) once every agent's evaluation reaches it.
+        allow_config_change: resume a run directory whose config differs (``RunDir``).
+        callbacks: more ``Callback`` s, run after the built-in ones.
+        num_agents: K agents in this process, seeds ``seed, ..., seed + K - 1`` (1: a
+            single run); ``env_steps`` and the limits count one agent's steps.
+        seeds: the K agents' seeds instead (see :func:`~.agents.agent_seeds`).
+        target_entropies: one target entropy per agent (K > 1, agents with a controller).
 
     Raises:
-        ValueError: for out-of-range arguments, an unusable ``root_dir``, a
-            config that differs from the run directory's, or a binding nothing
-            uses (``GinConfigError``).
+        ValueError: for out-of-range arguments, an unusable or differently configured
+            ``root_dir``, an unused binding, or K > 1 on several ranks.
         TypeError: if a callback is not a ``Callback``.
         RunDirLocked: if another process trains in ``root_dir``.
         CheckpointError: if the run directory has checkpoints and none loads.
-        DistributedError: if ``WORLD_SIZE > 1`` and the ranks cannot form a group.
     """
+
+    agent_batch: type = AgentBatch
+    """The class that trains K agents of this trainer's algorithms as one."""
 
     def __init__(
         self, root_dir: str, env_id: str, num_envs: int, algorithm_ctor: Callable[..., Algorithm],
@@ -102,41 +101,44 @@ class Trainer:
         num_threads: Optional[int] = None, progress_bar: bool = True,
         summary_flush_secs: float = 10.0, stop_eval_return: Optional[float] = None,
         allow_config_change: bool = False, callbacks: Sequence[Callback] = (),
+        num_agents: int = 1, seeds: Optional[Sequence[int]] = None,
+        target_entropies: Optional[Sequence[Any]] = None,
     ):
         self._run_dir = RunDir(root_dir, allow_config_change)
         self._limits = Limits(num_iterations, num_env_steps, steps_per_iteration)
-        self._num_eval_episodes = check_int("num_eval_episodes", num_eval_episodes, minimum=1)
+        self._seed = check_int("seed", seed, minimum=0, below=MAX_SEED)
+        self._agents = agents_lib.Agents(num_agents, seeds, target_entropies, self._seed)
+        self._num_eval_episodes = num_eval_episodes
         self._signals = SignalCallback()
-        self._callbacks = callbacks_lib.builtin_callbacks(
+        self._callbacks = builtin_callbacks(
             summary_interval, summary_flush_secs, progress_bar, self._signals, eval_interval,
             num_eval_episodes, stop_eval_return, checkpoint_interval, callbacks)
         self._checkpointer = ckpt.Checkpointer(self._run_dir.checkpoint_dir, max_checkpoints)
-        self._seed = check_int("seed", seed, minimum=0, below=MAX_SEED)
         if check_int("num_threads", num_threads, minimum=1, allow_none=True) is not None:
             torch.set_num_threads(num_threads)
-        self._env_id, self._env_ctor, self._algorithm_ctor = env_id, env_ctor, algorithm_ctor
         self._num_envs, self._device = ranks.join_ranks(num_envs, device, type(self).__name__)
+        self._env_id, self._algorithm_ctor = env_id, self._agents.algorithm_ctor(
+            self.agent_batch, algorithm_ctor, self._device)
+        self._env_ctor = agent_env_ctor(env_ctor, self._agents.seeds, self._seed)
         self._iteration, self._env_steps, self._eval_time = 0, 0, 0.0
-        self._env: Any = None
-        self._time_step: Optional[TimeStep] = None
-        self._restored_env: Optional[Dict[str, Any]] = None
-        self._in_iteration = False
-        self._last_checkpoint: Optional[str] = None
-        self._restored_from: Optional[str] = None
+        self._env, self._time_step, self._restored_env = None, None, None
+        self._in_iteration, self._last_checkpoint, self._restored_from = False, None, None
+        self.control = TrainerControl()
         self.metrics: Dict[str, float] = {}
-        """The latest values the callbacks report (``return``, ``eval/return``, ...)."""
-        self._observation_spec, self._action_spec, self._algorithm = self._build()
+        """The latest values (``return``, ``eval/return`` -- the lowest agent's --, ...)."""
+        self._observation_spec, self._action_spec, self._algorithm = self._build(env_ctor)
         check_bindings_used(constructing=type(self).__name__)  # before anything is written
         with self._run_dir.opening():
             self._run_dir.take()
             self._resume()
             self._run_dir.write_operative_config(self._iteration)
+            self._agents.write_configs(self.root_dir, type(self).__name__, self._algorithm)
 
-    def _build(self) -> Tuple[Any, Any, Algorithm]:
+    def _build(self, env_ctor: Callable[..., Any]) -> Any:
         """Seed everything, read the specs from a throw-away env, build the algorithm."""
         ranks.seed_all(self._seed)
         schedulers.reset_progress()
-        probe = self._env_ctor(self._env_id, num_envs=1, seed=self._seed, device=self._device)
+        probe = env_ctor(self._env_id, num_envs=1, seed=self._seed, device=self._device)
         observation_spec, action_spec = probe.observation_spec, probe.action_spec
         probe.close()
         algorithm = self._build_algorithm(observation_spec, action_spec)
@@ -147,7 +149,7 @@ class Trainer:
         return observation_spec, action_spec, algorithm
 
     def _build_algorithm(self, observation_spec: Any, action_spec: Any) -> Algorithm:
-        """Build the algorithm (override for more constructor arguments)."""
+        """Build the algorithm (K agents: their batch); override to check the specs."""
         return self._algorithm_ctor(observation_spec, action_spec)
 
     def _train_iteration(self) -> int:
@@ -165,35 +167,21 @@ class Trainer:
         """The evaluated (deterministic) policy: observation batch -> action batch."""
         return self._algorithm.predict_step(TimeStep(observation=observation)).output
 
-    @property
-    def root_dir(self) -> str:
-        """The absolute root directory."""
-        return self._run_dir.path
-
-    @property
-    def algorithm(self) -> Algorithm:
-        """The algorithm being trained."""
-        return self._algorithm
-
-    @property
-    def device(self) -> torch.device:
-        """The device of networks and time steps."""
-        return self._device
-
-    @property
-    def env(self) -> Any:
-        """The training environments (this rank's) while ``train()`` runs, else ``None``."""
-        return self._env
-
-    @property
-    def iteration(self) -> int:
-        """Training iterations completed (restored from a checkpoint)."""
-        return self._iteration
-
-    @property
-    def env_steps(self) -> int:
-        """Environment steps taken, all ranks' (restored from a checkpoint)."""
-        return self._env_steps
+    root_dir = property(lambda self: self._run_dir.path, doc="The absolute root directory.")
+    algorithm = property(lambda self: self._algorithm, doc="The algorithm being trained.")
+    device = property(lambda self: self._device, doc="The device of networks and time steps.")
+    env = property(lambda self: self._env, doc="The training envs while ``train()`` runs.")
+    iteration = property(lambda self: self._iteration, doc="Training iterations completed.")
+    env_steps = property(lambda self: self._env_steps, doc="Env steps taken (one agent's).")
+    num_agents = property(lambda self: len(self.seeds), doc="K (1: a single run).")
+    seeds = property(lambda self: self._agents.seeds or [self._seed], doc="Each agent's seed.")
+    agent_dirs = property(lambda self: self._agents.dirs,
+                          doc="Each agent's run directory under ``root_dir`` (one: ``''``).")
+    total_iterations = property(lambda self: self._limits.total_iterations,
+                                doc="Iterations the run takes (the binding limit).")
+    restored_from = property(lambda self: self._restored_from, doc="The checkpoint resumed.")
+    last_checkpoint = property(lambda self: self._last_checkpoint,
+                               doc="The checkpoint the current (or last) ``train()`` wrote last.")
 
     @property
     def num_iterations(self) -> Optional[int]:
@@ -201,45 +189,25 @@ class Trainer:
         return self._limits.num_iterations or None
 
     @property
-    def total_iterations(self) -> int:
-        """Iterations the run takes: the binding limit expressed in iterations."""
-        return self._limits.total_iterations
-
-    @property
     def limit_reached(self) -> Optional[str]:
         """The limit reached now (e.g. ``"num_iterations = 3"``), or ``None``."""
         return self._limits.reached(self._iteration, self._env_steps)
 
-    @property
-    def restored_from(self) -> Optional[str]:
-        """The checkpoint this trainer resumed from, if any."""
-        return self._restored_from
-
-    @property
-    def last_checkpoint(self) -> Optional[str]:
-        """The checkpoint the current (or last) ``train()`` wrote last, if any."""
-        return self._last_checkpoint
-
     def train(self) -> Dict[str, Any]:
         """Run (or resume) training until a limit is reached or a callback stops it.
 
-        Holds the run directory's lock while it runs.  A first SIGTERM/SIGINT
-        ends the run after the current iteration, with a checkpoint; a second
-        raises :class:`TrainingAborted` (see ``SignalCallback``).
+        Holds the run directory's lock while it runs.  A first SIGTERM/SIGINT ends the
+        run after the current iteration, with a checkpoint; a second raises
+        :class:`TrainingAborted`.
 
         Returns:
-            dict: ``iteration``, ``env_steps``, ``last_return`` (the training
-            episodes' mean return at the last summary), ``eval_return`` (the
-            latest evaluation's, or ``None``), ``wall_time`` and ``eval_time``
-            (seconds of this call, and of it evaluating), ``already_done``
-            (the resumed run was at its limit: nothing done), ``stopped_by``
-            (``"SIGTERM"``/``"SIGINT"`` if a signal ended it, else ``None``)
-            and ``checkpoint`` (the last one written, or ``None``).
+            dict: ``iteration``, ``env_steps``, ``last_return`` (the training episodes'
+            mean at the last summary), ``eval_return`` (the latest evaluation's, the
+            lowest agent's), ``wall_time``, ``eval_time``, ``already_done`` (nothing to
+            do), ``stopped_by`` (a signal's name) and ``checkpoint`` (the last written).
 
         Raises:
             TrainingAborted: on a second SIGTERM/SIGINT.
-            KeyboardInterrupt: (outside the main thread, where no handlers
-                are installed) re-raised after saving a checkpoint.
             CheckpointError: if a checkpoint cannot be written (a full disk).
         """
         self._run_dir.take(check_config=False)
@@ -249,28 +217,30 @@ class Trainer:
             self.close()  # the run is over: another process may take the directory
 
     def _train(self) -> Dict[str, Any]:
-        """:meth:`train` under the run directory's lock."""
         start, self._eval_time, self._last_checkpoint = time.time(), 0.0, None
         if self.limit_reached is not None:
-            logging.info(
-                "Nothing to do: the run in %s is already at %s (iteration %d, %d env steps)",
-                self.root_dir, self.limit_reached, self._iteration, self._env_steps,
-            )
+            logging.info("Nothing to do: the run in %s is already at %s (iteration %d, %d env "
+                         "steps)", self.root_dir, self.limit_reached, self._iteration,
+                         self._env_steps)
             return self._result(start, already_done=True)
+        self.control, self._since = TrainerControl(), (start, self._env_steps)
         try:
-            for callback in self._callbacks:
-                callback.on_training_start(self)
+            self._call("on_training_start")
+            self._act()
             self._env, self._time_step = self._start_env()
-            keep_going = True
-            while keep_going and self.limit_reached is None:
-                self._update_progress()
-                for callback in self._callbacks:
-                    callback.on_iteration_start(self)
-                self._in_iteration = True
-                self._env_steps += self._train_iteration()  # collect -> train
-                self._in_iteration = False
+            while not self.control.should_stop and self.limit_reached is None:
+                self.control = TrainerControl()
+                self._limits.update_progress(self._iteration, self._env_steps)
+                self._call("on_iteration_start")
+                with summary.record_if(lambda: self.control.should_log):
+                    self._in_iteration = True
+                    self._env_steps += self._train_iteration()  # collect -> train
+                    self._in_iteration = False
                 self._iteration += 1
-                keep_going = all([callback.on_iteration_end(self) for callback in self._callbacks])
+                if self.control.should_log:
+                    self._log()
+                self.control.should_stop = not all(self._call("on_iteration_end"))
+                self._act()
             if self._last_checkpoint != self._checkpointer.path(self._iteration):
                 self.save_checkpoint()  # a run ends with a checkpoint of its last iteration
         except KeyboardInterrupt:
@@ -280,89 +250,99 @@ class Trainer:
                 logging.warning("Interrupted; saved %s", self.save_checkpoint())
             raise
         finally:
-            for callback in self._callbacks:
-                callback.on_training_end(self)
+            self._call("on_training_end")
             if self._env is not None:
                 self._env.close()
             self._env, self._time_step, self._in_iteration = None, None, False
         return self._result(start)
 
-    def _result(self, start: float, already_done: bool = False) -> Dict[str, Any]:
-        return dict(iteration=self._iteration, env_steps=self._env_steps,
-                    last_return=self.metrics.get("return"),
-                    eval_return=self.metrics.get("eval/return"), wall_time=time.time() - start,
-                    eval_time=self._eval_time, already_done=already_done,
-                    stopped_by=None if already_done else self._signals.stopped_by,
-                    checkpoint=self._last_checkpoint)
+    def _call(self, hook: str, *args: Any) -> List[Any]:
+        return [getattr(callback, hook)(self, *args) for callback in self._callbacks]
 
-    def _update_progress(self) -> None:
-        self._limits.update_progress(self._iteration, self._env_steps)
+    def _act(self) -> None:
+        """Evaluate and checkpoint as the callbacks asked."""
+        if self.control.should_evaluate:
+            self.evaluate()  # rank 0; the others wait for its verdict
+            self.control.should_stop = distributed.broadcast_object(self.control.should_stop)
+        if self.control.should_save:
+            self.save_checkpoint()
 
-    def _start_env(self) -> Tuple[Any, TimeStep]:
+    def _log(self) -> None:
+        """The iteration's logs (episodes, speed, control) to ``metrics`` and ``on_log``."""
+        now, steps = time.time(), self._env_steps
+        sps = (steps - self._since[1]) / max(now - self._since[0], 1e-9)
+        self._since = (now, steps)
+        ranks_stats = distributed.gather_object(episode_statistics(self._env))
+        if ranks_stats is None:  # not rank 0
+            return
+        per_agent = list(zip(*ranks_stats))  # each agent's (returns, lengths) of each rank
+        agents = [[x for stats in agent for x in stats[0]] for agent in per_agent]
+        lengths = [[x for stats in agent for x in stats[1]] for agent in per_agent]
+        logs = dict(summary.last_scalars(), env_steps=[steps] * len(agents),
+                    steps_per_sec=[sps] * len(agents),
+                    **{"return": [float(sum(r) / len(r)) if r else None for r in agents]},
+                    episode_length=[float(sum(n) / len(n)) if n else None for n in lengths])
+        alpha = torch.as_tensor(self._algorithm.entropy_coefficient(), dtype=torch.float32)
+        logs["alpha"] = alpha.reshape(-1).tolist()
+        returns = [r for r in logs["return"] if r is not None]
+        self.metrics.update(steps_per_sec=sps * len(agents), alpha=float(alpha.mean()),
+                            **({"return": float(sum(returns) / len(returns))} if returns else {}))
+        self._call("on_log", logs)
+
+    def _start_env(self) -> Any:
         """Build the training envs; restore their saved state or reset them."""
-        env = self._env_ctor(
-            self._env_id,
-            num_envs=self._num_envs,
-            # Rank r's envs continue the numbering of the global batch.
-            seed=self._seed + (self._iteration * distributed.world_size() + distributed.rank())
-            * self._num_envs,
-            device=self._device,
-        )
+        env = self._env_ctor(self._env_id, num_envs=self._num_envs, device=self._device,
+                             # Rank r's envs continue the numbering of the global batch.
+                             seed=self._seed + (self._iteration * distributed.world_size()
+                                                + distributed.rank()) * self._num_envs)
         restored, self._restored_env = self._restored_env, None
         if restored:
             env.set_state(ckpt.tensor_to_bytes(restored["state"]))
-            return env, TimeStep(**{
-                k: v.to(self._device) if isinstance(v, torch.Tensor) else v
-                for k, v in restored["time_step"].items()
-            })
+            return env, TimeStep(**{k: v.to(self._device) if isinstance(v, torch.Tensor) else v
+                                    for k, v in restored["time_step"].items()})
         if restored is not None:  # resumed from a checkpoint without env state
-            logging.warning("The checkpoint holds no state of the %s environments (they cannot be "
-                            "pickled, or training was interrupted mid-iteration): their episodes "
-                            "restart, so the resumed run is not bit-exact with an uninterrupted "
-                            "one.", self._env_id)
+            logging.warning("The checkpoint holds no state of the %s environments (they cannot "
+                            "be pickled, or training was interrupted mid-iteration): their "
+                            "episodes restart, so the resumed run is not bit-exact with an "
+                            "uninterrupted one.", self._env_id)
         return env, env.reset()
 
     def evaluate(self, num_episodes: Optional[int] = None) -> float:
-        """The deterministic policy's mean return over ``num_episodes`` (default
-        ``num_eval_episodes``) on its own environments and seeds."""
+        """Evaluate every agent's deterministic policy on its own environments and seeds
+        (``num_episodes`` each, default ``num_eval_episodes``), rank 0 alone; calls
+        ``on_evaluate``.  Returns the lowest agent's mean return (``metrics["eval/return"]``)."""
+        if not distributed.is_main_process():
+            return self.metrics.get("eval/return", float("nan"))
         start = time.time()
         self._algorithm.eval()
         try:
-            value = evaluate(self._env_id, self._policy_fn, seed=self._seed + EVAL_SEED_OFFSET,
-                             num_episodes=num_episodes or self._num_eval_episodes,
-                             device=self._device)
+            returns, _ = run_episodes(
+                self._env_id, self._policy_fn, seed=self._seed + EVAL_SEED_OFFSET,
+                num_episodes=num_episodes or self._num_eval_episodes, device=self._device,
+                env_ctor=agent_env_ctor(GymVectorEnv, self._agents.seeds, self._seed))
         finally:
             self._algorithm.train()
-        self.metrics["eval/return"] = value
+        per_agent = mean_returns(returns)
+        self.metrics["eval/return"] = min(per_agent)
         self._eval_time += time.time() - start
-        return value
+        self._call("on_evaluate", dict(summary.last_scalars(), **{"eval/return": per_agent}))
+        return min(per_agent)
 
     def close(self) -> None:
         """Release the run directory's lock (idempotent; ``train()`` takes it again)."""
         self._run_dir.release()
 
     def save_checkpoint(self) -> str:
-        """Write a checkpoint (every rank calls it): what ``Checkpointer`` saves, with
-        this rank's ``env`` (the pickled environments and time step; empty if
-        unpicklable or mid-iteration) and ``extra`` (``_extra_state``).
-
-        Returns:
-            str: the checkpoint path.
-        """
-        self._update_progress()
-        own = {"env": self._env_state(), "extra": self._extra_state()}
+        """Write a checkpoint (every rank calls it) with this rank's ``env`` (pickled envs
+        and time step; empty if unpicklable or mid-iteration) and ``extra``."""
+        self._limits.update_progress(self._iteration, self._env_steps)
+        state = None if self._env is None or self._in_iteration else self._env.get_state()
+        env = {} if state is None else {"state": ckpt.bytes_to_tensor(state),
+                                        "time_step": self._time_step._asdict()}
         self._last_checkpoint = self._checkpointer.save(
-            self._iteration, self._env_steps, self._algorithm, own)
+            self._iteration, self._env_steps, self._algorithm,
+            {"env": env, "extra": self._extra_state()})
         return self._last_checkpoint
-
-    def _env_state(self) -> Dict[str, Any]:
-        """The environments' state and the current time step (empty if unsaveable)."""
-        if self._env is None or self._in_iteration or not hasattr(self._env, "get_state"):
-            return {}
-        state = self._env.get_state()
-        if state is None:
-            return {}
-        return {"state": ckpt.bytes_to_tensor(state), "time_step": self._time_step._asdict()}
 
     def load_checkpoint(self, path: str) -> None:
         """Restore everything :meth:`save_checkpoint` wrote to ``path``, or nothing.
@@ -381,14 +361,12 @@ class Trainer:
     def _load_own(self, state: Dict[str, Any]) -> None:
         """Check this rank's env state (applied when ``train()`` builds the envs); load extra."""
         env_state = state.get("env") or {}
-        if env_state:  # its pickle loads and holds this rank's envs
-            fields = pickle.loads(ckpt.tensor_to_bytes(env_state["state"]))
-            num_envs = getattr(fields[0] if isinstance(fields, tuple) and fields else None,
-                               "num_envs", None)
-            if num_envs != self._num_envs:
-                raise ValueError(f"its environment state holds {num_envs} envs, this run "
-                                 f"steps {self._num_envs}")
-            TimeStep(**env_state["time_step"])
+        if env_state:  # its pickle loads and its time step is this run's batch
+            pickle.loads(ckpt.tensor_to_bytes(env_state["state"]))
+            shape = tuple(TimeStep(**env_state["time_step"]).step_type.shape)
+            if shape != (*self._algorithm.batch_shape, self._num_envs):
+                raise ValueError(f"its environment state is of a batch {shape}, this run steps "
+                                 f"{(*self._algorithm.batch_shape, self._num_envs)}")
         self._load_extra_state(state.get("extra") or {})
 
     def _commit(self, path: str, state: Dict[str, Any]) -> None:
@@ -396,3 +374,11 @@ class Trainer:
         self._iteration, self._env_steps = int(state["iteration"]), int(state["env_steps"])
         self._restored_env, self._restored_from = state.get("env") or {}, path
         logging.info("Resumed from %s (iteration %d)", path, self._iteration)
+
+    def _result(self, start: float, already_done: bool = False) -> Dict[str, Any]:
+        return dict(iteration=self._iteration, env_steps=self._env_steps,
+                    last_return=self.metrics.get("return"),
+                    eval_return=self.metrics.get("eval/return"), wall_time=time.time() - start,
+                    eval_time=self._eval_time, already_done=already_done,
+                    stopped_by=None if already_done else self._signals.stopped_by,
+                    checkpoint=self._last_checkpoint)

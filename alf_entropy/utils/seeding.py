@@ -1,10 +1,11 @@
-"""Seeding the process's random number generators, for trainers and algorithms alike."""
+"""The process's random number generators: seeding them, and drawing per agent."""
 import random
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import torch
 
-__all__ = ["seed_all"]
+__all__ = ["per_member", "seed_all"]
 
 
 def seed_all(seed: int) -> None:
@@ -12,3 +13,12 @@ def seed_all(seed: int) -> None:
     torch.manual_seed(seed)
     np.random.seed(seed)
     random.seed(seed)
+
+
+def per_member(draw: Callable[[Optional[torch.Generator]], torch.Tensor],
+               generators: Optional[Sequence[torch.Generator]]) -> torch.Tensor:
+    """``draw(g)`` for each member's generator, stacked (``[K, ...]``); with ``generators``
+    None (one agent) ``draw(None)``: torch's default generator, as a plain call draws."""
+    if generators is None:
+        return draw(None)
+    return torch.stack([draw(g) for g in generators])

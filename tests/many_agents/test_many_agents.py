@@ -77,14 +77,14 @@ def _batched_run(ctor: Callable[..., Any], seeds: Sequence[int], iterations: int
                         **kwargs)
     before(agents)
     losses: List[torch.Tensor] = []
-    update = agents.update
+    update = agents.algorithm.update_with_gradient  # the single agent's, on [K] losses
 
-    def _recording(loss_info: Any, mask: torch.Tensor) -> torch.Tensor:
-        out = update(loss_info, mask)
-        losses.append(out.clone())
+    def _recording(loss_info: Any, **kwargs: Any) -> Any:
+        out = update(loss_info, **kwargs)
+        losses.append(out[0].loss.clone())
         return out
 
-    agents.update = _recording
+    agents.algorithm.update_with_gradient = _recording
     time_step, actions = envs.reset(), []
     for _ in range(iterations):
         experiences = []
