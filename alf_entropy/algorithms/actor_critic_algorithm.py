@@ -1,32 +1,17 @@
 """``ActorCriticAlgorithm``: advantage actor-critic (A2C) with GAE.
 
-An actor (``ActorDistributionNetwork``), a critic (``ValueNetwork``) and, optionally,
-an entropy controller as a sub-algorithm.  One iteration of ``OnPolicyTrainer``:
-``rollout_step`` for ``T`` steps without gradient (sample, keep ``log_prob``), then
-``train_from_unroll``: ``preprocess_experience`` (the ``T + 1`` values in one forward
-pass, GAE advantages and TD(lambda) returns, ``[T, B]`` flattened), then ``num_epochs``
-x ``num_minibatches`` shuffled minibatches of ``train_step`` -> ``calc_loss`` ->
-``update_with_gradient``.  A2C is one update on the whole unroll;
-:class:`~alf_entropy.algorithms.ppo_algorithm.PPOAlgorithm` changes the policy-gradient
-term and the loop sizes.
-
-Episode boundaries (ALF's time steps): a ``LAST`` step's action is ignored by the
-environment, so ``LAST`` steps get zero advantage and are masked out of every loss
-term; a truncated episode (discount 1) is bootstrapped from its final observation's
-value, a terminated one (discount 0) is not.
-
-Entropy: ``entropy_regularization`` adds ``-coef * entropy``; with
-``enforce_entropy_target`` the controller's ``calc_loss`` sets the coefficient instead
-(advancing ``alpha`` once per minibatch), or with ``entropy_target_update=
-"per_iteration"`` the minibatches read ``alpha`` and ``adjust_alpha`` runs once per
-unroll with the mean of their entropies.
-
-K agents (``batch_shape=(K,)``, stacked networks: ``ManyAgents`` builds it): every
-tensor leads with ``K``; advantages, means, gradient clipping and skips are per agent,
-and each agent draws from its own generator.  The code is the same.
+An actor, a critic and optionally an entropy controller.  ``rollout_step`` samples (no
+gradient); ``train_from_unroll`` computes values, GAE advantages and returns, then runs
+``num_epochs`` x ``num_minibatches`` shuffled updates (``train_step`` -> ``calc_loss`` ->
+``update_with_gradient``; ``PPOAlgorithm`` changes the policy-gradient term).  ``LAST``
+steps are masked out of every loss; truncated episodes bootstrap, terminated ones do not.
+K agents (``batch_shape=(K,)``, stacked networks, built by ``ManyAgents``): the same code
+on ``[K, ...]`` tensors, every mean, normalisation, clip and skip per agent.
 """
 import contextlib
+import functools
 import math
+import operator
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 import gin
@@ -35,6 +20,7 @@ import torch.distributions as td
 import torch.nn as nn
 
 from alf_entropy.algorithm import Algorithm, OptimizerArg, combine_loss_infos
+from alf_entropy.controllers import EntropyTargetAlgorithm, NestedEntropyTargetAlgorithm
 from alf_entropy.data_structures import (
     AlgStep,
     Experience,
@@ -48,52 +34,27 @@ from alf_entropy.networks.stacked import categorical_sampler, draw
 from alf_entropy.utils import dist_utils, nest, schedulers, summary, value_ops
 from alf_entropy.utils.checks import check_callable, check_choice, check_int, check_real
 from alf_entropy.utils.math_ops import masked_mean
-from alf_entropy.utils.optimizers import FusedAdam
+from alf_entropy.utils.optimizers import default_optimizer
 from alf_entropy.utils.seeding import per_member
 
 __all__ = ["ActorCriticInfo", "ActorCriticLossInfo", "ActorCriticAlgorithm",
            "default_optimizer"]
 
-ActorCriticInfo = namedtuple(
-    "ActorCriticInfo",
-    [
-        "value",  # [B]: V(observation) (preprocess_experience: without gradient)
-        "log_prob",  # [B]: log pi(action | observation)
-        "advantages",  # [B]: GAE advantage (set by preprocess_experience)
-        "returns",  # [B]: TD(lambda) return (set by preprocess_experience)
-        "entropy",  # [B]: entropy of pi(. | observation) (train_step only)
-        "entropy_for_gradient",  # [B]: entropy to differentiate (train_step only)
-        "entropy_target",  # info of the entropy controller (or ())
-    ],
-    default_value=(),
-)
-"""Per-step information of ``rollout_step``/``train_step``."""
+ActorCriticInfo = namedtuple("ActorCriticInfo", [
+    "value", "log_prob", "advantages", "returns", "entropy", "entropy_for_gradient",
+    "entropy_target"], default_value=())
+"""Per step: ``value`` V(o), ``log_prob``; GAE ``advantages`` and ``returns``
+(``preprocess_experience``); ``entropy``, ``entropy_for_gradient`` and the controller's
+``entropy_target`` info (``train_step``)."""
 
 ActorCriticLossInfo = namedtuple("ActorCriticLossInfo", ["pg_loss", "td_loss", "neg_entropy"],
                                  default_value=())
 """Per-step loss terms (``LossInfo.extra`` of ``calc_loss``)."""
 
 
-@gin.configurable
-def default_optimizer(params: List[nn.Parameter], lr: float = 3e-4,
-                      eps: float = 1e-5) -> torch.optim.Optimizer:
-    """The optimiser used when none is given: ``FusedAdam(lr=3e-4, eps=1e-5)``.
-
-    Bound in gin as ``default_optimizer.lr = 1e-3`` (``torch.optim.Adam.lr`` configures
-    ``@torch.optim.Adam``, which the default does not use).
-    """
-    lr = check_real("default_optimizer.lr", lr, positive=True)
-    eps = check_real("default_optimizer.eps", eps, minimum=0.0)
-    return FusedAdam(params, lr=lr, eps=eps)
-
-
 def _sum_leaves(value: Any) -> torch.Tensor:
     """The sum over a nest of tensors (the tensor itself if not nested)."""
-    leaves = nest.flatten(value)
-    total = leaves[0]
-    for leaf in leaves[1:]:
-        total = total + leaf
-    return total
+    return functools.reduce(operator.add, nest.flatten(value))
 
 
 def _time_into_rows(x: torch.Tensor, nb: int) -> torch.Tensor:
@@ -108,42 +69,29 @@ class ActorCriticAlgorithm(Algorithm):
     Args:
         observation_spec: the observation spec (nest of ``TensorSpec``).
         action_spec: the action spec (nest of ``BoundedTensorSpec``).
-        actor_network_ctor: ``(input_tensor_spec, action_spec) -> network`` returning a
-            (nest of) action distribution(s).
-        value_network_ctor: ``(input_tensor_spec) -> network`` returning values ``[B]``.
-        optimizer: an optimiser factory ``params -> Optimizer`` (in gin
-            ``@torch.optim.Adam``), or ``None`` for :func:`default_optimizer`.
+        actor_network_ctor: ``(observation_spec, action_spec) -> network`` of distributions.
+        value_network_ctor: ``(observation_spec) -> network`` of values ``[B]``.
+        optimizer: a factory ``params -> Optimizer``; ``None``: :func:`default_optimizer`.
         gamma: reward discount in ``[0, 1]`` (times the env's discount).
         td_lambda: GAE lambda in ``[0, 1]``.
-        normalize_advantages: normalise advantages to zero mean and unit std over the
-            valid steps of each minibatch.
+        normalize_advantages: normalise each minibatch's advantages (over valid steps).
         td_loss_weight: weight (>= 0) of the squared TD error.
         reward_scale: rewards are multiplied by this (> 0) first.
-        entropy_regularization: a fixed entropy coefficient (a number >= 0 or a
-            scheduler), or ``None``.  Exclusive with ``enforce_entropy_target``.
-        enforce_entropy_target: let an entropy controller set the coefficient.
-        entropy_target_cls: the controller class, called as ``entropy_target_cls(
-            action_spec, debug_summaries=...)``; ``None``: ``EntropyTargetAlgorithm``
-            (``NestedEntropyTargetAlgorithm`` for a nested ``action_spec``).
-        entropy_target_update: ``"per_minibatch"`` (ALF's: once per update) or
-            ``"per_iteration"`` (once per unroll, from the mean entropy of its
-            minibatches, which use the iteration's starting ``alpha``).
-        max_alpha_change_per_iteration: opt-in cap (> 1) on how far ``alpha`` may move
-            (as a factor) within one iteration, whatever the controller.  None: no cap.
+        entropy_regularization: a fixed entropy coefficient (>= 0, or a scheduler).
+        enforce_entropy_target: let an entropy controller set the coefficient instead.
+        entropy_target_cls: ``(action_spec, debug_summaries=) -> controller`` (None: ALF's).
+        entropy_target_update: ``"per_minibatch"`` (ALF's) or ``"per_iteration"``.
+        max_alpha_change_per_iteration: cap (> 1) on ``alpha``'s factor of change per iteration.
         max_grad_norm: clip the gradient norm to this (``None``: no clipping).
         num_epochs: passes over each unroll (1 for A2C).
         num_minibatches: minibatches per pass (1 for A2C: the whole unroll).
-        fast_acting: act through the actor network's ``sample_with_log_prob`` where it
-            has one (the same draws without building the distribution); the
-            controller's ``rollout_step`` is then not called.
+        fast_acting: act through the actor's ``sample_with_log_prob`` where it has one.
         debug_summaries: write extra summaries (passed to the controller too).
         name: the name (summary scope).
-        batch_shape: ``()`` for one agent, ``(K,)`` for K stacked agents (networks on
-            ``[K, B, ...]``, a controller with that ``batch_shape``).
+        batch_shape: ``()`` for one agent, ``(K,)`` for K stacked agents.
 
     Raises:
-        ValueError: for out-of-range arguments, or both ``entropy_regularization`` and
-            ``enforce_entropy_target``.
+        ValueError: for out-of-range arguments, or both ways of setting the entropy.
         TypeError: if a network ctor is not callable or a number is not one.
     """
 
@@ -152,11 +100,9 @@ class ActorCriticAlgorithm(Algorithm):
         actor_network_ctor: Callable[..., nn.Module] = ActorDistributionNetwork,
         value_network_ctor: Callable[..., nn.Module] = ValueNetwork,
         optimizer: OptimizerArg = None, gamma: float = 0.99, td_lambda: float = 0.95,
-        normalize_advantages: bool = False, td_loss_weight: float = 0.5,
-        reward_scale: float = 1.0,
+        normalize_advantages: bool = False, td_loss_weight: float = 0.5, reward_scale: float = 1.0,
         entropy_regularization: Optional[Union[float, Callable[[], float]]] = None,
-        enforce_entropy_target: bool = False,
-        entropy_target_cls: Optional[Callable[..., Algorithm]] = None,
+        enforce_entropy_target: bool = False, entropy_target_cls: Optional[Callable] = None,
         entropy_target_update: str = "per_minibatch",
         max_alpha_change_per_iteration: Optional[float] = None,
         max_grad_norm: Optional[float] = 0.5, num_epochs: int = 1, num_minibatches: int = 1,
@@ -183,8 +129,7 @@ class ActorCriticAlgorithm(Algorithm):
             normalize_advantages=bool(normalize_advantages),
             td_loss_weight=check_real("td_loss_weight", td_loss_weight, minimum=0.0),
             max_grad_norm=check_real("max_grad_norm", max_grad_norm, positive=True,
-                                     allow_none=True),
-            entropy_target_update=entropy_target_update,
+                                     allow_none=True), entropy_target_update=entropy_target_update,
             num_epochs=check_int("num_epochs", num_epochs, minimum=1),
             num_minibatches=check_int("num_minibatches", num_minibatches, minimum=1))
         self._log_alpha_cap = None if cap is None else math.log(cap)
@@ -195,82 +140,46 @@ class ActorCriticAlgorithm(Algorithm):
         self._value_network = value_network_ctor(observation_spec)
         self._entropy_target_algorithm: Optional[Algorithm] = None
         if enforce_entropy_target:
-            if entropy_target_cls is None:
-                from alf_entropy.algorithms import entropy_target_algorithm as eta
-
-                entropy_target_cls = (eta.NestedEntropyTargetAlgorithm if nest.is_nested(
-                    action_spec) else eta.EntropyTargetAlgorithm)
+            nested = nest.is_nested(action_spec)
+            entropy_target_cls = entropy_target_cls or (
+                NestedEntropyTargetAlgorithm if nested else EntropyTargetAlgorithm)
             self._entropy_target_algorithm = entropy_target_cls(
                 action_spec, debug_summaries=debug_summaries)
-        self._fast_acting = bool(fast_acting) and hasattr(self._actor_network,
-                                                          "sample_with_log_prob")
+        self._fast_acting = fast_acting and hasattr(self._actor_network, "sample_with_log_prob")
         # One agent's count is not saved: its checkpoints keep their layout.
         self.register_buffer("_num_skipped", torch.zeros(self.batch_shape, dtype=torch.int64),
                              persistent=bool(self.batch_shape))
         self.optimizers()  # made now, so that a checkpoint can restore their state at once
 
-    # ------------------------------------------------------------ properties
-    @property
-    def observation_spec(self) -> Any:
-        """The observation spec."""
-        return self._observation_spec
-
-    @property
-    def action_spec(self) -> Any:
-        """The action spec."""
-        return self._action_spec
-
-    @property
-    def actor_network(self) -> nn.Module:
-        """The policy network."""
-        return self._actor_network
-
-    @property
-    def value_network(self) -> nn.Module:
-        """The value network."""
-        return self._value_network
-
-    @property
-    def entropy_target_algorithm(self) -> Optional[Algorithm]:
-        """The entropy controller, or ``None`` when the target is not enforced."""
-        return self._entropy_target_algorithm
-
-    @property
-    def num_epochs(self) -> int:
-        """Passes over each unroll."""
-        return self._settings["num_epochs"]
-
-    @property
-    def num_minibatches(self) -> int:
-        """Minibatches per pass."""
-        return self._settings["num_minibatches"]
-
-    @property
-    def num_skipped_updates(self) -> torch.Tensor:
-        """Updates skipped because they were not finite (``batch_shape`` int64)."""
-        return self._num_skipped
+    observation_spec = property(lambda self: self._observation_spec, doc="The observation spec.")
+    action_spec = property(lambda self: self._action_spec, doc="The action spec.")
+    actor_network = property(lambda self: self._actor_network, doc="The policy network.")
+    value_network = property(lambda self: self._value_network, doc="The value network.")
+    entropy_target_algorithm = property(lambda self: self._entropy_target_algorithm,
+                                        doc="The entropy controller, or ``None``.")
+    num_epochs = property(lambda self: self._settings["num_epochs"], doc="Passes per unroll.")
+    num_minibatches = property(lambda self: self._settings["num_minibatches"],
+                               doc="Minibatches per pass.")
+    num_skipped_updates = property(lambda self: self._num_skipped,
+                                   doc="Updates skipped as not finite (``batch_shape`` int64).")
 
     @property
     def settings(self) -> Dict[str, Any]:
-        """The training settings as constructed (a copy): ``gamma``, ``td_lambda``,
-        ``reward_scale``, ``normalize_advantages``, ``td_loss_weight``,
-        ``max_grad_norm``, ``entropy_target_update``, ``num_epochs``, ``num_minibatches``."""
+        """The training settings as constructed (a copy; ``gamma``, ``num_epochs``, ...)."""
         return dict(self._settings)
 
     def entropy_coefficient(self) -> Union[float, torch.Tensor]:
         """The controller's ``alpha``, else the (scheduled) ``entropy_regularization``, else 0."""
         if self._entropy_target_algorithm is not None:
             return self._entropy_target_algorithm.alpha
-        if self._entropy_regularization is not None:
-            return float(self._entropy_regularization())
-        return 0.0
+        regularization = self._entropy_regularization
+        return 0.0 if regularization is None else float(regularization())
 
     def _mean(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """The masked mean of each member (``batch_shape``)."""
         nb = len(self.batch_shape)
         return masked_mean(x, mask, dim=tuple(range(nb, x.dim())) if nb else None)[0]
 
-    # ----------------------------------------------------------------- steps
     def _log_prob(self, dist: Any, action: Any) -> torch.Tensor:
         """``log pi(action)`` summed over the action nest."""
         if isinstance(dist, td.Distribution):  # no nest walking
@@ -282,8 +191,7 @@ class ActorCriticAlgorithm(Algorithm):
         return AlgStep(output=mode_of(self._actor_network(inputs.observation)), state=state)
 
     def _draw(self, observation: Any) -> Tuple[Any, torch.Tensor, Any]:
-        """One draw from the policy: ``(action, log_prob, dist)`` (``dist`` None on the
-        fast path, which declines -- per call -- what it does not cover)."""
+        """One draw: ``(action, log_prob, dist)`` (``dist`` None on the fast path)."""
         gens = self.generators
         if self._fast_acting:
             drawn = self._actor_network.sample_with_log_prob(observation,
@@ -298,12 +206,7 @@ class ActorCriticAlgorithm(Algorithm):
         return action, self._log_prob(dist, action), dist
 
     def rollout_step(self, inputs: TimeStep, state: Any = ()) -> AlgStep:
-        """Sample an action and keep its log-probability (call under ``torch.no_grad()``).
-
-        Returns:
-            AlgStep: ``output`` the action nest, ``info`` ``ActorCriticInfo(log_prob,
-            entropy_target)``.
-        """
+        """Sample an action, keep its ``log_prob`` (under ``torch.no_grad()``)."""
         action, log_prob, dist = self._draw(inputs.observation)
         entropy_target_info = ()
         if not self._fast_acting and self._entropy_target_algorithm is not None:
@@ -314,12 +217,7 @@ class ActorCriticAlgorithm(Algorithm):
                        info=ActorCriticInfo(log_prob=log_prob, entropy_target=entropy_target_info))
 
     def train_step(self, inputs: Experience, state: Any = (), rollout_info: Any = ()) -> AlgStep:
-        """Recompute the distribution and value of a flat minibatch, with gradients.
-
-        Returns:
-            AlgStep: ``info`` an ``ActorCriticInfo`` with ``value``, ``log_prob``,
-            ``entropy``, ``entropy_for_gradient`` and the controller's info.
-        """
+        """Recompute a flat minibatch's distribution and value, with gradients."""
         observation = inputs.time_step.observation
         dist = self._actor_network(observation)
         value = self._value_network(observation)
@@ -337,15 +235,9 @@ class ActorCriticAlgorithm(Algorithm):
             value=value, log_prob=log_prob, entropy=entropy,
             entropy_for_gradient=entropy_for_gradient, entropy_target=entropy_target_info))
 
-    # -------------------------------------------------------------- training
     def preprocess_experience(self, experience: Experience,
                               final_time_step: TimeStep) -> Experience:
-        """Values, advantages and returns; ``[T, *batch, B]`` to ``[*batch, T * B]``.
-
-        Args:
-            experience: the unroll, leaves ``[T, *batch_shape, B, ...]``.
-            final_time_step: the time step after it (its value bootstraps).
-        """
+        """Values, advantages and returns; ``[T, *batch_shape, B]`` -> ``[*batch_shape, T*B]``."""
         nb = len(self.batch_shape)
         with torch.no_grad():
             t, b = experience.step_type.shape[0], experience.step_type.shape[-1]
@@ -358,9 +250,8 @@ class ActorCriticAlgorithm(Algorithm):
 
     def with_advantages(self, experience: Experience, final_time_step: TimeStep,
                         values: torch.Tensor) -> Experience:
-        """The unroll with ``value``, GAE ``advantages`` and ``returns`` (``advantages +
-        value``) in its ``rollout_info``; ``values`` are ``[T + 1, ...]`` (the final one
-        bootstraps), any batch shape."""
+        """The unroll with ``value``, GAE ``advantages`` and ``returns`` from ``values``
+        ``[T + 1, ...]`` (the last bootstraps)."""
         time_step, s = experience.time_step, self._settings
 
         def _with_final(x: torch.Tensor, final: torch.Tensor) -> torch.Tensor:
@@ -382,12 +273,7 @@ class ActorCriticAlgorithm(Algorithm):
         return -advantages * train_info.log_prob
 
     def calc_loss(self, experience: Experience, train_info: ActorCriticInfo) -> LossInfo:
-        """Policy-gradient + TD + entropy loss (+ the controller's).
-
-        Returns:
-            LossInfo: per-step ``loss`` (mask it with :meth:`valid_mask`); ``extra``
-            ``{"main": ActorCriticLossInfo, "entropy_target": ...}``.
-        """
+        """Per-step policy-gradient + TD + entropy loss (+ the controller's)."""
         mask = self.valid_mask(experience)
         rollout_info = experience.rollout_info
         advantages = rollout_info.advantages
@@ -442,14 +328,8 @@ class ActorCriticAlgorithm(Algorithm):
 
     def train_from_unroll(self, experience: Experience, final_time_step: TimeStep
                           ) -> Tuple[LossInfo, ActorCriticInfo, torch.Tensor]:
-        """Train on one unroll: ``num_epochs`` x ``num_minibatches`` updates.
-
-        Returns:
-            ``(loss_info, train_info, valid_mask)`` of the last minibatch
-            (``loss_info.loss`` the loss minimised, of ``batch_shape``).
-        """
+        """All updates of an unroll; the last's ``(loss_info, train_info, valid_mask)``."""
         exp = self.preprocess_experience(experience, final_time_step)
-        loss_info = train_info = mask = None
         controller = self._entropy_target_algorithm
         once_per_unroll = (self._settings["entropy_target_update"] == "per_iteration"
                            and controller is not None)
@@ -478,10 +358,10 @@ class ActorCriticAlgorithm(Algorithm):
 
     @contextlib.contextmanager
     def alpha_change_capped(self) -> Iterator[None]:
-        """Within the block (one iteration) ``max_alpha_change_per_iteration`` holds:
-        every leaf controller limits the span of its ``log alpha`` (no cap: nothing)."""
-        leaves = ([] if self._log_alpha_cap is None or self._entropy_target_algorithm is None
-                  else list(self._entropy_target_algorithm.leaf_algorithms().values()))
+        """Within the block (an iteration) ``max_alpha_change_per_iteration`` holds."""
+        controller = self._entropy_target_algorithm
+        leaves = ([] if self._log_alpha_cap is None or controller is None
+                  else list(controller.leaf_algorithms().values()))
         for leaf in leaves:
             leaf.limit_log_alpha_span(self._log_alpha_cap)
         try:
@@ -492,12 +372,8 @@ class ActorCriticAlgorithm(Algorithm):
 
     def summarize_train(self, experience: Experience, loss_info: LossInfo,
                         train_info: ActorCriticInfo, mask: torch.Tensor) -> None:
-        """Write the iteration's summaries (call only when recording), each agent's.
-
-        ``alpha``, ``entropy`` and, with a controller, ``target_entropy`` and ``stage``
-        (a nested one also ``alpha/<leaf>`` etc.); ``loss/total``, ``loss/pg``,
-        ``loss/td``; with ``debug_summaries`` advantage, value and explained variance.
-        """
+        """Each agent's ``alpha``, ``entropy``, ``target_entropy``, ``stage`` (nested: also
+        per leaf), ``loss/total|pg|td``; debug: advantage, value, explained variance."""
         extra = loss_info.extra
         main = extra["main"] if isinstance(extra, dict) else extra
         summary.scalar("loss/total", loss_info.loss)
@@ -508,11 +384,9 @@ class ActorCriticAlgorithm(Algorithm):
         controller = self._entropy_target_algorithm
         if controller is not None:
             leaves = controller.leaf_algorithms()
-            if len(leaves) > 1:  # a nested controller: also each action's values
-                for key, leaf in leaves.items():
-                    summary.scalar(f"alpha/{key}", leaf.alpha)
-                    summary.scalar(f"target_entropy/{key}", leaf.target_entropy)
-                    summary.scalar(f"stage/{key}", leaf.stage)
+            for key, leaf in leaves.items() if len(leaves) > 1 else ():  # nested: each action's
+                for tag in ("alpha", "target_entropy", "stage"):
+                    summary.scalar(f"{tag}/{key}", getattr(leaf, tag))
             summary.scalar("target_entropy", controller.target_entropy)
             summary.scalar("stage", controller.stage)
         if self._debug_summaries:

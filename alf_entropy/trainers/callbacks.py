@@ -12,6 +12,7 @@ checkpoints and stops.  The trainer builds the built-in ones from its arguments
 (:func:`builtin_callbacks`) and runs ``callbacks=[...]`` after them; all but
 ``SignalCallback`` are gin-configurable (``OnPolicyTrainer.callbacks = [@TimeBudgetCallback()]``).
 """
+import contextlib
 import dataclasses
 import logging as py_logging
 import os
@@ -25,6 +26,7 @@ import gin
 import numpy as np
 import torch
 from absl import logging
+from absl.logging import ABSLHandler
 
 from alf_entropy.utils import distributed, summary
 from alf_entropy.utils.checks import check_int, check_real
@@ -33,7 +35,7 @@ from alf_entropy.utils.requirements import require_train_extra
 require_train_extra()  # gymnasium>=1.1 and tqdm: the `train` extra
 
 from tqdm import tqdm  # noqa: E402  (after the requirement check)
-from tqdm.contrib import DummyTqdmFile  # noqa: E402
+from tqdm.contrib.logging import logging_redirect_tqdm  # noqa: E402
 
 __all__ = ["Callback", "CheckpointCallback", "EvaluationCallback", "ProgressBarCallback",
            "SignalCallback", "SummaryCallback", "TimeBudgetCallback", "TrainerControl",
@@ -129,30 +131,28 @@ class SummaryCallback(Callback):
         summary.close()
 
 
-def _console_handlers() -> List[py_logging.StreamHandler]:
-    """The root logger's handlers that write to the terminal (absl's wraps one)."""
-    handlers = [getattr(h, "python_handler", h) for h in py_logging.getLogger().handlers]
-    return [h for h in handlers if isinstance(h, py_logging.StreamHandler)
-            and h.stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)]
-
-
 @gin.configurable
 class ProgressBarCallback(Callback):
     """A tqdm bar on a terminal (none where stderr is not one), its total the binding limit
     in iterations, showing env steps and the latest ``steps_per_sec``, ``return`` and
-    ``alpha``.  While it shows, console log lines go through tqdm (``DummyTqdmFile``)."""
+    ``alpha``; meanwhile console log lines go through tqdm (``logging_redirect_tqdm``)."""
 
     def __init__(self) -> None:
         self._bar: Any = None
-        self._streams: List[Any] = []
+        self._redirect = contextlib.ExitStack()
 
     def on_training_start(self, trainer: Any) -> None:
         self._bar = tqdm(total=trainer.total_iterations, initial=trainer.iteration, unit="it",
                          dynamic_ncols=True,
                          disable=None if distributed.is_main_process() else True)
-        if not self._bar.disable:
-            self._streams = [(h, h.setStream(DummyTqdmFile(h.stream)))
-                             for h in _console_handlers()]
+        root = py_logging.getLogger()
+        # absl's handler (app.run installs it) wraps a StreamHandler tqdm recognises.
+        handlers = [h.python_handler if isinstance(h, ABSLHandler) else h for h in root.handlers]
+        if not self._bar.disable and any(isinstance(h, py_logging.StreamHandler) and h.stream in
+                                         (sys.stdout, sys.stderr) for h in handlers):
+            self._redirect.callback(setattr, root, "handlers", root.handlers)
+            root.handlers = handlers
+            self._redirect.enter_context(logging_redirect_tqdm())
 
     def on_iteration_end(self, trainer: Any) -> bool:
         status, m = f"steps={trainer.env_steps}", trainer.metrics
@@ -164,9 +164,7 @@ class ProgressBarCallback(Callback):
         return True
 
     def on_training_end(self, trainer: Any) -> None:
-        for handler, stream in self._streams:
-            handler.setStream(stream)
-        self._streams = []
+        self._redirect.close()
         if self._bar is not None:
             self._bar.close()
             self._bar = None

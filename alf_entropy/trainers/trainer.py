@@ -2,18 +2,13 @@
 
 :meth:`Trainer.train` reads top to bottom (SB3's ``learn()``): until a limit is reached
 or ``control.should_stop``, the callbacks decide (:mod:`~alf_entropy.trainers.callbacks`)
-and the loop acts -- one iteration (``_train_iteration``: collect, then train) with the
-algorithm's summaries recorded if ``should_log``, then logging (``on_log``), evaluation
-(``on_evaluate``) and a checkpoint as asked.  A run ends with a checkpoint of its last
-iteration.  The services have their own names: the run directory (``RunDir``), the
-checkpointer (``Checkpointer``), the callbacks.  Scheduler progress (``iterations``,
-``env_steps``, ``percent`` of the binding limit) is set before every iteration.
-
-K agents (``num_agents``/``seeds``) are data, not a mode: the algorithm and the
-environments are built for them (``ManyAgents`` on ``AgentEnvs``, leaves ``[K, N]``)
-and speak one agent's protocol; summaries, evaluations and configs go to each agent's
-run directory (``agent_dirs``).  Under ``torchrun`` every rank builds the same trainer
-(one agent); ``num_envs`` and the limits are totals; rank 0 alone evaluates and writes.
+and the loop acts: one iteration (``_train_iteration``: collect, then train; the
+algorithm's summaries recorded if ``should_log``), then logging, evaluation and a
+checkpoint as asked; a run ends with a checkpoint.  K agents (``num_agents``/``seeds``)
+are data, not a mode: the algorithm and envs are built for them (``ManyAgents`` on
+``AgentEnvs``) and speak one agent's protocol; each agent writes to its own run
+directory (``agent_dirs``).  Under ``torchrun`` (one agent per rank) ``num_envs`` and
+the limits are totals and rank 0 alone evaluates and writes.
 """
 import pickle
 import time
@@ -72,12 +67,12 @@ class Trainer:
         num_threads: if given, ``torch.set_num_threads(num_threads)``.
         progress_bar: show a tqdm progress line (on a terminal only).
         summary_flush_secs: how often summaries are flushed to disk.
-        stop_eval_return: stop (with a checkpoint) once every agent's evaluation reaches it.
+        stop_eval_return: stop once every agent's evaluation reaches it.
         allow_config_change: resume a run directory whose config differs (``RunDir``).
         callbacks: more ``Callback`` s, run after the built-in ones.
-        num_agents: K agents in this process, seeds ``seed, ..., seed + K - 1`` (1: a
+        num_agents: K agents in one process, seeds ``seed, ..., seed + K - 1`` (1: a
             single run); ``env_steps`` and the limits count one agent's steps.
-        seeds: the K agents' seeds instead (see :func:`~.agents.agent_seeds`).
+        seeds: the K agents' seeds instead (:func:`~alf_entropy.trainers.agents.agent_seeds`).
         target_entropies: one target entropy per agent (K > 1, agents with a controller).
 
     Raises:
@@ -108,8 +103,7 @@ class Trainer:
         self._limits = Limits(num_iterations, num_env_steps, steps_per_iteration)
         self._seed = check_int("seed", seed, minimum=0, below=MAX_SEED)
         self._agents = agents_lib.Agents(num_agents, seeds, target_entropies, self._seed)
-        self._num_eval_episodes = num_eval_episodes
-        self._signals = SignalCallback()
+        self._signals, self._num_eval_episodes = SignalCallback(), num_eval_episodes
         self._callbacks = builtin_callbacks(
             summary_interval, summary_flush_secs, progress_bar, self._signals, eval_interval,
             num_eval_episodes, stop_eval_return, checkpoint_interval, callbacks)
@@ -117,13 +111,12 @@ class Trainer:
         if check_int("num_threads", num_threads, minimum=1, allow_none=True) is not None:
             torch.set_num_threads(num_threads)
         self._num_envs, self._device = ranks.join_ranks(num_envs, device, type(self).__name__)
-        self._env_id, self._algorithm_ctor = env_id, self._agents.algorithm_ctor(
-            self.agent_batch, algorithm_ctor, self._device)
-        self._env_ctor = agent_env_ctor(env_ctor, self._agents.seeds, self._seed)
+        self._env_id, self._env_ctor = env_id, agent_env_ctor(env_ctor, self._agents.seeds, seed)
+        self._algorithm_ctor = self._agents.algorithm_ctor(self.agent_batch, algorithm_ctor,
+                                                           self._device)
         self._iteration, self._env_steps, self._eval_time = 0, 0, 0.0
-        self._env, self._time_step, self._restored_env = None, None, None
-        self._in_iteration, self._last_checkpoint, self._restored_from = False, None, None
-        self.control = TrainerControl()
+        self._env = self._time_step = self._restored_env = self._last_checkpoint = None
+        self._in_iteration, self._restored_from, self.control = False, None, TrainerControl()
         self.metrics: Dict[str, float] = {}
         """The latest values (``return``, ``eval/return`` -- the lowest agent's --, ...)."""
         self._observation_spec, self._action_spec, self._algorithm = self._build(env_ctor)
@@ -239,7 +232,8 @@ class Trainer:
                 self._iteration += 1
                 if self.control.should_log:
                     self._log()
-                self.control.should_stop = not all(self._call("on_iteration_end"))
+                if not all(self._call("on_iteration_end")):
+                    self.control.should_stop = True
                 self._act()
             if self._last_checkpoint != self._checkpointer.path(self._iteration):
                 self.save_checkpoint()  # a run ends with a checkpoint of its last iteration

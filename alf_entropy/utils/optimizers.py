@@ -21,7 +21,7 @@ import torch
 
 from alf_entropy.utils.checks import check_callable, check_real
 
-__all__ = ["FusedAdam", "clip_grad_norms_", "masked_optimizer_step"]
+__all__ = ["FusedAdam", "clip_grad_norms_", "default_optimizer", "masked_optimizer_step"]
 
 # torch has a fused Adam kernel for CPU tensors from version 2.4 on (CUDA before).
 _FUSED_ADAM_ON_CPU = tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 4)
@@ -90,6 +90,15 @@ class FusedAdam(torch.optim.Adam):
         """Adam's step, at the scheduled learning rate if there is an ``lr_schedule``."""
         self._schedule_lr()
         return super().step(closure)
+
+
+@gin.configurable
+def default_optimizer(params: List[torch.nn.Parameter], lr: float = 3e-4,
+                      eps: float = 1e-5) -> torch.optim.Optimizer:
+    """A2C/PPO's optimiser when none is given: ``FusedAdam(lr=3e-4, eps=1e-5)`` (gin:
+    ``default_optimizer.lr = 1e-3``; ``torch.optim.Adam.lr`` is ``@torch.optim.Adam``'s)."""
+    return FusedAdam(params, lr=check_real("default_optimizer.lr", lr, positive=True),
+                     eps=check_real("default_optimizer.eps", eps, minimum=0.0))
 
 
 def clip_grad_norms_(params: List[torch.Tensor], max_norm: float,
