@@ -14,6 +14,7 @@ import pickle
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+import numpy as np
 import torch
 from absl import logging
 
@@ -272,16 +273,24 @@ class Trainer:
         per_agent = list(zip(*ranks_stats))  # each agent's (returns, lengths) of each rank
         agents = [[x for stats in agent for x in stats[0]] for agent in per_agent]
         lengths = [[x for stats in agent for x in stats[1]] for agent in per_agent]
-        logs = dict(summary.last_scalars(), env_steps=[steps] * len(agents),
+        logs = dict(self._control_logs(), env_steps=[steps] * len(agents),
                     steps_per_sec=[sps] * len(agents),
-                    **{"return": [float(sum(r) / len(r)) if r else None for r in agents]},
-                    episode_length=[float(sum(n) / len(n)) if n else None for n in lengths])
-        alpha = torch.as_tensor(self._algorithm.entropy_coefficient(), dtype=torch.float32)
-        logs["alpha"] = alpha.reshape(-1).tolist()
+                    **{"return": [float(np.mean(r)) if r else None for r in agents]},
+                    episode_length=[float(np.mean(n)) if n else None for n in lengths])
         returns = [r for r in logs["return"] if r is not None]
-        self.metrics.update(steps_per_sec=sps * len(agents), alpha=float(alpha.mean()),
-                            **({"return": float(sum(returns) / len(returns))} if returns else {}))
+        self.metrics.update(steps_per_sec=sps * len(agents), alpha=float(np.mean(logs["alpha"])),
+                            **({"return": float(np.mean(returns))} if returns else {}))
         self._call("on_log", logs)
+
+    def _control_logs(self) -> Dict[str, List[float]]:
+        """The latest summaries with each agent's ``alpha`` and ``target_entropy`` now."""
+        logs = summary.last_scalars()
+        controller = getattr(self._algorithm, "entropy_target_algorithm", None)
+        for tag, value in (("alpha", self._algorithm.entropy_coefficient()),
+                           ("target_entropy", getattr(controller, "target_entropy", None))):
+            if value is not None:
+                logs[tag] = torch.as_tensor(value, dtype=torch.float32).reshape(-1).tolist()
+        return logs
 
     def _start_env(self) -> Any:
         """Build the training envs; restore their saved state or reset them."""
@@ -319,7 +328,7 @@ class Trainer:
         per_agent = mean_returns(returns)
         self.metrics["eval/return"] = min(per_agent)
         self._eval_time += time.time() - start
-        self._call("on_evaluate", dict(summary.last_scalars(), **{"eval/return": per_agent}))
+        self._call("on_evaluate", dict(self._control_logs(), **{"eval/return": per_agent}))
         return min(per_agent)
 
     def close(self) -> None:
