@@ -1,10 +1,8 @@
 """K agents in one trainer: their seeds, run directories and operative configs.
 
-:class:`Agents` is what a trainer knows of its agents: the seeds (``None``: one agent, a
-single run), each agent's target and run directory (``seed=N``,
-``target_entropy=T+seed=N``; one agent: ``root_dir`` itself), the algorithm ctor (one
-agent's, or the batch's) and each agent's ``operative_config.gin``
-(:func:`agent_operative_config`), the text of its single run.
+:class:`Agents` is what a trainer knows of its agents: the seeds (``None``: one agent),
+each one's target and run directory (one agent: ``root_dir`` itself), the algorithm ctor
+(one agent's, or the batch's) and each agent's ``operative_config.gin``.
 """
 import os
 import re
@@ -29,28 +27,12 @@ BATCH_CONFIGURABLES = frozenset({"ManyAgents", "ManySacAgents", "BatchedAdam"})
 
 def agent_operative_config(text: str, trainer: str, seed: int, controller: Optional[str] = None,
                            target: Any = None) -> str:
-    """An agent's ``operative_config.gin``: the batch's, as a single run of the agent has it.
-
-    The trainer's ``seed`` is the agent's, its ``num_agents``, ``seeds`` and
-    ``target_entropies`` a single run's (1, None, None), the batch's own
-    configurables (:data:`BATCH_CONFIGURABLES`) are left out and, for a
-    per-agent target, ``<controller>.target_entropy`` is the agent's (a binding
-    is added where the batch's config has none).  A batch configured in gin
-    thus gives each agent the text of the single run with its seed (and
-    target), so the report reads its seed and groups it with that run (but
-    for what only the configured target builds: a scheduler's bindings stay).
-
-    Args:
-        text: the batch's operative config (``gin.operative_config_str()``).
-        trainer: the trainer's configurable name (``OnPolicyTrainer``).
-        seed: the agent's seed.
-        controller: the controller's configurable name, for ``target``.
-        target: the agent's own target entropy (None: the configured one); a
-            number is written as a binding, anything else as a comment.
-
-    Returns:
-        str: the agent's config text.
-    """
+    """An agent's ``operative_config.gin``: the batch's ``text`` as the single run of the
+    agent has it -- the ``trainer``'s ``seed`` the agent's, ``num_agents``, ``seeds`` and
+    ``target_entropies`` a single run's, the batch's own configurables
+    (:data:`BATCH_CONFIGURABLES`) left out, ``<controller>.target_entropy`` the agent's own
+    ``target`` (a number as a binding, anything else as a comment); so the report reads
+    its seed and groups it with that run."""
     values = {f"{trainer}.seed": str(seed), f"{trainer}.num_agents": "1",
               f"{trainer}.seeds": "None", f"{trainer}.target_entropies": "None"}
     if controller is not None and target is not None:
@@ -84,40 +66,20 @@ def agent_operative_config(text: str, trainer: str, seed: int, controller: Optio
 
 
 def agent_dir(seed: int, target: Any = None) -> str:
-    """An agent's run directory under the batch's root dir (named as a sweep names runs).
-
-    Args:
-        seed: the agent's seed.
-        target: its own target entropy (None: the configured one).
-
-    Returns:
-        ``seed=N``, or ``target_entropy=T+seed=N`` for a target of its own.
-    """
-    if target is None:
-        return f"seed={seed}"
-    return f"target_entropy={dir_safe(str(target))}+seed={seed}"
+    """An agent's run directory, as a sweep names runs: ``seed=N`` (``target_entropy=T+
+    seed=N`` for a ``target`` of its own)."""
+    own = "" if target is None else f"target_entropy={dir_safe(str(target))}+"
+    return f"{own}seed={seed}"
 
 
 def agent_seeds(num_agents: int, seeds: Optional[Sequence[int]], seed: int,
                 target_entropies: Optional[Sequence[Any]] = None) -> Optional[List[int]]:
-    """The K agents' seeds, or None for a single run.
-
-    Args:
-        num_agents: K; with ``seeds`` None the seeds are ``seed, ..., seed + K - 1``.
-        seeds: the seeds instead (at least two; distinct, or repeated where
-            ``target_entropies`` gives the agents distinct run directories:
-            each agent's (target, seed) its own); ``num_agents`` is then 1 or
-            ``len(seeds)``.
-        seed: the trainer's seed.
-        target_entropies: each agent's target (None: the configured one).
-
-    Returns:
-        The seeds, or None for one agent.
+    """The K agents' seeds (None: one agent, a single run): ``seed, ..., seed + K - 1``
+    for ``num_agents = K``, or ``seeds`` (at least two; ``num_agents`` 1 or ``len(seeds)``;
+    a seed may repeat where ``target_entropies`` gives each agent its own (target, seed)).
 
     Raises:
-        ValueError: for out-of-range seeds, repeated seeds without distinct
-            (target, seed) run directories, or a ``num_agents`` that
-            disagrees with ``seeds``.
+        ValueError: for out-of-range or repeated seeds, or ``num_agents`` unlike ``seeds``.
     """
     num_agents = check_int("num_agents", num_agents, minimum=1)
     if seeds is None:
@@ -145,7 +107,7 @@ def agent_seeds(num_agents: int, seeds: Optional[Sequence[int]], seed: int,
 
 
 class Agents:
-    """A trainer's agents (module docstring); the arguments as the trainers take them.
+    """A trainer's agents (module docstring), from the trainers' arguments.
 
     Raises:
         ValueError: see :func:`agent_seeds`; also K > 1 on several ranks, or
@@ -170,10 +132,8 @@ class Agents:
     @property
     def dirs(self) -> List[str]:
         """Each agent's run directory, relative to ``root_dir`` (one agent: ``[""]``)."""
-        if self.seeds is None:
-            return [""]
-        return [agent_dir(s, t) for s, t in zip(self.seeds, self.targets or [None] * len(
-            self.seeds))]
+        return [""] if self.seeds is None else [
+            agent_dir(s, t) for s, t in zip(self.seeds, self.targets or [None] * len(self.seeds))]
 
     def algorithm_ctor(self, batch_cls: Callable[..., Any], algorithm_ctor: Callable[..., Any],
                        device: torch.device) -> Callable[..., Any]:

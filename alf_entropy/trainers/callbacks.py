@@ -1,16 +1,10 @@
 """Callbacks decide, the trainer's loop acts (Hugging Face's ``TrainerControl``).
 
-The loop calls each :class:`Callback`'s hooks in list order: ``on_training_start`` once;
-``on_iteration_start`` and ``on_iteration_end`` around each iteration; ``on_log`` after
-an iteration whose summaries were recorded and ``on_evaluate`` after an evaluation (both
-with the values: tag -> one per agent); ``on_training_end`` always, also after an error.
-A callback reads the trainer (``iteration``, ``env_steps``, ``metrics``, ``algorithm``,
-``root_dir``, ``agent_dirs``) and asks through ``trainer.control`` -- ``should_log``,
-``should_evaluate``, ``should_save``, ``should_stop`` (``False`` from
-``on_iteration_end`` stops too) -- calling no trainer method; the loop logs, evaluates,
-checkpoints and stops.  The trainer builds the built-in ones from its arguments
-(:func:`builtin_callbacks`) and runs ``callbacks=[...]`` after them; all but
-``SignalCallback`` are gin-configurable (``OnPolicyTrainer.callbacks = [@TimeBudgetCallback()]``).
+The loop calls each :class:`Callback`'s hooks in list order.  A callback reads the
+trainer (``iteration``, ``env_steps``, ``metrics``, ``algorithm``, ``agent_dirs``, ...)
+and asks through ``trainer.control`` (``False`` from ``on_iteration_end`` stops too); it
+calls no trainer method.  The trainer builds the built-in ones from its arguments and
+runs ``callbacks=[...]`` after them; all but ``SignalCallback`` are gin-configurable.
 """
 import contextlib
 import dataclasses
@@ -46,7 +40,8 @@ Logs = Dict[str, List[Optional[float]]]
 
 @dataclasses.dataclass
 class TrainerControl:
-    """What the callbacks ask of the loop; it resets all but ``should_stop`` per iteration."""
+    """What the callbacks ask of the loop (fresh each iteration): record the algorithm's
+    summaries and log, evaluate, checkpoint, stop (with a checkpoint)."""
 
     should_log: bool = False
     should_evaluate: bool = False
@@ -95,13 +90,8 @@ def control_line(logs: Logs) -> str:
 
 @gin.configurable
 class SummaryCallback(Callback):
-    """TensorBoard summaries in ``root_dir/train`` (K agents: ``root_dir/<agent dir>/train``
-    each), written by rank 0, every ``interval`` iterations (``should_log``).
-
-    Args:
-        interval: iterations between summaries.
-        flush_secs: how often the writers flush to disk.
-    """
+    """TensorBoard summaries every ``interval`` iterations (rank 0) in ``root_dir/train``
+    (K agents: ``<agent dir>/train`` each), flushed every ``flush_secs``."""
 
     def __init__(self, interval: int = 10, flush_secs: float = 10.0):
         self.interval = check_int("summary_interval", interval, minimum=1)
@@ -133,9 +123,8 @@ class SummaryCallback(Callback):
 
 @gin.configurable
 class ProgressBarCallback(Callback):
-    """A tqdm bar on a terminal (none where stderr is not one), its total the binding limit
-    in iterations, showing env steps and the latest ``steps_per_sec``, ``return`` and
-    ``alpha``; meanwhile console log lines go through tqdm (``logging_redirect_tqdm``)."""
+    """A tqdm bar on a terminal (the binding limit's iterations; env steps, ``steps_per_sec``,
+    ``return``, ``alpha``); meanwhile console log lines go through ``logging_redirect_tqdm``."""
 
     def __init__(self) -> None:
         self._bar: Any = None
@@ -171,11 +160,7 @@ class ProgressBarCallback(Callback):
 
 
 class TrainingAborted(Exception):
-    """A second SIGTERM/SIGINT stopped training at once, without a checkpoint.
-
-    Attributes:
-        signum: the signal's number.
-    """
+    """A second SIGTERM/SIGINT stopped training at once, without a checkpoint (``signum``)."""
 
     def __init__(self, signum: int):
         self.signum = signum
@@ -185,13 +170,9 @@ class TrainingAborted(Exception):
 
 
 class SignalCallback(Callback):
-    """SIGTERM or SIGINT: stop after the current iteration (checkpointed); a second raises
-    :class:`TrainingAborted`.  Handlers live in the main thread, restored at the end;
-    under ``torchrun`` a signal to any rank stops all after the same iteration.
-
-    Attributes:
-        stopped_by: ``"SIGTERM"`` or ``"SIGINT"`` once a signal stopped the run.
-    """
+    """SIGTERM or SIGINT: stop after the current iteration (checkpointed; ``stopped_by``
+    names it); a second raises :class:`TrainingAborted`.  Main thread only; under
+    ``torchrun`` a signal to any rank stops all after the same iteration."""
 
     def __init__(self) -> None:
         self.stopped_by: Optional[str] = None
@@ -234,15 +215,9 @@ class SignalCallback(Callback):
 
 @gin.configurable
 class EvaluationCallback(Callback):
-    """Evaluate the deterministic policy at the start, every ``interval`` iterations and at
-    the end (rank 0), logging one line: ``iteration ... env_steps ...`` and
-    :func:`control_line`; with ``stop_return`` stop once every agent's return reaches it.
-
-    Args:
-        interval: iterations between evaluations.
-        num_episodes: episodes per evaluation (``trainer.num_eval_episodes`` reads it).
-        stop_return: stop as soon as an evaluation's mean return reaches it.
-    """
+    """Evaluate at the start, every ``interval`` iterations and at the end (rank 0), logging
+    ``iteration ... env_steps ...`` and :func:`control_line`; stop once every agent's mean
+    return reaches ``stop_return``."""
 
     def __init__(self, interval: int, num_episodes: int = 10,
                  stop_return: Optional[float] = None):
@@ -281,8 +256,7 @@ class CheckpointCallback(Callback):
 
 @gin.configurable
 class TimeBudgetCallback(Callback):
-    """Stop (with a checkpoint) once ``max_seconds`` of this ``train()`` call have passed
-    (rank 0's clock decides under ``torchrun``)."""
+    """Stop once ``max_seconds`` of this ``train()`` call have passed (rank 0's clock)."""
 
     def __init__(self, max_seconds: float):
         self._max_seconds = check_real("max_seconds", max_seconds, positive=True)
@@ -304,7 +278,7 @@ def builtin_callbacks(summary_interval: int, summary_flush_secs: float, progress
                       num_eval_episodes: int, stop_eval_return: Optional[float],
                       checkpoint_interval: Optional[int], callbacks: Sequence[Callback] = (),
                       ) -> List[Callback]:
-    """The callbacks a trainer runs, in order: those its arguments ask for, then ``callbacks``.
+    """The callbacks a trainer runs: those its arguments ask for, then ``callbacks``.
 
     Raises:
         ValueError: for out-of-range arguments.

@@ -171,34 +171,25 @@ class Trainer:
     seeds = property(lambda self: self._agents.seeds or [self._seed], doc="Each agent's seed.")
     agent_dirs = property(lambda self: self._agents.dirs,
                           doc="Each agent's run directory under ``root_dir`` (one: ``''``).")
+    num_iterations = property(lambda self: self._limits.num_iterations or None,
+                              doc="The ``num_iterations`` limit (``None``: none from it).")
     total_iterations = property(lambda self: self._limits.total_iterations,
                                 doc="Iterations the run takes (the binding limit).")
+    limit_reached = property(lambda self: self._limits.reached(self._iteration, self._env_steps),
+                             doc="The limit reached now (``'num_iterations = 3'``), or None.")
     restored_from = property(lambda self: self._restored_from, doc="The checkpoint resumed.")
     last_checkpoint = property(lambda self: self._last_checkpoint,
                                doc="The checkpoint the current (or last) ``train()`` wrote last.")
 
-    @property
-    def num_iterations(self) -> Optional[int]:
-        """The ``num_iterations`` limit as given (``None``: no limit from it)."""
-        return self._limits.num_iterations or None
-
-    @property
-    def limit_reached(self) -> Optional[str]:
-        """The limit reached now (e.g. ``"num_iterations = 3"``), or ``None``."""
-        return self._limits.reached(self._iteration, self._env_steps)
-
     def train(self) -> Dict[str, Any]:
-        """Run (or resume) training until a limit is reached or a callback stops it.
-
-        Holds the run directory's lock while it runs.  A first SIGTERM/SIGINT ends the
-        run after the current iteration, with a checkpoint; a second raises
-        :class:`TrainingAborted`.
+        """Run (or resume) training until a limit is reached or a callback stops it, holding
+        the run directory's lock.  A first SIGTERM/SIGINT stops after the iteration, with a
+        checkpoint; a second raises :class:`TrainingAborted`.
 
         Returns:
-            dict: ``iteration``, ``env_steps``, ``last_return`` (the training episodes'
-            mean at the last summary), ``eval_return`` (the latest evaluation's, the
-            lowest agent's), ``wall_time``, ``eval_time``, ``already_done`` (nothing to
-            do), ``stopped_by`` (a signal's name) and ``checkpoint`` (the last written).
+            dict: ``iteration``, ``env_steps``, ``last_return`` (training episodes' mean),
+            ``eval_return`` (the lowest agent's), ``wall_time``, ``eval_time``,
+            ``already_done``, ``stopped_by`` (a signal's name) and ``checkpoint``.
 
         Raises:
             TrainingAborted: on a second SIGTERM/SIGINT.
@@ -212,11 +203,22 @@ class Trainer:
 
     def _train(self) -> Dict[str, Any]:
         start, self._eval_time, self._last_checkpoint = time.time(), 0.0, None
-        if self.limit_reached is not None:
+        done = self.limit_reached is not None
+        if done:
             logging.info("Nothing to do: the run in %s is already at %s (iteration %d, %d env "
                          "steps)", self.root_dir, self.limit_reached, self._iteration,
                          self._env_steps)
-            return self._result(start, already_done=True)
+        else:
+            self._loop(start)
+        return dict(iteration=self._iteration, env_steps=self._env_steps,
+                    last_return=self.metrics.get("return"),
+                    eval_return=self.metrics.get("eval/return"), wall_time=time.time() - start,
+                    eval_time=self._eval_time, already_done=done,
+                    stopped_by=None if done else self._signals.stopped_by,
+                    checkpoint=self._last_checkpoint)
+
+    def _loop(self, start: float) -> None:
+        """Callbacks decide, the loop acts (module docstring)."""
         self.control, self._since = TrainerControl(), (start, self._env_steps)
         try:
             self._call("on_training_start")
@@ -249,21 +251,21 @@ class Trainer:
             if self._env is not None:
                 self._env.close()
             self._env, self._time_step, self._in_iteration = None, None, False
-        return self._result(start)
 
     def _call(self, hook: str, *args: Any) -> List[Any]:
         return [getattr(callback, hook)(self, *args) for callback in self._callbacks]
 
     def _act(self) -> None:
-        """Evaluate and checkpoint as the callbacks asked."""
+        """Evaluate (rank 0; the others take its verdict) and checkpoint as asked."""
         if self.control.should_evaluate:
-            self.evaluate()  # rank 0; the others wait for its verdict
+            if distributed.is_main_process():
+                self.evaluate()
             self.control.should_stop = distributed.broadcast_object(self.control.should_stop)
         if self.control.should_save:
             self.save_checkpoint()
 
     def _log(self) -> None:
-        """The iteration's logs (episodes, speed, control) to ``metrics`` and ``on_log``."""
+        """The iteration's logs (each agent's episodes, speed, control): ``metrics``, ``on_log``."""
         now, steps = time.time(), self._env_steps
         sps = (steps - self._since[1]) / max(now - self._since[0], 1e-9)
         self._since = (now, steps)
@@ -271,19 +273,19 @@ class Trainer:
         if ranks_stats is None:  # not rank 0
             return
         per_agent = list(zip(*ranks_stats))  # each agent's (returns, lengths) of each rank
-        agents = [[x for stats in agent for x in stats[0]] for agent in per_agent]
+        returns = [[x for stats in agent for x in stats[0]] for agent in per_agent]
         lengths = [[x for stats in agent for x in stats[1]] for agent in per_agent]
-        logs = dict(self._control_logs(), env_steps=[steps] * len(agents),
-                    steps_per_sec=[sps] * len(agents),
-                    **{"return": [float(np.mean(r)) if r else None for r in agents]},
+        k = len(per_agent)
+        logs = dict(self._control_logs(), env_steps=[steps] * k, steps_per_sec=[sps] * k,
+                    **{"return": [float(np.mean(r)) if r else None for r in returns]},
                     episode_length=[float(np.mean(n)) if n else None for n in lengths])
-        returns = [r for r in logs["return"] if r is not None]
-        self.metrics.update(steps_per_sec=sps * len(agents), alpha=float(np.mean(logs["alpha"])),
-                            **({"return": float(np.mean(returns))} if returns else {}))
+        finished = [r for r in logs["return"] if r is not None]
+        self.metrics.update(steps_per_sec=sps * k, alpha=float(np.mean(logs["alpha"])),
+                            **({"return": float(np.mean(finished))} if finished else {}))
         self._call("on_log", logs)
 
     def _control_logs(self) -> Dict[str, List[float]]:
-        """The latest summaries with each agent's ``alpha`` and ``target_entropy`` now."""
+        """The latest summaries, with each agent's ``alpha`` and ``target_entropy`` now."""
         logs = summary.last_scalars()
         controller = getattr(self._algorithm, "entropy_target_algorithm", None)
         for tag, value in (("alpha", self._algorithm.entropy_coefficient()),
@@ -311,11 +313,9 @@ class Trainer:
         return env, env.reset()
 
     def evaluate(self, num_episodes: Optional[int] = None) -> float:
-        """Evaluate every agent's deterministic policy on its own environments and seeds
-        (``num_episodes`` each, default ``num_eval_episodes``), rank 0 alone; calls
-        ``on_evaluate``.  Returns the lowest agent's mean return (``metrics["eval/return"]``)."""
-        if not distributed.is_main_process():
-            return self.metrics.get("eval/return", float("nan"))
+        """Evaluate each agent's deterministic policy on its own envs and seeds (``num_episodes``
+        each, default ``num_eval_episodes``) and call ``on_evaluate``; the lowest agent's mean
+        return (``metrics["eval/return"]``)."""
         start = time.time()
         self._algorithm.eval()
         try:
@@ -336,10 +336,11 @@ class Trainer:
         self._run_dir.release()
 
     def save_checkpoint(self) -> str:
-        """Write a checkpoint (every rank calls it) with this rank's ``env`` (pickled envs
-        and time step; empty if unpicklable or mid-iteration) and ``extra``."""
+        """Write a checkpoint (every rank calls it) with this rank's ``env`` (pickled envs and
+        time step; empty if unpicklable or mid-iteration) and ``extra``; returns its path."""
         self._limits.update_progress(self._iteration, self._env_steps)
-        state = None if self._env is None or self._in_iteration else self._env.get_state()
+        get_state = None if self._in_iteration else getattr(self._env, "get_state", None)
+        state = None if get_state is None else get_state()
         env = {} if state is None else {"state": ckpt.bytes_to_tensor(state),
                                         "time_step": self._time_step._asdict()}
         self._last_checkpoint = self._checkpointer.save(
@@ -363,13 +364,12 @@ class Trainer:
 
     def _load_own(self, state: Dict[str, Any]) -> None:
         """Check this rank's env state (applied when ``train()`` builds the envs); load extra."""
-        env_state = state.get("env") or {}
+        env_state, batch = state.get("env") or {}, (*self._algorithm.batch_shape, self._num_envs)
         if env_state:  # its pickle loads and its time step is this run's batch
             pickle.loads(ckpt.tensor_to_bytes(env_state["state"]))
             shape = tuple(TimeStep(**env_state["time_step"]).step_type.shape)
-            if shape != (*self._algorithm.batch_shape, self._num_envs):
-                raise ValueError(f"its environment state is of a batch {shape}, this run steps "
-                                 f"{(*self._algorithm.batch_shape, self._num_envs)}")
+            if shape != batch:
+                raise ValueError(f"its environment state is of a batch {shape}, this run {batch}")
         self._load_extra_state(state.get("extra") or {})
 
     def _commit(self, path: str, state: Dict[str, Any]) -> None:
@@ -377,11 +377,3 @@ class Trainer:
         self._iteration, self._env_steps = int(state["iteration"]), int(state["env_steps"])
         self._restored_env, self._restored_from = state.get("env") or {}, path
         logging.info("Resumed from %s (iteration %d)", path, self._iteration)
-
-    def _result(self, start: float, already_done: bool = False) -> Dict[str, Any]:
-        return dict(iteration=self._iteration, env_steps=self._env_steps,
-                    last_return=self.metrics.get("return"),
-                    eval_return=self.metrics.get("eval/return"), wall_time=time.time() - start,
-                    eval_time=self._eval_time, already_done=already_done,
-                    stopped_by=None if already_done else self._signals.stopped_by,
-                    checkpoint=self._last_checkpoint)
