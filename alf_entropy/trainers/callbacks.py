@@ -63,8 +63,7 @@ class Callback:
         return True
 
     def on_log(self, trainer: Any, logs: Logs) -> None:
-        """After an iteration with summaries: ``env_steps``, ``steps_per_sec``, ``return``,
-        ``episode_length``, ``alpha``, ``entropy``, ``target_entropy`` (each agent's)."""
+        """After an iteration with summaries: ``return``, ``alpha``, ... (each agent's)."""
 
     def on_evaluate(self, trainer: Any, logs: Logs) -> None:
         """After an evaluation: ``eval/return`` (each agent's) and ``on_log``'s latest."""
@@ -74,8 +73,7 @@ class Callback:
 
 
 def control_line(logs: Logs) -> str:
-    """``eval return 187.30 alpha 0.125 entropy 0.68 target 0.68``; with K agents each as
-    ``min/mean/max a/b/c``."""
+    """``eval return 187.30 alpha 0.125 entropy 0.68 target 0.68`` (K: ``min/mean/max``)."""
     parts = []
     for tag, label, fmt in (("eval/return", "eval return", ".2f"), ("alpha", "alpha", ".4g"),
                             ("entropy", "entropy", ".4g"), ("target_entropy", "target", ".4g")):

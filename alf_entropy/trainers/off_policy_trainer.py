@@ -49,23 +49,6 @@ def _per_rank(name: str, total: int) -> int:
     return total // world
 
 
-def _check_learning_starts(initial_collect_steps: int, kwargs: Dict[str, Any],
-                           num_envs: int) -> None:
-    """The run must not end before learning starts."""
-    check_int("initial_collect_steps", initial_collect_steps, minimum=0)
-    limits = Limits(kwargs["num_iterations"], kwargs["num_env_steps"], num_envs)
-    if limits.num_env_steps and initial_collect_steps > limits.num_env_steps:
-        raise ValueError(f"initial_collect_steps ({initial_collect_steps}) must be <= "
-                         f"num_env_steps ({limits.num_env_steps}): the run would end before "
-                         "learning starts")
-    if limits.num_iterations and initial_collect_steps > limits.num_iterations * num_envs:
-        raise ValueError(
-            f"initial_collect_steps ({initial_collect_steps}) must be <= the env steps "
-            f"num_iterations allows ({limits.num_iterations} iterations x {num_envs} envs = "
-            f"{limits.num_iterations * num_envs}): the run would end before learning starts; "
-            "raise num_iterations or lower initial_collect_steps")
-
-
 @gin.configurable
 class OffPolicyTrainer(Trainer):
     """Train an off-policy algorithm (``SacAlgorithm``) from a replay buffer.
@@ -110,7 +93,13 @@ class OffPolicyTrainer(Trainer):
                 "replay_buffer_length", replay_buffer_length, minimum=1):
             raise ValueError(f"mini_batch_size ({mini_batch_size}) must be <= "
                              f"replay_buffer_length ({replay_buffer_length})")
-        _check_learning_starts(initial_collect_steps, kwargs, num_envs)
+        allowed = Limits(kwargs["num_iterations"], kwargs["num_env_steps"],
+                         num_envs).total_iterations * num_envs
+        if check_int("initial_collect_steps", initial_collect_steps, minimum=0) > allowed:
+            raise ValueError(f"initial_collect_steps ({initial_collect_steps}) must be <= the env "
+                             f"steps num_iterations/num_env_steps allow ({allowed // num_envs} "
+                             f"iterations x {num_envs} envs = {allowed}): the run would end "
+                             "before learning starts")
         length = _per_rank("replay_buffer_length", replay_buffer_length)
         self._mini_batch_size = _per_rank("mini_batch_size", mini_batch_size)
         self._initial_collect_steps = initial_collect_steps
