@@ -34,7 +34,9 @@ setup(
     extras_require={
         # The trainers, environments and CLIs (alf_entropy.utils.requirements
         # checks these at import; .ci/run tests the gymnasium minimum).
-        "train": ["gymnasium>=1.1", "tqdm"],  # 1.1: AutoresetMode
+        # gymnasium 1.1: AutoresetMode; filelock
+        # (torch installs one) 3.30: a losing contender leaves the holder's pid in the file.
+        "train": ["gymnasium>=1.1", "tqdm", "filelock>=3.30"],
         # matplotlib for the report's figures; tbparse reads events in its tests.
         "dev": ["pytest", "hypothesis", "matplotlib", "tbparse", "gymnasium>=1.1", "tqdm"],
         "report": ["matplotlib"],
@@ -46,6 +48,12 @@ setup(
         # against these versions only (SUPPORTED_TRL there; its tests fail if
         # they move). TRL brings transformers, tokenizers, datasets, accelerate.
         "trl": ["trl>=1.16,<1.17"],
+        # alf_entropy.integrations.torchrl / .tianshou read SACLoss's alpha
+        # internals and Tianshou's Alpha protocol as of exactly these versions
+        # (SUPPORTED_TORCHRL / SUPPORTED_TIANSHOU there; their tests fail if they
+        # move). Tianshou pins pandas<3: .ci/run tests both in a venv.
+        "torchrl": ["torchrl==0.14.1", "tensordict==0.14.3"],
+        "tianshou": ["tianshou==2.0.1"],
         # The documentation site (mkdocs.yml; .ci/run builds it with --strict).
         "docs": ["mkdocs-material", "mkdocstrings[python]"],
     },

@@ -3,8 +3,8 @@
 ``TensorSpec``/``BoundedTensorSpec`` follow ALF's names.  An integer
 ``BoundedTensorSpec`` is a discrete action with ``maximum - minimum + 1``
 choices; a float one is continuous.  ``from_gym_space`` converts gymnasium
-spaces (``Box``, ``Discrete``, ``MultiDiscrete``, ``Dict``, ``Tuple``) into
-nests of specs.
+spaces (``Box``, ``Discrete``, ``MultiDiscrete``, ``Dict``, ``Tuple``) and
+TorchRL specs into nests of specs.
 """
 from typing import Any, Optional, Sequence, Tuple, Union
 
@@ -266,24 +266,29 @@ class BoundedTensorSpec(TensorSpec):
 
 
 def from_gym_space(space: Any) -> Any:
-    """Convert a gymnasium space to a nest of specs.
+    """Convert a gymnasium space (or an unbatched TorchRL spec) to a nest of specs.
 
     ``Box`` becomes a ``BoundedTensorSpec`` (float32 for float boxes),
     ``Discrete(n, start)`` a scalar int64 spec over ``[start, start+n-1]``,
     ``MultiDiscrete(nvec)`` an int64 spec over ``[0, nvec-1]``, ``Dict`` a
-    dict and ``Tuple`` a tuple of converted sub-spaces.
+    dict and ``Tuple`` a tuple of converted sub-spaces.  TorchRL's specs
+    convert alike: ``Bounded`` as a ``Box``, ``Unbounded`` to a plain
+    ``TensorSpec``, ``Categorical``/``OneHot`` (one action of ``n``) and
+    ``MultiCategorical``/``MultiOneHot`` to int64 specs, ``Composite`` to a dict.
 
     Args:
-        space: a ``gymnasium.spaces.Space``.
+        space: a ``gymnasium.spaces.Space`` or a ``torchrl.data.TensorSpec``.
 
     Returns:
-        A nest of ``BoundedTensorSpec``.
+        A nest of ``TensorSpec`` (``BoundedTensorSpec`` where bounded).
 
     Raises:
         ImportError: if gymnasium is not installed (the message says what to
             install; any gymnasium from 0.29 on works here).
         TypeError: if the space type is unsupported.
     """
+    if type(space).__module__.startswith("torchrl."):
+        return _from_torchrl_spec(space)
     try:
         from gymnasium import spaces
     except ImportError as e:
@@ -309,3 +314,36 @@ def from_gym_space(space: Any) -> Any:
     if isinstance(space, spaces.Tuple):
         return tuple(from_gym_space(s) for s in space.spaces)
     raise TypeError(f"Unsupported gymnasium space {type(space).__name__}: {space}")
+
+
+def _from_torchrl_spec(spec: Any) -> Any:
+    """``from_gym_space`` of a TorchRL spec (its module imported only here)."""
+    from torchrl.data import (
+        Bounded,
+        Categorical,
+        Composite,
+        MultiCategorical,
+        MultiOneHot,
+        OneHot,
+        Unbounded,
+    )
+
+    shape = tuple(spec.shape)
+    if isinstance(spec, Composite):
+        return {k: _from_torchrl_spec(s) for k, s in spec.items() if s is not None}
+    if isinstance(spec, MultiOneHot):  # one-hot blocks side by side: one action per block
+        nvec = np.asarray(spec.nvec)
+        return BoundedTensorSpec(shape[:-1] + nvec.shape, torch.int64, 0, nvec - 1)
+    if isinstance(spec, OneHot):
+        return BoundedTensorSpec(shape[:-1], torch.int64, 0, spec.n - 1)
+    if isinstance(spec, MultiCategorical):
+        return BoundedTensorSpec(shape, torch.int64, 0, spec.nvec.cpu().numpy() - 1)
+    if isinstance(spec, Categorical):  # Binary too (n=2)
+        return BoundedTensorSpec(shape, torch.int64, 0, spec.n - 1)
+    if not isinstance(spec, (Bounded, Unbounded)):
+        raise TypeError(f"Unsupported TorchRL spec {type(spec).__name__}: {spec}")
+    dtype = torch.float32 if spec.dtype.is_floating_point else spec.dtype
+    if isinstance(spec, Unbounded):
+        return TensorSpec(shape, dtype)
+    return BoundedTensorSpec(shape, dtype, spec.space.low.cpu().numpy(),
+                             spec.space.high.cpu().numpy())

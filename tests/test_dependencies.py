@@ -143,7 +143,7 @@ def test_from_space_with_the_installed_gymnasium():
     assert md.action_spec.maximum.tolist() == [2, 1]
 
 
-def _setup_kwargs() -> dict:
+def setup_kwargs() -> dict:
     """The literal keyword arguments of setup.py's ``setup(...)`` call."""
     import ast
 
@@ -155,7 +155,7 @@ def _setup_kwargs() -> dict:
 
 
 def test_setup_keeps_gymnasium_out_of_the_core_and_agrees_on_the_minimum():
-    kwargs = _setup_kwargs()
+    kwargs = setup_kwargs()
     core = " ".join(kwargs["install_requires"])
     assert "gymnasium" not in core and "tqdm" not in core, core
     train = kwargs["extras_require"]["train"]
@@ -165,3 +165,14 @@ def test_setup_keeps_gymnasium_out_of_the_core_and_agrees_on_the_minimum():
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
     assert f"MIN_GYM={minimum}" in ci or f"MIN_GYM={minimum}.0" in ci
     assert "CLEANRL_GYM=0.29.1" in ci and "train" in ci and "sb3" in ci
+
+
+def test_report_without_matplotlib_is_one_line_naming_the_extra(tmp_path, monkeypatch, capsys):
+    from alf_entropy.experiments import report
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # not installed
+    (tmp_path / "run" / "train").mkdir(parents=True)
+    assert report.main([str(tmp_path / "run")]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "alf-entropy-report: error: the report's figures need matplotlib, which is not "
+        'installed: pip install -e ".[report]"']

@@ -18,6 +18,8 @@ DEDICATED = {
     "docs/own_loop.md": "tests/test_readme_own_loop.py",
     "docs/sb3.md": "tests/integrations/test_sb3_docs.py",
     "docs/llm_rl.md": "tests/integrations/test_trl_docs.py",
+    "docs/torchrl.md": "tests/integrations/test_clients_docs.py",
+    "docs/tianshou.md": "tests/integrations/test_clients_docs.py",
 }
 PAGES = ["README.md"] + sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md"))
 

@@ -31,7 +31,7 @@ from alf_entropy.data_structures import (
 )
 from alf_entropy.networks import ActorDistributionNetwork, ValueNetwork, mode_of
 from alf_entropy.networks.stacked import categorical_sampler, draw
-from alf_entropy.utils import dist_utils, nest, schedulers, summary, value_ops
+from alf_entropy.utils import entropies, nest, schedulers, summary, value_ops
 from alf_entropy.utils.checks import check_callable, check_choice, check_int, check_real
 from alf_entropy.utils.math_ops import masked_mean
 from alf_entropy.utils.optimizers import default_optimizer
@@ -224,7 +224,7 @@ class ActorCriticAlgorithm(Algorithm):
         log_prob = self._log_prob(dist, inputs.action)
         entropy_target_info = ()
         if self._entropy_target_algorithm is None:
-            entropy, entropy_for_gradient = dist_utils.entropy_with_fallback(dist)
+            entropy, entropy_for_gradient = entropies.entropy_with_fallback(dist)
         else:
             # The controller computes the entropy once; the loss and summaries share it.
             entropy_target_info = self._entropy_target_algorithm.train_step(

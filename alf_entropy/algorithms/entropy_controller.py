@@ -1,10 +1,3 @@
-"""The controllers' shared interface at its earlier import path (``alf_entropy.controllers``)."""
-from alf_entropy.controllers.alf import EntropyTargetInfo, EntropyTargetLossInfo
-from alf_entropy.controllers.base import UPDATE_MODES, EntropyController
-from alf_entropy.controllers.fixed import FixedEntropyCoefficient
-from alf_entropy.controllers.rules import WATCH_EMA, WINDUP_WINDOW
-from alf_entropy.controllers.target import PROGRESS_GRACE, Target
-
-__all__ = ["EntropyTargetLossInfo", "EntropyTargetInfo", "EntropyController",
-           "FixedEntropyCoefficient", "Target", "UPDATE_MODES", "PROGRESS_GRACE", "WATCH_EMA",
-           "WINDUP_WINDOW"]
+"""An alias of ``alf_entropy.controllers`` (the earlier path of the controllers' interface)."""
+from alf_entropy.controllers import *  # noqa: F401,F403
+from alf_entropy.controllers import __all__  # noqa: F401

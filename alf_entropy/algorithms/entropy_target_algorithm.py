@@ -1,11 +1,4 @@
-"""ALF's entropy controllers at their ALF import path (see ``alf_entropy.controllers``)."""
-from alf_entropy.controllers.alf import EntropyTargetInfo, EntropyTargetLossInfo
-from alf_entropy.controllers.base import EntropyController
-from alf_entropy.controllers.fixed import FixedEntropyCoefficient
-from alf_entropy.controllers.nested import NestedEntropyTargetAlgorithm
-from alf_entropy.controllers.sgd import SGDEntropyTargetAlgorithm
-from alf_entropy.controllers.staged import STUCK_UPDATES, EntropyTargetAlgorithm, describe_stage
-
-__all__ = ["EntropyTargetLossInfo", "EntropyTargetInfo", "EntropyController",
-           "EntropyTargetAlgorithm", "FixedEntropyCoefficient", "NestedEntropyTargetAlgorithm",
-           "SGDEntropyTargetAlgorithm", "describe_stage", "STUCK_UPDATES"]
+"""An alias of ``alf_entropy.controllers`` at ALF's import path
+(``alf.algorithms.entropy_target_algorithm``)."""
+from alf_entropy.controllers import *  # noqa: F401,F403
+from alf_entropy.controllers import __all__  # noqa: F401

@@ -1,4 +1,3 @@
-"""The PID controller at its earlier import path (see ``alf_entropy.controllers.pid``)."""
-from alf_entropy.controllers.pid import PIDEntropyTargetAlgorithm
-
-__all__ = ["PIDEntropyTargetAlgorithm"]
+"""An alias of ``alf_entropy.controllers`` (the earlier path of the PID controller)."""
+from alf_entropy.controllers import *  # noqa: F401,F403
+from alf_entropy.controllers import __all__  # noqa: F401

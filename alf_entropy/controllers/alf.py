@@ -1,10 +1,6 @@
-"""ALF's sub-algorithm protocol for entropy controllers.
-
-An ALF actor-critic owns its controller as a sub-algorithm: ``rollout_step``/
-``train_step`` turn the policy's distribution into its entropy, and
-``calc_loss(experience, info, valid_mask)`` masks ``LAST`` steps, advances
-the controller once and returns ``-alpha * entropy`` per step.
-"""
+"""ALF's sub-algorithm protocol: ``train_step`` turns the policy's distribution into its
+entropy; ``calc_loss`` masks ``LAST`` steps, advances the controller once and returns
+``-alpha * entropy`` per step."""
 import functools
 from typing import Any, Optional, Tuple
 
@@ -13,7 +9,7 @@ import torch
 from alf_entropy.algorithm import Algorithm
 from alf_entropy.data_structures import AlgStep, Experience, LossInfo, StepType, namedtuple
 from alf_entropy.utils import nest
-from alf_entropy.utils.dist_utils import entropy_with_fallback
+from alf_entropy.utils.entropies import entropy_with_fallback
 
 __all__ = ["EntropyTargetLossInfo", "EntropyTargetInfo", "AlfSubAlgorithm"]
 
@@ -27,42 +23,22 @@ neg = functools.partial(nest.map_structure, torch.neg)
 
 
 class AlfSubAlgorithm(Algorithm):
-    """``predict_step``/``rollout_step``/``train_step``/``calc_loss`` over a distribution.
-
-    The subclass provides ``_loss(neg_entropy, mask, neg_grad, update) -> LossInfo``
-    and ``action_spec``.
-    """
+    """``rollout_step``/``train_step``/``calc_loss`` over a distribution; the subclass has
+    ``_loss(neg_entropy, mask, neg_grad, update) -> LossInfo`` and ``action_spec``."""
 
     def predict_step(self, *args: Any, **kwargs: Any) -> AlgStep:
-        """Nothing to do when acting for evaluation: an empty ``AlgStep``."""
+        """Nothing to do when acting for evaluation."""
         return AlgStep()
 
     def rollout_step(self, distribution: Any, step_type: Any = None,
                      on_policy_training: bool = True) -> AlgStep:
-        """``train_step`` when training on-policy, else an empty ``AlgStep``.
-
-        Args:
-            distribution: nest of action distributions from the policy.
-            step_type: unused (masking happens in ``calc_loss``).
-            on_policy_training: if False, return an empty ``AlgStep``.
-
-        Returns:
-            AlgStep: as ``train_step`` (empty off-policy).
-        """
+        """``train_step`` when training on-policy, else an empty ``AlgStep``."""
         return self.train_step(distribution, step_type) if on_policy_training else AlgStep()
 
     def train_step(self, distribution: Any, step_type: Any = None) -> AlgStep:
-        """The policy's entropy and its gradient surrogate, for ``calc_loss``.
-
-        Args:
-            distribution: nest of action distributions; a per-dimension one
-                (e.g. ``Normal`` ``[T, B, D]``) is summed over the spec's dims.
-            step_type: unused (masking happens in ``calc_loss``).
-
-        Returns:
-            AlgStep: ``info=EntropyTargetInfo(loss=LossInfo(loss=-entropy_for_gradient,
-            extra=EntropyTargetLossInfo(neg_entropy=-entropy)))``.
-        """
+        """The policy's entropy (a per-dimension distribution summed over the spec's dims) and
+        its gradient surrogate, as ``EntropyTargetInfo(loss=LossInfo(loss=-entropy_for_gradient,
+        extra=EntropyTargetLossInfo(neg_entropy=-entropy)))``; ``step_type`` is unused."""
         entropy, for_gradient = self._entropy(distribution)
         return AlgStep(info=EntropyTargetInfo(loss=LossInfo(
             loss=neg(for_gradient), extra=EntropyTargetLossInfo(neg_entropy=neg(entropy)))))
@@ -75,17 +51,12 @@ class AlfSubAlgorithm(Algorithm):
         """``entropy_loss`` over the steps that are not ``LAST`` and are valid.
 
         Args:
-            experience: anything with a ``step_type`` tensor broadcastable
-                with the entropies (e.g. ``[T, B]``, ``[B]`` or 0-d).
+            experience: anything with a ``step_type`` broadcastable with the entropies.
             info: the (time-stacked) ``EntropyTargetInfo`` of ``train_step``.
             valid_mask: optional bool or 0/1 mask, broadcastable likewise.
 
-        Returns:
-            LossInfo: see ``entropy_loss``.
-
         Raises:
-            ValueError: if ``valid_mask``, ``step_type`` and the entropy do
-                not broadcast together.
+            ValueError: if ``valid_mask``, ``step_type`` and the entropy do not broadcast.
         """
         mask = experience.step_type != StepType.LAST
         if valid_mask is not None:

@@ -1,65 +1,72 @@
-"""A fixed entropy coefficient: "no adjustment" as a controller."""
+"""A fixed coefficient: "no adjustment" as a controller."""
 import math
-from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Sequence
 
 import gin
 import torch
 
 from alf_entropy.controllers.base import EntropyController
-from alf_entropy.controllers.state import FixedState
 from alf_entropy.utils.checks import check_real
 
 __all__ = ["FixedEntropyCoefficient"]
 
 
-class _FixedConsts(NamedTuple):
-    log_alpha: float
+class FixedState(NamedTuple):
+    log_alpha: Any
 
 
 @gin.configurable
 class FixedEntropyCoefficient(EntropyController):
-    """A constant ``alpha``, through the same driver (and watch) as the adaptive controllers.
+    """A constant ``alpha`` through the same driver (and watch) as the adaptive controllers.
 
-    ``entropy_target_cls = @FixedEntropyCoefficient`` (with
-    ``enforce_entropy_target=True``) gives an actor-critic a fixed entropy
-    coefficient through the same code path as the adaptive controllers;
-    ``configure(alpha=...)`` changes it.
+    The shared arguments are ``EntropyController``'s (``initial_alpha`` is the
+    coefficient, >= 0 and not clamped by ``min_alpha``/``max_alpha``; ``target_entropy`` is
+    only reported); its own:
 
     Args:
-        action_spec: nest of ``BoundedTensorSpec`` of the actions.
-        alpha: the coefficient (>= 0).
-        target_entropy: only reported; None for the spec's default.
-        batch_shape: ``()``, or ``(K,)`` for K coefficients.
-        debug_summaries: write the controller's summaries.
-        name: the name.
+        alpha: the coefficient, another name of ``initial_alpha`` (``configure(alpha=...)``
+            changes it at once).
 
     Examples:
         >>> import torch
         >>> from alf_entropy.tensor_specs import BoundedTensorSpec
-        >>> fixed = FixedEntropyCoefficient(BoundedTensorSpec((), torch.int64, 0, 3), alpha=0.05)
+        >>> fixed = FixedEntropyCoefficient(BoundedTensorSpec((), torch.int64, 0, 3),
+        ...                                 initial_alpha=0.05)
         >>> fixed.entropy_loss(torch.full((4,), 1.0)).loss  # -alpha * entropy, every update
         tensor([-0.0500, -0.0500, -0.0500, -0.0500])
     """
 
     State = FixedState
+    CLAMPED = False
 
-    def __init__(self, action_spec: Any, alpha: float = 0.01,
-                 target_entropy: Optional[float] = None, batch_shape: Sequence[int] = (),
-                 debug_summaries: bool = False, name: str = "FixedEntropyCoefficient"):
-        super().__init__(action_spec, debug_summaries, name)
-        self._init_driver(target_entropy, batch_shape, "auto")
-        settings = dict(alpha=alpha)
-        self._init_rule(FixedState(self._full(self._constants(settings)[0].log_alpha)), settings)
+    def __init__(self, action_spec: Any, initial_alpha: float = 0.1,
+                 target_entropy: Any = None, min_alpha: float = 1e-4,
+                 max_alpha: Optional[float] = None, update_mode: str = "auto",
+                 batch_shape: Sequence[int] = (), alpha: Optional[float] = None,
+                 debug_summaries: bool = False, name: str = "FixedEntropyCoefficient",
+                 **unknown: Any):
+        if alpha is not None:
+            if initial_alpha != 0.1:
+                raise TypeError("give the coefficient as initial_alpha or as alpha, not both")
+            initial_alpha = alpha
+        super().__init__(action_spec, target_entropy, initial_alpha, min_alpha, max_alpha,
+                         update_mode, batch_shape, debug_summaries, name)
+        self._settings.update(alpha=initial_alpha)
+        self._refuse(unknown)
+        self._configure({})
 
-    def _constants(self, s: Dict[str, Any]) -> Tuple[_FixedConsts, float, float]:
+    def _constants(self, s: Dict[str, Any]) -> Any:
         alpha = check_real("alpha", s["alpha"], minimum=0.0)
-        return _FixedConsts(math.log(alpha) if alpha > 0 else -math.inf), -math.inf, math.inf
+        return (math.log(alpha) if alpha > 0 else -math.inf,)
 
     def configure(self, **changes: Any) -> None:
-        """Change ``alpha`` (at once)."""
+        """Change ``alpha`` (at once) or the bounds."""
         super().configure(**changes)
         with torch.no_grad():
-            self._log_alpha.fill_(self._consts.values.log_alpha)
+            self._log_alpha.fill_(self._c[0])
+
+    def _rule(self, x: Any, s: FixedState, entropy: Any, target: Any) -> FixedState:
+        return s
 
     @property
     def stage(self) -> torch.Tensor:

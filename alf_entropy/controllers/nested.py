@@ -1,81 +1,77 @@
 """One controller per action of a nested action spec (ALF's ``NestedEntropyTargetAlgorithm``)."""
 import functools
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import gin
 import torch
 import torch.nn as nn
 
+from alf_entropy.algorithm import Algorithm
 from alf_entropy.controllers.base import EntropyController
 from alf_entropy.controllers.staged import EntropyTargetAlgorithm
 from alf_entropy.data_structures import LossInfo
 from alf_entropy.utils import nest
 from alf_entropy.utils.checks import is_real
-from alf_entropy.utils.dist_utils import entropy_with_fallback
+from alf_entropy.utils.entropies import entropy_with_fallback
 
 __all__ = ["NestedEntropyTargetAlgorithm"]
 
 
 @gin.configurable
 class NestedEntropyTargetAlgorithm(EntropyController):
-    """One controller per action leaf: a composite with the common interface.
+    """One controller per action leaf: each sees only its own action's entropy (a discrete
+    "which tool" and a continuous "how hard" keep their own targets); the losses are summed.
 
-    Each leaf sees only its own action's entropy, so e.g. a discrete "which
-    tool" and a continuous "how hard" keep their own targets; the losses are
-    summed.  The common properties are aggregates (``alpha``: the mean over the
-    leaves; ``target_entropy``: the sum, comparable with the total entropy;
-    ``stage``: the least advanced leaf; ``unreachable_target``: any leaf's;
-    ``num_nonfinite_entropy``: the sum); ``leaf_algorithms()`` gives each
-    leaf's controller.  The entropy arguments are nests shaped like ``action_spec``.
+    The common properties aggregate: ``alpha`` the mean over the leaves, ``target_entropy``
+    the sum, ``stage`` the least advanced, ``unreachable_target`` any, ``num_nonfinite_entropy``
+    the sum; ``leaf_algorithms()`` gives each leaf.  Entropy arguments are nests like the spec.
+
+    The shared arguments are ``EntropyController``'s, passed to every leaf; its own:
 
     Args:
-        action_spec: a nest of ``BoundedTensorSpec``.
-        leaf_cls: the controller of each leaf (``EntropyTargetAlgorithm``,
-            ``PIDEntropyTargetAlgorithm``, ...).
-        target_entropy: None (each leaf's default), a nest shaped like
-            ``action_spec``, or a list with one entry per leaf (in
-            ``nest.flatten`` order).
-        max_entropy: None, one number for every leaf, or a nest/list as for ``target_entropy``.
-        debug_summaries: passed to every leaf controller.
-        name: the name; leaf controllers are named ``name/path``.
-        **kwargs: the leaf controller's other arguments, shared.
-
-    Raises:
-        ValueError: if ``target_entropy``/``max_entropy`` do not match ``action_spec``.
+        leaf_cls: each leaf's controller class.
+        target_entropy: None (each leaf's default), a nest like ``action_spec``, or a list with
+            one entry per leaf (``nest.flatten`` order).
+        max_entropy: None, one number for every leaf, or a nest/list as ``target_entropy``.
+        **leaf_settings: the leaf controller's own settings, shared.
     """
 
     def __init__(self, action_spec: Any,
                  leaf_cls: Callable[..., EntropyController] = EntropyTargetAlgorithm,
                  target_entropy: Any = None, max_entropy: Any = None,
-                 debug_summaries: bool = False, name: str = "NestedEntropyTargetAlgorithm",
-                 **kwargs: Any):
-        super().__init__(action_spec, debug_summaries, name)
+                 initial_alpha: float = 0.1, min_alpha: float = 1e-4,
+                 max_alpha: Optional[float] = None, update_mode: str = "auto",
+                 batch_shape: Sequence[int] = (), debug_summaries: bool = False,
+                 name: str = "NestedEntropyTargetAlgorithm", **leaf_settings: Any):
+        Algorithm.__init__(self, debug_summaries=debug_summaries, name=name)
+        self._action_spec, self._batch = action_spec, tuple(batch_shape)
         self._paths = [p for p, _ in nest.flatten_with_path(action_spec)]
         specs = nest.flatten(action_spec)
         if is_real(max_entropy):
             max_entropy = [max_entropy] * len(specs)
-        targets = self._per_leaf(target_entropy, "target_entropy")
-        maxes = self._per_leaf(max_entropy, "max_entropy")
-        kw = [dict(kwargs, max_entropy=m) if m is not None else kwargs for m in maxes]
+        shared = dict(leaf_settings, initial_alpha=initial_alpha, min_alpha=min_alpha,
+                      max_alpha=max_alpha, update_mode=update_mode, batch_shape=batch_shape,
+                      debug_summaries=debug_summaries)
         # Keyed by path ("." is not allowed in module names): "_leaves.arm/grip._log_alpha".
         self._leaves = nn.ModuleDict(
             (path.replace(".", "/") or "action",
-             leaf_cls(spec, target_entropy=t, debug_summaries=debug_summaries,
-                      name=f"{name}/{path}", **k))
-            for path, spec, t, k in zip(self._paths, specs, targets, kw))
+             leaf_cls(spec, target_entropy=t, name=f"{name}/{path}",
+                      **(shared if m is None else dict(shared, max_entropy=m))))
+            for path, spec, t, m in zip(self._paths, specs, self._per_leaf(target_entropy,
+                                        "target_entropy"), self._per_leaf(max_entropy,
+                                                                          "max_entropy")))
 
     def _per_leaf(self, value: Any, arg_name: str = "entropy") -> List[Any]:
         """``value`` as one entry per leaf: None, a nest like the spec, or a flat list."""
-        n = len(self._paths)
         if value is None:
-            return [None] * n
+            return [None] * len(self._paths)
         try:
             return nest.flatten_up_to(self._action_spec, value)
         except ValueError as e:
-            if isinstance(value, (list, tuple)) and len(value) == n:
+            if isinstance(value, (list, tuple)) and len(value) == len(self._paths):
                 return list(value)
             raise ValueError(f"{arg_name} must be None, a nest shaped like action_spec or a list "
-                             f"with one entry per action ({n}): {e}") from e
+                             f"with one entry per action ({len(self._paths)}): {e}") from e
 
     def leaf_algorithms(self) -> Dict[str, EntropyController]:
         """The per-leaf controllers keyed by their path in the action spec."""
@@ -91,7 +87,6 @@ class NestedEntropyTargetAlgorithm(EntropyController):
 
     @property
     def log_alpha(self) -> torch.Tensor:
-        """``log`` of :attr:`alpha`."""
         return self.alpha.log()
 
     @property
@@ -100,26 +95,26 @@ class NestedEntropyTargetAlgorithm(EntropyController):
         return sum(self._each(lambda c: c.target_entropy))
 
     @property
+    def settings(self) -> Dict[str, Any]:
+        """The first leaf's settings (``configure`` changes every leaf's)."""
+        return self._each(lambda c: c.settings)[0]
+
+    @property
     def stage(self) -> torch.Tensor:
-        """The least advanced leaf's stage."""
         return torch.stack(self._each(lambda c: c.stage)).min(0).values
 
     @property
     def unreachable_target(self) -> torch.Tensor:
-        """Whether any leaf's target looks unreachable."""
         return torch.stack(self._each(lambda c: c.unreachable_target)).any(0)
 
     @property
     def num_nonfinite_entropy(self) -> torch.Tensor:
-        """NaN/inf updates, summed over the leaves."""
         return torch.stack(self._each(lambda c: c.num_nonfinite_entropy)).sum(0)
 
     def configure(self, **changes: Any) -> None:
-        """``configure`` every leaf."""
         self._each(lambda c: c.configure(**changes))
 
     def limit_log_alpha_span(self, span: Optional[float]) -> None:
-        """``limit_log_alpha_span`` on every leaf."""
         self._each(lambda c: c.limit_log_alpha_span(span))
 
     def _entropy(self, distribution: Any) -> Any:
@@ -135,12 +130,10 @@ class NestedEntropyTargetAlgorithm(EntropyController):
         return self.alpha
 
     def accumulate(self, entropy: Any, mask: Optional[torch.Tensor] = None) -> None:
-        """Each leaf accumulates its own entropies (a nest)."""
         for leaf, e in self._zip(entropy):
             leaf.accumulate(e, mask)
 
     def step(self) -> torch.Tensor:
-        """Each leaf steps; the mean ``alpha``."""
         self._each(lambda c: c.step())
         return self.alpha
 

@@ -1,67 +1,112 @@
 """A PID controller of ``log_alpha`` that holds the entropy at its target.
 
-The gradient rule on a multiplier (SAC's temperature) is pure integral
-control, hence its overshoot and limit cycles (Stooke et al. 2020, "Responsive
-Safety in RL by PID Lagrangian Methods"); ALF's staged rule moves by fixed
-steps whose size decays and then jumps.  The PID rule (``rules.pid_rule``)
-acts on the error ``(target - H) / error_scale``, where ``error_scale`` is how
-much a Boltzmann-like policy's entropy moves per unit of ``log_alpha`` (0.5 per
-continuous dimension, ``0.5 log N`` per discrete one with N actions), so one
-set of gains serves a 2-action Categorical and a 6-dimensional Gaussian alike;
-it is rate-limited, bounded, anti-windup and starts bumplessly.
+SAC's gradient rule on a multiplier is pure integral control, hence its overshoot and limit
+cycles (Stooke et al. 2020, "Responsive Safety in RL by PID Lagrangian Methods"); ALF's
+staged rule moves by fixed steps whose size decays and then jumps.  The PID rule acts on
+``(target - H) / error_scale``, ``error_scale`` being how much a Boltzmann-like policy's
+entropy moves per unit of ``log_alpha`` (0.5 per continuous dimension, ``0.5 log N`` per
+discrete one), so one set of gains serves a 2-action Categorical and a 6-dimensional
+Gaussian alike; it is rate-limited, bounded, anti-windup and starts bumplessly.
 """
 import math
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple
 
 import gin
 import torch
 
 from alf_entropy.controllers.base import EntropyController
-from alf_entropy.controllers.rules import pid_rule
-from alf_entropy.controllers.state import PIDConsts, PIDState
+from alf_entropy.controllers.ops import f32
 from alf_entropy.utils.checks import check_real
-from alf_entropy.utils.dist_utils import entropy_per_log_alpha
+from alf_entropy.utils.entropies import entropy_per_log_alpha
 
-__all__ = ["PIDEntropyTargetAlgorithm"]
+__all__ = ["PIDEntropyTargetAlgorithm", "pid_rule"]
+
+
+class PIDState(NamedTuple):
+    log_alpha: Any
+    integral: Any
+    err_ema: Any
+    fast: Any  # fast and slow entropy averages: their difference is the trend
+    slow: Any
+    count: Any
+    gain: Any  # the integral rate's growth: + while below the target, - above
+
+
+class PIDConsts(NamedTuple):
+    inv_scale: float
+    kp: float
+    ki: float
+    kd: float
+    err_beta: float
+    fast_beta: float
+    slow_beta: float
+    deadband: float
+    max_step: float
+    gain_growth: float
+    gain_shrink: float
+    max_gain: float
+    gain_band: float
+    lo: float
+    hi: float
+
+
+def pid_rule(x: Any, s: PIDState, entropy: Any, target: Any, c: PIDConsts) -> PIDState:
+    """``log_alpha = I + kp ema(e) - kd trend`` on ``e = (target - H) / error_scale``.
+
+    ``I`` integrates ``ki * gain * e`` (at most ``c.max_step`` a step); ``gain`` grows while
+    the entropy stays below the target (outside ``c.gain_band``) without rising, shrinks while
+    it rises, within ``[1, c.max_gain]``, and restarts at 1 at a crossing: a slow plant gets
+    the integral rate it needs.  ``I`` holds inside the dead band and while P and D already
+    push the other way, and absorbs what the bounds cut off (back-calculation).  The first
+    update sets ``I`` so that the output is the initial ``alpha``; ``alpha`` moves by at most
+    ``c.max_step`` in log per update.
+    """
+    first = s.count == 0
+    err = (target - entropy) * c.inv_scale
+    err_ema = x.where(first, err, c.err_beta * s.err_ema + (1 - c.err_beta) * err)
+    fast = x.where(first, entropy, c.fast_beta * s.fast + (1 - c.fast_beta) * entropy)
+    slow = x.where(first, entropy, c.slow_beta * s.slow + (1 - c.slow_beta) * entropy)
+    trend = (fast - slow) * c.inv_scale  # > 0: rising
+    pd = c.kp * err_ema - c.kd * trend
+    below = err_ema > 0
+    outside = x.abs(err_ema) > c.gain_band * x.abs(target) * c.inv_scale
+    same_side = x.where(below, s.gain > 0, s.gain < 0)
+    gain = x.abs(s.gain) * x.where(below & (trend <= 0), c.gain_growth, c.gain_shrink)
+    gain = x.minimum(x.where(gain < 1.0, 1.0, gain), c.max_gain)
+    gain = x.where(same_side & outside, gain, 1.0)
+    inside = x.abs(target - entropy) <= c.deadband * x.abs(target)
+    hold = inside | ((err > 0) & (pd < 0)) | ((err < 0) & (pd > 0))
+    step = x.minimum(x.maximum(c.ki * gain * err, -c.max_step), c.max_step)
+    integral = s.integral + x.where(hold, 0.0, step)
+    integral = x.where(first, s.log_alpha - pd, integral)
+    wanted = integral + pd
+    bounded = x.minimum(x.maximum(wanted, c.lo), c.hi)
+    integral = integral + (bounded - wanted)
+    log_alpha = x.minimum(x.maximum(bounded, s.log_alpha - c.max_step), s.log_alpha + c.max_step)
+    return PIDState(log_alpha, integral, err_ema, fast, slow, s.count + 1,
+                    x.where(below, gain, -gain))
 
 
 @gin.configurable
 class PIDEntropyTargetAlgorithm(EntropyController):
-    """PID control of ``log_alpha`` on the entropy error (module docstring, ``rules.pid_rule``).
+    """PID control of ``log_alpha`` on the entropy error (module docstring, ``pid_rule``).
+
+    The shared arguments are ``EntropyController``'s; its own:
 
     Args:
-        action_spec: nest of ``BoundedTensorSpec`` of the actions.
-        initial_alpha: initial ``alpha`` (in ``[min_alpha, max_alpha]``).
-        target_entropy: a number, a ``Scheduler``/zero-argument callable, a
-            ``SettledAnnealing`` or None for the spec's default; per member for a batch.
         kp: proportional gain (>= 0), on an EMA of the error.
         ki: integral gain per update (>= 0); the rate starts there.
-        integral_growth: how much faster the integral runs each update while the
-            entropy stays below the target without rising (> 1, or 1: never).
+        integral_growth: how much faster the integral runs each update while the entropy
+            stays below the target without rising (>= 1; 1: never).
         max_integral_gain: the most the integral's rate may grow, ``x ki`` (>= 1).
-        growth_band: relative band around the target in which the rate does not
-            grow, in ``[0, 1)``.
+        growth_band: relative band around the target without growth, in ``[0, 1)``.
         kd: derivative gain (>= 0), on the entropy's trend.
         error_ema: smoothing of the error for the P term, in ``[0, 1)``.
-        trend_emas: ``(fast, slow)`` smoothing of the entropy whose difference
-            is the trend, ``0 <= fast < slow < 1``.
-        deadband: relative band around the target in which the integral holds,
-            in ``[0, 1)``.
-        max_alpha_change: largest factor ``alpha`` may change by in one update (> 1).
-        min_alpha: floor of ``alpha`` (> 0).
-        max_alpha: ceiling of ``alpha`` (> ``min_alpha``; None: none).  Below the
-            target at the ceiling the windup watch finds the target unreachable
-            (after ``WINDUP_WINDOW`` updates, one warning); 1 by default: a bonus
-            heavier than the reward is rarely wanted (raise it for large rewards).
+        trend_emas: ``(fast, slow)`` smoothing of the entropy whose difference is the
+            trend, ``0 <= fast < slow < 1``.
+        deadband: relative band around the target in which the integral holds, in ``[0, 1)``.
+        max_alpha_change: the largest factor ``alpha`` may change by in one update (> 1).
         error_scale: entropy per unit of ``log_alpha`` (> 0); None: from the spec.
-        update_mode: ``"auto"``, ``"host"``, ``"tensor"`` or ``"compiled"``.
-        batch_shape: ``()``, or ``(K,)`` for K independent controllers.
-        debug_summaries: write ``alpha``, ``integral``, ``error`` and ``trend``.
-        name: the name (summary scope).
-
-    Raises:
-        TypeError: for an argument of the wrong type.
-        ValueError: for an argument out of range.
 
     Examples:
         >>> import torch
@@ -81,27 +126,26 @@ class PIDEntropyTargetAlgorithm(EntropyController):
                  growth_band: float = 0.02, error_ema: float = 0.3,
                  trend_emas: Tuple[float, float] = (0.6, 0.9), deadband: float = 0.0,
                  max_alpha_change: float = 1.25, min_alpha: float = 1e-4,
-                 max_alpha: Optional[float] = 1.0, error_scale: Optional[float] = None,
+                 max_alpha: Optional[float] = None, error_scale: Optional[float] = None,
                  update_mode: str = "auto", batch_shape: Sequence[int] = (),
-                 debug_summaries: bool = False, name: str = "PIDEntropyTargetAlgorithm"):
-        super().__init__(action_spec, debug_summaries, name)
-        self._init_driver(target_entropy, batch_shape, update_mode)
-        check_real("initial_alpha", initial_alpha, positive=True)
-        check_real("min_alpha", min_alpha, positive=True)
-        top = math.inf if max_alpha is None else check_real("max_alpha", max_alpha, positive=True)
-        if not min_alpha <= initial_alpha <= top:
-            raise ValueError(f"initial_alpha ({initial_alpha}) must be in [min_alpha, max_alpha] "
-                             f"= [{min_alpha}, {max_alpha}]")
-        log_alpha = self._full(math.log(initial_alpha))
-        zero = self._full(0.0)
-        self._init_rule(PIDState(log_alpha, log_alpha.clone(), zero, zero.clone(), zero.clone(),
-                                 zero.long(), self._full(1.0)), dict(
+                 debug_summaries: bool = False, name: str = "PIDEntropyTargetAlgorithm",
+                 **unknown: Any):
+        super().__init__(action_spec, target_entropy, initial_alpha, min_alpha, max_alpha,
+                         update_mode, batch_shape, debug_summaries, name)
+        self._settings.update(
             kp=kp, ki=ki, kd=kd, integral_growth=integral_growth,
             max_integral_gain=max_integral_gain, growth_band=growth_band, error_ema=error_ema,
             trend_emas=trend_emas, deadband=deadband, max_alpha_change=max_alpha_change,
-            min_alpha=min_alpha, max_alpha=max_alpha, error_scale=error_scale))
+            error_scale=error_scale)
+        self._refuse(unknown)
+        self._configure({})
+        self.register_buffer("_integral", self._log_alpha.clone())
+        for name in ("_err_ema", "_fast", "_slow"):
+            self.register_buffer(name, self._full(0.0))
+        self.register_buffer("_count", self._full(0, torch.int64))
+        self.register_buffer("_gain", self._full(1.0))
 
-    def _constants(self, s: Dict[str, Any]) -> Tuple[PIDConsts, float, float]:
+    def _constants(self, s: Dict[str, Any]) -> PIDConsts:
         for arg in ("kp", "ki", "kd"):
             check_real(arg, s[arg], minimum=0.0)
         check_real("error_ema", s["error_ema"], minimum=0.0, below=1.0)
@@ -116,20 +160,13 @@ class PIDEntropyTargetAlgorithm(EntropyController):
         check_real("max_integral_gain", s["max_integral_gain"], minimum=1.0)
         check_real("growth_band", s["growth_band"], minimum=0.0, below=1.0)
         check_real("max_alpha_change", s["max_alpha_change"], above=1.0)
-        min_alpha, max_alpha = check_real("min_alpha", s["min_alpha"], positive=True), s[
-            "max_alpha"]
-        if max_alpha is not None and check_real("max_alpha", max_alpha,
-                                                positive=True) <= min_alpha:
-            raise ValueError(f"max_alpha ({max_alpha}) must be > min_alpha ({min_alpha})")
-        scale = self._error_scale(s)
-        consts = PIDConsts(1.0 / scale, s["kp"], s["ki"], s["kd"], s["error_ema"], fast, slow,
-                           s["deadband"], math.log(s["max_alpha_change"]), growth, 1.0 / growth,
-                           s["max_integral_gain"], s["growth_band"])
-        return consts, math.log(min_alpha), math.inf if max_alpha is None else math.log(max_alpha)
+        return PIDConsts(*map(f32, (
+            1.0 / self._error_scale(s), s["kp"], s["ki"], s["kd"], s["error_ema"], fast, slow,
+            s["deadband"], math.log(s["max_alpha_change"]), growth, 1.0 / growth,
+            s["max_integral_gain"], s["growth_band"], *self._log_bounds(s))))
 
-    def _rule(self, x: Any, s: PIDState, entropy: Any, valid: Any, target: Any, c: Any,
-              b: Any) -> PIDState:
-        return pid_rule(x, s, entropy, valid, target, c, b)
+    def _rule(self, x: Any, s: PIDState, entropy: Any, target: Any) -> PIDState:
+        return pid_rule(x, s, entropy, target, self._c)
 
     def _error_scale(self, s: Dict[str, Any]) -> float:
         if s["error_scale"] is None:
@@ -143,10 +180,9 @@ class PIDEntropyTargetAlgorithm(EntropyController):
 
     @property
     def integral(self) -> torch.Tensor:
-        """The integral term (in ``log_alpha`` units, ``log(initial_alpha)`` at start)."""
+        """The integral term (``log(initial_alpha)`` at the start)."""
         return self._integral
 
     def _debug_values(self) -> Dict[str, torch.Tensor]:
-        c = self._consts.values
         return {"integral": self._integral, "error": self._err_ema,
-                "trend": (self._fast - self._slow) * c.inv_scale}
+                "trend": (self._fast - self._slow) * self._c.inv_scale}

@@ -1,61 +1,94 @@
 """SAC's gradient rule for ``alpha`` (ALF's ``SGDEntropyTargetAlgorithm``).
 
-``log_alpha`` is stepped by its own optimiser on the loss ``log_alpha * (H -
-target)``, ``H`` the batch-mean entropy averaged over the last ``window_size``
-updates (``rules.sgd_rule``), so ``alpha`` falls while the entropy is above the
-target and rises below it.  The optimiser's state is part of the controller's
-``state_dict()`` (its extra state), so a resumed run continues exactly.
+``log_alpha`` descends the loss ``log_alpha * (H - target)``, ``H`` the batch-mean entropy
+averaged over the last ``window_size`` updates, with Adam (SAC's: ``lr=3e-4``) or plain
+gradient steps, written as a rule like the others: the moments are buffers, saved and copied
+with the module, and the tensor path reads nothing on the host.  Adam's arithmetic is torch's
+own (``torch.optim.Adam`` gives the same bits), so the host path hands it to torch.
 """
-import math
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+import functools
+from typing import Any, Dict, NamedTuple, Optional, Sequence
 
 import gin
 import torch
 
 from alf_entropy.controllers.base import EntropyController
-from alf_entropy.controllers.rules import TensorOps, sgd_rule, window_mean
-from alf_entropy.controllers.state import NoConsts, SGDState
-from alf_entropy.utils.checks import check_int, check_real
+from alf_entropy.controllers.ops import TensorOps, window_average, window_mean
+from alf_entropy.utils.checks import check_choice, check_int, check_real
 
-__all__ = ["SGDEntropyTargetAlgorithm"]
-
-OptimizerFactory = Callable[[List[torch.Tensor]], torch.optim.Optimizer]
+__all__ = ["SGDEntropyTargetAlgorithm", "adam_step"]
 
 
-def sac_temperature_optimizer(params: List[torch.Tensor]) -> torch.optim.Optimizer:
-    """SAC's temperature optimiser: Adam(lr=3e-4), kept on the GPU there (no host reads)."""
-    return torch.optim.Adam(params, lr=3e-4, capturable=params[0].is_cuda)
+class SGDState(NamedTuple):
+    log_alpha: Any
+    window: Any
+    seen: Any
+    exp_avg: Any  # Adam's moments and step count, as torch.optim.Adam names them
+    exp_avg_sq: Any
+    adam_step: Any
+
+
+class SGDConsts(NamedTuple):
+    lr: float
+    adam: bool
+
+
+def adam_step(lr: float, log_alpha: torch.Tensor, m: torch.Tensor, v: torch.Tensor,
+              t: torch.Tensor, grad: torch.Tensor) -> tuple:
+    """One step of ``torch.optim.Adam`` (betas 0.9, 0.999, eps 1e-8; its single-tensor
+    arithmetic, the bias corrections from a tensor step count): ``(log_alpha, m, v, t)``."""
+    t = t + 1
+    m = torch.lerp(m, grad, 1 - 0.9)
+    v = torch.addcmul(v * 0.999, grad, grad, value=1 - 0.999)
+    steps = t.to(torch.float64)
+    neg_step = (-lr / (1 - torch.pow(0.9, steps))).to(torch.float32)
+    denom = torch.sqrt(v) / torch.sqrt(1 - torch.pow(0.999, steps)).to(torch.float32) + 1e-8
+    return log_alpha + neg_step * m / denom, m, v, t
+
+
+def sgd_rule(x: Any, s: SGDState, entropy: Any, target: Any, c: SGDConsts) -> SGDState:
+    """A step down the gradient ``H - target`` of ``log_alpha * (H - target)``."""
+    _, avg, window, seen = window_average(x, s.window, s.seen, entropy)
+    grad = x.f32(avg - target)
+    if c.adam:
+        log_alpha, m, v, t = x.via_torch(functools.partial(adam_step, c.lr), s.log_alpha,
+                                         s.exp_avg, s.exp_avg_sq, s.adam_step, grad)
+        return SGDState(log_alpha, window, seen, m, v, t)
+    log_alpha = x.via_torch(functools.partial(torch.add, alpha=-c.lr), s.log_alpha, grad)
+    return s._replace(log_alpha=log_alpha, window=window, seen=seen)
+
+
+def _rule_of(optimizer: Any, lr: float) -> tuple:
+    """``(name, lr)`` of ``optimizer``: a name, or an earlier config's torch optimiser factory
+    (``functools.partial(torch.optim.Adam, lr=...)``) that the rule can run."""
+    if isinstance(optimizer, str):
+        return optimizer, lr
+    opt = optimizer([torch.zeros((), requires_grad=True)]) if callable(optimizer) else None
+    d = getattr(opt, "defaults", {})
+    plain = not (d.get("weight_decay") or d.get("maximize") or d.get("momentum"))
+    if type(opt) is torch.optim.Adam and plain and d["betas"] == (0.9, 0.999) and d[
+            "eps"] == 1e-8 and not d["amsgrad"]:
+        return "adam", d["lr"]
+    if type(opt) is torch.optim.SGD and plain:
+        return "sgd", d["lr"]
+    raise TypeError(f"optimizer must be 'adam' (SAC's: betas 0.9, 0.999, eps 1e-8) or 'sgd' "
+                    f"(plain steps), with lr=...; got {optimizer!r}")
 
 
 @gin.configurable
 class SGDEntropyTargetAlgorithm(EntropyController):
     """SAC's gradient rule for ``alpha`` (module docstring).
 
-    Every update (``adjust_alpha``, ``entropy_loss``, ``calc_loss``, ``step``)
-    takes one step of the controller's own optimiser; ``scalar_loss`` is zero,
-    so a parent's optimiser never touches ``log_alpha``.  The ``LossInfo.loss``
-    of ``entropy_loss`` uses ``alpha`` from before the step (as SAC's actor
-    loss does).  ``min_alpha``/``max_alpha`` clamp ``log_alpha`` after every step.
+    Each update takes one step; ``entropy_loss``'s ``scalar_loss`` is zero, so a parent's
+    optimiser never touches ``log_alpha``.
+
+    The shared arguments are ``EntropyController``'s; its own:
 
     Args:
-        action_spec: nest of ``BoundedTensorSpec``; used for the default target.
-        initial_alpha: initial ``alpha`` (> 0, within ``[min_alpha, max_alpha]``).
-        target_entropy: a number, a scheduler/zero-argument callable, a
-            ``SettledAnnealing`` or None for the spec's default; per member for a batch.
-        window_size: number of updates the entropy is averaged over (>= 1).
-        optimizer: factory ``[log_alpha] -> torch.optim.Optimizer``; None: SAC's Adam(lr=3e-4).
-        min_alpha: optional floor of ``alpha`` (> 0); None: none.
-        max_alpha: optional ceiling of ``alpha`` (> 0, >= ``min_alpha``); None: none.
-        update_mode: ``"auto"``, ``"host"``, ``"tensor"`` or ``"compiled"``: where the rule,
-            the watch and the bounds run (the optimiser's step is its own).
-        batch_shape: ``()``, or ``(K,)`` for K independent controllers.
-        debug_summaries: write ``alpha``, ``entropy`` and ``target_entropy``.
-        name: the name.
-
-    Raises:
-        TypeError: for an argument of the wrong type.
-        ValueError: for an argument out of range, ``min_alpha > max_alpha`` or
-            ``initial_alpha`` outside them.
+        lr: the learning rate of ``log_alpha`` (> 0).
+        optimizer: ``"adam"`` (SAC's) or ``"sgd"`` (plain gradient steps); a torch
+            optimiser factory of earlier configs is read as one of these (with its lr).
+        window_size: updates the entropy is averaged over (>= 1).
 
     Examples:
         >>> import torch
@@ -73,72 +106,30 @@ class SGDEntropyTargetAlgorithm(EntropyController):
     State = SGDState
 
     def __init__(self, action_spec: Any, initial_alpha: float = 0.1,
-                 target_entropy: Any = None, window_size: int = 1,
-                 optimizer: Optional[OptimizerFactory] = None,
-                 min_alpha: Optional[float] = None, max_alpha: Optional[float] = None,
-                 update_mode: str = "auto", batch_shape: Sequence[int] = (),
-                 debug_summaries: bool = False, name: str = "SGDEntropyTargetAlgorithm"):
-        super().__init__(action_spec, debug_summaries, name)
-        self._init_driver(target_entropy, batch_shape, update_mode)
-        initial_alpha = check_real("initial_alpha", initial_alpha, positive=True)
+                 target_entropy: Any = None, window_size: int = 1, lr: float = 3e-4,
+                 optimizer: str = "adam", min_alpha: float = 1e-4,
+                 max_alpha: Optional[float] = None, update_mode: str = "auto",
+                 batch_shape: Sequence[int] = (), debug_summaries: bool = False,
+                 name: str = "SGDEntropyTargetAlgorithm", **unknown: Any):
+        super().__init__(action_spec, target_entropy, initial_alpha, min_alpha, max_alpha,
+                         update_mode, batch_shape, debug_summaries, name)
+        optimizer, lr = _rule_of(optimizer, lr)
+        self._settings.update(lr=lr, optimizer=optimizer)
+        self._refuse(unknown)
+        self._configure({})
         window = check_int("window_size", window_size, minimum=1)
-        if optimizer is not None and not callable(optimizer):
-            raise TypeError(f"optimizer must be a callable [log_alpha] -> Optimizer, got "
-                            f"{type(optimizer).__name__}")
-        self._optimizer_factory = optimizer or sac_temperature_optimizer
-        self._opt: Optional[Tuple[torch.Tensor, torch.optim.Optimizer]] = None
-        self._init_rule(SGDState(self._full(math.log(initial_alpha)),
-                                 torch.zeros(self._batch + (window,)),
-                                 self._full(0, torch.int64), self._full(0.0)),
-                        dict(min_alpha=min_alpha, max_alpha=max_alpha))
-        if not (min_alpha or 0.0) <= initial_alpha <= (max_alpha or math.inf):
-            raise ValueError(f"initial_alpha ({initial_alpha}) must be within "
-                             f"[min_alpha, max_alpha] = [{min_alpha}, {max_alpha}]")
+        self.register_buffer("_window", torch.zeros(self._batch + (window,)))
+        self.register_buffer("_seen", self._full(0, torch.int64))
+        self.register_buffer("_exp_avg", self._full(0.0))
+        self.register_buffer("_exp_avg_sq", self._full(0.0))
+        self.register_buffer("_adam_step", self._full(0, torch.int64))
 
-    def _constants(self, s: Dict[str, Any]) -> Tuple[NoConsts, float, float]:
-        lo, hi = (None if s[k] is None else check_real(k, s[k], positive=True)
-                  for k in ("min_alpha", "max_alpha"))
-        if lo is not None and hi is not None and lo > hi:
-            raise ValueError(f"min_alpha ({lo}) must be <= max_alpha ({hi})")
-        return (NoConsts(), -math.inf if lo is None else math.log(lo),
-                math.inf if hi is None else math.log(hi))
+    def _constants(self, s: Dict[str, Any]) -> SGDConsts:
+        check_choice("optimizer", s["optimizer"], ("adam", "sgd"))
+        return SGDConsts(check_real("lr", s["lr"], positive=True), s["optimizer"] == "adam")
 
-    def _rule(self, x: Any, s: SGDState, entropy: Any, valid: Any, target: Any, c: Any,
-              b: Any) -> SGDState:
-        return sgd_rule(x, s, entropy, valid, target, c)
-
-    def optimizer(self) -> torch.optim.Optimizer:
-        """The optimiser of ``log_alpha`` (rebuilt, with its state, after ``.to()``)."""
-        if self._opt is None or self._opt[0] is not self._log_alpha:
-            opt = self._optimizer_factory([self._log_alpha])
-            if not isinstance(opt, torch.optim.Optimizer):
-                raise TypeError(f"{self._name}: optimizer factory returned "
-                                f"{type(opt).__name__}, not a torch Optimizer")
-            if self._opt is not None:
-                opt.load_state_dict(self._opt[1].state_dict())
-            self._opt = (self._log_alpha, opt)
-        return self._opt[1]
-
-    def _actuate(self, s: SGDState, on_host: bool) -> SGDState:
-        grad = torch.as_tensor(s.grad) if on_host else s.grad
-        opt = self.optimizer()
-        self._log_alpha.grad = grad.reshape(self._batch).to(self._log_alpha.dtype)
-        opt.step()
-        self._log_alpha.grad = None
-        return s._replace(log_alpha=self._log_alpha.numpy()[()] if on_host else self._log_alpha)
-
-    def _advance(self, entropy: torch.Tensor, count: Optional[torch.Tensor]) -> torch.Tensor:
-        alpha = self.alpha  # SAC's actor loss uses alpha before the temperature step
-        super()._advance(entropy, count)
-        return alpha
-
-    def get_extra_state(self) -> Any:
-        """The optimiser's state (saved with the module's ``state_dict``)."""
-        return self.optimizer().state_dict()
-
-    def set_extra_state(self, state: Any) -> None:
-        """Restore :meth:`get_extra_state`."""
-        self.optimizer().load_state_dict(state)
+    def _rule(self, x: Any, s: SGDState, entropy: Any, target: Any) -> SGDState:
+        return sgd_rule(x, s, entropy, target, self._c)
 
     def _debug_values(self) -> Dict[str, torch.Tensor]:
         return {"entropy": window_mean(TensorOps, self._window, self._seen)}

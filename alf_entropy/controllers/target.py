@@ -1,9 +1,10 @@
-"""The only place a target entropy is evaluated.
+"""The target entropy, per member of a batch: the only place it is evaluated.
 
-A target is a number, a ``Scheduler`` or any zero-argument callable (evaluated
-on the host at every update), a ``SettledAnnealing`` (a rule the controller
-runs on its device: its constants feed the windup watch), or, for a batch of
-controllers, a list with one of these per member.
+A target is a number, a ``Scheduler`` or any zero-argument callable (evaluated on the host at
+every update), a ``SettledAnnealing`` (run by the controller on its device), or for a batch a
+list of these.  No value above the largest entropy the spec allows is used: a constant or a
+schedule whose ``max_value()`` is above it is rejected, any other callable clamped (one
+warning); a schedule whose progress is never fed warns once after ``PROGRESS_GRACE`` updates.
 """
 import math
 import warnings
@@ -13,7 +14,7 @@ from absl import logging
 
 from alf_entropy.utils import nest, schedulers
 from alf_entropy.utils.checks import check_real, is_real
-from alf_entropy.utils.dist_utils import (
+from alf_entropy.utils.entropies import (
     GreedyProbabilityTarget,
     calc_default_target_entropy,
     calc_max_possible_entropy,
@@ -26,25 +27,12 @@ PROGRESS_GRACE = 10
 
 
 class Target:
-    """A controller's target entropy, per member of its batch.
-
-    No value above the largest entropy the action spec allows (``reachable``)
-    is ever used: a constant, or a scheduler whose ``max_value()`` is known,
-    above it is rejected; any other callable is clamped to it with one
-    warning.  A scheduler whose progress is never fed warns once after
-    ``PROGRESS_GRACE`` updates.
-
-    Args:
-        target_entropy: a number, a zero-argument callable, a ``SettledAnnealing``,
-            None for the spec's default, or a sequence of ``members`` of these.
-        action_spec: nest of ``BoundedTensorSpec``.
-        batch_shape: ``()`` for one controller, ``(K,)`` for a batch of K.
-        name: the controller's name, for messages.
+    """A controller's target (module docstring).
 
     Raises:
         TypeError: if a target is neither a number nor callable.
-        ValueError: if one is not finite, can exceed the reachable entropy, or
-            the sequence does not have one entry per member.
+        ValueError: if one is not finite, can exceed the reachable entropy, or a list does not
+            have one entry per member.
     """
 
     def __init__(self, target_entropy: Any, action_spec: Any, batch_shape: Tuple[int, ...],
@@ -139,6 +127,16 @@ class Target:
                             "call alf_entropy.utils.schedulers.update_progress("
                             f"{progress_type!r}, value)")
         return float(value)
+
+    def refresh(self, buffer: Any) -> None:
+        """Write the target now into ``buffer`` (one controller update; constants stay)."""
+        if not self.constant:
+            values = self.values(counting=True)
+            if self.shared:
+                buffer.fill_(values[0])
+            else:
+                for k, v in enumerate(values):
+                    buffer.view(-1)[k].fill_(v)
 
     def values(self, counting: bool = False) -> Sequence[float]:
         """The targets now, one per member; ``counting=True`` for a controller update."""

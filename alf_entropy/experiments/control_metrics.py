@@ -1,30 +1,11 @@
 """How well an entropy controller held the entropy at its target: pure metrics.
 
-Every function takes plain 1-d arrays (numpy, lists) of one run, sampled at
-the controller's updates or at logged training iterations, and returns
-numbers; the report (``alf-entropy-report``) and the benchmarks (control
-quality, LLM entropy control) use them, so each metric is defined once, here:
-
-* :func:`warmup_end`: where tracking starts: the first sample whose entropy
-  is at or below ``(1 + tol) * target`` (before it, the policy is still more
-  random than asked, which the controller allows).
-* :func:`tracking_rmse`: root-mean-square of ``entropy - target`` from there.
-* :func:`fraction_below`: the fraction of samples from there that are more
-  than ``tol`` (relative) below the target.
-* :func:`minimum_variance_floor`: the tracking error no controller acting
-  ``delay`` samples late could remove (Harris's minimum-variance bound).
-* :func:`target_changes` / :func:`settling_times`: for each jump of the
-  target, how long until the entropy entered the ``±tol`` band around the new
-  target and stayed in it (until the next jump or the end).
-* :func:`largest_alpha_change`: the largest multiplicative change of ``alpha``
-  within one iteration (one group of updates).
-* :func:`final_value`: the last finite value (e.g. the final evaluation
-  return).
-* :func:`bootstrap_ci`: the mean of one metric over seeds with a percentile
-  bootstrap confidence interval.
-
-Bands are relative to ``|target|`` so they also work for negative targets
-(continuous actions).
+Each function takes plain 1-d series of one run (at the controller's updates
+or at logged iterations) and returns numbers; ``alf-entropy-report`` and the
+benchmarks use them, so each metric is defined once, here.  Tracking starts
+(:func:`warmup_end`) at the first sample at or below ``(1 + tol) * target``
+(before it the policy is more random than asked, which the controller
+allows).  Bands are relative to ``|target|``, so negative targets work.
 """
 import math
 from typing import NamedTuple, Optional, Sequence, Tuple
@@ -33,18 +14,9 @@ import numpy as np
 
 from alf_entropy.utils.checks import check_int, check_real
 
-__all__ = [
-    "AlphaChange",
-    "warmup_end",
-    "tracking_rmse",
-    "fraction_below",
-    "minimum_variance_floor",
-    "target_changes",
-    "settling_times",
-    "largest_alpha_change",
-    "final_value",
-    "bootstrap_ci",
-]
+__all__ = ["AlphaChange", "warmup_end", "tracking_rmse", "fraction_below",
+           "minimum_variance_floor", "target_changes", "settling_times", "largest_alpha_change",
+           "final_value", "bootstrap_ci"]
 
 
 def _pair(entropy: Sequence[float], target: Sequence[float]):
@@ -57,20 +29,8 @@ def _pair(entropy: Sequence[float], target: Sequence[float]):
 
 
 def warmup_end(entropy: Sequence[float], target: Sequence[float], tol: float = 0.05) -> int:
-    """Index of the first sample with ``entropy <= target + tol * |target|``.
-
-    Args:
-        entropy: the entropy series.
-        target: the target series (or one number).
-        tol: relative tolerance, in ``[0, 1)``.
-
-    Returns:
-        int: the index, or ``len(entropy)`` if the entropy never got there.
-
-    Raises:
-        TypeError: if ``tol`` is not a real number.
-        ValueError: for series of different lengths or a bad ``tol``.
-    """
+    """Index of the first sample with ``entropy <= target + tol * |target|`` (``tol`` in
+    ``[0, 1)``; ``target`` a series or one number), ``len(entropy)`` if none."""
     e, t = _pair(entropy, target)
     tol = check_real("tol", tol, minimum=0, below=1)
     reached = np.nonzero(e <= t + tol * np.abs(t))[0]
@@ -78,20 +38,7 @@ def warmup_end(entropy: Sequence[float], target: Sequence[float], tol: float = 0
 
 
 def tracking_rmse(entropy: Sequence[float], target: Sequence[float], start: int = 0) -> float:
-    """Root-mean-square of ``entropy - target`` over ``[start:]``.
-
-    Args:
-        entropy: the entropy series.
-        target: the target series (or one number).
-        start: the first sample counted (e.g. :func:`warmup_end`).
-
-    Returns:
-        float: the RMSE; NaN if no sample is left.
-
-    Raises:
-        ValueError: for series of different lengths or a ``start`` that is not
-            an int >= 0.
-    """
+    """Root-mean-square of ``entropy - target`` over ``[start:]`` (NaN if empty)."""
     e, t = _pair(entropy, target)
     start = check_int("start", start, minimum=0)
     d = (e - t)[start:]
@@ -101,21 +48,8 @@ def tracking_rmse(entropy: Sequence[float], target: Sequence[float], start: int 
 def fraction_below(
     entropy: Sequence[float], target: Sequence[float], tol: float = 0.05, start: int = 0
 ) -> float:
-    """Fraction of samples in ``[start:]`` below ``target - tol * |target|``.
-
-    Args:
-        entropy: the entropy series.
-        target: the target series (or one number).
-        tol: relative tolerance, in ``[0, 1)``.
-        start: the first sample counted.
-
-    Returns:
-        float: in ``[0, 1]``; NaN if no sample is left.
-
-    Raises:
-        TypeError: if ``tol`` is not a real number.
-        ValueError: for series of different lengths, a bad ``tol`` or ``start``.
-    """
+    """Fraction of samples in ``[start:]`` below ``target - tol * |target|`` (NaN if
+    empty)."""
     e, t = _pair(entropy, target)
     tol = check_real("tol", tol, minimum=0, below=1)
     start = check_int("start", start, minimum=0)
@@ -128,29 +62,12 @@ def minimum_variance_floor(entropy: Sequence[float], target: Sequence[float], st
     """The RMS error no controller acting ``delay`` samples late could remove.
 
     Harris's minimum-variance bound (Harris, "Assessment of closed-loop
-    performance", 1989), estimated from the run itself: an AR(``order``) fit
-    of ``entropy - target`` over ``[start:]`` (mean removed: an offset is
-    removable) gives the innovations' variance ``s2`` and impulse response
-    ``psi``; what was unpredictable ``delay`` samples earlier has variance
-    ``s2 * sum(psi[:delay] ** 2)``, and a controller whose action first shows
-    ``delay`` samples later (e.g. a coefficient set after step ``t`` moves
-    the entropy measured at ``t + 2``) cannot cancel it.  On a linear plant
-    the estimate is the same under every linear controller.
-
-    Args:
-        entropy: the entropy series.
-        target: the target series (or one number).
-        start: the first sample counted (e.g. :func:`warmup_end`).
-        delay: samples between an action and its first effect (>= 1).
-        order: the AR model's order (>= 1).
-
-    Returns:
-        float: the bound's square root (an RMS, in the entropy's unit); NaN
-        with fewer than ``2 * order + delay`` samples.
-
-    Raises:
-        ValueError: for series of different lengths, or a bad ``start``,
-            ``delay`` or ``order``.
+    performance", 1989) from the run itself: an AR(``order``) fit of
+    ``entropy - target`` over ``[start:]`` (mean removed) gives the innovations'
+    variance ``s2`` and impulse response ``psi``; what was unpredictable
+    ``delay`` samples earlier, ``s2 * sum(psi[:delay] ** 2)``, no controller
+    whose action shows ``delay`` samples later can cancel.  Returns its square
+    root, NaN with fewer than ``2 * order + delay`` samples.
     """
     e, t = _pair(entropy, target)
     start = check_int("start", start, minimum=0)
@@ -171,57 +88,19 @@ def minimum_variance_floor(entropy: Sequence[float], target: Sequence[float], st
 
 
 def target_changes(target: Sequence[float], min_change: float = 0.05) -> np.ndarray:
-    """Indices ``i > 0`` where the target jumps: ``|t[i] - t[i-1]| > min_change * |t[i-1]|``.
-
-    A slow schedule (a ramp) moves by tiny amounts per sample and is not a
-    jump; a step is.
-
-    Args:
-        target: the target series.
-        min_change: the relative size of a jump (> 0).
-
-    Returns:
-        np.ndarray: the indices (int64), possibly empty.
-
-    Raises:
-        TypeError: if ``min_change`` is not a real number.
-        ValueError: if ``min_change <= 0``.
-    """
+    """Indices ``i > 0`` (int64) where the target jumps, ``|t[i] - t[i-1]| > min_change *
+    |t[i-1]|`` (a step is a jump, a slow ramp is not)."""
     min_change = check_real("min_change", min_change, positive=True)
     t = np.asarray(target, dtype=np.float64).reshape(-1)
     jump = np.abs(np.diff(t)) > min_change * np.abs(t[:-1])
     return np.nonzero(jump)[0].astype(np.int64) + 1
 
 
-def settling_times(
-    entropy: Sequence[float],
-    target: Sequence[float],
-    tol: float = 0.05,
-    min_change: float = 0.05,
-    x: Optional[Sequence[float]] = None,
-) -> list:
-    """For each target jump, the time until the entropy settled in ``±tol``.
-
-    The entropy has settled at the first sample after which it stays within
-    ``tol * |target|`` of the target until the next jump (or the end).
-
-    Args:
-        entropy: the entropy series.
-        target: the target series.
-        tol: relative band, in ``[0, 1)``.
-        min_change: relative size of a target jump (see :func:`target_changes`).
-        x: optional sample positions (e.g. env steps); times are then
-            differences of ``x``, else numbers of samples.
-
-    Returns:
-        list: one float per jump: the settling time, or NaN if the entropy
-        was outside the band at the last sample before the next jump (it
-        never settled).
-
-    Raises:
-        TypeError: if ``tol`` or ``min_change`` is not a real number.
-        ValueError: for series of different lengths or bad ``tol``/``min_change``.
-    """
+def settling_times(entropy: Sequence[float], target: Sequence[float], tol: float = 0.05,
+                   min_change: float = 0.05, x: Optional[Sequence[float]] = None) -> list:
+    """For each target jump (:func:`target_changes`), the time until the entropy stays
+    within ``tol * |target|`` until the next jump or the end: a difference of ``x``
+    (e.g. env steps; default: sample numbers), NaN if it never settled."""
     e, t = _pair(entropy, target)
     tol = check_real("tol", tol, minimum=0, below=1)
     pos = np.arange(e.size, dtype=np.float64) if x is None else np.asarray(x, dtype=np.float64)
@@ -243,14 +122,8 @@ def settling_times(
 
 
 class AlphaChange(NamedTuple):
-    """The largest change of ``alpha`` within one iteration.
-
-    Attributes:
-        factor: ``max / min`` of alpha in that iteration (>= 1; 1 if constant).
-        group: the iteration (group id) where it happened.
-        before: the earlier of the two extreme values.
-        after: the later one.
-    """
+    """The largest change of alpha within one iteration (``group``): ``factor`` =
+    max / min (>= 1), ``before`` and ``after`` the two extremes in time order."""
 
     factor: float
     group: float
@@ -261,23 +134,9 @@ class AlphaChange(NamedTuple):
 def largest_alpha_change(
     alpha: Sequence[float], group: Optional[Sequence[float]] = None
 ) -> AlphaChange:
-    """The iteration in which ``alpha`` changed by the largest factor.
-
-    ``group[i]`` is the iteration of update ``i`` (several updates per
-    iteration, in order).  An iteration also includes the last value of the
-    previous iteration when that is ``group - 1`` (the value it started from),
-    so with one update per iteration this is the largest step-to-step factor.
-
-    Args:
-        alpha: alpha after each update (> 0).
-        group: the iteration of each update; None means one per update.
-
-    Returns:
-        AlphaChange: NaNs if ``alpha`` is empty.
-
-    Raises:
-        ValueError: for series of different lengths or a non-positive alpha.
-    """
+    """The iteration in which alpha (> 0, after each update) changed by the largest factor
+    (NaNs if empty).  ``group[i]`` is update ``i``'s iteration (default: one each); an
+    iteration starts from the previous one's last value when that is ``group - 1``."""
     a = np.asarray(alpha, dtype=np.float64).reshape(-1)
     g = np.arange(a.size, dtype=np.float64) if group is None else np.asarray(group, np.float64)
     if g.shape != a.shape:
@@ -302,14 +161,7 @@ def largest_alpha_change(
 
 
 def final_value(values: Sequence[float]) -> float:
-    """The last finite value of a series (e.g. evaluation returns).
-
-    Args:
-        values: the series.
-
-    Returns:
-        float: the value, NaN if there is none.
-    """
+    """The last finite value of a series (e.g. evaluation returns), NaN if none."""
     v = np.asarray(values, dtype=np.float64).reshape(-1)
     v = v[np.isfinite(v)]
     return float(v[-1]) if v.size else math.nan
@@ -317,26 +169,9 @@ def final_value(values: Sequence[float]) -> float:
 
 def bootstrap_ci(values: Sequence[float], confidence: float = 0.95, resamples: int = 10000,
                  seed: int = 0) -> Tuple[float, float, float]:
-    """Mean of ``values`` (e.g. one metric over seeds) and its bootstrap interval.
-
-    The percentile bootstrap: ``resamples`` means of samples drawn with
-    replacement; the interval holds the middle ``confidence`` of them.  With
-    3 seeds it is wide and optimistic; it says how far the seeds disagree.
-    NaNs are dropped.
-
-    Args:
-        values: the per-seed values.
-        confidence: in ``(0, 1)``.
-        resamples: number of bootstrap means (>= 1).
-        seed: the resampling's seed (the interval is reproducible).
-
-    Returns:
-        ``(mean, low, high)``; all NaN when no value is finite.
-
-    Raises:
-        TypeError: if ``confidence`` is not a real number.
-        ValueError: for a bad ``confidence`` or ``resamples``.
-    """
+    """``(mean, low, high)`` of ``values`` (NaNs dropped; all NaN if none is finite) with
+    the middle ``confidence`` of ``resamples`` bootstrap means (seeded: reproducible).
+    With 3 seeds it is wide and optimistic: it says how far the seeds disagree."""
     confidence = check_real("confidence", confidence, above=0, below=1)
     resamples = check_int("resamples", resamples, minimum=1)
     v = np.asarray(values, dtype=np.float64).reshape(-1)

@@ -6,32 +6,22 @@ Usage::
     alf-entropy-report runs/my_sweep                  # every run under a sweep dir
     alf-entropy-report runs/a runs/b --out_dir runs/cmp
 
-A ``RUN_DIR`` is a trainer root dir (it has ``train/`` TensorBoard events);
-a directory without ``train/`` stands for each of its sub-directories that
-has one.  Events are read with TensorBoard's own ``EventAccumulator`` (all
-events kept; steps re-written after a resume replace the orphaned ones).
+A ``RUN_DIR`` has ``train/`` TensorBoard events (read with TensorBoard's
+``EventAccumulator``; steps rewritten after a resume replace the orphaned
+ones); a directory without stands for its sub-directories that have them.
+The output directory (default ``report/`` under the runs' common parent, or
+the run) gets ``entropy.png`` (and target), ``alpha.png``, ``stage.png``,
+``return.png`` (and eval return) against env steps, ``overview.png`` with all
+four, and ``metrics.csv``/``metrics.md``: one row per run of
+:mod:`~alf_entropy.experiments.control_metrics` on the logged iterations
+(``summary_interval = 1`` for exact numbers): where tracking starts, its RMSE
+and fraction > 5% below target, settling times after target jumps, the
+largest alpha change in one iteration, the final (eval) return, and a note
+where the entropy never reached the band.  Runs whose configs differ only in
+the seed are one curve (mean ± one standard deviation; the stage one line
+per seed) and one row of the across-seeds table.
 
-The output directory (default: ``report/`` under the runs' common parent, or
-under the run for a single run) receives:
-
-* ``entropy.png`` (entropy and target entropy), ``alpha.png`` (log scale),
-  ``stage.png``, ``return.png`` (training and evaluation return), all against
-  env steps, and ``overview.png`` with the four panels.  Runs whose configs
-  differ only in the seed are one curve: the mean, with a band of ± one
-  standard deviation over seeds (the stage, a level, is one step line per
-  seed instead);
-* ``metrics.csv`` and ``metrics.md``: one row per run with the metrics of
-  :mod:`alf_entropy.experiments.control_metrics`, computed on the logged
-  iterations (every ``summary_interval``-th; set it to 1 for exact numbers):
-  where tracking starts, tracking RMSE and the fraction of iterations more
-  than 5% below target after that, settling times after target jumps, the
-  largest change of alpha within one iteration (from the controller's
-  per-update ``<Controller>/alpha`` summaries when present) and the final
-  (evaluation) return; ``note`` says "target not reached in this run" (with
-  the final entropy and target) where the entropy never came within the band
-  or below it, so its tracking metrics are empty.
-
-Needs matplotlib (``pip install -e .[report]``).
+Needs matplotlib: ``pip install -e ".[report]"``.
 """
 import argparse
 import csv
@@ -44,28 +34,19 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from alf_entropy.experiments import control_metrics as cm
+from alf_entropy.utils.gin_config import read_bindings, write_bindings
+from alf_entropy.utils.requirements import MissingDependencyError
 
 __all__ = ["RunData", "find_runs", "load_run", "run_metrics", "write_report", "main"]
 
 PROG = "alf-entropy-report"
 TOL = 0.05
-_SEED_LINE = re.compile(r"^\s*[\w./]*\.seed\s*=\s*(\d+)\s*$", re.MULTILINE)
 _SEED_NAME = re.compile(r"(^|[+,_/-])seed=?\d+")
-METRIC_COLUMNS = [
-    "run",
-    "group",
-    "seed",
-    "env_steps",
-    "tracking_from_env_step",
-    "tracking_rmse",
-    "frac_5pct_below",
-    "settle_env_steps",
-    "max_alpha_change_x",
-    "max_alpha_change",
-    "final_eval_return",
-    "final_return",
-    "note",
-]
+REPORT_EXTRA = 'pip install -e ".[report]"'
+"""What installs the report's figures' dependency (matplotlib)."""
+METRIC_COLUMNS = ["run", "group", "seed", "env_steps", "tracking_from_env_step", "tracking_rmse",
+                  "frac_5pct_below", "settle_env_steps", "max_alpha_change_x", "max_alpha_change",
+                  "final_eval_return", "final_return", "note"]
 NOT_REACHED = "target not reached in this run"
 """The ``note`` of a run whose entropy never came within the band or below it."""
 COUNT_COLUMNS = frozenset({"seed", "env_steps", "tracking_from_env_step"})
@@ -73,27 +54,21 @@ COUNT_COLUMNS = frozenset({"seed", "env_steps", "tracking_from_env_step"})
 
 
 class RunData:
-    """The scalar summaries of one run.
+    """One run's scalars (tag -> ``(steps, values)`` float64 arrays) and
+    ``operative_config.gin`` text (``''`` if missing): its ``seed`` (None if unbound) and
+    ``group`` (equal for runs that differ only in the seed)."""
 
-    Attributes:
-        run_dir: the root dir.
-        name: its base name.
-        scalars: tag -> ``(steps, values)`` float64 arrays, in file order.
-        config: ``operative_config.gin`` text ('' if missing).
-        seed: the seed bound in the config (None if not found).
-        group: runs with equal ``group`` differ only in their seed.
-    """
-
-    def __init__(
-        self, run_dir: str, scalars: Dict[str, Tuple[np.ndarray, np.ndarray]], config: str
-    ):
+    def __init__(self, run_dir: str, scalars: Dict[str, Tuple[np.ndarray, np.ndarray]],
+                 config: str):
         self.run_dir = run_dir
         self.name = os.path.basename(os.path.normpath(run_dir))
         self.scalars = scalars
         self.config = config
-        m = _SEED_LINE.search(config)
-        self.seed: Optional[int] = int(m.group(1)) if m else None
-        self.group = _SEED_LINE.sub("", config) if config else _SEED_NAME.sub("", self.name)
+        bindings = read_bindings(config)
+        seeds = [k for k, v in bindings.items() if k.endswith(".seed") and v.isdigit()]
+        self.seed: Optional[int] = int(bindings[seeds[0]]) if seeds else None
+        rest = {k: v for k, v in bindings.items() if k not in seeds}
+        self.group = write_bindings(rest) if config else _SEED_NAME.sub("", self.name)
 
     def get(self, tag: str) -> Tuple[np.ndarray, np.ndarray]:
         """``(steps, values)`` of ``tag`` (empty arrays if it was not logged)."""
@@ -117,27 +92,16 @@ class RunData:
 
 
 def find_runs(paths: Sequence[str]) -> List[str]:
-    """Expand the command line's paths into run dirs (dirs with ``train/``).
-
-    Args:
-        paths: run dirs, or dirs whose sub-dirs are run dirs (a sweep).
-
-    Returns:
-        list: the run dirs, in the given order (sub-dirs sorted).
-
-    Raises:
-        ValueError: if a path holds no run.
-    """
+    """Run dirs (with ``train/``) of the given paths, in order (a sweep's sorted);
+    ``ValueError`` if a path holds none."""
     runs: List[str] = []
     for path in paths:
         if os.path.isdir(os.path.join(path, "train")):
             runs.append(path)
             continue
-        subs = sorted(
-            os.path.join(path, d)
-            for d in (os.listdir(path) if os.path.isdir(path) else [])
-            if os.path.isdir(os.path.join(path, d, "train"))
-        )
+        subs = sorted(os.path.join(path, d) for d in (os.listdir(path) if os.path.isdir(path)
+                                                      else [])
+                      if os.path.isdir(os.path.join(path, d, "train")))
         if not subs:
             raise ValueError(f"no run (a directory with train/ TensorBoard events) in {path!r}")
         runs.extend(subs)
@@ -145,29 +109,19 @@ def find_runs(paths: Sequence[str]) -> List[str]:
 
 
 def load_run(run_dir: str) -> RunData:
-    """Read all scalar summaries of a run.
-
-    Args:
-        run_dir: a trainer root dir.
-
-    Returns:
-        RunData: the run.
-    """
+    """Read all scalar summaries (and the config) of a trainer's root dir."""
     from tensorboard.backend.event_processing import event_accumulator as ea
 
-    acc = ea.EventAccumulator(
-        os.path.join(run_dir, "train"), size_guidance={ea.SCALARS: 0}, purge_orphaned_data=True
-    )
+    acc = ea.EventAccumulator(os.path.join(run_dir, "train"), size_guidance={ea.SCALARS: 0},
+                              purge_orphaned_data=True)
     acc.Reload()
     scalars = {}
     for tag in acc.Tags()["scalars"]:
-        # In step order: a run resumed within the same second as its last
-        # write has two event files whose names may sort either way.
+        # In step order: a run resumed within the same second as its last write has two
+        # event files whose names may sort either way.
         events = sorted(acc.Scalars(tag), key=lambda e: e.step)
-        scalars[tag] = (
-            np.array([e.step for e in events], dtype=np.float64),
-            np.array([e.value for e in events], dtype=np.float64),
-        )
+        scalars[tag] = (np.array([e.step for e in events], dtype=np.float64),
+                        np.array([e.value for e in events], dtype=np.float64))
     config_path = os.path.join(run_dir, "operative_config.gin")
     config = ""
     if os.path.exists(config_path):
@@ -186,19 +140,9 @@ def _aligned(run: RunData, a: str, b: str) -> Tuple[np.ndarray, np.ndarray, np.n
 
 
 def run_metrics(run: RunData, tol: float = TOL) -> Dict[str, Any]:
-    """The control metrics of one run (see the module docstring).
-
-    Args:
-        run: the run.
-        tol: the relative band around the target.
-
-    Returns:
-        dict: keyed by ``METRIC_COLUMNS``; NaN where the run lacks the data
-        (e.g. no ``target_entropy`` without a controller).  ``note`` is
-        ``NOT_REACHED`` with the final entropy and target when the entropy
-        never came within the band or below it (the tracking metrics are
-        then empty), else empty.
-    """
+    """One run's row, keyed by ``METRIC_COLUMNS`` (``tol``: the relative band): NaN where
+    the run lacks the data; ``note`` is ``NOT_REACHED`` (with the final entropy and target)
+    where the entropy never came within the band or below it."""
     steps, entropy, target = _aligned(run, "entropy", "target_entropy")
     x = run.env_steps(steps)
     nan = math.nan
@@ -220,24 +164,16 @@ def run_metrics(run: RunData, tol: float = TOL) -> Dict[str, Any]:
     if alpha.size:
         change = cm.largest_alpha_change(alpha, groups)
         row["max_alpha_change_x"] = change.factor
-        row["max_alpha_change"] = (
-            f"{change.before:.3g} -> {change.after:.3g} in iteration {change.group:.0f}"
-        )
+        row["max_alpha_change"] = (f"{change.before:.3g} -> {change.after:.3g} in iteration "
+                                   f"{change.group:.0f}")
     row["final_eval_return"] = cm.final_value(run.get("eval/return")[1])
     row["final_return"] = cm.final_value(run.get("return")[1])
     return row
 
 
 def _fmt(value: Any, column: str = "") -> str:
-    """A table cell: counts as integers, other numbers to 4 significant digits.
-
-    Args:
-        value: the metric (NaN, None or "" when missing).
-        column: the metric's column (``COUNT_COLUMNS`` print as integers).
-
-    Returns:
-        str: the cell's text ("–" when missing).
-    """
+    """A table cell: counts (``COUNT_COLUMNS``) as integers, other numbers to 4 significant
+    digits, "–" when missing (NaN, None or "")."""
     if isinstance(value, (float, np.floating)):
         if math.isnan(value):
             return "–"
@@ -255,18 +191,17 @@ def _write_tables(rows: List[Dict[str, Any]], out_dir: str) -> Tuple[str, str]:
         for row in rows:
             writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
     md_path = os.path.join(out_dir, "metrics.md")
-    lines = [
-        "| " + " | ".join(METRIC_COLUMNS) + " |",
-        "| " + " | ".join("---" for _ in METRIC_COLUMNS) + " |",
-    ]
-    lines += ["| " + " | ".join(_fmt(r[c], c) for c in METRIC_COLUMNS) + " |" for r in rows]
+    table = _markdown(METRIC_COLUMNS, [[_fmt(r[c], c) for c in METRIC_COLUMNS] for r in rows])
     with open(md_path, "w", encoding="utf-8") as f:
-        f.write(
-            f"Control metrics (band ±{TOL:.0%} of the target; computed on the logged "
-            "iterations; tracking starts when the entropy first comes within the band "
-            "or below it).\n\n" + "\n".join(lines) + "\n" + _group_table(rows)
-        )
+        f.write(f"Control metrics (band ±{TOL:.0%} of the target; computed on the logged "
+                "iterations; tracking starts when the entropy first comes within the band "
+                f"or below it).\n\n{table}\n" + _group_table(rows))
     return csv_path, md_path
+
+
+def _markdown(header: Sequence[str], rows: List[List[str]]) -> str:
+    return "\n".join("| " + " | ".join(map(str, r)) + " |"
+                     for r in [header, ["---"] * len(header), *rows])
 
 
 GROUP_COLUMNS = ("tracking_rmse", "frac_5pct_below", "max_alpha_change_x", "final_eval_return")
@@ -281,16 +216,15 @@ def _group_table(rows: List[Dict[str, Any]]) -> str:
     groups = {g: rs for g, rs in groups.items() if len(rs) > 1}
     if not groups:
         return ""
-    lines = ["| group | seeds | " + " | ".join(GROUP_COLUMNS) + " |",
-             "| --- | --- | " + " | ".join("---" for _ in GROUP_COLUMNS) + " |"]
+    lines = []
     for group, rs in groups.items():
-        cells = []
+        cells = [group, len(rs)]
         for col in GROUP_COLUMNS:
             mean, lo, hi = cm.bootstrap_ci([r[col] for r in rs])
             cells.append("–" if math.isnan(mean) else f"{mean:.4g} [{lo:.4g}, {hi:.4g}]")
-        lines.append(f"| {group} | {len(rs)} | " + " | ".join(cells) + " |")
+        lines.append(cells)
     return ("\nAcross seeds: mean [95% bootstrap interval] per group.\n\n"
-            + "\n".join(lines) + "\n")
+            + _markdown(["group", "seeds", *GROUP_COLUMNS], lines) + "\n")
 
 
 def _group_label(runs: List[RunData], parent: str) -> str:
@@ -308,10 +242,7 @@ def _mean_band(runs: List[RunData], tag: str, x_tag: Optional[str] = None):
         steps, values = run.get(tag)
         if steps.size == 0:
             continue
-        if x_tag is None:
-            x = run.env_steps(steps)
-        else:
-            x = steps  # a *_vs_env_steps tag is logged against env steps
+        x = run.env_steps(steps) if x_tag is None else steps  # *_vs_env_steps: env steps
         order = np.argsort(x, kind="stable")
         curves.append((x[order], values[order]))
     if not curves:
@@ -385,22 +316,21 @@ def _group(runs: List[RunData]) -> List[List[RunData]]:
 def write_report(
     run_dirs: Sequence[str], out_dir: Optional[str] = None, dpi: int = 80
 ) -> Dict[str, Any]:
-    """Write the figures and metric tables of some runs.
-
-    Args:
-        run_dirs: run dirs or dirs of runs (see :func:`find_runs`).
-        out_dir: where to write; default ``report/`` in the runs' common
-            parent (in the run itself for one run).
-        dpi: resolution of the PNGs.
+    """Write the figures and metric tables of some runs (see the module docstring).
 
     Returns:
-        dict: ``out_dir``, ``figures`` (paths), ``csv``, ``markdown`` and
-        ``rows`` (the metric rows).
+        dict: ``out_dir``, ``figures`` (paths), ``csv``, ``markdown`` and ``rows``.
 
     Raises:
         ValueError: if a path holds no run.
+        MissingDependencyError: without matplotlib (the message names :data:`REPORT_EXTRA`).
     """
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError as e:
+        raise MissingDependencyError(
+            f"the report's figures need matplotlib, which is not installed: {REPORT_EXTRA}"
+        ) from e
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -426,46 +356,32 @@ def write_report(
             rows.append(row)
     csv_path, md_path = _write_tables(rows, out_dir)
     figures = []
-    for name in _PANELS:
-        fig, ax = plt.subplots(figsize=(6, 3.6))
-        _draw(ax, name, groups, labels)
+    for name in [*_PANELS, "overview"]:
+        panels = list(_PANELS) if name == "overview" else [name]
+        fig, axes = plt.subplots(*((2, 2) if len(panels) > 1 else (1, 1)), squeeze=False,
+                                 figsize=(11, 6.5) if len(panels) > 1 else (6, 3.6))
+        for ax, panel in zip(axes.flat, panels):
+            _draw(ax, panel, groups, labels)
         fig.tight_layout()
-        path = os.path.join(out_dir, f"{name}.png")
-        fig.savefig(path, dpi=dpi)
+        figures.append(os.path.join(out_dir, f"{name}.png"))
+        fig.savefig(figures[-1], dpi=dpi)
         plt.close(fig)
-        figures.append(path)
-    fig, axes = plt.subplots(2, 2, figsize=(11, 6.5))
-    for ax, name in zip(axes.flat, _PANELS):
-        _draw(ax, name, groups, labels)
-    fig.tight_layout()
-    path = os.path.join(out_dir, "overview.png")
-    fig.savefig(path, dpi=dpi)
-    plt.close(fig)
-    figures.append(path)
-    return {
-        "out_dir": out_dir, "figures": figures, "csv": csv_path, "markdown": md_path, "rows": rows
-    }
+    return {"out_dir": out_dir, "figures": figures, "csv": csv_path, "markdown": md_path,
+            "rows": rows}
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """Console-script entry point (``alf-entropy-report``).
-
-    Args:
-        argv: the arguments (default ``sys.argv[1:]``).
-
-    Returns:
-        int: the exit status (0, 2 for bad input, 130 when stopped by Ctrl-C).
-    """
+    """``alf-entropy-report``: exit status 0, 2 for bad input or a missing dependency, 130
+    when stopped by Ctrl-C."""
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run dirs or dirs of runs")
-    parser.add_argument(
-        "--out_dir", default=None, help="output dir (default: <common parent>/report)"
-    )
+    parser.add_argument("--out_dir", default=None,
+                        help="output dir (default: <common parent>/report)")
     parser.add_argument("--dpi", type=int, default=80, help="PNG resolution")
     args = parser.parse_args(argv)
     try:
         result = write_report(args.run_dirs, args.out_dir, dpi=args.dpi)
-    except ValueError as e:
+    except (ValueError, MissingDependencyError) as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # asked for: one line, not an error or a traceback

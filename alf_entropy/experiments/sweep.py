@@ -25,36 +25,25 @@ The spec is a small JSON file, in the spirit of ALF's ``grid_search``::
 * ``seeds`` (default ``[0]``): each configuration runs once per seed, bound
   through ``seed_binding`` (default ``"OnPolicyTrainer.seed"``).
 
-Each run gets its own root dir ``<sweep_dir>/<name>``, named by its bindings
-(the last part of each binding's name, or the whole name where two would
-clash), e.g. ``target_entropy=0.5+fast_update_rate=0.1+seed=1``.  A run that
-finishes gets a ``sweep_done.json`` marker holding its command; running the
-sweep again skips those whose recorded command is the one the spec gives now,
-and the others start again (``alf-entropy-train`` resumes an interrupted run
-from its latest checkpoint).  A finished run whose recorded command differs
-(a fixed binding of the spec was changed) is never counted as done: the sweep
-refuses to start, naming the runs and the difference, before it writes
-anything (use a new ``--sweep_dir``, or delete those run directories to
-rerun them).  A run's output goes to ``<run dir>/train.log``; a failed run is
-reported at the end with its own error line and does not stop the others
-(the exit status is then 1); a run whose directory another process is
-training in is reported as "already running", not as failed.  Finally the
-report of all the runs is written to ``<sweep_dir>/report`` (see
-``alf-entropy-report``).
+Each run has its root dir ``<sweep_dir>/<name>``, named by its bindings'
+last parts (whole names where two clash), e.g.
+``target_entropy=0.5+fast_update_rate=0.1+seed=1``, and its output in
+``<run dir>/train.log``.  A finished run gets a ``sweep_done.json`` marker
+with its command: a rerun skips it if the spec gives the same command now,
+and refuses to start, writing nothing, if it gives another (use a new
+``--sweep_dir`` or delete those runs); unfinished runs resume from their
+checkpoints.  A failed run is reported at the end with its error line
+without stopping the others (exit status 1); one whose directory another
+process trains in is "already running".  Then ``<sweep_dir>/report`` is
+written (``alf-entropy-report``).
 
-With ``--pack_seeds`` the seeds of each configuration train as one process
-of several agents (``OnPolicyTrainer.seeds`` or ``OffPolicyTrainer.seeds``,
-as the spec's ``seed_binding`` names the trainer) where the spec allows, each
-agent writing to its run's directory (see :func:`pack_seeds`); the runs,
-their done markers and the report are those of the unpacked sweep.  With
-``--pack_targets`` the configurations that differ only in the controller's
-target entropy are one process too (``<trainer>.target_entropies``).
-
-Runs execute as ``--jobs`` parallel local processes by default.  With
-``--ray_address`` (an address, ``auto`` for the cluster this machine is part
-of, or ``local`` to start a private Ray instance) each run is a Ray task (one
-CPU each) on that cluster; ``sweep_dir`` must then be on a file system every
-node shares.  Ray is an extra: ``pip install -e .[ray]``.
+``--pack_seeds`` trains the seeds of a configuration as one process of
+several agents (``<trainer>.seeds``), each writing to its run's directory
+(:func:`pack_seeds`; same runs, markers and report); ``--pack_targets`` also
+the configurations that differ only in the controller's target entropy.
+Runs are ``--jobs`` local processes, or with ``--ray_address`` (an address,
+``auto``, or ``local`` for a private instance) one-CPU Ray tasks on a cluster
+sharing ``sweep_dir``'s file system (``pip install -e .[ray]``).
 """
 import argparse
 import concurrent.futures
@@ -66,13 +55,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from alf_entropy.experiments.packing import link_agent_dirs, pack_seeds
-from alf_entropy.experiments.sweep_spec import (
-    PROG,
-    SweepRun,
-    check_spec,
-    expand_spec,
-    load_spec,
-)
+from alf_entropy.experiments.sweep_spec import PROG, SweepRun, check_spec, expand_spec, load_spec
 from alf_entropy.utils.checks import check_int
 
 __all__ = ["SweepRun", "load_spec", "expand_spec", "pack_seeds", "is_done", "stale_runs",
@@ -120,11 +103,7 @@ def is_done(run: SweepRun) -> bool:
 
 
 def stale_runs(runs: List[SweepRun]) -> List[Tuple[SweepRun, str]]:
-    """Finished runs whose recorded command differs from the spec's.
-
-    Returns:
-        list: ``(run, what differs)`` pairs.
-    """
+    """``(run, what differs)`` of each finished run whose recorded command is not the spec's."""
     out = []
     for run in runs:
         recorded = _recorded_command(run)
@@ -158,23 +137,16 @@ def execute_run(
     name: str, root_dir: str, command: List[str],
     members: Optional[List[Tuple[str, List[str]]]] = None,
 ) -> Tuple[str, int, float, str]:
-    """Run one training process; write the done marker if it succeeds.
-
-    Output goes to ``<root_dir>/train.log`` (appended).  This is also the body
-    of the Ray task, so it takes and returns plain values.
+    """Run one training process (output appended to ``<root_dir>/train.log``); mark it done
+    if it succeeds.  Also the Ray task's body: plain values in and out.
 
     Args:
-        name: the run's name.
-        root_dir: its root dir.
-        command: the command line.
-        members: a packed process's runs as ``(root dir, command)``: each gets
-            the done marker (with its own command, as if it ran alone)
-            instead of ``root_dir``.
+        members: a packed process's runs as ``(root dir, command)``: each gets the done
+            marker (with its own command) instead of ``root_dir``.
 
     Returns:
-        ``(name, exit status, seconds, error line)``; the error line is the
-        run's last ``alf-entropy-train: error:`` line (or its last output
-        line) when it failed, else ``""``.
+        ``(name, exit status, seconds, error line)``: the last ``alf-entropy-train:
+        error:`` line (or last output line) of a failed run, else ``""``.
     """
     os.makedirs(root_dir, exist_ok=True)
     start = time.time()
@@ -271,7 +243,7 @@ def run_sweep(
     pack: bool = False,
     pack_targets: bool = False,
 ) -> Dict[str, Any]:
-    """Run (or continue) a sweep and write its report.
+    """Run (or continue) a sweep and write its report (see the module docstring).
 
     Args:
         spec: a spec (checked here).
@@ -281,24 +253,17 @@ def run_sweep(
         device: ``--device`` for every run.
         report: write ``<sweep_dir>/report`` at the end.
         log: called with progress lines.
-        pack: train the seeds of each configuration in one process where
-            the spec allows (see :func:`pack_seeds`); the runs' directories,
-            done markers and report are the same as without.
-        pack_targets: also train the configurations that differ only in the
-            controller's target entropy in one process, where the spec
-            allows (implies ``pack``; see :func:`pack_seeds`).
+        pack: ``--pack_seeds``.
+        pack_targets: ``--pack_targets`` (implies ``pack``).
 
     Returns:
-        dict: ``runs`` (all), ``skipped``, ``failed`` and ``running``
-        (names; ``running``: runs another process is training in now),
-        ``status`` (name -> exit status of the runs started now), ``errors``
-        (name -> the error line of each run that did not succeed) and
-        ``report`` (the report's result, or None).
+        dict: ``runs`` (all), ``skipped``, ``failed``, ``running`` (names),
+        ``status`` (name -> exit status of the runs started now), ``errors`` (name
+        -> error line of each that did not succeed), ``report`` (or None).
 
     Raises:
-        ValueError: for a bad spec or ``jobs``, Ray missing, or finished runs
-            in ``sweep_dir`` whose recorded command differs from the spec's
-            (nothing is written or run then).
+        ValueError: a bad spec or ``jobs``, Ray missing, or finished runs whose
+            recorded command differs (nothing written or run then).
     """
     spec = check_spec(spec)
     check_int("jobs", jobs, minimum=1)
@@ -351,22 +316,13 @@ def run_sweep(
     for name in running:
         log(f"{PROG}: already running: {name} (another process trains in its directory)")
     for name in failed:
-        log(
-            f"{PROG}: FAILED: {name}: {errors[name]} (see {logs[name]})"
-        )
+        log(f"{PROG}: FAILED: {name}: {errors[name]} (see {logs[name]})")
     return result
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """Console-script entry point (``alf-entropy-sweep``).
-
-    Args:
-        argv: the arguments (default ``sys.argv[1:]``).
-
-    Returns:
-        int: 0 if every run succeeded, 1 if some failed, 2 for bad input,
-        130 when stopped by Ctrl-C.
-    """
+    """``alf-entropy-sweep``: 0 if every run succeeded, 1 if some failed, 2 for bad input,
+    130 when stopped by Ctrl-C."""
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--spec", required=True, help="the sweep's JSON spec")
     parser.add_argument("--sweep_dir", required=True, help="parent dir of the runs")
@@ -390,16 +346,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        result = run_sweep(
-            load_spec(args.spec),
-            args.sweep_dir,
-            jobs=args.jobs,
-            ray_address=args.ray_address,
-            device=args.device,
-            report=not args.no_report,
-            pack=args.pack_seeds,
-            pack_targets=args.pack_targets,
-        )
+        result = run_sweep(load_spec(args.spec), args.sweep_dir, jobs=args.jobs,
+                           ray_address=args.ray_address, device=args.device,
+                           report=not args.no_report, pack=args.pack_seeds,
+                           pack_targets=args.pack_targets)
     except ValueError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2

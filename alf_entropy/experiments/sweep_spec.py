@@ -64,17 +64,7 @@ def gin_literal(value: Any) -> str:
 
 
 def load_spec(path: str) -> Dict[str, Any]:
-    """Read and check a sweep spec.
-
-    Args:
-        path: the JSON file.
-
-    Returns:
-        dict: the spec with defaults filled in.
-
-    Raises:
-        ValueError: for an unreadable file or a malformed spec.
-    """
+    """Read and check a sweep spec (JSON); ``ValueError`` if unreadable or malformed."""
     try:
         with open(path, encoding="utf-8") as f:
             spec = json.load(f)
@@ -84,17 +74,7 @@ def load_spec(path: str) -> Dict[str, Any]:
 
 
 def check_spec(spec: Any) -> Dict[str, Any]:
-    """Check a sweep spec (a dict as in the module docstring); fill in defaults.
-
-    Args:
-        spec: the parsed spec.
-
-    Returns:
-        dict: a checked copy.
-
-    Raises:
-        ValueError: naming the offending key.
-    """
+    """A checked copy of a parsed spec, defaults filled in; ``ValueError`` naming the key."""
     if not isinstance(spec, dict):
         raise ValueError(f"the sweep spec must be a JSON object, got {type(spec).__name__}")
     unknown = set(spec) - _SPEC_KEYS
@@ -141,19 +121,10 @@ def short_names(bindings: Sequence[str]) -> Dict[str, str]:
     return {b: (s if counts[s] == 1 else b) for b, s in last.items()}
 
 
-def expand_spec(
-    spec: Dict[str, Any], sweep_dir: str, device: Optional[str] = None
-) -> List[SweepRun]:
-    """All the runs of a (checked) spec: the grid of parameters x seeds.
-
-    Args:
-        spec: as returned by :func:`check_spec`.
-        sweep_dir: the parent of the runs' root dirs.
-        device: passed as ``--device`` if given.
-
-    Returns:
-        list: the runs, configurations in grid order, seeds innermost.
-    """
+def expand_spec(spec: Dict[str, Any], sweep_dir: str, device: Optional[str] = None
+                ) -> List[SweepRun]:
+    """The runs of a checked spec under ``sweep_dir``: its grid in order, seeds innermost
+    (``device``: every run's ``--device``)."""
     bindings = list(spec["parameters"])
     short = short_names(bindings + [spec["seed_binding"]])
     base = base_command(spec, device)

@@ -3,6 +3,11 @@
 * ``alf_entropy.integrations.sb3``: an entropy controller drives the entropy
   coefficient of Stable-Baselines3's PPO, A2C and SAC
   (``pip install -e ".[sb3]"``; see ``docs/sb3.md``).
+* ``alf_entropy.integrations.torchrl``: an entropy controller sets the alpha
+  of TorchRL's ``SACLoss``/``DiscreteSACLoss`` (``docs/torchrl.md``).
+* ``alf_entropy.integrations.tianshou``: an entropy controller is the
+  ``alpha`` of Tianshou's ``SAC``/``DiscreteSAC`` (``docs/tianshou.md``);
+  ``squashed.py`` holds the ``[-1, 1]`` box it shares with the SB3 callback.
 * ``alf_entropy.integrations.trl``: an entropy controller drives the entropy
   coefficient of Hugging Face TRL's ``GRPOTrainer``
   (``pip install -e ".[trl]"``; see ``docs/llm_rl.md``), built on

@@ -1,38 +1,22 @@
 """Stable-Baselines3: any entropy controller drives PPO's, A2C's or SAC's ``ent_coef``.
 
-:class:`EntropyControllerCallback` is an SB3 callback.  At the end of every
-rollout -- after SB3 collected experience and before it calls ``train()`` --
-it measures the policy's entropy, advances the controller once
-(``adjust_alpha``) and writes the new ``alpha`` where SB3's ``train()`` reads
-the coefficient:
+:class:`EntropyControllerCallback` runs at the end of every rollout, before
+SB3's ``train()``: it measures the entropy, advances the controller once and
+writes ``alpha`` where ``train()`` reads the coefficient.
 
-* **PPO / A2C** read the float ``model.ent_coef`` inside ``train()`` (the
-  loss is ``policy_loss + ent_coef * entropy_loss + ...``).  The entropy fed
-  to the controller is the current policy's mean entropy
-  (``policy.get_distribution(obs).entropy()``) over the rollout's
-  observations: the policy that ``train()`` then starts from.
-* **SAC** reads ``ent_coef_tensor`` (or, with ``ent_coef="auto"``, its own
-  ``log_ent_coef`` trained by ``ent_coef_optimizer``); assigning
-  ``model.ent_coef`` changes nothing (SB3 issue #1403).  The callback turns
-  SB3's rule off (``ent_coef_optimizer = None``, so ``train()`` and ``save()``
-  use ``ent_coef_tensor``) and sets ``ent_coef_tensor``.  The entropy is the
-  mean ``-log_prob`` of fresh actions of the current actor on a replay batch
-  (what SAC's own temperature loss uses), in SB3's squashed ``[-1, 1]``
-  action coordinates; so the controller is built for a ``Box(-1, 1)`` of the
-  action shape and ``target_entropy`` is in those units (SB3's default target
-  is ``-dim(A)``).  One controller update per ``train()`` call, i.e. per
-  gradient step with SB3's default ``train_freq=1, gradient_steps=1``.
+* **PPO / A2C**: the float ``model.ent_coef``; the entropy is the current
+  policy's mean ``get_distribution(obs).entropy()`` over the rollout.
+* **SAC**: ``ent_coef_tensor``, with SB3's own rule off
+  (``ent_coef_optimizer = None``; assigning ``model.ent_coef`` changes
+  nothing, SB3 issue #1403).  The entropy is the mean ``-log_prob`` of the
+  actor's fresh actions on a replay batch, in SB3's squashed ``[-1, 1]`` units:
+  the controller is built for ``Box(-1, 1)`` of the action shape
+  (``integrations/squashed.py``).  One update per ``train()`` call.
 
-Scheduled targets are fed SB3's progress before each update:
-``update_progress("percent", num_timesteps / total_timesteps)`` (SB3's
-``1 - progress_remaining``), ``"env_steps"`` (``num_timesteps``) and
-``"iterations"`` (the controller updates so far).  The callback records
-``<log_prefix>/alpha``, ``entropy``, ``target_entropy`` and ``stage`` with
-SB3's logger; SB3 itself logs the coefficient SAC used as ``train/ent_coef``.
-
-This module imports ``stable_baselines3`` (``pip install -e ".[sb3]"``);
-the rest of the package never imports it.  A user guide with a runnable
-example is ``docs/sb3.md``.
+Schedules get SB3's progress before each update (``"percent"``,
+``"env_steps"``, ``"iterations"``); ``<log_prefix>/alpha``, ``entropy``,
+``target_entropy`` and ``stage`` go to SB3's logger.  This module imports
+``stable_baselines3`` (``pip install -e ".[sb3]"``); the guide is ``docs/sb3.md``.
 """
 from typing import Any, Dict, Optional, Type, Union
 
@@ -50,14 +34,42 @@ except ImportError as e:  # pragma: no cover - depends on the environment
         "(in a checkout of alf_entropy)"
     ) from e
 
-from alf_entropy.algorithms.entropy_controller import EntropyController
-from alf_entropy.algorithms.entropy_target_algorithm import EntropyTargetAlgorithm
+from alf_entropy.controllers import EntropyController, EntropyTargetAlgorithm
+from alf_entropy.integrations.squashed import squashed_space
+from alf_entropy.tensor_specs import BoundedTensorSpec
 from alf_entropy.utils import schedulers
 from alf_entropy.utils.checks import check_int
+from alf_entropy.utils.entropies import GreedyProbabilityTarget
 
 __all__ = ["EntropyControllerCallback"]
 
 _ON_POLICY, _SAC = "on_policy", "sac"
+SAVED = "alf_entropy_controller"
+"""The model attribute that ``model.save()`` writes the controller's state under."""
+
+
+class _SavedState:
+    """On the model while training: pickled (by ``model.save()``) as a plain dict of the
+    controller's state now, which ``Algorithm.load()`` puts back on the model."""
+
+    __slots__ = ("callback",)
+
+    def __init__(self, callback: "EntropyControllerCallback"):
+        self.callback = callback
+
+    def __reduce__(self) -> Any:
+        c = self.callback
+        return dict, ([("controller", type(c.controller).__name__),
+                       ("state", c.controller.state_dict()), ("updates", c.num_updates)],)
+
+
+def _probe_spec(kwargs: Dict[str, Any]) -> BoundedTensorSpec:
+    """An action spec on which a controller built with ``kwargs`` checks every setting that
+    does not depend on the model's actions (a stated target is checked at ``learn()``)."""
+    target = kwargs.get("target_entropy")
+    if isinstance(target, GreedyProbabilityTarget):
+        return BoundedTensorSpec((), torch.int64, 0, target.num_actions - 1)
+    return BoundedTensorSpec((1,), torch.float32, -1e6, 1e6)
 
 
 def _flatten_rollout_observations(buffer: Any) -> Any:
@@ -133,6 +145,7 @@ class EntropyControllerCallback(BaseCallback):
             self._controller_cls = type(controller)
         elif isinstance(controller, type) and issubclass(controller, EntropyController):
             self._controller, self._controller_cls = None, controller
+            controller(_probe_spec(controller_kwargs), **controller_kwargs)  # checks them now
         else:
             raise TypeError(
                 "controller must be an EntropyController (e.g. EntropyTargetAlgorithm(...)) or a "
@@ -172,7 +185,7 @@ class EntropyControllerCallback(BaseCallback):
             self._kind, space = _ON_POLICY, model.action_space
         elif hasattr(model, "ent_coef_tensor") or hasattr(model, "ent_coef_optimizer"):
             self._kind = _SAC
-            space = _squashed_space(model.action_space)
+            space = squashed_space(model.action_space)
         else:
             raise TypeError(
                 "EntropyControllerCallback drives PPO, A2C (on-policy, model.ent_coef) and SAC "
@@ -180,6 +193,14 @@ class EntropyControllerCallback(BaseCallback):
             )
         if self._controller is None:  # built once: a second learn() keeps its state
             self._controller = self._controller_cls.from_space(space, **self._controller_kwargs)
+        saved = model.__dict__.get(SAVED)
+        if isinstance(saved, dict):  # a loaded model: continue from the saved controller
+            if saved["controller"] != type(self.controller).__name__:
+                raise ValueError(f"this model was saved with a {saved['controller']}; the "
+                                 f"callback's controller is a {type(self.controller).__name__}")
+            self.controller.load_state_dict(saved["state"])
+            self._updates = saved["updates"]
+        model.__dict__[SAVED] = _SavedState(self)
         if self._kind == _SAC and getattr(model, "ent_coef_optimizer", None) is not None:
             # SB3's own rule would train log_ent_coef and use it; with the
             # optimiser gone, train() (and save()) use ent_coef_tensor.
@@ -257,11 +278,3 @@ class EntropyControllerCallback(BaseCallback):
                 "target_entropy": float(controller.target_entropy),
                 "stage": int(controller.stage)}
 
-
-def _squashed_space(space: Any) -> Any:
-    """``Box(-1, 1)`` of ``space``'s shape: the coordinates of SAC's ``log_prob``."""
-    from gymnasium import spaces
-
-    if not isinstance(space, spaces.Box):
-        raise TypeError(f"SAC needs a Box action space, got {space}")
-    return spaces.Box(-1.0, 1.0, space.shape, dtype=np.float32)

@@ -1,48 +1,31 @@
 """Checkpoints: the :class:`Checkpointer` a trainer holds, and the file primitives.
 
-:class:`Checkpointer` saves and restores a run's state: it keeps the newest
-``max_to_keep`` files, falls back past damaged ones (named in one warning),
-rolls back whatever a checkpoint that does not fit had already changed, and
-under ``torchrun`` gathers every rank's own part to rank 0 (which alone
-writes) and hands each rank its part on restore.
-
-Files are written atomically (:func:`atomic_write_bytes`: a temp file,
-``fsync``, rename), so a crash, even ``SIGKILL``, leaves the old file or the
-complete new one, and read with ``torch.load(weights_only=True)``: RNG
-states and pickled environments are stored as tensors and plain values
-(:func:`rng_state`, :func:`bytes_to_tensor`).
+:class:`Checkpointer` keeps the newest ``max_to_keep`` files, falls back past
+damaged ones (named in one warning, renamed ``*.damaged``), rolls back what a
+checkpoint that does not fit had changed, and under ``torchrun`` gathers each
+rank's own part to rank 0 (which alone writes) and hands it back on restore.
+Files are written atomically (temp file, ``fsync``, rename: a ``SIGKILL``
+leaves the old file or the new one) and read with
+``torch.load(weights_only=True)`` (RNG states and pickled environments are
+stored as tensors and plain values).
 """
 import copy
 import glob
 import os
-import random
 import re
 import tempfile
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-import numpy as np
 import torch
 from absl import logging
 
-from alf_entropy.utils import distributed, schedulers
+from alf_entropy.utils import distributed, nest, schedulers
 from alf_entropy.utils.checks import check_int
+from alf_entropy.utils.seeding import rng_state, set_rng_state
 
-__all__ = [
-    "CheckpointError",
-    "Checkpointer",
-    "REQUIRED_KEYS",
-    "atomic_write_bytes",
-    "checkpoints_newest_first",
-    "bytes_to_tensor",
-    "checkpoint_path",
-    "latest_checkpoint",
-    "load_checkpoint",
-    "remove_partial_checkpoints",
-    "rng_state",
-    "save_checkpoint",
-    "set_rng_state",
-    "tensor_to_bytes",
-]
+__all__ = ["CheckpointError", "Checkpointer", "REQUIRED_KEYS", "atomic_write_bytes",
+           "checkpoints_newest_first", "bytes_to_tensor", "checkpoint_path", "latest_checkpoint",
+           "load_checkpoint", "remove_partial_checkpoints", "save_checkpoint", "tensor_to_bytes"]
 
 _CKPT_PATTERN = re.compile(r"^ckpt-(\d+)\.pt$")
 
@@ -55,12 +38,8 @@ class CheckpointError(ValueError):
 
 
 def atomic_write_bytes(path: str, write: Callable[[Any], None]) -> None:
-    """Write a file atomically: ``write(f)`` into a temp file, ``fsync``, rename.
-
-    Args:
-        path: the destination.
-        write: called with a binary file object opened for writing.
-    """
+    """Write ``path`` atomically: ``write(f)`` (a binary file) into a temp file, ``fsync``,
+    rename."""
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path), suffix=".tmp")
@@ -108,20 +87,12 @@ def latest_checkpoint(checkpoint_dir: str) -> Optional[str]:
 def save_checkpoint(
     checkpoint_dir: str, iteration: int, state: Dict[str, Any], max_to_keep: int
 ) -> str:
-    """Atomically write ``state`` as ``ckpt-<iteration>.pt``; keep the newest ``max_to_keep``.
-
-    Args:
-        checkpoint_dir: the checkpoint directory (created if missing).
-        iteration: names the file.
-        state: tensors and plain values (what ``torch.load(weights_only=True)`` accepts).
-        max_to_keep: how many of the newest checkpoints to keep.
-
-    Returns:
-        str: the written path.
+    """Atomically write ``state`` (what ``torch.load(weights_only=True)`` reads) as
+    ``ckpt-<iteration>.pt`` and keep the newest ``max_to_keep``; returns the path.
 
     Raises:
-        CheckpointError: if it cannot be written (a full disk, ...); the
-            earlier checkpoints are left as they were, no partial file remains.
+        CheckpointError: if it cannot be written (a full disk, ...): the earlier
+            checkpoints are as they were, no partial file remains.
     """
     path = checkpoint_path(checkpoint_dir, iteration)
     try:
@@ -137,17 +108,11 @@ def save_checkpoint(
 
 
 def load_checkpoint(path: str) -> Dict[str, Any]:
-    """Read a checkpoint written by :func:`save_checkpoint` onto the CPU.
-
-    Args:
-        path: the checkpoint file.
-
-    Returns:
-        dict: the saved state.
+    """Read a checkpoint :func:`save_checkpoint` wrote onto the CPU.
 
     Raises:
-        CheckpointError: if it cannot be read (truncated, not a checkpoint)
-            or lacks one of :data:`REQUIRED_KEYS`.
+        CheckpointError: if it cannot be read (truncated, not a checkpoint) or lacks one
+            of :data:`REQUIRED_KEYS`.
     """
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
@@ -175,43 +140,20 @@ def tensor_to_bytes(tensor: torch.Tensor) -> bytes:
     return tensor.cpu().numpy().tobytes()
 
 
-def rng_state() -> Dict[str, Any]:
-    """The torch (and CUDA), NumPy and Python ``random`` generators' states (loadable
-    with ``weights_only``)."""
-    name, keys, pos, has_gauss, cached = np.random.get_state()
-    state = {
-        "torch": torch.get_rng_state(),
-        "numpy": (name, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss),
-                  float(cached)),
-        "python": random.getstate(),
-    }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: Dict[str, Any]) -> None:
-    """Restore the generators :func:`rng_state` captured."""
-    torch.set_rng_state(state["torch"])
-    name, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
-    random.setstate(state["python"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
 _RANK_KEYS = ("rng", "env", "extra")  # each rank's own part of a checkpoint
 
 
-def _to_cpu(obj: Any) -> Any:
-    """``obj`` with every tensor (in dicts, lists, tuples) moved to the CPU."""
-    if isinstance(obj, torch.Tensor):
-        return obj.cpu()
-    if isinstance(obj, dict):
-        return {k: _to_cpu(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
-        return type(obj)(_to_cpu(v) for v in obj)
-    return obj
+def _move_aside(path: str) -> str:
+    """Rename a checkpoint that was skipped to ``<path>.damaged`` (``.damaged.N`` if taken)."""
+    target, k = f"{path}.damaged", 0
+    while os.path.exists(target):
+        k += 1
+        target = f"{path}.damaged.{k}"
+    try:
+        os.replace(path, target)
+    except OSError as e:  # it stays counted, but the run goes on
+        return f"{path} (not moved: {e.strerror or e})"
+    return target
 
 
 def _any_rank(flag: bool) -> bool:
@@ -222,17 +164,12 @@ def _any_rank(flag: bool) -> bool:
 
 
 class Checkpointer:
-    """Saves and restores a run's checkpoints in ``checkpoint_dir``.
+    """Saves and restores a run's ``ckpt-<iteration>.pt`` files in ``checkpoint_dir``,
+    keeping the newest ``max_to_keep``.
 
-    A checkpoint holds ``iteration``, ``env_steps``, the scheduler
-    ``progress``, the ``algorithm``'s and its ``optimizers``' state dicts, and
-    rank 0's own ``rng`` states, ``env`` and ``extra`` (from the trainer); in a
-    data-parallel run also ``world_size`` and ``rank_states`` (the other
-    ranks' own parts).
-
-    Args:
-        checkpoint_dir: where the ``ckpt-<iteration>.pt`` files go.
-        max_to_keep: how many of the newest checkpoints to keep.
+    A checkpoint holds ``iteration``, ``env_steps``, the scheduler ``progress``, the
+    ``algorithm``'s and its ``optimizers``' state dicts, rank 0's own ``rng``, ``env``
+    and ``extra``, and ``world_size`` and ``rank_states`` (the other ranks' parts).
     """
 
     def __init__(self, checkpoint_dir: str, max_to_keep: int = 3):
@@ -244,49 +181,34 @@ class Checkpointer:
         return checkpoint_path(self.checkpoint_dir, iteration)
 
     def save(self, iteration: int, env_steps: int, algorithm: Any, own: Dict[str, Any]) -> str:
-        """Write a checkpoint (every rank calls it; rank 0 writes).
-
-        Args:
-            iteration: iterations done (names the file).
-            env_steps: env steps done.
-            algorithm: the algorithm (its ``state_dict`` and ``optimizers()``).
-            own: this rank's ``env`` and ``extra`` (its ``rng`` is added here).
-
-        Returns:
-            str: the checkpoint path.
+        """Write a checkpoint (every rank calls it; rank 0 writes); ``own`` is this rank's
+        ``env`` and ``extra`` (its ``rng`` is added here).  Returns the path.
 
         Raises:
             CheckpointError: if it cannot be written (the earlier ones are intact).
         """
-        ranks = distributed.gather_object(_to_cpu(dict(own, rng=rng_state())))
+        own = nest.map_structure(lambda x: x.cpu() if isinstance(x, torch.Tensor) else x,
+                                 dict(own, rng=rng_state()))
+        ranks = distributed.gather_object(own)
         if not distributed.is_main_process():
             return self.path(iteration)
-        state = {
-            "iteration": iteration,
-            "env_steps": env_steps,
-            "progress": schedulers.get_all_progress(),
-            "algorithm": algorithm.state_dict(),
-            "optimizers": [opt.state_dict() for opt in algorithm.optimizers()],
-            **{k: ranks[0].get(k) for k in _RANK_KEYS},
-            "world_size": len(ranks),
-            "rank_states": ranks[1:],
-        }
+        state = dict(iteration=iteration, env_steps=env_steps,
+                     progress=schedulers.get_all_progress(), algorithm=algorithm.state_dict(),
+                     optimizers=[opt.state_dict() for opt in algorithm.optimizers()],
+                     **{k: ranks[0].get(k) for k in _RANK_KEYS}, world_size=len(ranks),
+                     rank_states=ranks[1:])
         return save_checkpoint(self.checkpoint_dir, iteration, state, self._max_to_keep)
 
-    def restore_newest(
-        self, algorithm: Any, load_own: Callable[[Dict[str, Any]], None]
-    ) -> Optional[Tuple[str, Dict[str, Any]]]:
-        """Restore the newest checkpoint that loads and fits; skip (and name) the others.
-
-        Args:
-            algorithm: the algorithm to load (with its optimisers).
-            load_own: loads this rank's ``env`` and ``extra``; raises if they do not fit.
+    def restore_newest(self, algorithm: Any, load_own: Callable[[Dict[str, Any]], None]
+                       ) -> Optional[Tuple[str, Dict[str, Any]]]:
+        """Restore the newest checkpoint that loads and fits (``load_own`` loads this
+        rank's ``env`` and ``extra`` or raises); the newer ones are named and moved aside.
 
         Returns:
             ``(path, state)`` of the restored checkpoint, ``None`` if there is none.
 
         Raises:
-            CheckpointError: if there are checkpoints and none can be restored.
+            CheckpointError: if there are checkpoints and none can be restored (none moved).
         """
         main = distributed.is_main_process()
         paths = distributed.broadcast_object(checkpoints_newest_first(self.checkpoint_dir)
@@ -299,9 +221,11 @@ class Checkpointer:
                 skipped.append(str(e))
                 continue
             if skipped:
+                # Out of the ckpt-*.pt pattern: kept as evidence, not among max_to_keep.
+                moved = [_move_aside(p) for p in paths[:len(skipped)]] if main else []
                 logging.warning(
-                    "Skipped %d damaged checkpoint(s) (left in place): %s; resumed from %s instead",
-                    len(skipped), " | ".join(skipped), path,
+                    "Skipped %d damaged checkpoint(s) (moved aside: %s): %s; resumed from %s "
+                    "instead", len(skipped), ", ".join(moved), " | ".join(skipped), path,
                 )
             return path, state
         if skipped:
@@ -311,24 +235,15 @@ class Checkpointer:
             )
         return None
 
-    def restore(
-        self, path: str, algorithm: Any, load_own: Callable[[Dict[str, Any]], None]
-    ) -> Dict[str, Any]:
-        """Restore ``path`` on every rank, all or nothing: the algorithm, its
-        optimisers, the rank's own part (``load_own``), then the progress and RNGs.
-
-        Args:
-            path: a checkpoint written by :meth:`save`.
-            algorithm: as in :meth:`restore_newest`.
-            load_own: as in :meth:`restore_newest`.
-
-        Returns:
-            dict: this rank's state (``iteration``, ``env_steps``, its ``env``, ...).
+    def restore(self, path: str, algorithm: Any, load_own: Callable[[Dict[str, Any]], None]
+                ) -> Dict[str, Any]:
+        """Restore ``path`` on every rank, all or nothing: the algorithm, its optimisers,
+        the rank's own part (``load_own``), then the progress and RNGs.  Returns this
+        rank's state.
 
         Raises:
-            CheckpointError: if the file cannot be read or a part does not fit
-                on any rank (every rank raises it; the algorithm and optimisers
-                are put back).
+            CheckpointError: if the file cannot be read or a part does not fit on any rank
+                (every rank raises; the algorithm and optimisers are put back).
         """
         state, error = None, None
         if distributed.is_main_process():
@@ -363,11 +278,8 @@ class Checkpointer:
 
     @staticmethod
     def _share(path: str, state: Optional[Dict[str, Any]]) -> Dict[str, Any]:
-        """Rank 0's ``state`` on every rank, each with its own part.
-
-        A checkpoint of another number of ranks restores the shared state
-        only: ranks keep their fresh RNGs and restart their episodes.
-        """
+        """Rank 0's ``state`` on every rank, each with its own part (none from a
+        checkpoint of another number of ranks: fresh RNGs, episodes restart)."""
         per_rank, world = None, distributed.world_size()
         if state is not None:  # rank 0
             per_rank = [{k: state.pop(k, None) for k in _RANK_KEYS}] + state.pop("rank_states", [])

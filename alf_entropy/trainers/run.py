@@ -20,12 +20,12 @@ from alf_entropy.environments.agent_envs import agent_env_ctor
 from alf_entropy.trainers import agents as agents_lib
 from alf_entropy.trainers import checkpoint as ckpt
 from alf_entropy.trainers import ranks
-from alf_entropy.trainers.bindings import check_bindings_used
 from alf_entropy.trainers.limits import Limits
 from alf_entropy.trainers.ranks import MAX_SEED
 from alf_entropy.trainers.run_dir import RunDir
 from alf_entropy.utils import distributed, schedulers
 from alf_entropy.utils.checks import check_int
+from alf_entropy.utils.gin_config import check_bindings_used
 
 __all__ = ["Run"]
 

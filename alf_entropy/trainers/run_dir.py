@@ -1,34 +1,30 @@
 """A run directory belongs to one run: the writer lock and the config check.
 
-:class:`RunDir` is what a trainer holds.  It refuses a ``root_dir`` that is a
-file or cannot be written (:func:`check_root_dir`) before anything is
-created; holds an exclusive ``flock`` on ``root_dir/.run.lock``
-(:class:`RunLock`), so a second trainer on the directory fails at once with
-:class:`RunDirLocked` naming the holder (the OS drops the lock when the
-process ends, ``kill -9`` included, so a stale lock file never blocks a
-restart); removes killed checkpoint writes' leftovers; refuses a
-configuration that differs from the directory's ``operative_config.gin``
-beyond :data:`RESULT_NEUTRAL_PARAMETERS` (:func:`config_differences`); and
-writes the config in force.  Under ``torchrun`` rank 0 alone touches the
-directory and every rank raises its errors.
+:class:`RunDir` refuses a ``root_dir`` that is a file or not writable before
+creating anything; holds ``root_dir/.run.lock`` (a ``filelock.FileLock``: an
+``flock`` the OS drops when the process ends, ``kill -9`` included), so a
+second trainer fails at once with :class:`RunDirLocked` naming the holder;
+removes killed checkpoint writes' leftovers; refuses a configuration that
+differs from the directory's ``operative_config.gin`` beyond
+:data:`RESULT_NEUTRAL_PARAMETERS`; writes the config in force.  Under
+``torchrun`` rank 0 alone touches the directory; every rank raises its errors.
 """
 import contextlib
-import errno
-import fcntl
 import os
-import re
 import shutil
 import socket
-from typing import Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Callable, Iterator, List, Optional, Tuple
 
+import filelock
 import gin
 from absl import logging
 
 from alf_entropy.trainers import checkpoint as ckpt
 from alf_entropy.utils import distributed
+from alf_entropy.utils.gin_config import TRAINER_BINDING, read_bindings
 
-__all__ = ["LOCK_FILE", "RESULT_NEUTRAL_PARAMETERS", "RunDir", "RunDirLocked", "RunLock",
-           "check_root_dir", "config_differences", "lock_holder", "parse_operative_config"]
+__all__ = ["LOCK_FILE", "RESULT_NEUTRAL_PARAMETERS", "RunDir", "RunDirLocked",
+           "check_root_dir", "config_differences"]
 
 LOCK_FILE = ".run.lock"
 """The lock file's name inside a run directory."""
@@ -39,16 +35,9 @@ RESULT_NEUTRAL_PARAMETERS = frozenset({
     "summary_flush_secs", "stop_eval_return", "num_threads", "debug_summaries",
     "allow_config_change", "device", "callbacks", "max_seconds",
 })
-"""Parameter names (of any configurable) that may differ between a run's
-``operative_config.gin`` and a resumed run: they change when or how much the
-run trains, reports or saves, or where (``device``: a run may move from CPU
-to GPU, not bit-exactly), not what one iteration computes."""
-
-_NOT_COMPARED = frozenset({"train.trainer"})
-# gin_config.TRAINER_BINDING: which trainer alf-entropy-train builds. Only the
-# command line reads it (a run a script built does not record it); the
-# trainer's own bindings, which are compared, say what the run computes.
-
+"""Parameters (of any configurable) a resumed run may change: when or how much it
+trains, reports or saves, or where (``device``: not bit-exactly), not what one
+iteration computes."""
 
 class RunDirLocked(ValueError):
     """Another process holds the run directory's lock."""
@@ -73,142 +62,45 @@ def check_root_dir(root_dir: str) -> None:
         raise ValueError(f"root_dir {root_dir}: {path} is not writable")
 
 
-def lock_holder(root_dir: str) -> str:
-    """Who holds (or last held) ``root_dir``'s lock: ``"pid N on host H"`` or
-    ``"an unknown process"``."""
+def _take_lock(root_dir: str) -> filelock.FileLock:
+    """Create ``root_dir`` and lock it, recording this process as the holder."""
     try:
-        with open(os.path.join(root_dir, LOCK_FILE), encoding="utf-8") as f:
-            text = f.read().split()
+        os.makedirs(root_dir, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"root_dir {root_dir}: cannot create it: {e.strerror or e}") from e
+    path = os.path.join(root_dir, LOCK_FILE)
+    try:  # read first: a losing filelock < 3.30 truncates the file
+        with open(path, encoding="utf-8") as f:
+            pid, host = (f.read().split() + ["", ""])[:2]
+        holder = f"pid {pid} on host {host}" if pid.isdigit() else "an unknown process"
     except OSError:
-        return "an unknown process"
-    if len(text) >= 2 and text[0].isdigit():
-        return f"pid {text[0]} on host {text[1]}"
-    return "an unknown process"
-
-
-# Locks this process holds: realpath -> [fd, count].  flock is per open file,
-# so a second RunLock on the same directory in this process shares the fd
-# (trainers built one after another in one script or test).
-_HELD: Dict[str, List[int]] = {}
-
-
-class RunLock:
-    """An exclusive lock on a run directory (created if missing).
-
-    Args:
-        root_dir: the run directory.
-
-    Raises:
-        RunDirLocked: if another process holds it.
-        ValueError: if the directory or lock file cannot be created.
-    """
-
-    def __init__(self, root_dir: str):
-        self._key: Optional[str] = None
-        try:
-            os.makedirs(root_dir, exist_ok=True)
-        except OSError as e:
-            raise ValueError(f"root_dir {root_dir}: cannot create it: {e.strerror or e}") from e
-        key = os.path.realpath(root_dir)
-        if key in _HELD:
-            _HELD[key][1] += 1
-            self._key = key
-            return
-        path = os.path.join(root_dir, LOCK_FILE)
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as e:
-            raise ValueError(f"root_dir {root_dir}: cannot write {path}: {e.strerror or e}") from e
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            os.close(fd)
-            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise RunDirLocked(
-                    f"root_dir {root_dir} is already in use by another run "
-                    f"({lock_holder(root_dir)}, "
-                    "still running): wait for it to end or use another --root_dir"
-                ) from e
-            raise ValueError(f"root_dir {root_dir}: cannot lock {path}: {e.strerror or e}") from e
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()} {socket.gethostname()}\n".encode())
-        _HELD[key] = [fd, 1]
-        self._key = key
-
-    @property
-    def held(self) -> bool:
-        """Whether this object still holds the lock."""
-        return self._key is not None
-
-    def release(self) -> None:
-        """Release the lock (idempotent); the lock file stays."""
-        key, self._key = self._key, None
-        if key is None or key not in _HELD:
-            return
-        _HELD[key][1] -= 1
-        if _HELD[key][1] <= 0:
-            fd = _HELD.pop(key)[0]
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
-
-    def __del__(self) -> None:
-        try:
-            self.release()
-        except Exception:  # interpreter shutdown: the OS drops the lock anyway
-            pass
-
-
-_BINDING = re.compile(r"^([A-Za-z_][\w.]*(?:/[\w.]+)*)\s*=\s*(.*)$")
-
-
-def parse_operative_config(text: str) -> Dict[str, str]:
-    """The bindings of a gin config text (``operative_config_str()``'s format).
-
-    Args:
-        text: gin config text; comments, ``import`` and ``include`` lines are
-            ignored and continuation lines are joined to their binding.
-
-    Returns:
-        dict: ``"Configurable.parameter"`` -> the value's text, whitespace
-        normalised.
-    """
-    bindings: Dict[str, str] = {}
-    current: Optional[str] = None
-    for line in text.splitlines():
-        stripped = line.strip()
-        if not stripped or stripped.startswith("#"):
-            continue
-        if line[0].isspace() and current is not None:
-            bindings[current] += " " + stripped
-            continue
-        m = _BINDING.match(stripped)
-        if m:
-            current = m.group(1)
-            bindings[current] = m.group(2).strip()
-        else:
-            current = None  # import/include lines
-    return {k: " ".join(v.split()) for k, v in bindings.items()}
+        holder = "an unknown process"
+    # One lock object per path in a process: trainers built one after another share it.
+    lock = filelock.FileLock(path, timeout=0, thread_local=False, is_singleton=True)
+    try:
+        lock.acquire()
+    except filelock.Timeout:
+        raise RunDirLocked(
+            f"root_dir {root_dir} is already in use by another run ({holder}, still "
+            "running): wait for it to end or use another --root_dir"
+        ) from None
+    except OSError as e:
+        raise ValueError(f"root_dir {root_dir}: cannot lock {path}: {e.strerror or e}") from e
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(f"{os.getpid()} {socket.gethostname()}\n")
+    return lock
 
 
 def config_differences(
     saved: str, current: str
 ) -> List[Tuple[str, Optional[str], Optional[str]]]:
-    """The bindings that differ between two configs, neutral ones left out.
-
-    Args:
-        saved: the run directory's ``operative_config.gin`` text.
-        current: the configuration in force now (the same format).
-
-    Returns:
-        list: ``(binding, saved value or None, current value or None)``,
-        sorted by binding; empty if the configs agree on everything but
-        :data:`RESULT_NEUTRAL_PARAMETERS` and the trainer binding
-        (``train.trainer``, which only the command line reads).
-    """
-    old, new = parse_operative_config(saved), parse_operative_config(current)
+    """``(binding, saved value or None, current value or None)`` of each binding two
+    configs' texts disagree on, sorted; :data:`RESULT_NEUTRAL_PARAMETERS` and the
+    trainer binding (only the command line reads it) left out."""
+    old, new = read_bindings(saved), read_bindings(current)
     out = []
     for key in sorted(set(old) | set(new)):
-        if key.rsplit(".", 1)[-1] in RESULT_NEUTRAL_PARAMETERS or key in _NOT_COMPARED:
+        if key.rsplit(".", 1)[-1] in RESULT_NEUTRAL_PARAMETERS or key == TRAINER_BINDING:
             continue
         if old.get(key) != new.get(key):
             out.append((key, old.get(key), new.get(key)))
@@ -236,10 +128,8 @@ class RunDir:
 
     Args:
         root_dir: the directory (created by :meth:`take` if missing).
-        allow_config_change: resume a directory whose ``operative_config.gin``
-            differs from the configuration in force (beyond
-            :data:`RESULT_NEUTRAL_PARAMETERS`): the differences are logged and
-            the old config is kept as ``operative_config.<iteration>.gin``.
+        allow_config_change: resume a directory whose config differs anyway (the
+            differences logged, the old config kept as ``operative_config.<iteration>.gin``).
 
     Raises:
         ValueError: if ``root_dir`` is empty, a file, or not writable.
@@ -254,27 +144,23 @@ class RunDir:
         self._config_path = os.path.join(self.path, "operative_config.gin")
         self._allow_config_change = bool(allow_config_change)
         self._config_change: Optional[str] = None
-        self._lock: Optional[RunLock] = None  # rank 0's
+        self._lock: Optional[filelock.FileLock] = None  # rank 0's
         self._held = False
 
     def take(self, check_config: bool = True) -> None:
-        """Lock the directory (if not held); remove leftovers and check the config (rank 0).
-
-        Args:
-            check_config: also remove killed checkpoint writes' leftovers and
-                refuse a changed configuration (when the run starts; not when
-                it takes the directory again for another ``train()``).
+        """Lock the directory (if not held, rank 0); with ``check_config`` (a run's start,
+        not another ``train()``) also remove killed writes' leftovers and check the config.
 
         Raises:
             RunDirLocked: if another process holds it.
-            ValueError: if the configuration differs (without
-                ``allow_config_change``) or the directory cannot be written.
+            ValueError: if the config differs (without ``allow_config_change``) or the
+                directory cannot be written.
         """
         if self._held:
             return
 
         def take() -> None:
-            self._lock = RunLock(self.path)
+            self._lock = _take_lock(self.path)
             if check_config:
                 for stale in ckpt.remove_partial_checkpoints(self.checkpoint_dir):
                     logging.info("Removed %s, left by a checkpoint write that was killed", stale)
@@ -288,6 +174,10 @@ class RunDir:
         lock, self._lock, self._held = self._lock, None, False
         if lock is not None:
             lock.release()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # at interpreter exit the OS drops it anyway
+            self.release()
 
     @contextlib.contextmanager
     def opening(self) -> Iterator[None]:
@@ -324,11 +214,8 @@ class RunDir:
         self._config_change = shown
 
     def write_operative_config(self, iteration: int) -> None:
-        """Write ``operative_config.gin`` (rank 0); keep a changed one's predecessor.
-
-        Args:
-            iteration: the iteration the run resumes at (names the kept file).
-        """
+        """Write ``operative_config.gin`` (rank 0); a changed one's predecessor is kept
+        as ``operative_config.<iteration>.gin``."""
         if not distributed.is_main_process():
             return
         if self._config_change is not None and os.path.isfile(self._config_path):

@@ -1,1 +1,1 @@
-"""Utilities: nests, schedulers, averagers, distributions and summaries."""
+"""Utilities: nests, schedulers, distributions and summaries."""

@@ -29,27 +29,9 @@ def check_real(
     finite: bool = True,
     allow_none: bool = False,
 ) -> Optional[float]:
-    """Return ``value`` as a float, or raise naming ``name`` and the allowed range.
-
-    Args:
-        name: the argument's name, for the message.
-        value: the value to check.
-        positive: require ``value > 0``.
-        minimum: require ``value >= minimum`` if given.
-        maximum: require ``value <= maximum`` if given.
-        above: require ``value > above`` if given.
-        below: require ``value < below`` if given.
-        finite: reject ``inf`` and NaN (with ``False`` NaN is still
-            rejected, infinities pass the range checks as any number).
-        allow_none: accept (and return) ``None``.
-
-    Returns:
-        ``float(value)``, or ``None`` when it is ``None`` and allowed.
-
-    Raises:
-        TypeError: if ``value`` is not a real number.
-        ValueError: if it is not finite (when required), NaN, or out of range.
-    """
+    """``float(value)``, or ``TypeError`` (not a real) / ``ValueError`` (NaN, infinite
+    unless ``finite=False``, or outside ``positive``/``minimum``/``maximum``/``above``/
+    ``below``) naming ``name``; ``None`` passes with ``allow_none``."""
     if value is None and allow_none:
         return None
     if not is_real(value):
@@ -80,23 +62,9 @@ def check_int(
     allow_none: bool = False,
     none_means: str = "",
 ) -> Optional[int]:
-    """Return ``value`` as an int, or raise ``ValueError`` naming ``name``.
-
-    Args:
-        name: the argument's name, for the message.
-        value: the value to check (a ``bool`` is rejected; numpy integers
-            are accepted).
-        minimum: require ``value >= minimum`` if given.
-        below: require ``value < below`` if given.
-        allow_none: accept (and return) ``None``.
-        none_means: what ``None`` means, for the message (e.g. ``"no limit"``).
-
-    Returns:
-        ``int(value)``, or ``None`` when it is ``None`` and allowed.
-
-    Raises:
-        ValueError: if ``value`` is not an int or is out of range.
-    """
+    """``int(value)`` (numpy integers too, not a ``bool``) in ``[minimum, below)``, else a
+    ``ValueError`` naming ``name``; ``None`` passes with ``allow_none`` (``none_means``
+    says what it means in the message, e.g. ``"no limit"``)."""
     if value is None and allow_none:
         return None
     if (
@@ -115,57 +83,21 @@ def check_int(
 
 
 def check_callable(name: str, value: Any) -> Any:
-    """Return ``value`` if it is callable, else raise ``TypeError`` naming ``name``.
-
-    Args:
-        name: the argument's name, for the message.
-        value: the value to check (a class, function or ``functools.partial``).
-
-    Returns:
-        ``value``.
-
-    Raises:
-        TypeError: if ``value`` is not callable.
-    """
+    """``value`` if callable, else ``TypeError`` naming ``name``."""
     if not callable(value):
         raise TypeError(f"{name} must be callable, got {value!r}")
     return value
 
 
 def check_choice(name: str, value: Any, choices: Sequence[Any]) -> Any:
-    """Return ``value`` if it is one of ``choices``, else raise ``ValueError``.
-
-    Args:
-        name: the argument's name, for the message.
-        value: the value to check.
-        choices: the allowed values.
-
-    Returns:
-        ``value``.
-
-    Raises:
-        ValueError: if ``value`` is not one of ``choices``.
-    """
+    """``value`` if one of ``choices``, else ``ValueError`` naming ``name``."""
     if value not in choices:
         raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
     return value
 
 
 def check_step(name: str, value: Any) -> int:
-    """Return a step or counter ``value`` as an int >= 0.
-
-    Args:
-        name: the argument's name, for the message.
-        value: the value (anything ``operator.index`` accepts, e.g. numpy
-            integers; not a ``bool``).
-
-    Returns:
-        ``int(value)``.
-
-    Raises:
-        TypeError: if ``value`` is not an integer (or is a ``bool``).
-        ValueError: if ``value < 0``.
-    """
+    """A step or counter as an int >= 0 (anything ``operator.index`` takes, not a ``bool``)."""
     if isinstance(value, bool):
         raise TypeError(f"{name} must be an int >= 0, got a bool")
     try:

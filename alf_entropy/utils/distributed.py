@@ -1,25 +1,15 @@
 """Data-parallel helpers over ``torch.distributed`` for runs under ``torchrun``.
 
-``torchrun`` starts one process per rank and sets ``RANK``, ``WORLD_SIZE``,
-``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``.  :func:`init_from_env`
-turns them into a process group: gloo on the CPU, NCCL on CUDA with one GPU
-per local rank (``cuda:LOCAL_RANK``).  Its collectives give up after a timeout
-(``timeout_s``, else ``$ALF_ENTROPY_DIST_TIMEOUT_S``, else 300 s), so a rank
-that died or hangs makes the others fail with a :class:`DistributedError`
-instead of waiting forever.
-
-Every other function is a no-op in a single process (no group, or a group of
-one rank): the training code calls them unconditionally, and a single process
-computes exactly the numbers it computed before, at no extra cost.
-
-* :func:`all_reduce_masked_mean` pools a masked mean (the entropy
-  controllers' statistic) from each rank's ``(mean, count)``, so every rank
-  sees the statistic of the global batch.
-* :func:`all_reduce_gradients_` averages gradients after ``backward()``
-  (what DDP does, without wrapping modules).
-* :func:`broadcast_module_` copies rank 0's parameters and buffers to all.
-* :func:`gather_object`/:func:`scatter_object`/:func:`broadcast_object` move
-  picklable Python objects (per-rank checkpoint state, a stop decision).
+:func:`init_from_env` turns torchrun's ``RANK``, ``WORLD_SIZE``,
+``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT`` into a process group (gloo
+on the CPU, NCCL with ``cuda:LOCAL_RANK``) whose collectives give up after
+``timeout_s`` (else ``$ALF_ENTROPY_DIST_TIMEOUT_S``, else 300 s) with a
+:class:`DistributedError`, so a dead or hung rank does not hang the others.
+Everything else is a no-op in one process, so the training code calls it
+unconditionally: the pooled entropy statistic (:func:`all_reduce_masked_mean`),
+gradient averaging (:func:`all_reduce_gradients_`, DDP without wrapping),
+rank 0's parameters (:func:`broadcast_module_`) and picklable objects
+(:func:`gather_object`, :func:`scatter_object`, :func:`broadcast_object`).
 """
 
 import datetime
@@ -32,29 +22,11 @@ import torch.nn as nn
 
 from alf_entropy.utils.checks import check_real
 
-__all__ = [
-    "DEFAULT_TIMEOUT_S",
-    "TIMEOUT_ENV",
-    "DistributedError",
-    "env_world_size",
-    "init_from_env",
-    "shutdown",
-    "is_distributed",
-    "world_size",
-    "rank",
-    "rank_device",
-    "local_rank",
-    "is_main_process",
-    "all_reduce_masked_mean",
-    "all_reduce_mean",
-    "all_reduce_sum",
-    "all_reduce_gradients_",
-    "broadcast_module_",
-    "broadcast_object",
-    "gather_object",
-    "scatter_object",
-    "barrier",
-]
+__all__ = ["DEFAULT_TIMEOUT_S", "TIMEOUT_ENV", "DistributedError", "env_world_size",
+           "init_from_env", "shutdown", "is_distributed", "world_size", "rank", "rank_device",
+           "local_rank", "is_main_process", "all_reduce_masked_mean", "all_reduce_mean",
+           "all_reduce_sum", "all_reduce_gradients_", "broadcast_module_", "broadcast_object",
+           "gather_object", "scatter_object", "barrier"]
 
 DEFAULT_TIMEOUT_S = 300.0
 """Seconds a collective waits for the other ranks before failing."""
@@ -83,14 +55,7 @@ def _env_int(name: str, default: Optional[int] = None) -> int:
 
 
 def env_world_size() -> int:
-    """``$WORLD_SIZE`` (1 when unset): how many ranks the launcher started.
-
-    Returns:
-        int: the world size requested by the environment.
-
-    Raises:
-        ValueError: if ``WORLD_SIZE`` is not an integer >= 1.
-    """
+    """``$WORLD_SIZE`` (1 when unset): how many ranks the launcher started."""
     n = _env_int("WORLD_SIZE", 1)
     if n < 1:
         raise ValueError(f"environment variable WORLD_SIZE must be >= 1, got {n}")
@@ -98,15 +63,8 @@ def env_world_size() -> int:
 
 
 def rank_device(device: torch.device) -> torch.device:
-    """The device this process trains on: ``cuda:LOCAL_RANK`` for a CUDA
-    device when ``WORLD_SIZE > 1``, else ``device`` itself.
-
-    Args:
-        device: the device asked for.
-
-    Returns:
-        torch.device: this rank's device (usable before :func:`init_from_env`).
-    """
+    """This rank's device (also before :func:`init_from_env`): ``cuda:LOCAL_RANK`` for a
+    CUDA ``device`` when ``WORLD_SIZE > 1``, else ``device``."""
     device = torch.device(device)
     if device.type == "cuda" and env_world_size() > 1:
         return torch.device("cuda", _env_int("LOCAL_RANK", _env_int("RANK")))
@@ -128,27 +86,16 @@ def _resolve_timeout(timeout_s: Optional[float]) -> float:
 
 
 def init_from_env(device: torch.device, timeout_s: Optional[float] = None) -> torch.device:
-    """Join the process group described by torchrun's environment variables.
-
-    With ``WORLD_SIZE`` unset or 1 nothing happens and ``device`` is returned.
-    Otherwise the group is created once (later calls only return the device):
-    NCCL with ``cuda:LOCAL_RANK`` as this rank's device when ``device`` is a
-    CUDA device, gloo otherwise.
+    """Join torchrun's process group once (nothing with ``WORLD_SIZE`` 1) and return this
+    rank's device: NCCL on ``cuda:LOCAL_RANK`` for a CUDA ``device``, else gloo.
 
     Args:
-        device: the device asked for (``cpu`` or ``cuda``; a CUDA index is
-            replaced by ``LOCAL_RANK``).
-        timeout_s: how long a collective waits for the other ranks; default
-            ``$ALF_ENTROPY_DIST_TIMEOUT_S`` or :data:`DEFAULT_TIMEOUT_S`.
-
-    Returns:
-        torch.device: the device this rank trains on.
+        device: ``cpu`` or ``cuda`` (an index is replaced by ``LOCAL_RANK``).
+        timeout_s: how long a collective waits for the other ranks (see the module).
 
     Raises:
-        TypeError: if ``timeout_s`` is not a number.
-        ValueError: for missing or inconsistent ``RANK``/``WORLD_SIZE``/
-            ``LOCAL_RANK``/``MASTER_ADDR``/``MASTER_PORT``, a bad timeout, or
-            fewer GPUs than local ranks.
+        ValueError: torchrun's variables missing or inconsistent, a bad timeout, or fewer
+            GPUs than local ranks.
         DistributedError: if the other ranks do not join within the timeout.
     """
     global _timeout_s
@@ -249,22 +196,12 @@ def _collective(what: str, fn: Callable[[], T]) -> T:
 def all_reduce_masked_mean(
     mean: torch.Tensor, count: Optional[torch.Tensor]
 ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
-    """Pool a masked mean over all ranks: the mean of every rank's elements.
+    """The mean and count of every rank's elements, the same bits on every rank.
 
-    With ``count`` the ranks' sums (``mean * count``) and counts are
-    all-reduced in one collective, in float64 (exact for counts below
-    2**53), and every rank gets the same bits: the mean of the pooled batch
-    (to float rounding; NaN if any rank's counted elements hold one).  With
-    ``count=None`` each rank's ``mean`` weighs the same.  Without a
-    multi-rank group the inputs are returned unchanged (no cost).
-
-    Args:
-        mean: 0-d tensor, this rank's mean (any value when ``count`` is 0).
-        count: 0-d integer tensor, the number of elements behind ``mean``,
-            or None.
-
-    Returns:
-        ``(mean, count)`` over all ranks, in the input dtypes.
+    With ``count`` (0-d int; ``mean`` may be anything where it is 0) the sums and
+    counts are all-reduced in one float64 collective (NaN if a rank's elements hold
+    one); with ``count=None`` each rank's 0-d ``mean`` weighs the same.  Returned in
+    the input dtypes.
     """
     if not is_distributed():
         return mean, count
@@ -279,15 +216,7 @@ def all_reduce_masked_mean(
 
 
 def all_reduce_sum(value: torch.Tensor, what: str = "all_reduce of a sum") -> torch.Tensor:
-    """The element-wise sum of ``value`` over all ranks (``value`` itself in one process).
-
-    Args:
-        value: a tensor of the same shape and dtype on every rank.
-        what: what is summed, for the error message of a failed collective.
-
-    Returns:
-        torch.Tensor: the sum (a new tensor when reduced).
-    """
+    """The element-wise sum over all ranks (``what`` names it in a failure's message)."""
     if not is_distributed():
         return value
     value = value.clone()
@@ -296,14 +225,7 @@ def all_reduce_sum(value: torch.Tensor, what: str = "all_reduce of a sum") -> to
 
 
 def all_reduce_mean(value: torch.Tensor) -> torch.Tensor:
-    """The mean of ``value`` over all ranks (``value`` itself in one process).
-
-    Args:
-        value: a tensor of the same shape on every rank.
-
-    Returns:
-        torch.Tensor: the element-wise mean (a new tensor when reduced).
-    """
+    """The element-wise mean over all ranks."""
     if not is_distributed():
         return value
     out = value.detach().clone()
@@ -312,20 +234,12 @@ def all_reduce_mean(value: torch.Tensor) -> torch.Tensor:
 
 
 def all_reduce_gradients_(params: Iterable[nn.Parameter]) -> Optional[torch.Tensor]:
-    """Average ``.grad`` of ``params`` over all ranks, in place.
-
-    Gradients are flattened into one buffer per dtype and device, so each
-    update costs one collective per dtype.  A parameter without a gradient
-    contributes zeros (and gets the average), so every rank steps the same
-    parameters.  No-op without a multi-rank group.
-
-    Args:
-        params: the parameters, in the same order on every rank.
+    """Average ``.grad`` over all ranks in place, one collective per dtype and device (a
+    missing gradient counts as zeros, so every rank steps the same parameters).
 
     Returns:
-        None in one process; else a 0-d bool tensor, the same on every rank:
-        whether the averaged gradients are all finite (False if any rank's
-        were not), for a caller that skips non-finite updates.
+        None in one process; else a 0-d bool tensor, the same on every rank: whether
+        the averaged gradients are all finite.
     """
     if not is_distributed():
         return None
@@ -352,12 +266,7 @@ def all_reduce_gradients_(params: Iterable[nn.Parameter]) -> Optional[torch.Tens
 
 
 def broadcast_module_(module: nn.Module, src: int = 0) -> None:
-    """Copy rank ``src``'s parameters and buffers into ``module`` on every rank.
-
-    Args:
-        module: the module, built identically on every rank.
-        src: the rank whose values win.
-    """
+    """Copy rank ``src``'s parameters and buffers into ``module`` (built alike) on every rank."""
     if not is_distributed():
         return
     with torch.no_grad():
@@ -366,15 +275,7 @@ def broadcast_module_(module: nn.Module, src: int = 0) -> None:
 
 
 def broadcast_object(obj: T, src: int = 0) -> T:
-    """Rank ``src``'s ``obj`` on every rank (``obj`` itself in one process).
-
-    Args:
-        obj: a picklable object (only rank ``src``'s value is used).
-        src: the sending rank.
-
-    Returns:
-        The object sent by rank ``src``.
-    """
+    """Rank ``src``'s picklable ``obj`` on every rank."""
     if not is_distributed():
         return obj
     box = [obj]
@@ -383,15 +284,8 @@ def broadcast_object(obj: T, src: int = 0) -> T:
 
 
 def gather_object(obj: Any) -> Optional[List[Any]]:
-    """Every rank's ``obj`` as a list on rank 0 (``None`` on other ranks).
-
-    Args:
-        obj: a picklable object.
-
-    Returns:
-        ``[obj_rank0, obj_rank1, ...]`` on rank 0, ``None`` elsewhere; ``[obj]``
-        in one process.
-    """
+    """Every rank's picklable ``obj`` as a list on rank 0 (``[obj]`` in one process), None
+    on the other ranks."""
     if not is_distributed():
         return [obj]
     out = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
@@ -400,15 +294,7 @@ def gather_object(obj: Any) -> Optional[List[Any]]:
 
 
 def scatter_object(objs: Optional[List[Any]], src: int = 0) -> Any:
-    """Rank ``r`` gets ``objs[r]`` of rank ``src`` (``objs[0]`` in one process).
-
-    Args:
-        objs: on rank ``src``, one picklable object per rank; ignored elsewhere.
-        src: the sending rank.
-
-    Returns:
-        This rank's object.
-    """
+    """Rank ``r`` gets ``objs[r]`` of rank ``src`` (``objs`` ignored elsewhere)."""
     if not is_distributed():
         return objs[0]
     out = [None]

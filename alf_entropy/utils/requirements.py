@@ -18,14 +18,8 @@ import importlib.util
 import re
 from typing import Optional, Tuple
 
-__all__ = [
-    "MIN_GYMNASIUM",
-    "TRAIN_EXTRA",
-    "MissingDependencyError",
-    "gymnasium_version",
-    "require_train_extra",
-    "version_tuple",
-]
+__all__ = ["MIN_GYMNASIUM", "TRAIN_EXTRA", "MissingDependencyError", "gymnasium_version",
+           "require_train_extra", "version_tuple"]
 
 MIN_GYMNASIUM = (1, 1)
 """The oldest gymnasium the trainers run with (``AutoresetMode``; setup.py's ``train`` extra)."""
@@ -39,14 +33,8 @@ class MissingDependencyError(ImportError):
 
 
 def version_tuple(version: str) -> Tuple[int, ...]:
-    """The leading numeric components of a version string.
-
-    Args:
-        version: e.g. ``"1.1.0"``, ``"0.29.1"``, ``"1.2.0rc1"``.
-
-    Returns:
-        Tuple[int, ...]: e.g. ``(1, 1, 0)``; ``()`` if it starts with no number.
-    """
+    """The leading numeric components of a version string (``"1.2.0rc1"``: ``(1, 2, 0)``;
+    ``()`` if it starts with no number)."""
     parts = []
     for piece in str(version).split("."):
         match = re.match(r"\d+", piece)
@@ -83,15 +71,8 @@ def gymnasium_version() -> Optional[str]:
 
 
 def require_train_extra(what: str = "the trainer") -> None:
-    """Raise unless the trainers' dependencies (``gymnasium>=1.1``, ``tqdm``) are there.
-
-    Args:
-        what: the feature that needs them, for the message.
-
-    Raises:
-        MissingDependencyError: naming what is missing or too old and
-            :data:`TRAIN_EXTRA`.
-    """
+    """Raise :class:`MissingDependencyError` (naming ``what`` needs it and :data:`TRAIN_EXTRA`)
+    unless ``gymnasium>=1.1`` and ``tqdm`` are there."""
     found = gymnasium_version()
     wanted = ".".join(map(str, MIN_GYMNASIUM))
     if found is None:

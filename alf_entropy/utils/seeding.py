@@ -1,11 +1,11 @@
-"""The process's random number generators: seeding them, and drawing per agent."""
+"""The process's random number generators: seeding, drawing per agent, checkpoint state."""
 import random
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence
 
 import numpy as np
 import torch
 
-__all__ = ["per_member", "seed_all"]
+__all__ = ["per_member", "rng_state", "seed_all", "set_rng_state"]
 
 
 def seed_all(seed: int) -> None:
@@ -22,3 +22,28 @@ def per_member(draw: Callable[[Optional[torch.Generator]], torch.Tensor],
     if generators is None:
         return draw(None)
     return torch.stack([draw(g) for g in generators])
+
+
+def rng_state() -> Dict[str, Any]:
+    """The torch (and CUDA), NumPy and Python ``random`` generators' states (loadable
+    with ``weights_only``)."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    state = {
+        "torch": torch.get_rng_state(),
+        "numpy": (name, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss),
+                  float(cached)),
+        "python": random.getstate(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: Dict[str, Any]) -> None:
+    """Restore the generators :func:`rng_state` captured."""
+    torch.set_rng_state(state["torch"])
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])

@@ -105,7 +105,7 @@ def test_every_controller_has_the_same_interface(kind, device):
     assert torch.equal(controller.alpha, alpha_before_nan)
     for a in (a1, a2):
         assert a.shape == () and a.device.type == device
-    # adjust_alpha returns the new alpha (SGD too, whose entropy_loss uses the one before).
+    # adjust_alpha returns the new alpha.
     assert torch.equal(a2, alpha_before_loss)
     # Entropy far above the target lowers alpha (the fixed one stays put).
     if kind == "fixed":
@@ -115,10 +115,9 @@ def test_every_controller_has_the_same_interface(kind, device):
     # entropy_loss moves every adaptive controller's alpha (the SGD rule by
     # its own optimiser step: used alone, nothing else trains log_alpha) ...
     assert (kind == "fixed") == torch.equal(alpha_after_loss, alpha_before_loss)
-    # ... and returns -alpha * entropy per element (SGD: with the alpha
-    # before its step, as SAC's actor loss).
+    # ... and returns -alpha * entropy per element.
     assert li.loss.shape == (3, 2)
-    alpha_used = alpha_before_loss if kind == "sgd" else alpha_after_loss
+    alpha_used = alpha_after_loss  # every controller alike (SAC's actor loss too)
     if kind != "nested":  # the nested loss sums its leaves' alphas
         expected = (-alpha_used * 0.9).expand(3)
         torch.testing.assert_close(li.loss[:, 0].detach(), expected)

@@ -186,7 +186,7 @@ def test_sgd_alpha_bounds_are_validated():
     with pytest.raises(ValueError, match=r"min_alpha \(0.5\).*max_alpha \(0.2\)"):
         SGDEntropyTargetAlgorithm(DISCRETE4, min_alpha=0.5, max_alpha=0.2)
     with pytest.raises(ValueError, match="min_alpha"):
-        SGDEntropyTargetAlgorithm(DISCRETE4, min_alpha=0.0)
+        SGDEntropyTargetAlgorithm(DISCRETE4, min_alpha=float("nan"))
     with pytest.raises(ValueError, match="max_alpha"):
         SGDEntropyTargetAlgorithm(DISCRETE4, max_alpha=-1.0)
     with pytest.raises(TypeError, match="max_alpha"):

@@ -11,7 +11,7 @@ from alf_entropy.algorithms.entropy_controller import WINDUP_WINDOW
 from alf_entropy.algorithms.entropy_target_algorithm import NestedEntropyTargetAlgorithm
 from alf_entropy.algorithms.pid_entropy_target_algorithm import PIDEntropyTargetAlgorithm
 from alf_entropy.tensor_specs import BoundedTensorSpec
-from alf_entropy.utils.dist_utils import entropy_per_log_alpha
+from alf_entropy.utils.entropies import entropy_per_log_alpha
 from tests.algorithms.test_entropy_target_algorithm import _forbid_host_sync
 
 TWO = BoundedTensorSpec((), torch.int64, 0, 1)
@@ -26,7 +26,7 @@ GAUSS6 = BoundedTensorSpec((6,), torch.float32, -1.0, 1.0)
     ({"error_ema": 1.0}, "error_ema"),
     ({"trend_emas": (0.9, 0.5)}, "trend_emas"),
     ({"max_alpha_change": 1.0}, "max_alpha_change"),
-    ({"min_alpha": 0.0}, "min_alpha"),
+    ({"min_alpha": float("inf")}, "min_alpha"),
     ({"min_alpha": 0.5, "max_alpha": 0.2}, "max_alpha"),
     ({"initial_alpha": 5.0, "max_alpha": 1.0}, "initial_alpha"),
     ({"error_scale": 0.0}, "error_scale"),
@@ -89,9 +89,9 @@ def test_back_calculation_leaves_no_windup_at_the_bounds():
 
 
 def test_unreachable_target_is_found_at_the_ceiling_and_warned_once():
-    """A policy pinned below its target: alpha climbs to max_alpha (1 by default), not
-    beyond; after WINDUP_WINDOW updates there the target is reported unreachable, once."""
-    pid = PIDEntropyTargetAlgorithm(TWO, target_entropy=0.68, initial_alpha=0.01)
+    """A policy pinned below its target: alpha climbs to max_alpha, not beyond; after
+    WINDUP_WINDOW updates there the target is reported unreachable, once."""
+    pid = PIDEntropyTargetAlgorithm(TWO, target_entropy=0.68, initial_alpha=0.01, max_alpha=1.0)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         alphas = [pid.adjust_alpha(0.3).item() for _ in range(3000)]
@@ -234,7 +234,7 @@ def test_bindable_in_gin_inside_ppo():
 
     gin.parse_config("""
         import alf_entropy.algorithms.pid_entropy_target_algorithm
-        import alf_entropy.utils.dist_utils
+        import alf_entropy.utils.entropies
         PPOAlgorithm.enforce_entropy_target = True
         PPOAlgorithm.entropy_target_cls = @PIDEntropyTargetAlgorithm
         PIDEntropyTargetAlgorithm.target_entropy = @greedy_probability_target()

@@ -13,7 +13,7 @@ from alf_entropy.algorithms.entropy_target_algorithm import (
 from alf_entropy.algorithms.pid_entropy_target_algorithm import PIDEntropyTargetAlgorithm
 from alf_entropy.tensor_specs import BoundedTensorSpec
 from alf_entropy.utils import summary
-from alf_entropy.utils.dist_utils import greedy_probability_target
+from alf_entropy.utils.entropies import greedy_probability_target
 from alf_entropy.utils.schedulers import SettledAnnealing
 from tests.algorithms.test_entropy_target_algorithm import _forbid_host_sync
 
@@ -163,12 +163,12 @@ def test_settled_annealing_steps_down_a_target_out_of_reach():
     """Pinned at 0.3 under a 0.68 target: alpha at its ceiling (a stall) counts as settled,
     so the target steps down to the entropy (then on down, settled)."""
     pid = PIDEntropyTargetAlgorithm(
-        TWO, initial_alpha=0.1,
+        TWO, initial_alpha=0.1, max_alpha=1.0,
         target_entropy=SettledAnnealing(0.68, factor=0.9, window=100, final=0.2))
     with pytest.warns(UserWarning, match="unreachable"):  # once, before it steps down
         alphas = [pid.adjust_alpha(0.3).item() for _ in range(3000)]
     assert 0.2 <= pid.target_entropy < 0.3
-    assert max(alphas) <= 1.0 + 1e-6  # the PID's default max_alpha
+    assert max(alphas) <= 1.0 + 1e-6
     assert not bool(pid.unreachable_target)
 
 
@@ -177,7 +177,7 @@ def test_a_nested_controller_reports_any_leaf_unreachable():
 
     nested = NestedEntropyTargetAlgorithm({"a": TWO, "b": TWO}, leaf_cls=PIDEntropyTargetAlgorithm,
                                           target_entropy={"a": 0.68, "b": 0.4},
-                                          initial_alpha=0.01)
+                                          initial_alpha=0.01, max_alpha=1.0)
     with pytest.warns(UserWarning, match="unreachable"):
         for _ in range(2000):  # "a" pinned far below its target, "b" on it
             nested.adjust_alpha({"a": 0.3, "b": 0.4})

@@ -117,3 +117,12 @@ def test_quick_run_with_num_iterations_only(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == 1 and "nothing to do" in lines[0] and "3 iterations" in lines[0], lines
+
+
+def test_help_exits_0_and_lists_the_shipped_configs():
+    from alf_entropy.utils.gin_config import list_configs
+
+    proc = _run("--help")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "--root_dir" in proc.stdout and "Shipped configs" in proc.stdout
+    assert list_configs() and all(name in proc.stdout for name in list_configs())

@@ -100,11 +100,10 @@ def test_a_batch_takes_per_member_entropies_in_entropy_loss_and_saves_its_state(
     batch = RULES[rule](batch_shape=(2,), target_entropy=[0.6, 0.3])
     entropy = torch.tensor([[0.2, 0.4, 9.0], [0.5, 0.5, 0.5]], requires_grad=True)
     mask = torch.tensor([[True, True, False], [True, True, True]])
-    alpha = batch.alpha
     info = batch.entropy_loss(entropy, mask)
     assert info.loss.shape == (2, 3)
-    if rule.startswith("sgd"):  # SAC's actor loss: alpha from before the step
-        assert torch.equal(info.loss[:, 0], -alpha * entropy.detach()[:, 0])
+    # Every rule's loss (SAC's actor loss too) uses alpha after its update.
+    assert torch.equal(info.loss[:, 0], -batch.alpha * entropy.detach()[:, 0])
     scalar = RULES[rule](target_entropy=0.6)
     scalar.entropy_loss(torch.tensor([0.2, 0.4]))
     assert torch.allclose(batch.alpha[0], scalar.alpha, rtol=1e-6)
@@ -187,7 +186,7 @@ def test_bad_settings_are_refused_and_change_nothing():
         pid.configure(kp=-1.0)
     with pytest.raises(ValueError, match="max_alpha"):
         pid.configure(max_alpha=1e-5)
-    assert pid.settings["kp"] == 2.0 and pid.settings["max_alpha"] == 1.0
+    assert pid.settings["kp"] == 2.0 and pid.settings["max_alpha"] is None
     with pytest.raises(ValueError, match="largest entropy"):
         pid.target_entropy = 5.0
     assert pid.target_entropy == 0.5
@@ -226,20 +225,6 @@ def test_checkpoints_of_the_earlier_layout_load(rule):
         assert torch.equal(_tensors(resumed)[key], _tensors(controller)[key]), key
     if rule == "staged":
         assert torch.equal(resumed.adjust_alpha(0.3), controller.adjust_alpha(0.3))
-
-
-@pytest.mark.slow  # torch.compile: seconds per graph
-@pytest.mark.parametrize("rule", ["pid", "sgd"])
-def test_compiled_mode_runs_every_rule_like_the_tensor_path(rule):
-    compiled, plain = (RULES[rule](target_entropy=0.5, update_mode=m)
-                       for m in ("compiled", "tensor"))
-    for k in range(20):
-        h = torch.full((4,), 0.3 + 0.02 * k)
-        for c in (compiled, plain):
-            c.entropy_loss(h)
-        torch.testing.assert_close(compiled.log_alpha, plain.log_alpha, rtol=1e-6, atol=1e-6)
-    assert plain._compiled[0] == plain._tensor_phase1  # the same phases, one compiled
-    assert compiled._compiled[0] != compiled._tensor_phase1
 
 
 def test_a_batch_takes_a_schedule_per_member_and_writes_summaries_per_member(tmp_path):

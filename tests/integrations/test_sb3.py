@@ -24,6 +24,7 @@ from alf_entropy import (  # noqa: E402
     EntropyTargetAlgorithm,
     FixedEntropyCoefficient,
     LinearScheduler,
+    PIDEntropyTargetAlgorithm,
     SGDEntropyTargetAlgorithm,
 )
 from alf_entropy.integrations import sb3  # noqa: E402
@@ -226,3 +227,52 @@ def test_entropy_is_not_nan_with_dict_free_rollouts():
     model.learn(16, callback=callback)
     entropy = model.logger.name_to_value["entropy_controller/entropy"]
     assert 0.0 <= entropy <= math.log(2) + 1e-6
+
+
+def _state(controller):
+    return {k: v.clone() for k, v in controller.state_dict().items() if torch.is_tensor(v)}
+
+
+@pytest.mark.parametrize("algo", [PPO, A2C, SAC], ids=lambda a: a.__name__)
+@pytest.mark.parametrize("cls", [EntropyTargetAlgorithm, PIDEntropyTargetAlgorithm,
+                                 SGDEntropyTargetAlgorithm, FixedEntropyCoefficient],
+                         ids=lambda c: c.__name__)
+def test_model_save_and_load_carry_the_controller(algo, cls, tmp_path):
+    """After model.save() / Algo.load() and a callback built as before, the controller starts
+    from every buffer it had at save and SB3 uses its alpha; nothing saved by hand."""
+    sac = algo is SAC
+    env = gym.make("Pendulum-v1" if sac else "CartPole-v1")
+    kwargs = dict(target_entropy=-1.0 if sac else 0.6, initial_alpha=0.05, max_alpha=2.0)
+    size = dict(learning_starts=32, batch_size=32) if sac else dict(n_steps=32)
+    model = algo("MlpPolicy", env, seed=0, **size)
+    callback = EntropyControllerCallback(cls, **kwargs)
+    model.learn(160, callback=callback)
+    saved, updates = _state(callback.controller), callback.num_updates
+    assert updates > 0
+    model.save(tmp_path / "model")
+    loaded = algo.load(tmp_path / "model", env=env)
+    resumed = EntropyControllerCallback(cls, **kwargs)
+    resumed.init_callback(loaded)
+    assert resumed.num_updates == updates
+    state = _state(resumed.controller)
+    assert state.keys() == saved.keys()
+    assert all(torch.equal(state[k], v) for k, v in saved.items())
+    used = float(loaded.ent_coef_tensor) if sac else loaded.ent_coef
+    assert used == pytest.approx(float(resumed.controller.alpha), rel=1e-6)
+    loaded.learn(64, callback=resumed, reset_num_timesteps=False)
+    assert resumed.num_updates > updates
+    with pytest.raises(ValueError, match=f"saved with a {cls.__name__}"):
+        other = FixedEntropyCoefficient if cls is not FixedEntropyCoefficient else \
+            EntropyTargetAlgorithm
+        EntropyControllerCallback(other).init_callback(algo.load(tmp_path / "model", env=env))
+
+
+def test_settings_that_would_fail_at_learn_fail_at_construction():
+    with pytest.raises(TypeError, match="skip_free_stage.*EntropyTargetAlgorithm"):
+        EntropyControllerCallback(PIDEntropyTargetAlgorithm, skip_free_stage=True)
+    with pytest.raises(ValueError, match="max_entropy"):
+        EntropyControllerCallback(EntropyTargetAlgorithm, target_entropy=1.0, max_entropy=0.5)
+    with pytest.raises(ValueError, match="lr"):
+        EntropyControllerCallback(SGDEntropyTargetAlgorithm, lr=-1e-3)
+    with pytest.raises(ValueError, match="initial_alpha"):
+        EntropyControllerCallback(PIDEntropyTargetAlgorithm, initial_alpha=3.0, max_alpha=2.0)

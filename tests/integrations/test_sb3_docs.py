@@ -14,7 +14,7 @@ DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "sb3.md"
 @pytest.mark.slow
 def test_the_example_runs_and_drives_ent_coef(capsys, one_thread):
     blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), re.S)
-    assert len(blocks) == 1
+    assert len(blocks) == 2
     ns: dict = {}
     exec(compile(blocks[0], str(DOC), "exec"), ns)
     target = ns["callback"].controller.target_entropy  # reads the progress: before the reset
@@ -26,6 +26,16 @@ def test_the_example_runs_and_drives_ent_coef(capsys, one_thread):
     assert callback.num_updates == 200  # 300 steps, learning_starts=100
     # The scheduled target followed SB3's progress to the end.
     assert target == pytest.approx(-1.5, abs=0.01)
+
+
+@pytest.mark.slow
+def test_the_save_and_load_example_continues_the_saved_controller(capsys, one_thread):
+    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), re.S)
+    ns: dict = {}
+    exec(compile(blocks[1], str(DOC), "exec"), ns)
+    out = capsys.readouterr().out.strip()
+    assert out == "updates before the save 4, after the load 6"
+    assert out in " ".join(DOC.read_text(encoding="utf-8").split())
 
 
 def test_gin_binds_the_callbacks_controller_arguments():

@@ -221,13 +221,8 @@ def test_resumed_run_equals_uninterrupted(tmp_path):
 
 
 def test_the_trl_extra_is_the_supported_range():
-    import ast
-    from pathlib import Path
+    from tests.test_dependencies import REPO, setup_kwargs
 
-    setup = (Path(__file__).resolve().parents[2] / "setup.py").read_text(encoding="utf-8")
-    call = next(n for n in ast.walk(ast.parse(setup)) if isinstance(n, ast.Call)
-                and getattr(n.func, "id", None) == "setup")
-    extras = ast.literal_eval(next(k.value for k in call.keywords if k.arg == "extras_require"))
-    assert extras["trl"] == [f"trl{SUPPORTED_TRL}"]
-    ci = (Path(__file__).resolve().parents[2] / ".ci" / "run").read_text(encoding="utf-8")
+    assert setup_kwargs()["extras_require"]["trl"] == [f"trl{SUPPORTED_TRL}"]
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
     assert ",trl," in ci

@@ -9,7 +9,7 @@ import pytest
 
 from alf_entropy.trainers import Callback, OnPolicyTrainer, TimeBudgetCallback
 from alf_entropy.trainers import checkpoint as ckpt
-from alf_entropy.trainers.gin_config import parse_gin_config
+from alf_entropy.utils.gin_config import parse_gin_config
 from tests.trainers.test_on_policy_trainer import _trainer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -102,13 +102,18 @@ def test_the_docs_example_runs_and_does_what_it_says(tmp_path, monkeypatch, caps
     blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), re.S)
     assert len(blocks) == 1
     monkeypatch.chdir(tmp_path)
-    ns: dict = {}
-    exec(compile(blocks[0], str(DOC), "exec"), ns)
+    runs = []
+    for _ in range(2):  # pasted twice: a second fresh run, not the first one resumed
+        ns: dict = {}
+        exec(compile(blocks[0], str(DOC), "exec"), ns)
+        runs.append((ns, capsys.readouterr().out))
+    (ns, out), (again, out_again) = runs
+    assert "stopped after" in out and out_again == out
+    assert again["root_dir"] != ns["root_dir"] and os.listdir(tmp_path) == []
     result = ns["result"]
-    assert "stopped after" in capsys.readouterr().out
     # It stopped at the target, before the limit.
     assert result["iteration"] < 40 and result["last_return"] >= 60.0
-    with open(tmp_path / "alpha.csv", newline="") as f:
+    with open(os.path.join(ns["root_dir"], "alpha.csv"), newline="") as f:
         rows = list(csv.reader(f))
     assert [int(r[0]) for r in rows] == list(range(1, result["iteration"] + 1))
     alphas = [float(r[2]) for r in rows]

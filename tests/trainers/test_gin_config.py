@@ -1,4 +1,4 @@
-"""Tests for alf_entropy.trainers.gin_config and the shipped gin configs."""
+"""Tests for alf_entropy.utils.gin_config and the shipped gin configs."""
 import logging
 import os
 
@@ -9,7 +9,9 @@ import torch
 from alf_entropy.algorithms.actor_critic_algorithm import ActorCriticAlgorithm
 from alf_entropy.algorithms.entropy_target_algorithm import EntropyTargetAlgorithm
 from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
-from alf_entropy.trainers.gin_config import (
+from alf_entropy.trainers.off_policy_trainer import OffPolicyTrainer
+from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
+from alf_entropy.utils.gin_config import (
     CONFIG_DIR,
     GinConfigError,
     configured_trainer,
@@ -18,8 +20,6 @@ from alf_entropy.trainers.gin_config import (
     one_line,
     parse_gin_config,
 )
-from alf_entropy.trainers.off_policy_trainer import OffPolicyTrainer
-from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
 
 SHIPPED = [
     "ac_cartpole.gin",
@@ -155,3 +155,16 @@ def test_including_a_shipped_config_logs_no_search_path_errors(tmp_path, monkeyp
     mine.write_text("include 'no_such_config.gin'\n")
     with pytest.raises(GinConfigError, match="no_such_config.gin"):
         parse_gin_config([str(mine)])
+
+
+def test_read_bindings_reads_gin_text_with_gins_parser():
+    from alf_entropy.utils.gin_config import read_bindings, split_key, write_bindings
+
+    text = ("import gin.torch.external_configurables\ninclude 'ppo_cartpole.gin'\n# a comment\n"
+            "LR = 1e-3\nA.x = (1,\n    2)\ns/B.opt = @torch.optim.Adam\nC.f = \\\n"
+            "    [@lr/Lin(), %LR, 'a = b', None]\n")
+    bindings = read_bindings(text)
+    assert bindings == {"LR": "0.001", "A.x": "(1, 2)", "s/B.opt": "@torch.optim.Adam",
+                        "C.f": "[@lr/Lin(), %LR, 'a = b', None]"}
+    assert read_bindings(write_bindings(bindings)) == bindings
+    assert split_key("s/torch.optim.Adam.lr") == ("s", "Adam", "lr")

@@ -24,11 +24,11 @@ import torch
 from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
 from alf_entropy.trainers import checkpoint as ckpt
 from alf_entropy.trainers.checkpoint import CheckpointError
-from alf_entropy.trainers.gin_config import GinConfigError, parse_gin_config
 from alf_entropy.trainers.off_policy_trainer import OffPolicyTrainer
 from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
 from alf_entropy.trainers.run_dir import RunDirLocked, config_differences
 from alf_entropy.trainers.trainer import TrainingAborted
+from alf_entropy.utils.gin_config import GinConfigError, parse_gin_config
 from tests.nests import assert_nests_equal
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -91,6 +91,18 @@ def test_damaged_newest_checkpoint_is_skipped_with_one_warning(tmp_path, damage,
     assert newest in warnings[0] and _ckpt(tmp_path, 1) in warnings[0]
     assert resumed.train()["iteration"] == 3  # from iteration 1, two more
     assert os.path.exists(newest)  # the damaged file is left for inspection
+    assert os.path.exists(newest + ".damaged") and newest + ".damaged" in warnings[0]
+
+
+def test_a_skipped_checkpoint_is_moved_aside_not_counted_among_the_kept(tmp_path):
+    _trainer(tmp_path, num_iterations=4, max_checkpoints=3).train()  # ckpt 2, 3, 4
+    _truncate(_ckpt(tmp_path, 4))
+    # Resumed from 3, the next checkpoint is 5: the damaged 4 must not push 2 out.
+    _trainer(tmp_path, num_iterations=5, max_checkpoints=3, checkpoint_interval=5).train()
+    kept = ckpt.checkpoints_newest_first(str(tmp_path / "checkpoints"))
+    assert kept == [_ckpt(tmp_path, 5), _ckpt(tmp_path, 3), _ckpt(tmp_path, 2)]
+    assert all(ckpt.load_checkpoint(path) for path in kept)
+    assert os.path.exists(_ckpt(tmp_path, 4) + ".damaged")
 
 
 def test_no_loadable_checkpoint_is_one_clear_error(tmp_path):

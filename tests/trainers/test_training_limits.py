@@ -157,15 +157,23 @@ def test_no_positive_limit_is_a_clear_error(tmp_path, limits, match):
         _trainer(tmp_path, **limits)
 
 
-def test_log_lines_are_written_through_the_progress_bar(tmp_path, capsys, monkeypatch):
-    """A log line during training starts on its own line, not after the bar's text."""
+@pytest.mark.parametrize("absl_handler", [False, True])
+def test_log_lines_are_written_through_the_progress_bar(tmp_path, capsys, monkeypatch,
+                                                        absl_handler):
+    """A log line during training starts on its own line, not after the bar's text
+    (a plain console handler, or absl's, which ``app.run`` installs)."""
     import logging
     import sys
+
+    from absl.logging import ABSLHandler
 
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # the bar shows on a terminal only
     root = logging.getLogger()
     console = logging.StreamHandler(sys.stderr)  # the captured stderr, as a terminal's
     console.setFormatter(logging.Formatter("LOG %(message)s"))
+    if absl_handler:
+        console = ABSLHandler(logging.Formatter("LOG %(message)s"))
+        console.python_handler.stream = sys.stderr
     root.addHandler(console)
     absl_logger = logging.getLogger("absl")
     levels = (root.level, absl_logger.level)
@@ -176,7 +184,7 @@ def test_log_lines_are_written_through_the_progress_bar(tmp_path, capsys, monkey
                  num_eval_episodes=1, progress_bar=True).train()
         # Training is over: the console handler is back, and only it.
         assert console in root.handlers
-        assert not any(type(h).__name__ == "_BarLogHandler" for h in root.handlers)
+        assert not any(type(h).__name__ == "_TqdmLoggingHandler" for h in root.handlers)
     finally:
         root.removeHandler(console)
         root.setLevel(levels[0])
@@ -189,6 +197,9 @@ def test_log_lines_are_written_through_the_progress_bar(tmp_path, capsys, monkey
     for line in logged:
         # tqdm.write clears the bar (a carriage return) before the line.
         assert line.rsplit("\r", 1)[-1].startswith("LOG iteration"), repr(line)
+    glued = [seg for line in err.split("\n") for seg in line.split("\r")
+             if ("it/s" in seg or "s/it" in seg) and ("LOG" in seg or "WARNING" in seg)]
+    assert not glued, glued
 
 
 def test_no_progress_bar_where_stderr_is_not_a_terminal(tmp_path, capsys):

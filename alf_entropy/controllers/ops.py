@@ -1,0 +1,127 @@
+"""The ops every rule is written in, and the entropy window.
+
+A rule never branches in Python on a value: each decision is an ``x.where``, so one rule
+runs on CPU state as NumPy (``ScalarOps`` for one controller, ``ArrayOps`` for a batch: plain
+memory reads) and on any device as tensors (``TensorOps``: no host read), with the same
+dtypes and bits.  Constants are Python floats on both (weak scalars, in NumPy >= 2 as in
+torch); a Python float chosen by ``where`` is float32 on both.
+"""
+from typing import Any, Callable, Tuple
+
+import numpy as np
+import torch
+
+__all__ = ["ScalarOps", "ArrayOps", "TensorOps", "f32", "gate", "window_mean", "window_average"]
+
+
+def _f32(v: Any) -> Any:
+    return np.float32(v) if type(v) is float else v  # np.float64 is a float subclass
+
+
+def f32(v: float) -> float:
+    """``v`` rounded to float32 (a constant the rules combine in float32)."""
+    return float(np.float32(v))
+
+
+class ScalarOps:
+    """One controller on the CPU: NumPy scalars and Python selects."""
+
+    maximum, minimum, abs = staticmethod(max), staticmethod(min), staticmethod(abs)
+    clip = staticmethod(lambda v, lo, hi: min(max(v, lo), hi))
+    f32, f64, i32, isfinite = np.float32, np.float64, np.int32, np.isfinite
+
+    @staticmethod
+    def where(cond: Any, a: Any, b: Any) -> Any:
+        return _f32(a if cond else b)
+
+    @staticmethod
+    def gate(valid: Any, new: Any, old: Any) -> Any:
+        return new if valid else old
+
+    @staticmethod
+    def push(window: np.ndarray, seen: Any, value: Any) -> np.ndarray:
+        """``window`` with ``value`` at slot ``seen % len``."""
+        window = window.copy()
+        window[..., seen % window.shape[-1]] = value
+        return window
+
+    @staticmethod
+    def via_torch(fn: Callable[..., torch.Tensor], *args: Any) -> Any:
+        """``fn`` (of tensors) on these values: where only torch's own kernels give its bits."""
+        out = fn(*(torch.as_tensor(a) for a in args))
+        return tuple(o.numpy()[()] for o in out) if isinstance(out, tuple) else out.numpy()[()]
+
+
+class ArrayOps(ScalarOps):
+    """A batch of controllers on the CPU: NumPy arrays."""
+
+    maximum, minimum, abs = staticmethod(np.maximum), staticmethod(np.minimum), staticmethod(np.abs)
+    clip = staticmethod(np.clip)
+
+    @staticmethod
+    def where(cond: Any, a: Any, b: Any) -> Any:
+        return np.where(cond, _f32(a), _f32(b))
+
+    @staticmethod
+    def gate(valid: Any, new: Any, old: Any) -> Any:
+        return np.where(np.reshape(valid, np.shape(valid) + (1,) * (np.ndim(new) - np.ndim(valid))),
+                        new, old)
+
+    @staticmethod
+    def push(window: np.ndarray, seen: Any, value: Any) -> np.ndarray:
+        hit = np.arange(window.shape[-1]) == (seen % window.shape[-1])[..., None]
+        return np.where(hit, np.asarray(value, window.dtype)[..., None], window)
+
+
+def _bound(fn: Callable, clamp_arg: str) -> Callable:
+    def op(a: Any, b: Any) -> torch.Tensor:
+        if not torch.is_tensor(b):
+            return torch.clamp(a, **{clamp_arg: b})
+        return torch.clamp(b, **{clamp_arg: a}) if not torch.is_tensor(a) else fn(a, b)
+    return staticmethod(op)
+
+
+class TensorOps:
+    """Tensors on any device: never reads a value on the host."""
+
+    where, abs, isfinite, clip = torch.where, torch.abs, torch.isfinite, torch.clamp
+    maximum, minimum = _bound(torch.maximum, "min"), _bound(torch.minimum, "max")
+    f32 = staticmethod(lambda t: t.to(torch.float32))
+    f64 = staticmethod(lambda t: t.to(torch.float64) if torch.is_tensor(t) else t)
+    i32 = staticmethod(lambda t: t.to(torch.int32))
+    via_torch = staticmethod(lambda fn, *args: fn(*args))
+
+    @staticmethod
+    def gate(valid: torch.Tensor, new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
+        return torch.where(valid.reshape(valid.shape + (1,) * (new.dim() - valid.dim())), new, old)
+
+    @staticmethod
+    def push(window: torch.Tensor, seen: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        slots = torch.arange(window.shape[-1], device=window.device)
+        hit = slots == (seen % window.shape[-1]).unsqueeze(-1)
+        return torch.where(hit, value.unsqueeze(-1).to(window.dtype), window)
+
+
+def gate(x: Any, valid: Any, new: Any, old: Any) -> Any:
+    """``new`` where ``valid``, else ``old``, field by field (tuples of tuples too)."""
+    if isinstance(valid, (bool, np.bool_)):
+        return new if valid else old
+    if isinstance(valid, np.ndarray) and valid.all():
+        return new
+    if isinstance(new, tuple):
+        return type(new)(*(gate(x, valid, n, o) for n, o in zip(new, old)))
+    return x.gate(valid, new, old)
+
+
+def window_mean(x: Any, window: Any, seen: Any) -> Any:
+    """The mean of the ``seen`` values in ``window``: ``sum * (1 / n)`` in a fixed order, as ALF."""
+    total = window[..., 0]
+    for i in range(1, window.shape[-1]):
+        total = total + window[..., i]
+    return total * (1.0 / x.f32(x.clip(seen, 1, window.shape[-1])))
+
+
+def window_average(x: Any, window: Any, seen: Any, value: Any) -> Tuple:
+    """ALF's ``ScalarWindowAverager``: ``(average before, average after, window, seen)``."""
+    new_window = x.push(window, seen, value)
+    return window_mean(x, window, seen), window_mean(x, new_window, seen + 1), new_window, seen + 1

@@ -1,0 +1,371 @@
+"""Entropies of action specs and distributions (ALF's ``alf/utils/dist_utils.py``, its
+entropy part).
+
+Spec-level numbers, Python floats computed once at construction:
+:func:`calc_default_target_entropy`, :func:`calc_default_max_entropy`,
+:func:`calc_max_possible_entropy`, :func:`entropy_per_log_alpha`,
+:func:`greedy_probability_target`.  Distribution-level, on the training path
+and never reading the device: :func:`estimated_entropy` (Monte Carlo) and
+:func:`entropy_with_fallback` (a closed form where there is one).  A
+``BoundedTensorSpec`` element has inclusive bounds ``[m, M]``: a continuous one
+is an interval of width ``M - m``, a discrete one has ``N = M - m + 1`` choices.
+"""
+import functools
+import math
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+import gin
+import numpy as np
+import torch
+import torch.distributions as td
+
+from alf_entropy.tensor_specs import BoundedTensorSpec, TensorSpec
+from alf_entropy.utils import nest
+from alf_entropy.utils.checks import check_int, check_real
+
+__all__ = ["greedy_probability_target", "entropy_per_log_alpha", "calc_default_target_entropy",
+           "calc_default_max_entropy", "calc_max_possible_entropy", "estimated_entropy",
+           "entropy_with_fallback"]
+
+
+def _spec_leaves(spec: Any, fn_name: str) -> List[TensorSpec]:
+    """Flatten ``spec`` and check every leaf is a ``TensorSpec``."""
+    if spec is None:
+        raise TypeError(f"{fn_name}: spec must be a TensorSpec or a nest of them, got None")
+    leaves = nest.flatten(spec)
+    if not leaves:
+        raise ValueError(f"{fn_name}: spec is an empty nest; it must contain at least one "
+                         "TensorSpec")
+    for leaf in leaves:
+        if not isinstance(leaf, TensorSpec):
+            raise TypeError(f"{fn_name}: spec must be a TensorSpec or a nest of them, found a "
+                            f"leaf of type {type(leaf).__name__}: {leaf!r}")
+    return leaves
+
+
+def _element_bounds(spec: TensorSpec) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+    """Flat per-element ``(minimum, maximum)`` float64 arrays; None without bounds."""
+    if not isinstance(spec, BoundedTensorSpec):
+        return None
+    lo = np.broadcast_to(np.asarray(spec.minimum, dtype=np.float64), spec.shape)
+    hi = np.broadcast_to(np.asarray(spec.maximum, dtype=np.float64), spec.shape)
+    return lo.reshape(-1), hi.reshape(-1)
+
+
+def _check_bounded(spec: TensorSpec, fn_name: str) -> Tuple[np.ndarray, np.ndarray]:
+    """Bounds of ``spec``; ValueError if unbounded or a continuous element is degenerate."""
+    bounds = _element_bounds(spec)
+    if bounds is None or not (np.isfinite(bounds[0]).all() and np.isfinite(bounds[1]).all()):
+        raise ValueError(f"{fn_name}: spec must be a BoundedTensorSpec with finite minimum and "
+                         f"maximum, got {spec!r}")
+    lo, hi = bounds
+    if spec.is_continuous and np.any(hi - lo <= 0):
+        raise ValueError(f"{fn_name}: continuous spec {spec!r} has an element with maximum == "
+                         "minimum; every distribution over it has entropy -inf")
+    return lo, hi
+
+
+class GreedyProbabilityTarget(float):
+    """A float from :func:`greedy_probability_target` that remembers ``num_actions``
+    (a controller refuses it for another action spec)."""
+
+    num_actions: int
+
+    def __new__(cls, value: float, num_actions: int) -> "GreedyProbabilityTarget":
+        target = super().__new__(cls, value)
+        target.num_actions = num_actions
+        return target
+
+    def __reduce__(self) -> Tuple[Any, Tuple[float, int]]:
+        return GreedyProbabilityTarget, (float(self), self.num_actions)
+
+
+@gin.configurable
+def greedy_probability_target(p: float, num_actions: int) -> GreedyProbabilityTarget:
+    r"""The entropy of a policy that picks its greedy action with probability ``p``
+    (``p`` in ``[1/N, 1]``), the other ``N - 1 >= 1`` actions sharing ``1 - p`` evenly:
+    :math:`-p \log p - (1 - p) \log\frac{1 - p}{N - 1}` nats.
+
+    A target users can state ("act greedily 80% of the time"); in gin:
+    ``target_entropy = @greedy_probability_target()`` with ``.p`` and ``.num_actions``.
+    """
+    n = check_int("num_actions", num_actions, minimum=2)
+    p = check_real("p", p)
+    if not 1.0 / n <= p <= 1.0:
+        raise ValueError(f"p must be in [1/num_actions, 1] = [{1.0 / n:.4g}, 1], got {p!r}")
+    rest = 1.0 - p
+    h = -p * math.log(p) if p > 0 else 0.0
+    return GreedyProbabilityTarget(h - rest * math.log(rest / (n - 1)) if rest > 0 else h, n)
+
+
+def entropy_per_log_alpha(spec: Any) -> float:
+    """How much the entropy of ``spec``'s policies moves per unit of ``log_alpha``: 0.5 per
+    continuous element (a Gaussian's std grows as ``sqrt(alpha)``), ``0.5 log N`` per
+    discrete one, summed (> 0; it scales the PID controller's error)."""
+    scale = 0.0
+    for leaf in _spec_leaves(spec, "entropy_per_log_alpha"):
+        if leaf.is_continuous or not isinstance(leaf, BoundedTensorSpec):
+            scale += 0.5 * leaf.numel
+        else:
+            lo, hi = _element_bounds(leaf)
+            scale += float(np.sum(0.5 * np.log(np.maximum(hi - lo + 1, 1))))
+    if scale <= 0:
+        raise ValueError(f"entropy_per_log_alpha: spec {spec!r} admits no entropy to control")
+    return scale
+
+
+@gin.configurable
+def calc_default_target_entropy(spec: Any, min_prob: float = 0.1) -> float:
+    r"""ALF's default target entropy: a policy "mostly decided" with ``p = min_prob``
+    in ``(0, 1)``, summed over the elements and the nest of a bounded ``spec``.
+
+    A continuous element on ``[m, M]`` spreads uniformly over a width
+    ``p (M - m)``: :math:`\log(M - m) + \log p` (``[0, 3]``, 0.1: -1.204).  A
+    discrete one gives :math:`1 - p` to one action and shares ``p`` among the
+    other ``N - 1``: :math:`p(\log(N-1) - \log p) - (1-p)\log(1-p)` (0 for
+    ``N = 1``; ``N = 4``, 0.1: 0.435).
+    """
+    min_prob = float(min_prob)
+    if not 0.0 < min_prob < 1.0:
+        raise ValueError(f"calc_default_target_entropy: min_prob must be in (0, 1), got {min_prob}")
+    log_p = math.log(min_prob)
+    total = 0.0
+    for leaf in _spec_leaves(spec, "calc_default_target_entropy"):
+        lo, hi = _check_bounded(leaf, "calc_default_target_entropy")
+        if leaf.is_continuous:
+            total += float(np.sum(np.log(hi - lo) + log_p))
+        else:
+            n = hi - lo + 1
+            rest = np.maximum(n - 1, 1)  # avoid log(0); N == 1 is masked below
+            ent = min_prob * (np.log(rest) - log_p) - (1.0 - min_prob) * math.log1p(-min_prob)
+            total += float(np.sum(np.where(n > 1, ent, 0.0)))
+    return total
+
+
+@gin.configurable
+def calc_default_max_entropy(spec: Any, fraction: float = 0.8) -> float:
+    r"""ALF's default maximum entropy: slightly below the uniform distribution's, per
+    element ``fraction * log N`` (discrete), ``fraction * log(M - m)`` (continuous,
+    width > 1) or ``log(M - m) / fraction`` (width <= 1: the bound is negative),
+    ``fraction`` in ``(0, 1]``; summed over the elements and the nest."""
+    fraction = float(fraction)
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"calc_default_max_entropy: fraction must be in (0, 1], got {fraction}")
+    total = 0.0
+    for leaf in _spec_leaves(spec, "calc_default_max_entropy"):
+        lo, hi = _check_bounded(leaf, "calc_default_max_entropy")
+        if leaf.is_continuous:
+            width = hi - lo
+            total += float(np.sum(np.log(width) * np.where(width > 1, fraction, 1.0 / fraction)))
+        else:
+            total += float(np.sum(np.log(hi - lo + 1) * fraction))
+    return total
+
+
+def calc_max_possible_entropy(spec: Any) -> float:
+    r"""The largest entropy any distribution over ``spec`` can have (controllers refuse
+    targets above it): the uniform one's, ``log N`` or ``log(M - m)`` per element,
+    summed; ``+inf`` without finite bounds, ``-inf`` if a continuous element has
+    zero width (which wins)."""
+    parts = []
+    for leaf in _spec_leaves(spec, "calc_max_possible_entropy"):
+        bounds = _element_bounds(leaf)
+        if bounds is None:
+            parts.append(math.inf)
+            continue
+        lo, hi = bounds
+        if leaf.is_continuous:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                per_elem = np.where(np.isfinite(lo) & np.isfinite(hi), np.log(hi - lo), np.inf)
+        else:
+            per_elem = np.log(hi - lo + 1)
+        parts.extend(per_elem.tolist())
+    if any(p == -math.inf for p in parts):
+        return -math.inf
+    return float(math.fsum(parts)) if all(math.isfinite(p) for p in parts) else math.inf
+
+
+
+@gin.configurable
+def estimated_entropy(
+    dist: td.Distribution, num_samples: int = 1, check_numerics: bool = False
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    r"""Monte-Carlo estimate of ``dist``'s entropy, ``-mean(log_prob(x))`` over
+    ``num_samples`` draws, and a tensor whose *gradient* estimates the entropy's.
+
+    A reparameterizable ``dist`` differentiates through ``rsample()``, so both are
+    the same tensor.  Otherwise the score-function identity
+    :math:`\nabla H = \nabla E[-\tfrac12 (\log p_\theta(x))^2]` (``x`` fixed)
+    gives the surrogate ``-0.5 * log_prob(x)**2``, whose value is not the entropy.
+
+    Args:
+        dist: the distribution, any ``batch_shape``.
+        num_samples: draws per batch element (>= 1).
+        check_numerics: raise on NaN/Inf (reads the device: debugging only).
+
+    Returns:
+        ``(entropy, entropy_for_gradient)``, both of shape ``dist.batch_shape``.
+    """
+    if not isinstance(dist, td.Distribution):
+        raise TypeError(
+            f"estimated_entropy: dist must be a torch.distributions.Distribution, "
+            f"got {type(dist).__name__}"
+        )
+    check_int("num_samples", num_samples, minimum=1)
+    sample_shape = torch.Size([num_samples])
+    if dist.has_rsample:
+        x = dist.rsample(sample_shape)
+    else:
+        x = dist.sample(sample_shape)
+    if dist.has_rsample and x.dtype.is_floating_point:
+        neg_log_prob = -dist.log_prob(x)
+        entropy = neg_log_prob.mean(dim=0)
+        entropy_for_gradient = entropy
+    else:
+        neg_log_prob = -dist.log_prob(x.detach())
+        entropy = neg_log_prob.mean(dim=0)
+        entropy_for_gradient = (-0.5 * neg_log_prob.square()).mean(dim=0)
+    if check_numerics and not bool(torch.isfinite(neg_log_prob).all()):
+        raise ValueError(f"estimated_entropy: non-finite entropy estimate for {dist!r}")
+    return entropy, entropy_for_gradient
+
+
+def _affine_parts(transforms: Sequence[td.Transform]) -> Optional[List[td.AffineTransform]]:
+    """The ``AffineTransform`` s making up ``transforms`` (``ComposeTransform`` s unpacked),
+    or None if a part is not affine."""
+    parts: List[td.AffineTransform] = []
+    for t in transforms:
+        sub = _affine_parts(t.parts) if isinstance(t, td.ComposeTransform) else (
+            [t] if isinstance(t, td.AffineTransform) else None)
+        if sub is None:
+            return None
+        parts.extend(sub)
+    return parts
+
+
+def _sum_rightmost(x: torch.Tensor, ndims: int) -> torch.Tensor:
+    return x.sum(dim=tuple(range(-ndims, 0))) if ndims > 0 else x
+
+
+def _analytic_entropy(dist: td.Distribution) -> Optional[torch.Tensor]:
+    """Closed-form entropy (``dist.batch_shape``), through ``Independent`` and all-affine
+    ``TransformedDistribution``; None where torch has none."""
+    if isinstance(dist, td.Independent):
+        base = _analytic_entropy(dist.base_dist)
+        if base is None:
+            return None
+        return _sum_rightmost(base, dist.reinterpreted_batch_ndims)
+    if isinstance(dist, td.TransformedDistribution):
+        affines = _affine_parts(dist.transforms)
+        base = None if affines is None else _analytic_entropy(dist.base_dist)
+        if base is None:
+            return None
+        # H(f(X)) = H(X) + log|det J_f|, constant for an element-wise affine f.
+        batch_shape = dist.batch_shape
+        full_shape = batch_shape + dist.event_shape
+        extra = len(dist.base_dist.batch_shape) - len(batch_shape)
+        base = torch.broadcast_to(_sum_rightmost(base, max(extra, 0)), batch_shape)
+        log_det = None
+        for t in affines:
+            log_scale = torch.as_tensor(t.scale, dtype=base.dtype, device=base.device).abs().log()
+            log_scale = torch.broadcast_to(log_scale, full_shape)
+            log_det = log_scale if log_det is None else log_det + log_scale
+        if log_det is None:  # no transforms at all
+            return base
+        return base + _sum_rightmost(log_det, len(dist.event_shape))
+    try:
+        return dist.entropy()
+    except NotImplementedError:
+        return None
+
+
+def _leaf_entropy(dist: td.Distribution) -> Tuple[torch.Tensor, torch.Tensor]:
+    entropy = _analytic_entropy(dist)
+    if entropy is None:
+        return estimated_entropy(dist)
+    return entropy, entropy
+
+
+def _reduce_to_spec(
+    path: str, dist: td.Distribution, spec: Any, entropies: Tuple[torch.Tensor, torch.Tensor]
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Sum per-element entropies over the spec dims not covered by the event shape."""
+    where = f" at '{path}'" if path else ""
+    if not isinstance(spec, TensorSpec):
+        raise TypeError(f"entropy_with_fallback: action_spec leaves must be TensorSpec, got "
+                        f"{type(spec).__name__}{where}")
+    full_shape = tuple(dist.batch_shape + dist.event_shape)
+    spec_shape = tuple(spec.shape)
+    k = len(spec_shape) - len(dist.event_shape)
+    tail = full_shape[len(full_shape) - len(spec_shape):]
+    if not 0 <= k <= len(dist.batch_shape) or tail != spec_shape:
+        raise ValueError(
+            f"entropy_with_fallback: distribution{where} with batch_shape "
+            f"{tuple(dist.batch_shape)} and event_shape {tuple(dist.event_shape)} does not "
+            f"end with the action_spec shape {spec_shape}"
+        )
+    return tuple(_sum_rightmost(e, k) for e in entropies)
+
+
+def entropy_with_fallback(
+    distributions: Any, return_sum: bool = True, action_spec: Any = None
+) -> Tuple[Any, Any]:
+    r"""Entropy of a nest of distributions, in closed form where possible.
+
+    Per leaf: torch's ``entropy()`` where it has one; for a
+    ``TransformedDistribution`` of affine transforms over such a base, the exact
+    :math:`H(a + bX) = H(X) + \sum \log|b|`; else (a tanh-squashed Normal: build
+    its ``TanhTransform`` with ``cache_size=1``) one sample of
+    :func:`estimated_entropy`.  Each result has the leaf's ``batch_shape``, summed
+    over the dims of ``action_spec``'s shape the leaf treats as batch dims (a
+    ``Normal`` of batch ``[B, D]`` for a spec ``(D,)`` gives ``[B]``).
+
+    Args:
+        distributions: a ``torch.distributions.Distribution`` or a nest of them.
+        return_sum: sum over the nest (equal shapes), else nests like ``distributions``.
+        action_spec: optional nest of ``TensorSpec`` like ``distributions``.
+
+    Returns:
+        ``(entropy, entropy_for_gradient)``: back-propagate the second (a surrogate for
+        sampled, non-reparameterizable leaves).
+    """
+    if isinstance(distributions, td.Distribution) and (
+        action_spec is None or isinstance(action_spec, TensorSpec)
+    ):
+        # A single distribution (the common case): no nest walking; the
+        # sums below would return its results unchanged.
+        results = _leaf_entropy(distributions)
+        if action_spec is not None:
+            results = _reduce_to_spec("", distributions, action_spec, results)
+        return results[0], results[1]
+    flat_paths = nest.flatten_with_path(distributions)
+    if not flat_paths:
+        raise ValueError("entropy_with_fallback: distributions must contain at least one "
+                         "Distribution")
+    for path, dist in flat_paths:
+        if not isinstance(dist, td.Distribution):
+            where = f" at '{path}'" if path else ""
+            raise TypeError(f"entropy_with_fallback: leaves must be "
+                            f"torch.distributions.Distribution, got {type(dist).__name__}{where}")
+    results = [_leaf_entropy(d) for _, d in flat_paths]
+    if action_spec is not None:
+        nest.assert_same_structure(distributions, action_spec)
+        specs = nest.flatten(action_spec)
+        results = [
+            _reduce_to_spec(path, dist, spec, res)
+            for (path, dist), spec, res in zip(flat_paths, specs, results)
+        ]
+    entropies = [r[0] for r in results]
+    grads = [r[1] for r in results]
+    if not return_sum:
+        return (nest.pack_sequence_as(distributions, entropies),
+                nest.pack_sequence_as(distributions, grads))
+    shapes = {tuple(e.shape) for e in entropies}
+    if len(shapes) > 1:
+        detail = ", ".join(f"'{p}': {tuple(e.shape)}" for (p, _), e in zip(flat_paths, entropies))
+        raise ValueError(
+            f"entropy_with_fallback: cannot sum entropies of different shapes ({detail}); "
+            f"pass action_spec to reduce them or use return_sum=False"
+        )
+    add: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = torch.add
+    return functools.reduce(add, entropies), functools.reduce(add, grads)

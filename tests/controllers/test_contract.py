@@ -1,0 +1,140 @@
+"""The controller contract: one vocabulary, checked at construction; SGD's Adam as a rule equal
+to torch.optim.Adam; copies that never alias; an empty batch that changes nothing."""
+import copy
+import functools
+import inspect
+
+import gin
+import pytest
+import torch
+
+from alf_entropy.controllers import (
+    EntropyController,
+    EntropyTargetAlgorithm,
+    FixedEntropyCoefficient,
+    NestedEntropyTargetAlgorithm,
+    PIDEntropyTargetAlgorithm,
+    SGDEntropyTargetAlgorithm,
+)
+from alf_entropy.tensor_specs import BoundedTensorSpec
+
+FOUR = BoundedTensorSpec((), torch.int64, 0, 3)
+CLASSES = [EntropyTargetAlgorithm, PIDEntropyTargetAlgorithm, SGDEntropyTargetAlgorithm,
+           FixedEntropyCoefficient, NestedEntropyTargetAlgorithm]
+SHARED = ("target_entropy", "initial_alpha", "min_alpha", "max_alpha", "update_mode",
+          "batch_shape", "debug_summaries")
+
+
+def _buffers(c):
+    return {k: v.clone() for k, v in c.state_dict().items() if torch.is_tensor(v)}
+
+
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
+def test_every_controller_takes_the_shared_arguments_with_the_same_defaults(cls):
+    base = inspect.signature(EntropyController.__init__).parameters
+    ours = inspect.signature(cls.__init__).parameters
+    for name in SHARED:
+        assert ours[name].default == base[name].default, name
+    c = cls(FOUR, target_entropy=0.5, initial_alpha=0.05, min_alpha=1e-3, max_alpha=2.0)
+    assert torch.allclose(c.alpha, torch.tensor(0.05))
+    assert c.settings["min_alpha"] == 1e-3 and c.settings["max_alpha"] == 2.0
+
+
+@pytest.mark.parametrize("cls, setting, owner", [
+    (PIDEntropyTargetAlgorithm, dict(skip_free_stage=True), "EntropyTargetAlgorithm"),
+    (EntropyTargetAlgorithm, dict(kp=1.0), "PIDEntropyTargetAlgorithm"),
+    (FixedEntropyCoefficient, dict(lr=0.1), "SGDEntropyTargetAlgorithm"),
+    (SGDEntropyTargetAlgorithm, dict(average_window=3), "EntropyTargetAlgorithm"),
+    (NestedEntropyTargetAlgorithm, dict(kd=0.1), "PIDEntropyTargetAlgorithm"),
+])
+def test_another_rules_setting_is_a_type_error_naming_the_class_that_takes_it(cls, setting,
+                                                                               owner):
+    with pytest.raises(TypeError, match=f"no argument '{next(iter(setting))}'.*{owner}"):
+        cls(FOUR, target_entropy=0.5, **setting)
+
+
+@pytest.mark.parametrize("kwargs, error, word", [
+    (dict(lr=-1e-3), ValueError, "lr"),
+    (dict(lr="fast"), TypeError, "lr"),
+    (dict(optimizer="rmsprop"), ValueError, "optimizer"),
+    (dict(optimizer=lambda p: torch.optim.Adam(p, weight_decay=0.1)), TypeError, "optimizer"),
+    (dict(min_alpha=0.5, max_alpha=0.2), ValueError, "max_alpha"),
+    (dict(initial_alpha=3.0, max_alpha=2.0), ValueError, "initial_alpha"),
+])
+def test_settings_that_would_fail_later_fail_at_construction(kwargs, error, word):
+    with pytest.raises(error, match=word):
+        SGDEntropyTargetAlgorithm(FOUR, target_entropy=0.5, **kwargs)
+
+
+def test_sgd_learning_rate_is_a_gin_binding():
+    with gin.unlock_config():
+        gin.parse_config("SGDEntropyTargetAlgorithm.lr = 0.01")
+    try:
+        assert SGDEntropyTargetAlgorithm(FOUR, target_entropy=0.5).settings["lr"] == 0.01
+    finally:
+        gin.clear_config()
+
+
+@pytest.mark.parametrize("mode", ["host", "tensor"])
+@pytest.mark.parametrize("batch", [(), (8,)])
+def test_sgd_adam_is_torch_optim_adam_bit_for_bit(batch, mode):
+    """The rule's Adam against torch.optim.Adam stepping a parameter with the same gradient
+    (H - target) from the same log(alpha), 400 updates (the bounds never reached)."""
+    sgd = SGDEntropyTargetAlgorithm(FOUR, target_entropy=0.5, initial_alpha=0.5, lr=1e-2,
+                                    batch_shape=batch, update_mode=mode, min_alpha=0.0)
+    param = sgd.log_alpha.clone().requires_grad_(True)
+    adam = torch.optim.Adam([param], lr=1e-2)
+    g = torch.Generator().manual_seed(3)
+    for step in range(400):
+        entropy = 0.5 + 0.3 * torch.randn(batch, generator=g)
+        sgd.adjust_alpha(entropy)
+        param.grad = entropy - 0.5
+        adam.step()
+        assert torch.equal(sgd.log_alpha, param.detach()), step
+    assert torch.equal(sgd._adam_step, torch.full(batch, 400))
+
+
+@pytest.mark.parametrize("cls", CLASSES[:4], ids=lambda c: c.__name__)
+def test_a_loaded_live_state_is_copied_not_shared(cls):
+    """A PBT exploit step in one process: loading a live controller's state_dict() into
+    another, then stepping both, gives what a deep copy gives."""
+    source = cls(FOUR, target_entropy=0.5)
+    for k in range(30):
+        source.adjust_alpha(0.3 + 0.01 * k)
+    copied, twin = cls(FOUR, target_entropy=0.5), copy.deepcopy(source)
+    copied.load_state_dict(source.state_dict())
+    for k in range(20):
+        for c in (source, copied, twin):
+            c.adjust_alpha(0.6 - 0.01 * k)
+    assert all(torch.equal(v, _buffers(twin)[k]) for k, v in _buffers(copied).items())
+    assert all(torch.equal(v, _buffers(twin)[k]) for k, v in _buffers(source).items())
+
+
+@pytest.mark.parametrize("mode", ["host", "tensor"])
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
+def test_an_empty_batch_changes_nothing_not_even_first(cls, mode):
+    c = cls(FOUR, target_entropy=0.5, update_mode=mode)
+    c.limit_log_alpha_span(1.0)
+    before = _buffers(c)
+    entropy = torch.full((6,), 0.9)
+    c.entropy_loss(entropy, mask=torch.zeros(6, dtype=torch.bool))
+    c.accumulate(entropy, mask=torch.zeros(6))
+    c.step()
+    assert all(torch.equal(v, _buffers(c)[k]) for k, v in before.items())
+
+
+@pytest.mark.parametrize("cls", CLASSES[:4], ids=lambda c: c.__name__)
+def test_the_loss_uses_alpha_after_the_update_for_every_controller(cls):
+    c = cls(FOUR, target_entropy=0.5)
+    entropy = torch.full((4,), 1.2, requires_grad=True)
+    info = c.entropy_loss(entropy)
+    assert torch.equal(info.loss.detach(), (-c.alpha * 1.2).expand(4))
+    alpha = c.adjust_alpha(0.3)
+    assert torch.equal(alpha, c.alpha)
+
+
+def test_an_earlier_configs_optimizer_factory_is_read_as_the_rule():
+    adam = SGDEntropyTargetAlgorithm(FOUR, optimizer=functools.partial(torch.optim.Adam, lr=0.02))
+    plain = SGDEntropyTargetAlgorithm(FOUR, optimizer=lambda p: torch.optim.SGD(p, lr=0.5))
+    assert (adam.settings["optimizer"], adam.settings["lr"]) == ("adam", 0.02)
+    assert (plain.settings["optimizer"], plain.settings["lr"]) == ("sgd", 0.5)
