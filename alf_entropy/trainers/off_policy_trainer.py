@@ -93,13 +93,15 @@ class OffPolicyTrainer(Trainer):
                 "replay_buffer_length", replay_buffer_length, minimum=1):
             raise ValueError(f"mini_batch_size ({mini_batch_size}) must be <= "
                              f"replay_buffer_length ({replay_buffer_length})")
-        allowed = Limits(kwargs["num_iterations"], kwargs["num_env_steps"],
-                         num_envs).total_iterations * num_envs
-        if check_int("initial_collect_steps", initial_collect_steps, minimum=0) > allowed:
-            raise ValueError(f"initial_collect_steps ({initial_collect_steps}) must be <= the env "
-                             f"steps num_iterations/num_env_steps allow ({allowed // num_envs} "
-                             f"iterations x {num_envs} envs = {allowed}): the run would end "
-                             "before learning starts")
+        limits = Limits(kwargs["num_iterations"], kwargs["num_env_steps"], num_envs)
+        n, i = check_int("initial_collect_steps", initial_collect_steps, minimum=0), num_envs
+        for limit, allowed in ((f"num_env_steps ({limits.num_env_steps})", limits.num_env_steps),
+                               (f"the env steps num_iterations allows ({limits.num_iterations} "
+                                f"iterations x {i} envs = {limits.num_iterations * i})",
+                                limits.num_iterations * i)):
+            if allowed and n > allowed:
+                raise ValueError(f"initial_collect_steps ({n}) must be <= {limit}: the run would "
+                                 "end before learning starts")
         length = _per_rank("replay_buffer_length", replay_buffer_length)
         self._mini_batch_size = _per_rank("mini_batch_size", mini_batch_size)
         self._initial_collect_steps = initial_collect_steps

@@ -11,6 +11,7 @@ from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
 from alf_entropy.controllers import PIDEntropyTargetAlgorithm
 from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
 from alf_entropy.trainers.ranks import MAX_SEED
+from tests.many_agents.test_many_agents import record_update_losses
 from tests.trainers.test_exact_resume import assert_same_final_checkpoint, run_killing
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -22,18 +23,8 @@ SMALL = dict(env_id="CartPole-v1", num_envs=4, unroll_length=16, algorithm_ctor=
 
 def _recording_losses(trainer: OnPolicyTrainer) -> List[torch.Tensor]:
     """Record every update's loss: ``[K]`` per update for K agents, a scalar for one."""
-    losses: List[torch.Tensor] = []
     alg = trainer.algorithm
-    alg = alg.algorithm if trainer.num_agents > 1 else alg  # the batch's: one agent's code
-    update = alg.update_with_gradient
-
-    def _recording(loss_info: Any, **kwargs: Any) -> Any:
-        out = update(loss_info, **kwargs)
-        losses.append(out[0].loss.clone())
-        return out
-
-    alg.update_with_gradient = _recording
-    return losses
+    return record_update_losses(alg.algorithm if trainer.num_agents > 1 else alg)
 
 
 def _max_param_diff(a: dict, b: dict) -> float:
