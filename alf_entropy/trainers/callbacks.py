@@ -224,7 +224,7 @@ class EvaluationCallback(Callback):
         self._stop_return = None if stop_return is None else float(stop_return)
 
     def on_training_start(self, trainer: Any) -> None:
-        trainer.control.should_evaluate = trainer.iteration == 0  # the curve's start
+        trainer.control.should_evaluate |= trainer.iteration == 0  # the curve's start
 
     def on_iteration_end(self, trainer: Any) -> bool:
         if trainer.iteration % self._interval == 0 or trainer.limit_reached is not None:
