@@ -466,6 +466,123 @@ def benchmark_annealing(seeds, out_dir, jobs, steps=100000):
               f"{float(target_now[-1]):.3f} | {float(run.get('alpha')[1].max()):.3g} |")
 
 
+NOISY_TARGET, NOISY_ALPHA, NOISY_SLOPE = -1.0, 0.2, 0.5
+
+
+def run_noisy_plant(make_ctrl, sigma, lag, alpha0, seed, updates=3000):
+    """(f): the entropy -1 + 0.5 log(alpha / 0.2) (a 1-d squashed action: alpha 0.2 holds the
+    target -1) after a first-order lag of ``lag`` updates, read with N(0, sigma^2) noise."""
+    rng = np.random.default_rng(seed)
+    ctrl = make_ctrl(alpha0)
+    alpha = alpha0
+    entropy = NOISY_TARGET + NOISY_SLOPE * math.log(alpha / NOISY_ALPHA)
+    entropies, alphas = np.zeros(updates), np.zeros(updates)
+    for i in range(updates):
+        entropy += (NOISY_TARGET + NOISY_SLOPE * math.log(alpha / NOISY_ALPHA) - entropy) / lag
+        alpha = float(ctrl.adjust_alpha(entropy + sigma * rng.standard_normal()))
+        entropies[i], alphas[i] = entropy, alpha
+    return entropies, alphas
+
+
+def noisy_metrics(entropy, alpha, alpha0):
+    """The goals of the SAC-cadence issue: 2nd-half median |d log alpha|, share within x1.5 of
+    the equilibrium, entropy RMSE; first update in the 10 % band; overshoot on the way in."""
+    late = np.log(alpha[alpha.size // 2:])
+    band = np.abs(entropy - NOISY_TARGET) <= 0.1 * abs(NOISY_TARGET)
+    return {"dlog": float(np.median(np.abs(np.diff(late)))),
+            "within": float(np.mean(np.abs(late - math.log(NOISY_ALPHA)) <= math.log(1.5))),
+            "rmse": float(np.sqrt(np.mean((entropy[entropy.size // 2:] - NOISY_TARGET) ** 2))),
+            "band": int(np.argmax(band)) if band.any() else math.nan,
+            "over": float(alpha.max() / NOISY_ALPHA if alpha0 < NOISY_ALPHA
+                          else NOISY_ALPHA / alpha.min())}
+
+
+def benchmark_noisy(seeds):
+    """(f) noisy plants at SAC's cadence: the PID against SAC's rule and the staged rule."""
+    spec = BoundedTensorSpec((1,), torch.float32, -1.0, 1.0)
+    ctrls = {
+        "PID (defaults)": lambda a: PIDEntropyTargetAlgorithm(
+            spec, target_entropy=NOISY_TARGET, initial_alpha=a),
+        "SAC rule, lr 3e-4": lambda a: SGDEntropyTargetAlgorithm(
+            spec, target_entropy=NOISY_TARGET, initial_alpha=a),
+        "staged, SAC settings": lambda a: EntropyTargetAlgorithm(
+            spec, target_entropy=NOISY_TARGET, initial_alpha=a, skip_free_stage=True,
+            slow_update_rate=1.2e-3, fast_update_rate=1.2e-3),
+    }
+    print(f"\n(f) noisy plants at SAC's cadence, 3,000 updates, mean over seeds {list(seeds)} "
+          "(band: the slowest seed; overshoot: the worst)\n")
+    print("| controller | noise (nats) | lag (updates) | alpha0 | median abs d log alpha "
+          "(2nd half) | within x1.5 of 0.2 | entropy RMSE (2nd half) | in the 10 % band at | "
+          "overshoot |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for name, make in ctrls.items():
+        for sigma in (0.05, 0.1, 0.3):
+            for lag in (1, 20, 50):
+                for alpha0 in (1.0, 1e-3):
+                    ms = [noisy_metrics(*run_noisy_plant(make, sigma, lag, alpha0, seed), alpha0)
+                          for seed in seeds]
+                    m = {k: float(np.mean([x[k] for x in ms])) for k in ("dlog", "within", "rmse")}
+                    band = max(x["band"] for x in ms)
+                    print(f"| {name} | {sigma} | {lag} | {alpha0:g} | {m['dlog']:.4f} | "
+                          f"{m['within']:.2f} | {m['rmse']:.3f} | {_fmt(band, 4)} | "
+                          f"×{max(x['over'] for x in ms):.3g} |")
+
+
+def sac_cadence_metrics(run, min_alpha=1e-4):
+    """Alpha's step-to-step change (median |d log alpha|, 2nd half), the share of updates at
+    the floor, the overshoot of its settled value (median of the last quarter) on the way in,
+    the first env step in the 10 % band and the final evaluation return."""
+    steps, alpha = run.get("alpha")
+    ent_steps, entropy = run.get("entropy")
+    target = run.get("target_entropy")[1]
+    settled = float(np.median(alpha[-alpha.size // 4:]))
+    lo, hi = float(alpha.min()), float(alpha.max())
+    over = hi / settled if alpha[0] < settled else settled / lo
+    band = np.abs(entropy - target[:entropy.size]) <= 0.1 * np.abs(target[:entropy.size])
+    return {"dlog": float(np.median(np.abs(np.diff(np.log(alpha[alpha.size // 2:]))))),
+            "floor": float(np.mean(alpha <= 1.05 * min_alpha)), "over": over,
+            "band": float(ent_steps[np.argmax(band)]) if band.any() else math.nan,
+            "ret": float(run.get("eval/return")[1][-1]), "settled": settled}
+
+
+def benchmark_sac_cadence(seeds, out_dir, jobs, steps=10000):
+    """(g) SAC's cadence on real tasks: Pendulum (target -1) and discrete CartPole (SAC's
+    0.98 log 2), the PID and SAC's own rule, from alpha 1 and 1e-3 (no max_alpha)."""
+    from alf_entropy.experiments.report import load_run
+
+    tasks = {"Pendulum": ("sac_pendulum.gin", -1.0),
+             "CartPole (discrete)": ("sac_cartpole.gin", 0.98 * math.log(2))}
+    rules = {"PID (defaults)": "PIDEntropyTargetAlgorithm",
+             "SAC rule, lr 3e-4": "SGDEntropyTargetAlgorithm"}
+    common = SAC_COMMON + [f"OffPolicyTrainer.num_env_steps = {steps}",
+                           "OffPolicyTrainer.eval_interval = 1000"]
+    runs = {}
+    for task, (gin, target) in tasks.items():
+        for rule, cls in rules.items():
+            for alpha0 in (1.0, 1e-3):
+                spec = {"seeds": list(seeds), "seed_binding": "OffPolicyTrainer.seed",
+                        "gin_file": [gin], "gin_param": common + [
+                            f"SacAlgorithm.entropy_target_cls = @{cls}",
+                            f"{cls}.target_entropy = {target}", f"{cls}.initial_alpha = {alpha0}"]}
+                name = f"{gin[:-4]}_{cls[:3].lower()}_{alpha0:g}"
+                runs[(task, rule, alpha0)] = _run_sweeps(
+                    {name: spec}, os.path.join(out_dir, "sac_cadence"), jobs)
+    print(f"\n(g) SAC's cadence, {steps} env steps, one update per step, mean over seeds "
+          f"{list(seeds)} (overshoot: the worst seed)\n")
+    print("| task | controller | alpha0 | median abs d log alpha (2nd half) | updates at the "
+          "floor | overshoot of settled alpha | settled alpha | in the 10 % band at (env step) "
+          "| final eval return |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for key, dirs in runs.items():
+        ms = [sac_cadence_metrics(load_run(d)) for d in dirs]
+        m = {k: float(np.mean([x[k] for x in ms])) for k in ("dlog", "floor", "settled")}
+        rets, bands = [x["ret"] for x in ms], [x["band"] for x in ms]
+        band = max(bands)  # the slowest seed (nan if one never got there)
+        print(f"| {key[0]} | {key[1]} | {key[2]:g} | {m['dlog']:.4f} | {m['floor']:.2f} | "
+              f"×{max(x['over'] for x in ms):.3g} | {m['settled']:.3g} | {_fmt(band, 5)} | "
+              f"{np.mean(rets):.1f} ({min(rets):.1f}..{max(rets):.1f}) |")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -483,6 +600,9 @@ def main():
     parser.add_argument("--anneal", action="store_true",
                         help="also run (d'), discrete SAC annealed")
     parser.add_argument("--no_synthetic", action="store_true", help="skip (a)")
+    parser.add_argument("--noisy", action="store_true", help="also run (f), noisy plants")
+    parser.add_argument("--sac_cadence", action="store_true",
+                        help="also run (g), SAC's cadence on Pendulum and discrete CartPole")
     parser.add_argument("--jobs", type=int, default=2, help="parallel PPO runs")
     parser.add_argument("--only", nargs="+", default=None,
                         help="(a): only controllers whose name contains one of these")
@@ -503,6 +623,10 @@ def main():
         benchmark_main_job(args.seeds, args.out_dir, args.jobs)
     if args.anneal:
         benchmark_annealing(args.seeds, args.out_dir, args.jobs)
+    if args.noisy:
+        benchmark_noisy(args.seeds)
+    if args.sac_cadence:
+        benchmark_sac_cadence(args.seeds, args.out_dir, args.jobs)
 
 
 if __name__ == "__main__":

@@ -5,8 +5,6 @@ Compares, in one run, for T x B in {1x1, 32x64, 256x1024}:
 * ``ours/auto``: ``EntropyTargetAlgorithm`` as users get it (on the CPU the
   plain-Python update over CPU buffers; on CUDA the tensor path),
 * ``ours/tensor``: the ``torch.where`` stage machine (what runs on a GPU),
-* ``ours/compiled``: the same fused by ``torch.compile`` (compiled during
-  warm-up, which is not timed),
 * ``branchy``: a straightforward implementation of the same rule that
   branches in Python on tensor values (ALF's code with ``if valid_mask``
   fixed), kept here for comparison.
@@ -19,18 +17,23 @@ the CPU it is a plain memory read, which is why ``auto`` may use them there.
 A second table gives the cost of one ``adjust_alpha`` of every rule (staged,
 PID, SGD) for one controller and for a batch of K = 8 (``batch_shape=(8,)``),
 on the host path (``auto`` on the CPU) and the tensor path, and the ratio of
-K = 8 to K = 1.
+K = 8 to K = 1.  With ``--compare REV`` that table is measured for this checkout and for
+the package at git revision ``REV``, in separate processes taking turns (three rounds, the
+best of each), with the ratio now / then.
 
-Usage: ``python benchmarks/controller_overhead.py [--iters N] [--device cpu|cuda|all]``
+Usage: ``python benchmarks/controller_overhead.py [--iters N] [--device cpu|cuda|all]
+[--compare REV]``
 """
 import argparse
 import contextlib
 import functools
 import time
+import warnings
 from typing import Callable, Dict, List
 
 import numpy as np
 import torch
+from absl import logging as absl_logging
 
 from alf_entropy.algorithms.entropy_target_algorithm import (
     EntropyTargetAlgorithm,
@@ -183,9 +186,6 @@ def run(device: torch.device, iters: int) -> List[Dict[str, object]]:
             "ours/tensor": EntropyTargetAlgorithm(
                 spec, target_entropy=0.3, update_mode="tensor"
             ).to(device),
-            "ours/compiled": EntropyTargetAlgorithm(
-                spec, target_entropy=0.3, update_mode="compiled"
-            ).to(device),
             "branchy": BranchyController(0.3, device),
         }
         timings = _time_interleaved(
@@ -225,7 +225,8 @@ def run_batches(device: torch.device, iters: int) -> List[Dict[str, object]]:
         for mode in modes:
             for k in (1, 8):
                 shape = () if k == 1 else (k,)
-                ctrl = cls(spec, target_entropy=0.6, batch_shape=shape, update_mode=mode)
+                ctrl = cls(spec, target_entropy=0.6, batch_shape=shape, update_mode=mode,
+                           max_alpha=1.0)
                 entropy = torch.full(shape, 0.5).to(device)
                 fns[(rule, mode, k)] = functools.partial(ctrl.to(device).adjust_alpha, entropy)
     timings = _time_interleaved(fns, max(iters // 7, 10), device)
@@ -235,14 +236,52 @@ def run_batches(device: torch.device, iters: int) -> List[Dict[str, object]]:
     return rows
 
 
+def compare(rev: str, iters: int, rounds: int = 3) -> None:
+    """``run_batches`` on the CPU for this checkout and for ``rev``'s package, taking turns."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    old = tempfile.mkdtemp(prefix="alf_entropy_rev_")
+    archive = subprocess.run(["git", "-C", root, "archive", rev, "alf_entropy"],
+                             check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", old], input=archive, check=True)
+    best: Dict[str, Dict[tuple, float]] = {"now": {}, "then": {}}
+    for _ in range(rounds):
+        for who, path in (("then", old), ("now", root)):
+            out = subprocess.run(
+                [sys.executable, __file__, "--batches_json", "--iters", str(iters)],
+                env={**os.environ, "PYTHONPATH": path}, check=True, capture_output=True,
+                text=True).stdout
+            for r in json.loads(out.splitlines()[-1]):
+                key = (r["rule"], r["mode"], r["k"])
+                best[who][key] = min(best[who].get(key, float("inf")), r["us"])
+    print(f"\nadjust_alpha on the CPU, this checkout (now) and {rev} (then), best of {rounds}")
+    print(f"{'rule':7} {'path':7} {'K':>3} {'now us':>8} {'then us':>8} {'now/then':>9}")
+    for key, us in sorted(best["now"].items()):
+        print(f"{key[0]:7} {key[1]:7} {key[2]:3d} {us:8.1f} {best['then'][key]:8.1f} "
+              f"{us / best['then'][key]:9.2f}")
+
+
 def main() -> None:
     """Parse the flags, run every implementation and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--iters", type=int, default=2000)
     parser.add_argument("--device", default="all", choices=["cpu", "cuda", "all"])
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    parser.add_argument("--compare", metavar="REV", help="also time REV's package (git)")
+    parser.add_argument("--batches_json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    warnings.simplefilter("ignore")  # the controllers' unreachable-target warning
+    absl_logging.set_verbosity(absl_logging.ERROR)
+    if args.batches_json:  # one side of --compare
+        import json
+        print(json.dumps(run_batches(torch.device("cpu"), args.iters)))
+        return
     devices = [torch.device("cpu")]
     if args.device == "cuda" or (args.device == "all" and torch.cuda.is_available()):
         devices = ([torch.device("cuda")] if args.device == "cuda"
@@ -269,6 +308,8 @@ def main() -> None:
         for r in run_batches(device, args.iters):
             print(f"{r['device']:6} {r['rule']:7} {r['mode']:7} {r['k']:3d} {r['us']:10.1f} "
                   f"{r['ratio']:7.2f}")
+    if args.compare:
+        compare(args.compare, args.iters)
 
 
 if __name__ == "__main__":

@@ -68,11 +68,11 @@ from stamp import stamp
 
 from alf_entropy import BoundedTensorSpec, EntropyTargetAlgorithm, PIDEntropyTargetAlgorithm
 from alf_entropy.experiments import control_metrics
-from alf_entropy.integrations.llm import lm_pid_settings
+from alf_entropy.integrations.llm import LM_SETTINGS, lm_controller, lm_pid_settings
 from alf_entropy.utils import schedulers
 from alf_entropy.utils.schedulers import LinearScheduler
 
-CONTROLLERS = ("none", "trl_0.005", "trl_0.05", "pid", "staged")
+CONTROLLERS = ("none", "trl_0.005", "trl_0.05", "lm", "pid", "staged")
 
 
 class TRLRule:
@@ -95,7 +95,7 @@ class TRLRule:
 
 
 def pid_changes(kind: str) -> Dict[str, float]:
-    """The settings ``pid:kp=12,kd=5`` changes in the preset (``{}`` for ``pid``)."""
+    """The settings ``pid:kp=12,kd=5`` (or ``lm:kd=1``) changes (``{}`` for ``pid``)."""
     changes = kind.partition(":")[2]
     return {k: float(v) for k, v in (item.split("=") for item in changes.split(",") if item)}
 
@@ -104,14 +104,14 @@ def controller_kind(text: str) -> str:
     """``argparse`` type of ``--controllers``: a name of ``CONTROLLERS`` or ``pid:k=v,...``."""
     name, _, changes = text.partition(":")
     try:
-        valid = name in CONTROLLERS and (not changes or name == "pid") and (
-            pid_changes(text).keys() <= lm_pid_settings(1.0).keys())
+        preset = {"pid": lm_pid_settings(1.0), "lm": LM_SETTINGS}.get(name, {})
+        valid = name in CONTROLLERS and pid_changes(text).keys() <= preset.keys()
     except ValueError:
         valid = False
     if not valid:
         raise argparse.ArgumentTypeError(
-            f"{text!r}: one of {CONTROLLERS}, or pid:name=value,... with names of "
-            f"lm_pid_settings (e.g. pid:kp=12,kd=5)")
+            f"{text!r}: one of {CONTROLLERS}, or pid:name=value,... (lm:name=value,...) with "
+            f"names of lm_pid_settings (LM_SETTINGS), e.g. pid:kp=12,kd=5")
     return text
 
 
@@ -119,6 +119,8 @@ def make_controller(kind: str, spec: BoundedTensorSpec, target):
     """The package's controller for ``kind`` (``None`` for ``none`` and TRL's rule)."""
     if kind.partition(":")[0] == "pid":
         return PIDEntropyTargetAlgorithm(spec, **{**lm_pid_settings(target), **pid_changes(kind)})
+    if kind.partition(":")[0] == "lm":
+        return lm_controller(spec, target, **pid_changes(kind))
     if kind == "staged":
         return EntropyTargetAlgorithm(spec, target_entropy=target)
     return None
@@ -142,6 +144,8 @@ def summarize(entropies, targets, rewards, step_s, ctl_s) -> Dict[str, float]:
             "overshoot": float(np.max(e[start:] / t[start:])) if reached else nan,
             "below10": control_metrics.fraction_below(e, t, 0.10, start) if reached else nan,
             "floor": control_metrics.minimum_variance_floor(e, t, start) if reached else nan,
+            # the readings' noise: second differences of white noise have 6x its variance
+            "noise": float(np.sqrt(np.mean(np.diff(e[start:], 2) ** 2) / 6)) if reached else nan,
             "reached": float(reached), "reward": float(np.mean(rewards[int(0.8 * len(e)):])),
             "final_h": float(np.mean(e[-20:])),
             "step_s": float(np.median(step_s)), "ctl_s": float(np.median(ctl_s))}
@@ -261,10 +265,10 @@ def run_toy(kind: str, lr: float, seed: int, steps: int, target_value: float,
                      ctl_s or [0.0])
 
 
-HEADER = ("| task | target | lr | controller | RMSE [seeds' range] | RMSE / mean target "
+HEADER = ("| task | target | lr | controller | RMSE [seeds' range] | noise | RMSE / mean target "
           "| max H / target (worst seed) | steps >10% below | floor | reached | reward | final H "
           "| s / step | controller s / step s |\n"
-          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def row(task: str, target: str, lr: float, kind: str, rows: List[Dict[str, float]]) -> str:
@@ -281,6 +285,7 @@ def row(task: str, target: str, lr: float, kind: str, rows: List[Dict[str, float
     spread = f" [{min(rmse):.2f}, {max(rmse):.2f}]" if rmse else ""
     worst = f" ({max(values('overshoot')):.2f})" if rmse else ""
     return (f"| {task} | {target} | {lr:g} | {kind} | {mean('rmse'):.3f}{spread} | "
+            f"{mean('noise'):.3f} | "
             f"{mean('rel_rmse'):.1%} | {mean('overshoot'):.2f}{worst} | {mean('below10'):.1%} | "
             f"{mean('floor'):.3f} | "
             f"{sum(r['reached'] for r in rows):.0f}/{len(rows)} | {mean('reward'):.2f} | "
@@ -296,9 +301,10 @@ def main(argv: List[str] = None) -> None:
                         type=controller_kind)
     parser.add_argument("--no_schedule", action="store_true")
     parser.add_argument("--toy_lrs", type=float, nargs="+", default=[1e-3, 3e-3, 1e-2])
-    parser.add_argument("--toy_steps", type=int, default=200)
+    parser.add_argument("--toy_steps", type=int, default=300)
     parser.add_argument("--toy_target", type=float, default=3.0)
-    parser.add_argument("--toy_batch", type=int, default=8)
+    parser.add_argument("--toy_batch", type=int, default=32, help="completions per step (4 per "
+                        "prompt: 32 is 8 prompts)")
     parser.add_argument("--vocab", type=int, nargs="+", default=[32_000, 150_000])
     parser.add_argument("--lrs", type=float, nargs="+", default=[0.03, 0.1, 0.3])
     parser.add_argument("--steps", type=int, default=300)
@@ -311,7 +317,7 @@ def main(argv: List[str] = None) -> None:
     schedules = [False] if args.no_schedule else [False, True]
     print(f"LLM entropy control ({stamp(['trl', 'transformers'])}); seeds {args.seeds}\n")
     print(HEADER)
-    pids = [kind for kind in args.controllers if kind.partition(":")[0] == "pid"]
+    pids = [kind for kind in args.controllers if kind.partition(":")[0] in ("pid", "lm")]
     best = []  # per (task, target, lr): each seed's lowest RMSE among the PID rows
 
     def run_all(task, name, lr, run):

@@ -14,7 +14,7 @@ _RENAMED = {"_watch_entropy": "_watch_ema", "_settled": "_watch_settled",
 _GONE = ("_watch_ref", "_watch_trough", "_watch_below", "_watch_stalled", "_stalled", "_grad")
 _ADDED = ("_ref_target", "_target_now", "_watch_settled", "_watch_stalled_for", "_span_lo",
           "_span_hi", "_acc_sum", "_acc_count", "_gain", "_exp_avg", "_exp_avg_sq",
-          "_adam_step")
+          "_adam_step", "_noise")
 """Buffers earlier layouts lacked: a fresh controller's values are taken."""
 _ADAM = {"exp_avg": "_exp_avg", "exp_avg_sq": "_exp_avg_sq", "step": "_adam_step"}
 """The SGD rule's ``torch.optim.Adam`` state (earlier, its ``_extra_state``): now buffers."""
@@ -30,6 +30,9 @@ def _upgrade(module: nn.Module, state_dict: Dict[str, Any], prefix: str, *args: 
     for old, new in _ADAM.items():
         if old in extra.get("state", {}).get(0, {}) and new in module._buffers:
             state_dict[prefix + new] = extra["state"][0][old].to(module._buffers[new].dtype)
+    if prefix + "_fast" in state_dict and prefix + "_level" not in state_dict:  # the PID's
+        for name in ("_level", "_reading", "_before"):  # the recent entropy: its fast average
+            state_dict[prefix + name] = state_dict[prefix + "_fast"].clone()
     for name in _ADDED:
         if module._buffers.get(name) is not None and prefix + name not in state_dict:
             state_dict[prefix + name] = module._buffers[name].detach().clone()

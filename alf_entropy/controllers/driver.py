@@ -59,6 +59,7 @@ class Driver(AlfSubAlgorithm):
 
     State: Any = NamedTuple
     CLAMPED = True  # alpha stays in [min_alpha, max_alpha] (not a fixed coefficient)
+    ZERO_ALPHA = False  # alpha may be 0 (a log-space rule cannot start there)
 
     def __init__(self, action_spec: Any, target_entropy: Any, initial_alpha: float,
                  min_alpha: float, max_alpha: Optional[float], update_mode: str,
@@ -74,7 +75,8 @@ class Driver(AlfSubAlgorithm):
         self._action_spec, self._update_mode = action_spec, update_mode
         self._batch = tuple(check_int("batch_shape[0]", k, minimum=1) for k in batch_shape)
         self._target = Target(target_entropy, action_spec, self._batch, name)
-        alpha = check_real("initial_alpha", initial_alpha, positive=self.CLAMPED, minimum=0.0)
+        alpha = check_real("initial_alpha", initial_alpha, positive=not self.ZERO_ALPHA,
+                           minimum=0.0)
         self._settings: Dict[str, Any] = dict(min_alpha=min_alpha, max_alpha=max_alpha)
         self._log_bounds(self._settings)
         if self.CLAMPED and not min_alpha <= alpha <= (max_alpha or math.inf):
@@ -118,7 +120,7 @@ class Driver(AlfSubAlgorithm):
         high = check_real("max_alpha", s["max_alpha"], positive=True, allow_none=True)
         if high is not None and high < low:
             raise ValueError(f"min_alpha ({low}) must be <= max_alpha ({high})")
-        return f32(math.log(low)) if low > 0 else -100.0, math.inf if high is None else f32(
+        return f32(math.log(low)) if low > 0 else -math.inf, math.inf if high is None else f32(
             math.log(high))
 
     def _constants(self, settings: Dict[str, Any]) -> Any:
@@ -152,7 +154,8 @@ class Driver(AlfSubAlgorithm):
         rule = self._rule(x, s.rule, entropy, s.target)
         b = self._b
         log_alpha = x.minimum(x.maximum(rule.log_alpha, b.lo), b.hi)
-        log_alpha = x.minimum(x.maximum(log_alpha, s.span_hi - b.span), s.span_lo + b.span)
+        if b.span < NO_SPAN:  # a constant: no branch on a value
+            log_alpha = x.minimum(x.maximum(log_alpha, s.span_hi - b.span), s.span_lo + b.span)
         watch, target = watch_rule(x, s.watch, entropy, s.target, log_alpha, self._w, b.hi)
         new = gate(x, finite & has_data, Update(
             rule._replace(log_alpha=log_alpha), watch, target,

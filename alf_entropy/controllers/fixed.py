@@ -37,7 +37,7 @@ class FixedEntropyCoefficient(EntropyController):
     """
 
     State = FixedState
-    CLAMPED = False
+    CLAMPED, ZERO_ALPHA = False, True
 
     def __init__(self, action_spec: Any, initial_alpha: float = 0.1,
                  target_entropy: Any = None, min_alpha: float = 1e-4,

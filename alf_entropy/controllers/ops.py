@@ -4,7 +4,8 @@ A rule never branches in Python on a value: each decision is an ``x.where``, so 
 runs on CPU state as NumPy (``ScalarOps`` for one controller, ``ArrayOps`` for a batch: plain
 memory reads) and on any device as tensors (``TensorOps``: no host read), with the same
 dtypes and bits.  Constants are Python floats on both (weak scalars, in NumPy >= 2 as in
-torch); a Python float chosen by ``where`` is float32 on both.
+torch); a Python float chosen by ``where`` is float32 on both.  A rule divides a number by a
+tensor only as ``1.0 / t`` (torch computes ``c / t`` as ``c * (1 / t)``).
 """
 from typing import Any, Callable, Tuple
 
@@ -18,6 +19,11 @@ def _f32(v: Any) -> Any:
     return np.float32(v) if type(v) is float else v  # np.float64 is a float subclass
 
 
+def _log64(v: Any) -> Any:
+    with np.errstate(divide="ignore"):  # log(0) = -inf, as torch's
+        return np.log(np.float64(v) if np.ndim(v) == 0 else np.asarray(v, np.float64))
+
+
 def f32(v: float) -> float:
     """``v`` rounded to float32 (a constant the rules combine in float32)."""
     return float(np.float32(v))
@@ -29,6 +35,8 @@ class ScalarOps:
     maximum, minimum, abs = staticmethod(max), staticmethod(min), staticmethod(abs)
     clip = staticmethod(lambda v, lo, hi: min(max(v, lo), hi))
     f32, f64, i32, isfinite = np.float32, np.float64, np.int32, np.isfinite
+    sqrt = staticmethod(lambda v: np.float32(np.sqrt(np.float64(v))))
+    log = staticmethod(lambda v: np.float32(_log64(v)))
 
     @staticmethod
     def where(cond: Any, a: Any, b: Any) -> Any:
@@ -85,6 +93,9 @@ class TensorOps:
     """Tensors on any device: never reads a value on the host."""
 
     where, abs, isfinite, clip = torch.where, torch.abs, torch.isfinite, torch.clamp
+    # of float32 values, in float64: torch's float32 sqrt is not correctly rounded
+    sqrt = staticmethod(lambda t: torch.sqrt(t.to(torch.float64)).to(torch.float32))
+    log = staticmethod(lambda t: torch.log(t.to(torch.float64)).to(torch.float32))
     maximum, minimum = _bound(torch.maximum, "min"), _bound(torch.minimum, "max")
     f32 = staticmethod(lambda t: t.to(torch.float32))
     f64 = staticmethod(lambda t: t.to(torch.float64) if torch.is_tensor(t) else t)

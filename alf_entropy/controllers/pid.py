@@ -19,17 +19,24 @@ from alf_entropy.controllers.ops import f32
 from alf_entropy.utils.checks import check_real
 from alf_entropy.utils.entropies import entropy_per_log_alpha
 
-__all__ = ["PIDEntropyTargetAlgorithm", "pid_rule"]
+__all__ = ["PIDEntropyTargetAlgorithm", "pid_rule", "NOISE_EMA"]
+
+NOISE_EMA = 0.99
+"""Memory of the readings' noise estimate (a running mean over its first 100 updates)."""
 
 
 class PIDState(NamedTuple):
     log_alpha: Any
     integral: Any
     err_ema: Any
-    fast: Any  # fast and slow entropy averages: their difference is the trend
+    fast: Any  # fast and slow averages of the level: their difference is the trend
     slow: Any
     count: Any
     gain: Any  # the integral rate's growth: + while below the target, - above
+    level: Any  # the entropy, filtered by K (the noise's)
+    noise: Any  # the readings' noise variance, from their second differences
+    reading: Any  # the last two readings
+    before: Any
 
 
 class PIDConsts(NamedTuple):
@@ -43,9 +50,10 @@ class PIDConsts(NamedTuple):
     deadband: float
     max_step: float
     gain_growth: float
-    gain_shrink: float
     max_gain: float
     gain_band: float
+    noise_step: float
+    noise_beta: float
     lo: float
     hi: float
 
@@ -62,21 +70,28 @@ def pid_rule(x: Any, s: PIDState, entropy: Any, target: Any, c: PIDConsts) -> PI
     ``c.max_step`` in log per update.
     """
     first = s.count == 0
-    err = (target - entropy) * c.inv_scale
+    d2 = entropy - 2.0 * s.reading + s.before  # white noise of variance v: 6 v on average
+    w = x.maximum(1.0 / x.f32(x.maximum(s.count - 1, 1)), 1.0 - c.noise_beta)
+    noise = x.where(s.count >= 2, s.noise + w * (d2 * d2 / 6.0 - s.noise), s.noise)
+    k = 1.0 / x.maximum(c.kp * x.sqrt(noise) * c.inv_scale / c.noise_step, 1.0)  # the filter
+    level = x.where(first, entropy, s.level + k * (entropy - s.level))
+    g = x.sqrt(k)  # every gain slowed with the filter: the loop stays as damped
+    err = (target - level) * c.inv_scale
     err_ema = x.where(first, err, c.err_beta * s.err_ema + (1 - c.err_beta) * err)
-    fast = x.where(first, entropy, c.fast_beta * s.fast + (1 - c.fast_beta) * entropy)
-    slow = x.where(first, entropy, c.slow_beta * s.slow + (1 - c.slow_beta) * entropy)
+    fast = x.where(first, level, c.fast_beta * s.fast + (1 - c.fast_beta) * level)
+    slow = x.where(first, level, c.slow_beta * s.slow + (1 - c.slow_beta) * level)
     trend = (fast - slow) * c.inv_scale  # > 0: rising
-    pd = c.kp * err_ema - c.kd * trend
+    pd = g * (c.kp * err_ema - c.kd * trend)
     below = err_ema > 0
     outside = x.abs(err_ema) > c.gain_band * x.abs(target) * c.inv_scale
     same_side = x.where(below, s.gain > 0, s.gain < 0)
-    gain = x.abs(s.gain) * x.where(below & (trend <= 0), c.gain_growth, c.gain_shrink)
+    growth = 1.0 + (c.gain_growth - 1.0) * k
+    gain = x.abs(s.gain) * x.where(below & (trend <= 0), growth, 1.0 / growth)
     gain = x.minimum(x.where(gain < 1.0, 1.0, gain), c.max_gain)
     gain = x.where(same_side & outside, gain, 1.0)
-    inside = x.abs(target - entropy) <= c.deadband * x.abs(target)
+    inside = x.abs(target - level) <= c.deadband * x.abs(target)
     hold = inside | ((err > 0) & (pd < 0)) | ((err < 0) & (pd > 0))
-    step = x.minimum(x.maximum(c.ki * gain * err, -c.max_step), c.max_step)
+    step = x.minimum(x.maximum(g * c.ki * gain * err, -c.max_step), c.max_step)
     integral = s.integral + x.where(hold, 0.0, step)
     integral = x.where(first, s.log_alpha - pd, integral)
     wanted = integral + pd
@@ -84,7 +99,8 @@ def pid_rule(x: Any, s: PIDState, entropy: Any, target: Any, c: PIDConsts) -> PI
     integral = integral + (bounded - wanted)
     log_alpha = x.minimum(x.maximum(bounded, s.log_alpha - c.max_step), s.log_alpha + c.max_step)
     return PIDState(log_alpha, integral, err_ema, fast, slow, s.count + 1,
-                    x.where(below, gain, -gain))
+                    x.where(below, gain, -gain), level, noise, entropy,
+                    x.where(first, entropy, s.reading))
 
 
 @gin.configurable
@@ -107,6 +123,9 @@ class PIDEntropyTargetAlgorithm(EntropyController):
         deadband: relative band around the target in which the integral holds, in ``[0, 1)``.
         max_alpha_change: the largest factor ``alpha`` may change by in one update (> 1).
         error_scale: entropy per unit of ``log_alpha`` (> 0); None: from the spec.
+        noise_step: the ``log_alpha`` step that the readings' noise alone may cause per
+            update (> 0): the noisier the readings, the more they are filtered and the
+            slower every gain (``pid_rule``); ``inf``: no filter.
 
     Examples:
         >>> import torch
@@ -127,8 +146,9 @@ class PIDEntropyTargetAlgorithm(EntropyController):
                  trend_emas: Tuple[float, float] = (0.6, 0.9), deadband: float = 0.0,
                  max_alpha_change: float = 1.25, min_alpha: float = 1e-4,
                  max_alpha: Optional[float] = None, error_scale: Optional[float] = None,
-                 update_mode: str = "auto", batch_shape: Sequence[int] = (),
-                 debug_summaries: bool = False, name: str = "PIDEntropyTargetAlgorithm",
+                 noise_step: float = 0.05, update_mode: str = "auto",
+                 batch_shape: Sequence[int] = (), debug_summaries: bool = False,
+                 name: str = "PIDEntropyTargetAlgorithm",
                  **unknown: Any):
         super().__init__(action_spec, target_entropy, initial_alpha, min_alpha, max_alpha,
                          update_mode, batch_shape, debug_summaries, name)
@@ -136,7 +156,7 @@ class PIDEntropyTargetAlgorithm(EntropyController):
             kp=kp, ki=ki, kd=kd, integral_growth=integral_growth,
             max_integral_gain=max_integral_gain, growth_band=growth_band, error_ema=error_ema,
             trend_emas=trend_emas, deadband=deadband, max_alpha_change=max_alpha_change,
-            error_scale=error_scale)
+            error_scale=error_scale, noise_step=noise_step)
         self._refuse(unknown)
         self._configure({})
         self.register_buffer("_integral", self._log_alpha.clone())
@@ -144,6 +164,8 @@ class PIDEntropyTargetAlgorithm(EntropyController):
             self.register_buffer(name, self._full(0.0))
         self.register_buffer("_count", self._full(0, torch.int64))
         self.register_buffer("_gain", self._full(1.0))
+        for name in ("_level", "_noise", "_reading", "_before"):
+            self.register_buffer(name, self._full(0.0))
 
     def _constants(self, s: Dict[str, Any]) -> PIDConsts:
         for arg in ("kp", "ki", "kd"):
@@ -160,10 +182,11 @@ class PIDEntropyTargetAlgorithm(EntropyController):
         check_real("max_integral_gain", s["max_integral_gain"], minimum=1.0)
         check_real("growth_band", s["growth_band"], minimum=0.0, below=1.0)
         check_real("max_alpha_change", s["max_alpha_change"], above=1.0)
+        noise_step = check_real("noise_step", s["noise_step"], positive=True, finite=False)
         return PIDConsts(*map(f32, (
             1.0 / self._error_scale(s), s["kp"], s["ki"], s["kd"], s["error_ema"], fast, slow,
-            s["deadband"], math.log(s["max_alpha_change"]), growth, 1.0 / growth,
-            s["max_integral_gain"], s["growth_band"], *self._log_bounds(s))))
+            s["deadband"], math.log(s["max_alpha_change"]), growth, s["max_integral_gain"],
+            s["growth_band"], noise_step, NOISE_EMA, *self._log_bounds(s))))
 
     def _rule(self, x: Any, s: PIDState, entropy: Any, target: Any) -> PIDState:
         return pid_rule(x, s, entropy, target, self._c)

@@ -85,7 +85,7 @@ class SGDEntropyTargetAlgorithm(EntropyController):
     The shared arguments are ``EntropyController``'s; its own:
 
     Args:
-        lr: the learning rate of ``log_alpha`` (> 0).
+        lr: the learning rate of ``log_alpha`` (>= 0; 0: a fixed alpha that logs its target).
         optimizer: ``"adam"`` (SAC's) or ``"sgd"`` (plain gradient steps); a torch
             optimiser factory of earlier configs is read as one of these (with its lr).
         window_size: updates the entropy is averaged over (>= 1).
@@ -126,7 +126,7 @@ class SGDEntropyTargetAlgorithm(EntropyController):
 
     def _constants(self, s: Dict[str, Any]) -> SGDConsts:
         check_choice("optimizer", s["optimizer"], ("adam", "sgd"))
-        return SGDConsts(check_real("lr", s["lr"], positive=True), s["optimizer"] == "adam")
+        return SGDConsts(check_real("lr", s["lr"], minimum=0.0), s["optimizer"] == "adam")
 
     def _rule(self, x: Any, s: SGDState, entropy: Any, target: Any) -> SGDState:
         return sgd_rule(x, s, entropy, target, self._c)

@@ -1,8 +1,10 @@
 """The windup watch, settled annealing and the NaN/inf count: the driver's own state.
 
 A stall is the smoothed entropy below the target with ``alpha`` at its ceiling, the one state
-in which alpha provably can do no more.  Settled annealing: after ``window`` updates within
-``tolerance`` of the target (or stalled) the target steps down by ``drop`` of itself.
+in which alpha provably can do no more; ``stalled_for`` counts stalls up and other updates
+down (not below 0), so a target is found unreachable once alpha has been stuck for most of a
+window, however often noise knocks it off the ceiling.  Settled annealing: after ``window``
+updates within ``tolerance`` of the target (or stalled) the target steps down by ``drop``.
 """
 import math
 from typing import Any, NamedTuple, Tuple
@@ -13,14 +15,14 @@ __all__ = ["WINDUP_WINDOW", "WATCH_EMA", "WatchState", "Anneal", "anneal_of", "w
            "unreachable_message", "stuck_message"]
 
 WINDUP_WINDOW = 500
-"""Updates below the target with ``alpha`` at its ceiling before the target is unreachable."""
+"""Net updates below the target with ``alpha`` at its ceiling: then the target is unreachable."""
 WATCH_EMA = 0.99
 """Smoothing of the entropy that the watch and settled annealing compare."""
 
 
 class WatchState(NamedTuple):
     ema: Any  # the smoothed entropy
-    stalled_for: Any  # updates in a row below the target with alpha at its ceiling
+    stalled_for: Any  # stalled updates less the others since it was last 0
     count: Any
     settled: Any  # updates in a row near the target
     nonfinite: Any
@@ -49,7 +51,8 @@ def watch_rule(x: Any, s: WatchState, entropy: Any, target: Any, log_alpha: Any,
     settled = x.where(near | stalled, s.settled + 1, 0)
     fire = settled >= w.window
     lowered = x.maximum(target - w.drop * x.abs(target), w.final)
-    return (WatchState(ema, x.where(stalled, s.stalled_for + 1, 0), s.count + 1,
+    stalled_for = x.where(stalled, s.stalled_for + 1, x.maximum(s.stalled_for - 1, 0))
+    return (WatchState(ema, stalled_for, s.count + 1,
                        x.where(fire, 0, settled), s.nonfinite), x.where(fire, lowered, target))
 
 

@@ -37,12 +37,18 @@ from typing import Any, Callable, Dict, Optional, Tuple, Union
 import torch
 
 from alf_entropy.controllers.base import EntropyController
+from alf_entropy.controllers.linear_pid import LinearPIDEntropyTargetAlgorithm
 from alf_entropy.controllers.nested import NestedEntropyTargetAlgorithm
+from alf_entropy.tensor_specs import BoundedTensorSpec
 from alf_entropy.utils import distributed, schedulers
 from alf_entropy.utils.checks import check_int, check_real, is_real
 
-__all__ = ["StepEntropyControl", "lm_pid_settings", "controller_alpha_bounds",
-           "encode_state", "decode_state"]
+__all__ = ["StepEntropyControl", "lm_controller", "LM_SETTINGS", "lm_pid_settings",
+           "controller_alpha_bounds", "encode_state", "decode_state"]
+
+LM_SETTINGS = dict(kp=0.3, ki=0.02, kd=3.0, trend_ema=0.5, initial_alpha=0.0, min_alpha=0.0,
+                   max_alpha=1.0)
+"""``lm_controller``'s settings of ``LinearPIDEntropyTargetAlgorithm`` (per nat per token)."""
 
 Target = Union[float, Callable[[], float]]
 Number = Union[float, torch.Tensor]
@@ -90,6 +96,33 @@ def check_step_controller(controller: Any) -> EntropyController:
         raise ValueError("controller must be on the CPU (the entropy arrives as a host float; "
                          f"a {controller.alpha.device} controller would sync every step)")
     return controller
+
+
+def lm_controller(vocabulary: Any, target_entropy: Target,
+                  **changes: Any) -> LinearPIDEntropyTargetAlgorithm:
+    """The recommended controller of an LLM's entropy bonus, for every learning rate.
+
+    A bonus can raise an LM's entropy, and only its absence lets it fall: above the target the
+    coefficient must be 0, not small.  So the controller is a PID of the coefficient itself,
+    clamped at 0 and at TRL's ``entropy_coef_max`` of 1 (``LinearPIDEntropyTargetAlgorithm``
+    with ``LM_SETTINGS``).
+
+    Args:
+        vocabulary: the token spec (``BoundedTensorSpec((), torch.int64, 0, V - 1)``) or the
+            vocabulary size ``V``.
+        target_entropy: nats per completion token at the sampling temperature, or a schedule.
+        **changes: settings that differ from ``LM_SETTINGS``.
+
+    Examples:
+        >>> lm = lm_controller(151_936, 0.5)
+        >>> float(lm.adjust_alpha(0.8)), float(lm.adjust_alpha(0.3)) > 0  # above, then below
+        (0.0, True)
+    """
+    if isinstance(vocabulary, numbers.Integral) and not isinstance(vocabulary, bool):
+        vocabulary = BoundedTensorSpec((), torch.int64, 0, check_int(
+            "vocabulary", vocabulary, minimum=2) - 1)
+    return LinearPIDEntropyTargetAlgorithm(vocabulary, target_entropy=target_entropy,
+                                           **{**LM_SETTINGS, **changes})
 
 
 def lm_pid_settings(target_entropy: Target) -> Dict[str, Any]:

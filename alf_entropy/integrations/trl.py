@@ -51,14 +51,17 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 
 from alf_entropy.controllers.base import EntropyController
 from alf_entropy.integrations.llm import (
+    LM_SETTINGS,
     StepEntropyControl,
     check_step_controller,
     controller_alpha_bounds,
+    lm_controller,
     lm_pid_settings,
 )
 
 __all__ = ["EntropyControlCallback", "add_entropy_control", "grpo_config_kwargs",
-           "check_grpo_config", "check_trl_internals", "lm_pid_settings", "SUPPORTED_TRL",
+           "check_grpo_config", "check_trl_internals", "lm_controller", "LM_SETTINGS",
+           "lm_pid_settings", "SUPPORTED_TRL",
            "STATE_KEY"]
 
 SUPPORTED_TRL = ">=1.16,<1.17"

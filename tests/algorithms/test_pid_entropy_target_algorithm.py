@@ -266,3 +266,36 @@ def test_a_tracked_target_and_its_step_up_raise_no_warning(lag, noise):
             assert not bool(pid.unreachable_target), k
     assert held < WINDUP_WINDOW // 10  # at the ceiling below the target only briefly
     assert entropy == pytest.approx(1.2, abs=0.1)
+
+
+def _noisy_plant(pid, sigma, lag, alpha, updates=2000, seed=0):
+    """SAC's cadence: the entropy follows -1 + 0.5 log(alpha / 0.2) (a 1-d squashed action)
+    with a first-order lag of ``lag`` updates, read with Gaussian noise of ``sigma`` nats."""
+    rng, entropy = np.random.default_rng(seed), -1.0 + 0.5 * math.log(alpha / 0.2)
+    entropies, alphas = [], []
+    for _ in range(updates):
+        entropy += (-1.0 + 0.5 * math.log(alpha / 0.2) - entropy) / lag
+        alpha = pid.adjust_alpha(entropy + sigma * rng.standard_normal()).item()
+        entropies.append(entropy)
+        alphas.append(alpha)
+    return np.array(entropies), np.array(alphas)
+
+
+@pytest.mark.parametrize("sigma", [0.05, 0.3])
+@pytest.mark.parametrize("lag", [1, 20])
+@pytest.mark.parametrize("initial_alpha", [1.0, 1e-3])
+def test_noisy_readings_do_not_reach_alpha(sigma, lag, initial_alpha):
+    """Per-batch noise of 0.05-0.3 nats at one update per gradient step: alpha moves by at
+    most 3 % per update in the second half and stays within x1.5 of the equilibrium (0.2),
+    the entropy reaches its 10 % band within 600 updates and alpha overshoots 0.2 by less
+    than x10 on the way in."""
+    spec = BoundedTensorSpec((1,), torch.float32, -1.0, 1.0)
+    pid = PIDEntropyTargetAlgorithm(spec, target_entropy=-1.0, initial_alpha=initial_alpha)
+    entropy, alpha = _noisy_plant(pid, sigma, lag, initial_alpha)
+    late = np.log(alpha[1000:])
+    assert np.median(np.abs(np.diff(late))) <= 0.03
+    assert np.all(np.abs(late - math.log(0.2)) <= math.log(1.5))
+    assert np.sqrt(np.mean((entropy[1000:] + 1.0) ** 2)) <= 0.05
+    assert np.argmax(np.abs(entropy + 1.0) <= 0.1) <= 600
+    overshoot = alpha.max() / 0.2 if initial_alpha < 0.2 else 0.2 / alpha.min()
+    assert overshoot < 10

@@ -3,6 +3,7 @@ per-iteration cap on alpha, over every adaptive controller."""
 import math
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
@@ -11,6 +12,7 @@ from alf_entropy.algorithms.entropy_target_algorithm import (
     SGDEntropyTargetAlgorithm,
 )
 from alf_entropy.algorithms.pid_entropy_target_algorithm import PIDEntropyTargetAlgorithm
+from alf_entropy.controllers import WINDUP_WINDOW
 from alf_entropy.tensor_specs import BoundedTensorSpec
 from alf_entropy.utils import summary
 from alf_entropy.utils.entropies import greedy_probability_target
@@ -197,3 +199,21 @@ def test_a_target_over_the_maximum_names_the_bound_of_its_own_action_kind(spec, 
     with pytest.raises(ValueError, match="above the largest entropy") as info:
         EntropyTargetAlgorithm(spec, target_entropy=5.0)
     assert hint in str(info.value) and not_hint not in str(info.value)
+
+
+@pytest.mark.parametrize("share, fires", [(0.66, True), (0.4, False)])
+def test_the_watch_counts_a_stall_that_noise_keeps_interrupting(share, fires):
+    """Alpha at its ceiling for 66 % of 2,000 updates, never 500 in a row (discrete SAC on
+    CartPole, noise knocking alpha off the ceiling): a stall for most of the window is found;
+    40 % is not."""
+    from alf_entropy.controllers.ops import ScalarOps
+    from alf_entropy.controllers.watch import WatchState, anneal_of, watch_rule
+
+    at_ceiling = np.random.default_rng(0).random(2000) < share
+    runs = np.diff(np.flatnonzero(np.diff(np.r_[0, at_ceiling.astype(int), 0])))[::2]
+    assert runs.max() < WINDUP_WINDOW
+    state = WatchState(0.3, 0, 0, 0, 0)
+    for at in at_ceiling:
+        state, _ = watch_rule(ScalarOps, state, 0.3, 0.68, 0.0 if at else -1.0, anneal_of(None),
+                              0.0)
+    assert (state.stalled_for >= WINDUP_WINDOW) == fires

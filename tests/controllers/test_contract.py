@@ -12,6 +12,7 @@ from alf_entropy.controllers import (
     EntropyController,
     EntropyTargetAlgorithm,
     FixedEntropyCoefficient,
+    LinearPIDEntropyTargetAlgorithm,
     NestedEntropyTargetAlgorithm,
     PIDEntropyTargetAlgorithm,
     SGDEntropyTargetAlgorithm,
@@ -20,7 +21,7 @@ from alf_entropy.tensor_specs import BoundedTensorSpec
 
 FOUR = BoundedTensorSpec((), torch.int64, 0, 3)
 CLASSES = [EntropyTargetAlgorithm, PIDEntropyTargetAlgorithm, SGDEntropyTargetAlgorithm,
-           FixedEntropyCoefficient, NestedEntropyTargetAlgorithm]
+           FixedEntropyCoefficient, LinearPIDEntropyTargetAlgorithm, NestedEntropyTargetAlgorithm]
 SHARED = ("target_entropy", "initial_alpha", "min_alpha", "max_alpha", "update_mode",
           "batch_shape", "debug_summaries")
 
@@ -94,7 +95,7 @@ def test_sgd_adam_is_torch_optim_adam_bit_for_bit(batch, mode):
     assert torch.equal(sgd._adam_step, torch.full(batch, 400))
 
 
-@pytest.mark.parametrize("cls", CLASSES[:4], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", CLASSES[:5], ids=lambda c: c.__name__)
 def test_a_loaded_live_state_is_copied_not_shared(cls):
     """A PBT exploit step in one process: loading a live controller's state_dict() into
     another, then stepping both, gives what a deep copy gives."""
@@ -123,7 +124,7 @@ def test_an_empty_batch_changes_nothing_not_even_first(cls, mode):
     assert all(torch.equal(v, _buffers(c)[k]) for k, v in before.items())
 
 
-@pytest.mark.parametrize("cls", CLASSES[:4], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", CLASSES[:5], ids=lambda c: c.__name__)
 def test_the_loss_uses_alpha_after_the_update_for_every_controller(cls):
     c = cls(FOUR, target_entropy=0.5)
     entropy = torch.full((4,), 1.2, requires_grad=True)
@@ -138,3 +139,20 @@ def test_an_earlier_configs_optimizer_factory_is_read_as_the_rule():
     plain = SGDEntropyTargetAlgorithm(FOUR, optimizer=lambda p: torch.optim.SGD(p, lr=0.5))
     assert (adam.settings["optimizer"], adam.settings["lr"]) == ("adam", 0.02)
     assert (plain.settings["optimizer"], plain.settings["lr"]) == ("sgd", 0.5)
+
+
+@pytest.mark.parametrize("mode", ["host", "tensor"])
+def test_the_linear_pid_reaches_zero_above_the_target_and_rebuilds_from_it(mode):
+    """A one-sided actuator: above the target the coefficient is 0 exactly, and the integral,
+    clamped at 0, does not wind down below it, so a fall under the target is answered at once."""
+    pid = LinearPIDEntropyTargetAlgorithm(FOUR, target_entropy=1.0, initial_alpha=0.2,
+                                          min_alpha=0.0, max_alpha=1.0, update_mode=mode)
+    for _ in range(50):
+        pid.adjust_alpha(1.3)
+    assert float(pid.alpha) == 0.0 and float(pid.integral) == 0.0
+    assert float(pid.adjust_alpha(0.9)) > 0.0
+    for _ in range(200):
+        pid.adjust_alpha(0.2)
+    assert float(pid.alpha) == 1.0 and float(pid.integral) == 1.0  # clamped: no windup
+    alphas = [float(pid.adjust_alpha(1.5)) for _ in range(100)]  # unwinds from the ceiling
+    assert alphas[-1] == 0.0 and alphas.index(0.0) < 100

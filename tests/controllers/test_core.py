@@ -9,6 +9,7 @@ import torch
 from alf_entropy.controllers import (
     EntropyTargetAlgorithm,
     FixedEntropyCoefficient,
+    LinearPIDEntropyTargetAlgorithm,
     PIDEntropyTargetAlgorithm,
     SGDEntropyTargetAlgorithm,
 )
@@ -26,6 +27,8 @@ RULES = {
     "sgd": functools.partial(SGDEntropyTargetAlgorithm, TWO, optimizer=SGD, max_alpha=50.0),
     "sgd/adam": functools.partial(SGDEntropyTargetAlgorithm, TWO, window_size=2),
     "fixed": functools.partial(FixedEntropyCoefficient, TWO),
+    "linear": functools.partial(LinearPIDEntropyTargetAlgorithm, TWO, min_alpha=0.0,
+                                max_alpha=5.0, kd=0.5),
 }
 ADAPTIVE = [k for k in RULES if k != "fixed"]
 

@@ -1,0 +1,110 @@
+"""PID control of the coefficient itself, clamped at 0: for a one-sided actuator.
+
+An entropy bonus can push the entropy up; only its absence lets it fall.  Above the target a
+log-space rule keeps a small positive coefficient (it can approach 0 only by decades), while
+this one reaches 0 and holds it: the PID-Lagrangian form of Stooke et al. 2020 (``coef =
+clip(kp e + I - kd trend, min_alpha, max_alpha)``, ``I = clip(I + ki e, min_alpha,
+max_alpha)``, ``e = target - H``), the derivative on the measured entropy's trend.
+"""
+import math
+from typing import Any, Dict, NamedTuple, Optional, Sequence
+
+import gin
+import torch
+
+from alf_entropy.controllers.base import EntropyController
+from alf_entropy.controllers.ops import f32
+from alf_entropy.utils.checks import check_real
+
+__all__ = ["LinearPIDEntropyTargetAlgorithm", "linear_pid_rule"]
+
+
+class LinearPIDState(NamedTuple):
+    log_alpha: Any
+    integral: Any  # in coefficient units, within [min_alpha, max_alpha]
+    level: Any  # the entropy, smoothed: its change is the trend
+    count: Any
+
+
+class LinearPIDConsts(NamedTuple):
+    kp: float
+    ki: float
+    kd: float
+    beta: float
+    lo: float
+    hi: float
+
+
+def linear_pid_rule(x: Any, s: LinearPIDState, entropy: Any, target: Any,
+                    c: LinearPIDConsts) -> LinearPIDState:
+    """One update of ``coef = clip(kp e + I - kd d(level), lo, hi)`` (module docstring)."""
+    first = s.count == 0
+    level = x.where(first, entropy, c.beta * s.level + (1.0 - c.beta) * entropy)
+    err = target - entropy
+    integral = x.clip(s.integral + c.ki * err, c.lo, c.hi)
+    coef = x.clip(c.kp * err + integral - c.kd * (level - x.where(first, entropy, s.level)),
+                  c.lo, c.hi)
+    return LinearPIDState(x.log(coef), integral, level, s.count + 1)
+
+
+@gin.configurable
+class LinearPIDEntropyTargetAlgorithm(EntropyController):
+    """PID control of ``alpha`` itself, clamped at ``min_alpha`` (which may be 0).
+
+    The shared arguments are ``EntropyController``'s (``min_alpha <= 0``: alpha reaches 0);
+    its own:
+
+    Args:
+        kp: proportional gain, coefficient per nat (>= 0).
+        ki: integral gain, coefficient per nat and update (>= 0).
+        kd: derivative gain on the smoothed entropy's change, coefficient per nat (>= 0).
+        trend_ema: smoothing of the entropy for the derivative, in ``[0, 1)``.
+
+    Examples:
+        >>> import torch
+        >>> from alf_entropy.tensor_specs import BoundedTensorSpec
+        >>> spec = BoundedTensorSpec((), torch.int64, 0, 99)
+        >>> pid = LinearPIDEntropyTargetAlgorithm(spec, target_entropy=2.0, initial_alpha=0.0,
+        ...                                       min_alpha=0.0, max_alpha=1.0)
+        >>> float(pid.adjust_alpha(3.0))  # above the target: no bonus at all
+        0.0
+        >>> float(pid.adjust_alpha(1.5)) > 0  # below: a bonus
+        True
+    """
+
+    State = LinearPIDState
+    ZERO_ALPHA = True
+
+    def __init__(self, action_spec: Any, initial_alpha: float = 0.1,
+                 target_entropy: Any = None, kp: float = 0.3, ki: float = 0.02,
+                 kd: float = 3.0, trend_ema: float = 0.5, min_alpha: float = 1e-4,
+                 max_alpha: Optional[float] = None, update_mode: str = "auto",
+                 batch_shape: Sequence[int] = (), debug_summaries: bool = False,
+                 name: str = "LinearPIDEntropyTargetAlgorithm", **unknown: Any):
+        super().__init__(action_spec, target_entropy, initial_alpha, min_alpha, max_alpha,
+                         update_mode, batch_shape, debug_summaries, name)
+        self._settings.update(kp=kp, ki=ki, kd=kd, trend_ema=trend_ema)
+        self._refuse(unknown)
+        self._configure({})
+        self.register_buffer("_integral", self._full(initial_alpha))
+        self.register_buffer("_level", self._full(0.0))
+        self.register_buffer("_count", self._full(0, torch.int64))
+
+    def _constants(self, s: Dict[str, Any]) -> LinearPIDConsts:
+        for arg in ("kp", "ki", "kd"):
+            check_real(arg, s[arg], minimum=0.0)
+        check_real("trend_ema", s["trend_ema"], minimum=0.0, below=1.0)
+        lo, hi = max(s["min_alpha"], 0.0), s["max_alpha"]
+        return LinearPIDConsts(*map(f32, (s["kp"], s["ki"], s["kd"], s["trend_ema"], lo,
+                                          math.inf if hi is None else hi)))
+
+    def _rule(self, x: Any, s: LinearPIDState, entropy: Any, target: Any) -> LinearPIDState:
+        return linear_pid_rule(x, s, entropy, target, self._c)
+
+    @property
+    def integral(self) -> torch.Tensor:
+        """The integral term (coefficient units)."""
+        return self._integral
+
+    def _debug_values(self) -> Dict[str, torch.Tensor]:
+        return {"integral": self._integral}
