@@ -1,32 +1,21 @@
 """``Algorithm``: the base class every learner and sub-learner derives from.
 
-As in ALF, an algorithm is an ``nn.Module`` with four entry points:
+As in ALF, an algorithm is an ``nn.Module`` with ``predict_step`` (acting for
+evaluation), ``rollout_step`` (acting while collecting; its ``info`` is kept),
+``train_step`` (recomputing with gradients) and ``calc_loss``.  Algorithms compose: an
+``Algorithm`` attribute of another (e.g. a controller inside ``PPOAlgorithm``) is a
+sub-algorithm, part of its ``parameters()`` and ``state_dict()``.
 
-* ``predict_step(inputs, state)``: acting for evaluation (no exploration).
-* ``rollout_step(inputs, state)``: acting while collecting experience; its
-  ``AlgStep.info`` is kept for training.
-* ``train_step(inputs, state, rollout_info)``: recomputing what the loss needs
-  with gradients, for a batch of stored experience.
-* ``calc_loss(info)``: turning ``train_step`` infos into a ``LossInfo``.
+Optimisers: an algorithm may own one (a factory ``params -> Optimizer``, bound in gin as
+``@torch.optim.Adam``, or an instance); it updates its own parameters and those of its
+sub-algorithms without one.
 
-Algorithms compose: an algorithm stored as an attribute of another (for
-example ``EntropyTargetAlgorithm`` inside ``PPOAlgorithm``) is a
-sub-algorithm.  Because it is an ``nn.Module`` child, its parameters and
-buffers are part of the parent's ``parameters()`` and ``state_dict()``, so one
-checkpoint restores everything.  ``on_policy`` set on the root propagates to
-every sub-algorithm.
-
-Optimisers: each algorithm may own an optimiser (an ``Optimizer`` factory such
-as ``functools.partial(torch.optim.Adam, lr=1e-3)``, or an instance).  The
-optimiser of an algorithm updates its own parameters and those of its
-sub-algorithms that have no optimiser of their own.  Where ALF wraps every
-torch optimiser in its own class to allow creating it before the parameters
-exist, we simply take a factory, which gin binds as ``@torch.optim.Adam``.
-
-``update_with_gradient`` is the one gradient step of every algorithm: it
-skips an update whose loss (or, with clipping, gradient norm) is not finite
-without waiting for a GPU (see
-:func:`~alf_entropy.utils.optimizers.masked_optimizer_step`).
+One agent or K: ``batch_shape`` is ``()`` for one agent and ``(K,)`` for K agents
+stacked in one module (``ManyAgents``): every tensor then leads with ``K``, and each
+member has its own random generator (``generators``).  ``update_with_gradient`` is the
+one gradient step of both: per member the masked mean of the loss, the gradient norm's
+clipping and the skip of a non-finite update, without waiting for a GPU
+(:func:`~alf_entropy.utils.optimizers.masked_optimizer_step`).
 """
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
@@ -36,8 +25,9 @@ import torch.nn as nn
 
 from alf_entropy.data_structures import AlgStep, LossInfo
 from alf_entropy.utils import distributed
+from alf_entropy.utils.checks import check_int
 from alf_entropy.utils.gin_errors import PlainGinErrors
-from alf_entropy.utils.optimizers import masked_optimizer_step
+from alf_entropy.utils.optimizers import clip_grad_norms_, masked_optimizer_step
 
 __all__ = ["Algorithm", "OptimizerArg", "combine_loss_infos"]
 
@@ -80,7 +70,7 @@ def combine_loss_infos(main: LossInfo, **sub_losses: LossInfo) -> LossInfo:
     return LossInfo(loss=loss, scalar_loss=scalar_loss, extra=extra, priority=main.priority)
 
 
-@gin.configurable
+@gin.configurable(denylist=["batch_shape"])
 class Algorithm(nn.Module, metaclass=PlainGinErrors):
     """Base class of all algorithms (see the module docstring).
 
@@ -94,6 +84,7 @@ class Algorithm(nn.Module, metaclass=PlainGinErrors):
             parent's optimiser.
         debug_summaries: whether to write debug summaries.
         name: the name, used as the summary scope.
+        batch_shape: ``()`` for one agent, ``(K,)`` for K stacked agents.
     """
 
     def __init__(
@@ -101,8 +92,13 @@ class Algorithm(nn.Module, metaclass=PlainGinErrors):
         optimizer: OptimizerArg = None,
         debug_summaries: bool = False,
         name: str = "Algorithm",
+        batch_shape: Tuple[int, ...] = (),
     ):
         super().__init__()
+        if not isinstance(batch_shape, (tuple, list)) or len(batch_shape) > 1:
+            raise ValueError(f"batch_shape must be () or (K,), got {batch_shape!r}")
+        self._members = tuple(check_int("batch_shape[0]", k, minimum=1) for k in batch_shape)
+        self._generators: Optional[List[torch.Generator]] = None
         if not isinstance(name, str) or not name:
             raise ValueError(f"name must be a non-empty string, got {name!r}")
         self._name = name
@@ -138,6 +134,20 @@ class Algorithm(nn.Module, metaclass=PlainGinErrors):
         algorithm with its own optimiser or outside any tree.
         """
         return self._parent_optimizer
+
+    @property
+    def batch_shape(self) -> Tuple[int, ...]:
+        """``()`` for one agent, ``(K,)`` for K stacked agents."""
+        return self._members
+
+    @property
+    def generators(self) -> Optional[List[torch.Generator]]:
+        """Each member's random generator; None: torch's default one (one agent)."""
+        return self._generators
+
+    def use_generators(self, generators: Optional[List[torch.Generator]]) -> None:
+        """Draw member ``k``'s random numbers from ``generators[k]`` (None: torch's)."""
+        self._generators = None if generators is None else list(generators)
 
     def set_on_policy(self, on_policy: bool) -> None:
         """Declare whether training is on-policy; propagates to sub-algorithms.
@@ -289,40 +299,38 @@ class Algorithm(nn.Module, metaclass=PlainGinErrors):
         max_grad_norm: Optional[float] = None,
         skipped_counter: Optional[torch.Tensor] = None,
     ) -> Tuple[LossInfo, List[nn.Parameter]]:
-        """One gradient step on ``loss_info``, skipped if it is not finite.
+        """One gradient step on ``loss_info`` per member, skipped where it is not finite.
 
-        The per-step ``loss_info.loss`` is averaged (over ``valid_masks`` if
-        given, i.e. ``sum(loss * mask) / max(sum(mask), 1)``: a NaN even in
-        an invalid row makes the loss NaN), ``scalar_loss`` is added,
-        gradients are averaged over the ranks of a data-parallel run
-        (``utils.distributed``), clipped to ``max_grad_norm`` and every
-        optimiser of the tree takes a step -- unless the loss, the averaged
-        gradients (data-parallel) or the gradient norm (with clipping) is not
-        finite: then no optimiser steps (parameters and optimiser states keep
-        their values), on every rank alike, without a host read on a GPU
-        (:func:`~alf_entropy.utils.optimizers.masked_optimizer_step`).
+        Per member (the dims after ``batch_shape``): the mean of ``loss_info.loss`` (over
+        ``valid_masks`` if given: ``sum(loss * mask) / max(sum(mask), 1)``, so a NaN even
+        in an invalid row makes it NaN) plus ``scalar_loss``; gradients averaged over the
+        ranks of a data-parallel run, clipped to ``max_grad_norm``; then every optimiser
+        steps -- but not for a member whose loss, averaged gradients or gradient norm is
+        not finite (its parameters and optimiser state keep their values), without a host
+        read on a GPU.
 
         Args:
             loss_info: the loss from ``calc_loss``.
             valid_masks: optional float/bool mask of ``loss_info.loss``'s shape.
-            max_grad_norm: clip the global gradient norm to this if given.
-            skipped_counter: an integer 0-d tensor incremented (on its
-                device) when the update is skipped.
+            max_grad_norm: clip each member's gradient norm to this if given.
+            skipped_counter: an integer tensor of ``batch_shape``, incremented (on its
+                device) where the update is skipped.
 
         Returns:
-            ``(loss_info, params)``: the loss info with ``loss`` replaced by
-            the scalar that was minimised, and the parameters updated.
+            ``(loss_info, params)``: ``loss`` replaced by the (detached) loss minimised,
+            of ``batch_shape``, and the parameters updated.
         """
-        loss = loss_info.loss
+        loss, nb = loss_info.loss, len(self._members)
         if isinstance(loss, torch.Tensor):
             if valid_masks is not None:
-                # Multiplied, not selected (utils.math_ops.masked_mean): a NaN
-                # in an invalid row still reaches the weight gradients, so the
-                # loss must be non-finite too and the update skipped.
+                # Multiplied, not selected (utils.math_ops.masked_mean): a NaN in an
+                # invalid row still reaches the weight gradients, so the loss must be
+                # non-finite too and the update skipped.
                 mask = valid_masks.to(loss.dtype)
-                loss = (loss * mask).sum() / mask.sum().clamp(min=1.0)
+                loss = ((loss * mask).flatten(nb).sum(-1)
+                        / mask.flatten(nb).sum(-1).clamp(min=1.0))
             else:
-                loss = loss.mean()
+                loss = loss.flatten(nb).mean(-1)
         else:
             loss = 0.0
         if isinstance(loss_info.scalar_loss, torch.Tensor):
@@ -333,14 +341,13 @@ class Algorithm(nn.Module, metaclass=PlainGinErrors):
         params = [p for opt in optimizers for g in opt.param_groups for p in g["params"]]
         for p in params:  # ``zero_grad(set_to_none=True)``, without its per-call overhead
             p.grad = None
-        loss.backward()
+        (loss.sum() if nb else loss).backward()
         # Data-parallel: every rank steps with the gradient averaged over all,
         # or skips (on every rank) if any rank's was not finite.
         finite = distributed.all_reduce_gradients_(params)
         ok = torch.isfinite(loss.detach()) if finite is None else finite
         if max_grad_norm is not None:
-            norm = nn.utils.clip_grad_norm_(params, max_grad_norm)
-            ok = ok & torch.isfinite(norm)
+            ok = ok & torch.isfinite(clip_grad_norms_(params, max_grad_norm, nb))
         masked_optimizer_step(optimizers, ok, sync_free=loss.device.type != "cpu")
         if skipped_counter is not None:
             skipped_counter.add_((~ok).to(skipped_counter.device, skipped_counter.dtype))

@@ -1,37 +1,42 @@
-"""What a batch of K agents of any algorithm needs: generators, optimiser, update, state.
+"""``AgentBatch``: K agents as one algorithm that speaks the single agent's protocol.
 
-``ManyAgents`` (actor-critic) and ``ManySacAgents`` (SAC) build K agents as K
-single runs would, stack them and train them as one; the pieces here are
-theirs alike: their base class :class:`AgentBatch` (the build, the per-agent
-properties, agent ``k`` as a single run's algorithm), each agent's generator
-(the single run's global generator after its build), the ``BatchedAdam`` that
-replaces an agent's Adam, the check that the batch's controller starts as the
-agents' controllers, the per-agent gradient step (masked mean, clipping,
-non-finite skip) and agent ``k``'s state in a single run's layout.
+``ManyAgents`` (A2C/PPO) and ``ManySacAgents`` (SAC) build agent ``k`` as a single run
+with seed ``seeds[k]`` builds it (under that seed), stack the K agents' networks and let
+the same ``algorithm_ctor`` build one more algorithm around them with
+``batch_shape=(K,)``: a :class:`~alf_entropy.utils.batched_adam.BatchedAdam` with the
+agents' Adam settings and a controller of the agents' class with ``batch_shape=(K,)``
+(``target_entropies``: a target per agent).  Agent ``k`` draws from its own generator,
+in the state the global one has right after agent ``k`` was built: a single run's draws.
+
+Every call of the protocol (``rollout_step``, ``predict_step``, ``train_from_unroll`` or
+``train_step``, ``optimizers``, ``state_dict``) is that algorithm's: the training step,
+the gradient step and the summaries are the single agent's code on ``[K, ...]``
+tensors, each reduction per agent, so nothing mixes two agents.  Agent ``k`` follows
+the single run with seed ``seeds[k]`` up to float rounding (batched products may round
+otherwise; ``tests/many_agents`` holds the first iteration within 1e-5).
+
+Not yet: several ranks and nested action specs are refused; a free (state-independent)
+``log_std`` cannot be stacked (``StackedModule`` says so).
 """
 import functools
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 import torch.nn as nn
 
-from alf_entropy.controllers.driver import TARGET_STATE
-from alf_entropy.data_structures import LossInfo
+from alf_entropy.algorithm import Algorithm
+from alf_entropy.data_structures import AlgStep
 from alf_entropy.utils import distributed, nest
 from alf_entropy.utils.batched_adam import BatchedAdam
 from alf_entropy.utils.checks import check_int
 from alf_entropy.utils.seeding import seed_all
 
-__all__ = ["AgentBatch", "agent_generator", "agent_state_dict", "batched_adam_like", "build_agents",
-           "check_same_start", "update_agents"]
+__all__ = ["AgentBatch", "agent_generator", "agent_state_dict"]
 
 
 def agent_generator(seed: int, device: torch.device) -> torch.Generator:
-    """The generator a single run with ``seed`` samples from, as it is after the build.
-
-    On the CPU that is the global generator's state now (the build drew from
-    it); on another device the device's generator, seeded and untouched.
-    """
+    """The generator a single run with ``seed`` samples from, as it is after the build:
+    on the CPU the global generator's state now, elsewhere the device's, seeded."""
     if device.type == "cpu":
         generator = torch.Generator()
         generator.set_state(torch.get_rng_state())
@@ -39,64 +44,7 @@ def agent_generator(seed: int, device: torch.device) -> torch.Generator:
     return torch.Generator(device).manual_seed(seed)
 
 
-def build_agents(observation_spec: Any, action_spec: Any, seeds: Sequence[int],
-                 algorithm_ctor: Callable[..., Any], cls: type, device: torch.device,
-                 batch_name: str, target_entropies: Optional[Sequence[Any]] = None
-                 ) -> Tuple[List[Any], List[torch.Generator]]:
-    """Agent ``k`` built as a single run with ``seeds[k]`` builds it, and its generator.
-
-    Args:
-        observation_spec: the observation spec.
-        action_spec: the action spec (not nested).
-        seeds: one seed per agent (at least one; distinct unless
-            ``target_entropies`` tells the agents with one seed apart: those
-            start alike, as the single runs with that seed do).
-        algorithm_ctor: ``(observation_spec, action_spec) -> algorithm``.
-        cls: the class the agents must be.
-        device: where the agents live.
-        batch_name: the batch's class name, for messages.
-        target_entropies: each agent's own target (None: the configured one).
-
-    Returns:
-        ``(agents, generators)``.
-
-    Raises:
-        ValueError: for empty ``seeds``, repeated (target, seed) pairs, a
-            nested action spec or a data-parallel run.
-        TypeError: if ``algorithm_ctor`` builds no ``cls``.
-    """
-    seeds = [check_int("seeds[i]", s, minimum=0) for s in seeds]
-    if not seeds:
-        raise ValueError("seeds must hold at least one seed, got []")
-    targets = [None] * len(seeds) if target_entropies is None else [
-        str(t) for t in target_entropies]
-    if len(set(zip(seeds, targets))) != len(seeds):
-        raise ValueError(f"seeds must be distinct unless target_entropies gives each agent "
-                         f"its own (target, seed), got seeds {seeds} and target_entropies "
-                         f"{target_entropies}")
-    if nest.is_nested(action_spec):
-        raise ValueError(f"{batch_name} does not take a nested action_spec yet")
-    if distributed.is_distributed():
-        raise ValueError(f"{batch_name} does not run data-parallel (several ranks) yet; run "
-                         "it in one process")
-    agents, generators = [], []
-    for seed in seeds:
-        seed_all(seed)
-        agent = algorithm_ctor(observation_spec, action_spec)
-        if not isinstance(agent, cls):
-            raise TypeError(f"algorithm_ctor must build an {cls.__name__}, got "
-                            f"{type(agent).__name__}")
-        agents.append(agent.to(device))
-        generators.append(agent_generator(seed, device))
-    return agents, generators
-
-
-def batched_adam_like(opt: torch.optim.Optimizer) -> Callable[..., BatchedAdam]:
-    """A factory ``params -> BatchedAdam`` with a single agent's Adam settings.
-
-    Raises:
-        TypeError: if ``opt`` is not Adam.
-    """
+def _batched_adam_like(opt: torch.optim.Optimizer) -> Callable[..., BatchedAdam]:
     if not isinstance(opt, torch.optim.Adam):
         raise TypeError(f"the batch needs agents optimised by Adam (FusedAdam), got "
                         f"{type(opt).__name__}")
@@ -107,48 +55,33 @@ def batched_adam_like(opt: torch.optim.Optimizer) -> Callable[..., BatchedAdam]:
         lr_schedule=getattr(opt, "lr_schedule", None))
 
 
-def update_agents(optimizer: BatchedAdam, loss_info: LossInfo, valid_mask: torch.Tensor,
-                  max_grad_norm: Optional[float], skipped: torch.Tensor) -> torch.Tensor:
-    """One gradient step of every agent on its own loss; a non-finite one is skipped.
-
-    Per agent, as ``Algorithm.update_with_gradient`` for one: the masked mean
-    of its loss (plus ``scalar_loss``), its global gradient norm clipped to
-    ``max_grad_norm``, and a skip (parameters and Adam state kept,
-    ``skipped[k]`` counted) when the loss or the norm is not finite.  Reads
-    nothing on the host.
-
-    Args:
-        optimizer: the batch's optimiser.
-        loss_info: ``loss`` ``[K, n]`` (and ``scalar_loss``).
-        valid_mask: bool ``[K, n]``.
-        max_grad_norm: clip each agent's gradient norm to this (None: no clipping).
-        skipped: int ``[K]``, each agent's count of skipped updates.
-
-    Returns:
-        torch.Tensor: ``[K]`` the losses minimised (detached).
-    """
-    loss = loss_info.loss
-    mask = valid_mask.to(loss.dtype)
-    per_agent = (loss * mask).sum(1) / mask.sum(1).clamp(min=1.0)
-    if isinstance(loss_info.scalar_loss, torch.Tensor):
-        per_agent = per_agent + loss_info.scalar_loss
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            p.grad = None
-    per_agent.sum().backward()
-    _, ok = optimizer.masked_step(torch.isfinite(per_agent.detach()), max_grad_norm=max_grad_norm)
-    skipped.add_((~ok).to(skipped.dtype))
-    return per_agent.detach()
+def _check_same_start(singles: List[Any], batched: Any) -> None:
+    """The batch's controller (its target aside) starts as the agents' controllers."""
+    advice = ("give the batch the agents' controller (entropy_target_cls) or bind its "
+              "arguments in gin")
+    if batched.settings != singles[0].settings:
+        raise ValueError(f"the batch's controller has settings {batched.settings}, the agents' "
+                         f"{singles[0].settings}: {advice}")
+    state = batched.state_dict()
+    for k, single in enumerate(singles):
+        for name, value in single.state_dict().items():
+            if not isinstance(value, torch.Tensor):
+                continue
+            mine = state[name]
+            mine = mine[k] if mine.shape == (len(singles), *value.shape) else mine
+            if not torch.equal(mine, value.to(mine.device)):
+                raise ValueError(f"the batch's controller starts with {name} = {mine.tolist()} "
+                                 f"for agent {k}, the agent's controller with "
+                                 f"{value.tolist()}: {advice}")
 
 
 def agent_state_dict(single: nn.Module, batched: nn.Module, k: int, num_agents: int
                      ) -> Dict[str, Any]:
     """Member ``k`` of ``batched`` in ``single``'s ``state_dict`` layout.
 
-    A value of ``batched`` with a leading ``num_agents`` more than ``single``'s
-    gives its ``[k]`` (also inside extra states: an optimiser's, where a value
-    ``single`` lacks is taken as per agent if it leads with ``num_agents``);
-    others are copied.  ``StackedModule``'s ``.inner.`` is dropped from the names.
+    A value with a leading ``num_agents`` more than ``single``'s gives its ``[k]`` (also
+    inside extra states; a value ``single`` lacks is per agent if it leads with
+    ``num_agents``); others are copied.  ``StackedModule``'s ``.inner.`` is dropped.
 
     Raises:
         ValueError: if ``k`` is out of range.
@@ -171,64 +104,145 @@ def agent_state_dict(single: nn.Module, batched: nn.Module, k: int, num_agents: 
     return {name: _member(state[name], ref) for name, ref in single.state_dict().items()}
 
 
-def check_same_start(singles: List[Any], batched: Any, own_targets: bool) -> None:
-    """The batch's controller starts as the K agents' controllers (settings and state)."""
-    if batched.settings != singles[0].settings:
-        raise ValueError(f"the batch's controller has settings {batched.settings}, the agents' "
-                         f"{singles[0].settings}: give ManyAgents the agents' controller "
-                         "(entropy_target_cls) or bind its arguments in gin")
-    state = batched.state_dict()
-    for k, single in enumerate(singles):
-        for name, value in single.state_dict().items():
-            target_state = own_targets and name.rpartition(".")[2] in TARGET_STATE
-            if target_state or not isinstance(value, torch.Tensor):
-                continue
-            mine = state[name]
-            mine = mine[k] if mine.shape == (len(singles), *value.shape) else mine
-            if not torch.equal(mine, value):
-                raise ValueError(
-                    f"the batch's controller starts with {name} = {mine.tolist()} for agent {k}, "
-                    f"the agent's controller with {value.tolist()}: give ManyAgents the agents' "
-                    "controller (entropy_target_cls) or bind its arguments in gin")
-
-
-class AgentBatch(nn.Module):
-    """The base of a batch of K agents (``ManyAgents``, ``ManySacAgents``).
-
-    A subclass calls :meth:`_build_agents` in its constructor, builds the
-    batched algorithm around the agents' stacked networks and keeps it as
-    ``self._alg``.
+class AgentBatch(Algorithm):
+    """K agents of one algorithm as one (module docstring); ``ManyAgents`` and
+    ``ManySacAgents`` say what to stack.
 
     Args:
+        observation_spec: the observation spec (one environment's).
+        action_spec: the action spec (one environment's; not nested).
+        seeds: one seed per agent (``K = len(seeds)``; distinct unless
+            ``target_entropies`` tells the agents with one seed apart).
+        algorithm_ctor: ``(observation_spec, action_spec, **overrides) -> algorithm``
+            (configured as for a single run); it must take ``batch_shape``,
+            ``entropy_target_cls``, ``optimizer`` and the network ctors stacked.
+        target_entropies: one target per agent (a number, scheduler, ...), or None.
+        entropy_target_cls: ``(action_spec, batch_shape=, debug_summaries=,
+            [target_entropy=]) ->`` the batch's controller, or None for the agents'
+            class (with its gin bindings); it must start as theirs do.
         device: where the agents live.
+
+    Raises:
+        ValueError: for empty ``seeds``, repeated (target, seed) pairs, targets of the
+            wrong length or without a controller, a nested action spec, several ranks,
+            or a batch controller that starts unlike the agents'.
+        TypeError: if ``algorithm_ctor`` builds no ``agent_cls`` or no Adam.
     """
 
-    def __init__(self, device: Any = "cpu"):
-        super().__init__()
-        self._device = torch.device(device)
-        self._alg: Any = None
+    agent_cls: type = Algorithm
+    """The class the agents must be."""
 
-    def _build_agents(self, observation_spec: Any, action_spec: Any, seeds: Sequence[int],
-                      algorithm_ctor: Callable[..., Any], cls: type,
-                      target_entropies: Optional[Sequence[Any]]) -> List[Any]:
-        """The K agents, built as single runs (:func:`build_agents`); keeps their generators.
+    def __init__(self, observation_spec: Any, action_spec: Any, seeds: Sequence[int],
+                 algorithm_ctor: Callable[..., Any],
+                 target_entropies: Optional[Sequence[Any]] = None,
+                 entropy_target_cls: Optional[Callable[..., Any]] = None, device: Any = "cpu"):
+        seeds = [check_int("seeds[i]", s, minimum=0) for s in seeds]
+        super().__init__(optimizer=None, debug_summaries=False, name=type(self).__name__,
+                         batch_shape=(max(len(seeds), 1),))
+        device = torch.device(device)
+        agents = self._build_agents(observation_spec, action_spec, seeds, algorithm_ctor,
+                                    target_entropies, device)
+        self._seeds, self._template = seeds, (agents[0],)  # agent 0 as built: the layout
+        self._alg = algorithm_ctor(
+            observation_spec, action_spec, batch_shape=self.batch_shape,
+            entropy_target_cls=self._controller_cls(agents, entropy_target_cls, target_entropies),
+            optimizer=_batched_adam_like(agents[0].optimizers()[0]),
+            **self._stacked(agents)).to(device)
+        self._after_build(agents)
+        self.use_generators(self._generators)
 
-        Raises:
-            ValueError: see :func:`build_agents`; also ``target_entropies`` not one per agent.
-            TypeError: see :func:`build_agents`.
-        """
-        if target_entropies is not None and len(target_entropies) != len(seeds):
-            raise ValueError(f"target_entropies has {len(target_entropies)} entries for "
-                             f"{len(seeds)} agents")
-        agents, self._generators = build_agents(observation_spec, action_spec, seeds,
-                                                algorithm_ctor, cls, self._device,
-                                                type(self).__name__, target_entropies)
-        self._seeds = [int(s) for s in seeds]
-        self._template = (agents[0],)  # agent 0 as built: the single-run layout
-        self.register_buffer("skipped_updates", torch.zeros(len(seeds), dtype=torch.int64,
-                                                            device=self._device))
+    def _build_agents(self, observation_spec: Any, action_spec: Any, seeds: List[int],
+                      algorithm_ctor: Callable[..., Any], targets: Optional[Sequence[Any]],
+                      device: torch.device) -> List[Any]:
+        """Agent ``k`` as a single run with ``seeds[k]`` builds it; keeps its generator."""
+        name = type(self).__name__
+        if not seeds:
+            raise ValueError("seeds must hold at least one seed, got []")
+        if targets is not None and len(targets) != len(seeds):
+            raise ValueError(f"target_entropies has {len(targets)} entries for {len(seeds)} "
+                             "agents")
+        pairs = list(zip(seeds, [None] * len(seeds) if targets is None else map(str, targets)))
+        if len(set(pairs)) != len(seeds):
+            raise ValueError(f"seeds must be distinct unless target_entropies gives each agent "
+                             f"its own (target, seed), got seeds {seeds} and target_entropies "
+                             f"{targets}")
+        if nest.is_nested(action_spec):
+            raise ValueError(f"{name} does not take a nested action_spec yet")
+        if distributed.is_distributed():
+            raise ValueError(f"{name} does not run data-parallel (several ranks) yet; run it "
+                             "in one process")
+        agents, generators = [], []
+        for seed in seeds:
+            seed_all(seed)
+            agent = algorithm_ctor(observation_spec, action_spec)
+            if not isinstance(agent, self.agent_cls):
+                raise TypeError(f"algorithm_ctor must build an {self.agent_cls.__name__}, got "
+                                f"{type(agent).__name__}")
+            agents.append(agent.to(device))
+            generators.append(agent_generator(seed, device))
+        self._generators = generators
         return agents
 
+    def _controller_cls(self, agents: List[Any], cls: Optional[Callable[..., Any]],
+                        targets: Optional[Sequence[Any]]) -> Optional[Callable[..., Any]]:
+        """The batch's controller factory; checks that it starts as the agents' do."""
+        controller = agents[0].entropy_target_algorithm
+        if controller is None:
+            if targets is not None:
+                raise ValueError("target_entropies needs agents with an entropy controller "
+                                 "(enforce_entropy_target=True)")
+            return None
+        cls = cls or getattr(agents[0], "entropy_target_cls", None) or type(controller)
+        cls = functools.partial(cls, batch_shape=self.batch_shape)
+        _check_same_start([a.entropy_target_algorithm for a in agents],
+                          cls(agents[0].action_spec, debug_summaries=controller.debug_summaries))
+        return cls if targets is None else functools.partial(cls, target_entropy=list(targets))
+
+    def _stacked(self, agents: List[Any]) -> Dict[str, Callable[..., nn.Module]]:
+        """The batched algorithm's network ctors (``*_network_ctor=``) from the agents'."""
+        raise NotImplementedError
+
+    def _after_build(self, agents: List[Any]) -> None:
+        """What the batched algorithm takes from the agents after its build."""
+
+    def use_generators(self, generators: Optional[List[torch.Generator]]) -> None:
+        super().use_generators(generators)
+        self._alg.use_generators(generators)
+
+    def get_extra_state(self) -> torch.Tensor:
+        """Each agent's generator state (a checkpoint resumes its draws)."""
+        return torch.stack([g.get_state() for g in self._generators])
+
+    def set_extra_state(self, state: torch.Tensor) -> None:
+        """Restore :meth:`get_extra_state`."""
+        if state.shape[0] != len(self._generators):
+            raise ValueError(f"it holds the generators of {state.shape[0]} agents, not "
+                             f"{len(self._generators)}")
+        for generator, s in zip(self._generators, state):
+            generator.set_state(s.clone())
+
+    # ------------------------------------------------------ the protocol
+    def rollout_step(self, inputs: Any, state: Any = ()) -> AlgStep:
+        """Each agent's ``rollout_step`` (leaves ``[K, B, ...]``)."""
+        return self._alg.rollout_step(inputs, state)
+
+    def predict_step(self, inputs: Any, state: Any = ()) -> AlgStep:
+        """Each agent's deterministic action (leaves ``[K, B, ...]``)."""
+        return self._alg.predict_step(inputs, state)
+
+    def train_step(self, inputs: Any, state: Any = (), rollout_info: Any = ()) -> AlgStep:
+        """Each agent's ``train_step`` (SAC: one update of each on its rows ``[K, M]``)."""
+        return self._alg.train_step(inputs, state, rollout_info)
+
+    def train_from_unroll(self, experience: Any, final_time_step: Any) -> Any:
+        """Each agent's ``train_from_unroll`` (A2C/PPO; leaves ``[T, K, B, ...]``)."""
+        return self._alg.train_from_unroll(experience, final_time_step)
+
+    def entropy_coefficient(self) -> Any:
+        """Each agent's entropy coefficient ``[K]``."""
+        return self._alg.entropy_coefficient()
+
+    # --------------------------------------------------------- the agents
     @property
     def num_agents(self) -> int:
         """K."""
@@ -241,34 +255,22 @@ class AgentBatch(nn.Module):
 
     @property
     def algorithm(self) -> Any:
-        """The batched algorithm (stacked networks, batched controller, ``BatchedAdam``)."""
+        """The batched algorithm (stacked networks, batch controller, ``BatchedAdam``)."""
         return self._alg
 
     @property
     def entropy_target_algorithm(self) -> Any:
-        """The batched controller (``batch_shape == (K,)``), or None."""
+        """The batch's controller (``batch_shape == (K,)``), or None."""
         return self._alg.entropy_target_algorithm
 
     @property
-    def generators(self) -> List[torch.Generator]:
-        """Each agent's random generator."""
-        return list(self._generators)
-
-    def optimizers(self) -> List[torch.optim.Optimizer]:
-        """The batched algorithm's optimizers (one ``BatchedAdam``): what a checkpoint saves."""
-        return self._alg.optimizers()
+    def skipped_updates(self) -> torch.Tensor:
+        """Each agent's count of skipped (non-finite) updates ``[K]``."""
+        return self._alg.num_skipped_updates
 
     def agent_algorithm(self, k: int) -> Any:
-        """Agent ``k`` as a single run's algorithm (for evaluation: ``predict_step``).
-
-        One algorithm is shared by every ``k``: it holds agent ``k``'s current
-        state until the next call (its optimizer is not the agent's).
-
-        Args:
-            k: the agent, ``0 <= k < K``.
-
-        Returns:
-            The algorithm a single run builds, loaded with :meth:`agent_state_dict` ``(k)``.
+        """Agent ``k`` as a single run's algorithm, loaded with its state (one object for
+        every ``k``, its optimiser not the agent's).
 
         Raises:
             ValueError: if ``k`` is out of range.
@@ -278,13 +280,7 @@ class AgentBatch(nn.Module):
         return single
 
     def agent_state_dict(self, k: int) -> Dict[str, Any]:
-        """Agent ``k``'s state in a single run's layout (its algorithm's ``state_dict``).
-
-        Args:
-            k: the agent, ``0 <= k < K``.
-
-        Returns:
-            dict: loadable into the algorithm a single run builds.
+        """Agent ``k``'s state in a single run's ``state_dict`` layout.
 
         Raises:
             ValueError: if ``k`` is out of range.

@@ -39,7 +39,7 @@ from alf_entropy.utils.signatures import forwards_arguments
 __all__ = ["PPOAlgorithm"]
 
 
-@gin.configurable
+@gin.configurable(denylist=["batch_shape"])
 class PPOAlgorithm(ActorCriticAlgorithm):
     """PPO-clip (see the module docstring).
 

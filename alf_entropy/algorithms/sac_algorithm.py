@@ -31,17 +31,17 @@ the host on a GPU (see
 :func:`~alf_entropy.utils.optimizers.masked_optimizer_step`).
 """
 import copy
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, Optional, Tuple
 
 import gin
 import torch
-import torch.distributions as td
 import torch.nn as nn
 
 from alf_entropy.algorithm import Algorithm, OptimizerArg
 from alf_entropy.data_structures import AlgStep, LossInfo, TimeStep, namedtuple
 from alf_entropy.networks import ActorDistributionNetwork, mode_of
 from alf_entropy.networks.critic_networks import CriticNetworks
+from alf_entropy.networks.stacked import draw
 from alf_entropy.tensor_specs import BoundedTensorSpec
 from alf_entropy.utils import nest, summary
 from alf_entropy.utils.checks import check_callable, check_int, check_real
@@ -70,7 +70,7 @@ def _default_optimizer(params: List[nn.Parameter], lr: float = 3e-4) -> torch.op
     return FusedAdam(params, lr=check_real("sac_default_optimizer.lr", lr, positive=True))
 
 
-@gin.configurable
+@gin.configurable(denylist=["batch_shape"])
 class SacAlgorithm(Algorithm):
     """Soft actor-critic with a pluggable temperature controller.
 
@@ -98,6 +98,7 @@ class SacAlgorithm(Algorithm):
         max_grad_norm: clip the global gradient norm (``None``: no clipping).
         debug_summaries: extra summaries (passed to the controller).
         name: the name (summary scope).
+        batch_shape: ``()`` for one agent, ``(K,)`` for K stacked agents (``ManySacAgents``).
 
     Raises:
         TypeError: for a nested or non-``BoundedTensorSpec`` action spec, or a
@@ -141,9 +142,10 @@ class SacAlgorithm(Algorithm):
         max_grad_norm: Optional[float] = None,
         debug_summaries: bool = False,
         name: str = "SacAlgorithm",
+        batch_shape: Tuple[int, ...] = (),
     ):
         super().__init__(optimizer=_default_optimizer if optimizer is None else optimizer,
-                         debug_summaries=debug_summaries, name=name)
+                         debug_summaries=debug_summaries, name=name, batch_shape=batch_shape)
         if nest.is_nested(action_spec) or not isinstance(action_spec, BoundedTensorSpec):
             raise TypeError("SacAlgorithm: action_spec must be a single BoundedTensorSpec (one "
                             f"discrete or one continuous action), got {action_spec!r}")
@@ -184,10 +186,9 @@ class SacAlgorithm(Algorithm):
                 f"SacAlgorithm: target_entropy {target} is below 0 for a discrete action "
                 "(a discrete entropy is never negative, so alpha would fall forever); "
                 "negative targets such as -dim(A) are for continuous actions")
-        self.register_buffer("_num_skipped", torch.zeros((), dtype=torch.int64))
+        self.register_buffer("_num_skipped", torch.zeros(self.batch_shape, dtype=torch.int64))
         self.optimizers()  # fails now, not at the first update, if a parameter has none
         self._target_pairs: Optional[tuple] = None
-        self._sampler: Optional[Callable[[td.Distribution, bool], torch.Tensor]] = None
         # Host-counted updates (target period; extra state): no tensor is read to decide.
         self._host_updates = 0
 
@@ -272,29 +273,18 @@ class SacAlgorithm(Algorithm):
         returns None for what it does not cover (a hook registered later,
         ``ALF_ENTROPY_ACCEL=0``), which is asked per call for that reason.
         """
-        if self._closed_form and self._sampler is None:
+        if self._closed_form and self.generators is None:
             drawn = self._actor_network.rsample_and_log_prob(observation, log_prob=not acting)
             if drawn is not None:
                 return drawn
         dist = self._actor_network(observation)
         if acting:
-            return (dist.sample() if self._sampler is None else self._sampler(dist, False)), None
+            return draw(dist, self.generators), None
         if self._discrete:
             log_probs = dist.logits  # torch normalises Categorical logits
             return log_probs.exp(), log_probs
-        action = dist.rsample() if self._sampler is None else self._sampler(dist, True)
+        action = draw(dist, self.generators, reparameterize=True)
         return action, dist.log_prob(action)
-
-    def use_sampler(self, sampler: Optional[Callable[[td.Distribution, bool], torch.Tensor]]
-                    ) -> None:
-        """Draw actions with ``sampler(dist, reparameterize)`` instead of ``dist.sample()``
-        and ``dist.rsample()`` (K agents in one batch: each agent from its own generator).
-
-        Args:
-            sampler: ``(distribution, reparameterize) -> action``, or None for the
-                distribution's own draws (and the closed form where it applies).
-        """
-        self._sampler = None if sampler is None else check_callable("sampler", sampler)
 
     def calc_loss(self, batch: Transition) -> LossInfo:
         """SAC's losses on a batch (advances the controller once).
@@ -385,15 +375,18 @@ class SacAlgorithm(Algorithm):
         self._host_updates = int(state["host_updates"])
 
     def _summarize(self, loss_info: LossInfo, valid: torch.Tensor) -> None:
-        extra = loss_info.extra
-        controller = self._entropy_target_algorithm
+        extra, controller = loss_info.extra, self._entropy_target_algorithm
+        nb = len(self.batch_shape)
+
+        def _mean(x: torch.Tensor) -> torch.Tensor:
+            return masked_mean(x, valid, dim=tuple(range(nb, x.dim())) if nb else None)[0]
+
         summary.scalar("loss/total", loss_info.loss)
-        summary.scalar("loss/critic", masked_mean(extra.critic, valid)[0])
-        summary.scalar("loss/actor", masked_mean(extra.actor, valid)[0])
-        summary.scalar("entropy", masked_mean(extra.entropy, valid)[0])
+        summary.scalar("loss/critic", _mean(extra.critic))
+        summary.scalar("loss/actor", _mean(extra.actor))
+        summary.scalar("entropy", _mean(extra.entropy))
         summary.scalar("alpha", controller.alpha)
         summary.scalar("target_entropy", controller.target_entropy)
         summary.scalar("stage", controller.stage)
-        summary.scalar("q", masked_mean(extra.q, valid)[0])
+        summary.scalar("q", _mean(extra.q))
         summary.scalar("num_skipped_updates", self._num_skipped)
-

@@ -1,16 +1,13 @@
 """``AgentEnvs``: one set of environments per agent, stepped as one batch ``[K, N]``.
 
-Agent ``k`` gets its own :class:`~alf_entropy.environments.GymVectorEnv` of
-``num_envs`` environments seeded with ``seeds[k]`` -- exactly the
-environments a single run with that seed builds -- so agent ``k`` of a batch
-sees the episodes (resets, episode ends) that single run sees under the same
-actions.  ``reset``/``step`` give ``TimeStep`` s whose leaves are ``[K, N,
-...]`` (agent-major); ``step`` takes actions ``[K, N, ...]``.
-
-Stepping costs K environment steps (one per set): for environments that are
-cheap to step in one NumPy-vectorised batch (CartPole) that is the part of
-acting that grows linearly with K.
+Agent ``k`` gets the :class:`~alf_entropy.environments.GymVectorEnv` of ``num_envs``
+environments a single run with seed ``seeds[k]`` builds, so it sees that run's episodes
+under the same actions.  It speaks ``GymVectorEnv``'s protocol with leaves ``[K, N,
+...]``: ``reset``, ``step`` (actions ``[K, N, ...]``), ``get_state``/``set_state`` (one
+``bytes``), ``close``; ``pop_episode_statistics`` gives each agent's.  Stepping costs K
+vector-env calls: for cheap environments (CartPole) the part of acting that grows with K.
 """
+import pickle
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import torch
@@ -20,7 +17,7 @@ from alf_entropy.environments.gym_vector_env import GymVectorEnv
 from alf_entropy.utils import nest
 from alf_entropy.utils.checks import check_int
 
-__all__ = ["AgentEnvs"]
+__all__ = ["AgentEnvs", "agent_env_ctor", "episode_statistics"]
 
 
 class AgentEnvs:
@@ -31,8 +28,7 @@ class AgentEnvs:
         num_envs: environments per agent ``N``.
         seeds: one seed per agent (``K = len(seeds)``).
         device: where the time steps are placed.
-        env_ctor: ``(env_id, num_envs=, seed=, device=) -> env`` (a
-            ``GymVectorEnv`` or one like it).
+        env_ctor: ``(env_id, num_envs=, seed=, device=) -> env`` (a ``GymVectorEnv``).
 
     Raises:
         ValueError: if ``seeds`` is empty or ``num_envs < 1``.
@@ -58,6 +54,11 @@ class AgentEnvs:
         return len(self._envs)
 
     @property
+    def num_envs(self) -> int:
+        """Environments per agent ``N``."""
+        return self._envs[0].num_envs
+
+    @property
     def observation_spec(self) -> Any:
         """One environment's observation spec."""
         return self._envs[0].observation_spec
@@ -72,14 +73,7 @@ class AgentEnvs:
         return _stack([env.reset() for env in self._envs])
 
     def step(self, action: Any) -> TimeStep:
-        """Step agent ``k``'s environments with ``action[k]``.
-
-        Args:
-            action: a nest of ``[K, N, ...]`` tensors.
-
-        Returns:
-            TimeStep: leaves ``[K, N, ...]`` (``env_info`` dropped).
-        """
+        """Step agent ``k``'s environments with ``action[k]`` (a nest of ``[K, N, ...]``)."""
         return _stack([env.step(nest.map_structure(lambda a, k=k: a[k], action))
                        for k, env in enumerate(self._envs)])
 
@@ -87,23 +81,26 @@ class AgentEnvs:
         """Each agent's finished episodes (returns, lengths) since the last call."""
         return [env.pop_episode_statistics() for env in self._envs]
 
-    def get_state(self) -> List[Optional[bytes]]:
-        """Each set's ``GymVectorEnv.get_state()`` (None for a set that cannot be pickled)."""
-        return [env.get_state() for env in self._envs]
+    def get_state(self) -> Optional[bytes]:
+        """Every set's ``get_state()``, pickled; None if a set cannot be saved."""
+        states = [env.get_state() for env in self._envs]
+        return None if any(s is None for s in states) else pickle.dumps(states)
 
-    def set_state(self, states: Sequence[bytes]) -> None:
+    def set_state(self, state: bytes) -> None:
         """Restore what :meth:`get_state` returned.
 
-        Args:
-            states: one state per set.
-
         Raises:
-            ValueError: if there is not one state per set, or a state is not one.
+            ValueError: if ``state`` is not one state per set.
         """
-        if len(states) != len(self._envs):
-            raise ValueError(f"states has {len(states)} entries for {len(self._envs)} sets")
-        for env, state in zip(self._envs, states):
-            env.set_state(state)
+        try:
+            states = pickle.loads(state)
+        except Exception as e:
+            raise ValueError(f"state is not an AgentEnvs state: {e}") from e
+        if not isinstance(states, list) or len(states) != len(self._envs):
+            raise ValueError(f"state does not hold one state for each of {len(self._envs)} "
+                             "sets of environments")
+        for env, s in zip(self._envs, states):
+            env.set_state(s)
 
     def close(self) -> None:
         """Close every set."""
@@ -114,3 +111,25 @@ class AgentEnvs:
 def _stack(time_steps: List[TimeStep]) -> TimeStep:
     return nest.map_structure(lambda *x: torch.stack(x),
                               *[t._replace(env_info=()) for t in time_steps])
+
+
+def agent_env_ctor(env_ctor: Callable[..., Any], seeds: Optional[Sequence[int]],
+                   seed: int) -> Callable[..., Any]:
+    """A trainer's ``env_ctor`` for its agents: ``env_ctor`` itself for one agent
+    (``seeds`` None); for K an ``AgentEnvs`` ctor that gives agent ``k``, for a trainer's
+    ``seed=seed + d``, the seed ``seeds[k] + d`` (as its single run numbers them)."""
+    if seeds is None:
+        return env_ctor
+
+    def _ctor(env_id: str, num_envs: int, seed: int, device: Any = "cpu") -> AgentEnvs:
+        return AgentEnvs(env_id, num_envs, [s + seed for s in offsets], device, env_ctor)
+
+    offsets = [s - seed for s in seeds]
+    return _ctor
+
+
+def episode_statistics(env: Any) -> List[Tuple[List[float], List[int]]]:
+    """Each agent's finished episodes ``(returns, lengths)`` since the last call (one
+    agent's env: a list of one)."""
+    stats = env.pop_episode_statistics()
+    return stats if isinstance(stats, list) else [stats]

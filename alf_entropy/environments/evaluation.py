@@ -1,14 +1,10 @@
 """Policy evaluation: run whole episodes on a fresh environment.
 
-``run_episodes`` plays ``num_episodes`` episodes in parallel, one per
-environment of a dedicated ``GymVectorEnv``, and keeps only each env's
-*first* episode, so short episodes are not over-represented (which happens
-when one counts whatever finishes first on fewer envs).  ``evaluate`` returns
-the mean return; trainers call it every ``eval_interval`` iterations with a
-deterministic policy (e.g. ``mode_of(actor(observation))``).
-
-Evaluation is not on the training path: it checks for finished episodes on
-the host every step.
+``run_episodes`` plays ``num_episodes`` episodes in parallel, one per environment of a
+dedicated ``GymVectorEnv`` (or ``env_ctor``'s env: K agents' ``AgentEnvs``), and keeps
+only each env's *first* episode, so short episodes are not over-represented.
+``evaluate`` returns the mean return.  Not on the training path: it checks for finished
+episodes on the host every step.
 """
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -20,7 +16,7 @@ from alf_entropy.environments.gym_vector_env import GymVectorEnv
 from alf_entropy.utils.checks import check_int
 from alf_entropy.utils.signatures import forwards_arguments
 
-__all__ = ["run_episodes", "evaluate"]
+__all__ = ["evaluate", "mean_returns", "run_episodes"]
 
 
 def run_episodes(
@@ -33,7 +29,8 @@ def run_episodes(
     max_episode_steps: Optional[int] = None,
     pass_time_step: bool = False,
     max_steps: int = 100_000,
-) -> Tuple[List[float], List[int]]:
+    env_ctor: Callable[..., Any] = GymVectorEnv,
+) -> Tuple[List[Any], List[Any]]:
     """Play ``num_episodes`` episodes and report their returns and lengths.
 
     Args:
@@ -51,28 +48,25 @@ def run_episodes(
             observation.
         max_steps: safety bound on the number of vector steps; episodes not
             finished by then are reported with their partial return.
+        env_ctor: ``(env_id, num_envs=, seed=, device=, **options) -> env``.
 
     Returns:
-        ``(returns, lengths)``, one entry per episode, in env order.
+        ``(returns, lengths)``, one entry per episode, in env order (an env with
+        leaves ``[K, N]``: one list per agent).
 
     Raises:
         ValueError: if ``num_episodes`` or ``max_steps`` is not positive.
     """
     check_int("num_episodes", num_episodes, minimum=1)
     check_int("max_steps", max_steps, minimum=1)
-    env = GymVectorEnv(
-        env_id,
-        num_envs=num_episodes,
-        seed=seed,
-        device=device,
-        env_kwargs=env_kwargs,
-        max_episode_steps=max_episode_steps,
-    )
-    returns = torch.zeros(num_episodes, dtype=torch.float64)
-    lengths = torch.zeros(num_episodes, dtype=torch.int64)
-    done = torch.zeros(num_episodes, dtype=torch.bool)
+    options = {k: v for k, v in (("env_kwargs", env_kwargs),
+                                 ("max_episode_steps", max_episode_steps)) if v is not None}
+    env = env_ctor(env_id, num_envs=num_episodes, seed=seed, device=device, **options)
     try:
         time_step: TimeStep = env.reset()
+        returns = torch.zeros(time_step.step_type.shape, dtype=torch.float64)
+        lengths = torch.zeros(time_step.step_type.shape, dtype=torch.int64)
+        done = torch.zeros(time_step.step_type.shape, dtype=torch.bool)
         with torch.no_grad():
             for _ in range(max_steps):
                 action = policy_fn(time_step if pass_time_step else time_step.observation)
@@ -111,3 +105,9 @@ def evaluate(env_id: str, policy_fn: Callable[[Any], Any], **kwargs: Any) -> flo
     """
     returns, _ = run_episodes(env_id, policy_fn, **kwargs)
     return float(sum(returns) / len(returns))
+
+
+def mean_returns(returns: List[Any]) -> List[float]:
+    """Each agent's mean of ``run_episodes``' returns (one agent's: a list of one)."""
+    rows = returns if returns and isinstance(returns[0], list) else [returns]
+    return [float(sum(row) / len(row)) for row in rows]

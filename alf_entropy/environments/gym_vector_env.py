@@ -1,45 +1,22 @@
 """``GymVectorEnv``: a batch of gymnasium environments yielding ALF ``TimeStep``s.
 
-Wraps a gymnasium vector env -- gymnasium's own NumPy-vectorised one where
-the env registers it (CartPole), else ``SyncVectorEnv`` / ``AsyncVectorEnv``
--- in ``NEXT_STEP`` autoreset mode and converts every step into a ``TimeStep`` of
-torch tensors on ``device`` with ALF's semantics:
+It wraps a gymnasium vector env (the env's own NumPy-vectorised one where it registers
+it, as CartPole does, else ``SyncVectorEnv``/``AsyncVectorEnv``) in ``NEXT_STEP``
+autoreset mode and gives ``TimeStep``s of tensors on ``device`` with ALF's semantics:
+``reset()`` gives ``FIRST`` steps (reward 0, discount 1, zero ``prev_action``);
+``step(action)`` gives ``MID``, or ``LAST`` on termination or truncation (discount 0
+only on termination: a truncated episode is bootstrapped); the step after a ``LAST`` is
+that env's reset, a ``FIRST`` step (its action is ignored, gymnasium's ``NEXT_STEP``).
+Continuous actions are clipped to the bounds; discrete ones must be integers in range.
+The first ``reset()`` seeds env ``i`` with ``seed + i`` and every space with ``seed``, so
+two envs built with one seed give the same trajectories and pickled states.
 
-* ``reset()`` gives ``FIRST`` steps (reward 0, discount 1, ``prev_action``
-  zeros).
-* ``step(action)`` gives ``MID`` steps, or ``LAST`` when the episode ends by
-  termination *or* truncation.  ``discount`` is 0 only on true termination
-  (a truncated episode is bootstrapped), 1 otherwise.
-* The ``step`` following a ``LAST`` of some env returns, for that env, the
-  reset observation as a ``FIRST`` step with reward 0, discount 1 and
-  ``prev_action`` zeros; the action passed for it is ignored (that is how
-  gymnasium's ``NEXT_STEP`` autoreset works).
-
-Continuous actions are clipped to the action bounds before being sent to
-gymnasium; discrete actions are converted to int64 and checked to lie in
-range.  Seeds: the first ``reset()`` seeds env ``i`` with ``seed + i`` (a
-NumPy-vectorised env: its one generator with ``seed``) and every
-observation and action space (the batch's, each env's) with ``seed``, so two
-envs built with the same seed give identical trajectories under identical
-actions, and identical pickled states.
-
-Episode statistics (gymnasium's conventions: an episode's return sums the
-rewards of its steps after the reset, its length counts its actions) are
-kept here in two NumPy arrays updated from the step's own arrays -- the same
-values as gymnasium's ``RecordEpisodeStatistics`` wrapper, which is not used
-because it costs about 16 us of a ~40 us CartPole step (per-step fancy
-indexing, timers and info dicts we do not need); see
-``docs/benchmarks/ppo_speed.md``.  :meth:`GymVectorEnv.pop_episode_statistics`
-returns the episodes finished since its last call.
-
-:meth:`GymVectorEnv.get_state` pickles the whole gymnasium vector env
-(every episode in progress, each env's RNG, the episode statistics) so that a
-trainer can resume a run exactly; environments whose state cannot be pickled
-(e.g. Box2D's and MuJoCo's, whose pickles hold only constructor arguments)
-give ``None``.
-
-Environment stepping happens on the host, so moving actions to the host here
-is inherent; nothing else reads device tensors.
+Episode statistics (gymnasium's conventions) are kept in two NumPy arrays -- the values
+of ``RecordEpisodeStatistics``, which costs ~16 us of a ~40 us CartPole step
+(``docs/benchmarks/ppo_speed.md``); :meth:`GymVectorEnv.pop_episode_statistics` returns
+the episodes finished since its last call.  :meth:`GymVectorEnv.get_state` pickles the
+whole vector env for an exact resume (``None`` where that is not the state: Box2D,
+MuJoCo, subprocesses).  Only the actions are moved to the host.
 """
 import collections
 import functools
@@ -68,26 +45,18 @@ from alf_entropy.utils.checks import check_int  # noqa: E402
 __all__ = ["GymVectorEnv"]
 
 
-def _make_env(
-    env_id: str, max_episode_steps: Optional[int], env_kwargs: Dict[str, Any]
-) -> gym.Env:
+def _make_env(env_id: str, max_episode_steps: Optional[int], env_kwargs: Dict[str, Any]
+              ) -> gym.Env:
     """Build one environment (module level so ``AsyncVectorEnv`` can pickle it)."""
     return gym.make(env_id, max_episode_steps=max_episode_steps, **env_kwargs)
 
 
 _VECTORIZATION_MODES = ("auto", "sync", "async", "vector_entry_point")
-# Finished episodes kept for ``pop_episode_statistics`` (more than any
-# summary interval sees).
-_MAX_EPISODES = 10_000
+_MAX_EPISODES = 10_000  # finished episodes kept for pop_episode_statistics
 
 
-def _make_vector_env(
-    env_id: str,
-    num_envs: int,
-    mode: str,
-    max_episode_steps: Optional[int],
-    env_kwargs: Dict[str, Any],
-) -> gym.vector.VectorEnv:
+def _make_vector_env(env_id: str, num_envs: int, mode: str, max_episode_steps: Optional[int],
+                     env_kwargs: Dict[str, Any]) -> gym.vector.VectorEnv:
     """The gymnasium vector env (``NEXT_STEP`` autoreset) for ``mode``."""
     if mode == "auto":
         spec = gym.spec(env_id)  # gym.error.Error for an unknown id
@@ -96,19 +65,14 @@ def _make_vector_env(
         kwargs = dict(env_kwargs)
         if max_episode_steps is not None:
             kwargs["max_episode_steps"] = max_episode_steps
-        env = gym.make_vec(
-            env_id, num_envs=num_envs, vectorization_mode="vector_entry_point", **kwargs
-        )
+        env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="vector_entry_point",
+                           **kwargs)
         if env.metadata.get("autoreset_mode") != AutoresetMode.NEXT_STEP:
-            raise ValueError(
-                f"{env_id}'s vector env does not use NEXT_STEP autoreset; use "
-                "vectorization_mode='sync'"
-            )
+            raise ValueError(f"{env_id}'s vector env does not use NEXT_STEP autoreset; use "
+                             "vectorization_mode='sync'")
         return env
-    env_fns = [
-        functools.partial(_make_env, env_id, max_episode_steps, env_kwargs)
-        for _ in range(num_envs)
-    ]
+    env_fns = [functools.partial(_make_env, env_id, max_episode_steps, env_kwargs)
+               for _ in range(num_envs)]
     cls = AsyncVectorEnv if mode == "async" else SyncVectorEnv
     return cls(env_fns, copy=False, autoreset_mode=AutoresetMode.NEXT_STEP)
 
@@ -124,97 +88,71 @@ class GymVectorEnv:
     Args:
         env_id: a registered gymnasium id such as ``"CartPole-v1"``.
         num_envs: number of parallel environments ``B``.
-        seed: base seed (with ``"sync"``/``"async"`` env ``i`` is reset with
-            ``seed + i`` the first time; a ``"vector_entry_point"`` env has one
-            generator for the batch, seeded with ``seed``); ``None`` for
-            random seeding.
+        seed: base seed (env ``i`` gets ``seed + i``; a ``"vector_entry_point"`` env one
+            generator seeded with ``seed``); ``None`` for random seeding.
         device: where the ``TimeStep`` tensors are placed.
-        vectorization_mode: ``"sync"`` (``SyncVectorEnv``: the envs one after
-            the other in this process), ``"async"`` (``AsyncVectorEnv``: one
-            subprocess per env), ``"vector_entry_point"`` (gymnasium's own
-            NumPy-vectorised implementation, e.g. ``CartPoleVectorEnv``: every
-            env in one array operation, several times faster) or ``"auto"``:
-            ``"vector_entry_point"`` where the env id registers one, else
-            ``"sync"``.
+        vectorization_mode: ``"sync"`` (one env after the other), ``"async"`` (one
+            subprocess each), ``"vector_entry_point"`` (gymnasium's NumPy-vectorised env,
+            e.g. ``CartPoleVectorEnv``: several times faster) or ``"auto"`` (that where
+            the id registers one, else ``"sync"``).
         env_kwargs: extra keyword arguments for ``gymnasium.make``.
-        max_episode_steps: override the registered time limit (episodes
-            reaching it are truncated: ``LAST`` with discount 1).
+        max_episode_steps: override the registered time limit (truncation: ``LAST``,
+            discount 1).
 
     Raises:
-        ValueError: for ``num_envs < 1``, a negative ``max_episode_steps`` or
-            an ``env_id`` gymnasium cannot make.
+        ValueError: for ``num_envs < 1``, a negative ``max_episode_steps`` or an
+            ``env_id`` gymnasium cannot make.
         TypeError: if ``env_kwargs`` is not a dict or a space is unsupported.
     """
 
-    def __init__(
-        self,
-        env_id: str,
-        num_envs: int = 8,
-        seed: Optional[int] = 0,
-        device: Any = "cpu",
-        vectorization_mode: str = "auto",
-        env_kwargs: Optional[Dict[str, Any]] = None,
-        max_episode_steps: Optional[int] = None,
-    ):
+    def __init__(self, env_id: str, num_envs: int = 8, seed: Optional[int] = 0,
+                 device: Any = "cpu", vectorization_mode: str = "auto",
+                 env_kwargs: Optional[Dict[str, Any]] = None,
+                 max_episode_steps: Optional[int] = None):
         check_int("num_envs", num_envs, minimum=1)
         check_int("max_episode_steps", max_episode_steps, minimum=1, allow_none=True,
                   none_means="the env's own limit")
-        if env_kwargs is None:
-            env_kwargs = {}
+        env_kwargs = {} if env_kwargs is None else env_kwargs
         if not isinstance(env_kwargs, dict):
             raise TypeError(f"env_kwargs must be a dict, got {type(env_kwargs).__name__}")
         check_int("seed", seed, minimum=0, allow_none=True, none_means="unseeded")
-        self._env_id = env_id
-        self._num_envs = num_envs
+        self._env_id, self._num_envs, self._device = env_id, num_envs, torch.device(device)
         self._seed = None if seed is None else int(seed)
-        self._device = torch.device(device)
         if vectorization_mode not in _VECTORIZATION_MODES:
-            raise ValueError(
-                f"vectorization_mode must be one of {_VECTORIZATION_MODES}, got "
-                f"{vectorization_mode!r}"
-            )
+            raise ValueError(f"vectorization_mode must be one of {_VECTORIZATION_MODES}, got "
+                             f"{vectorization_mode!r}")
         try:
-            self._env = _make_vector_env(
-                env_id, num_envs, vectorization_mode, max_episode_steps, dict(env_kwargs)
-            )
+            self._env = _make_vector_env(env_id, num_envs, vectorization_mode, max_episode_steps,
+                                         dict(env_kwargs))
         except gym.error.Error as e:
             raise ValueError(f"env_id {env_id!r}: gymnasium cannot make it: {e}") from e
-        # Episode statistics: the running return (float64, like gymnasium's)
-        # and length of each env's episode, and the finished episodes not yet
-        # popped (at most the most recent _MAX_EPISODES).
+        # Each env's running return (float64, as gymnasium's) and length; the finished
+        # episodes not yet popped.
         self._episode_returns = np.zeros(num_envs, dtype=np.float64)
         self._episode_lengths = np.zeros(num_envs, dtype=np.int64)
         self._finished: Deque[Tuple[float, int]] = collections.deque(maxlen=_MAX_EPISODES)
         self._observation_spec = from_gym_space(self._env.single_observation_space)
         self._action_spec = from_gym_space(self._env.single_action_space)
-        self._obs_np_dtypes = nest.map_structure(
-            lambda s: _numpy_dtype(s.dtype), self._observation_spec
-        )
+        self._obs_np_dtypes = nest.map_structure(lambda s: _numpy_dtype(s.dtype),
+                                                 self._observation_spec)
         if self._seed is not None:
             self._seed_spaces(self._seed)
-        self._seeded = False
-        self._closed = False
+        self._seeded = self._closed = self._started = False
         # Envs whose previous step was LAST: gymnasium resets them on the next step.
         self._autoreset = np.zeros(num_envs, dtype=bool)
-        self._started = False
         self._env_ids_np = np.arange(num_envs, dtype=np.int64)
         self._zero_actions = nest.map_structure(
-            lambda s: s.zeros((num_envs,), device=self._device), self._action_spec
-        )
-        # Fast paths of ``step`` (it runs every environment step): a single
-        # (non-nested) action/observation spec needs no nest walking, and CPU
-        # tensors need no ``.to(device)``.
+            lambda s: s.zeros((num_envs,), device=self._device), self._action_spec)
+        # ``step``'s fast paths: no nest walking for one spec, no ``.to`` on the CPU.
         self._action_is_leaf = not nest.is_nested(self._action_spec)
         self._observation_is_leaf = not nest.is_nested(self._observation_spec)
         self._on_cpu = self._device.type == "cpu"
-        self._action_np_dtypes = nest.map_structure(
-            lambda s: _numpy_dtype(s.dtype), self._action_spec
-        )
+        self._action_np_dtypes = nest.map_structure(lambda s: _numpy_dtype(s.dtype),
+                                                    self._action_spec)
 
     def _seed_spaces(self, seed: int) -> None:
-        """Seed every space's generator (the vector env's, each env's and each
-        wrapper's) from ``seed``, so that their pickled state -- part of
-        :meth:`get_state` -- is the same for two envs built with one seed."""
+        """Seed every space (the vector env's, each env's and wrapper's): their pickled
+        state, part of :meth:`get_state`, is then the same for two envs of one seed."""
         self._env.action_space.seed(seed)
         layers = [self._env]
         for env in getattr(self._env, "envs", []):
@@ -230,38 +168,15 @@ class GymVectorEnv:
                     seen.add(id(space))
                     space.seed(seed)
 
-    # ------------------------------------------------------------------ props
-    @property
-    def env_id(self) -> str:
-        """The gymnasium id."""
-        return self._env_id
+    env_id = property(lambda self: self._env_id, doc="The gymnasium id.")
+    num_envs = property(lambda self: self._num_envs, doc="The batch size ``B``.")
+    device = property(lambda self: self._device, doc="Device of the produced tensors.")
+    observation_spec = property(lambda self: self._observation_spec,
+                                doc="Spec (nest) of one environment's observation.")
+    action_spec = property(lambda self: self._action_spec,
+                           doc="Spec (nest) of one environment's action.")
+    gym_env = property(lambda self: self._env, doc="The gymnasium vector environment.")
 
-    @property
-    def num_envs(self) -> int:
-        """Number of parallel environments (the batch size ``B``)."""
-        return self._num_envs
-
-    @property
-    def device(self) -> torch.device:
-        """Device of the produced tensors."""
-        return self._device
-
-    @property
-    def observation_spec(self) -> Any:
-        """Spec (nest) of one environment's observation."""
-        return self._observation_spec
-
-    @property
-    def action_spec(self) -> Any:
-        """Spec (nest) of one environment's action."""
-        return self._action_spec
-
-    @property
-    def gym_env(self) -> gym.vector.VectorEnv:
-        """The underlying gymnasium vector environment."""
-        return self._env
-
-    # --------------------------------------------------------------- helpers
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
         """``array`` (which the caller owns: it is not copied) as a tensor on ``device``."""
         tensor = torch.from_numpy(array)
@@ -285,65 +200,41 @@ class GymVectorEnv:
             array = np.asarray(action)
         expected = (self._num_envs,) + spec.shape
         if array.shape != expected:
-            raise ValueError(
-                f"action must have shape {expected} (num_envs, *action_spec.shape), "
-                f"got {array.shape}"
-            )
+            raise ValueError(f"action must have shape {expected} (num_envs, "
+                             f"*action_spec.shape), got {array.shape}")
         if spec.is_discrete:
             if array.dtype.kind not in "iu":  # not an integer dtype
                 rounded = np.rint(array)
                 if not np.array_equal(rounded, array):
                     raise ValueError(f"discrete action must hold integers, got {array}")
                 array = rounded
-            # No copy needed: gymnasium only reads the actions, and
-            # ``prev_action`` is built from a fresh array.
+            # No copy: gymnasium only reads it; prev_action is built from a fresh array.
             array = array.astype(np.int64, copy=False)
             if isinstance(spec, BoundedTensorSpec) and np.count_nonzero(
-                (array < spec.minimum) | (array > spec.maximum)
-            ):
-                raise ValueError(
-                    f"discrete action must be in [{spec.minimum.tolist()}, "
-                    f"{spec.maximum.tolist()}], got {array.tolist()}"
-                )
+                    (array < spec.minimum) | (array > spec.maximum)):
+                raise ValueError(f"discrete action must be in [{spec.minimum.tolist()}, "
+                                 f"{spec.maximum.tolist()}], got {array.tolist()}")
             return array
         array = array.astype(np.float32)
         if isinstance(spec, BoundedTensorSpec):
             array = np.clip(array, spec.minimum, spec.maximum).astype(np.float32, copy=False)
         return array
 
-    def _time_step(
-        self,
-        step_type: np.ndarray,
-        reward: np.ndarray,
-        discount: np.ndarray,
-        obs: Any,
-        prev_action: Any,
-    ) -> TimeStep:
+    def _time_step(self, step_type: np.ndarray, reward: np.ndarray, discount: np.ndarray,
+                   obs: Any, prev_action: Any) -> TimeStep:
         """Build the ``TimeStep``; the three arrays are fresh (owned, not copied)."""
-        return TimeStep(
-            step_type=self._tensor(step_type.astype(np.int64, copy=False)),
-            reward=self._tensor(reward.astype(np.float32, copy=False)),
-            discount=self._tensor(discount.astype(np.float32, copy=False)),
-            observation=self._convert_observation(obs),
-            prev_action=prev_action,
-            env_id=self._tensor(self._env_ids_np.copy()),
-            env_info={},
-        )
+        return TimeStep(step_type=self._tensor(step_type.astype(np.int64, copy=False)),
+                        reward=self._tensor(reward.astype(np.float32, copy=False)),
+                        discount=self._tensor(discount.astype(np.float32, copy=False)),
+                        observation=self._convert_observation(obs), prev_action=prev_action,
+                        env_id=self._tensor(self._env_ids_np.copy()), env_info={})
 
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("GymVectorEnv is closed")
 
-    # ------------------------------------------------------------------- API
     def reset(self) -> TimeStep:
-        """Reset every environment.
-
-        The first call seeds the environments (env ``i`` with ``seed + i``);
-        later calls continue their random streams.
-
-        Returns:
-            TimeStep: ``FIRST`` steps with reward 0, discount 1 and zero
-            ``prev_action``.
+        """Reset every env (the first call seeds them): ``FIRST`` steps.
 
         Raises:
             RuntimeError: if the environment was closed.
@@ -359,30 +250,16 @@ class GymVectorEnv:
         self._episode_lengths[:] = 0
         self._started = True
         b = self._num_envs
-        return self._time_step(
-            np.full(b, StepType.FIRST, dtype=np.int64),
-            np.zeros(b, dtype=np.float32),
-            np.ones(b, dtype=np.float32),
-            obs,
-            nest.map_structure(torch.clone, self._zero_actions),
-        )
+        return self._time_step(np.full(b, StepType.FIRST, dtype=np.int64),
+                               np.zeros(b, dtype=np.float32), np.ones(b, dtype=np.float32), obs,
+                               nest.map_structure(torch.clone, self._zero_actions))
 
     def step(self, action: Any) -> TimeStep:
-        """Step every environment with ``action``.
-
-        Args:
-            action: tensor ``[B, *action_spec.shape]`` (or a nest matching
-                ``action_spec``), on any device.  Continuous actions are
-                clipped to the bounds; for envs whose previous step was
-                ``LAST`` the action is ignored and the env is reset.
-
-        Returns:
-            TimeStep: the batched result (see the module docstring).
+        """Step every env with ``action`` (``[B, *action_spec.shape]`` or a nest, any device).
 
         Raises:
             RuntimeError: if ``reset()`` was never called or the env is closed.
-            ValueError: if an action has the wrong shape or a discrete action
-                is out of range.
+            ValueError: if an action has the wrong shape or is out of range.
         """
         if self._closed or not self._started:
             self._check_open()
@@ -416,19 +293,13 @@ class GymVectorEnv:
         if self._action_is_leaf:
             prev_action = self._prev_action(np_action, first, self._action_np_dtypes)
         else:
-            prev_action = nest.map_structure(
-                lambda a, dtype: self._prev_action(a, first, dtype),
-                np_action,
-                self._action_np_dtypes,
-            )
+            prev_action = nest.map_structure(lambda a, dtype: self._prev_action(a, first, dtype),
+                                             np_action, self._action_np_dtypes)
         return self._time_step(step_type, reward, discount, obs, prev_action)
 
     def _record_episodes(self, reward: np.ndarray, not_first: np.ndarray, done: np.ndarray) -> None:
-        """Add the step to the running episode statistics; keep the finished episodes.
-
-        The reward of a ``FIRST`` step (the reset) is not counted, nor is the
-        step in the length; a finished episode's counters restart at 0.
-        """
+        """Add the step to the running episodes (a ``FIRST`` step, the reset, counts for
+        neither); keep the finished ones."""
         returns, lengths = self._episode_returns, self._episode_lengths
         np.add(returns, reward, out=returns, where=not_first)
         lengths += not_first
@@ -447,41 +318,23 @@ class GymVectorEnv:
         return self._tensor(a.astype(dtype, copy=False))
 
     def pop_episode_statistics(self) -> Tuple[List[float], List[int]]:
-        """Returns and lengths of the episodes finished since the last call.
-
-        Gymnasium's conventions, which match ALF's: an episode's return is the
-        sum of the rewards of its steps after the reset, its length the number
-        of actions.  At most the 10,000 most recent episodes are returned.
-
-        Returns:
-            ``(returns, lengths)``: Python lists in completion order.
-        """
+        """``(returns, lengths)`` of the episodes finished since the last call (at most the
+        10,000 latest; gymnasium's conventions, ALF's too), in completion order."""
         returns = [r for r, _ in self._finished]
         lengths = [n for _, n in self._finished]
         self._finished.clear()
         return returns, lengths
 
     def get_state(self) -> Optional[bytes]:
-        """The complete state of the environments, pickled, or ``None``.
-
-        It holds the gymnasium vector env itself (episodes in progress, each
-        env's RNG, time limits, episode statistics) and this wrapper's
-        autoreset flags, so :meth:`set_state` continues exactly.
-
-        Returns:
-            Optional[bytes]: the state, or ``None`` if the environments cannot
-            be pickled, or pickle their constructor arguments instead of their
-            state (gymnasium's ``EzPickle``: Box2D, MuJoCo, toy-text envs), or
-            run in subprocesses (``AsyncVectorEnv``).
-        """
+        """The whole vector env (episodes, RNGs, statistics) and this wrapper's flags,
+        pickled; ``None`` where that is not their state (``EzPickle`` envs: Box2D, MuJoCo,
+        toy text; subprocesses) or they cannot be pickled."""
         self._check_open()
         if not self._picklable_state():
             return None
         try:
-            return pickle.dumps((
-                self._env, self._autoreset, self._seeded, self._started,
-                self._episode_returns, self._episode_lengths, self._finished,
-            ))
+            return pickle.dumps((self._env, self._autoreset, self._seeded, self._started,
+                                 self._episode_returns, self._episode_lengths, self._finished))
         except Exception:  # pickling can fail with any error type (Box2D: AssertionError)
             return None
 
@@ -498,14 +351,10 @@ class GymVectorEnv:
         return True
 
     def set_state(self, state: bytes) -> None:
-        """Restore a state returned by :meth:`get_state` (replacing the envs).
-
-        Args:
-            state: the bytes :meth:`get_state` returned (for the same env id
-                and number of envs).
+        """Restore what :meth:`get_state` returned (replacing the envs).
 
         Raises:
-            ValueError: if ``state`` is not such a state.
+            ValueError: if ``state`` is not such a state (of as many envs).
         """
         self._check_open()
         try:
@@ -513,26 +362,18 @@ class GymVectorEnv:
         except Exception as e:
             raise ValueError(f"state is not a GymVectorEnv state: {e}") from e
         if not isinstance(env, gym.vector.VectorEnv) or env.num_envs != self._num_envs:
-            raise ValueError(
-                f"state holds {getattr(env, 'num_envs', '?')} envs, this env has {self._num_envs}"
-            )
+            raise ValueError(f"state holds {getattr(env, 'num_envs', '?')} envs, this env "
+                             f"has {self._num_envs}")
         self._env.close()
         self._env = env
         self._autoreset, self._seeded, self._started = autoreset, seeded, started
         self._episode_returns, self._episode_lengths, self._finished = returns, lengths, finished
 
     def sample_random_action(self) -> Any:
-        """Uniformly random actions (seeded by ``seed``) as tensors on ``device``.
-
-        Returns:
-            A tensor ``[B, *action_spec.shape]`` (or nest) of valid actions.
-        """
-        sample = self._env.action_space.sample()
+        """Uniformly random actions ``[B, ...]`` (seeded by ``seed``) on ``device``."""
         return nest.map_structure(
             lambda s, a: self._to_device(np.asarray(a), _numpy_dtype(s.dtype)),
-            self._action_spec,
-            sample,
-        )
+            self._action_spec, self._env.action_space.sample())
 
     def close(self) -> None:
         """Close the environments (idempotent)."""

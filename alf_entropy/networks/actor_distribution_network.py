@@ -20,7 +20,7 @@ closed form; for PPO's acting step,
 :meth:`ActorDistributionNetwork.sample_with_log_prob` draws a categorical
 action and its log-probability without the distribution object.
 """
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, Callable, Optional, Sequence, Tuple
 
 import gin
 import torch
@@ -171,26 +171,24 @@ class ActorDistributionNetwork(nn.Module, metaclass=PlainGinErrors):
         return head.rsample_and_log_prob(self._encoder(x), log_prob)
 
     def sample_with_log_prob(
-        self, observation: Any
+        self, observation: Any, sample: Callable[[torch.Tensor], torch.Tensor] = sample_categorical
     ) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
         """One draw from ``forward(observation)`` and its log-probability, cheaply.
 
-        For this class itself (not a subclass) with a single scalar
-        categorical head over a flat tensor observation, and when calling
-        its modules would run only their ``forward``
-        (:func:`alf_entropy.accel.forward_only`), this gives what ``dist =
-        self(observation); action = dist.sample(); dist.log_prob(action)``
-        gives -- the same random draws -- without the module-call frames and
-        the distribution object (:func:`alf_entropy.accel.categorical_sample_with_log_prob`).
-        Anything else, or ``ALF_ENTROPY_ACCEL=0``, returns None; the caller
-        then calls the network.
+        For this class itself with one scalar categorical head over a flat tensor
+        observation, and modules that run only their ``forward``
+        (:func:`alf_entropy.accel.forward_only`): what ``dist = self(observation);
+        action = dist.sample(); dist.log_prob(action)`` gives, the same draws, without
+        the module-call frames and the distribution object.  Anything else, or
+        ``ALF_ENTROPY_ACCEL=0``, gives None (the caller then calls the network).
 
         Args:
             observation: tensor ``[B, *obs_shape]`` (a nest gives None).
+            sample: draws indices ``[B]`` from probabilities ``[B, n]`` (default
+                ``Categorical.sample``'s; a batch of agents passes each one's generator).
 
         Returns:
-            tuple: the action (int64 ``[B]``) and its log-probability
-            (``[B]``); or None (see above).
+            tuple: the action (int64 ``[B]``) and its log-probability ``[B]``; or None.
         """
         if not (
             accel.ENABLED
@@ -216,7 +214,7 @@ class ActorDistributionNetwork(nn.Module, metaclass=PlainGinErrors):
         x = observation  # flatten_observation would return it as it is
         for layer in layers:
             x = layer.forward(x)
-        return accel.categorical_sample_with_log_prob(linear.forward(x), sample_categorical)
+        return accel.categorical_sample_with_log_prob(linear.forward(x), sample)
 
     def forward(self, observation: Any) -> Any:
         """Compute the action distribution(s).

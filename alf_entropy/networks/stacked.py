@@ -23,17 +23,22 @@ Nothing mixes members: every operation is per row or per member, so a
 non-finite value in member ``k`` stays in member ``k``.
 """
 import copy
-from typing import Any, Sequence, Tuple
+import functools
+from typing import Any, Callable, Optional, Sequence, Tuple
 
 import torch
 import torch.distributions as td
 import torch.nn as nn
 
-from alf_entropy.networks.distributions import Categorical, categorical_from_uniform
+from alf_entropy.networks.distributions import (
+    Categorical,
+    categorical_from_uniform,
+    sample_categorical,
+)
 from alf_entropy.utils import nest
 
-__all__ = ["StackedLinear", "StackedModule", "reshape_distribution", "sample_members",
-           "sample_categorical_members"]
+__all__ = ["StackedLinear", "StackedModule", "categorical_sampler", "draw",
+           "reshape_distribution", "sample_categorical_members", "sample_members"]
 
 
 class StackedLinear(nn.Module):
@@ -206,27 +211,45 @@ class StackedModule(nn.Module):
         return nest.map_structure(lambda y: _unflatten(y, self.num_members, m), out)
 
     def forward_rows(self, *inputs: Any) -> Any:
-        """``forward`` without reshaping the outputs: leading dim ``K * M``, member-major.
-
-        Cheaper where the caller works on rows anyway (acting: no distribution is
-        rebuilt).
-
-        Args:
-            *inputs: nests of tensors ``[K, M, ...]``.
-
-        Returns:
-            The network's output nest with leaves ``[K * M, ...]``.
-
-        Raises:
-            ValueError: if an input's first dimension is not K.
-        """
+        """``forward`` without reshaping the outputs: leaves ``[K * M, ...]``, member-major."""
         return self.inner(*self._rows(inputs)[0])
+
+    def sample_with_log_prob(self, observation: Any, sample: Callable[[torch.Tensor],
+                                                                   torch.Tensor]) -> Any:
+        """The stacked network's ``sample_with_log_prob`` (its fast acting path) on the
+        members' rows: ``(action, log_prob)`` ``[K, M]``, or None where it has none."""
+        fast = getattr(self.inner, "sample_with_log_prob", None)
+        if fast is None or not isinstance(observation, torch.Tensor) or observation.dim() < 2:
+            return None
+        (rows,), m = self._rows((observation,))
+        drawn = fast(rows, sample)
+        if drawn is None:
+            return None
+        return tuple(x.reshape(self.num_members, m, *x.shape[1:]) for x in drawn)
 
 
 def _unflatten(y: Any, k: int, m: int) -> Any:
     if isinstance(y, td.Distribution):
         return reshape_distribution(y, (k, m) + tuple(y.batch_shape[1:]))
     return y.reshape(k, m, *y.shape[1:])
+
+
+def draw(dist: td.Distribution, generators: Optional[Sequence[torch.Generator]],
+         reparameterize: bool = False) -> torch.Tensor:
+    """``dist.sample()`` (``rsample``) for one agent (``generators`` None: torch's own
+    draws); each member's from its own generator for K (:func:`sample_members`)."""
+    if generators is None:
+        return dist.rsample() if reparameterize else dist.sample()
+    return sample_members(dist, generators, reparameterize)
+
+
+def categorical_sampler(generators: Optional[Sequence[torch.Generator]]
+                        ) -> Callable[[torch.Tensor], torch.Tensor]:
+    """Draws from probabilities ``[K * B, n]`` as ``Categorical.sample`` does, each
+    member's rows from its generator (``generators`` None: one agent, torch's)."""
+    if generators is None:
+        return sample_categorical
+    return functools.partial(sample_categorical_members, generators=generators)
 
 
 def sample_members(dist: td.Distribution, generators: Sequence[torch.Generator],

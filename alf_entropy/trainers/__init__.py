@@ -8,6 +8,7 @@ from alf_entropy.trainers.callbacks import (
     SignalCallback,
     SummaryCallback,
     TimeBudgetCallback,
+    TrainerControl,
 )
 from alf_entropy.trainers.off_policy_trainer import OffPolicyTrainer
 from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
@@ -15,4 +16,4 @@ from alf_entropy.trainers.trainer import Trainer
 
 __all__ = ["Callback", "CheckpointCallback", "EvaluationCallback", "OffPolicyTrainer",
            "OnPolicyTrainer", "ProgressBarCallback", "SignalCallback", "SummaryCallback",
-           "TimeBudgetCallback", "Trainer"]
+           "TimeBudgetCallback", "Trainer", "TrainerControl"]

@@ -1,21 +1,20 @@
-"""Callbacks: what runs around a trainer's iterations, one service each.
+"""Callbacks decide, the trainer's loop acts (Hugging Face's ``TrainerControl``).
 
-The trainer calls each :class:`Callback`'s hooks in the order of its list:
-``on_training_start`` once, ``on_iteration_start`` and ``on_iteration_end``
-around every iteration (``False`` from any stops the run cleanly, with a
-checkpoint), ``on_training_end`` always, also after an error.  It builds the
-built-in ones from its arguments (:func:`builtin_callbacks`) and runs
-``callbacks=[...]`` after them.  The classes here but ``SignalCallback``
-(every trainer has one) are ``@gin.configurable``:
-``OnPolicyTrainer.callbacks = [@TimeBudgetCallback()]``.
+The loop calls each :class:`Callback`'s hooks in list order.  A callback reads the
+trainer (``iteration``, ``env_steps``, ``metrics``, ``algorithm``, ``agent_dirs``, ...)
+and asks through ``trainer.control`` (``False`` from ``on_iteration_end`` stops too); it
+calls no trainer method.  The trainer builds the built-in ones from its arguments and
+runs ``callbacks=[...]`` after them; all but ``SignalCallback`` are gin-configurable.
 """
+import contextlib
+import dataclasses
 import logging as py_logging
 import os
 import signal
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence
 
 import gin
 import numpy as np
@@ -30,19 +29,28 @@ from alf_entropy.utils.requirements import require_train_extra
 require_train_extra()  # gymnasium>=1.1 and tqdm: the `train` extra
 
 from tqdm import tqdm  # noqa: E402  (after the requirement check)
+from tqdm.contrib.logging import logging_redirect_tqdm  # noqa: E402
 
-__all__ = ["Callback", "CheckpointCallback", "EvaluationCallback",
-           "ProgressBarCallback", "SignalCallback", "SummaryCallback", "TimeBudgetCallback",
-           "TrainingAborted", "builtin_callbacks"]
+__all__ = ["Callback", "CheckpointCallback", "EvaluationCallback", "ProgressBarCallback",
+           "SignalCallback", "SummaryCallback", "TimeBudgetCallback", "TrainerControl",
+           "TrainingAborted", "builtin_callbacks", "control_line"]
+
+Logs = Dict[str, List[Optional[float]]]
+
+
+@dataclasses.dataclass
+class TrainerControl:
+    """What the callbacks ask of the loop (fresh each iteration): record the algorithm's
+    summaries and log, evaluate, checkpoint, stop (with a checkpoint)."""
+
+    should_log: bool = False
+    should_evaluate: bool = False
+    should_save: bool = False
+    should_stop: bool = False
 
 
 class Callback:
-    """The base class: hooks that do nothing; override the ones you need.
-
-    ``trainer`` is the running :class:`~alf_entropy.trainers.trainer.Trainer`:
-    read its ``iteration``, ``env_steps``, ``algorithm``, ``metrics``
-    (the latest ``return``, ``eval/return``, ...), ``root_dir``.
-    """
+    """The base class: hooks that do nothing; override the ones you need (module docstring)."""
 
     def on_training_start(self, trainer: Any) -> None:
         """Before the first iteration of a ``train()`` call (also when resumed)."""
@@ -51,147 +59,87 @@ class Callback:
         """Before each iteration (``trainer.iteration`` iterations done)."""
 
     def on_iteration_end(self, trainer: Any) -> bool:
-        """After each iteration (``trainer.iteration`` counts it).
-
-        Returns:
-            bool: False stops the run after this iteration, with a checkpoint.
-        """
+        """After each iteration (counted); False stops the run, with a checkpoint."""
         return True
+
+    def on_log(self, trainer: Any, logs: Logs) -> None:
+        """After an iteration with summaries: ``return``, ``alpha``, ... (each agent's)."""
+
+    def on_evaluate(self, trainer: Any, logs: Logs) -> None:
+        """After an evaluation: ``eval/return`` (each agent's) and ``on_log``'s latest."""
 
     def on_training_end(self, trainer: Any) -> None:
         """When ``train()`` ends, however it ends (release what you hold here)."""
 
 
+def control_line(logs: Logs) -> str:
+    """``eval return 187.30 alpha 0.125 entropy 0.68 target 0.68`` (K: ``min/mean/max``)."""
+    parts = []
+    for tag, label, fmt in (("eval/return", "eval return", ".2f"), ("alpha", "alpha", ".4g"),
+                            ("entropy", "entropy", ".4g"), ("target_entropy", "target", ".4g")):
+        values = [v for v in logs.get(tag) or [] if v is not None]
+        if len(values) == 1:
+            parts.append(f"{label} {values[0]:{fmt}}")
+        elif values:
+            stats = (min(values), float(np.mean(values)), max(values))
+            parts.append(f"{label} min/mean/max " + "/".join(f"{v:{fmt}}" for v in stats))
+    return " ".join(parts)
+
+
 @gin.configurable
 class SummaryCallback(Callback):
-    """TensorBoard summaries in ``root_dir/train`` (rank 0 writes).
-
-    Every ``interval`` iterations the algorithm's own ``summary.*`` calls
-    inside the iteration are recorded, and after it ``env_steps``,
-    ``steps_per_sec`` and the finished training episodes' ``return`` and
-    ``episode_length`` (of all ranks) are written; ``trainer.metrics`` gets
-    them and ``alpha``.
-
-    Args:
-        interval: iterations between summaries (the ``interval`` attribute).
-        flush_secs: how often the writer flushes to disk (``flush_secs``).
-    """
+    """TensorBoard summaries every ``interval`` iterations (rank 0) in ``root_dir/train``
+    (K agents: ``<agent dir>/train`` each), flushed every ``flush_secs``."""
 
     def __init__(self, interval: int = 10, flush_secs: float = 10.0):
         self.interval = check_int("summary_interval", interval, minimum=1)
         self.flush_secs = flush_secs
-        self._writer: Any = None
-        self._gate: Optional[summary.record_if] = None
-        self._since = (0.0, 0)  # (time, env steps) of the last summary
 
     def on_training_start(self, trainer: Any) -> None:
-        if distributed.is_main_process():
-            self._writer = summary.create_summary_writer(
-                os.path.join(trainer.root_dir, "train"), flush_secs=self.flush_secs
-            )
-        summary.set_default_writer(self._writer)
-        self._since = (time.time(), trainer.env_steps)
-
-    def _due(self, trainer: Any) -> bool:
-        return trainer.iteration % self.interval == 0
+        summary.set_default_writer([summary.create_summary_writer(
+            os.path.join(trainer.root_dir, name, "train"), flush_secs=self.flush_secs)
+            for name in trainer.agent_dirs] if distributed.is_main_process() else None)
 
     def on_iteration_start(self, trainer: Any) -> None:
-        due = self._due(trainer)
-        self._gate = summary.record_if(lambda: due)
-        self._gate.__enter__()
+        trainer.control.should_log = trainer.iteration % self.interval == 0
 
-    def on_iteration_end(self, trainer: Any) -> bool:
-        if self._gate is not None and (trainer.iteration - 1) % self.interval == 0:
-            self._write(trainer)
-        self._close_gate()
-        return True
+    def on_log(self, trainer: Any, logs: Logs) -> None:
+        for tag in ("env_steps", "steps_per_sec", "return", "episode_length"):
+            summary.scalar(tag, logs[tag])
+        summary.scalar("return_vs_env_steps", logs["return"], step=trainer.env_steps)
 
-    def _close_gate(self) -> None:
-        gate, self._gate = self._gate, None
-        if gate is not None:
-            gate.__exit__(None, None, None)
-
-    def _write(self, trainer: Any) -> None:
-        """The trainer's summaries (reads episodes and alpha on the host: summary time only)."""
-        now, steps = time.time(), trainer.env_steps
-        sps = (steps - self._since[1]) / max(now - self._since[0], 1e-9)
-        self._since = (now, steps)
-        returns, lengths = trainer.env.pop_episode_statistics()
-        stats = distributed.gather_object((list(returns), list(lengths)))
-        if stats is None:  # not rank 0
-            return
-        returns = [x for r, _ in stats for x in r]
-        lengths = [x for _, n in stats for x in n]
-        summary.scalar("env_steps", steps)
-        summary.scalar("steps_per_sec", sps)
-        trainer.metrics["steps_per_sec"] = sps
-        if returns:
-            trainer.metrics["return"] = float(np.mean(returns))
-            summary.scalar("return", trainer.metrics["return"])
-            summary.scalar("episode_length", float(np.mean(lengths)))
-            summary.scalar("return_vs_env_steps", trainer.metrics["return"], step=steps)
-        trainer.metrics["alpha"] = float(trainer.algorithm.entropy_coefficient())
+    def on_evaluate(self, trainer: Any, logs: Logs) -> None:
+        with summary.record_if(lambda: True):
+            summary.scalar("eval/return", logs["eval/return"], step=trainer.iteration)
+            summary.scalar("eval/return_vs_env_steps", logs["eval/return"],
+                           step=trainer.env_steps)
 
     def on_training_end(self, trainer: Any) -> None:
-        self._close_gate()
         summary.flush()
-        summary.set_default_writer(None)
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
-
-
-class _BarLogHandler(py_logging.Handler):
-    """Writes another console handler's lines with ``tqdm.write`` (on a line of their own)."""
-
-    def __init__(self, console: py_logging.Handler):
-        super().__init__(console.level)
-        self._console = console
-
-    def emit(self, record: py_logging.LogRecord) -> None:
-        try:
-            tqdm.write(self._console.format(record), file=sys.stderr)
-        except Exception:  # logging must not raise; report it as logging does
-            self.handleError(record)
-
-
-def _is_console_handler(handler: py_logging.Handler) -> bool:
-    """Whether ``handler`` writes to the terminal (stdout or stderr)."""
-    if isinstance(handler, ABSLHandler):  # absl's, installed by app.run
-        handler = handler.python_handler
-    return isinstance(handler, py_logging.StreamHandler) and handler.stream in (
-        sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__,
-    )
+        summary.close()
 
 
 @gin.configurable
 class ProgressBarCallback(Callback):
-    """A tqdm bar on a terminal (none where stderr is not one: a log gets log lines only).
-
-    Its total is the binding limit in iterations; it shows the env steps and
-    the latest ``steps_per_sec``, ``return`` and ``alpha``.  While it shows,
-    log lines go through ``tqdm.write``, so they do not glue onto the bar.
-    """
+    """A tqdm bar on a terminal (the binding limit's iterations; env steps, ``steps_per_sec``,
+    ``return``, ``alpha``); meanwhile console log lines go through ``logging_redirect_tqdm``."""
 
     def __init__(self) -> None:
         self._bar: Any = None
-        self._swapped: List[Tuple[py_logging.Handler, py_logging.Handler]] = []
+        self._redirect = contextlib.ExitStack()
 
     def on_training_start(self, trainer: Any) -> None:
-        self._bar = tqdm(
-            total=trainer.total_iterations,
-            initial=trainer.iteration,
-            unit="it",
-            disable=None if distributed.is_main_process() else True,  # None: a terminal only
-            dynamic_ncols=True,
-        )
+        self._bar = tqdm(total=trainer.total_iterations, initial=trainer.iteration, unit="it",
+                         dynamic_ncols=True,
+                         disable=None if distributed.is_main_process() else True)
         root = py_logging.getLogger()
-        if not self._bar.disable:
-            for handler in [h for h in root.handlers if _is_console_handler(h)]:
-                proxy = _BarLogHandler(handler)
-                root.removeHandler(handler)
-                root.addHandler(proxy)
-                self._swapped.append((handler, proxy))
+        # absl's handler (app.run installs it) wraps a StreamHandler tqdm recognises.
+        handlers = [h.python_handler if isinstance(h, ABSLHandler) else h for h in root.handlers]
+        if not self._bar.disable and any(isinstance(h, py_logging.StreamHandler) and h.stream in
+                                         (sys.stdout, sys.stderr) for h in handlers):
+            self._redirect.callback(setattr, root, "handlers", root.handlers)
+            root.handlers = handlers
+            self._redirect.enter_context(logging_redirect_tqdm())
 
     def on_iteration_end(self, trainer: Any) -> bool:
         status, m = f"steps={trainer.env_steps}", trainer.metrics
@@ -203,41 +151,26 @@ class ProgressBarCallback(Callback):
         return True
 
     def on_training_end(self, trainer: Any) -> None:
-        root = py_logging.getLogger()
-        for handler, proxy in self._swapped:
-            root.removeHandler(proxy)
-            root.addHandler(handler)
-        self._swapped = []
+        self._redirect.close()
         if self._bar is not None:
             self._bar.close()
             self._bar = None
 
 
 class TrainingAborted(Exception):
-    """A second SIGTERM/SIGINT stopped training at once, without a checkpoint.
-
-    Attributes:
-        signum: the signal's number.
-    """
+    """A second SIGTERM/SIGINT stopped training at once, without a checkpoint (``signum``)."""
 
     def __init__(self, signum: int):
         self.signum = signum
-        super().__init__(
-            f"stopped at once by a second {signal.Signals(signum).name}: no checkpoint written; "
-            "run the same command to resume from the last checkpoint"
-        )
+        super().__init__(f"stopped at once by a second {signal.Signals(signum).name}: no "
+                         "checkpoint written; run the same command to resume from the last "
+                         "checkpoint")
 
 
 class SignalCallback(Callback):
-    """SIGTERM or SIGINT: stop after the current iteration (checkpointed); a second: at once.
-
-    Handlers are installed in the main thread only and restored at the end.
-    Under ``torchrun`` the ranks agree: a signal to any rank stops all after
-    the same iteration.  The second signal raises :class:`TrainingAborted`.
-
-    Attributes:
-        stopped_by: ``"SIGTERM"`` or ``"SIGINT"`` once a signal stopped the run.
-    """
+    """SIGTERM or SIGINT: stop after the current iteration (checkpointed; ``stopped_by``
+    names it); a second raises :class:`TrainingAborted`.  Main thread only; under
+    ``torchrun`` a signal to any rank stops all after the same iteration."""
 
     def __init__(self) -> None:
         self.stopped_by: Optional[str] = None
@@ -248,29 +181,26 @@ class SignalCallback(Callback):
         if self._signum is not None:
             raise TrainingAborted(signum)
         self._signum = signum
-        logging.warning(
-            "%s received: stopping after the current iteration and writing a checkpoint "
-            "(send it again to stop at once, without one)", signal.Signals(signum).name,
-        )
+        logging.warning("%s received: stopping after the current iteration and writing a "
+                        "checkpoint (send it again to stop at once, without one)",
+                        signal.Signals(signum).name)
 
     def on_training_start(self, trainer: Any) -> None:
         self.stopped_by, self._signum = None, None
         if threading.current_thread() is threading.main_thread():  # else: keep the defaults
-            self._old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM,
-                                                                         signal.SIGINT)}
+            self._old = {s: signal.signal(s, self._on_signal)
+                         for s in (signal.SIGTERM, signal.SIGINT)}
 
     def on_iteration_end(self, trainer: Any) -> bool:
         signum = self._signum
         if distributed.is_distributed():  # one vote per rank
-            votes = distributed.all_reduce_mean(
-                torch.tensor([0.0 if signum is None else 1.0], device=trainer.device)
-            )
+            votes = distributed.all_reduce_mean(torch.tensor(
+                [0.0 if signum is None else 1.0], device=trainer.device))
             if float(votes) > 0 and signum is None:
                 signum = int(signal.SIGTERM)  # another rank's signal
-        if signum is None:
-            return True
-        self.stopped_by = signal.Signals(signum).name
-        return False
+        if signum is not None:
+            self.stopped_by = signal.Signals(signum).name
+        return signum is None
 
     def on_training_end(self, trainer: Any) -> None:
         for signum, handler in self._old.items():
@@ -283,75 +213,48 @@ class SignalCallback(Callback):
 
 @gin.configurable
 class EvaluationCallback(Callback):
-    """Evaluate the deterministic policy at the start, every ``interval`` iterations and at the end.
-
-    Rank 0 evaluates (:meth:`Trainer.evaluate`), writes ``eval/return`` and
-    ``eval/return_vs_env_steps`` and logs a line; with ``stop_return`` the
-    run stops once an evaluation reaches it (every rank gets the verdict).
-
-    Args:
-        interval: iterations between evaluations.
-        num_episodes: episodes per evaluation.
-        stop_return: stop as soon as an evaluation's mean return reaches it.
-    """
+    """Evaluate at the start, every ``interval`` iterations and at the end (rank 0), logging
+    ``iteration ... env_steps ...`` and :func:`control_line`; stop once every agent's mean
+    return reaches ``stop_return``."""
 
     def __init__(self, interval: int, num_episodes: int = 10,
                  stop_return: Optional[float] = None):
         self._interval = check_int("eval_interval", interval, minimum=1)
-        self._num_episodes = check_int("num_eval_episodes", num_episodes, minimum=1)
+        self.num_episodes = check_int("num_eval_episodes", num_episodes, minimum=1)
         self._stop_return = None if stop_return is None else float(stop_return)
 
-    def _evaluate(self, trainer: Any) -> float:
-        value = trainer.evaluate(self._num_episodes)
-        with summary.record_if(lambda: True):
-            summary.scalar("eval/return", value, step=trainer.iteration)
-            summary.scalar("eval/return_vs_env_steps", value, step=trainer.env_steps)
-        logging.info("iteration %d env_steps %d eval return %.2f",
-                     trainer.iteration, trainer.env_steps, value)
-        return value
-
     def on_training_start(self, trainer: Any) -> None:
-        if trainer.iteration == 0 and distributed.is_main_process():
-            self._evaluate(trainer)  # the untrained policy: the curve's start
+        trainer.control.should_evaluate |= trainer.iteration == 0  # the curve's start
 
     def on_iteration_end(self, trainer: Any) -> bool:
-        if trainer.iteration % self._interval and trainer.limit_reached is None:
-            return True
-        stop = False
-        if distributed.is_main_process():  # one evaluation; the others wait for its verdict
-            value = self._evaluate(trainer)
-            stop = self._stop_return is not None and value >= self._stop_return
-            if stop:
-                logging.info("eval return %.2f >= stop_eval_return: stopping", value)
-        return not distributed.broadcast_object(stop)
+        if trainer.iteration % self._interval == 0 or trainer.limit_reached is not None:
+            trainer.control.should_evaluate = True
+        return True
+
+    def on_evaluate(self, trainer: Any, logs: Logs) -> None:
+        logging.info("iteration %d env_steps %d %s", trainer.iteration, trainer.env_steps,
+                     control_line(logs))
+        lowest = min(logs["eval/return"])
+        if self._stop_return is not None and trainer.iteration > 0 and lowest >= self._stop_return:
+            logging.info("eval return %.2f >= stop_eval_return: stopping", lowest)
+            trainer.control.should_stop = True
 
 
 @gin.configurable
 class CheckpointCallback(Callback):
-    """A checkpoint every ``interval`` iterations (the trainer also writes one at the end).
-
-    Args:
-        interval: iterations between checkpoints.
-    """
+    """A checkpoint every ``interval`` iterations (the loop also writes one at the end)."""
 
     def __init__(self, interval: int):
         self._interval = check_int("checkpoint_interval", interval, minimum=1)
 
     def on_iteration_end(self, trainer: Any) -> bool:
-        if trainer.iteration % self._interval == 0:
-            trainer.save_checkpoint()
+        trainer.control.should_save |= trainer.iteration % self._interval == 0
         return True
 
 
 @gin.configurable
 class TimeBudgetCallback(Callback):
-    """Stop (with a checkpoint) once ``max_seconds`` of this ``train()`` call have passed.
-
-    Under ``torchrun`` rank 0's clock decides for all ranks.
-
-    Args:
-        max_seconds: the budget in seconds of wall time.
-    """
+    """Stop once ``max_seconds`` of this ``train()`` call have passed (rank 0's clock)."""
 
     def __init__(self, max_seconds: float):
         self._max_seconds = check_real("max_seconds", max_seconds, positive=True)
@@ -361,21 +264,19 @@ class TimeBudgetCallback(Callback):
         self._start = time.time()
 
     def on_iteration_end(self, trainer: Any) -> bool:
-        over = time.time() - self._start >= self._max_seconds
-        if distributed.broadcast_object(over):
+        if distributed.broadcast_object(time.time() - self._start >= self._max_seconds):
             logging.info("time budget of %.0f s spent: stopping at iteration %d",
                          self._max_seconds, trainer.iteration)
             return False
         return True
 
 
-def builtin_callbacks(
-    summary_interval: int, summary_flush_secs: float, progress_bar: bool,
-    signals: SignalCallback, eval_interval: Optional[int], num_eval_episodes: int,
-    stop_eval_return: Optional[float], checkpoint_interval: Optional[int],
-    callbacks: Sequence[Callback] = (),
-) -> List[Callback]:
-    """The callbacks a trainer runs, in order: those its arguments ask for, then ``callbacks``.
+def builtin_callbacks(summary_interval: int, summary_flush_secs: float, progress_bar: bool,
+                      signals: SignalCallback, eval_interval: Optional[int],
+                      num_eval_episodes: int, stop_eval_return: Optional[float],
+                      checkpoint_interval: Optional[int], callbacks: Sequence[Callback] = (),
+                      ) -> List[Callback]:
+    """The callbacks a trainer runs: those its arguments ask for, then ``callbacks``.
 
     Raises:
         ValueError: for out-of-range arguments.
@@ -386,6 +287,7 @@ def builtin_callbacks(
             raise TypeError(f"callbacks must be Callback instances, got {callback!r}")
     check_int("eval_interval", eval_interval, minimum=1, allow_none=True)
     check_int("checkpoint_interval", checkpoint_interval, minimum=1, allow_none=True)
+    check_int("num_eval_episodes", num_eval_episodes, minimum=1)
     if stop_eval_return is not None and eval_interval is None:
         raise ValueError("stop_eval_return needs eval_interval to be set")
     out: List[Callback] = [SummaryCallback(summary_interval, summary_flush_secs)]

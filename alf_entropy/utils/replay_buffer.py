@@ -134,11 +134,10 @@ class ReplayBuffer:
         self._pos = end % self._capacity
         self._size = min(self._size + n, self._capacity)
 
-    def sample(self, batch_size: int) -> Any:
-        """Draw ``batch_size`` rows uniformly (with replacement).
-
-        Args:
-            batch_size: the number of rows.
+    def sample(self, batch_size: int,
+               generators: Optional[Sequence[torch.Generator]] = None) -> Any:
+        """Draw ``batch_size`` rows uniformly (with replacement); with ``generators``
+        (rows of K members) each member's: :meth:`sample_members`.
 
         Returns:
             A nest like the added batches, every leaf ``[batch_size, ...]``.
@@ -146,6 +145,8 @@ class ReplayBuffer:
         Raises:
             ValueError: if the buffer is empty.
         """
+        if generators is not None:
+            return self.sample_members(batch_size, generators)
         if self._size == 0:
             raise ValueError("ReplayBuffer.sample: the buffer is empty")
         idx = torch.randint(0, self._size, (batch_size,), device=self._device)

@@ -1,11 +1,11 @@
-"""The process's random number generators: seeding them, and their state for checkpoints."""
+"""The process's random number generators: seeding, drawing per agent, checkpoint state."""
 import random
-from typing import Any, Dict
+from typing import Any, Callable, Dict, Optional, Sequence
 
 import numpy as np
 import torch
 
-__all__ = ["rng_state", "seed_all", "set_rng_state"]
+__all__ = ["per_member", "rng_state", "seed_all", "set_rng_state"]
 
 
 def seed_all(seed: int) -> None:
@@ -13,6 +13,15 @@ def seed_all(seed: int) -> None:
     torch.manual_seed(seed)
     np.random.seed(seed)
     random.seed(seed)
+
+
+def per_member(draw: Callable[[Optional[torch.Generator]], torch.Tensor],
+               generators: Optional[Sequence[torch.Generator]]) -> torch.Tensor:
+    """``draw(g)`` for each member's generator, stacked (``[K, ...]``); with ``generators``
+    None (one agent) ``draw(None)``: torch's default generator, as a plain call draws."""
+    if generators is None:
+        return draw(None)
+    return torch.stack([draw(g) for g in generators])
 
 
 def rng_state() -> Dict[str, Any]:

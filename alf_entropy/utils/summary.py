@@ -22,6 +22,10 @@ The global counter (the default ``step`` of every summary, usually the number
 of training iterations) is a plain Python ``int``, part of the training
 progress that :mod:`alf_entropy.utils.progress` owns (re-exported here).
 
+K agents: the default writer may be a list of K writers (one run directory per
+agent); a value with K elements then writes element ``k`` to writer ``k``, a single
+value to all.
+
 Process-global state: the default writer, :func:`enable_summary`'s flag and
 the :class:`scope` and :class:`record_if` stacks are per process, as in ALF
 (a summary call deep inside an algorithm needs no writer argument).  The
@@ -34,7 +38,7 @@ default writer is enough), and the counter is an ``int`` rather than a numpy
 array.
 """
 import numbers
-from typing import Any, Callable, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch.utils.tensorboard import SummaryWriter
@@ -61,34 +65,23 @@ __all__ = [
     "increment_global_counter",
     "flush",
     "close",
+    "last_scalars",
 ]
 
-_default_writer: Optional[SummaryWriter] = None
+_default_writer: Union[SummaryWriter, List[SummaryWriter], None] = None
 _summary_enabled: bool = True
 # Each entry is the full prefix (ending with "/") for the scope; "" at the root.
 _scope_stack: List[str] = [""]
 _record_if_stack: List[Callable[[], bool]] = [lambda: True]
+_last: Dict[str, List[Optional[float]]] = {}
 
 
-def create_summary_writer(
-    root_dir: str, flush_secs: float = 10, max_queue: int = 10
-) -> SummaryWriter:
-    """Create a ``SummaryWriter`` writing event files under ``root_dir``.
-
-    The writer is *not* made the default; call :func:`set_default_writer`.
-
-    Args:
-        root_dir: directory for the event files (created if missing).
-        flush_secs: how often, in seconds, pending events are flushed to disk;
-            must be > 0.
-        max_queue: number of pending events that forces a flush; must be >= 1.
-
-    Returns:
-        SummaryWriter: the new writer.
+def create_summary_writer(root_dir: str, flush_secs: float = 10,
+                          max_queue: int = 10) -> SummaryWriter:
+    """A ``SummaryWriter`` writing event files under ``root_dir`` (not made the default).
 
     Raises:
-        ValueError: if ``root_dir`` is empty, ``flush_secs <= 0`` or
-            ``max_queue < 1``.
+        ValueError: if ``root_dir`` is empty, ``flush_secs <= 0`` or ``max_queue < 1``.
     """
     if not isinstance(root_dir, str) or not root_dir:
         raise ValueError(f"root_dir must be a non-empty path string, got {root_dir!r}")
@@ -97,115 +90,88 @@ def create_summary_writer(
     return SummaryWriter(log_dir=root_dir, flush_secs=flush_secs, max_queue=max_queue)
 
 
-def set_default_writer(writer: Optional[SummaryWriter]) -> None:
-    """Set (or, with ``None``, clear) the writer used by all summary functions.
+def _writers() -> List[SummaryWriter]:
+    return _default_writer if isinstance(_default_writer, list) else [_default_writer]
 
-    Args:
-        writer: a ``SummaryWriter``, or ``None`` to stop writing summaries.
+
+def set_default_writer(writer: Union[SummaryWriter, Sequence[SummaryWriter], None]) -> None:
+    """Set (``None``: clear) the writer of all summary functions: one, or one per agent.
 
     Raises:
-        TypeError: if ``writer`` is neither a ``SummaryWriter`` nor ``None``.
+        TypeError: if ``writer`` is not a ``SummaryWriter``, a list of them or ``None``.
     """
     global _default_writer
-    if writer is not None and not isinstance(writer, SummaryWriter):
-        raise TypeError(
-            f"writer must be a torch.utils.tensorboard.SummaryWriter or None, "
-            f"got {type(writer).__name__}"
-        )
-    _default_writer = writer
+    writers = list(writer) if isinstance(writer, (list, tuple)) else [writer]
+    if writer is not None and not (writers and all(isinstance(w, SummaryWriter)
+                                                   for w in writers)):
+        raise TypeError(f"writer must be a torch.utils.tensorboard.SummaryWriter, a list of "
+                        f"them or None, got {type(writer).__name__}")
+    _default_writer = writers if isinstance(writer, (list, tuple)) else writer
+    _last.clear()
 
 
-def get_default_writer() -> Optional[SummaryWriter]:
-    """Return the default writer.
-
-    Returns:
-        Optional[SummaryWriter]: the writer set by :func:`set_default_writer`,
-        or ``None`` if there is none.
-    """
+def get_default_writer() -> Union[SummaryWriter, List[SummaryWriter], None]:
+    """The writer set by :func:`set_default_writer` (``None`` if none)."""
     return _default_writer
+
+
+def last_scalars() -> Dict[str, List[Optional[float]]]:
+    """The last value written of each tag since the writer was set (one per writer)."""
+    return dict(_last)
 
 
 class scope:
     """Context manager prefixing summary names, nesting as ``"outer/inner/name"``.
 
-    Example::
+    Args:
+        name: scope name; leading/trailing ``"/"`` are stripped.
 
-        with summary.scope("root"):
-            summary.scalar("val", 1)          # tag "root/val"
-            with summary.scope("train"):
-                summary.scalar("val", 1)      # tag "root/train/val"
+    Raises:
+        ValueError: if ``name`` is not a string or is empty after stripping.
     """
 
     def __init__(self, name: str) -> None:
-        """Create the context manager.
-
-        Args:
-            name: scope name; leading/trailing ``"/"`` are stripped.
-
-        Raises:
-            ValueError: if ``name`` is not a string or is empty after stripping.
-        """
         if not isinstance(name, str) or not name.strip("/"):
             raise ValueError(f"scope name must be a non-empty string, got {name!r}")
         self._name = name.strip("/")
 
     @property
     def name(self) -> str:
-        """str: the (stripped) name of this scope."""
+        """The (stripped) name of this scope."""
         return self._name
 
     def __enter__(self) -> str:
-        """Push the scope.
-
-        Returns:
-            str: the full prefix now in effect, e.g. ``"root/train/"``.
-        """
         prefix = _scope_stack[-1] + self._name + "/"
         _scope_stack.append(prefix)
         return prefix
 
     def __exit__(self, exc_type: Any, exc_value: Any, traceback: Any) -> None:
-        """Pop the scope."""
         _scope_stack.pop()
 
 
 class record_if:
-    """Context manager deciding, through ``cond``, whether summaries are written.
+    """Context manager deciding, through ``cond`` (called by every
+    :func:`should_record_summaries` inside; the innermost wins), whether to write.
 
-    The innermost ``record_if`` wins: ``cond`` is called by every
-    :func:`should_record_summaries` inside the ``with`` block.
+    Raises:
+        TypeError: if ``cond`` is not callable.
     """
 
     def __init__(self, cond: Callable[[], bool]) -> None:
-        """Create the context manager.
-
-        Args:
-            cond: a zero-argument callable returning whether to record.
-
-        Raises:
-            TypeError: if ``cond`` is not callable.
-        """
         if not callable(cond):
-            raise TypeError(
-                f"cond must be a zero-argument callable returning bool, got "
-                f"{type(cond).__name__}"
-            )
+            raise TypeError(f"cond must be a zero-argument callable returning bool, got "
+                            f"{type(cond).__name__}")
         self._cond = cond
 
     def __enter__(self) -> None:
-        """Push ``cond``."""
         _record_if_stack.append(self._cond)
 
     def __exit__(self, exc_type: Any, exc_value: Any, traceback: Any) -> None:
-        """Pop ``cond``."""
         _record_if_stack.pop()
 
 
 def enable_summary(flag: bool = True) -> None:
-    """Turn all summaries on or off (they are on by default).
-
-    Args:
-        flag: ``True`` to enable, ``False`` to disable.
+    """Turn all summaries on or off (on by default).
 
     Raises:
         TypeError: if ``flag`` is not a bool.
@@ -217,26 +183,14 @@ def enable_summary(flag: bool = True) -> None:
 
 
 def is_summary_enabled() -> bool:
-    """Return whether summaries are enabled by :func:`enable_summary`.
-
-    Returns:
-        bool: the current flag (``True`` by default).
-    """
+    """Whether summaries are enabled by :func:`enable_summary` (default ``True``)."""
     return _summary_enabled
 
 
 def should_record_summaries() -> bool:
-    """Whether summary functions currently write anything.
-
-    Returns:
-        bool: ``True`` iff a default writer is set, summaries are enabled and
-        the innermost :class:`record_if` condition returns ``True``.
-    """
-    return (
-        _default_writer is not None
-        and _summary_enabled
-        and bool(_record_if_stack[-1]())
-    )
+    """Whether a default writer is set, summaries are enabled and the innermost
+    :class:`record_if` condition is true."""
+    return _default_writer is not None and _summary_enabled and bool(_record_if_stack[-1]())
 
 
 def _resolve(name: str, step: Optional[int]) -> Tuple[str, int]:
@@ -247,55 +201,63 @@ def _resolve(name: str, step: Optional[int]) -> Tuple[str, int]:
     return _scope_stack[-1] + name, step
 
 
-def scalar(
-    name: str, value: Union[numbers.Real, torch.Tensor], step: Optional[int] = None
-) -> None:
-    """Write a scalar summary.
+def _numbers(tag: str, value: Any, n: int) -> List[Optional[float]]:
+    """``value`` as one number per writer (None: that writer writes nothing)."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() not in (1, n):
+            raise ValueError(f"scalar value for {tag!r} must have exactly one element"
+                             + (f" or {n}, one per writer" if n > 1 else "")
+                             + f", got shape {tuple(value.shape)}")
+        values = value.detach().reshape(-1).float().cpu().tolist()
+        return values * n if len(values) == 1 else values
+    if isinstance(value, numbers.Real):
+        return [float(value)] * n
+    if isinstance(value, (list, tuple)) and len(value) == n and all(
+            v is None or isinstance(v, numbers.Real) for v in value):
+        return [None if v is None else float(v) for v in value]
+    raise TypeError(f"scalar value for {tag!r} must be a real number or a one-element tensor "
+                    f"(or one per writer), got {type(value).__name__}")
 
-    Does nothing, without touching ``value``, unless
-    :func:`should_record_summaries` is true; only then is a tensor detached
-    and copied to the host.
+
+def scalar(name: str, value: Union[numbers.Real, torch.Tensor, Sequence[Optional[float]]],
+           step: Optional[int] = None) -> None:
+    """Write a scalar summary (per agent, with one writer per agent).
+
+    Does nothing, without touching ``value``, unless :func:`should_record_summaries`;
+    only then is a tensor copied to the host.
 
     Args:
         name: tag, prefixed with the current :class:`scope`.
-        value: a real number, or a tensor with exactly one element.
-        step: the step to record at; ``None`` uses :func:`get_global_counter`.
+        value: a real number or a one-element tensor; with K writers also a tensor of K
+            elements or a list of K numbers (None: not for that agent).
+        step: the step; ``None`` uses :func:`get_global_counter`.
 
     Raises:
-        ValueError: if ``name`` is empty, or ``value`` is a tensor with more
-            than one element (only checked when recording).
-        TypeError: if ``value`` is neither a number nor a tensor (only checked
-            when recording).
+        ValueError: for an empty ``name`` or a tensor of another size (when recording).
+        TypeError: for a ``value`` of another type (when recording).
     """
     if not should_record_summaries():
         return
     tag, step = _resolve(name, step)
-    if isinstance(value, torch.Tensor):
-        if value.numel() != 1:
-            raise ValueError(
-                f"scalar value for {tag!r} must have exactly one element, got "
-                f"shape {tuple(value.shape)}"
-            )
-        number = float(value.detach().reshape(()).float().cpu())
-    elif isinstance(value, numbers.Real):
-        number = float(value)
-    else:
-        raise TypeError(
-            f"scalar value for {tag!r} must be a real number or a one-element "
-            f"tensor, got {type(value).__name__}"
-        )
-    _default_writer.add_scalar(tag, number, step)
+    writers = _writers()
+    values = _numbers(tag, value, len(writers))
+    for writer, number in zip(writers, values):
+        if number is not None:
+            writer.add_scalar(tag, number, step)
+    _last[tag] = values
 
 
 def flush() -> None:
-    """Flush pending events of the default writer to disk (no-op without one)."""
+    """Flush pending events of the default writer(s) to disk (no-op without one)."""
     if _default_writer is not None:
-        _default_writer.flush()
+        for writer in _writers():
+            writer.flush()
 
 
 def close() -> None:
-    """Close the default writer and unset it (no-op without one)."""
+    """Close the default writer(s) and unset it (no-op without one)."""
     global _default_writer
     if _default_writer is not None:
-        _default_writer.close()
+        for writer in _writers():
+            writer.close()
         _default_writer = None

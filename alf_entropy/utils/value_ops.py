@@ -75,25 +75,30 @@ def _check_inputs(
     return _expand(rewards.to(values.dtype)), values, is_lasts, _expand(discounts.to(values.dtype))
 
 
-def normalize_advantages(advantages: torch.Tensor, mask: torch.Tensor,
-                         eps: float = 1e-8) -> torch.Tensor:
+def normalize_advantages(advantages: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8,
+                         batch_ndim: int = 0) -> torch.Tensor:
     """``(x - mean) / (std + eps)`` with the statistics over the masked elements.
 
     Args:
         advantages: any shape.
         mask: bool (or 0/1) of ``advantages``' shape: the elements counted.
         eps: added to the standard deviation.
+        batch_ndim: leading dims kept apart (1 for K agents: each its own statistics).
 
     Returns:
         torch.Tensor: the normalised advantages (every element, masked or not).
     """
-    # ``masked_mean`` twice, with the mask conversion, the count and ``x -
-    # mean`` computed once (the same operations, so the same values).
+    # ``masked_mean`` twice, with the mask conversion, the count and ``x - mean``
+    # computed once (the same operations, so the same values).
+    dims = tuple(range(batch_ndim, advantages.dim())) if batch_ndim else None
     mask = mask.to(advantages.dtype)
-    count = mask.sum().clamp(min=1.0)
-    mean = (advantages * mask).sum() / count
-    centered = advantages - mean
-    var = (centered.square() * mask).sum() / count
+
+    def _sum(x: torch.Tensor) -> torch.Tensor:
+        return x.sum() if dims is None else x.sum(dims, keepdim=True)
+
+    count = _sum(mask).clamp(min=1.0)
+    centered = advantages - _sum(advantages * mask) / count
+    var = _sum(centered.square() * mask) / count
     return centered / (var.sqrt() + eps)
 
 

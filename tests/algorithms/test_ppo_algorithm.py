@@ -253,7 +253,7 @@ def test_gin_bindings_of_actor_critic_do_not_reach_ppo():
     alone and ``PPOAlgorithm.*`` ones every PPO argument."""
     gin.parse_config("ActorCriticAlgorithm.gamma = 0.5\nPPOAlgorithm.td_lambda = 0.9")
     ppo = _ppo()
-    assert ppo._gamma == 0.99 and ppo._td_lambda == 0.9
+    assert ppo.settings["gamma"] == 0.99 and ppo.settings["td_lambda"] == 0.9
 
 
 @pytest.mark.parametrize("cap", [None, 1.5])

@@ -1,5 +1,6 @@
 """End-to-end tests of the ``alf-entropy-train`` command line (subprocesses)."""
 import os
+import re
 import subprocess
 import sys
 
@@ -66,6 +67,21 @@ def test_default_config_end_to_end(tmp_path):
     assert "done: 4 iterations" in proc.stdout
     assert "Resumed from" in proc.stderr
     assert os.path.isfile(os.path.join(root, "checkpoints", "ckpt-00000004.pt"))
+
+
+@pytest.mark.parametrize("agents", [[], ["--gin_param", "OnPolicyTrainer.seeds = [0, 1]"]],
+                         ids=["one", "two_agents"])
+def test_each_periodic_log_line_shows_the_control(tmp_path, agents):
+    """Issue 40 item 8: each evaluation's log line of the main job shows alpha, entropy and
+    target beside the eval return; with K agents each as labelled min/mean/max."""
+    proc = _run("--root_dir", str(tmp_path / "run"), "--device", "cpu", *TINY, *agents)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [line for line in proc.stderr.splitlines() if "] iteration 3 env_steps" in line]
+    assert len(lines) == 1, proc.stderr[-2000:]
+    label = " min/mean/max " if agents else " "
+    value = r"[-\d.e]+/[-\d.e]+/[-\d.e]+" if agents else r"[-\d.e]+"
+    for name in ("eval return", "alpha", "entropy", "target"):
+        assert re.search(f"{name}{label}{value}", lines[0]), (name, lines[0])
 
 
 @pytest.mark.parametrize(

@@ -36,15 +36,8 @@ PPO_CAPPED_SCHEDULED_LR = functools.partial(
     optimizer=functools.partial(FusedAdam, lr=2e-3, lr_schedule=lambda: 0.5))
 
 
-def _single_run(ctor: Callable[..., Any], seed: int, iterations: int = 1, env_id: str = ENV
-                ) -> Tuple[ActorCriticAlgorithm, torch.Tensor, torch.Tensor]:
-    """What OnPolicyTrainer does for a seed: seed, build, reset, unroll, train.
-
-    Returns the algorithm, each update's loss and the actions of the unrolls.
-    """
-    seed_all(seed)
-    env = GymVectorEnv(env_id, num_envs=NUM_ENVS, seed=seed)
-    alg = ctor(env.observation_spec, env.action_spec)
+def record_update_losses(alg: Any) -> List[torch.Tensor]:
+    """Every ``update_with_gradient`` of ``alg`` from now on appends the loss it minimised."""
     losses: List[torch.Tensor] = []
     update = alg.update_with_gradient
 
@@ -54,6 +47,19 @@ def _single_run(ctor: Callable[..., Any], seed: int, iterations: int = 1, env_id
         return out
 
     alg.update_with_gradient = _recording
+    return losses
+
+
+def _single_run(ctor: Callable[..., Any], seed: int, iterations: int = 1, env_id: str = ENV
+                ) -> Tuple[ActorCriticAlgorithm, torch.Tensor, torch.Tensor]:
+    """What OnPolicyTrainer does for a seed: seed, build, reset, unroll, train.
+
+    Returns the algorithm, each update's loss and the actions of the unrolls.
+    """
+    seed_all(seed)
+    env = GymVectorEnv(env_id, num_envs=NUM_ENVS, seed=seed)
+    alg = ctor(env.observation_spec, env.action_spec)
+    losses = record_update_losses(alg)
     time_step, actions = env.reset(), []
     for _ in range(iterations):
         experiences = []
@@ -76,15 +82,7 @@ def _batched_run(ctor: Callable[..., Any], seeds: Sequence[int], iterations: int
     agents = ManyAgents(envs.observation_spec, envs.action_spec, seeds, algorithm_ctor=ctor,
                         **kwargs)
     before(agents)
-    losses: List[torch.Tensor] = []
-    update = agents.update
-
-    def _recording(loss_info: Any, mask: torch.Tensor) -> torch.Tensor:
-        out = update(loss_info, mask)
-        losses.append(out.clone())
-        return out
-
-    agents.update = _recording
+    losses = record_update_losses(agents.algorithm)  # the single agent's, on [K] losses
     time_step, actions = envs.reset(), []
     for _ in range(iterations):
         experiences = []

@@ -118,3 +118,27 @@ def test_the_docs_example_runs_and_does_what_it_says(tmp_path, monkeypatch, caps
     assert [int(r[0]) for r in rows] == list(range(1, result["iteration"] + 1))
     alphas = [float(r[2]) for r in rows]
     assert all(a > 0 for a in alphas) and len(set(alphas)) > 1  # the controller moved alpha
+
+
+@pytest.mark.parametrize("agents", [{}, {"seeds": [1, 2]}], ids=["one", "two_agents"])
+def test_each_evaluation_line_shows_the_control(tmp_path, caplog, agents):
+    """Issue 40 item 8: every periodic log line shows the eval return, alpha, entropy and
+    target; with K agents each as min/mean/max, labelled."""
+    import functools as ft
+    import logging
+
+    from alf_entropy import PPOAlgorithm
+
+    ppo = ft.partial(PPOAlgorithm, enforce_entropy_target=True, num_epochs=1)
+    with caplog.at_level(logging.INFO):
+        _trainer(tmp_path, num_iterations=2, eval_interval=1, num_eval_episodes=2,
+                 summary_interval=1, algorithm_ctor=ppo, **agents).train()
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("iteration ")]
+    assert len(lines) == 3, lines  # the start, iterations 1 and 2
+    number = r"-?\d+(\.\d+)?(e-?\d+)?"
+    value = f"{number}/{number}/{number}" if agents else number
+    label = " min/mean/max " if agents else " "
+    for line in lines[1:]:
+        for name in ("eval return", "alpha", "entropy", "target"):
+            assert re.search(f"{name}{label}{value}( |$)", line), (name, line)
+    assert re.search(f"eval return{label}{value} alpha{label}{value} target", lines[0])

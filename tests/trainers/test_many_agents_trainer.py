@@ -11,6 +11,7 @@ from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
 from alf_entropy.controllers import PIDEntropyTargetAlgorithm
 from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
 from alf_entropy.trainers.ranks import MAX_SEED
+from tests.many_agents.test_many_agents import record_update_losses
 from tests.trainers.test_exact_resume import assert_same_final_checkpoint, run_killing
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -22,27 +23,8 @@ SMALL = dict(env_id="CartPole-v1", num_envs=4, unroll_length=16, algorithm_ctor=
 
 def _recording_losses(trainer: OnPolicyTrainer) -> List[torch.Tensor]:
     """Record every update's loss: ``[K]`` per update for K agents, a scalar for one."""
-    losses: List[torch.Tensor] = []
     alg = trainer.algorithm
-    if trainer.num_agents > 1:
-        update = alg.update
-
-        def _batched(loss_info: Any, mask: torch.Tensor) -> torch.Tensor:
-            out = update(loss_info, mask)
-            losses.append(out.clone())
-            return out
-
-        alg.update = _batched
-    else:
-        update = alg.update_with_gradient
-
-        def _single(loss_info: Any, **kwargs: Any) -> Any:
-            out = update(loss_info, **kwargs)
-            losses.append(out[0].loss.clone())
-            return out
-
-        alg.update_with_gradient = _single
-    return losses
+    return record_update_losses(alg.algorithm if trainer.num_agents > 1 else alg)
 
 
 def _max_param_diff(a: dict, b: dict) -> float:
@@ -182,16 +164,18 @@ def test_each_agent_is_a_run_the_report_reads(tmp_path: Any) -> None:
 
 def test_stop_eval_return_waits_for_every_agent(tmp_path: Any,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    from alf_entropy.trainers import agents
-    from alf_entropy.trainers.trainer import EVAL_SEED_OFFSET
+    from alf_entropy.trainers import trainer as trainer_module
 
-    solved = {EVAL_SEED_OFFSET + 1}  # eval seed of agent seed 1: it solves at once, agent 2 never
-    monkeypatch.setattr(agents, "evaluate",
-                        lambda env_id, policy, seed, **kw: 500.0 if seed in solved else 10.0)
+    solved = {1}  # agent seed 1 solves at once, agent seed 2 never
+
+    def _episodes(env_id: str, policy: Any, num_episodes: int, **kw: Any) -> Any:
+        return [[500.0 if s in solved else 10.0] * num_episodes for s in (1, 2)], None
+
+    monkeypatch.setattr(trainer_module, "run_episodes", _episodes)  # each agent's returns
     common = dict(SMALL, num_iterations=3, eval_interval=1, stop_eval_return=400.0)
     result = OnPolicyTrainer(str(tmp_path / "a"), seeds=[1, 2], **common).train()
     assert result["iteration"] == 3 and result["eval_return"] == 10.0  # agent 2 kept going
-    solved.add(EVAL_SEED_OFFSET + 2)
+    solved.add(2)
     result = OnPolicyTrainer(str(tmp_path / "b"), seeds=[1, 2], **common).train()
     assert result["iteration"] == 1 and result["eval_return"] == 500.0  # both solved
 
