@@ -58,7 +58,7 @@ class LinearPIDEntropyTargetAlgorithm(EntropyController):
     ZERO_ALPHA = True
 
     def __init__(self, action_spec: Any, initial_alpha: float = 0.1, target_entropy: Any = None,
-                 kp: float = 0.3, ki: float = 0.02, kd: float = 3.0, trend_ema: float = 0.5,
+                 kp: float = 0.3, ki: float = 0.05, kd: float = 3.0, trend_ema: float = 0.5,
                  min_alpha: float = 1e-4, max_alpha: Optional[float] = None,
                  update_mode: str = "auto", batch_shape: Sequence[int] = (),
                  debug_summaries: bool = False, name: str = "LinearPIDEntropyTargetAlgorithm",

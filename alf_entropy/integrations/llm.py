@@ -46,7 +46,7 @@ from alf_entropy.utils.checks import check_int, check_real, is_real
 __all__ = ["StepEntropyControl", "lm_controller", "LM_SETTINGS", "lm_pid_settings",
            "controller_alpha_bounds", "encode_state", "decode_state"]
 
-LM_SETTINGS = dict(kp=0.3, ki=0.02, kd=3.0, trend_ema=0.5, initial_alpha=0.0, min_alpha=0.0,
+LM_SETTINGS = dict(kp=0.3, ki=0.05, kd=3.0, trend_ema=0.5, initial_alpha=0.0, min_alpha=0.0,
                    max_alpha=1.0)
 """``lm_controller``'s settings of ``LinearPIDEntropyTargetAlgorithm`` (per nat per token)."""
 
