@@ -11,7 +11,7 @@ from typing import Any, Callable, List, Optional, Sequence
 import gin
 import torch
 
-from alf_entropy.trainers import checkpoint as ckpt
+from alf_entropy.storage import checkpoints as ckpt
 from alf_entropy.trainers import ranks
 from alf_entropy.utils import distributed
 from alf_entropy.utils.checks import check_int

@@ -17,12 +17,12 @@ from alf_entropy.algorithms.agent_batch import AgentBatch
 from alf_entropy.data_structures import TimeStep
 from alf_entropy.environments import GymVectorEnv
 from alf_entropy.environments.agent_envs import agent_env_ctor
+from alf_entropy.storage import checkpoints as ckpt
+from alf_entropy.storage.run_dir import RunDir
 from alf_entropy.trainers import agents as agents_lib
-from alf_entropy.trainers import checkpoint as ckpt
 from alf_entropy.trainers import ranks
 from alf_entropy.trainers.limits import Limits
 from alf_entropy.trainers.ranks import MAX_SEED
-from alf_entropy.trainers.run_dir import RunDir
 from alf_entropy.utils import distributed, schedulers
 from alf_entropy.utils.checks import check_int
 from alf_entropy.utils.gin_config import check_bindings_used

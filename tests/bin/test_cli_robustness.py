@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from alf_entropy.bin import sweep
 from alf_entropy.bin import train as train_cli
-from alf_entropy.trainers import checkpoint as ckpt
+from alf_entropy.storage import checkpoints as ckpt
 from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
 from alf_entropy.trainers.trainer import TrainingAborted
 

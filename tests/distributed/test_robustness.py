@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from alf_entropy.trainers import checkpoint as ckpt
+from alf_entropy.storage import checkpoints as ckpt
 from tests.distributed import workers
 from tests.distributed.launch import REPO_ROOT, free_port, local_env, torchrun_cmd
 

@@ -18,7 +18,7 @@ import time
 import pytest
 import torch
 
-from alf_entropy.trainers import checkpoint as ckpt
+from alf_entropy.storage import checkpoints as ckpt
 from tests.distributed import workers
 from tests.distributed.launch import REPO_ROOT, local_env, run_ranks, torchrun, torchrun_cmd
 from tests.nests import assert_nests_equal

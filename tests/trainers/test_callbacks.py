@@ -7,8 +7,8 @@ import re
 import gin
 import pytest
 
+from alf_entropy.storage import checkpoints as ckpt
 from alf_entropy.trainers import Callback, OnPolicyTrainer, TimeBudgetCallback
-from alf_entropy.trainers import checkpoint as ckpt
 from alf_entropy.utils.gin_config import parse_gin_config
 from tests.trainers.test_on_policy_trainer import _trainer
 

@@ -19,7 +19,7 @@ import torch
 
 from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
 from alf_entropy.environments import GymVectorEnv
-from alf_entropy.trainers import checkpoint as ckpt
+from alf_entropy.storage import checkpoints as ckpt
 from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
 from alf_entropy.utils import schedulers
 from tests.nests import assert_nests_equal

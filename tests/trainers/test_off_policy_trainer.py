@@ -12,7 +12,7 @@ import gin
 import pytest
 import torch
 
-from alf_entropy.trainers.checkpoint import latest_checkpoint, load_checkpoint
+from alf_entropy.storage.checkpoints import latest_checkpoint, load_checkpoint
 from alf_entropy.trainers.off_policy_trainer import OffPolicyTrainer
 from alf_entropy.utils.gin_config import parse_gin_config
 

@@ -22,11 +22,11 @@ import pytest
 import torch
 
 from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
-from alf_entropy.trainers import checkpoint as ckpt
-from alf_entropy.trainers.checkpoint import CheckpointError
+from alf_entropy.storage import checkpoints as ckpt
+from alf_entropy.storage.checkpoints import CheckpointError
+from alf_entropy.storage.run_dir import RunDirLocked, config_differences
 from alf_entropy.trainers.off_policy_trainer import OffPolicyTrainer
 from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
-from alf_entropy.trainers.run_dir import RunDirLocked, config_differences
 from alf_entropy.trainers.trainer import TrainingAborted
 from alf_entropy.utils.gin_config import GinConfigError, parse_gin_config
 from tests.nests import assert_nests_equal

@@ -4,8 +4,8 @@ import functools
 import pytest
 
 from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
+from alf_entropy.storage.checkpoints import latest_checkpoint
 from alf_entropy.trainers import callbacks as callbacks_module
-from alf_entropy.trainers.checkpoint import latest_checkpoint
 from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
 from alf_entropy.utils import schedulers
 from tests.trainers.test_on_policy_trainer import _trainer as small_trainer

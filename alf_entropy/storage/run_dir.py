@@ -19,7 +19,7 @@ import filelock
 import gin
 from absl import logging
 
-from alf_entropy.trainers import checkpoint as ckpt
+from alf_entropy.storage import checkpoints as ckpt
 from alf_entropy.utils import distributed
 from alf_entropy.utils.gin_config import TRAINER_BINDING, read_bindings
 

@@ -1,0 +1,1 @@
+"""What a run keeps on disk: its directory (lock, operative config) and its checkpoints."""
