@@ -2,17 +2,19 @@
 
 Usage::
 
-    python benchmarks/llm_entropy_control.py                  # both tasks, 3 seeds (~1 h)
+    python benchmarks/llm_entropy_control.py --controllers trl_0.005 trl_0.05 lm  # ~1.5 h
     python benchmarks/llm_entropy_control.py --tasks toy --seeds 0 --toy_lrs 0.01
 
 The toy task (``alf_entropy.integrations.toy_lm``, needs the ``trl`` extra): TRL
 1.16's ``GRPOTrainer``, unmodified, trains a random-weight 2-layer GPT-2 with a
-character tokenizer (39 tokens, at most ln 39 = 3.66 nats) on a verifiable
-toy reward; 8 completions of 8 tokens per step (2 prompts x 4), Adam at
-``--toy_lrs``, ``--toy_steps`` steps.  Without a bonus the entropy collapses.
-The package's controllers go in through ``add_entropy_control``; TRL's rule
-is TRL's own code.  Targets: ``--toy_target`` and a linear schedule from
-``1.1 x`` to it (the Entrocraft shape).
+character tokenizer on a verifiable toy reward (``--toy_task letter``: the
+prompt's first letter, 39 tokens, at most ln 39 = 3.66 nats; ``vowel``: a
+second task, vowels rewarded, 28 tokens in another order); ``--toy_batch``
+completions of 8 tokens per step (32: 8 prompts x 4), Adam at ``--toy_lrs``,
+``--toy_steps`` steps.  Without a bonus the entropy collapses.  The package's
+controllers go in through ``add_entropy_control``; TRL's rule is TRL's own
+code.  Targets: ``--toy_target`` and a linear schedule from ``1.1 x`` to it
+(the Entrocraft shape).
 
 The probe needs no transformers: ``B`` positions (contexts), each with its own
 logits over a vocabulary of ``V`` tokens, start from a peaked, LM-like
@@ -31,6 +33,8 @@ next step, as the TRL callback does; the same on both tasks):
 * ``trl_0.005`` / ``trl_0.05``: TRL 1.16's adaptive rule (``coef += delta``
   if ``H <= target`` else ``-= delta``, clipped to ``[0, 1]``; the bonus is
   applied only while the last entropy was at or below the target);
+* ``lm``: ``lm_controller(spec, target)``, the LLM default (a PID of the
+  coefficient itself, clamped at 0); ``lm:ki=0.05`` changes its settings;
 * ``pid``: ``PIDEntropyTargetAlgorithm(spec, **lm_pid_settings(target))``;
   ``pid:kp=12,kd=5`` is that preset with those settings changed (with two
   or more such rows, a second table gives each seed's lowest RMSE among
