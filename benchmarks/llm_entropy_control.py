@@ -35,8 +35,8 @@ next step, as the TRL callback does; the same on both tasks):
   applied only while the last entropy was at or below the target);
 * ``lm``: ``lm_controller(spec, target)``, the LLM default (a PID of the
   coefficient itself, clamped at 0); ``lm:ki=0.05`` changes its settings;
-* ``pid``: ``PIDEntropyTargetAlgorithm(spec, **lm_pid_settings(target))``;
-  ``pid:kp=12,kd=5`` is that preset with those settings changed (with two
+* ``pid``: ``PIDEntropyTargetAlgorithm(spec, target_entropy=target)`` (defaults);
+  ``pid:kp=12,kd=5`` is that with those settings changed (with two
   or more such rows, a second table gives each seed's lowest RMSE among
   them: what the best of those settings, chosen per seed after the run,
   would reach);
@@ -72,11 +72,14 @@ from stamp import stamp
 
 from alf_entropy import BoundedTensorSpec, EntropyTargetAlgorithm, PIDEntropyTargetAlgorithm
 from alf_entropy.experiments import control_metrics
-from alf_entropy.integrations.llm import LM_SETTINGS, lm_controller, lm_pid_settings
+from alf_entropy.integrations.llm import LM_SETTINGS, lm_controller
 from alf_entropy.utils import schedulers
 from alf_entropy.utils.schedulers import LinearScheduler
 
 CONTROLLERS = ("none", "trl_0.005", "trl_0.05", "lm", "pid", "staged")
+PID_SETTINGS = ("initial_alpha", *PIDEntropyTargetAlgorithm(
+    BoundedTensorSpec((), torch.int64, 0, 1), target_entropy=0.5).settings)
+"""What ``pid:name=value`` may change: the PID's constructor settings."""
 
 
 class TRLRule:
@@ -108,21 +111,21 @@ def controller_kind(text: str) -> str:
     """``argparse`` type of ``--controllers``: a name of ``CONTROLLERS`` or ``pid:k=v,...``."""
     name, _, changes = text.partition(":")
     try:
-        preset = {"pid": lm_pid_settings(1.0), "lm": LM_SETTINGS}.get(name, {})
-        valid = name in CONTROLLERS and pid_changes(text).keys() <= preset.keys()
+        names = {"pid": PID_SETTINGS, "lm": LM_SETTINGS.keys()}.get(name, ())
+        valid = name in CONTROLLERS and pid_changes(text).keys() <= set(names)
     except ValueError:
         valid = False
     if not valid:
         raise argparse.ArgumentTypeError(
             f"{text!r}: one of {CONTROLLERS}, or pid:name=value,... (lm:name=value,...) with "
-            f"names of lm_pid_settings (LM_SETTINGS), e.g. pid:kp=12,kd=5")
+            f"names of PIDEntropyTargetAlgorithm's settings (of LM_SETTINGS), e.g. pid:kp=12,kd=5")
     return text
 
 
 def make_controller(kind: str, spec: BoundedTensorSpec, target):
     """The package's controller for ``kind`` (``None`` for ``none`` and TRL's rule)."""
     if kind.partition(":")[0] == "pid":
-        return PIDEntropyTargetAlgorithm(spec, **{**lm_pid_settings(target), **pid_changes(kind)})
+        return PIDEntropyTargetAlgorithm(spec, target_entropy=target, **pid_changes(kind))
     if kind.partition(":")[0] == "lm":
         return lm_controller(spec, target, **pid_changes(kind))
     if kind == "staged":

@@ -21,9 +21,6 @@ entropy of the distribution the tokens were drawn from).  A scheduled target
 the progress fed before each update: ``"iterations"`` is the number of
 optimizer steps done and ``"percent"`` their fraction of ``total_steps``.
 
-:func:`lm_pid_settings` is a preset of ``PIDEntropyTargetAlgorithm``'s
-constructor arguments for language-model entropies.
-
 The controller lives on the CPU and runs on the host: the step's sum and
 count arrive as numbers, or as one-element tensors on the trainer's device,
 which ``update`` reads once (after reducing them there with
@@ -43,8 +40,8 @@ from alf_entropy.tensor_specs import BoundedTensorSpec
 from alf_entropy.utils import distributed, schedulers
 from alf_entropy.utils.checks import check_int, check_real, is_real
 
-__all__ = ["StepEntropyControl", "lm_controller", "LM_SETTINGS", "lm_pid_settings",
-           "controller_alpha_bounds", "encode_state", "decode_state"]
+__all__ = ["StepEntropyControl", "lm_controller", "LM_SETTINGS", "controller_alpha_bounds",
+           "encode_state", "decode_state"]
 
 LM_SETTINGS = dict(kp=0.3, ki=0.05, kd=3.0, trend_ema=0.5, initial_alpha=0.0, min_alpha=0.0,
                    max_alpha=1.0)
@@ -55,16 +52,9 @@ Number = Union[float, torch.Tensor]
 
 
 def controller_alpha_bounds(controller: EntropyController) -> "tuple[float, float]":
-    """The ``(min_alpha, max_alpha)`` a controller can command (``inf`` if unbounded).
-
-    Args:
-        controller: an unbatched, non-nested controller.
-
-    Returns:
-        The lowest and the highest coefficient the controller may output; a
-        controller without bounds (the fixed coefficient) gives its ``alpha``
-        twice.
-    """
+    """The ``(min_alpha, max_alpha)`` an unbatched, non-nested controller can command
+    (``inf`` if unbounded; a controller without bounds, the fixed one, gives its ``alpha``
+    twice)."""
     settings = controller.settings
     alpha = float(controller.alpha)
     if "min_alpha" not in settings and "max_alpha" not in settings:
@@ -123,63 +113,6 @@ def lm_controller(vocabulary: Any, target_entropy: Target,
             "vocabulary", vocabulary, minimum=2) - 1)
     return LinearPIDEntropyTargetAlgorithm(vocabulary, target_entropy=target_entropy,
                                            **{**LM_SETTINGS, **changes})
-
-
-def lm_pid_settings(target_entropy: Target) -> Dict[str, Any]:
-    """``PIDEntropyTargetAlgorithm`` constructor arguments for LM entropies (nats per token).
-
-    The PID's default error scale is ``0.5 * ln V`` (about 6 nats for a 150k
-    vocabulary), far wider than the 0.1-3 nats per token of a language model
-    under RL, and its default gains suit an update per PPO minibatch.  An LM's
-    entropy answers the coefficient late (Adam's momentum; a policy pushed
-    flat takes many steps to sharpen again) and reads noisily (a step sees a
-    few prompts), so this preset is proportional-and-derivative heavy: the
-    error relative to the target (``error_scale`` = the target, at least 0.05
-    nats), unsmoothed (``error_ema=0``), a strong P (``kp=6``) and D on the
-    trend (``kd=10``: a falling entropy raises the coefficient before it
-    crosses the target, a rising one cuts it), a slow integral (``ki=0.1``,
-    growing x1.1 per step while the entropy stays below the target) that
-    removes the steady offset, the coefficient in ``[1e-5, 1]`` starting at
-    ``1e-2`` and moving at most x2 per step.  These are constructor
-    arguments only.
-
-    Args:
-        target_entropy: the target in nats per completion token at the
-            sampling temperature: a positive number, or a zero-argument
-            callable (a schedule), whose current value sets the error scale.
-
-    Returns:
-        Keyword arguments for ``PIDEntropyTargetAlgorithm(spec, **settings)``
-        (``target_entropy`` included).
-
-    Raises:
-        TypeError: if ``target_entropy`` is neither a number nor callable.
-        ValueError: if the target (or the schedule's current value) is not
-            positive and finite.
-
-    Examples:
-        >>> import torch
-        >>> from alf_entropy import BoundedTensorSpec, PIDEntropyTargetAlgorithm
-        >>> spec = BoundedTensorSpec((), torch.int64, 0, 151_935)
-        >>> pid = PIDEntropyTargetAlgorithm(spec, **lm_pid_settings(0.5))
-        >>> pid.error_scale
-        0.5
-    """
-    if callable(target_entropy):
-        now = target_entropy()
-        if not is_real(now):
-            raise TypeError(f"target_entropy() must return a number, got {now!r}")
-    elif is_real(target_entropy):
-        now = target_entropy
-    else:
-        raise TypeError("target_entropy must be a number (nats per token) or a zero-argument "
-                        f"callable, got {target_entropy!r}")
-    now = check_real("target_entropy", float(now), positive=True)
-    if not math.isfinite(now):
-        raise ValueError(f"target_entropy must be finite, got {now}")
-    return dict(target_entropy=target_entropy, initial_alpha=1e-2, min_alpha=1e-5, max_alpha=1.0,
-                error_scale=max(now, 0.05), kp=6.0, ki=0.1, kd=10.0, error_ema=0.0,
-                max_alpha_change=2.0, integral_growth=1.1)
 
 
 def encode_state(value: Any) -> Any:
@@ -247,21 +180,17 @@ class StepEntropyControl:
 
     Args:
         controller: an unbatched, non-nested ``EntropyController`` on the CPU
-            (e.g. ``PIDEntropyTargetAlgorithm(spec, **lm_pid_settings(0.5))``
-            with ``spec = BoundedTensorSpec((), torch.int64, 0, V - 1)``).
+            (e.g. ``lm_controller(V, 0.5)``).
 
     Raises:
         TypeError: if ``controller`` is not such a controller.
         ValueError: if it is not on the CPU.
 
     Examples:
-        >>> import torch
-        >>> from alf_entropy import BoundedTensorSpec, PIDEntropyTargetAlgorithm
-        >>> spec = BoundedTensorSpec((), torch.int64, 0, 31_999)
-        >>> control = StepEntropyControl(PIDEntropyTargetAlgorithm(spec, **lm_pid_settings(1.0)))
+        >>> control = StepEntropyControl(lm_controller(151_936, 1.0))
         >>> for step in (1, 2):                # 0.4 nats per token, below 1.0
         ...     coef = control.update(entropy_sum=40.0, token_count=100, step=step)
-        >>> coef > 1e-2                        # the bonus grows (from 1e-2)
+        >>> coef > 0                           # a bonus (from 0)
         True
     """
 
@@ -303,21 +232,17 @@ class StepEntropyControl:
                 to the schedulers as ``"iterations"``.
             total_steps: the planned number of steps; if given, ``step /
                 total_steps`` is fed as ``"percent"``.
-            all_reduce: sum ``entropy_sum`` and ``token_count`` over the
-                ``torch.distributed`` ranks first (pass per-rank values), on
-                the device of whichever is a tensor: pass CUDA tensors under
-                NCCL, which cannot reduce CPU tensors (numbers are reduced on
-                the CPU, which needs gloo).
+            all_reduce: sum both over the ``torch.distributed`` ranks first (pass per-rank
+                values), on the device of whichever is a tensor (CUDA tensors under NCCL;
+                numbers are reduced on the CPU, which needs gloo).
 
         Returns:
             The coefficient for the next step (the same on every rank).
 
         Raises:
-            TypeError: if ``entropy_sum`` or ``token_count`` is neither a number
-                nor a tensor.
-            ValueError: if a tensor has more than one element, ``token_count``
-                is not positive, ``step`` is negative or ``total_steps`` not
-                positive.
+            TypeError: if ``entropy_sum`` or ``token_count`` is neither a number nor a tensor.
+            ValueError: if a tensor has more than one element, ``token_count`` is not
+                positive, ``step`` is negative or ``total_steps`` not positive.
         """
         step = check_int("step", step, minimum=0)
         if total_steps is not None:

@@ -56,13 +56,11 @@ from alf_entropy.integrations.llm import (
     check_step_controller,
     controller_alpha_bounds,
     lm_controller,
-    lm_pid_settings,
 )
 
 __all__ = ["EntropyControlCallback", "add_entropy_control", "grpo_config_kwargs",
            "check_grpo_config", "check_trl_internals", "lm_controller", "LM_SETTINGS",
-           "lm_pid_settings", "SUPPORTED_TRL",
-           "STATE_KEY"]
+           "SUPPORTED_TRL", "STATE_KEY"]
 
 SUPPORTED_TRL = ">=1.16,<1.17"
 """The TRL versions whose internals this module was checked against (the ``trl`` extra)."""
@@ -79,17 +77,11 @@ _CONFIG_FIELDS = ("use_adaptive_entropy", "entropy_coef", "entropy_coef_delta", 
 def grpo_config_kwargs(controller: EntropyController) -> Dict[str, Any]:
     """The ``GRPOConfig`` fields under which ``controller`` alone sets the coefficient.
 
-    Args:
-        controller: the controller that will drive the coefficient.
-
     Returns:
-        ``use_adaptive_entropy=True`` (TRL measures the step's entropy and
-        checkpoints the coefficient), ``entropy_coef_delta=0.0`` (its rule
-        does not move the coefficient), ``entropy_target=inf`` (its gate never
-        turns the bonus off), ``entropy_coef`` = the controller's ``alpha``,
-        ``entropy_coef_min=0.0`` and ``entropy_coef_max`` = the controller's
-        ``max_alpha`` (``inf`` if unbounded). Pass them as
-        ``GRPOConfig(..., **grpo_config_kwargs(controller))``.
+        ``use_adaptive_entropy=True`` (TRL measures the step's entropy),
+        ``entropy_coef_delta=0.0`` (its rule stays still), ``entropy_target=inf`` (its gate
+        stays open), ``entropy_coef`` = the controller's ``alpha``, ``entropy_coef_min=0.0``
+        and ``entropy_coef_max`` = its ``max_alpha`` (``inf`` if unbounded).
 
     Raises:
         TypeError: if ``controller`` is not an unbatched, non-nested controller.
@@ -267,9 +259,8 @@ def add_entropy_control(trainer: Any, controller: EntropyController,
     Args:
         trainer: a ``trl.GRPOTrainer`` built with
             ``GRPOConfig(..., **grpo_config_kwargs(controller))``.
-        controller: an unbatched, non-nested ``EntropyController`` on the CPU
-            for the vocabulary (``BoundedTensorSpec((), torch.int64, 0, V - 1)``),
-            its target in nats per completion token at the sampling temperature.
+        controller: an unbatched, non-nested ``EntropyController`` on the CPU, its target
+            in nats per completion token (e.g. ``lm_controller(len(tokenizer), 2.5)``).
         log_prefix: the prefix of the keys logged into TRL's logs.
         allow_top_entropy_quantile: see :func:`check_grpo_config`.
 
@@ -277,11 +268,8 @@ def add_entropy_control(trainer: Any, controller: EntropyController,
         The callback, added to the trainer.
 
     Raises:
-        TypeError: if the trainer lacks the internals this module uses (TRL
-            outside ``SUPPORTED_TRL``) or the controller is nested/batched.
-        ValueError: if the trainer's settings would override or clip the
-            controller (see :func:`check_grpo_config`), or the bonus was not
-            enabled at construction.
+        TypeError, ValueError: as :class:`EntropyControlCallback`, :func:`check_trl_internals`
+            and :func:`check_grpo_config`.
     """
     callback = EntropyControlCallback(controller, log_prefix, allow_top_entropy_quantile)
     callback.bind(trainer)

@@ -18,7 +18,7 @@ from alf_entropy.integrations.llm import (
     StepEntropyControl,
     decode_state,
     encode_state,
-    lm_pid_settings,
+    lm_controller,
 )
 from tests.nests import assert_nests_equal
 
@@ -27,7 +27,8 @@ SPEC = BoundedTensorSpec((), torch.int64, 0, 31_999)
 
 def _controllers():
     return [
-        PIDEntropyTargetAlgorithm(SPEC, **lm_pid_settings(1.0)),
+        lm_controller(SPEC, 1.0),
+        PIDEntropyTargetAlgorithm(SPEC, target_entropy=1.0),
         EntropyTargetAlgorithm(SPEC, target_entropy=1.0),
         SGDEntropyTargetAlgorithm(SPEC, target_entropy=1.0,
                                   optimizer=functools.partial(torch.optim.Adam, lr=1e-2)),
@@ -35,8 +36,8 @@ def _controllers():
 
 
 def test_update_is_the_token_weighted_mean():
-    a = StepEntropyControl(PIDEntropyTargetAlgorithm(SPEC, **lm_pid_settings(1.0)))
-    b = PIDEntropyTargetAlgorithm(SPEC, **lm_pid_settings(1.0))
+    a = StepEntropyControl(lm_controller(SPEC, 1.0))
+    b = lm_controller(SPEC, 1.0)
     for step, (s, n) in enumerate([(37 * 0.8 + 5 * 1.4, 42), (10.0, 20), (3.0, 1)], 1):
         coef = a.update(s, n, step)
         assert coef == float(b.adjust_alpha(s / n))
@@ -51,8 +52,7 @@ def test_tensors_are_read_once_and_reduced_on_their_own_device(monkeypatch):
     """A trainer's on-device sum and count give the bits of the same numbers; under
     ``all_reduce`` the pair is reduced on the inputs' device (CUDA under NCCL, which cannot
     reduce CPU tensors): here the meta device, with the collective faked."""
-    a, b = (StepEntropyControl(PIDEntropyTargetAlgorithm(SPEC, **lm_pid_settings(1.0)))
-            for _ in range(2))
+    a, b = (StepEntropyControl(lm_controller(SPEC, 1.0)) for _ in range(2))
     for step, (s, n) in enumerate([(33.6, 42), (10.0, 20), (3.0, 1)], 1):
         assert a.update(torch.tensor(s, dtype=torch.float64), torch.tensor(n), step) == b.update(
             s, n, step)
@@ -77,7 +77,7 @@ def test_tensors_are_read_once_and_reduced_on_their_own_device(monkeypatch):
 
 def test_scheduled_target_reads_the_fed_progress():
     target = LinearScheduler("percent", [(0, 3.0), (1, 2.0)])
-    control = StepEntropyControl(PIDEntropyTargetAlgorithm(SPEC, **lm_pid_settings(target)))
+    control = StepEntropyControl(lm_controller(SPEC, target))
     targets = []
     for step in range(1, 11):
         control.update(2.5, 1, step, total_steps=10)
@@ -85,7 +85,7 @@ def test_scheduled_target_reads_the_fed_progress():
     assert targets == pytest.approx([3.0 - s / 10 for s in range(1, 11)])
 
 
-@pytest.mark.parametrize("index", range(3))
+@pytest.mark.parametrize("index", range(4))
 def test_state_round_trips_through_json_exactly(index):
     first, second = _controllers()[index], _controllers()[index]
     a, b = StepEntropyControl(first), StepEntropyControl(second)
@@ -116,7 +116,7 @@ def test_encode_decode_keeps_dtypes_shapes_and_nesting():
 
 
 def test_record_has_the_logged_values():
-    control = StepEntropyControl(PIDEntropyTargetAlgorithm(SPEC, **lm_pid_settings(1.0)))
+    control = StepEntropyControl(lm_controller(SPEC, 1.0))
     control.update(0.5, 1, 1)
     rec = control.record()
     for key in ("coef", "target", "entropy", "stage", "unreachable_target", "state/integral",
@@ -125,17 +125,10 @@ def test_record_has_the_logged_values():
     assert rec["entropy"] == 0.5 and rec["coef"] == control.coefficient
 
 
-def test_bad_controllers_and_presets_are_clear_errors():
+def test_bad_controllers_are_clear_errors():
     with pytest.raises(TypeError, match="EntropyController"):
         StepEntropyControl("pid")
     with pytest.raises(TypeError, match="nested"):
         StepEntropyControl(NestedEntropyTargetAlgorithm({"a": SPEC, "b": SPEC}))
     with pytest.raises(TypeError, match="batch_shape"):
         StepEntropyControl(PIDEntropyTargetAlgorithm(SPEC, target_entropy=1.0, batch_shape=(2,)))
-    with pytest.raises(ValueError, match="target_entropy"):
-        lm_pid_settings(0.0)
-    with pytest.raises(ValueError, match="target_entropy"):
-        lm_pid_settings(math.inf)
-    with pytest.raises(TypeError, match="target_entropy"):
-        lm_pid_settings("1.0")
-    assert lm_pid_settings(0.01)["error_scale"] == 0.05

@@ -25,7 +25,6 @@ from alf_entropy import (  # noqa: E402
     BoundedTensorSpec,
     EntropyTargetAlgorithm,
     LinearScheduler,
-    PIDEntropyTargetAlgorithm,
 )
 from alf_entropy.integrations.toy_lm import (  # noqa: E402
     char_tokenizer,
@@ -40,7 +39,7 @@ from alf_entropy.integrations.trl import (  # noqa: E402
     add_entropy_control,
     check_grpo_config,
     grpo_config_kwargs,
-    lm_pid_settings,
+    lm_controller,
 )
 from tests.nests import assert_nests_equal  # noqa: E402
 
@@ -50,8 +49,8 @@ TOKENIZER = char_tokenizer()
 SPEC = BoundedTensorSpec((), torch.int64, 0, len(TOKENIZER) - 1)
 
 
-def _pid(target=2.5):
-    return PIDEntropyTargetAlgorithm(SPEC, **lm_pid_settings(target))
+def _controller(target=2.5, **changes):
+    return lm_controller(SPEC, target, **changes)
 
 
 def _trainer(out, steps=3, accumulation=2, save_steps=None, config=None, **overrides):
@@ -102,10 +101,10 @@ def test_trl_version_and_internals_are_the_ones_relied_on():
 
 
 def test_config_kwargs_and_wrong_settings(tmp_path):
-    pid = _pid()
+    pid = _controller()
     kwargs = grpo_config_kwargs(pid)
     assert kwargs == dict(use_adaptive_entropy=True, entropy_coef_delta=0.0,
-                          entropy_target=math.inf, entropy_coef=pytest.approx(1e-2),
+                          entropy_target=math.inf, entropy_coef=0.0,
                           entropy_coef_min=0.0, entropy_coef_max=1.0)
     args = GRPOConfig(output_dir=str(tmp_path), report_to=[], use_cpu=True, **kwargs)
     check_grpo_config(args, pid)
@@ -133,7 +132,7 @@ def test_config_kwargs_and_wrong_settings(tmp_path):
 
 
 def test_bonus_not_enabled_at_construction_is_an_error(tmp_path):
-    pid = _pid()
+    pid = _controller()
     trainer = _trainer(tmp_path)  # entropy_coef=0, not adaptive: the bonus is frozen off
     with pytest.raises(ValueError, match="not enabled when the trainer was built"):
         add_entropy_control(trainer, pid)
@@ -145,7 +144,9 @@ def test_bonus_not_enabled_at_construction_is_an_error(tmp_path):
 
 
 def test_every_micro_batch_of_a_step_uses_the_coefficient_of_the_previous_step(tmp_path):
-    pid = _pid(target=3.66)  # above the entropy (ln 39 = 3.664 at most): the coefficient climbs
+    # Above the entropy (ln 39 = 3.664 at most): the coefficient climbs.  It starts at 1e-2, not
+    # 0, so the first step's micro-batches carry a bonus gradient to check too.
+    pid = _controller(target=3.66, initial_alpha=1e-2)
     trainer = _trainer(tmp_path, steps=4, accumulation=2, config=grpo_config_kwargs(pid))
     callback = add_entropy_control(trainer, pid)
     seen = _spy_on_coefficient(trainer)
@@ -182,7 +183,7 @@ def test_without_control_no_bonus_gradient(tmp_path):
 
 def test_scheduled_target_follows_training_progress(tmp_path):
     target = LinearScheduler("percent", [(0, 3.0), (1, 2.0)])
-    pid = _pid(target)
+    pid = _controller(target)
     trainer = _trainer(tmp_path, steps=4, accumulation=1, config=grpo_config_kwargs(pid))
     callback = add_entropy_control(trainer, pid)
     trainer.train()
@@ -191,7 +192,7 @@ def test_scheduled_target_follows_training_progress(tmp_path):
 
 def test_resumed_run_equals_uninterrupted(tmp_path):
     def run(out, resume=None, restore_callbacks=False):
-        pid = _pid(target=3.0)
+        pid = _controller(target=3.66)  # above the entropy: the coefficient moves
         trainer = _trainer(out, steps=4, accumulation=2, save_steps=2,
                            config=grpo_config_kwargs(pid),
                            restore_callback_states_from_checkpoint=restore_callbacks)
@@ -201,6 +202,8 @@ def test_resumed_run_equals_uninterrupted(tmp_path):
         return callback, pid
 
     full, full_pid = run(tmp_path / "full")
+    # The coefficient moved at every step, so a resume that lost the controller's state shows.
+    assert len({h["coef_next"] for h in full.history}) == 4 and full.history[-1]["coef_next"] > 0
     resumed, resumed_pid = run(tmp_path / "full", resume=str(tmp_path / "full" / "checkpoint-2"))
     assert [h["step"] for h in resumed.history] == [3, 4]
     assert resumed.history == full.history[2:]

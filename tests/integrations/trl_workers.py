@@ -4,7 +4,7 @@ Run as ``python -m tests.integrations.trl_workers OUT_DIR`` with torchrun's
 environment variables (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
 ``MASTER_ADDR=127.0.0.1``, ``MASTER_PORT``); accelerate reads them and joins a
 gloo group on the CPU.  Each rank trains the toy GRPO task
-(``alf_entropy.integrations.toy_lm``) with a PID controller added by
+(``alf_entropy.integrations.toy_lm``) with ``lm_controller`` added by
 ``add_entropy_control`` and writes ``OUT_DIR/rank{RANK}.json`` with, per
 micro-batch, what it measured and the coefficient its loss read, per window
 reduction what ``accelerator.reduce`` got and returned, and the callback's
@@ -16,7 +16,7 @@ import sys
 
 STEPS = 4
 ACCUMULATION = 4
-TARGET = 2.5
+TARGET = 3.66  # above the random model's entropy (~3.6, at most ln 39): the coefficient moves
 
 
 def main(out_dir: str) -> None:
@@ -25,7 +25,7 @@ def main(out_dir: str) -> None:
     import transformers
     from trl import GRPOConfig, GRPOTrainer
 
-    from alf_entropy import BoundedTensorSpec, PIDEntropyTargetAlgorithm
+    from alf_entropy import BoundedTensorSpec
     from alf_entropy.integrations.toy_lm import (
         char_tokenizer,
         tiny_causal_lm,
@@ -35,7 +35,7 @@ def main(out_dir: str) -> None:
     from alf_entropy.integrations.trl import (
         add_entropy_control,
         grpo_config_kwargs,
-        lm_pid_settings,
+        lm_controller,
     )
 
     torch.set_num_threads(1)
@@ -73,7 +73,7 @@ def main(out_dir: str) -> None:
 
     tokenizer = char_tokenizer()
     spec = BoundedTensorSpec((), torch.int64, 0, len(tokenizer) - 1)
-    pid = PIDEntropyTargetAlgorithm(spec, **lm_pid_settings(TARGET))
+    pid = lm_controller(spec, TARGET)
     config = GRPOConfig(
         output_dir=os.path.join(out_dir, "trainer"), max_steps=STEPS,
         per_device_train_batch_size=4, num_generations=4, max_completion_length=8,
