@@ -246,10 +246,11 @@ def _train(device_flag: str) -> None:
         )
         return
     eval_return = result["eval_return"]
+    label = f"the lowest of {trainer.num_agents} agents' " if trainer.num_agents > 1 else ""
     print(
         f"{PROG}: done: {result['iteration']} iterations, {result['env_steps']} env steps, "
         f"{result['wall_time']:.1f}s"
-        + ("" if eval_return is None else f", eval return {eval_return:.2f}")
+        + ("" if eval_return is None else f", {label}eval return {eval_return:.2f}")
     )
 
 

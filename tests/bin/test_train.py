@@ -82,6 +82,9 @@ def test_each_periodic_log_line_shows_the_control(tmp_path, agents):
     value = r"[-\d.e]+/[-\d.e]+/[-\d.e]+" if agents else r"[-\d.e]+"
     for name in ("eval return", "alpha", "entropy", "target"):
         assert re.search(f"{name}{label}{value}", lines[0]), (name, lines[0])
+    done = [line for line in proc.stdout.splitlines() if ": done: " in line]
+    said = "the lowest of 2 agents' eval return " if agents else ", eval return "
+    assert len(done) == 1 and said in done[0], proc.stdout
 
 
 @pytest.mark.parametrize(
