@@ -162,7 +162,7 @@ class Driver(AlfSubAlgorithm):
             new = self._update(x, s, entropy.cpu().numpy()[()], has)
             for view, value in zip(views, _flat(new)):
                 view[...] = value
-            unreachable = bool(np.any(new.watch.stalled_for >= WINDUP_WINDOW))
+            unreachable = bool(np.asarray(new.watch.stalled_for >= WINDUP_WINDOW).any())
         else:
             s = self._read()
             has = entropy.new_ones((), dtype=torch.bool) if count is None else count > 0

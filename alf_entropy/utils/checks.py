@@ -14,7 +14,8 @@ __all__ = ["is_real", "check_real", "check_int", "check_step", "check_callable",
 
 def is_real(value: Any) -> bool:
     """True for a real number that is not a ``bool`` (numpy scalars included)."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+    return type(value) in (float, int) or (isinstance(value, numbers.Real)
+                                           and not isinstance(value, bool))
 
 
 def check_real(
