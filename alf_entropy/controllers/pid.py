@@ -96,8 +96,8 @@ class PIDEntropyTargetAlgorithm(EntropyController):
     State, _rule = PIDState, staticmethod(pid_rule)
 
     def __init__(self, action_spec: Any, initial_alpha: float = 0.1, target_entropy: Any = None,
-                 kp: float = 2.0, ki: float = 0.05, kd: float = 0.5, integral_growth: float = 1.2,
-                 max_integral_gain: float = 30.0, growth_band: float = 0.02, error_ema: float = 0.3,
+                 kp: float = 2.0, ki: float = 0.05, kd: float = 0.5, integral_growth: float = 1.1,
+                 max_integral_gain: float = 30.0, growth_band: float = 0.01, error_ema: float = 0.3,
                  trend_emas: Tuple[float, float] = (0.6, 0.9), deadband: float = 0.0,
                  max_alpha_change: float = 1.25, min_alpha: float = 1e-4,
                  max_alpha: Optional[float] = None, error_scale: Optional[float] = None,
