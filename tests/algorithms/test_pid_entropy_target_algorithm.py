@@ -137,6 +137,17 @@ def test_without_the_growing_rate_the_slow_plant_is_not_reached():
     assert np.mean(_run_slow_plant(pid, 1e-3) < 0.95 * 0.6) > 0.9
 
 
+@pytest.mark.parametrize("growth_band, grows", [(None, True), (0.02, False)])
+def test_the_rate_grows_outside_one_percent_below_the_target(growth_band, grows):
+    """PPO's entropy drifts 1-2 % under the target while alpha is far below its equilibrium:
+    the default band (1 %) starts the growth there, a 2 % band would wait."""
+    kwargs = {} if growth_band is None else {"growth_band": growth_band}
+    pid = PIDEntropyTargetAlgorithm(TWO, target_entropy=0.6, initial_alpha=1e-3, **kwargs)
+    for _ in range(30):
+        pid.adjust_alpha(0.6 * 0.985)
+    assert (abs(float(pid._gain)) > 2.0) == grows
+
+
 def test_host_and_tensor_paths_agree_bit_for_bit():
     rng = np.random.default_rng(0)
     seq = list(1.3 + np.cumsum(rng.normal(-0.01, 0.05, 300)))
