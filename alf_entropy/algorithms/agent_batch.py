@@ -45,10 +45,15 @@ def agent_generator(seed: int, device: torch.device) -> torch.Generator:
 
 
 def _batched_adam_like(opt: torch.optim.Optimizer) -> Callable[..., BatchedAdam]:
-    if not isinstance(opt, torch.optim.Adam):
-        raise TypeError(f"the batch needs agents optimised by Adam (FusedAdam), got "
-                        f"{type(opt).__name__}")
     group = opt.param_groups[0]
+    # AdamW subclasses Adam; its decoupled decay, amsgrad, maximize or a second group
+    # would silently become another optimiser in the batch.
+    if (not isinstance(opt, torch.optim.Adam) or isinstance(opt, torch.optim.AdamW)
+            or len(opt.param_groups) != 1 or group.get("amsgrad")
+            or group.get("maximize") or group.get("decoupled_weight_decay")):
+        raise TypeError(f"the batch needs agents optimised by Adam (FusedAdam) with one "
+                        f"parameter group and no amsgrad/maximize/decoupled decay, got "
+                        f"{type(opt).__name__} with {len(opt.param_groups)} group(s)")
     return functools.partial(
         BatchedAdam, lr=group.get("initial_lr", group["lr"]), betas=group["betas"],
         eps=group["eps"], weight_decay=group["weight_decay"],

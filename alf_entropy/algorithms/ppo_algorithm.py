@@ -33,7 +33,6 @@ from alf_entropy.algorithms.actor_critic_algorithm import ActorCriticAlgorithm, 
 from alf_entropy.data_structures import Experience, LossInfo
 from alf_entropy.utils import schedulers, summary
 from alf_entropy.utils.checks import check_real
-from alf_entropy.utils.math_ops import masked_mean
 from alf_entropy.utils.signatures import forwards_arguments
 
 __all__ = ["PPOAlgorithm"]
@@ -158,8 +157,8 @@ class PPOAlgorithm(ActorCriticAlgorithm):
         super().summarize_train(experience, loss_info, train_info, mask)
         log_ratio = (train_info.log_prob - experience.rollout_info.log_prob).detach()
         # The k3 estimator of KL(old || new) (Schulman's blog; CleanRL).
-        summary.scalar("ppo/approx_kl", masked_mean(log_ratio.exp() - 1 - log_ratio, mask)[0])
+        summary.scalar("ppo/approx_kl", self._mean(log_ratio.exp() - 1 - log_ratio, mask))
         eps = self.importance_ratio_clipping
         clipped = (log_ratio.exp() - 1).abs() > eps
-        summary.scalar("ppo/clip_fraction", masked_mean(clipped.float(), mask)[0])
+        summary.scalar("ppo/clip_fraction", self._mean(clipped.float(), mask))
         summary.scalar("ppo/clip_range", eps)

@@ -223,6 +223,27 @@ def test_argument_errors() -> None:
     assert agents.entropy_target_algorithm.alpha.tolist() == pytest.approx([0.5, 0.5])
     with pytest.raises(ValueError, match="k must be"):
         agents.agent_state_dict(2)
+    # AdamW subclasses Adam: its decoupled decay would silently become L2 in the batch.
+    for opt in (functools.partial(torch.optim.AdamW, lr=1e-3),
+                functools.partial(torch.optim.Adam, lr=1e-3, amsgrad=True)):
+        with pytest.raises(TypeError, match="optimised by Adam"):
+            ManyAgents(*_specs(), [1, 2], algorithm_ctor=functools.partial(PPO, optimizer=opt))
+
+
+def test_ppo_summaries_are_each_agents_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    from alf_entropy.utils import summary
+    seen: dict = {}
+    monkeypatch.setattr(summary, "should_record_summaries", lambda: True)
+    monkeypatch.setattr(summary, "scalar", lambda name, value, *a, **k: seen.__setitem__(
+        name, torch.as_tensor(value).detach().clone()))
+    _batched_run(PPO, SEEDS[:2])
+    batched = {name: seen[name] for name in ("ppo/approx_kl", "ppo/clip_fraction")}
+    for k, seed in enumerate(SEEDS[:2]):
+        seen.clear()
+        _single_run(PPO, seed)
+        for name, value in batched.items():
+            assert value.shape == (2,)
+            assert float(value[k]) == pytest.approx(float(seen[name]), rel=1e-3, abs=1e-7)
 
 
 def test_stacking_refuses_a_free_log_std() -> None:
