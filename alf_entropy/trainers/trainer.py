@@ -9,6 +9,7 @@ envs, counters, checkpoints -- are :class:`~alf_entropy.trainers.run.Run`'s.  K 
 (``num_agents``/``seeds``) are data, not a mode: each writes to its own run directory.
 Under ``torchrun`` (one agent per rank) rank 0 alone evaluates and writes.
 """
+import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -147,13 +148,31 @@ class Trainer(Run):
                 logging.warning("Interrupted; saved %s", self.save_checkpoint())
             raise
         finally:
-            self._call("on_training_end")
-            if self._env is not None:
-                self._env.close()
-            self._env, self._time_step, self._in_iteration = None, None, False
+            try:
+                errors = self._call_each("on_training_end")
+            finally:
+                if self._env is not None:
+                    self._env.close()
+                self._env, self._time_step, self._in_iteration = None, None, False
+            running = sys.exc_info()[1] is not None  # the run's own error goes on unhidden
+            for error in errors[0 if running else 1:]:
+                logging.error("on_training_end failed", exc_info=error)
+            if errors and not running:
+                raise errors[0]
 
     def _call(self, hook: str, *args: Any) -> List[Any]:
         return [getattr(callback, hook)(self, *args) for callback in self._callbacks]
+
+    def _call_each(self, hook: str) -> List[Exception]:
+        """Every callback's ``hook``, also after one raised (a later one may restore signal
+        handlers or close files); the exceptions, in order."""
+        errors = []
+        for callback in self._callbacks:
+            try:
+                getattr(callback, hook)(self)
+            except Exception as error:
+                errors.append(error)
+        return errors
 
     def _act(self) -> None:
         """Evaluate (rank 0; the others take its verdict) and checkpoint as asked."""

@@ -7,6 +7,7 @@ import re
 import gin
 import pytest
 
+from alf_entropy.environments import GymVectorEnv
 from alf_entropy.storage import checkpoints as ckpt
 from alf_entropy.trainers import Callback, OnPolicyTrainer, TimeBudgetCallback
 from alf_entropy.utils.gin_config import parse_gin_config
@@ -68,6 +69,36 @@ def test_on_training_end_runs_after_an_error(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="boom"):
         trainer.train()
     assert recorder.calls == [("start", 0), ("iteration_start", 0), ("end", 0)]
+
+
+class FailsAtTheEnd(Callback):
+    def on_training_end(self, trainer):
+        raise RuntimeError("end failed")
+
+
+def test_a_failing_on_training_end_leaves_the_rest_of_the_cleanup_done(tmp_path, monkeypatch):
+    """The later callbacks still end (a signal handler restored, a file closed), the envs close,
+    and the callback's error is raised -- unless the run already failed: then the run's."""
+    recorder, closed = Recorder(), []
+
+    class Env(GymVectorEnv):
+        def close(self):
+            closed.append(1)
+            super().close()
+
+    trainer = _trainer(tmp_path, num_iterations=1, callbacks=[FailsAtTheEnd(), recorder],
+                       env_ctor=Env)
+    with pytest.raises(RuntimeError, match="end failed"):
+        trainer.train()
+    assert recorder.calls[-1][0] == "end" and closed
+
+    def fail(self):
+        raise ValueError("the run's own")
+
+    trainer = _trainer(tmp_path / "b", num_iterations=1, callbacks=[FailsAtTheEnd(), Recorder()])
+    monkeypatch.setattr(OnPolicyTrainer, "_train_iteration", fail)
+    with pytest.raises(ValueError, match="the run's own"):
+        trainer.train()
 
 
 def test_a_callback_that_is_not_one_is_a_type_error(tmp_path):
