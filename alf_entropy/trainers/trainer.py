@@ -18,8 +18,8 @@ import torch
 from absl import logging
 
 from alf_entropy.data_structures import TimeStep
-from alf_entropy.environments import GymVectorEnv, mean_returns, run_episodes
-from alf_entropy.environments.agent_envs import agent_env_ctor, episode_statistics
+from alf_entropy.environments import mean_returns, run_episodes
+from alf_entropy.environments.agent_envs import episode_statistics
 from alf_entropy.trainers.callbacks import (
     Callback,
     SignalCallback,
@@ -223,7 +223,7 @@ class Trainer(Run):
             returns, _ = run_episodes(
                 self._env_id, self._policy_fn, seed=self._seed + EVAL_SEED_OFFSET,
                 num_episodes=num_episodes or self._num_eval_episodes, device=self._device,
-                env_ctor=agent_env_ctor(GymVectorEnv, self._agents.seeds, self._seed))
+                env_ctor=self._env_ctor)  # the training envs' own ctor, per agent
         finally:
             self._algorithm.train()
         per_agent = mean_returns(returns)

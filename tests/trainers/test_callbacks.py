@@ -101,6 +101,21 @@ def test_a_failing_on_training_end_leaves_the_rest_of_the_cleanup_done(tmp_path,
         trainer.train()
 
 
+def test_evaluation_runs_on_the_trainers_env_ctor(tmp_path):
+    made = []
+
+    class Env(GymVectorEnv):
+        def __init__(self, *args, **kwargs):
+            made.append(kwargs.get("seed"))
+            super().__init__(*args, **kwargs)
+
+    trainer = _trainer(tmp_path, num_iterations=1, env_ctor=Env)
+    made.clear()
+    trainer.evaluate(2)
+    assert made  # the evaluation's envs come from the same ctor as training's
+    trainer.close()
+
+
 def test_a_callback_that_is_not_one_is_a_type_error(tmp_path):
     with pytest.raises(TypeError, match="callbacks must be Callback instances"):
         _trainer(tmp_path, num_iterations=1, callbacks=[lambda trainer: True])
