@@ -93,7 +93,7 @@ class SummaryCallback(Callback):
 
     def __init__(self, interval: int = 10, flush_secs: float = 10.0):
         self.interval = check_int("summary_interval", interval, minimum=1)
-        self.flush_secs = flush_secs
+        self.flush_secs = check_real("summary_flush_secs", flush_secs, positive=True)
 
     def on_training_start(self, trainer: Any) -> None:
         summary.set_default_writer([summary.create_summary_writer(

@@ -87,6 +87,7 @@ def test_checkpoint_without_buffer_warns_and_refills(tmp_path, caplog):
     "kwargs, match",
     [
         ({"mini_batch_size": 64, "replay_buffer_length": 32}, "mini_batch_size"),
+        ({"num_envs": 8, "replay_buffer_length": 4, "mini_batch_size": 4}, "num_envs"),
         ({"initial_collect_steps": 500}, "initial_collect_steps"),
         ({"initial_collect_steps": -1}, "initial_collect_steps"),
         ({"num_updates_per_train_iter": 0}, "num_updates_per_train_iter"),

@@ -248,6 +248,7 @@ def test_resolve_device():
         (dict(num_env_steps=2.5), "num_env_steps must be"),
         (dict(num_iterations=2, unroll_length=0), "unroll_length"),
         (dict(num_iterations=2, summary_interval=-1), "summary_interval"),
+        (dict(num_iterations=2, summary_flush_secs=-1), "summary_flush_secs"),
         (dict(num_iterations=2, seed=-1), "seed"),
     ],
 )
