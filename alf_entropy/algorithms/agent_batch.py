@@ -141,7 +141,10 @@ class AgentBatch(Algorithm):
                  algorithm_ctor: Callable[..., Any],
                  target_entropies: Optional[Sequence[Any]] = None,
                  entropy_target_cls: Optional[Callable[..., Any]] = None, device: Any = "cpu"):
-        seeds = [check_int("seeds[i]", s, minimum=0) for s in seeds]
+        for arg, value in (("seeds", seeds), ("target_entropies", target_entropies)):
+            if value is not None and not hasattr(value, "__len__"):
+                raise TypeError(f"{arg} must be a sequence (one per agent), got {value!r}")
+        seeds = [check_int("seeds[i]", s, minimum=0, below=2**32) for s in seeds]  # numpy's
         super().__init__(optimizer=None, debug_summaries=False, name=type(self).__name__,
                          batch_shape=(max(len(seeds), 1),))
         device = torch.device(device)

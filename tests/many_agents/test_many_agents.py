@@ -206,6 +206,12 @@ def test_argument_errors() -> None:
         ManyAgents(*_specs(), [])
     with pytest.raises(ValueError, match="seeds"):
         ManyAgents(*_specs(), [1, 1])
+    with pytest.raises(ValueError, match=r"seeds\[i\] must be"):
+        ManyAgents(*_specs(), [1, 2**32])
+    with pytest.raises(TypeError, match="seeds must be a sequence"):
+        ManyAgents(*_specs(), 3)
+    with pytest.raises(TypeError, match="target_entropies must be a sequence"):
+        ManyAgents(*_specs(), [1, 2], algorithm_ctor=PPO, target_entropies=-1.0)
     with pytest.raises(ValueError, match="target_entropies has 1 entries for 2"):
         ManyAgents(*_specs(), [1, 2], algorithm_ctor=PPO, target_entropies=[0.3])
     with pytest.raises(ValueError, match="needs agents with an entropy controller"):
