@@ -88,11 +88,10 @@ class OffPolicyTrainer(Trainer):
                  mini_batch_size: int = 256, num_updates_per_train_iter: int = 1,
                  checkpoint_replay_buffer: bool = True, summary_interval: int = 1000,
                  checkpoint_interval: Optional[int] = 10000, **kwargs: Any):
+        capacity = check_int("replay_buffer_length", replay_buffer_length, minimum=1)
         for arg, rows in (("num_envs", num_envs), ("mini_batch_size", mini_batch_size)):
-            if check_int(arg, rows, minimum=1) > check_int("replay_buffer_length",
-                                                           replay_buffer_length, minimum=1):
-                raise ValueError(f"{arg} ({rows}) must be <= replay_buffer_length "
-                                 f"({replay_buffer_length})")  # a step adds num_envs rows
+            if check_int(arg, rows, minimum=1) > capacity:  # a step adds num_envs rows
+                raise ValueError(f"{arg} ({rows}) must be <= replay_buffer_length ({capacity})")
         limits = Limits(kwargs["num_iterations"], kwargs["num_env_steps"], num_envs)
         n, i = check_int("initial_collect_steps", initial_collect_steps, minimum=0), num_envs
         for limit, allowed in ((f"num_env_steps ({limits.num_env_steps})", limits.num_env_steps),
