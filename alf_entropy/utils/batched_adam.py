@@ -57,13 +57,12 @@ class BatchedAdam(FusedAdam):
 
     @torch.no_grad()
     def step(self, closure: Optional[Callable[[], float]] = None) -> Optional[float]:
-        """One step of every member but those ``found_inf`` (if set) flags."""
+        """One step of every member but those ``found_inf`` (if set) flags; as torch's Adam,
+        parameters without a gradient are left alone."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        if any(p.grad is None for g in self.param_groups for p in g["params"]):
-            raise ValueError("BatchedAdam steps its parameters together: some have no gradient")
         self._schedule_lr()
         skip = getattr(self, "found_inf", None)
         for group in self.param_groups:
@@ -85,7 +84,7 @@ class BatchedAdam(FusedAdam):
             ``max_grad_norm``) and the flags the step used.
 
         Raises:
-            ValueError: if ``ok`` is not ``[K]`` or a parameter has no gradient.
+            ValueError: if ``ok`` is not ``[K]``.
         """
         k = self.num_members
         if ok is not None and ok.shape != (k,):
@@ -100,7 +99,10 @@ class BatchedAdam(FusedAdam):
         return norms, ok
 
     def _step_group(self, group: dict, skip: Optional[torch.Tensor]) -> None:
-        params, k = group["params"], self.num_members
+        # As torch's Adam: a parameter without a gradient is not stepped (nor its counter).
+        params, k = [p for p in group["params"] if p.grad is not None], self.num_members
+        if not params:
+            return
         states = []
         for p in params:
             state = self.state[p]

@@ -87,9 +87,25 @@ def test_clipping_is_per_member_and_a_group_steps_as_one() -> None:
     torch.testing.assert_close(a[:2], torch.full((2, 4, 3), -0.1))
     adam.masked_step(torch.tensor([True, False, True]))  # the same gradients again
     assert adam.state[a]["step"].tolist() == [2.0, 1.0, 1.0]
-    with pytest.raises(ValueError, match="no gradient"):
-        b.grad = None
-        adam.masked_step(None)
+
+
+def test_a_parameter_without_gradient_is_left_alone_as_torch_adam_does() -> None:
+    """An agent's parameter that its loss does not reach (``grad`` None): torch's Adam skips
+    it (value, moments and counter), so the batch must too for agent k to equal its run."""
+    a, b = torch.zeros(K, 4, requires_grad=True), torch.ones(K, 2, requires_grad=True)
+    single_a, single_b = torch.zeros(4, requires_grad=True), torch.ones(2, requires_grad=True)
+    adam, single = BatchedAdam([a, b], lr=0.1), FusedAdam([single_a, single_b], lr=0.1)
+    for step in range(3):
+        a.grad, single_a.grad = torch.full((K, 4), 0.5), torch.full((4,), 0.5)
+        b.grad = single_b.grad = None
+        if step == 2:  # b gets a gradient from the third step on
+            b.grad, single_b.grad = torch.full((K, 2), 0.5), torch.full((2,), 0.5)
+        adam.step()
+        single.step()
+    for k in range(K):
+        assert torch.equal(a[k], single_a) and torch.equal(b[k], single_b)
+    assert adam.state[a]["step"].tolist() == [3.0] * K
+    assert adam.state[b]["step"].tolist() == [1.0] * K  # counted only where it had a gradient
 
 
 def test_scheduled_learning_rate_and_arguments() -> None:
