@@ -215,12 +215,10 @@ class SignalCallback(Callback):
 class EvaluationCallback(Callback):
     """Evaluate at the start, every ``interval`` iterations and at the end (rank 0), logging
     ``iteration ... env_steps ...`` and :func:`control_line`; stop once every agent's mean
-    return reaches ``stop_return``."""
+    return reaches ``stop_return`` (episodes: the trainer's ``num_eval_episodes``)."""
 
-    def __init__(self, interval: int, num_episodes: int = 10,
-                 stop_return: Optional[float] = None):
+    def __init__(self, interval: int, stop_return: Optional[float] = None):
         self._interval = check_int("eval_interval", interval, minimum=1)
-        self.num_episodes = check_int("num_eval_episodes", num_episodes, minimum=1)
         self._stop_return = None if stop_return is None else float(stop_return)
 
     def on_training_start(self, trainer: Any) -> None:
@@ -294,7 +292,7 @@ def builtin_callbacks(summary_interval: int, summary_flush_secs: float, progress
     out += [ProgressBarCallback()] if progress_bar else []
     out.append(signals)
     if eval_interval is not None:
-        out.append(EvaluationCallback(eval_interval, num_eval_episodes, stop_eval_return))
+        out.append(EvaluationCallback(eval_interval, stop_eval_return))
     if checkpoint_interval is not None:
         out.append(CheckpointCallback(checkpoint_interval))
     return out + list(callbacks)

@@ -9,7 +9,8 @@ import pytest
 
 from alf_entropy.environments import GymVectorEnv
 from alf_entropy.storage import checkpoints as ckpt
-from alf_entropy.trainers import Callback, OnPolicyTrainer, TimeBudgetCallback
+from alf_entropy.trainers import Callback, EvaluationCallback, OnPolicyTrainer, TimeBudgetCallback
+from alf_entropy.trainers import trainer as trainer_module
 from alf_entropy.utils.gin_config import parse_gin_config
 from tests.trainers.test_on_policy_trainer import _trainer
 
@@ -114,6 +115,19 @@ def test_evaluation_runs_on_the_trainers_env_ctor(tmp_path):
     trainer.evaluate(2)
     assert made  # the evaluation's envs come from the same ctor as training's
     trainer.close()
+
+
+def test_the_episodes_per_evaluation_are_the_trainers_alone(tmp_path, monkeypatch):
+    """``EvaluationCallback`` took a ``num_episodes`` that nothing read: it is gone (a
+    ``TypeError``), and evaluations run the trainer's ``num_eval_episodes``."""
+    with pytest.raises(TypeError):
+        EvaluationCallback(5, num_episodes=3)
+    asked = []
+    real = trainer_module.run_episodes
+    monkeypatch.setattr(trainer_module, "run_episodes", lambda *args, num_episodes, **kwargs: (
+        asked.append(num_episodes), real(*args, num_episodes=num_episodes, **kwargs))[1])
+    _trainer(tmp_path, num_iterations=2, eval_interval=1, num_eval_episodes=3).train()
+    assert asked and set(asked) == {3}
 
 
 def test_a_callback_that_is_not_one_is_a_type_error(tmp_path):
