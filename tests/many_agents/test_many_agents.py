@@ -11,7 +11,7 @@ from alf_entropy.algorithms.actor_critic_algorithm import ActorCriticAlgorithm
 from alf_entropy.algorithms.many_agents import ManyAgents
 from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
 from alf_entropy.controllers import EntropyTargetAlgorithm, PIDEntropyTargetAlgorithm
-from alf_entropy.data_structures import make_experience
+from alf_entropy.data_structures import TimeStep, make_experience
 from alf_entropy.environments.agent_envs import AgentEnvs
 from alf_entropy.environments.gym_vector_env import GymVectorEnv
 from alf_entropy.networks import ActorDistributionNetwork
@@ -129,6 +129,10 @@ def test_agent_k_follows_the_single_run_with_seed_k(ctor: Callable[..., Any]) ->
         assert losses.shape[0] == single_losses.shape[0]
         torch.testing.assert_close(losses[:, k], single_losses, rtol=1e-5, atol=1e-5)
         assert _max_param_diff(agents.agent_state_dict(k), single.state_dict()) < 1e-6
+        as_single = agents.agent_algorithm(k)  # agent k as a single run's algorithm
+        assert _max_param_diff(as_single.state_dict(), single.state_dict()) < 1e-6
+        obs = TimeStep(observation=torch.randn(5, 4))
+        assert torch.equal(as_single.predict_step(obs).output, single.predict_step(obs).output)
         controller = single.entropy_target_algorithm
         if controller is not None:
             torch.testing.assert_close(agents.entropy_target_algorithm.alpha[k],
