@@ -31,7 +31,7 @@ from alf_entropy.utils.batched_adam import BatchedAdam
 from alf_entropy.utils.checks import check_int
 from alf_entropy.utils.seeding import seed_all
 
-__all__ = ["AgentBatch", "agent_generator", "agent_state_dict"]
+__all__ = ["check_agent_seeds", "AgentBatch", "agent_generator", "agent_state_dict"]
 
 
 def agent_generator(seed: int, device: torch.device) -> torch.Generator:
@@ -42,6 +42,38 @@ def agent_generator(seed: int, device: torch.device) -> torch.Generator:
         generator.set_state(torch.get_rng_state())
         return generator
     return torch.Generator(device).manual_seed(seed)
+
+
+def _pair_name(seed: int, target: Any) -> str:
+    return f"seed={seed}" if target is None else f"target_entropy={target}+seed={seed}"
+
+
+def check_agent_seeds(seeds: Sequence[int], targets: Optional[Sequence[Any]] = None,
+                      below: int = 2**32, pair_name: Callable[[int, Any], str] = _pair_name
+                      ) -> List[int]:
+    """The agents' seeds, checked: a non-empty sequence of ints in ``[0, below)`` (numpy
+    takes < 2**32), one per target if ``targets``, no (target, seed) pair twice (as named
+    by ``pair_name``; a trainer names them by run directory).
+
+    Raises:
+        TypeError: if ``seeds`` or ``targets`` is not a sequence.
+        ValueError: for out-of-range or repeated seeds, or as many targets as seeds.
+    """
+    for arg, value in (("seeds", seeds), ("target_entropies", targets)):
+        if value is not None and not hasattr(value, "__len__"):
+            raise TypeError(f"{arg} must be a sequence (one per agent), got {value!r}")
+    seeds = [check_int("seeds[i]", s, minimum=0, below=below) for s in seeds]
+    if not seeds:
+        raise ValueError("seeds must hold at least one seed, got []")
+    if targets is not None and len(targets) != len(seeds):
+        raise ValueError(f"target_entropies has {len(targets)} entries for {len(seeds)} agents")
+    names = [pair_name(s, t) for s, t in zip(seeds, targets or [None] * len(seeds))]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"seeds must be distinct unless target_entropies gives each agent "
+                         f"distinct (target, seed) pairs, got {twice[0]} twice (seeds {seeds}, "
+                         f"target_entropies {targets})")
+    return seeds
 
 
 def _batched_adam_like(opt: torch.optim.Optimizer) -> Callable[..., BatchedAdam]:
@@ -141,10 +173,7 @@ class AgentBatch(Algorithm):
                  algorithm_ctor: Callable[..., Any],
                  target_entropies: Optional[Sequence[Any]] = None,
                  entropy_target_cls: Optional[Callable[..., Any]] = None, device: Any = "cpu"):
-        for arg, value in (("seeds", seeds), ("target_entropies", target_entropies)):
-            if value is not None and not hasattr(value, "__len__"):
-                raise TypeError(f"{arg} must be a sequence (one per agent), got {value!r}")
-        seeds = [check_int("seeds[i]", s, minimum=0, below=2**32) for s in seeds]  # numpy's
+        seeds = check_agent_seeds(seeds, target_entropies)
         super().__init__(optimizer=None, debug_summaries=False, name=type(self).__name__,
                          batch_shape=(max(len(seeds), 1),))
         device = torch.device(device)
@@ -164,16 +193,6 @@ class AgentBatch(Algorithm):
                       device: torch.device) -> List[Any]:
         """Agent ``k`` as a single run with ``seeds[k]`` builds it; keeps its generator."""
         name = type(self).__name__
-        if not seeds:
-            raise ValueError("seeds must hold at least one seed, got []")
-        if targets is not None and len(targets) != len(seeds):
-            raise ValueError(f"target_entropies has {len(targets)} entries for {len(seeds)} "
-                             "agents")
-        pairs = list(zip(seeds, [None] * len(seeds) if targets is None else map(str, targets)))
-        if len(set(pairs)) != len(seeds):
-            raise ValueError(f"seeds must be distinct unless target_entropies gives each agent "
-                             f"its own (target, seed), got seeds {seeds} and target_entropies "
-                             f"{targets}")
         if nest.is_nested(action_spec):
             raise ValueError(f"{name} does not take a nested action_spec yet")
         if distributed.is_distributed():

@@ -11,6 +11,7 @@ from typing import Any, Callable, List, Optional, Sequence
 import gin
 import torch
 
+from alf_entropy.algorithms.agent_batch import check_agent_seeds
 from alf_entropy.storage import checkpoints as ckpt
 from alf_entropy.trainers import ranks
 from alf_entropy.utils import distributed
@@ -88,22 +89,14 @@ def agent_seeds(num_agents: int, seeds: Optional[Sequence[int]], seed: int,
         check_int("seed + num_agents - 1", seed + num_agents - 1, minimum=0,
                   below=ranks.MAX_SEED)
         return [seed + k for k in range(num_agents)]
-    seeds = [check_int("seeds[i]", s, minimum=0, below=ranks.MAX_SEED) for s in seeds]
-    if len(seeds) < 2:
+    if hasattr(seeds, "__len__") and len(seeds) < 2:
         raise ValueError(f"seeds must be at least two seeds (for one agent use seed), got "
                          f"{seeds}")
-    if num_agents not in (1, len(seeds)):
+    if hasattr(seeds, "__len__") and num_agents not in (1, len(seeds)):
         raise ValueError(f"num_agents is {num_agents} but seeds has {len(seeds)} entries")
-    if len(set(seeds)) != len(seeds):
-        if target_entropies is None or len(target_entropies) != len(seeds):
-            raise ValueError(f"seeds must be distinct unless target_entropies gives each "
-                             f"agent its own (target, seed), got seeds {seeds}")
-        dirs = [agent_dir(s, t) for s, t in zip(seeds, target_entropies)]
-        twice = sorted({d for d in dirs if dirs.count(d) > 1})
-        if twice:
-            raise ValueError(f"seeds and target_entropies must give distinct (target, seed) "
-                             f"pairs, got {twice[0]} twice (seeds {seeds})")
-    return seeds
+    targets = target_entropies if hasattr(target_entropies, "__len__") and len(
+        target_entropies) == len(seeds) else None  # the length is checked where they are used
+    return check_agent_seeds(seeds, targets, ranks.MAX_SEED, agent_dir)
 
 
 class Agents:
