@@ -74,6 +74,8 @@ class AgentEnvs:
 
     def step(self, action: Any) -> TimeStep:
         """Step agent ``k``'s environments with ``action[k]`` (a nest of ``[K, N, ...]``)."""
+        # One copy to the host for all K (on a GPU, K copies would each wait for it).
+        action = nest.map_structure(lambda a: a.cpu() if torch.is_tensor(a) else a, action)
         return _stack([env.step(nest.map_structure(lambda a, k=k: a[k], action))
                        for k, env in enumerate(self._envs)])
 
