@@ -86,6 +86,11 @@ def _take_lock(root_dir: str) -> filelock.FileLock:
         ) from None
     except OSError as e:
         raise ValueError(f"root_dir {root_dir}: cannot lock {path}: {e.strerror or e}") from e
+    if lock.lock_counter > 1:  # the singleton is re-entrant: another holder in this process
+        lock.release()
+        raise RunDirLocked(f"root_dir {root_dir} is already in use by another trainer in this "
+                           "process: train() it to its end (or close() it) first, or use "
+                           "another root_dir")
     with open(path, "w", encoding="utf-8") as f:
         f.write(f"{os.getpid()} {socket.gethostname()}\n")
     return lock

@@ -250,6 +250,16 @@ def test_a_second_trainer_on_a_locked_directory_is_refused(locked_dir):
     assert not os.path.exists(locked_dir / "operative_config.gin")
 
 
+def test_a_second_trainer_on_the_same_directory_in_one_process_is_refused(tmp_path):
+    """filelock is re-entrant within a process: the second trainer took the lock too, and
+    both would have written the same checkpoints."""
+    first = _trainer(tmp_path, num_iterations=1)
+    with pytest.raises(RunDirLocked, match="another trainer in this process"):
+        _trainer(tmp_path, num_iterations=2)
+    assert first.train()["iteration"] == 1  # the first is unharmed
+    assert _trainer(tmp_path, num_iterations=2).train()["iteration"] == 2  # then it is free
+
+
 def test_the_lock_is_released_when_the_holder_dies(tmp_path, hold_run_lock):
     root = tmp_path / "run"
     proc = hold_run_lock(root)
