@@ -13,6 +13,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 import torch
 
 from alf_entropy.data_structures import TimeStep
+from alf_entropy.environments.env_state import load_env_state
 from alf_entropy.environments.gym_vector_env import GymVectorEnv
 from alf_entropy.utils import nest
 from alf_entropy.utils.checks import check_int
@@ -95,7 +96,7 @@ class AgentEnvs:
             ValueError: if ``state`` is not one state per set.
         """
         try:
-            states = pickle.loads(state)
+            states = load_env_state(state)  # a list of bytes: no name to find
         except Exception as e:
             raise ValueError(f"state is not an AgentEnvs state: {e}") from e
         if not isinstance(states, list) or len(states) != len(self._envs):

@@ -16,7 +16,8 @@ of ``RecordEpisodeStatistics``, which costs ~16 us of a ~40 us CartPole step
 (``docs/benchmarks/ppo_speed.md``); :meth:`GymVectorEnv.pop_episode_statistics` returns
 the episodes finished since its last call.  :meth:`GymVectorEnv.get_state` pickles the
 whole vector env for an exact resume (``None`` where that is not the state: Box2D,
-MuJoCo, subprocesses).  Only the actions are moved to the host.
+MuJoCo, subprocesses); :meth:`GymVectorEnv.set_state` reads it back finding only what an env
+state holds (``env_state``).  Only the actions are moved to the host.
 """
 import collections
 import functools
@@ -38,6 +39,7 @@ from gymnasium.utils import EzPickle  # noqa: E402
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv  # noqa: E402
 
 from alf_entropy.data_structures import StepType, TimeStep  # noqa: E402
+from alf_entropy.environments.env_state import load_env_state  # noqa: E402
 from alf_entropy.tensor_specs import BoundedTensorSpec, TensorSpec, from_gym_space  # noqa: E402
 from alf_entropy.utils import nest  # noqa: E402
 from alf_entropy.utils.checks import check_int  # noqa: E402
@@ -357,8 +359,9 @@ class GymVectorEnv:
             ValueError: if ``state`` is not such a state (of as many envs).
         """
         self._check_open()
-        try:
-            env, autoreset, seeded, started, returns, lengths, finished = pickle.loads(state)
+        try:  # only what an env state holds: a crafted checkpoint runs nothing
+            env, autoreset, seeded, started, returns, lengths, finished = load_env_state(
+                state, self._env_modules())
         except Exception as e:
             raise ValueError(f"state is not a GymVectorEnv state: {e}") from e
         if not isinstance(env, gym.vector.VectorEnv) or env.num_envs != self._num_envs:
@@ -368,6 +371,15 @@ class GymVectorEnv:
         self._env = env
         self._autoreset, self._seeded, self._started = autoreset, seeded, started
         self._episode_returns, self._episode_lengths, self._finished = returns, lengths, finished
+
+    def _env_modules(self) -> set:
+        """The modules of the live vector env's, each env's and each wrapper's classes."""
+        found, todo = set(), [self._env, *getattr(self._env, "envs", [])]
+        while todo:
+            env = todo.pop()
+            found.add(type(env).__module__)
+            todo += [env.env] if getattr(env, "env", None) is not None else []
+        return found
 
     def sample_random_action(self) -> Any:
         """Uniformly random actions ``[B, ...]`` (seeded by ``seed``) on ``device``."""

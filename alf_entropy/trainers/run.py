@@ -6,7 +6,6 @@ directory (``RunDir``: lock, config check, ``operative_config.gin``), its agents
 algorithm and environments built for them, the counters and limits, and its checkpoints
 (``Checkpointer``): it resumes from the newest that fits, environments included.
 """
-import pickle
 from typing import Any, Callable, Dict, Optional, Sequence
 
 import torch
@@ -17,6 +16,7 @@ from alf_entropy.algorithms.agent_batch import AgentBatch
 from alf_entropy.data_structures import TimeStep
 from alf_entropy.environments import GymVectorEnv
 from alf_entropy.environments.agent_envs import agent_env_ctor
+from alf_entropy.environments.env_state import check_pickle
 from alf_entropy.storage import checkpoints as ckpt
 from alf_entropy.storage.run_dir import RunDir
 from alf_entropy.trainers import agents as agents_lib
@@ -189,8 +189,8 @@ class Run:
     def _load_own(self, state: Dict[str, Any]) -> None:
         """Check this rank's env state (applied when ``train()`` builds the envs); load extra."""
         env_state, batch = state.get("env") or {}, (*self._algorithm.batch_shape, self._num_envs)
-        if env_state:  # its pickle loads and its time step is this run's batch
-            pickle.loads(ckpt.tensor_to_bytes(env_state["state"]))
+        if env_state:  # a whole pickle (read, not run: set_state loads it) of this batch
+            check_pickle(ckpt.tensor_to_bytes(env_state["state"]))
             shape = tuple(TimeStep(**env_state["time_step"]).step_type.shape)
             if shape != batch:
                 raise ValueError(f"its environment state is of a batch {shape}, this run {batch}")

@@ -278,3 +278,55 @@ def test_numpy_vectorised_cartpole_is_the_same_mdp():
     assert steps > 8
     fast.close()
     slow.close()
+
+
+class _Marker:
+    """Unpickling this would create ``path`` (what a crafted checkpoint could do)."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return open, (self.path, "w")
+
+
+class _Walk(gym.Env):
+    """An env outside gymnasium: its state is this module's class."""
+
+    observation_space = gym.spaces.Box(-np.inf, np.inf, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.x = np.zeros(1, np.float32)
+        return self.x.copy(), {}
+
+    def step(self, action):
+        self.x += np.float32(self.np_random.normal() + action)
+        return self.x.copy(), float(self.x[0]), bool(abs(self.x[0]) > 20), False, {}
+
+
+def test_a_state_runs_nothing_it_names_but_an_envs_own_classes(tmp_path):
+    """set_state finds only what an env's state holds: a crafted state that would open a file
+    is refused before it runs; a custom env's own classes still round-trip."""
+    import pickle
+
+    env = GymVectorEnv("Pendulum-v1", num_envs=2, seed=1)
+    env.reset()
+    marker = tmp_path / "ran"
+    with pytest.raises(ValueError, match="not part of an environment state"):
+        env.set_state(pickle.dumps(_Marker(str(marker))))
+    assert not marker.exists()
+    env.close()
+    gym.register("AlfEntropyTestWalk-v0", entry_point=_Walk, max_episode_steps=50)
+    try:
+        a, b = (GymVectorEnv("AlfEntropyTestWalk-v0", num_envs=2, seed=s) for s in (3, 4))
+        a.reset(), b.reset()
+        for _ in range(5):
+            a.step(torch.tensor([0, 1]))
+        b.set_state(a.get_state())
+        for _ in range(60):
+            assert torch.equal(a.step(torch.tensor([1, 0])).reward,
+                               b.step(torch.tensor([1, 0])).reward)
+    finally:
+        gym.registry.pop("AlfEntropyTestWalk-v0")
