@@ -199,15 +199,18 @@ class Trainer(Run):
                     **{"return": [float(np.mean(r)) if r else None for r in returns]},
                     episode_length=[float(np.mean(n)) if n else None for n in lengths])
         finished = [r for r in logs["return"] if r is not None]
-        self.metrics.update(steps_per_sec=sps * k, alpha=float(np.mean(logs["alpha"])),
+        self.metrics.update(steps_per_sec=sps * k,
+                            **({"alpha": float(np.mean(logs["alpha"]))} if "alpha" in logs else {}),
                             **({"return": float(np.mean(finished))} if finished else {}))
         self._call("on_log", logs)
 
     def _control_logs(self) -> Dict[str, List[float]]:
-        """The latest summaries, with each agent's ``alpha`` and ``target_entropy`` now."""
+        """The latest summaries, with each agent's ``alpha`` and ``target_entropy`` now (where
+        the algorithm has ``entropy_coefficient()`` and a controller: neither is required)."""
         logs = summary.last_scalars()
         controller = getattr(self._algorithm, "entropy_target_algorithm", None)
-        for tag, value in (("alpha", self._algorithm.entropy_coefficient()),
+        coefficient = getattr(self._algorithm, "entropy_coefficient", None)
+        for tag, value in (("alpha", coefficient() if callable(coefficient) else None),
                            ("target_entropy", getattr(controller, "target_entropy", None))):
             if value is not None:
                 logs[tag] = torch.as_tensor(value, dtype=torch.float32).reshape(-1).tolist()

@@ -7,6 +7,7 @@ import re
 import gin
 import pytest
 
+from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
 from alf_entropy.environments import GymVectorEnv
 from alf_entropy.storage import checkpoints as ckpt
 from alf_entropy.trainers import Callback, EvaluationCallback, OnPolicyTrainer, TimeBudgetCallback
@@ -128,6 +129,26 @@ def test_the_episodes_per_evaluation_are_the_trainers_alone(tmp_path, monkeypatc
         asked.append(num_episodes), real(*args, num_episodes=num_episodes, **kwargs))[1])
     _trainer(tmp_path, num_iterations=2, eval_interval=1, num_eval_episodes=3).train()
     assert asked and set(asked) == {3}
+
+
+class _NoCoefficient(PPOAlgorithm):
+    """A user's algorithm: no ``entropy_coefficient()`` (not part of the protocol), its own
+    summaries."""
+
+    def __getattribute__(self, name):
+        if name == "entropy_coefficient":
+            raise AttributeError(name)
+        return super().__getattribute__(name)
+
+    def summarize_train(self, *args):
+        pass
+
+
+def test_an_algorithm_without_entropy_coefficient_trains_and_logs(tmp_path):
+    trainer = _trainer(tmp_path, num_iterations=2, eval_interval=1, summary_interval=1,
+                       algorithm_ctor=_NoCoefficient)
+    assert trainer.train()["iteration"] == 2
+    assert "alpha" not in trainer.metrics and "steps_per_sec" in trainer.metrics
 
 
 def test_a_callback_that_is_not_one_is_a_type_error(tmp_path):
