@@ -181,7 +181,9 @@ def time_updates(args: argparse.Namespace) -> None:
     Both fill their buffers with ``--learning_starts`` random steps (seed
     0), then take turns: ``--updates`` of ours (``train_step`` on a fresh
     sample), the same number of SB3's (``train()``), ``--rounds`` times, for
-    each of ``--batch_sizes``.  Prints the median ms per update.  At a small
+    each of ``--batch_sizes``.  Prints the median ms per update, and (CPU) the ms the
+    profiler gives the matrix products in one more pass of each: their ratio is what
+    the speed ratio would be without any other overhead.  At a small
     batch the products cost next to nothing and this measures the
     per-operation overhead, which is what an update costs on a GPU.
 
@@ -191,8 +193,9 @@ def time_updates(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     print(f"SAC updates alone, {args.device}, {args.threads} torch thread(s), "
           f"{args.rounds} rounds of {args.updates}, alternating; median ms per update")
-    print("| batch | ours ms/update | SB3 ms/update | ratio |")
-    print("|---:|---:|---:|---:|")
+    print("| batch | ours ms/update | SB3 ms/update | ratio | ours products ms | SB3 products ms "
+          "| products ratio |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
     for batch in args.batch_sizes:
         with tempfile.TemporaryDirectory() as root:
             trainer = _ours(root, 0, args, args.learning_starts + 1)
@@ -213,8 +216,28 @@ def time_updates(args: argparse.Namespace) -> None:
                 if args.device == "cuda":
                     torch.cuda.synchronize()
                 sb3.append((time.perf_counter() - start) / args.updates * 1e3)
+            # The matrix products' own time (the profiler's, CPU only): the part of an
+            # update no overhead trimming can remove.
+            po = _products_ms(lambda: [alg.train_step(buffer.sample(batch))
+                                       for _ in range(args.updates)], args)
+            pb = _products_ms(lambda: model.train(gradient_steps=args.updates,
+                                                  batch_size=batch), args)
         o, b = statistics.median(ours), statistics.median(sb3)
-        print(f"| {batch} | {o:.2f} | {b:.2f} | {b / o:.2f}x |", flush=True)
+        products = (f"{po:.2f} | {pb:.2f} | {pb / po:.2f}x" if po else "n/a | n/a | n/a")
+        print(f"| {batch} | {o:.2f} | {b:.2f} | {b / o:.2f}x | {products} |", flush=True)
+
+
+def _products_ms(run: Callable[[], Any], args: argparse.Namespace) -> float:
+    """Per update, the ms the profiler gives matrix products in ``run`` (0 on CUDA)."""
+    if args.device != "cpu":
+        return 0.0
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        run()
+    names = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"}
+    return sum(e.self_cpu_time_total for e in prof.events() if e.name in names) / (
+        args.updates * 1e3)
 
 
 def _worker(name: str, seed: int, args: argparse.Namespace) -> Dict[str, Any]:
