@@ -28,6 +28,7 @@ Install it without pulling another torch build::
 Usage::
 
     python benchmarks/train_speed.py [--seed 0] [--repeats 3] [--max_steps 300000]
+    python benchmarks/train_speed.py --breakdown   # where one iteration of ours goes
 
 With ``--repeats N`` the two implementations alternate N times (so machine
 load hits both alike) and the ratio of their steps/s is printed per run and
@@ -102,6 +103,55 @@ def run_ours(args: argparse.Namespace) -> Dict[str, Any]:
         "eval_return": result["eval_return"],
         "steps_per_sec": result["env_steps"] / train_time,
     }
+
+
+def breakdown(args: argparse.Namespace) -> None:
+    """``--breakdown``: where one iteration of ours goes (timers around each call, summed
+    over a 60-iteration run, evaluation off); prints ms per iteration and us per call."""
+    from alf_entropy.algorithm import Algorithm
+    from alf_entropy.algorithms.actor_critic_algorithm import ActorCriticAlgorithm
+    from alf_entropy.environments import GymVectorEnv
+    from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
+
+    spent: Dict[str, List[float]] = {}
+    inside = [False]  # count only calls inside an iteration (not the evaluations')
+    pieces = [("iteration", OnPolicyTrainer, "_train_iteration"),
+              ("acting (rollout_step)", ActorCriticAlgorithm, "rollout_step"),
+              ("environment (step)", GymVectorEnv, "step"),
+              ("values and GAE", ActorCriticAlgorithm, "preprocess_experience"),
+              ("minibatch split", ActorCriticAlgorithm, "_minibatches"),
+              ("forward (train_step)", ActorCriticAlgorithm, "train_step"),
+              ("losses + controller", ActorCriticAlgorithm, "calc_loss"),
+              ("backward, clip, Adam", Algorithm, "update_with_gradient")]
+
+    def timed(label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*a: Any, **k: Any) -> Any:
+            outer = label == "iteration"
+            if not (outer or inside[0]):
+                return fn(*a, **k)
+            inside[0], start = True, time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                spent.setdefault(label, []).append(time.perf_counter() - start)
+                inside[0] = inside[0] and not outer
+        return call
+
+    saved = [(cls, name, getattr(cls, name)) for _, cls, name in pieces]
+    for (label, cls, name), (_, _, fn) in zip(pieces, saved):
+        setattr(cls, name, timed(label, fn))
+    try:
+        run_ours(argparse.Namespace(**{**vars(args), "max_steps": 60 * NUM_ENVS * N_STEPS,
+                                       "threshold": 1e9, "eval_every": 10**9}))
+    finally:
+        for cls, name, fn in saved:
+            setattr(cls, name, fn)
+    iterations = len(spent["iteration"])
+    print(f"{'piece':<24} {'ms/iteration':>12} {'us/call':>9} {'calls/iteration':>16}")
+    for label, *_ in pieces:
+        t = spent.get(label, [])
+        print(f"{label:<24} {sum(t) / iterations * 1e3:>12.2f} "
+              f"{np.mean(t) * 1e6 if t else 0:>9.1f} {len(t) / iterations:>16.1f}")
 
 
 def run_sb3(args: argparse.Namespace) -> Optional[Dict[str, Any]]:
@@ -206,8 +256,13 @@ def main() -> None:
     parser.add_argument("--fixed_entropy", action="store_true",
                         help="ours with a fixed entropy coefficient 0.01 instead of the controller")
     parser.add_argument("--skip_sb3", action="store_true")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="print where one iteration of ours goes, then stop")
     args = parser.parse_args()
     np.random.seed(args.seed)
+    if args.breakdown:
+        breakdown(args)
+        return
 
     ours_runs, sb3_runs = [], []
     for _ in range(args.repeats):
