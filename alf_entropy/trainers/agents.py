@@ -80,7 +80,8 @@ def agent_seeds(num_agents: int, seeds: Optional[Sequence[int]], seed: int,
     a seed may repeat where ``target_entropies`` gives each agent its own (target, seed)).
 
     Raises:
-        ValueError: for out-of-range or repeated seeds, or ``num_agents`` unlike ``seeds``.
+        ValueError: for out-of-range or repeated seeds, ``num_agents`` unlike ``seeds``, or
+            ``target_entropies`` not one per agent.
     """
     num_agents = check_int("num_agents", num_agents, minimum=1)
     if seeds is None:
@@ -88,23 +89,22 @@ def agent_seeds(num_agents: int, seeds: Optional[Sequence[int]], seed: int,
             return None
         check_int("seed + num_agents - 1", seed + num_agents - 1, minimum=0,
                   below=ranks.MAX_SEED)
-        return [seed + k for k in range(num_agents)]
-    if hasattr(seeds, "__len__") and len(seeds) < 2:
-        raise ValueError(f"seeds must be at least two seeds (for one agent use seed), got "
-                         f"{seeds}")
-    if hasattr(seeds, "__len__") and num_agents not in (1, len(seeds)):
-        raise ValueError(f"num_agents is {num_agents} but seeds has {len(seeds)} entries")
-    targets = target_entropies if hasattr(target_entropies, "__len__") and len(
-        target_entropies) == len(seeds) else None  # the length is checked where they are used
-    return check_agent_seeds(seeds, targets, ranks.MAX_SEED, agent_dir)
+        seeds = [seed + k for k in range(num_agents)]
+    elif hasattr(seeds, "__len__"):  # not a sequence: check_agent_seeds says so
+        if len(seeds) < 2:
+            raise ValueError(f"seeds must be at least two seeds (for one agent use seed), got "
+                             f"{seeds}")
+        if num_agents not in (1, len(seeds)):
+            raise ValueError(f"num_agents is {num_agents} but seeds has {len(seeds)} entries")
+    return check_agent_seeds(seeds, target_entropies, ranks.MAX_SEED, agent_dir)
 
 
 class Agents:
     """A trainer's agents (module docstring), from the trainers' arguments.
 
     Raises:
-        ValueError: see :func:`agent_seeds`; also K > 1 on several ranks, or
-            ``target_entropies`` for one agent or of the wrong length.
+        ValueError: see :func:`agent_seeds` (targets of the wrong length too); also K > 1
+            on several ranks, or ``target_entropies`` for one agent.
     """
 
     def __init__(self, num_agents: int, seeds: Optional[Sequence[int]],
@@ -118,9 +118,6 @@ class Agents:
             raise ValueError(f"num_agents = {len(self.seeds)} does not run on several ranks "
                              "(WORLD_SIZE > 1): run K agents in one process, or one agent per "
                              "rank")
-        if self.targets is not None and len(self.targets) != len(self.seeds):
-            raise ValueError(f"target_entropies has {len(self.targets)} entries for "
-                             f"{len(self.seeds)} agents")
 
     @property
     def dirs(self) -> List[str]:
