@@ -27,12 +27,13 @@ class _EnvStateUnpickler(pickle.Unpickler):
         self._modules = set(modules)
 
     def find_class(self, module: str, name: str) -> Any:
-        found = (module, name) in _NAMES or module.startswith("numpy.random.")
-        if not found and (module.split(".")[0] == "gymnasium" or module in self._modules):
-            found = isinstance(super().find_class(module, name), type)  # classes only
-        if not found:
-            raise pickle.UnpicklingError(f"{module}.{name} is not part of an environment state")
-        return super().find_class(module, name)
+        if (module, name) in _NAMES or module.startswith("numpy.random."):
+            return super().find_class(module, name)
+        if module.split(".")[0] == "gymnasium" or module in self._modules:
+            found = super().find_class(module, name)
+            if isinstance(found, type):  # classes only
+                return found
+        raise pickle.UnpicklingError(f"{module}.{name} is not part of an environment state")
 
 
 def load_env_state(data: bytes, modules: Iterable[str] = ()) -> Any:

@@ -22,7 +22,7 @@ state holds (``env_state``).  Only the actions are moved to the host.
 import collections
 import functools
 import pickle
-from typing import Any, Deque, Dict, List, Optional, Tuple
+from typing import Any, Deque, Dict, Iterator, List, Optional, Tuple
 
 import gin
 import numpy as np
@@ -342,15 +342,15 @@ class GymVectorEnv:
 
     def _picklable_state(self) -> bool:
         """Whether pickling the gymnasium envs captures their state."""
-        vector_env = self._env
-        if isinstance(vector_env, AsyncVectorEnv):
-            return False
-        for env in getattr(vector_env, "envs", [vector_env]):
-            while env is not None:  # the env and every wrapper around it
-                if isinstance(env, EzPickle):
-                    return False
+        return not isinstance(self._env, AsyncVectorEnv) and not any(
+            isinstance(env, EzPickle) for env in self._env_chain())
+
+    def _env_chain(self) -> Iterator[Any]:
+        """The vector env, each env in it, and every wrapper around either."""
+        for env in (self._env, *getattr(self._env, "envs", [])):
+            while env is not None:
+                yield env
                 env = getattr(env, "env", None)
-        return True
 
     def set_state(self, state: bytes) -> None:
         """Restore what :meth:`get_state` returned (replacing the envs).
@@ -374,12 +374,7 @@ class GymVectorEnv:
 
     def _env_modules(self) -> set:
         """The modules of the live vector env's, each env's and each wrapper's classes."""
-        found, todo = set(), [self._env, *getattr(self._env, "envs", [])]
-        while todo:
-            env = todo.pop()
-            found.add(type(env).__module__)
-            todo += [env.env] if getattr(env, "env", None) is not None else []
-        return found
+        return {type(env).__module__ for env in self._env_chain()}
 
     def sample_random_action(self) -> Any:
         """Uniformly random actions ``[B, ...]`` (seeded by ``seed``) on ``device``."""
