@@ -107,7 +107,7 @@ def run_ours(args: argparse.Namespace) -> Dict[str, Any]:
 
 def breakdown(args: argparse.Namespace) -> None:
     """``--breakdown``: where one iteration of ours goes (timers around each call, summed
-    over a 60-iteration run, evaluation off); prints ms per iteration and us per call."""
+    over a 60-iteration run, evaluations not counted); prints ms per iteration and us per call."""
     from alf_entropy.algorithm import Algorithm
     from alf_entropy.algorithms.actor_critic_algorithm import ActorCriticAlgorithm
     from alf_entropy.environments import GymVectorEnv
