@@ -9,7 +9,11 @@ import torch.nn as nn
 
 from alf_entropy import accel
 from alf_entropy.networks import ActorDistributionNetwork
-from alf_entropy.networks.distributions import Categorical, sample_categorical
+from alf_entropy.networks.distributions import (
+    Categorical,
+    categorical_log_prob_and_entropy,
+    sample_categorical,
+)
 from alf_entropy.tensor_specs import BoundedTensorSpec, TensorSpec
 
 OBS = TensorSpec((4,))
@@ -135,3 +139,33 @@ def test_switched_off_fast_paths_decline():
     assert accel.categorical_sample_with_log_prob(torch.zeros(2, 3), sample_categorical) is None
     net = ActorDistributionNetwork(OBS, DISCRETE)
     assert net.sample_with_log_prob(torch.randn(3, 4)) is None
+    assert net.log_prob_and_entropy(torch.randn(3, 4), torch.zeros(3, dtype=torch.long)) is None
+
+
+def test_categorical_log_prob_and_entropy_are_the_distributions_bits():
+    logits = torch.randn(64, 3) * 4
+    logits[0, 1] = -float("inf")  # a masked action: torch's clamp keeps the entropy finite
+    action = torch.randint(0, 3, (64,))
+    action[0] = 0
+    dist = Categorical(logits)
+    log_prob, entropy = categorical_log_prob_and_entropy(logits, action)
+    assert torch.equal(log_prob, dist.log_prob(action))
+    assert torch.equal(entropy, dist.entropy())
+
+
+@needs_accel
+def test_log_prob_and_entropy_are_forwards_with_their_gradients():
+    net = ActorDistributionNetwork(OBS, DISCRETE, fc_layer_params=(8, 8))
+    obs, action = torch.randn(16, 4), torch.randint(0, 3, (16,))
+    dist = net(obs)
+    slow = (dist.log_prob(action), dist.entropy())
+    fast = net.log_prob_and_entropy(obs, action)
+    for a, b in zip(fast, slow):
+        assert torch.equal(a, b)
+        grads = [torch.autograd.grad(x.sum(), list(net.parameters())) for x in (a, b)]
+        assert all(torch.equal(g, h) for g, h in zip(*grads))
+    assert net.log_prob_and_entropy(obs, action[:3]) is None  # not one action a row
+    handle = net._heads[0].register_forward_hook(lambda *args: None)
+    assert net.log_prob_and_entropy(obs, action) is None  # a hook must run
+    handle.remove()
+    assert ActorDistributionNetwork(OBS, BOX).log_prob_and_entropy(obs, action) is None

@@ -21,6 +21,7 @@ import torch.nn as nn
 
 from alf_entropy.algorithm import Algorithm, OptimizerArg, combine_loss_infos
 from alf_entropy.controllers import EntropyTargetAlgorithm, NestedEntropyTargetAlgorithm
+from alf_entropy.controllers.alf import AlfSubAlgorithm
 from alf_entropy.data_structures import (
     AlgStep,
     Experience,
@@ -85,7 +86,8 @@ class ActorCriticAlgorithm(Algorithm):
         max_grad_norm: clip the gradient norm to this (``None``: no clipping).
         num_epochs: passes over each unroll (1 for A2C).
         num_minibatches: minibatches per pass (1 for A2C: the whole unroll).
-        fast_acting: act through the actor's ``sample_with_log_prob`` where it has one.
+        fast_acting: act and train through the actor's closed forms where it has them
+            (``sample_with_log_prob``, ``log_prob_and_entropy``: the same values).
         debug_summaries: write extra summaries (passed to the controller too).
         name: the name (summary scope).
         batch_shape: ``()`` for one agent, ``(K,)`` for K stacked agents.
@@ -146,6 +148,10 @@ class ActorCriticAlgorithm(Algorithm):
             self._entropy_target_algorithm = entropy_target_cls(
                 action_spec, debug_summaries=debug_summaries)
         self._fast_acting = fast_acting and hasattr(self._actor_network, "sample_with_log_prob")
+        controller = self._entropy_target_algorithm
+        self._fast_training = fast_acting and hasattr(self._actor_network, "log_prob_and_entropy") \
+            and (controller is None or all(getattr(type(controller), m, None) is getattr(
+                AlfSubAlgorithm, m) for m in ("train_step", "_entropy", "entropy_step")))
         # One agent's count is not saved: its checkpoints keep their layout.
         self.register_buffer("_num_skipped", torch.zeros(self.batch_shape, dtype=torch.int64),
                              persistent=bool(self.batch_shape))
@@ -218,17 +224,25 @@ class ActorCriticAlgorithm(Algorithm):
 
     def train_step(self, inputs: Experience, state: Any = (), rollout_info: Any = ()) -> AlgStep:
         """Recompute a flat minibatch's distribution and value, with gradients."""
-        observation = inputs.time_step.observation
-        dist = self._actor_network(observation)
+        observation, controller = inputs.time_step.observation, self._entropy_target_algorithm
+        # The same bits without the distribution object where the actor has its closed form.
+        fast = self._fast_training and self._actor_network.log_prob_and_entropy(
+            observation, inputs.action)
+        if fast:
+            log_prob, entropy_for_gradient = fast
+            entropy = entropy_for_gradient
+        else:
+            dist = self._actor_network(observation)
+            log_prob = self._log_prob(dist, inputs.action)
         value = self._value_network(observation)
-        log_prob = self._log_prob(dist, inputs.action)
         entropy_target_info = ()
-        if self._entropy_target_algorithm is None:
-            entropy, entropy_for_gradient = entropies.entropy_with_fallback(dist)
+        if controller is None:
+            if not fast:
+                entropy, entropy_for_gradient = entropies.entropy_with_fallback(dist)
         else:
             # The controller computes the entropy once; the loss and summaries share it.
-            entropy_target_info = self._entropy_target_algorithm.train_step(
-                dist, inputs.step_type).info
+            entropy_target_info = (controller.entropy_step(entropy, entropy_for_gradient) if fast
+                                   else controller.train_step(dist, inputs.step_type)).info
             entropy = -_sum_leaves(entropy_target_info.loss.extra.neg_entropy)
             entropy_for_gradient = -_sum_leaves(entropy_target_info.loss.loss)
         return AlgStep(output=(), state=state, info=ActorCriticInfo(

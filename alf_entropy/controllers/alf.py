@@ -34,9 +34,13 @@ class AlfSubAlgorithm(Algorithm):
     def train_step(self, distribution: Any, step_type: Any = None) -> AlgStep:
         """``EntropyTargetInfo(loss=LossInfo(loss=-entropy_for_gradient,
         extra=EntropyTargetLossInfo(neg_entropy=-entropy)))`` of the policy's distribution."""
-        entropy, for_gradient = self._entropy(distribution)
-        return AlgStep(info=EntropyTargetInfo(loss=LossInfo(
-            loss=neg(for_gradient), extra=EntropyTargetLossInfo(neg_entropy=neg(entropy)))))
+        return self.entropy_step(*self._entropy(distribution))
+
+    def entropy_step(self, entropy: Any, entropy_for_gradient: Any) -> AlgStep:
+        """``train_step`` of a distribution whose entropies are already computed."""
+        return AlgStep(info=EntropyTargetInfo(loss=LossInfo(loss=neg(entropy_for_gradient),
+                                                            extra=EntropyTargetLossInfo(
+                                                                neg_entropy=neg(entropy)))))
 
     def _entropy(self, distribution: Any) -> Tuple[Any, Any]:
         return entropy_with_fallback(distribution, action_spec=self.action_spec)

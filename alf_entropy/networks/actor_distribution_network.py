@@ -27,7 +27,7 @@ import torch
 import torch.nn as nn
 
 from alf_entropy import accel
-from alf_entropy.networks.distributions import sample_categorical
+from alf_entropy.networks.distributions import categorical_log_prob_and_entropy, sample_categorical
 from alf_entropy.networks.encoding_network import (
     ActivationArg,
     EncodingNetwork,
@@ -190,6 +190,21 @@ class ActorDistributionNetwork(nn.Module, metaclass=PlainGinErrors):
         Returns:
             tuple: the action (int64 ``[B]``) and its log-probability ``[B]``; or None.
         """
+        logits = self._fast_logits(observation)
+        return None if logits is None else accel.categorical_sample_with_log_prob(logits, sample)
+
+    def log_prob_and_entropy(self, observation: Any, action: torch.Tensor
+                             ) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
+        """``(dist.log_prob(action), dist.entropy())`` of ``dist = self(observation)``, the same
+        bits, without building ``dist``; None where ``sample_with_log_prob`` is."""
+        logits = self._fast_logits(observation)
+        if logits is None or action.shape != logits.shape[:1]:
+            return None
+        return categorical_log_prob_and_entropy(logits, action)
+
+    def _fast_logits(self, observation: Any) -> Optional[torch.Tensor]:
+        """The single categorical head's logits without module calls, or None (see
+        ``sample_with_log_prob``)."""
         if not (
             accel.ENABLED
             and type(self) is ActorDistributionNetwork
@@ -214,7 +229,7 @@ class ActorDistributionNetwork(nn.Module, metaclass=PlainGinErrors):
         x = observation  # flatten_observation would return it as it is
         for layer in layers:
             x = layer.forward(x)
-        return accel.categorical_sample_with_log_prob(linear.forward(x), sample)
+        return linear.forward(x)
 
     def forward(self, observation: Any) -> Any:
         """Compute the action distribution(s).

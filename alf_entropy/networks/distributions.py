@@ -16,15 +16,15 @@
 
 Nothing here reads tensor values on the host, so both are safe on CUDA.
 """
-from typing import Any, Sequence
+from typing import Any, Sequence, Tuple
 
 import torch
 import torch.distributions as td
 
 from alf_entropy.utils import nest
 
-__all__ = ["Categorical", "StableTanh", "categorical_from_uniform", "mode_of",
-           "sample_categorical"]
+__all__ = ["Categorical", "StableTanh", "categorical_from_uniform",
+           "categorical_log_prob_and_entropy", "mode_of", "sample_categorical"]
 
 
 class Categorical(td.Categorical):
@@ -88,6 +88,16 @@ def categorical_from_uniform(probs: torch.Tensor, u: torch.Tensor) -> torch.Tens
     # Index k is drawn when cdf[k-1] < u <= cdf[k] (the number of entries
     # below u); clamp guards against a last cdf entry that rounds below 1.
     return torch.searchsorted(cdf, u).squeeze(-1).clamp_(max=probs.shape[-1] - 1)
+
+
+def categorical_log_prob_and_entropy(logits: torch.Tensor, action: torch.Tensor
+                                     ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``(log_prob(action), entropy())`` of ``Categorical(logits=logits)`` with torch's ops,
+    so the same bits, without the distribution object (``[..., n]`` logits, ``[...]`` action)."""
+    logits = logits - logits.logsumexp(dim=-1, keepdim=True)
+    log_prob = logits.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
+    p_log_p = logits.clamp(min=torch.finfo(logits.dtype).min) * logits.softmax(-1)
+    return log_prob, -p_log_p.sum(-1)
 
 
 class StableTanh(td.TanhTransform):

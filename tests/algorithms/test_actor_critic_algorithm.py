@@ -15,7 +15,7 @@ from alf_entropy.data_structures import StepType, TimeStep, make_experience
 from alf_entropy.networks import ActorDistributionNetwork
 from alf_entropy.tensor_specs import BoundedTensorSpec, TensorSpec
 from alf_entropy.trainers.on_policy_trainer import stack_experiences
-from alf_entropy.utils import value_ops
+from alf_entropy.utils import nest, value_ops
 
 OBS_SPEC = TensorSpec((4,))
 DISCRETE = BoundedTensorSpec((), torch.int64, 0, 1)
@@ -327,3 +327,41 @@ def test_a_controller_with_its_own_rollout_step_sees_the_distribution():
     with torch.no_grad():
         alg.rollout_step(_time_step([F, M, M]))
     assert not hasattr(alg.entropy_target_algorithm, "seen")
+
+
+@pytest.mark.skipif(not accel.ENABLED, reason="ALF_ENTROPY_ACCEL=0")
+@pytest.mark.parametrize("controller", [True, False])
+def test_fast_training_gives_the_distribution_paths_losses_and_gradients(controller):
+    """train_step through the actor's log_prob_and_entropy (no distribution object) gives
+    the distribution path's infos, losses and gradients bit for bit."""
+    kwargs = dict(enforce_entropy_target=True) if controller else dict(entropy_regularization=0.01)
+    fast_alg, slow_alg = _alg(**kwargs), _alg(fast_acting=False, **kwargs)
+    slow_alg.load_state_dict(fast_alg.state_dict())
+    exp, final = _unroll(fast_alg, [[F, M, M], [M, M, L], [M, F, M], [M, M, M]])
+    batch = fast_alg.preprocess_experience(exp, final)
+    built = []
+    fast_alg.actor_network.register_forward_pre_hook(lambda *args: built.append(1))
+    grads = []
+    for alg in (fast_alg, slow_alg):
+        info = alg.train_step(batch).info
+        loss = alg.calc_loss(batch, info)
+        loss.loss.sum().backward()
+        grads.append((info, loss, [p.grad for p in alg.parameters()]))
+    assert built == [1]  # the hook makes the fast path step aside: the distribution is built
+    (fast_info, fast_loss, fast_grads), (slow_info, slow_loss, slow_grads) = grads
+    for a, b in zip(fast_info, slow_info):
+        assert all(torch.equal(x, y) for x, y in zip(nest.flatten(a), nest.flatten(b)))
+    assert torch.equal(fast_loss.loss, slow_loss.loss)
+    assert all(torch.equal(g, h) for g, h in zip(fast_grads, slow_grads))
+
+
+def test_a_controller_with_its_own_entropy_gets_the_distribution_in_training():
+    class Watching(EntropyTargetAlgorithm):
+        def train_step(self, distribution, step_type=None):
+            self.seen = distribution
+            return super().train_step(distribution, step_type)
+
+    alg = _alg(enforce_entropy_target=True, entropy_target_cls=Watching)
+    exp, final = _unroll(alg, [[F, M, M], [M, M, L]])
+    alg.train_step(alg.preprocess_experience(exp, final))
+    assert alg.entropy_target_algorithm.seen.batch_shape == (3,)
