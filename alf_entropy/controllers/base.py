@@ -149,7 +149,6 @@ class EntropyController(Driver):
 
     def _loss(self, neg_entropy: Any, mask: Optional[torch.Tensor], neg_grad: Any,
               update: bool) -> LossInfo:  # on negated entropies, as train_step stores them
-        alpha = self.alpha
         if update:
             x, m, dim = self._member_dims(neg_entropy.detach(), mask)
             neg_mean, count = masked_mean(x, m, dim=dim)
@@ -159,6 +158,8 @@ class EntropyController(Driver):
                 square = masked_mean(x * x, m, dim=dim)[0]
                 self._scalars({"entropy_std": torch.sqrt(
                     torch.clamp(square - neg_mean * neg_mean, min=0.0))})
+        else:
+            alpha = self.alpha
         alpha = alpha.reshape(self._batch + (1,) * (neg_grad.dim() - len(self._batch)))
         return LossInfo(loss=neg_grad * alpha, scalar_loss=neg_grad.new_zeros(()),
                         extra=EntropyTargetLossInfo(neg_entropy=neg_entropy))
