@@ -17,6 +17,7 @@ one gradient step of both: per member the masked mean of the loss, the gradient 
 clipping and the skip of a non-finite update, without waiting for a GPU
 (:func:`~alf_entropy.utils.optimizers.masked_optimizer_step`).
 """
+import contextlib
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 import gin
@@ -109,6 +110,7 @@ class Algorithm(nn.Module, metaclass=PlainGinErrors):
         )
         self._on_policy: Optional[bool] = None
         self._parent_optimizer: Optional[torch.optim.Optimizer] = None
+        self._fixed: Optional[Tuple[list, list]] = None  # (optimizers, subs) in ``fixed_tree``
 
     # ------------------------------------------------------------------ info
     @property
@@ -169,8 +171,21 @@ class Algorithm(nn.Module, metaclass=PlainGinErrors):
         for alg in self.sub_algorithms():
             alg.set_on_policy(on_policy)
 
+    @contextlib.contextmanager
+    def fixed_tree(self) -> Iterator[None]:
+        """Within the block (an unroll's updates) ``optimizers()`` and ``sub_algorithms()`` are
+        the ones at its start: the tree is walked once, not at every update."""
+        outer, self._fixed = self._fixed, None
+        self._fixed = (self.optimizers(), self.sub_algorithms())
+        try:
+            yield
+        finally:
+            self._fixed = outer
+
     def sub_algorithms(self) -> List["Algorithm"]:
         """The nearest ``Algorithm`` descendants (through plain modules too)."""
+        if self._fixed is not None:
+            return list(self._fixed[1])
         subs: List[Algorithm] = []
 
         def _walk(module: nn.Module) -> None:
@@ -263,6 +278,8 @@ class Algorithm(nn.Module, metaclass=PlainGinErrors):
         Raises:
             ValueError: if some trainable parameter has no optimiser.
         """
+        if self._fixed is not None:
+            return list(self._fixed[0])
         return self._collect_optimizers(is_root=True)
 
     def _collect_optimizers(

@@ -29,6 +29,7 @@ Usage::
 
     python benchmarks/train_speed.py [--seed 0] [--repeats 3] [--max_steps 300000]
     python benchmarks/train_speed.py --breakdown   # where one iteration of ours goes
+    python benchmarks/train_speed.py --phases --repeats 3   # collecting vs training, both
 
 With ``--repeats N`` the two implementations alternate N times (so machine
 load hits both alike) and the ratio of their steps/s is printed per run and
@@ -154,6 +155,64 @@ def breakdown(args: argparse.Namespace) -> None:
               f"{np.mean(t) * 1e6 if t else 0:>9.1f} {len(t) / iterations:>16.1f}")
 
 
+def _summed_calls(pieces: List[Any]) -> Any:
+    """A context manager that sums the seconds of each ``(label, cls, name)`` method's calls
+    into the dict it yields (``label -> [seconds, calls]``), restoring the methods after."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def timing() -> Any:
+        spent: Dict[str, List[float]] = {label: [0.0, 0] for label, _, _ in pieces}
+        saved = [(cls, name, getattr(cls, name)) for _, cls, name in pieces]
+
+        def timed(label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+            def call(*a: Any, **k: Any) -> Any:
+                start = time.perf_counter()
+                try:
+                    return fn(*a, **k)
+                finally:
+                    spent[label][0] += time.perf_counter() - start
+                    spent[label][1] += 1
+            return call
+
+        for (label, cls, name), (_, _, fn) in zip(pieces, saved):
+            setattr(cls, name, timed(label, fn))
+        try:
+            yield spent
+        finally:
+            for cls, name, fn in saved:
+                setattr(cls, name, fn)
+    return timing()
+
+
+def phases(args: argparse.Namespace) -> None:
+    """``--phases``: each implementation's collection and training per iteration (60
+    iterations, no evaluations), alternating ``--repeats`` times; prints ms per iteration."""
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+
+    from alf_entropy.algorithms.actor_critic_algorithm import ActorCriticAlgorithm
+    from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
+
+    short = argparse.Namespace(**{**vars(args), "max_steps": 60 * NUM_ENVS * N_STEPS,
+                                  "threshold": 1e9, "eval_every": 10**9})
+    print(f"{'round':>5} {'ours collect':>13} {'ours train':>11} {'SB3 collect':>12} "
+          f"{'SB3 train':>10} {'collect SB3/ours':>17} {'train SB3/ours':>15} {'ratio':>6}")
+    for k in range(args.repeats):
+        with _summed_calls([("iteration", OnPolicyTrainer, "_train_iteration"),
+                            ("train", ActorCriticAlgorithm, "train_from_unroll")]) as ours:
+            run_ours(short)
+        with _summed_calls([("collect", OnPolicyAlgorithm, "collect_rollouts"),
+                            ("train", PPO, "train")]) as sb3:
+            run_sb3(short)
+        o_train = ours["train"][0] / ours["train"][1] * 1e3
+        o_collect = ours["iteration"][0] / ours["iteration"][1] * 1e3 - o_train
+        s_collect, s_train = (sb3[p][0] / sb3[p][1] * 1e3 for p in ("collect", "train"))
+        print(f"{k + 1:>5} {o_collect:>13.2f} {o_train:>11.2f} {s_collect:>12.2f} "
+              f"{s_train:>10.2f} {s_collect / o_collect:>16.2f}x {s_train / o_train:>14.2f}x "
+              f"{(s_collect + s_train) / (o_collect + o_train):>5.2f}x")
+
+
 def run_sb3(args: argparse.Namespace) -> Optional[Dict[str, Any]]:
     """Train SB3's PPO with matched settings until the threshold.
 
@@ -258,10 +317,15 @@ def main() -> None:
     parser.add_argument("--skip_sb3", action="store_true")
     parser.add_argument("--breakdown", action="store_true",
                         help="print where one iteration of ours goes, then stop")
+    parser.add_argument("--phases", action="store_true",
+                        help="each implementation's ms per iteration collecting and training")
     args = parser.parse_args()
     np.random.seed(args.seed)
     if args.breakdown:
         breakdown(args)
+        return
+    if args.phases:
+        phases(args)
         return
 
     ours_runs, sb3_runs = [], []

@@ -348,7 +348,7 @@ class ActorCriticAlgorithm(Algorithm):
         once_per_unroll = (self._settings["entropy_target_update"] == "per_iteration"
                            and controller is not None)
         means = []  # once_per_unroll: each minibatch's mean entropy (per action leaf)
-        with self.alpha_change_capped():
+        with self.alpha_change_capped(), self.fixed_tree():
             for _ in range(self._settings["num_epochs"]):
                 for batch in self._minibatches(exp):
                     train_info = self.train_step(batch).info

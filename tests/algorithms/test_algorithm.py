@@ -159,6 +159,26 @@ def test_tree_walks_follow_the_module_tree():
     assert parent.sub_algorithms() == [parent.late]
 
 
+def test_fixed_tree_walks_once_and_lets_go_after(monkeypatch):
+    parent = Parent(optimizer=SGD, child_optimizer=SGD)
+    walks = []
+    collect = Algorithm._collect_optimizers
+    monkeypatch.setattr(Algorithm, "_collect_optimizers",
+                        lambda self, *a, **k: walks.append(self) or collect(self, *a, **k))
+    with parent.fixed_tree():
+        walks.clear()
+        opts = parent.optimizers()
+        for _ in range(3):
+            assert parent.optimizers() == opts and parent.sub_algorithms() == [parent.child]
+            parent.after_update()
+        parent.optimizers().append("not part of the tree")  # callers get their own list
+        parent.other = Child(optimizer=SGD, name="other")  # not seen inside the block
+        assert parent.sub_algorithms() == [parent.child] and len(parent.optimizers()) == 2
+    assert walks == [] and parent.child.after_update_calls == 3
+    assert parent.sub_algorithms() == [parent.child, parent.other]
+    assert len(parent.optimizers()) == 3
+
+
 def test_root_without_optimizer_but_trainable_params_raises():
     with pytest.raises(ValueError, match="no optimizer"):
         Parent().optimizers()
