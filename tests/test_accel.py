@@ -162,7 +162,8 @@ def test_log_prob_and_entropy_are_forwards_with_their_gradients():
     fast = net.log_prob_and_entropy(obs, action)
     for a, b in zip(fast, slow):
         assert torch.equal(a, b)
-        grads = [torch.autograd.grad(x.sum(), list(net.parameters())) for x in (a, b)]
+        grads = [torch.autograd.grad(x.sum(), list(net.parameters()), retain_graph=True)
+                 for x in (a, b)]
         assert all(torch.equal(g, h) for g, h in zip(*grads))
     assert net.log_prob_and_entropy(obs, action[:3]) is None  # not one action a row
     handle = net._heads[0].register_forward_hook(lambda *args: None)

@@ -148,10 +148,9 @@ class ActorCriticAlgorithm(Algorithm):
             self._entropy_target_algorithm = entropy_target_cls(
                 action_spec, debug_summaries=debug_summaries)
         self._fast_acting = fast_acting and hasattr(self._actor_network, "sample_with_log_prob")
-        controller = self._entropy_target_algorithm
         self._fast_training = fast_acting and hasattr(self._actor_network, "log_prob_and_entropy") \
-            and (controller is None or all(getattr(type(controller), m, None) is getattr(
-                AlfSubAlgorithm, m) for m in ("train_step", "_entropy", "entropy_step")))
+            and all(getattr(type(self._entropy_target_algorithm), m, f) is f for m, f in (
+                ("train_step", AlfSubAlgorithm.train_step), ("_entropy", AlfSubAlgorithm._entropy)))
         # One agent's count is not saved: its checkpoints keep their layout.
         self.register_buffer("_num_skipped", torch.zeros(self.batch_shape, dtype=torch.int64),
                              persistent=bool(self.batch_shape))
@@ -199,11 +198,10 @@ class ActorCriticAlgorithm(Algorithm):
     def _draw(self, observation: Any) -> Tuple[Any, torch.Tensor, Any]:
         """One draw: ``(action, log_prob, dist)`` (``dist`` None on the fast path)."""
         gens = self.generators
-        if self._fast_acting:
-            drawn = self._actor_network.sample_with_log_prob(observation,
-                                                             categorical_sampler(gens))
-            if drawn is not None:
-                return drawn[0], drawn[1], None
+        drawn = self._fast_acting and self._actor_network.sample_with_log_prob(
+            observation, categorical_sampler(gens))
+        if drawn:
+            return (*drawn, None)
         dist = self._actor_network(observation)
         if isinstance(dist, td.Distribution):
             action = draw(dist, gens)
@@ -228,26 +226,19 @@ class ActorCriticAlgorithm(Algorithm):
         # The same bits without the distribution object where the actor has its closed form.
         fast = self._fast_training and self._actor_network.log_prob_and_entropy(
             observation, inputs.action)
-        if fast:
-            log_prob, entropy_for_gradient = fast
-            entropy = entropy_for_gradient
-        else:
-            dist = self._actor_network(observation)
-            log_prob = self._log_prob(dist, inputs.action)
-        value = self._value_network(observation)
-        entropy_target_info = ()
-        if controller is None:
-            if not fast:
-                entropy, entropy_for_gradient = entropies.entropy_with_fallback(dist)
-        else:
-            # The controller computes the entropy once; the loss and summaries share it.
-            entropy_target_info = (controller.entropy_step(entropy, entropy_for_gradient) if fast
-                                   else controller.train_step(dist, inputs.step_type)).info
-            entropy = -_sum_leaves(entropy_target_info.loss.extra.neg_entropy)
-            entropy_for_gradient = -_sum_leaves(entropy_target_info.loss.loss)
+        dist = None if fast else self._actor_network(observation)
+        log_prob, entropy = fast or (self._log_prob(dist, inputs.action), None)
+        value, info, for_gradient = self._value_network(observation), (), entropy
+        if controller is not None:  # it computes the entropy once; the loss and summaries share it
+            info = (controller.entropy_step(entropy, entropy) if fast
+                    else controller.train_step(dist, inputs.step_type)).info
+            entropy = -_sum_leaves(info.loss.extra.neg_entropy)
+            for_gradient = -_sum_leaves(info.loss.loss)
+        elif not fast:
+            entropy, for_gradient = entropies.entropy_with_fallback(dist)
         return AlgStep(output=(), state=state, info=ActorCriticInfo(
-            value=value, log_prob=log_prob, entropy=entropy,
-            entropy_for_gradient=entropy_for_gradient, entropy_target=entropy_target_info))
+            value=value, log_prob=log_prob, entropy=entropy, entropy_for_gradient=for_gradient,
+            entropy_target=info))
 
     def preprocess_experience(self, experience: Experience,
                               final_time_step: TimeStep) -> Experience:
@@ -328,15 +319,10 @@ class ActorCriticAlgorithm(Algorithm):
         if n < k:
             raise ValueError(f"{self.name}: an unroll of {n} steps cannot be split into "
                              f"num_minibatches={k}")
-        device = exp.step_type.device
-        perm = per_member(lambda g: torch.randperm(n, device=device, generator=g),
+        perm = per_member(lambda g: torch.randperm(n, device=exp.step_type.device, generator=g),
                           self.generators)
-
-        def _gather(x: torch.Tensor) -> torch.Tensor:
-            return x.gather(nb, perm.reshape(perm.shape + (1,) * (x.dim() - nb - 1)
-                                             ).expand(x.shape))
-
-        shuffled = nest.map_structure(_gather, exp)
+        shuffled = nest.map_structure(lambda x: x.gather(nb, perm.reshape(
+            perm.shape + (1,) * (x.dim() - nb - 1)).expand(x.shape)), exp)
         splits = [x.tensor_split(k, dim=nb) for x in nest.flatten(shuffled)]
         return [nest.pack_sequence_as(shuffled, leaves) for leaves in zip(*splits)]
 
