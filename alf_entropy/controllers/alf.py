@@ -32,29 +32,26 @@ class AlfSubAlgorithm(Algorithm):
         return self.train_step(distribution, step_type) if on_policy_training else AlgStep()
 
     def train_step(self, distribution: Any, step_type: Any = None) -> AlgStep:
-        """``EntropyTargetInfo(loss=LossInfo(loss=-entropy_for_gradient,
-        extra=EntropyTargetLossInfo(neg_entropy=-entropy)))`` of the policy's distribution."""
+        """``entropy_step`` of the policy's distribution."""
         return self.entropy_step(*self._entropy(distribution))
 
     def entropy_step(self, entropy: Any, entropy_for_gradient: Any) -> AlgStep:
-        """``train_step`` of a distribution whose entropies are already computed."""
-        return AlgStep(info=EntropyTargetInfo(loss=LossInfo(loss=neg(entropy_for_gradient),
-                                                            extra=EntropyTargetLossInfo(
-                                                                neg_entropy=neg(entropy)))))
+        """``EntropyTargetInfo(loss=LossInfo(loss=-entropy_for_gradient,
+        extra=EntropyTargetLossInfo(neg_entropy=-entropy)))``."""
+        return AlgStep(info=EntropyTargetInfo(loss=LossInfo(
+            loss=neg(entropy_for_gradient), extra=EntropyTargetLossInfo(neg_entropy=neg(entropy)))))
 
     def _entropy(self, distribution: Any) -> Tuple[Any, Any]:
         return entropy_with_fallback(distribution, action_spec=self.action_spec)
 
     def calc_loss(self, experience: Experience, info: Any,
                   valid_mask: Optional[torch.Tensor] = None) -> LossInfo:
-        """``entropy_loss`` over the valid (bool or 0/1 ``valid_mask``) steps that are not
-        ``LAST``, of ``train_step``'s time-stacked ``info``."""
+        """``entropy_loss`` of ``train_step``'s stacked ``info`` over valid steps not ``LAST``."""
         mask = experience.step_type != StepType.LAST
         if valid_mask is not None:
             try:
                 mask = mask & (valid_mask != 0)
             except RuntimeError as e:
-                raise ValueError(f"valid_mask of shape {tuple(valid_mask.shape)} does not "
-                                 "broadcast with experience.step_type of shape "
-                                 f"{tuple(mask.shape)}") from e
+                raise ValueError(f"valid_mask of shape {tuple(valid_mask.shape)} does not broadcast"
+                                 f" with experience.step_type of shape {tuple(mask.shape)}") from e
         return self._loss(info.loss.extra.neg_entropy, mask, info.loss.loss, True)

@@ -133,9 +133,8 @@ class EntropyController(Driver):
                      entropy_for_gradient: Optional[torch.Tensor] = None,
                      update: bool = True) -> LossInfo:
         """One update from the masked mean of ``entropy`` (``[*batch_shape, ...]`` for a batch;
-        ``mask`` bool or 0/1, broadcastable); ``update=False``: none.  Returns
-        ``LossInfo(loss=-alpha * entropy_for_gradient)`` per element, ``alpha`` the post-update
-        one (every controller), detached."""
+        ``mask`` bool or 0/1, broadcastable; ``update=False``: none); ``LossInfo(loss=-alpha *
+        entropy_for_gradient)`` per element with the post-update ``alpha`` (detached)."""
         grad = entropy if entropy_for_gradient is None else entropy_for_gradient
         return self._loss(neg(entropy), mask, neg(grad), update)
 
@@ -149,6 +148,7 @@ class EntropyController(Driver):
 
     def _loss(self, neg_entropy: Any, mask: Optional[torch.Tensor], neg_grad: Any,
               update: bool) -> LossInfo:  # on negated entropies, as train_step stores them
+        alpha = self.alpha
         if update:
             x, m, dim = self._member_dims(neg_entropy.detach(), mask)
             neg_mean, count = masked_mean(x, m, dim=dim)
@@ -158,8 +158,6 @@ class EntropyController(Driver):
                 square = masked_mean(x * x, m, dim=dim)[0]
                 self._scalars({"entropy_std": torch.sqrt(
                     torch.clamp(square - neg_mean * neg_mean, min=0.0))})
-        else:
-            alpha = self.alpha
         alpha = alpha.reshape(self._batch + (1,) * (neg_grad.dim() - len(self._batch)))
         return LossInfo(loss=neg_grad * alpha, scalar_loss=neg_grad.new_zeros(()),
                         extra=EntropyTargetLossInfo(neg_entropy=neg_entropy))
