@@ -36,9 +36,10 @@ load hits both alike) and the ratio of their steps/s is printed per run and
 as a mean.
 """
 import argparse
+import contextlib
 import tempfile
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import numpy as np
 import torch
@@ -106,6 +107,37 @@ def run_ours(args: argparse.Namespace) -> Dict[str, Any]:
     }
 
 
+@contextlib.contextmanager
+def _summed_calls(pieces: List[Any], inside_first: bool = False) -> Iterator[Dict[str, List]]:
+    """Sum the seconds and calls of each ``(label, cls, name)`` method into the dict yielded
+    (``label -> [seconds, calls]``); ``inside_first``: the others count only while the first
+    runs.  The methods are restored after."""
+    spent: Dict[str, List] = {label: [0.0, 0] for label, _, _ in pieces}
+    saved = [(cls, name, getattr(cls, name)) for _, cls, name in pieces]
+    inside = [not inside_first]
+
+    def timed(label: str, fn: Callable[..., Any], first: bool) -> Callable[..., Any]:
+        def call(*a: Any, **k: Any) -> Any:
+            if not (first or inside[0]):
+                return fn(*a, **k)
+            was, inside[0], start = inside[0], True, time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                spent[label][0] += time.perf_counter() - start
+                spent[label][1] += 1
+                inside[0] = was
+        return call
+
+    for k, ((label, cls, name), (_, _, fn)) in enumerate(zip(pieces, saved)):
+        setattr(cls, name, timed(label, fn, k == 0))
+    try:
+        yield spent
+    finally:
+        for cls, name, fn in saved:
+            setattr(cls, name, fn)
+
+
 def breakdown(args: argparse.Namespace) -> None:
     """``--breakdown``: where one iteration of ours goes (timers around each call, summed
     over a 60-iteration run, evaluations not counted); prints ms per iteration and us per call."""
@@ -114,8 +146,6 @@ def breakdown(args: argparse.Namespace) -> None:
     from alf_entropy.environments import GymVectorEnv
     from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
 
-    spent: Dict[str, List[float]] = {}
-    inside = [False]  # count only calls inside an iteration (not the evaluations')
     pieces = [("iteration", OnPolicyTrainer, "_train_iteration"),
               ("acting (rollout_step)", ActorCriticAlgorithm, "rollout_step"),
               ("environment (step)", GymVectorEnv, "step"),
@@ -124,65 +154,15 @@ def breakdown(args: argparse.Namespace) -> None:
               ("forward (train_step)", ActorCriticAlgorithm, "train_step"),
               ("losses + controller", ActorCriticAlgorithm, "calc_loss"),
               ("backward, clip, Adam", Algorithm, "update_with_gradient")]
-
-    def timed(label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        def call(*a: Any, **k: Any) -> Any:
-            outer = label == "iteration"
-            if not (outer or inside[0]):
-                return fn(*a, **k)
-            inside[0], start = True, time.perf_counter()
-            try:
-                return fn(*a, **k)
-            finally:
-                spent.setdefault(label, []).append(time.perf_counter() - start)
-                inside[0] = inside[0] and not outer
-        return call
-
-    saved = [(cls, name, getattr(cls, name)) for _, cls, name in pieces]
-    for (label, cls, name), (_, _, fn) in zip(pieces, saved):
-        setattr(cls, name, timed(label, fn))
-    try:
+    with _summed_calls(pieces, inside_first=True) as spent:  # not the evaluations' calls
         run_ours(argparse.Namespace(**{**vars(args), "max_steps": 60 * NUM_ENVS * N_STEPS,
                                        "threshold": 1e9, "eval_every": 10**9}))
-    finally:
-        for cls, name, fn in saved:
-            setattr(cls, name, fn)
-    iterations = len(spent["iteration"])
+    iterations = spent["iteration"][1]
     print(f"{'piece':<24} {'ms/iteration':>12} {'us/call':>9} {'calls/iteration':>16}")
     for label, *_ in pieces:
-        t = spent.get(label, [])
-        print(f"{label:<24} {sum(t) / iterations * 1e3:>12.2f} "
-              f"{np.mean(t) * 1e6 if t else 0:>9.1f} {len(t) / iterations:>16.1f}")
-
-
-def _summed_calls(pieces: List[Any]) -> Any:
-    """A context manager that sums the seconds of each ``(label, cls, name)`` method's calls
-    into the dict it yields (``label -> [seconds, calls]``), restoring the methods after."""
-    import contextlib
-
-    @contextlib.contextmanager
-    def timing() -> Any:
-        spent: Dict[str, List[float]] = {label: [0.0, 0] for label, _, _ in pieces}
-        saved = [(cls, name, getattr(cls, name)) for _, cls, name in pieces]
-
-        def timed(label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-            def call(*a: Any, **k: Any) -> Any:
-                start = time.perf_counter()
-                try:
-                    return fn(*a, **k)
-                finally:
-                    spent[label][0] += time.perf_counter() - start
-                    spent[label][1] += 1
-            return call
-
-        for (label, cls, name), (_, _, fn) in zip(pieces, saved):
-            setattr(cls, name, timed(label, fn))
-        try:
-            yield spent
-        finally:
-            for cls, name, fn in saved:
-                setattr(cls, name, fn)
-    return timing()
+        seconds, calls = spent[label]
+        print(f"{label:<24} {seconds / iterations * 1e3:>12.2f} "
+              f"{seconds / calls * 1e6 if calls else 0:>9.1f} {calls / iterations:>16.1f}")
 
 
 def phases(args: argparse.Namespace) -> None:
