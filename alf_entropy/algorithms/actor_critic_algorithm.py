@@ -223,15 +223,15 @@ class ActorCriticAlgorithm(Algorithm):
     def train_step(self, inputs: Experience, state: Any = (), rollout_info: Any = ()) -> AlgStep:
         """Recompute a flat minibatch's distribution and value, with gradients."""
         observation, controller = inputs.time_step.observation, self._entropy_target_algorithm
-        # The same bits without the distribution object where the actor has its closed form.
         fast = self._fast_training and self._actor_network.log_prob_and_entropy(
-            observation, inputs.action)
+            observation, inputs.action)  # the same bits, without the distribution object
         dist = None if fast else self._actor_network(observation)
         log_prob, entropy = fast or (self._log_prob(dist, inputs.action), None)
         value, info, for_gradient = self._value_network(observation), (), entropy
-        if controller is not None:  # it computes the entropy once; the loss and summaries share it
-            info = (controller.entropy_step(entropy, entropy) if fast
-                    else controller.train_step(dist, inputs.step_type)).info
+        if controller is not None and fast:  # the entropy is at hand: not negated back
+            info = controller.entropy_step(entropy, entropy).info
+        elif controller is not None:  # it computes the entropy once; the loss, summaries share it
+            info = controller.train_step(dist, inputs.step_type).info
             entropy = -_sum_leaves(info.loss.extra.neg_entropy)
             for_gradient = -_sum_leaves(info.loss.loss)
         elif not fast:
