@@ -114,8 +114,12 @@ def clip_grad_norms_(params: List[torch.Tensor], max_norm: float,
         g, dim=tuple(range(batch_ndim, g.dim())) if batch_ndim else None) for g in grads]),
         dim=0)
     coef = (max_norm / (norms + 1e-6)).clamp(max=1.0)
+    views = {}  # coef shaped once per gradient rank (not once per gradient)
     for g in grads:
-        g.mul_(coef.reshape(coef.shape + (1,) * (g.dim() - batch_ndim)))
+        view = views.get(g.dim())
+        if view is None:
+            view = views[g.dim()] = coef.reshape(coef.shape + (1,) * (g.dim() - batch_ndim))
+        g.mul_(view)
     return norms
 
 
