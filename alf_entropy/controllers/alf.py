@@ -37,9 +37,11 @@ class AlfSubAlgorithm(Algorithm):
 
     def entropy_step(self, entropy: Any, entropy_for_gradient: Any) -> AlgStep:
         """``EntropyTargetInfo(loss=LossInfo(loss=-entropy_for_gradient,
-        extra=EntropyTargetLossInfo(neg_entropy=-entropy)))``."""
+        extra=EntropyTargetLossInfo(neg_entropy=-entropy)))``; one negation if they are one."""
+        neg_entropy = neg(entropy)
         return AlgStep(info=EntropyTargetInfo(loss=LossInfo(
-            loss=neg(entropy_for_gradient), extra=EntropyTargetLossInfo(neg_entropy=neg(entropy)))))
+            loss=neg_entropy if entropy_for_gradient is entropy else neg(entropy_for_gradient),
+            extra=EntropyTargetLossInfo(neg_entropy=neg_entropy))))
 
     def _entropy(self, distribution: Any) -> Tuple[Any, Any]:
         return entropy_with_fallback(distribution, action_spec=self.action_spec)
