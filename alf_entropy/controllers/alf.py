@@ -36,12 +36,10 @@ class AlfSubAlgorithm(Algorithm):
         return self.entropy_step(*self._entropy(distribution))
 
     def entropy_step(self, entropy: Any, entropy_for_gradient: Any) -> AlgStep:
-        """``EntropyTargetInfo(loss=LossInfo(loss=-entropy_for_gradient,
-        extra=EntropyTargetLossInfo(neg_entropy=-entropy)))``; one negation if they are one."""
-        neg_entropy = neg(entropy)
-        return AlgStep(info=EntropyTargetInfo(loss=LossInfo(
-            loss=neg_entropy if entropy_for_gradient is entropy else neg(entropy_for_gradient),
-            extra=EntropyTargetLossInfo(neg_entropy=neg_entropy))))
+        """The info: loss ``-entropy_for_gradient``, ``extra.neg_entropy`` ``-entropy``."""
+        ne = neg(entropy)  # negated once where both are one
+        return AlgStep(info=EntropyTargetInfo(loss=LossInfo(extra=EntropyTargetLossInfo(ne), loss=(
+            ne if entropy_for_gradient is entropy else neg(entropy_for_gradient)))))
 
     def _entropy(self, distribution: Any) -> Tuple[Any, Any]:
         return entropy_with_fallback(distribution, action_spec=self.action_spec)

@@ -148,9 +148,8 @@ class EntropyController(Driver):
 
     def _loss(self, neg_entropy: Any, mask: Optional[torch.Tensor], neg_grad: Any,
               update: bool) -> LossInfo:  # on negated entropies, as train_step stores them
-        if not update:
-            alpha = self.alpha
-        else:
+        alpha = None if update else self.alpha  # an update returns the new one
+        if update:
             x, m, dim = self._member_dims(neg_entropy.detach(), mask)
             neg_mean, count = masked_mean(x, m, dim=dim)
             pooled, pooled_count = distributed.all_reduce_masked_mean(neg_mean, count)
