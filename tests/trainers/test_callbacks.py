@@ -223,3 +223,24 @@ def test_each_evaluation_line_shows_the_control(tmp_path, caplog, agents):
         for name in ("eval return", "alpha", "entropy", "target"):
             assert re.search(f"{name}{label}{value}( |$)", line), (name, line)
     assert re.search(f"eval return{label}{value} alpha{label}{value} target", lines[0])
+
+
+def test_the_heap_is_frozen_while_the_loop_runs_and_a_hosts_freeze_is_kept(tmp_path):
+    """Full collections skip what existed before the loop (``gc.freeze``), and only then."""
+    import gc
+
+    class Frozen(Callback):
+        seen = []
+
+        def on_iteration_start(self, trainer):
+            self.seen.append(gc.get_freeze_count())
+
+    gc.unfreeze()
+    _trainer(tmp_path / "a", num_iterations=2, callbacks=[Frozen()]).train()
+    assert len(Frozen.seen) == 2 and min(Frozen.seen) > 0 and gc.get_freeze_count() == 0
+    gc.freeze()  # a host's own freeze: left as it is
+    try:
+        _trainer(tmp_path / "b", num_iterations=1, callbacks=[Frozen()]).train()
+        assert gc.get_freeze_count() > 0  # not unfrozen by the trainer
+    finally:
+        gc.unfreeze()
