@@ -1,5 +1,6 @@
 """Callbacks: the hooks, a stopping callback, gin binding, and docs/callbacks.md's example."""
 import csv
+import gc
 import os
 import pathlib
 import re
@@ -227,8 +228,6 @@ def test_each_evaluation_line_shows_the_control(tmp_path, caplog, agents):
 
 def test_the_heap_is_frozen_while_the_loop_runs_and_a_hosts_freeze_is_kept(tmp_path):
     """Full collections skip what existed before the loop (``gc.freeze``), and only then."""
-    import gc
-
     class Frozen(Callback):
         seen = []
 
