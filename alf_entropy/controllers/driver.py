@@ -25,14 +25,12 @@ from alf_entropy.tensor_specs import TensorSpec
 from alf_entropy.utils import nest, summary
 from alf_entropy.utils.checks import check_choice, check_int, check_real
 
-__all__ = ["Driver", "UPDATE_MODES", "NO_SPAN", "TARGET_STATE", "WatchState"]
+__all__ = ["Driver", "UPDATE_MODES", "NO_SPAN", "WatchState"]
 
 UPDATE_MODES = ("auto", "tensor", "host")
 """``"host"``: NumPy over CPU state; ``"tensor"``: no host read; ``"auto"``: host on the CPU."""
 NO_SPAN = 1e30
 """``limit_log_alpha_span``'s span when there is none (finite: no ``inf - inf``)."""
-TARGET_STATE = ("_target_now", "_ref_target")
-"""``state_dict`` entries (last name part) that hold the target."""
 
 Bounds = namedtuple("Bounds", "lo hi span")
 Update = namedtuple("Update", "rule watch target span_lo span_hi")  # what an update reads, writes
