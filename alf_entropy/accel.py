@@ -19,6 +19,12 @@ and falls back to the plain path whenever it cannot promise that.
   ``log_softmax`` instead of ``Categorical``'s ``logsumexp``).  The network
   computes the logits without its module-call frames where
   :func:`forward_only` allows (``ActorDistributionNetwork.sample_with_log_prob``).
+* :func:`fused_adam_step`: ``FusedAdam``'s step as torch's own fused Adam
+  kernel call (``torch._fused_adam_``) on the same state, without
+  ``Adam.step``'s per-step Python (gathering its lists, grouping by device):
+  the same bits, 2-4% of a CartPole PPO iteration (the step hooks still run
+  around it).  A first step, a grad scaler's flags or any option but the
+  plain ones take torch's step.
 * :func:`relu_mlp`: ``CriticNetworks``' stacked ReLU MLP with a hand-written
   backward (one graph node; the ReLU masks applied in place with
   ``aten.threshold_backward``); it steps aside under ``torch.compile``, JIT
@@ -34,6 +40,8 @@ path then runs everywhere.  Any other value, or none, leaves them on.
 Seeded runs draw the same actions either way; log-probabilities may differ
 in the last bits.
 """
+import itertools
+import operator
 import os
 from typing import Any, Callable, List, Optional, Tuple
 
@@ -41,7 +49,8 @@ import torch
 import torch.nn as nn
 from torch.nn.modules import module as _torch_module
 
-__all__ = ["ENABLED", "categorical_sample_with_log_prob", "forward_only", "relu_mlp"]
+__all__ = ["ENABLED", "categorical_sample_with_log_prob", "forward_only", "fused_adam_step",
+           "relu_mlp"]
 
 ENABLED: bool = os.environ.get("ALF_ENTROPY_ACCEL", "1").strip() != "0"
 """Whether the fast paths are on (``ALF_ENTROPY_ACCEL=0`` turns them off)."""
@@ -116,6 +125,80 @@ def categorical_sample_with_log_prob(
     logits = torch.log_softmax(logits, dim=-1)
     action = sample(torch.softmax(logits, dim=-1))
     return action, logits.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+
+
+_ADAM_OPTIONS = ("fused", "amsgrad", "maximize", "capturable", "differentiable",
+                 "decoupled_weight_decay")
+_PLAIN_ADAM = (True, False, False, False, False, False)  # torch < 2.6 lacks the last: None
+_NONES = itertools.repeat(None)
+
+
+def fused_adam_step(optimizer: torch.optim.Adam) -> bool:
+    """What ``torch.optim.Adam(fused=True).step()`` does, with its kernel called directly.
+
+    The tensor lists it passes are gathered once and kept while the optimiser keeps its
+    state and groups (``load_state_dict`` and ``add_param_group`` make it gather them again).
+
+    Args:
+        optimizer: a ``torch.optim.Adam`` (or subclass) built with ``fused=True``.
+
+    Returns:
+        True if it stepped; False, having done nothing, where ``step()`` must run: the
+        switch off, a grad scaler's ``grad_scale``/``found_inf``, an option other than
+        ``_PLAIN_ADAM``, a tensor ``lr`` or betas, a parameter without a gradient or without
+        state (its first step), or a group's parameters on several devices or dtypes.
+    """
+    if (not ENABLED or getattr(optimizer, "grad_scale", None) is not None
+            or getattr(optimizer, "found_inf", None) is not None):
+        return False
+    plan = optimizer.__dict__.get("_accel_adam")
+    if plan is None or not _adam_plan_holds(plan, optimizer):
+        plan = _adam_plan(optimizer)
+        if plan is None:
+            return False
+        optimizer._accel_adam = plan
+    calls = []
+    for group, (params, *state) in zip(optimizer.param_groups, plan[2]):
+        grads = [p.grad for p in params]
+        if (any(map(operator.is_, grads, _NONES)) or type(group["lr"]) is not float
+                or tuple(map(group.get, _ADAM_OPTIONS)) not in plan[3]):
+            return False
+        calls.append((group, params, grads, *state))
+    with torch.no_grad():
+        for group, params, grads, exp_avgs, exp_avg_sqs, steps in calls:
+            torch._foreach_add_(steps, 1)
+            torch._fused_adam_(
+                params, grads, exp_avgs, exp_avg_sqs, [], steps, amsgrad=False, lr=group["lr"],
+                beta1=group["betas"][0], beta2=group["betas"][1],
+                weight_decay=group["weight_decay"], eps=group["eps"], maximize=False,
+                grad_scale=None, found_inf=None)
+    return True
+
+
+def _adam_plan_holds(plan: tuple, optimizer: torch.optim.Adam) -> bool:
+    groups = optimizer.param_groups
+    if plan[0] is not optimizer.state or len(plan[1]) != len(groups):
+        return False
+    for group, (same, params, n, betas) in zip(groups, plan[1]):
+        if group is not same or group["params"] is not params or len(params) != n or (
+                group["betas"] is not betas):
+            return False
+    return True
+
+
+def _adam_plan(optimizer: torch.optim.Adam) -> Optional[tuple]:
+    """``(state, group keys, [(params, exp_avgs, exp_avg_sqs, steps)] per group, the plain
+    options)``, or None where ``fused_adam_step`` cannot step."""
+    lists = []
+    for group in optimizer.param_groups:
+        params = list(group["params"])
+        states = [optimizer.state.get(p) for p in params]
+        if (not params or not all(states) or len({(p.device, p.dtype) for p in params}) > 1
+                or not all(type(b) is float for b in group["betas"])):
+            return None
+        lists.append((params, *([s[k] for s in states] for k in ("exp_avg", "exp_avg_sq", "step"))))
+    keys = [(g, g["params"], len(g["params"]), g["betas"]) for g in optimizer.param_groups]
+    return optimizer.state, keys, lists, (_PLAIN_ADAM, _PLAIN_ADAM[:-1] + (None,))
 
 
 _is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (

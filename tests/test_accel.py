@@ -170,3 +170,78 @@ def test_log_prob_and_entropy_are_forwards_with_their_gradients():
     assert net.log_prob_and_entropy(obs, action) is None  # a hook must run
     handle.remove()
     assert ActorDistributionNetwork(OBS, BOX).log_prob_and_entropy(obs, action) is None
+
+
+def _adam_pair(**kwargs):
+    from alf_entropy.utils.optimizers import FusedAdam
+
+    torch.manual_seed(0)
+    shapes = [(8, 4), (8,), (3, 8), (3,)]
+    params = [[nn.Parameter(torch.randn(s)) for s in shapes] for _ in range(2)]
+    for a, b in zip(*params):
+        b.data.copy_(a.data)
+    return [(ps, FusedAdam(ps, **kwargs)) for ps in params]
+
+
+def _steps(pairs, n, first=0):
+    """``n`` steps of both with the same gradients: the first by ``step()`` through torch's
+    Adam (the fast path refused), the second through ``FusedAdam.step`` as it is."""
+    plain, fast = pairs
+    for i in range(first, first + n):
+        for params, _ in pairs:
+            torch.manual_seed(i)
+            for p in params:
+                p.grad = torch.randn(p.shape)
+        torch.optim.Adam.step(plain[1])
+        fast[1].step()
+
+
+def _same(pairs):
+    (pa, oa), (pb, ob) = pairs
+    assert all(torch.equal(a, b) for a, b in zip(pa, pb))
+    for a, b in zip(pa, pb):
+        for key in ("step", "exp_avg", "exp_avg_sq"):
+            assert torch.equal(oa.state[a][key], ob.state[b][key])
+
+
+@needs_accel
+def test_fused_adam_step_is_torchs_step_bit_for_bit():
+    pairs = _adam_pair(lr=1e-2, eps=1e-5, weight_decay=0.1)
+    _steps(pairs, 5)
+    _same(pairs)
+    fast = pairs[1][1]
+    assert "_accel_adam" in fast.__dict__  # it took the fast path after the first step
+    for _, opt in pairs:  # a checkpoint loaded: the lists are gathered again
+        opt.load_state_dict(opt.state_dict())
+    _steps(pairs, 3, first=5)
+    _same(pairs)
+    extra = [nn.Parameter(torch.ones(2)) for _ in range(2)]
+    for (params, opt), p in zip(pairs, extra):  # a new group: stepped too
+        opt.add_param_group({"params": [p]})
+        params.append(p)
+    _steps(pairs, 3, first=8)
+    _same(pairs)
+    assert len(fast._accel_adam[2]) == 2
+
+
+@needs_accel
+def test_fused_adam_step_leaves_the_rest_to_torch(monkeypatch):
+    (params, opt), _ = _adam_pair(lr=1e-2)
+    for p in params:
+        p.grad = torch.ones_like(p)
+    assert not accel.fused_adam_step(opt)  # no state yet: torch's first step makes it
+    opt.step()
+    assert accel.fused_adam_step(opt)
+    params[0].grad = None  # torch skips it, and so must the step
+    assert not accel.fused_adam_step(opt)
+    params[0].grad = torch.ones_like(params[0])
+    opt.found_inf = torch.zeros(())
+    assert not accel.fused_adam_step(opt)
+    del opt.found_inf
+    opt.param_groups[0]["maximize"] = True
+    assert not accel.fused_adam_step(opt)
+    opt.param_groups[0]["maximize"] = False
+    before = [p.detach().clone() for p in params]
+    monkeypatch.setattr(accel, "ENABLED", False)
+    assert not accel.fused_adam_step(opt)
+    assert all(torch.equal(a, b) for a, b in zip(before, params))

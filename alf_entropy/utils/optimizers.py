@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterable, List, Optional
 import gin
 import torch
 
+from alf_entropy import accel
 from alf_entropy.utils.checks import check_callable, check_real
 
 __all__ = ["FusedAdam", "clip_grad_norms_", "default_optimizer", "masked_optimizer_step"]
@@ -89,6 +90,8 @@ class FusedAdam(torch.optim.Adam):
     def step(self, closure: Optional[Callable[[], float]] = None) -> Optional[float]:
         """Adam's step, at the scheduled learning rate if there is an ``lr_schedule``."""
         self._schedule_lr()
+        if closure is None and accel.fused_adam_step(self):
+            return None
         return super().step(closure)
 
 
