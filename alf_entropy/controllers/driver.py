@@ -6,7 +6,6 @@ import warnings
 from collections import namedtuple
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
-import numpy as np
 import torch
 from absl import logging
 
@@ -129,6 +128,15 @@ class Driver(AlfSubAlgorithm):
                              f"it is on {self._log_alpha.device}; use 'tensor' or 'auto'")
         return cpu and self._update_mode != "tensor"
 
+    def _host_views(self) -> Optional[list]:
+        """NumPy views of the buffers where the update runs on the host (made again when the
+        buffers move), else None."""
+        ptr = self._log_alpha.data_ptr()
+        if self._host is None or self._host[0] != ptr:
+            self._host = (ptr, [t.detach().numpy() for t in _flat(self._read())]
+                          if self._on_host() else None)
+        return self._host[1]
+
     def _update(self, x: Any, s: Update, entropy: Any, has_data: Any) -> Update:
         """One update of the rule, the bounds, the span limit and the watch."""
         finite = x.isfinite(entropy)
@@ -147,21 +155,18 @@ class Driver(AlfSubAlgorithm):
 
     def _advance(self, entropy: torch.Tensor, count: Optional[torch.Tensor]) -> torch.Tensor:
         """One update from the batch-mean ``entropy`` (of ``count`` elements); the new alpha."""
-        entropy = entropy.detach().to(self._log_alpha.device, torch.float32)
         self._target.refresh(self._target_now)
-        if self._on_host():
-            if self._host is None or self._host[0] != self._log_alpha.data_ptr():  # (copies)
-                self._host = (self._log_alpha.data_ptr(), [t.detach().numpy() for t in _flat(
-                    self._read())])  # NumPy views of the buffers
-            views = self._host[1]
+        views = self._host_views()
+        if views is not None:
             has = True if count is None else count.cpu().numpy()[()] > 0
             x = ScalarOps if self._batch == () else ArrayOps
             s = self._unflat([v[()] for v in views])
-            new = self._update(x, s, entropy.cpu().numpy()[()], has)
+            new = self._update(x, s, entropy.detach().to("cpu", torch.float32).numpy()[()], has)
             for view, value in zip(views, _flat(new)):
                 view[...] = value
-            unreachable = bool(np.asarray(new.watch.stalled_for >= WINDUP_WINDOW).any())
+            unreachable = x.any(new.watch.stalled_for >= WINDUP_WINDOW)
         else:
+            entropy = entropy.detach().to(self._log_alpha.device, torch.float32)
             s = self._read()
             has = entropy.new_ones((), dtype=torch.bool) if count is None else count > 0
             with torch.no_grad():

@@ -140,7 +140,7 @@ class EntropyTargetAlgorithm(EntropyController):
         self.register_buffer("_window", torch.zeros(self._batch + (window,)))
         self.register_buffer("_seen", self._full(0, torch.int64))
         self._max_entropy_given = max_entropy is not None
-        self._stuck_after, self._updates = max(STUCK_UPDATES, 10 * window), 0
+        self._stuck_after = max(STUCK_UPDATES, 10 * window)
 
     def _constants(self, s: Dict[str, Any]) -> StagedConsts:
         for arg in ("very_slow_update_rate", "slow_update_rate", "fast_update_rate",
@@ -181,9 +181,8 @@ class EntropyTargetAlgorithm(EntropyController):
         return dict(avg_entropy=self.avg_entropy, stage=self._stage, update_rate=self._update_rate)
 
     def _after_update(self, unreachable: Any) -> None:
-        super()._after_update(unreachable)
-        self._updates += 1  # looks once, on the host path or at a summary step
-        if ("stuck" not in self._warned and self._updates >= self._stuck_after
+        super()._after_update(unreachable)  # looks once, on the host path or at a summary step
+        if ("stuck" not in self._warned and self._target.updates >= self._stuck_after
                 and (unreachable is not None or summary.should_record_summaries())):
             self._warned.add("stuck")
             if int(self._stage.min()) < 0:

@@ -23,8 +23,9 @@ class Target:
                  name: str):
         leaves = nest.flatten(action_spec)
         self.reachable = float(sum(map(entropies.calc_max_possible_entropy, leaves)))
-        self._spec, self._batch, self._name, self._updates, self._warned = (
-            action_spec, batch_shape, name, 0, set())
+        self._spec, self._batch, self._name, self._warned = action_spec, batch_shape, name, set()
+        self.updates = 0
+        """Controller updates so far (``refresh`` calls)."""
         self.set(target_entropy)
 
     def set(self, target_entropy: Any) -> None:
@@ -93,15 +94,16 @@ class Target:
             value = self.reachable
         progress_type = getattr(fn, "progress_type", None)
         if counting and progress_type is not None and not schedulers.progress_was_fed(
-                progress_type) and self._updates >= PROGRESS_GRACE:
+                progress_type) and self.updates >= PROGRESS_GRACE:
             self._warn_once("progress", f"the target's progress {progress_type!r} was never fed in "
-                            f"{self._updates} updates, so the target stays at its first value; "
+                            f"{self.updates} updates, so the target stays at its first value; "
                             "call alf_entropy.utils.schedulers.update_progress("
                             f"{progress_type!r}, value)")
         return float(value)
 
     def refresh(self, buffer: Any) -> None:
         """Write the target now into ``buffer`` (one controller update; constants stay)."""
+        self.updates += 1
         if not self.constant:
             values = self.values(counting=True)
             if self.shared:
@@ -112,8 +114,6 @@ class Target:
 
     def values(self, counting: bool = False) -> Sequence[float]:
         """The targets now, one per member; ``counting=True`` for a controller update."""
-        if counting:
-            self._updates += 1
         if self.shared:
             return [self._value(self._fns[0], counting)] * len(self._fns)
         return [self._value(f, counting) for f in self._fns]

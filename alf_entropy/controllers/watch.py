@@ -57,7 +57,7 @@ def unreachable_message(c: Any) -> str:
 
 def stuck_message(c: Any, stage: int) -> str:
     """What a staged controller ``c`` still before its adjust stage says."""
-    n, avg, alpha = c._updates, float(c.avg_entropy.min()), float(c.alpha.min())
+    n, avg, alpha = c._target.updates, float(c.avg_entropy.min()), float(c.alpha.min())
     if stage < -2:
         return (f"is still estimating max_entropy after {n} updates: no finite entropy from a "
                 f"non-empty batch ({int(c._watch_nonfinite.max())} NaN/inf). To make it "
