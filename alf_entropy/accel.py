@@ -19,6 +19,10 @@ and falls back to the plain path whenever it cannot promise that.
   ``log_softmax`` instead of ``Categorical``'s ``logsumexp``).  The network
   computes the logits without its module-call frames where
   :func:`forward_only` allows (``ActorDistributionNetwork.sample_with_log_prob``).
+* :func:`unwrapped_step`: ``optimizer.step()`` without the wrapper torch puts
+  around every optimiser's ``step`` (a profiler range and the hook loops)
+  where no step hook is registered and no profiler runs: 2-4% of a CartPole
+  PPO iteration (the range alone costs tens of microseconds in the loop).
 * :func:`fused_adam_step`: ``FusedAdam``'s step as torch's own fused Adam
   kernel call (``torch._fused_adam_``) on the same state, without
   ``Adam.step``'s per-step Python (gathering its lists, grouping by device):
@@ -48,9 +52,10 @@ from typing import Any, Callable, List, Optional, Tuple
 import torch
 import torch.nn as nn
 from torch.nn.modules import module as _torch_module
+from torch.optim import optimizer as _torch_optimizer
 
 __all__ = ["ENABLED", "categorical_sample_with_log_prob", "forward_only", "fused_adam_step",
-           "relu_mlp"]
+           "relu_mlp", "unwrapped_step"]
 
 ENABLED: bool = os.environ.get("ALF_ENTROPY_ACCEL", "1").strip() != "0"
 """Whether the fast paths are on (``ALF_ENTROPY_ACCEL=0`` turns them off)."""
@@ -125,6 +130,25 @@ def categorical_sample_with_log_prob(
     logits = torch.log_softmax(logits, dim=-1)
     action = sample(torch.softmax(logits, dim=-1))
     return action, logits.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+
+
+def unwrapped_step(optimizer: torch.optim.Optimizer) -> bool:
+    """``optimizer.step()`` without torch's wrapper, where that changes nothing.
+
+    Returns:
+        True if it stepped; False, having done nothing, where ``step()`` must run: the switch
+        off, a step hook (the optimiser's or a global one), a profiler running, or a ``step``
+        that torch did not wrap.
+    """
+    step = type(optimizer).step
+    if (not ENABLED or not getattr(step, "hooked", False) or not hasattr(step, "__wrapped__")
+            or optimizer._optimizer_step_pre_hooks or optimizer._optimizer_step_post_hooks
+            or _torch_optimizer._global_optimizer_pre_hooks
+            or _torch_optimizer._global_optimizer_post_hooks
+            or torch._C._autograd._profiler_enabled()):
+        return False
+    step.__wrapped__(optimizer)
+    return True
 
 
 _ADAM_OPTIONS = ("fused", "amsgrad", "maximize", "capturable", "differentiable",

@@ -245,3 +245,33 @@ def test_fused_adam_step_leaves_the_rest_to_torch(monkeypatch):
     monkeypatch.setattr(accel, "ENABLED", False)
     assert not accel.fused_adam_step(opt)
     assert all(torch.equal(a, b) for a, b in zip(before, params))
+
+
+@needs_accel
+def test_unwrapped_step_only_where_nothing_watches_the_step(monkeypatch):
+    from alf_entropy.utils.optimizers import masked_optimizer_step
+
+    (params, opt), (params_b, opt_b) = _adam_pair(lr=1e-2)
+    for ps in (params, params_b):
+        for p in ps:
+            p.grad = torch.ones_like(p)
+    assert accel.unwrapped_step(opt)  # torch's first step, without its wrapper
+    opt_b.step()
+    assert all(torch.equal(a, b) for a, b in zip(params, params_b))
+    calls = []
+    handle = opt.register_step_pre_hook(lambda *args: calls.append("pre"))
+    assert not accel.unwrapped_step(opt)
+    masked_optimizer_step([opt], torch.ones((), dtype=torch.bool), sync_free=False)
+    assert calls == ["pre"]  # the hook ran: the step went through torch's wrapper
+    handle.remove()
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    handle = register_optimizer_step_post_hook(lambda *args: None)
+    try:
+        assert not accel.unwrapped_step(opt)
+    finally:
+        handle.remove()
+    with torch.profiler.profile():
+        assert not accel.unwrapped_step(opt)  # a profile keeps its "Optimizer.step" range
+    monkeypatch.setattr(accel, "ENABLED", False)
+    assert not accel.unwrapped_step(opt)

@@ -161,7 +161,8 @@ def masked_optimizer_step(optimizers: List[torch.optim.Optimizer], ok: torch.Ten
     """
     if not sync_free and bool(ok.all()):
         for opt in optimizers:
-            opt.step()
+            if not accel.unwrapped_step(opt):  # torch's wrapper: tens of us in the loop
+                opt.step()
         return
     if not sync_free and not bool(ok.any()):
         return
