@@ -129,8 +129,7 @@ class Driver(AlfSubAlgorithm):
         return cpu and self._update_mode != "tensor"
 
     def _host_views(self) -> Optional[list]:
-        """NumPy views of the buffers where the update runs on the host (made again when the
-        buffers move), else None."""
+        """NumPy views of the buffers on the host path (made again when they move), else None."""
         ptr = self._log_alpha.data_ptr()
         if self._host is None or self._host[0] != ptr:
             self._host = (ptr, [t.detach().numpy() for t in _flat(self._read())]

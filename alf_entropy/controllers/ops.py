@@ -34,11 +34,7 @@ class ScalarOps:
     f32, f64, i32, isfinite, any = np.float32, np.float64, np.int32, np.isfinite, bool
     sqrt = staticmethod(lambda v: np.float32(np.sqrt(np.float64(v))))
     log = staticmethod(lambda v: np.float32(_log64(v)))
-
-    @staticmethod
-    def where(cond: Any, a: Any, b: Any) -> Any:
-        v = a if cond else b
-        return np.float32(v) if type(v) is float else v  # np.float64 is a float subclass
+    where = staticmethod(lambda cond, a, b: _f32(a if cond else b))
 
     @staticmethod
     def push(window: np.ndarray, seen: Any, value: Any) -> np.ndarray:
@@ -58,9 +54,8 @@ class ArrayOps(ScalarOps):
     """A batch of controllers on the CPU: NumPy arrays."""
 
     maximum, minimum, abs = staticmethod(np.maximum), staticmethod(np.minimum), staticmethod(np.abs)
-    clip = staticmethod(np.clip)
+    clip, any = staticmethod(np.clip), staticmethod(lambda v: bool(v.any()))
     where = staticmethod(lambda cond, a, b: np.where(cond, _f32(a), _f32(b)))
-    any = staticmethod(lambda v: bool(v.any()))
 
     @staticmethod
     def push(window: np.ndarray, seen: Any, value: Any) -> np.ndarray:

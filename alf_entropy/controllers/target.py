@@ -23,9 +23,8 @@ class Target:
                  name: str):
         leaves = nest.flatten(action_spec)
         self.reachable = float(sum(map(entropies.calc_max_possible_entropy, leaves)))
-        self._spec, self._batch, self._name, self._warned = action_spec, batch_shape, name, set()
-        self.updates = 0
-        """Controller updates so far (``refresh`` calls)."""
+        self._spec, self._batch, self._name, self._warned, self.updates = (
+            action_spec, batch_shape, name, set(), 0)
         self.set(target_entropy)
 
     def set(self, target_entropy: Any) -> None:
@@ -103,7 +102,7 @@ class Target:
 
     def refresh(self, buffer: Any) -> None:
         """Write the target now into ``buffer`` (one controller update; constants stay)."""
-        self.updates += 1
+        self.updates += 1  # the controller's updates so far
         if not self.constant:
             values = self.values(counting=True)
             if self.shared:
