@@ -137,11 +137,12 @@ def unwrapped_step(optimizer: torch.optim.Optimizer) -> bool:
 
     Returns:
         True if it stepped; False, having done nothing, where ``step()`` must run: the switch
-        off, a step hook (the optimiser's or a global one), a profiler running, or a ``step``
-        that torch did not wrap.
+        off, a step hook (the optimiser's or a global one), a profiler running, a ``step`` that
+        torch did not wrap, or one the instance overrides (an LR scheduler's, which counts it).
     """
     step = type(optimizer).step
-    if (not ENABLED or not getattr(step, "hooked", False) or not hasattr(step, "__wrapped__")
+    if (not ENABLED or "step" in optimizer.__dict__ or not getattr(step, "hooked", False)
+            or not hasattr(step, "__wrapped__")
             or optimizer._optimizer_step_pre_hooks or optimizer._optimizer_step_post_hooks
             or _torch_optimizer._global_optimizer_pre_hooks
             or _torch_optimizer._global_optimizer_post_hooks

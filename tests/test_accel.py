@@ -273,5 +273,10 @@ def test_unwrapped_step_only_where_nothing_watches_the_step(monkeypatch):
         handle.remove()
     with torch.profiler.profile():
         assert not accel.unwrapped_step(opt)  # a profile keeps its "Optimizer.step" range
+    scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=1)  # wraps opt.step to count it
+    assert not accel.unwrapped_step(opt)
+    masked_optimizer_step([opt], torch.ones((), dtype=torch.bool), sync_free=False)
+    assert opt._opt_called
+    scheduler.step()
     monkeypatch.setattr(accel, "ENABLED", False)
     assert not accel.unwrapped_step(opt)
