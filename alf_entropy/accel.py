@@ -3,7 +3,8 @@
 Everything else in the package uses torch's public APIs only (a test greps
 the source for private names outside this module).  What is here was kept
 because it was measured to earn at least 3% of a PPO iteration or of a SAC
-update on the CPU (``docs/benchmarks/ppo_speed.md``); each fast path gives
+update on the CPU (``docs/benchmarks/ppo_speed.md``; the optimiser's two steps
+2-3% each, so together); each fast path gives
 what the plain path gives (the same distribution; the same random draws),
 and falls back to the plain path whenever it cannot promise that.
 
@@ -21,12 +22,12 @@ and falls back to the plain path whenever it cannot promise that.
   :func:`forward_only` allows (``ActorDistributionNetwork.sample_with_log_prob``).
 * :func:`unwrapped_step`: ``optimizer.step()`` without the wrapper torch puts
   around every optimiser's ``step`` (a profiler range and the hook loops)
-  where no step hook is registered and no profiler runs: 2-4% of a CartPole
+  where no step hook is registered and no profiler runs: 2-3% of a CartPole
   PPO iteration (the range alone costs tens of microseconds in the loop).
 * :func:`fused_adam_step`: ``FusedAdam``'s step as torch's own fused Adam
   kernel call (``torch._fused_adam_``) on the same state, without
   ``Adam.step``'s per-step Python (gathering its lists, grouping by device):
-  the same bits, 2-4% of a CartPole PPO iteration (the step hooks still run
+  the same bits, 2-3% of a CartPole PPO iteration (the step hooks still run
   around it).  A first step, a grad scaler's flags or any option but the
   plain ones take torch's step.
 * :func:`relu_mlp`: ``CriticNetworks``' stacked ReLU MLP with a hand-written
@@ -154,7 +155,8 @@ def unwrapped_step(optimizer: torch.optim.Optimizer) -> bool:
 
 _ADAM_OPTIONS = ("fused", "amsgrad", "maximize", "capturable", "differentiable",
                  "decoupled_weight_decay")
-_PLAIN_ADAM = (True, False, False, False, False, False)  # torch < 2.6 lacks the last: None
+_PLAIN_ADAM = (True, False, False, False, False, False)
+_PLAIN_ADAMS = (_PLAIN_ADAM, _PLAIN_ADAM[:-1] + (None,))  # torch < 2.6 lacks the last option
 _NONES = itertools.repeat(None)
 
 
@@ -186,7 +188,7 @@ def fused_adam_step(optimizer: torch.optim.Adam) -> bool:
     for group, (params, *state) in zip(optimizer.param_groups, plan[2]):
         grads = [p.grad for p in params]
         if (any(map(operator.is_, grads, _NONES)) or type(group["lr"]) is not float
-                or tuple(map(group.get, _ADAM_OPTIONS)) not in plan[3]):
+                or tuple(map(group.get, _ADAM_OPTIONS)) not in _PLAIN_ADAMS):
             return False
         calls.append((group, params, grads, *state))
     with torch.no_grad():
@@ -212,8 +214,8 @@ def _adam_plan_holds(plan: tuple, optimizer: torch.optim.Adam) -> bool:
 
 
 def _adam_plan(optimizer: torch.optim.Adam) -> Optional[tuple]:
-    """``(state, group keys, [(params, exp_avgs, exp_avg_sqs, steps)] per group, the plain
-    options)``, or None where ``fused_adam_step`` cannot step."""
+    """``(state, group keys, [(params, exp_avgs, exp_avg_sqs, steps)] per group)``, or None
+    where ``fused_adam_step`` cannot step."""
     lists = []
     for group in optimizer.param_groups:
         params = list(group["params"])
@@ -223,7 +225,7 @@ def _adam_plan(optimizer: torch.optim.Adam) -> Optional[tuple]:
             return None
         lists.append((params, *([s[k] for s in states] for k in ("exp_avg", "exp_avg_sq", "step"))))
     keys = [(g, g["params"], len(g["params"]), g["betas"]) for g in optimizer.param_groups]
-    return optimizer.state, keys, lists, (_PLAIN_ADAM, _PLAIN_ADAM[:-1] + (None,))
+    return optimizer.state, keys, lists
 
 
 _is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (

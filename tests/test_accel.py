@@ -184,8 +184,8 @@ def _adam_pair(**kwargs):
 
 
 def _steps(pairs, n, first=0):
-    """``n`` steps of both with the same gradients: the first by ``step()`` through torch's
-    Adam (the fast path refused), the second through ``FusedAdam.step`` as it is."""
+    """``n`` steps of both with the same gradients: the first through torch's ``Adam.step``
+    (around ``FusedAdam.step`` and its fast path), the second through ``FusedAdam.step``."""
     plain, fast = pairs
     for i in range(first, first + n):
         for params, _ in pairs:

@@ -181,7 +181,7 @@ class EntropyTargetAlgorithm(EntropyController):
         return dict(avg_entropy=self.avg_entropy, stage=self._stage, update_rate=self._update_rate)
 
     def _after_update(self, unreachable: Any) -> None:
-        super()._after_update(unreachable)  # looks once, on the host path or at a summary step
+        super()._after_update(unreachable)  # the stuck check below: host path or summary step
         if ("stuck" not in self._warned and self._target.updates >= self._stuck_after
                 and (unreachable is not None or summary.should_record_summaries())):
             self._warned.add("stuck")

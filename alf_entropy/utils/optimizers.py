@@ -126,6 +126,12 @@ def clip_grad_norms_(params: List[torch.Tensor], max_norm: float,
     return norms
 
 
+def _step(opt: torch.optim.Optimizer) -> None:
+    """``opt.step()``, without torch's wrapper where nothing needs it (tens of us a step)."""
+    if not accel.unwrapped_step(opt):
+        opt.step()
+
+
 def _takes_found_inf(opt: torch.optim.Optimizer) -> bool:
     """Whether ``opt`` skips in its kernel when given ``found_inf`` (torch's fused
     Adam/AdamW, as ``GradScaler`` uses them; ``BatchedAdam`` per member)."""
@@ -161,8 +167,7 @@ def masked_optimizer_step(optimizers: List[torch.optim.Optimizer], ok: torch.Ten
     """
     if not sync_free and bool(ok.all()):
         for opt in optimizers:
-            if not accel.unwrapped_step(opt):  # torch's wrapper: tens of us in the loop
-                opt.step()
+            _step(opt)
         return
     if not sync_free and not bool(ok.any()):
         return
@@ -174,7 +179,7 @@ def masked_optimizer_step(optimizers: List[torch.optim.Optimizer], ok: torch.Ten
             continue
         opt.found_inf = skip
         try:
-            opt.step()
+            _step(opt)
         finally:
             del opt.found_inf
     if not rest:
@@ -185,7 +190,7 @@ def masked_optimizer_step(optimizers: List[torch.optim.Optimizer], ok: torch.Ten
                   for opt in rest for g in opt.param_groups for p in g["params"]]
     old_params = [p.detach().clone() for p in params]
     for opt in rest:
-        opt.step()
+        _step(opt)
     with torch.no_grad():
         for p, old in zip(params, old_params):
             p.copy_(torch.where(ok, p, old))
