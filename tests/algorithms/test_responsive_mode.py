@@ -184,5 +184,7 @@ def test_cuda_responsive_mode_matches_the_cpu_and_never_syncs():
     for i, neg in enumerate(negs):
         box["i"] = i
         cpu.calc_loss(Experience(step_type=step_type), info(neg))
-    for a, b in zip(cpu._state(), gpu._state()):
-        torch.testing.assert_close(a, b.cpu(), atol=1e-6, rtol=0)
+    cpu_state, gpu_state = cpu.state_dict(), gpu.state_dict()
+    assert cpu_state.keys() == gpu_state.keys() and len(cpu_state) > 0
+    for name, value in cpu_state.items():
+        torch.testing.assert_close(value, gpu_state[name].cpu(), atol=1e-6, rtol=0, msg=name)
