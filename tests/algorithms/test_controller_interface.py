@@ -1,6 +1,6 @@
 """One interface test over every entropy controller.
 
-Each controller (staged, SGD, nested, fixed) is driven through the same calls
+Each controller (staged, SGD, nested, fixed, PID, linear PID) is driven through the same calls
 with no ``isinstance`` checks: ``adjust_alpha`` with a float or a tensor,
 ``entropy_loss`` with and without a mask, ``train_step``/``calc_loss``,
 ``predict_step``, the common properties and ``from_space``, on the CPU and
@@ -22,6 +22,7 @@ from alf_entropy.algorithms.entropy_target_algorithm import (
     SGDEntropyTargetAlgorithm,
 )
 from alf_entropy.algorithms.pid_entropy_target_algorithm import PIDEntropyTargetAlgorithm
+from alf_entropy.controllers import LinearPIDEntropyTargetAlgorithm
 from alf_entropy.data_structures import AlgStep, Experience, StepType
 from alf_entropy.tensor_specs import BoundedTensorSpec
 
@@ -37,6 +38,7 @@ FACTORIES = {
     ),
     "fixed": lambda: FixedEntropyCoefficient.from_space(SPACE, alpha=0.2),
     "pid": lambda: PIDEntropyTargetAlgorithm.from_space(SPACE, target_entropy=0.5),
+    "linear_pid": lambda: LinearPIDEntropyTargetAlgorithm.from_space(SPACE, target_entropy=0.5),
 }
 DEVICES = [
     "cpu",
