@@ -356,7 +356,7 @@ def processes_main(ks: List[int], iterations: int, algorithm: str, hidden: int,
           "'per core': divided by the cores the layout keeps busy. One measurement each, on a "
           "machine shared with other jobs: take ratios as +-15 %.")
     print(f"Load average (1 min): {load:.2f} at the start, {os.getloadavg()[0]:.2f} at the end.")
-    if algorithm == "sac":
+    if algorithm == "sac" and device == "cpu":  # (sac_parts times the CPU's parts)
         from batched_sac import sac_parts
 
         k = max(ks)
