@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One short device check for a session that has a GPU (see the device tool), most
 # important first, each step under its own time limit (at most 9 minutes in all;
-# on an H200 on 2026-12-04 the first four took 18, 18, 110 and about 120 s):
+# on an H200 on 2026-12-04 the first four took 18, 18, 113 and 55 s):
 # the CUDA tests (they skip without CUDA), the controller benchmark on CUDA,
 # SAC K = 8 agents in one process against one run on CUDA (issue 42's ratio),
 # SAC's update speed against SB3's on CUDA, and PPO K = 16 agents in one process
