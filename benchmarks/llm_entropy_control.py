@@ -202,13 +202,16 @@ def run_probe(kind: str, vocab: int, lr: float, seed: int, steps: int, target_va
 
 
 def run_toy(kind: str, lr: float, seed: int, steps: int, target_value: float,
-            scheduled: bool, batch: int, out_dir: str, task: str = "letter") -> Dict[str, float]:
+            scheduled: bool, batch: int, out_dir: str, task: str = "letter",
+            balanced: bool = False) -> Dict[str, float]:
     """One GRPO run of TRL's ``GRPOTrainer`` on the toy task; returns its metrics.
 
     The package's controllers go in through ``add_entropy_control``; TRL's own
     rule is TRL's code (a callback moves ``args.entropy_target`` along a
     schedule).  The controller's cost is the time of the callback's
-    ``on_step_end``; a step's is TRL's ``step_time``.
+    ``on_step_end``; a step's is TRL's ``step_time``.  ``balanced``: the prompts in the
+    dataset's order (TRL's ``shuffle_dataset=False``), so each step of 32 completions
+    holds each of the 8 prompts once.
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import transformers
@@ -241,7 +244,7 @@ def run_toy(kind: str, lr: float, seed: int, steps: int, target_value: float,
         output_dir=out_dir, max_steps=steps, learning_rate=lr, lr_scheduler_type="constant",
         per_device_train_batch_size=batch, num_generations=4, max_completion_length=8,
         logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, seed=seed,
-        data_seed=seed, disable_tqdm=True, **extra)
+        data_seed=seed, disable_tqdm=True, shuffle_dataset=not balanced, **extra)
     trainer = GRPOTrainer(model=tiny_causal_lm(seed, len(tokenizer)),
                           reward_funcs=toy_reward if task == "letter" else vowel_reward,
                           args=config, train_dataset=toy_dataset(), processing_class=tokenizer)
@@ -318,6 +321,8 @@ def main(argv: List[str] = None) -> None:
                         "second task: 28 tokens, another order)")
     parser.add_argument("--toy_batch", type=int, default=32, help="completions per step (4 per "
                         "prompt: 32 is 8 prompts)")
+    parser.add_argument("--toy_balanced", action="store_true", help="each step holds each "
+                        "prompt once (not shuffled): no noise from the batch's prompt mix")
     parser.add_argument("--vocab", type=int, nargs="+", default=[32_000, 150_000])
     parser.add_argument("--lrs", type=float, nargs="+", default=[0.03, 0.1, 0.3])
     parser.add_argument("--steps", type=int, default=300)
@@ -355,7 +360,7 @@ def main(argv: List[str] = None) -> None:
                 for lr in args.toy_lrs:
                     run_all(f"tiny GPT-2, {args.toy_task}", name, lr, lambda kind, s: run_toy(
                         kind, lr, s, args.toy_steps, t, scheduled, args.toy_batch, out_dir,
-                        args.toy_task))
+                        args.toy_task, args.toy_balanced))
     if "probe" in args.tasks:
         for vocab in args.vocab:
             for scheduled in schedules:
