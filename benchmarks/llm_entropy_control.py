@@ -2,7 +2,7 @@
 
 Usage::
 
-    python benchmarks/llm_entropy_control.py --controllers trl_0.005 trl_0.05 lm  # ~1.5 h
+    python benchmarks/llm_entropy_control.py --controllers trl_0.005 trl_0.05 lm --jobs 16
     python benchmarks/llm_entropy_control.py --tasks toy --seeds 0 --toy_lrs 0.01
 
 The toy task (``alf_entropy.integrations.toy_lm``, needs the ``trl`` extra): TRL
@@ -10,7 +10,8 @@ The toy task (``alf_entropy.integrations.toy_lm``, needs the ``trl`` extra): TRL
 character tokenizer on a verifiable toy reward (``--toy_task letter``: the
 prompt's first letter, 39 tokens, at most ln 39 = 3.66 nats; ``vowel``: a
 second task, vowels rewarded, 28 tokens in another order); ``--toy_batch``
-completions of 8 tokens per step (32: 8 prompts x 4), Adam at ``--toy_lrs``,
+completions of 8 tokens per step (32: each of the 8 prompts 4 times, so the
+step's prompt mix adds no noise; ``--toy_shuffled`` draws them), Adam at ``--toy_lrs``,
 ``--toy_steps`` steps.  Without a bonus the entropy collapses.  The package's
 controllers go in through ``add_entropy_control``; TRL's rule is TRL's own
 code.  Targets: ``--toy_target`` and a linear schedule from ``1.1 x`` to it
@@ -60,10 +61,12 @@ commit, versions and machine.
 """
 import argparse
 import math
+import multiprocessing
 import os
 import sys
 import tempfile
 import time
+from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Dict, List
 
 import numpy as np
@@ -203,15 +206,15 @@ def run_probe(kind: str, vocab: int, lr: float, seed: int, steps: int, target_va
 
 def run_toy(kind: str, lr: float, seed: int, steps: int, target_value: float,
             scheduled: bool, batch: int, out_dir: str, task: str = "letter",
-            balanced: bool = False) -> Dict[str, float]:
+            shuffled: bool = False) -> Dict[str, float]:
     """One GRPO run of TRL's ``GRPOTrainer`` on the toy task; returns its metrics.
 
     The package's controllers go in through ``add_entropy_control``; TRL's own
     rule is TRL's code (a callback moves ``args.entropy_target`` along a
     schedule).  The controller's cost is the time of the callback's
-    ``on_step_end``; a step's is TRL's ``step_time``.  ``balanced``: the prompts in the
-    dataset's order (TRL's ``shuffle_dataset=False``), so each step of 32 completions
-    holds each of the 8 prompts once.
+    ``on_step_end``; a step's is TRL's ``step_time``.  The prompts come in the dataset's
+    order, so each step of 32 completions holds each of the 8 prompts once; ``shuffled``
+    draws them at random (TRL's ``shuffle_dataset``).
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import transformers
@@ -244,7 +247,7 @@ def run_toy(kind: str, lr: float, seed: int, steps: int, target_value: float,
         output_dir=out_dir, max_steps=steps, learning_rate=lr, lr_scheduler_type="constant",
         per_device_train_batch_size=batch, num_generations=4, max_completion_length=8,
         logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, seed=seed,
-        data_seed=seed, disable_tqdm=True, shuffle_dataset=not balanced, **extra)
+        data_seed=seed, disable_tqdm=True, shuffle_dataset=shuffled, **extra)
     trainer = GRPOTrainer(model=tiny_causal_lm(seed, len(tokenizer)),
                           reward_funcs=toy_reward if task == "letter" else vowel_reward,
                           args=config, train_dataset=toy_dataset(), processing_class=tokenizer)
@@ -321,8 +324,8 @@ def main(argv: List[str] = None) -> None:
                         "second task: 28 tokens, another order)")
     parser.add_argument("--toy_batch", type=int, default=32, help="completions per step (4 per "
                         "prompt: 32 is 8 prompts)")
-    parser.add_argument("--toy_balanced", action="store_true", help="each step holds each "
-                        "prompt once (not shuffled): no noise from the batch's prompt mix")
+    parser.add_argument("--toy_shuffled", action="store_true", help="draw each step's prompts "
+                        "at random (the toy before 2026-12-04): the prompt mix adds noise")
     parser.add_argument("--vocab", type=int, nargs="+", default=[32_000, 150_000])
     parser.add_argument("--lrs", type=float, nargs="+", default=[0.03, 0.1, 0.3])
     parser.add_argument("--steps", type=int, default=300)
@@ -330,51 +333,74 @@ def main(argv: List[str] = None) -> None:
     parser.add_argument("--positions", type=int, default=8)
     parser.add_argument("--group", type=int, default=16)
     parser.add_argument("--logit_std", type=float, default=4.0)
+    parser.add_argument("--jobs", type=int, default=1, help="runs at a time, each in its own "
+                        "process of one torch thread (the rows are the same as with 1)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     schedules = [False] if args.no_schedule else [False, True]
-    print(f"LLM entropy control ({stamp(['trl', 'transformers'])}); seeds {args.seeds}\n")
+    print(f"LLM entropy control ({stamp(['trl', 'transformers'])}); seeds {args.seeds}"
+          f"{f', {args.jobs} processes' if args.jobs > 1 else ''}\n")
     print(HEADER)
     pids = [kind for kind in args.controllers if kind.partition(":")[0] in ("pid", "lm")]
     best = []  # per (task, target, lr): each seed's lowest RMSE among the PID rows
+    pending = []  # cells submitted, their rows not printed yet (printed in order)
+    pool = (ProcessPoolExecutor(args.jobs, multiprocessing.get_context("spawn"),
+                                initializer=torch.set_num_threads, initargs=(1,))
+            if args.jobs > 1 else None)
 
-    def run_all(task, name, lr, run):
-        by_kind = {}
-        for kind in args.controllers:
-            by_kind[kind] = [run(kind, s) for s in args.seeds]
-            print(row(task, name, lr, kind, by_kind[kind]), flush=True)
-        if len(pids) > 1:
-            per_seed = zip(*([r["rmse"] for r in by_kind[k]] for k in pids))
-            lowest = [min(v for v in rmses if not math.isnan(v)) for rmses in per_seed
-                      if not all(math.isnan(v) for v in rmses)]
-            spread = f" [{min(lowest):.2f}, {max(lowest):.2f}]" if lowest else ""
-            best.append(f"| {task} | {name} | {lr:g} | "
-                        f"{float(np.mean(lowest)) if lowest else math.nan:.3f}{spread} | "
-                        f"{len(lowest)}/{len(args.seeds)} |")
+    def submit(fn, *fn_args):
+        if pool is not None:
+            return pool.submit(fn, *fn_args)
+        done = Future()
+        done.set_result(fn(*fn_args))
+        return done
 
-    if "toy" in args.tasks:
-        with tempfile.TemporaryDirectory() as out_dir:
+    def print_rows(wait: bool) -> None:
+        while pending and (wait or all(f.done() for fs in pending[0][3].values() for f in fs)):
+            task, name, lr, futures = pending.pop(0)
+            by_kind = {kind: [f.result() for f in fs] for kind, fs in futures.items()}
+            for kind, rows in by_kind.items():
+                print(row(task, name, lr, kind, rows), flush=True)
+            if len(pids) > 1:
+                per_seed = zip(*([r["rmse"] for r in by_kind[k]] for k in pids))
+                lowest = [min(v for v in rmses if not math.isnan(v)) for rmses in per_seed
+                          if not all(math.isnan(v) for v in rmses)]
+                spread = f" [{min(lowest):.2f}, {max(lowest):.2f}]" if lowest else ""
+                best.append(f"| {task} | {name} | {lr:g} | "
+                            f"{float(np.mean(lowest)) if lowest else math.nan:.3f}{spread} | "
+                            f"{len(lowest)}/{len(args.seeds)} |")
+
+    def run_all(task, name, lr, fn, seed_args):
+        """Submits ``fn(kind, *seed_args(seed))`` for each controller and seed."""
+        pending.append((task, name, lr, {kind: [submit(fn, kind, *seed_args(s))
+                                                for s in args.seeds] for kind in args.controllers}))
+        print_rows(wait=False)
+
+    with tempfile.TemporaryDirectory() as out_dir:
+        if "toy" in args.tasks:
             for scheduled in schedules:
                 t = args.toy_target
                 name = f"{1.1 * t:g} -> {t:g}" if scheduled else f"{t:g}"
                 for lr in args.toy_lrs:
-                    run_all(f"tiny GPT-2, {args.toy_task}", name, lr, lambda kind, s: run_toy(
-                        kind, lr, s, args.toy_steps, t, scheduled, args.toy_batch, out_dir,
-                        args.toy_task, args.toy_balanced))
-    if "probe" in args.tasks:
-        for vocab in args.vocab:
-            for scheduled in schedules:
-                t = args.target
-                name = f"{1.5 * t:g} -> {t:g}" if scheduled else f"{t:g}"
-                for lr in args.lrs:
-                    run_all(f"probe V={vocab}", name, lr, lambda kind, s: run_probe(
-                        kind, vocab, lr, s, args.steps, t, scheduled, args.positions,
-                        args.group, args.logit_std))
+                    run_all(f"tiny GPT-2, {args.toy_task}", name, lr, run_toy, lambda s: (
+                        lr, s, args.toy_steps, t, scheduled, args.toy_batch, out_dir,
+                        args.toy_task, args.toy_shuffled))
+        if "probe" in args.tasks:
+            for vocab in args.vocab:
+                for scheduled in schedules:
+                    t = args.target
+                    name = f"{1.5 * t:g} -> {t:g}" if scheduled else f"{t:g}"
+                    for lr in args.lrs:
+                        run_all(f"probe V={vocab}", name, lr, run_probe, lambda s: (
+                            vocab, lr, s, args.steps, t, scheduled, args.positions,
+                            args.group, args.logit_std))
+        print_rows(wait=True)
+    if pool is not None:
+        pool.shutdown()
     if best:
         print(f"\nEach seed's lowest RMSE among {', '.join(pids)} (chosen after the run):\n")
         print("| task | target | lr | RMSE [seeds' range] | reached |\n|---|---|---|---|---|")
         print("\n".join(best))
-
 
 if __name__ == "__main__":
     main(sys.argv[1:])
