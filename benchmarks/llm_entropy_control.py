@@ -75,7 +75,7 @@ from stamp import stamp
 
 from alf_entropy import BoundedTensorSpec, EntropyTargetAlgorithm, PIDEntropyTargetAlgorithm
 from alf_entropy.experiments import control_metrics
-from alf_entropy.integrations.llm import LM_SETTINGS, lm_controller
+from alf_entropy.integrations.llm import lm_controller
 from alf_entropy.utils import schedulers
 from alf_entropy.utils.schedulers import LinearScheduler
 
@@ -83,6 +83,8 @@ CONTROLLERS = ("none", "trl_0.005", "trl_0.05", "lm", "pid", "staged")
 PID_SETTINGS = ("initial_alpha", *PIDEntropyTargetAlgorithm(
     BoundedTensorSpec((), torch.int64, 0, 1), target_entropy=0.5).settings)
 """What ``pid:name=value`` may change: the PID's constructor settings."""
+LM_NAMES = ("initial_alpha", *lm_controller(2, 0.5).settings)
+"""What ``lm:name=value`` may change: the linear PID's constructor settings."""
 
 
 class TRLRule:
@@ -114,14 +116,15 @@ def controller_kind(text: str) -> str:
     """``argparse`` type of ``--controllers``: a name of ``CONTROLLERS`` or ``pid:k=v,...``."""
     name, _, changes = text.partition(":")
     try:
-        names = {"pid": PID_SETTINGS, "lm": LM_SETTINGS.keys()}.get(name, ())
+        names = {"pid": PID_SETTINGS, "lm": LM_NAMES}.get(name, ())
         valid = name in CONTROLLERS and pid_changes(text).keys() <= set(names)
     except ValueError:
         valid = False
     if not valid:
         raise argparse.ArgumentTypeError(
             f"{text!r}: one of {CONTROLLERS}, or pid:name=value,... (lm:name=value,...) with "
-            f"names of PIDEntropyTargetAlgorithm's settings (of LM_SETTINGS), e.g. pid:kp=12,kd=5")
+            f"names of PIDEntropyTargetAlgorithm's (LinearPIDEntropyTargetAlgorithm's) "
+            f"settings, e.g. pid:kp=12,kd=5")
     return text
 
 

@@ -15,18 +15,20 @@ __all__ = ["LinearPIDEntropyTargetAlgorithm", "linear_pid_rule"]
 
 # integral: in coefficient units, in [min_alpha, max_alpha]; level: the smoothed entropy
 LinearPIDState = namedtuple("LinearPIDState", "log_alpha integral level count")
-LinearPIDConsts = namedtuple("LinearPIDConsts", "kp ki kd beta lo hi")
+LinearPIDConsts = namedtuple("LinearPIDConsts", "kp ki kd beta lo hi g0 gslope")
 
 
 def linear_pid_rule(x: Any, s: LinearPIDState, entropy: Any, target: Any,
                     c: LinearPIDConsts) -> LinearPIDState:
-    """``coef = clip(kp e + I - kd d(level))``, ``I = clip(I + ki e)``, ``e = target - H``."""
+    """``coef = clip(I + g (kp e - kd d(level)))``, ``I = clip(I + ki e)``, ``e = target - H``;
+    ``g = min(1, g0 + gslope I)`` scales the kicks with the coefficient's level."""
     first = s.count == 0
     level = x.where(first, entropy, c.beta * s.level + (1.0 - c.beta) * entropy)
     err = target - entropy
+    gain = x.minimum(c.g0 + c.gslope * s.integral, 1.0)
     integral = x.clip(s.integral + c.ki * err, c.lo, c.hi)
-    coef = x.clip(c.kp * err + integral - c.kd * (level - x.where(first, entropy, s.level)),
-                  c.lo, c.hi)
+    kick = c.kp * err - c.kd * (level - x.where(first, entropy, s.level))
+    coef = x.clip(integral + gain * kick, c.lo, c.hi)
     return LinearPIDState(x.log(coef), integral, level, s.count + 1)
 
 
@@ -41,6 +43,10 @@ class LinearPIDEntropyTargetAlgorithm(EntropyController):
         ki: integral gain, coefficient per nat and update (>= 0).
         kd: derivative gain on the smoothed entropy's change, coefficient per nat (>= 0).
         trend_ema: smoothing of the entropy for the derivative, in ``[0, 1)``.
+        gain_alpha: the integral from which the P and D terms act in full (0: always); below
+            it they shrink linearly to ``min_gain`` of themselves at 0 (the plant's gain
+            grows as the coefficient that holds the target shrinks).
+        min_gain: their share at an integral of 0, in ``(0, 1]``.
 
     Examples:
         >>> import torch
@@ -59,24 +65,28 @@ class LinearPIDEntropyTargetAlgorithm(EntropyController):
 
     def __init__(self, action_spec: Any, initial_alpha: float = 0.1, target_entropy: Any = None,
                  kp: float = 0.3, ki: float = 0.05, kd: float = 3.0, trend_ema: float = 0.5,
+                 gain_alpha: float = 0.0, min_gain: float = 1 / 3,
                  min_alpha: float = 1e-4, max_alpha: Optional[float] = None,
                  update_mode: str = "auto", batch_shape: Sequence[int] = (),
                  debug_summaries: bool = False, name: str = "LinearPIDEntropyTargetAlgorithm",
                  **unknown: Any):
         super().__init__(action_spec, target_entropy, initial_alpha, min_alpha, max_alpha,
                          update_mode, batch_shape, debug_summaries, name)
-        self._take(unknown, kp=kp, ki=ki, kd=kd, trend_ema=trend_ema)
+        self._take(unknown, kp=kp, ki=ki, kd=kd, trend_ema=trend_ema, gain_alpha=gain_alpha,
+                   min_gain=min_gain)
         self.register_buffer("_integral", self._full(initial_alpha))
         self.register_buffer("_level", self._full(0.0))
         self.register_buffer("_count", self._full(0, torch.int64))
 
     def _constants(self, s: Dict[str, Any]) -> LinearPIDConsts:
-        for arg in ("kp", "ki", "kd"):
+        for arg in ("kp", "ki", "kd", "gain_alpha"):
             check_real(arg, s[arg], minimum=0.0)
         check_real("trend_ema", s["trend_ema"], minimum=0.0, below=1.0)
-        lo, hi = max(s["min_alpha"], 0.0), s["max_alpha"]
+        check_real("min_gain", s["min_gain"], above=0.0, maximum=1.0)
+        lo, hi, g0 = max(s["min_alpha"], 0.0), s["max_alpha"], s["min_gain"]
+        g0, gslope = (g0, (1.0 - g0) / s["gain_alpha"]) if s["gain_alpha"] > 0 else (1.0, 0.0)
         return LinearPIDConsts(*map(f32, (s["kp"], s["ki"], s["kd"], s["trend_ema"], lo,
-                                          math.inf if hi is None else hi)))
+                                          math.inf if hi is None else hi, g0, gslope)))
 
     @property
     def integral(self) -> torch.Tensor:
