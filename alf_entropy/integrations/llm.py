@@ -43,8 +43,8 @@ from alf_entropy.utils.checks import check_int, check_real, is_real
 __all__ = ["StepEntropyControl", "lm_controller", "LM_SETTINGS", "controller_alpha_bounds",
            "encode_state", "decode_state"]
 
-LM_SETTINGS = dict(kp=0.3, ki=0.05, kd=3.0, trend_ema=0.5, initial_alpha=0.0, min_alpha=0.0,
-                   max_alpha=1.0)
+LM_SETTINGS = dict(kp=0.5, ki=0.05, kd=6.0, trend_ema=0.5, gain_alpha=0.2, min_gain=0.5,
+                   initial_alpha=0.0, min_alpha=0.0, max_alpha=1.0)
 """``lm_controller``'s settings of ``LinearPIDEntropyTargetAlgorithm`` (per nat per token)."""
 
 Target = Union[float, Callable[[], float]]
