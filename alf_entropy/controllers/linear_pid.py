@@ -43,10 +43,9 @@ class LinearPIDEntropyTargetAlgorithm(EntropyController):
         ki: integral gain, coefficient per nat and update (>= 0).
         kd: derivative gain on the smoothed entropy's change, coefficient per nat (>= 0).
         trend_ema: smoothing of the entropy for the derivative, in ``[0, 1)``.
-        gain_alpha: the integral from which the P and D terms act in full (0: always); below
-            it they shrink linearly to ``min_gain`` of themselves at 0 (the plant's gain
-            grows as the coefficient that holds the target shrinks).
-        min_gain: their share at an integral of 0, in ``(0, 1]``.
+        gain_alpha: the integral from which P and D act in full (0: always); below, their share
+            falls linearly to ``min_gain`` at 0, where a small coefficient moves the entropy much.
+        min_gain: that share at an integral of 0, in ``(0, 1]``.
 
     Examples:
         >>> import torch
@@ -83,8 +82,8 @@ class LinearPIDEntropyTargetAlgorithm(EntropyController):
             check_real(arg, s[arg], minimum=0.0)
         check_real("trend_ema", s["trend_ema"], minimum=0.0, below=1.0)
         check_real("min_gain", s["min_gain"], above=0.0, maximum=1.0)
-        lo, hi, g0 = max(s["min_alpha"], 0.0), s["max_alpha"], s["min_gain"]
-        g0, gslope = (g0, (1.0 - g0) / s["gain_alpha"]) if s["gain_alpha"] > 0 else (1.0, 0.0)
+        lo, hi, g0, ga = max(s["min_alpha"], 0.0), s["max_alpha"], s["min_gain"], s["gain_alpha"]
+        g0, gslope = (g0, (1.0 - g0) / ga) if ga > 0 else (1.0, 0.0)
         return LinearPIDConsts(*map(f32, (s["kp"], s["ki"], s["kd"], s["trend_ema"], lo,
                                           math.inf if hi is None else hi, g0, gslope)))
 

@@ -1,7 +1,7 @@
 """ALF's staged controller (``EntropyTargetAlgorithm``), step for step."""
 import math
 from collections import namedtuple
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 import gin
 import numpy as np
@@ -157,25 +157,15 @@ class EntropyTargetAlgorithm(EntropyController):
 
     stage = property(lambda self: self._stage)  # EntropyController.stage
 
-    @property
-    def update_rate(self) -> torch.Tensor:
-        """The adjust stage's step of ``log_alpha`` now."""
-        return self._update_rate
-
-    @property
-    def max_entropy(self) -> torch.Tensor:
-        """The given or estimated upper bound of the entropy."""
-        return self._max_entropy
+    update_rate = property(lambda self: self._update_rate,
+                           doc="The adjust stage's step of ``log_alpha`` now.")
+    max_entropy = property(lambda self: self._max_entropy,
+                           doc="The given or estimated upper bound of the entropy.")
 
     @property
     def avg_entropy(self) -> torch.Tensor:
         """The average entropy the stages compare."""
         return window_mean(TensorOps, self._window, self._seen)
-
-    @property
-    def target_entropy_fn(self) -> Callable[[], float]:
-        """The target as given (a scheduler, callable or ``SettledAnnealing``)."""
-        return self._target.fn
 
     def _debug_values(self) -> Dict[str, torch.Tensor]:
         return dict(avg_entropy=self.avg_entropy, stage=self._stage, update_rate=self._update_rate)

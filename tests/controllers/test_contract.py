@@ -156,3 +156,23 @@ def test_the_linear_pid_reaches_zero_above_the_target_and_rebuilds_from_it(mode)
     assert float(pid.alpha) == 1.0 and float(pid.integral) == 1.0  # clamped: no windup
     alphas = [float(pid.adjust_alpha(1.5)) for _ in range(100)]  # unwinds from the ceiling
     assert alphas[-1] == 0.0 and alphas.index(0.0) < 100
+
+
+@pytest.mark.parametrize("mode", ["host", "tensor"])
+def test_the_linear_pids_kicks_shrink_with_the_integral(mode):
+    """Below ``gain_alpha`` the P and D terms act at a share falling to ``min_gain`` at an
+    integral of 0; from ``gain_alpha`` on, in full, as without the option."""
+    def first_alpha(integral, **gain):
+        pid = LinearPIDEntropyTargetAlgorithm(FOUR, target_entropy=1.0, initial_alpha=integral,
+                                              kp=1.0, ki=0.0, min_alpha=0.0, max_alpha=1.0,
+                                              update_mode=mode, **gain)
+        return float(pid.adjust_alpha(0.8))  # e = 0.2: alpha = I + share * kp * e
+
+    gain = dict(gain_alpha=0.2, min_gain=0.5)
+    assert first_alpha(0.0) == pytest.approx(0.2)
+    assert first_alpha(0.0, **gain) == pytest.approx(0.1)
+    assert first_alpha(0.1, **gain) == pytest.approx(0.1 + 0.75 * 0.2)
+    assert first_alpha(0.3, **gain) == pytest.approx(first_alpha(0.3))
+    for bad in (dict(min_gain=0.0), dict(min_gain=1.5), dict(gain_alpha=-0.1)):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            LinearPIDEntropyTargetAlgorithm(FOUR, target_entropy=1.0, **bad)

@@ -29,6 +29,8 @@ RULES = {
     "fixed": functools.partial(FixedEntropyCoefficient, TWO),
     "linear": functools.partial(LinearPIDEntropyTargetAlgorithm, TWO, min_alpha=0.0,
                                 max_alpha=5.0, kd=0.5),
+    "linear/gain": functools.partial(LinearPIDEntropyTargetAlgorithm, TWO, min_alpha=0.0,
+                                     max_alpha=5.0, kd=0.5, gain_alpha=0.2, min_gain=0.5),
 }
 ADAPTIVE = [k for k in RULES if k != "fixed"]
 

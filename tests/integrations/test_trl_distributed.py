@@ -216,11 +216,11 @@ def test_one_process_fed_the_pooled_sums_commands_the_same_coefficients(ranks):
     assert coefs == trained
     # Fed the exact (float64) pooled sums of the micro-batches, it matches to the
     # float32 rounding of TRL's measurement (entropies within rel 1e-6).  The
-    # coefficient is linear in the entropies seen: an error of e nats in each moves
-    # it by at most (kp + 2 (1 - trend_ema) kd + steps ki) e = 3.5 e (the P term,
-    # the smoothed trend's step, the integral's sum), so its tolerance is that,
-    # absolute (a coefficient near 0 has no relative scale; the controller's own
-    # float32 rounding, ~1e-7, is far below).
+    # coefficient is I + g kick: an error of e nats in each entropy seen moves it by
+    # at most (kp + 2 (1 - trend_ema) kd + steps ki) e (the P term, the smoothed
+    # trend's step, the integral's sum; g <= 1) plus |kick| times g's move, at most
+    # gslope steps ki e, so its tolerance is that, absolute (a coefficient near 0 has
+    # no relative scale; the controller's own float32 rounding, ~1e-7, is far below).
     per_rank = [_by_step(data["micro_batches"], steps) for data in ranks]
     pooled = []
     for k in range(steps):
@@ -229,6 +229,9 @@ def test_one_process_fed_the_pooled_sums_commands_the_same_coefficients(ranks):
                        math.fsum(m["tokens"] for m in micro)))
     _, coefs, entropies = _reference(pooled, steps, ranks[0]["vocab_size"])
     assert entropies == pytest.approx([h["entropy"] for h in history], rel=1e-6, abs=0)
-    gain = LM_SETTINGS["kp"] + 2 * (1 - LM_SETTINGS["trend_ema"]) * LM_SETTINGS["kd"]
-    gain += steps * LM_SETTINGS["ki"]
+    kp, ki, kd, ema = (LM_SETTINGS[k] for k in ("kp", "ki", "kd", "trend_ema"))
+    gslope = (1 - LM_SETTINGS["min_gain"]) / LM_SETTINGS["gain_alpha"]
+    kick = kp * max(abs(trl_workers.TARGET - h) for h in entropies) + kd * (1 - ema) * (
+        max(entropies) - min(entropies))
+    gain = kp + 2 * (1 - ema) * kd + steps * ki * (1 + gslope * kick)
     assert coefs == pytest.approx(trained, rel=0, abs=gain * 1e-6 * max(entropies))
