@@ -12,17 +12,7 @@
 # machine lacks); then run `bash benchmarks/gpu_check.sh` there from the
 # repository root with `.whl` carried.
 set -uo pipefail
-PY=${PYTHON:-python3}  # the GPU machine's python3 holds torch
-LOGS=${OUT:-/tmp/gpu_check}
-mkdir -p "$LOGS"
-if [ -d .whl ]; then
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/site .whl/*.whl || exit 1
-    export PYTHONPATH="/tmp/site:$PWD"
-else
-    export PYTHONPATH="$PWD"
-fi
-export PYTHONUNBUFFERED=1
+. benchmarks/device_env.sh /tmp/gpu_check
 "$PY" -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print(torch.__version__, torch.cuda.get_device_name(0))" || exit 1
 failed=0
 step() {  # step NAME SECONDS COMMAND...

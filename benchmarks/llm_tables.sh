@@ -7,18 +7,9 @@
 # LIMIT=540 stops each toy's command after 540 s (the rows done by then are printed).
 # Usage (repository root): JOBS=16 bash benchmarks/llm_tables.sh ["lm:kd=6 ..."]
 set -uo pipefail
-PY=${PYTHON:-python3}
-LOGS=${OUT:-/tmp/llm_tables}
+. benchmarks/device_env.sh /tmp/llm_tables
 JOBS=${JOBS:-16}
-mkdir -p "$LOGS"
-if [ -d .whl ]; then
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/site .whl/*.whl || exit 1
-    export PYTHONPATH="/tmp/site:$PWD"
-else
-    export PYTHONPATH="$PWD"
-fi
-export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+export HF_HUB_OFFLINE=1
 extra=${1:-}
 # each toy's share of the processes, by its runs (18 and 6 per controller)
 n=$(wc -w <<< "$extra")
