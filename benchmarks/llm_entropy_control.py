@@ -339,6 +339,8 @@ def main(argv: List[str] = None) -> None:
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time, each in its own "
                         "process of one torch thread (the rows are the same as with 1)")
     args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs must be at least 1, got {args.jobs}")
     torch.set_num_threads(1)
     schedules = [False] if args.no_schedule else [False, True]
     print(f"LLM entropy control ({stamp(['trl', 'transformers'])}); seeds {args.seeds}"
