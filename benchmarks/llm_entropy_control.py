@@ -60,13 +60,13 @@ the worst seed's overshoot) are printed as Markdown, stamped with date,
 commit, versions and machine.
 """
 import argparse
+import contextlib
 import math
 import multiprocessing
 import os
 import sys
 import tempfile
 import time
-from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Dict, List
 
 import numpy as np
@@ -312,6 +312,11 @@ def row(task: str, target: str, lr: float, kind: str, rows: List[Dict[str, float
             f"{mean('ctl_s') / mean('step_s'):.2%} |")
 
 
+def _call(run: tuple) -> Dict[str, float]:
+    """``fn(*args)`` for a run ``(fn, *args)`` (a pool's worker takes one argument)."""
+    return run[0](*run[1:])
+
+
 def main(argv: List[str] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tasks", nargs="+", default=["toy", "probe"], choices=["toy", "probe"])
@@ -348,38 +353,11 @@ def main(argv: List[str] = None) -> None:
     print(HEADER)
     pids = [kind for kind in args.controllers if kind.partition(":")[0] in ("pid", "lm")]
     best = []  # per (task, target, lr): each seed's lowest RMSE among the PID rows
-    pending = []  # cells submitted, their rows not printed yet (printed in order)
-    pool = (ProcessPoolExecutor(args.jobs, multiprocessing.get_context("spawn"),
-                                initializer=torch.set_num_threads, initargs=(1,))
-            if args.jobs > 1 else None)
+    cells = []  # (task, target's name, lr, [(fn, kind, *args) per controller and seed])
 
-    def submit(fn, *fn_args):
-        if pool is not None:
-            return pool.submit(fn, *fn_args)
-        done = Future()
-        done.set_result(fn(*fn_args))
-        return done
-
-    def print_rows(wait: bool) -> None:
-        while pending and (wait or all(f.done() for fs in pending[0][3].values() for f in fs)):
-            task, name, lr, futures = pending.pop(0)
-            by_kind = {kind: [f.result() for f in fs] for kind, fs in futures.items()}
-            for kind, rows in by_kind.items():
-                print(row(task, name, lr, kind, rows), flush=True)
-            if len(pids) > 1:
-                per_seed = zip(*([r["rmse"] for r in by_kind[k]] for k in pids))
-                lowest = [min(v for v in rmses if not math.isnan(v)) for rmses in per_seed
-                          if not all(math.isnan(v) for v in rmses)]
-                spread = f" [{min(lowest):.2f}, {max(lowest):.2f}]" if lowest else ""
-                best.append(f"| {task} | {name} | {lr:g} | "
-                            f"{float(np.mean(lowest)) if lowest else math.nan:.3f}{spread} | "
-                            f"{len(lowest)}/{len(args.seeds)} |")
-
-    def run_all(task, name, lr, fn, seed_args):
-        """Submits ``fn(kind, *seed_args(seed))`` for each controller and seed."""
-        pending.append((task, name, lr, {kind: [submit(fn, kind, *seed_args(s))
-                                                for s in args.seeds] for kind in args.controllers}))
-        print_rows(wait=False)
+    def add_cell(task, name, lr, fn, seed_args):
+        cells.append((task, name, lr, [(fn, kind, *seed_args(s)) for kind in args.controllers
+                                       for s in args.seeds]))
 
     with tempfile.TemporaryDirectory() as out_dir:
         if "toy" in args.tasks:
@@ -387,7 +365,7 @@ def main(argv: List[str] = None) -> None:
                 t = args.toy_target
                 name = f"{1.1 * t:g} -> {t:g}" if scheduled else f"{t:g}"
                 for lr in args.toy_lrs:
-                    run_all(f"tiny GPT-2, {args.toy_task}", name, lr, run_toy, lambda s: (
+                    add_cell(f"tiny GPT-2, {args.toy_task}", name, lr, run_toy, lambda s: (
                         lr, s, args.toy_steps, t, scheduled, args.toy_batch, out_dir,
                         args.toy_task, args.toy_shuffled))
         if "probe" in args.tasks:
@@ -396,12 +374,27 @@ def main(argv: List[str] = None) -> None:
                     t = args.target
                     name = f"{1.5 * t:g} -> {t:g}" if scheduled else f"{t:g}"
                     for lr in args.lrs:
-                        run_all(f"probe V={vocab}", name, lr, run_probe, lambda s: (
+                        add_cell(f"probe V={vocab}", name, lr, run_probe, lambda s: (
                             vocab, lr, s, args.steps, t, scheduled, args.positions,
                             args.group, args.logit_std))
-        print_rows(wait=True)
-    if pool is not None:
-        pool.shutdown()
+        with (multiprocessing.get_context("spawn").Pool(args.jobs, torch.set_num_threads, (1,))
+              if args.jobs > 1 else contextlib.nullcontext()) as pool:
+            # in order, as they complete: each cell's rows print once its runs are in
+            results = (pool.imap if pool else map)(_call, [r for *_, runs in cells for r in runs])
+            for task, name, lr, runs in cells:
+                done = [next(results) for _ in runs]
+                by_kind = {k: done[i * len(args.seeds):(i + 1) * len(args.seeds)]
+                           for i, k in enumerate(args.controllers)}
+                for kind, rows in by_kind.items():
+                    print(row(task, name, lr, kind, rows), flush=True)
+                if len(pids) > 1:
+                    per_seed = zip(*([r["rmse"] for r in by_kind[k]] for k in pids))
+                    lowest = [min(v for v in rmses if not math.isnan(v)) for rmses in per_seed
+                              if not all(math.isnan(v) for v in rmses)]
+                    spread = f" [{min(lowest):.2f}, {max(lowest):.2f}]" if lowest else ""
+                    best.append(f"| {task} | {name} | {lr:g} | "
+                                f"{float(np.mean(lowest)) if lowest else math.nan:.3f}{spread} | "
+                                f"{len(lowest)}/{len(args.seeds)} |")
     if best:
         print(f"\nEach seed's lowest RMSE among {', '.join(pids)} (chosen after the run):\n")
         print("| task | target | lr | RMSE [seeds' range] | reached |\n|---|---|---|---|---|")
