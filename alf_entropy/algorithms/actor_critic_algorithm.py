@@ -8,20 +8,21 @@ steps are masked out of every loss; truncated episodes bootstrap, terminated one
 K agents (``batch_shape=(K,)``, stacked networks, built by ``ManyAgents``): the same code
 on ``[K, ...]`` tensors, every mean, normalisation, clip and skip per agent.
 """
-import contextlib
 import functools
-import math
 import operator
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import gin
 import torch
 import torch.distributions as td
 import torch.nn as nn
 
-from alf_entropy.algorithm import Algorithm, OptimizerArg, combine_loss_infos
-from alf_entropy.controllers import EntropyTargetAlgorithm, NestedEntropyTargetAlgorithm
-from alf_entropy.controllers.alf import AlfSubAlgorithm
+from alf_entropy.algorithm import Algorithm, OptimizerArg
+from alf_entropy.controllers import (
+    EntropyController,
+    EntropyTargetAlgorithm,
+    NestedEntropyTargetAlgorithm,
+)
 from alf_entropy.data_structures import (
     AlgStep,
     Experience,
@@ -42,13 +43,13 @@ __all__ = ["ActorCriticInfo", "ActorCriticLossInfo", "ActorCriticAlgorithm",
            "default_optimizer"]
 
 ActorCriticInfo = namedtuple("ActorCriticInfo", [
-    "value", "log_prob", "advantages", "returns", "entropy", "entropy_for_gradient",
-    "entropy_target"], default_value=())
+    "value", "log_prob", "advantages", "returns", "entropy", "entropy_for_gradient"],
+    default_value=())
 """Per step: ``value`` V(o), ``log_prob``; GAE ``advantages`` and ``returns``
-(``preprocess_experience``); ``entropy``, ``entropy_for_gradient`` and the controller's
-``entropy_target`` info (``train_step``)."""
+(``preprocess_experience``); ``entropy`` and ``entropy_for_gradient`` (``train_step``; nests
+like the action spec for a nested controller)."""
 
-ActorCriticLossInfo = namedtuple("ActorCriticLossInfo", ["pg_loss", "td_loss", "neg_entropy"],
+ActorCriticLossInfo = namedtuple("ActorCriticLossInfo", ["pg_loss", "td_loss", "entropy"],
                                  default_value=())
 """Per-step loss terms (``LossInfo.extra`` of ``calc_loss``)."""
 
@@ -81,8 +82,8 @@ class ActorCriticAlgorithm(Algorithm):
         entropy_regularization: a fixed entropy coefficient (>= 0, or a scheduler).
         enforce_entropy_target: let an entropy controller set the coefficient instead.
         entropy_target_cls: ``(action_spec, debug_summaries=) -> controller`` (None: ALF's).
-        entropy_target_update: ``"per_minibatch"`` (ALF's) or ``"per_iteration"``.
-        max_alpha_change_per_iteration: cap (> 1) on ``alpha``'s factor of change per iteration.
+        entropy_target_update: ``"per_minibatch"`` (ALF's) or ``"per_iteration"`` (one update
+            from the iteration's entropies: the controller's ``accumulate`` and ``step``).
         max_grad_norm: clip the gradient norm to this (``None``: no clipping).
         num_epochs: passes over each unroll (1 for A2C).
         num_minibatches: minibatches per pass (1 for A2C: the whole unroll).
@@ -106,7 +107,6 @@ class ActorCriticAlgorithm(Algorithm):
         entropy_regularization: Optional[Union[float, Callable[[], float]]] = None,
         enforce_entropy_target: bool = False, entropy_target_cls: Optional[Callable] = None,
         entropy_target_update: str = "per_minibatch",
-        max_alpha_change_per_iteration: Optional[float] = None,
         max_grad_norm: Optional[float] = 0.5, num_epochs: int = 1, num_minibatches: int = 1,
         fast_acting: bool = True, debug_summaries: bool = False,
         name: str = "ActorCriticAlgorithm", batch_shape: Tuple[int, ...] = (),
@@ -117,8 +117,6 @@ class ActorCriticAlgorithm(Algorithm):
         check_callable("value_network_ctor", value_network_ctor)
         check_choice("entropy_target_update", entropy_target_update,
                      ("per_minibatch", "per_iteration"))
-        cap = check_real("max_alpha_change_per_iteration", max_alpha_change_per_iteration,
-                         above=1.0, allow_none=True)
         if enforce_entropy_target and entropy_regularization is not None:
             raise ValueError("entropy_regularization must be None when enforce_entropy_target "
                              "is True (the entropy controller sets the coefficient)")
@@ -134,13 +132,12 @@ class ActorCriticAlgorithm(Algorithm):
                                      allow_none=True), entropy_target_update=entropy_target_update,
             num_epochs=check_int("num_epochs", num_epochs, minimum=1),
             num_minibatches=check_int("num_minibatches", num_minibatches, minimum=1))
-        self._log_alpha_cap = None if cap is None else math.log(cap)
         self._observation_spec, self._action_spec = observation_spec, action_spec
         self._entropy_regularization = (None if entropy_regularization is None
                                         else schedulers.as_scheduler(entropy_regularization))
         self._actor_network = actor_network_ctor(observation_spec, action_spec)
         self._value_network = value_network_ctor(observation_spec)
-        self._entropy_target_algorithm: Optional[Algorithm] = None
+        self._entropy_target_algorithm: Optional[EntropyController] = None
         if enforce_entropy_target:
             nested = nest.is_nested(action_spec)
             entropy_target_cls = entropy_target_cls or (
@@ -148,9 +145,9 @@ class ActorCriticAlgorithm(Algorithm):
             self._entropy_target_algorithm = entropy_target_cls(
                 action_spec, debug_summaries=debug_summaries)
         self._fast_acting = fast_acting and hasattr(self._actor_network, "sample_with_log_prob")
+        own_entropy = getattr(type(self._entropy_target_algorithm), "entropy", None)
         self._fast_training = fast_acting and hasattr(self._actor_network, "log_prob_and_entropy") \
-            and all(getattr(type(self._entropy_target_algorithm), m, f) is f for m, f in (
-                ("train_step", AlfSubAlgorithm.train_step), ("_entropy", AlfSubAlgorithm._entropy)))
+            and own_entropy in (None, EntropyController.entropy)
         # One agent's count is not saved: its checkpoints keep their layout.
         self.register_buffer("_num_skipped", torch.zeros(self.batch_shape, dtype=torch.int64),
                              persistent=bool(self.batch_shape))
@@ -162,9 +159,6 @@ class ActorCriticAlgorithm(Algorithm):
     value_network = property(lambda self: self._value_network, doc="The value network.")
     entropy_target_algorithm = property(lambda self: self._entropy_target_algorithm,
                                         doc="The entropy controller, or ``None``.")
-    num_epochs = property(lambda self: self._settings["num_epochs"], doc="Passes per unroll.")
-    num_minibatches = property(lambda self: self._settings["num_minibatches"],
-                               doc="Minibatches per pass.")
     num_skipped_updates = property(lambda self: self._num_skipped,
                                    doc="Updates skipped as not finite (``batch_shape`` int64).")
 
@@ -195,50 +189,34 @@ class ActorCriticAlgorithm(Algorithm):
         """The deterministic (mode) action, for evaluation."""
         return AlgStep(output=mode_of(self._actor_network(inputs.observation)), state=state)
 
-    def _draw(self, observation: Any) -> Tuple[Any, torch.Tensor, Any]:
-        """One draw: ``(action, log_prob, dist)`` (``dist`` None on the fast path)."""
-        gens = self.generators
-        drawn = self._fast_acting and self._actor_network.sample_with_log_prob(
-            observation, categorical_sampler(gens))
-        if drawn:
-            return (*drawn, None)
-        dist = self._actor_network(observation)
-        if isinstance(dist, td.Distribution):
-            action = draw(dist, gens)
-        else:
-            action = nest.map_structure(lambda d: draw(d, gens), dist)
-        return action, self._log_prob(dist, action), dist
-
     def rollout_step(self, inputs: TimeStep, state: Any = ()) -> AlgStep:
         """Sample an action, keep its ``log_prob`` (under ``torch.no_grad()``)."""
-        action, log_prob, dist = self._draw(inputs.observation)
-        entropy_target_info = ()
-        if not self._fast_acting and self._entropy_target_algorithm is not None:
-            # Not trained on directly: train_step recomputes the distribution.
-            entropy_target_info = self._entropy_target_algorithm.rollout_step(
-                dist, inputs.step_type, on_policy_training=False).info
-        return AlgStep(output=action, state=state,
-                       info=ActorCriticInfo(log_prob=log_prob, entropy_target=entropy_target_info))
+        gens = self.generators
+        drawn = self._fast_acting and self._actor_network.sample_with_log_prob(
+            inputs.observation, categorical_sampler(gens))
+        if not drawn:
+            dist = self._actor_network(inputs.observation)
+            action = nest.map_structure(lambda d: draw(d, gens), dist)
+            drawn = action, self._log_prob(dist, action)
+        return AlgStep(output=drawn[0], state=state, info=ActorCriticInfo(log_prob=drawn[1]))
 
     def train_step(self, inputs: Experience, state: Any = (), rollout_info: Any = ()) -> AlgStep:
-        """Recompute a flat minibatch's distribution and value, with gradients."""
+        """Recompute a flat minibatch's distribution, entropy and value, with gradients."""
         observation, controller = inputs.time_step.observation, self._entropy_target_algorithm
         fast = self._fast_training and self._actor_network.log_prob_and_entropy(
             observation, inputs.action)  # the same bits, without the distribution object
-        dist = None if fast else self._actor_network(observation)
-        log_prob, entropy = fast or (self._log_prob(dist, inputs.action), None)
-        value, info, for_gradient = self._value_network(observation), (), entropy
-        if controller is not None and fast:  # the entropy is at hand: not negated back
-            info = controller.entropy_step(entropy, entropy).info
-        elif controller is not None:  # it computes the entropy once; the loss, summaries share it
-            info = controller.train_step(dist, inputs.step_type).info
-            entropy = -_sum_leaves(info.loss.extra.neg_entropy)
-            for_gradient = -_sum_leaves(info.loss.loss)
-        elif not fast:
-            entropy, for_gradient = entropies.entropy_with_fallback(dist)
+        if fast:
+            log_prob, entropy = fast
+            for_gradient = entropy
+        else:
+            dist = self._actor_network(observation)
+            log_prob = self._log_prob(dist, inputs.action)
+            entropy_of = entropies.entropy_with_fallback if controller is None else (
+                controller.entropy)
+            entropy, for_gradient = entropy_of(dist)
         return AlgStep(output=(), state=state, info=ActorCriticInfo(
-            value=value, log_prob=log_prob, entropy=entropy, entropy_for_gradient=for_gradient,
-            entropy_target=info))
+            value=self._value_network(observation), log_prob=log_prob, entropy=entropy,
+            entropy_for_gradient=for_gradient))
 
     def preprocess_experience(self, experience: Experience,
                               final_time_step: TimeStep) -> Experience:
@@ -290,20 +268,16 @@ class ActorCriticAlgorithm(Algorithm):
         loss = pg_loss + self._settings["td_loss_weight"] * td_loss
         if self._entropy_regularization is not None:
             loss = loss - float(self._entropy_regularization()) * train_info.entropy_for_gradient
-        main = LossInfo(loss=loss, extra=ActorCriticLossInfo(
-            pg_loss=pg_loss, td_loss=td_loss, neg_entropy=-train_info.entropy))
         controller = self._entropy_target_algorithm
-        if controller is None:
-            return main
-        if self._settings["entropy_target_update"] == "per_iteration":
-            info = train_info.entropy_target  # read alpha: adjusted once per unroll
-            entropy_loss = controller.entropy_loss(
-                nest.map_structure(torch.neg, info.loss.extra.neg_entropy), mask,
-                nest.map_structure(torch.neg, info.loss.loss), update=False)
-        else:
-            entropy_loss = controller.calc_loss(experience, train_info.entropy_target,
-                                                valid_mask=mask)
-        return combine_loss_infos(main, entropy_target=entropy_loss)
+        if controller is not None:
+            per_minibatch = self._settings["entropy_target_update"] == "per_minibatch"
+            if not per_minibatch:  # one update an iteration, from all its entropies
+                controller.accumulate(train_info.entropy, mask)
+            loss = loss + controller.entropy_loss(train_info.entropy, mask,
+                                                  train_info.entropy_for_gradient,
+                                                  per_minibatch).loss
+        return LossInfo(loss=loss, extra=ActorCriticLossInfo(
+            pg_loss=pg_loss, td_loss=td_loss, entropy=_sum_leaves(train_info.entropy)))
 
     @staticmethod
     def valid_mask(experience: Experience) -> torch.Tensor:
@@ -330,56 +304,32 @@ class ActorCriticAlgorithm(Algorithm):
                           ) -> Tuple[LossInfo, ActorCriticInfo, torch.Tensor]:
         """All updates of an unroll; the last's ``(loss_info, train_info, valid_mask)``."""
         exp = self.preprocess_experience(experience, final_time_step)
-        controller = self._entropy_target_algorithm
-        once_per_unroll = (self._settings["entropy_target_update"] == "per_iteration"
-                           and controller is not None)
-        means = []  # once_per_unroll: each minibatch's mean entropy (per action leaf)
-        with self.alpha_change_capped(), self.fixed_tree():
+        with self.fixed_tree():
             for _ in range(self._settings["num_epochs"]):
                 for batch in self._minibatches(exp):
                     train_info = self.train_step(batch).info
                     loss_info = self.calc_loss(batch, train_info)
                     mask = self.valid_mask(batch)
-                    if once_per_unroll:
-                        means.append(nest.map_structure(
-                            lambda e: self._mean(-e.detach(), mask),
-                            train_info.entropy_target.loss.extra.neg_entropy))
                     loss_info, _ = self.update_with_gradient(
                         loss_info, valid_masks=mask, max_grad_norm=self._settings[
                             "max_grad_norm"], skipped_counter=self._num_skipped)
                     self.after_update()
                     last_batch = batch
-            if once_per_unroll:
-                controller.adjust_alpha(
-                    nest.map_structure(lambda *m: torch.stack(m).mean(0), *means))
+        if self._entropy_target_algorithm is not None:
+            self._entropy_target_algorithm.step()  # the iteration's end
         if summary.should_record_summaries():
             self.summarize_train(last_batch, loss_info, train_info, mask)
         return loss_info, train_info, mask
-
-    @contextlib.contextmanager
-    def alpha_change_capped(self) -> Iterator[None]:
-        """Within the block (an iteration) ``max_alpha_change_per_iteration`` holds."""
-        controller = self._entropy_target_algorithm
-        leaves = ([] if self._log_alpha_cap is None or controller is None
-                  else list(controller.leaf_algorithms().values()))
-        for leaf in leaves:
-            leaf.limit_log_alpha_span(self._log_alpha_cap)
-        try:
-            yield
-        finally:
-            for leaf in leaves:
-                leaf.limit_log_alpha_span(None)
 
     def summarize_train(self, experience: Experience, loss_info: LossInfo,
                         train_info: ActorCriticInfo, mask: torch.Tensor) -> None:
         """Each agent's ``alpha``, ``entropy``, ``target_entropy``, ``stage`` (nested: also
         per leaf), ``loss/total|pg|td``; debug: advantage, value, explained variance."""
-        extra = loss_info.extra
-        main = extra["main"] if isinstance(extra, dict) else extra
+        main = loss_info.extra
         summary.scalar("loss/total", loss_info.loss)
         summary.scalar("loss/pg", self._mean(main.pg_loss, mask))
         summary.scalar("loss/td", self._mean(main.td_loss, mask))
-        summary.scalar("entropy", self._mean(train_info.entropy, mask))
+        summary.scalar("entropy", self._mean(_sum_leaves(train_info.entropy), mask))
         summary.scalar("alpha", self.entropy_coefficient())
         controller = self._entropy_target_algorithm
         if controller is not None:

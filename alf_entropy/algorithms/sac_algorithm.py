@@ -14,7 +14,7 @@ One update on a batch of ``Transition``s (``o, a, r, d, o'``), CleanRL-style::
     a~ ~ pi(o) (reparameterised);  H = -log pi(a~|o)
     li = controller.entropy_loss(H)                 # advances alpha once
     actor_loss = -min_i Q_i(o, a~) + li.loss         # li.loss = alpha * log pi
-    loss = mean(critic_loss + actor_loss) + li.scalar_loss   # one backward, one step
+    loss = mean(critic_loss + actor_loss)            # one backward, one step
     Qtarg <- lerp(Qtarg, Q, tau)
 
 Discrete actions (Christodoulou, 2019): the critics output ``Q(o, .)`` for every
@@ -180,12 +180,6 @@ class SacAlgorithm(Algorithm):
         self._entropy_target_cls = entropy_target_cls
         self._entropy_target_algorithm = entropy_target_cls(action_spec,
                                                             debug_summaries=debug_summaries)
-        target = self._entropy_target_algorithm.target_entropy  # [K] for K agents' controller
-        if self._discrete and bool((torch.as_tensor(target) < 0).any()):
-            raise ValueError(
-                f"SacAlgorithm: target_entropy {target} is below 0 for a discrete action "
-                "(a discrete entropy is never negative, so alpha would fall forever); "
-                "negative targets such as -dim(A) are for continuous actions")
         self.register_buffer("_num_skipped", torch.zeros(self.batch_shape, dtype=torch.int64))
         self.optimizers()  # fails now, not at the first update, if a parameter has none
         self._target_pairs: Optional[tuple] = None
@@ -293,8 +287,8 @@ class SacAlgorithm(Algorithm):
             batch: a ``Transition`` of ``[N, ...]`` tensors.
 
         Returns:
-            LossInfo: ``loss`` the per-row critic + actor loss ``[N]``, ``scalar_loss`` the
-            controller's (a 0-d tensor), ``extra`` a ``SacLossInfo`` of detached scalars.
+            LossInfo: ``loss`` the per-row critic + actor loss ``[N]``, ``extra`` a
+            ``SacLossInfo`` of detached scalars.
         """
         controller = self._entropy_target_algorithm
         alpha = controller.alpha.detach()
@@ -327,7 +321,7 @@ class SacAlgorithm(Algorithm):
         critic_loss = 0.5 * (q - y.unsqueeze(0)).square().sum(0)
         li = controller.entropy_loss(entropy, mask=valid)
         actor_loss = -q_pi + li.loss
-        return LossInfo(loss=critic_loss + actor_loss, scalar_loss=li.scalar_loss,
+        return LossInfo(loss=critic_loss + actor_loss,
                         extra=SacLossInfo(critic=critic_loss.detach(), actor=actor_loss.detach(),
                                           entropy=entropy.detach(), q=q.detach().mean(0),
                                           alpha=alpha))

@@ -1,8 +1,8 @@
 """The entropy controllers, each a named state and a pure rule (``staged``, ``pid``,
-``linear_pid``, ``sgd``, ``fixed``, ``nested``) run by one driver (``driver``, ``ops``,
-``target``, ``watch``); ``base`` is their interface, ``alf`` ALF's sub-algorithm protocol."""
+``linear_pid``, ``sgd``, ``fixed``; ``nested`` composes them) run by one driver (``driver``,
+``ops``, ``target``, ``watch``); ``base`` is their interface, ``alf`` ALF's protocol."""
 from alf_entropy.controllers.alf import EntropyTargetInfo, EntropyTargetLossInfo
-from alf_entropy.controllers.base import UPDATE_MODES, EntropyController
+from alf_entropy.controllers.base import MAX_ALPHA, UPDATE_MODES, EntropyController
 from alf_entropy.controllers.fixed import FixedEntropyCoefficient
 from alf_entropy.controllers.linear_pid import LinearPIDEntropyTargetAlgorithm
 from alf_entropy.controllers.nested import NestedEntropyTargetAlgorithm
@@ -16,4 +16,4 @@ __all__ = ["EntropyController", "EntropyTargetAlgorithm", "PIDEntropyTargetAlgor
            "SGDEntropyTargetAlgorithm", "NestedEntropyTargetAlgorithm", "FixedEntropyCoefficient",
            "LinearPIDEntropyTargetAlgorithm",
            "EntropyTargetInfo", "EntropyTargetLossInfo", "UPDATE_MODES", "WINDUP_WINDOW",
-           "WATCH_EMA", "PROGRESS_GRACE", "STUCK_UPDATES", "describe_stage"]
+           "WATCH_EMA", "PROGRESS_GRACE", "STUCK_UPDATES", "MAX_ALPHA", "describe_stage"]

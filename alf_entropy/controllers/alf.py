@@ -1,57 +1,62 @@
-"""ALF's sub-algorithm protocol: the entropy of a distribution, the loss of its steps."""
+"""ALF's sub-algorithm protocol, as ALF's ``Agent`` calls it: the one place where the entropy
+travels negated (``neg_entropy``, as ALF's infos hold it)."""
 import functools
 from typing import Any, Optional, Tuple
 
 import torch
 
-from alf_entropy.algorithm import Algorithm
-from alf_entropy.data_structures import AlgStep, Experience, LossInfo, StepType, namedtuple
+from alf_entropy.data_structures import AlgStep, LossInfo, StepType, namedtuple
 from alf_entropy.utils import nest
-from alf_entropy.utils.entropies import entropy_with_fallback
 
 __all__ = ["EntropyTargetLossInfo", "EntropyTargetInfo", "AlfSubAlgorithm"]
 
 EntropyTargetLossInfo = namedtuple("EntropyTargetLossInfo", ["neg_entropy"], default_value=())
-"""``extra`` of a controller's ``LossInfo``: the per-step negative entropy."""
-EntropyTargetInfo = namedtuple("EntropyTargetInfo", ["loss"], default_value=())
-"""``info`` of a controller's ``rollout_step``/``train_step``."""
+"""``extra`` of ``calc_loss``'s ``LossInfo``: the per-step negative entropy."""
+EntropyTargetInfo = namedtuple("EntropyTargetInfo", ["step_type", "loss"], default_value=())
+"""``info`` of ``rollout_step``/``train_step``: the steps' types and their ``LossInfo``."""
 
-neg = functools.partial(nest.map_structure, torch.neg)
+_neg = functools.partial(nest.map_structure, torch.neg)
 
 
-class AlfSubAlgorithm(Algorithm):
-    """The ALF steps over a subclass's ``action_spec`` and ``_loss`` (on negated entropies)."""
+class AlfSubAlgorithm:
+    """ALF's steps over a controller's ``entropy`` and ``entropy_loss``."""
 
-    def predict_step(self, *args: Any, **kwargs: Any) -> AlgStep:
+    _on_policy: Optional[bool] = None
+
+    @property
+    def on_policy(self) -> Optional[bool]:
+        """Whether the parent trains on-policy (``rollout_step`` then trains too), as ALF's."""
+        return self._on_policy
+
+    def set_on_policy(self, is_on_policy: bool) -> None:
+        """Set ``on_policy`` (the parent algorithm does)."""
+        self._on_policy = is_on_policy
+
+    def predict_step(self, inputs: Any, state: Any = None) -> AlgStep:
         """Nothing to do when acting for evaluation."""
         return AlgStep()
 
-    def rollout_step(self, distribution: Any, step_type: Any = None,
-                     on_policy_training: bool = True) -> AlgStep:
+    def rollout_step(self, inputs: Tuple[Any, torch.Tensor], state: Any = None) -> AlgStep:
         """``train_step`` when training on-policy, else an empty ``AlgStep``."""
-        return self.train_step(distribution, step_type) if on_policy_training else AlgStep()
+        return self.train_step(inputs) if self.on_policy else AlgStep()
 
-    def train_step(self, distribution: Any, step_type: Any = None) -> AlgStep:
-        """``entropy_step`` of the policy's distribution."""
-        return self.entropy_step(*self._entropy(distribution))
+    def train_step(self, inputs: Tuple[Any, torch.Tensor], state: Any = None,
+                   rollout_info: Any = None) -> AlgStep:
+        """``inputs = (distribution, step_type)``: the info ``calc_loss`` takes."""
+        distribution, step_type = inputs
+        entropy, for_gradient = self.entropy(distribution)
+        loss = LossInfo(loss=_neg(for_gradient), extra=EntropyTargetLossInfo(_neg(entropy)))
+        return AlgStep(output=(), state=(), info=EntropyTargetInfo(step_type, loss))
 
-    def entropy_step(self, entropy: Any, entropy_for_gradient: Any) -> AlgStep:
-        """The info: loss ``-entropy_for_gradient``, ``extra.neg_entropy`` ``-entropy``."""
-        ne = neg(entropy)  # negated once where both are one
-        return AlgStep(info=EntropyTargetInfo(loss=LossInfo(extra=EntropyTargetLossInfo(ne), loss=(
-            ne if entropy_for_gradient is entropy else neg(entropy_for_gradient)))))
-
-    def _entropy(self, distribution: Any) -> Tuple[Any, Any]:
-        return entropy_with_fallback(distribution, action_spec=self.action_spec)
-
-    def calc_loss(self, experience: Experience, info: Any,
+    def calc_loss(self, info: EntropyTargetInfo,
                   valid_mask: Optional[torch.Tensor] = None) -> LossInfo:
-        """``entropy_loss`` of ``train_step``'s stacked ``info`` over valid steps not ``LAST``."""
-        mask = experience.step_type != StepType.LAST
+        """One update from the entropy of the valid steps not ``LAST``; ``-alpha * entropy``."""
+        mask = info.step_type != StepType.LAST
         if valid_mask is not None:
             try:
                 mask = mask & (valid_mask != 0)
             except RuntimeError as e:
-                raise ValueError(f"valid_mask of shape {tuple(valid_mask.shape)} does not broadcast"
-                                 f" with experience.step_type of shape {tuple(mask.shape)}") from e
-        return self._loss(info.loss.extra.neg_entropy, mask, info.loss.loss, True)
+                raise ValueError(f"valid_mask of shape {tuple(valid_mask.shape)} does not "
+                                 f"broadcast with step_type of shape {tuple(mask.shape)}") from e
+        loss = self.entropy_loss(_neg(info.loss.extra.neg_entropy), mask, _neg(info.loss.loss))
+        return loss._replace(extra=info.loss.extra)

@@ -5,7 +5,7 @@ from typing import Any, Dict, Optional, Sequence
 import gin
 import torch
 
-from alf_entropy.controllers.base import EntropyController
+from alf_entropy.controllers.base import LOG_ZERO, EntropyController
 from alf_entropy.utils.checks import check_real
 
 __all__ = ["FixedEntropyCoefficient"]
@@ -30,28 +30,33 @@ class FixedEntropyCoefficient(EntropyController):
         tensor([-0.0500, -0.0500, -0.0500, -0.0500])
     """
 
-    CLAMPED, ZERO_ALPHA = False, True  # the driver's State and _rule: log_alpha stays
-    stage = property(lambda self: torch.full_like(self._watch_count, -1, dtype=torch.int32))
+    CLAMPED = False
+    ZERO_ALPHA = True
 
     def __init__(self, action_spec: Any, initial_alpha: float = 0.1, target_entropy: Any = None,
                  min_alpha: float = 1e-4, max_alpha: Optional[float] = None,
                  update_mode: str = "auto", batch_shape: Sequence[int] = (),
                  alpha: Optional[float] = None, debug_summaries: bool = False,
-                 name: str = "FixedEntropyCoefficient", **unknown: Any):
+                 name: str = "FixedEntropyCoefficient"):
         if alpha is not None:
             if initial_alpha != 0.1:
                 raise TypeError("give the coefficient as initial_alpha or as alpha, not both")
             initial_alpha = alpha
-        super().__init__(action_spec, target_entropy, initial_alpha, min_alpha, max_alpha,
-                         update_mode, batch_shape, debug_summaries, name)
-        self._take(unknown, alpha=initial_alpha)
+        super().__init__(action_spec, target_entropy, initial_alpha, min_alpha, max_alpha, None,
+                         update_mode, batch_shape, debug_summaries, name, alpha=initial_alpha)
+        self._start()
 
-    def _constants(self, s: Dict[str, Any]) -> Any:
+    def _constants(self, s: Dict[str, Any], lo: float, hi: float) -> float:
         alpha = check_real("alpha", s["alpha"], minimum=0.0)
-        return (math.log(alpha) if alpha > 0 else -math.inf,)
+        return math.log(alpha) if alpha > 0 else LOG_ZERO
+
+    @property
+    def stage(self) -> torch.Tensor:
+        """-1: alpha is fixed."""
+        return torch.full_like(self.driver.count, -1, dtype=torch.int32)
 
     def configure(self, **changes: Any) -> None:
         """Change ``alpha`` (at once) or the bounds."""
         super().configure(**changes)
         with torch.no_grad():
-            self._log_alpha.fill_(self._c[0])
+            self.driver.log_alpha.fill_(self._consts.rule)

@@ -1,35 +1,35 @@
 """PID control of the coefficient itself (Stooke et al. 2020's PID-Lagrangian form), for a
 one-sided actuator: a log-space rule nears 0 only by decades, this one reaches 0 and holds it."""
-import math
 from collections import namedtuple
 from typing import Any, Dict, Optional, Sequence
 
 import gin
 import torch
 
-from alf_entropy.controllers.base import EntropyController
+from alf_entropy.controllers.base import MAX_ALPHA, EntropyController
+from alf_entropy.controllers.driver import state_type
 from alf_entropy.controllers.ops import f32
 from alf_entropy.utils.checks import check_real
 
 __all__ = ["LinearPIDEntropyTargetAlgorithm", "linear_pid_rule"]
 
 # integral: in coefficient units, in [min_alpha, max_alpha]; level: the smoothed entropy
-LinearPIDState = namedtuple("LinearPIDState", "log_alpha integral level count")
+LinearPIDState = state_type("LinearPIDState", "integral level")
 LinearPIDConsts = namedtuple("LinearPIDConsts", "kp ki kd beta lo hi g0 gslope")
 
 
-def linear_pid_rule(x: Any, s: LinearPIDState, entropy: Any, target: Any,
+def linear_pid_rule(x: Any, s: LinearPIDState, entropy: Any,
                     c: LinearPIDConsts) -> LinearPIDState:
     """``coef = clip(I + g (kp e - kd d(level)))``, ``I = clip(I + ki e)``, ``e = target - H``;
     ``g = min(1, g0 + gslope I)`` scales the kicks with the coefficient's level."""
     first = s.count == 0
     level = x.where(first, entropy, c.beta * s.level + (1.0 - c.beta) * entropy)
-    err = target - entropy
+    err = s.target - entropy
     gain = x.minimum(c.g0 + c.gslope * s.integral, 1.0)
     integral = x.clip(s.integral + c.ki * err, c.lo, c.hi)
     kick = c.kp * err - c.kd * (level - x.where(first, entropy, s.level))
     coef = x.clip(integral + gain * kick, c.lo, c.hi)
-    return LinearPIDState(x.log(coef), integral, level, s.count + 1)
+    return s._replace(log_alpha=x.log(coef), integral=integral, level=level)
 
 
 @gin.configurable
@@ -59,38 +59,38 @@ class LinearPIDEntropyTargetAlgorithm(EntropyController):
         True
     """
 
-    State, _rule = LinearPIDState, staticmethod(linear_pid_rule)
+    State = LinearPIDState
+    rule = staticmethod(linear_pid_rule)
     ZERO_ALPHA = True
 
     def __init__(self, action_spec: Any, initial_alpha: float = 0.1, target_entropy: Any = None,
                  kp: float = 0.3, ki: float = 0.05, kd: float = 3.0, trend_ema: float = 0.5,
                  gain_alpha: float = 0.0, min_gain: float = 1 / 3,
                  min_alpha: float = 1e-4, max_alpha: Optional[float] = None,
+                 max_alpha_change_per_iteration: Optional[float] = None,
                  update_mode: str = "auto", batch_shape: Sequence[int] = (),
-                 debug_summaries: bool = False, name: str = "LinearPIDEntropyTargetAlgorithm",
-                 **unknown: Any):
+                 debug_summaries: bool = False, name: str = "LinearPIDEntropyTargetAlgorithm"):
         super().__init__(action_spec, target_entropy, initial_alpha, min_alpha, max_alpha,
-                         update_mode, batch_shape, debug_summaries, name)
-        self._take(unknown, kp=kp, ki=ki, kd=kd, trend_ema=trend_ema, gain_alpha=gain_alpha,
-                   min_gain=min_gain)
-        self.register_buffer("_integral", self._full(initial_alpha))
-        self.register_buffer("_level", self._full(0.0))
-        self.register_buffer("_count", self._full(0, torch.int64))
+                         max_alpha_change_per_iteration, update_mode, batch_shape,
+                         debug_summaries, name, kp=kp, ki=ki, kd=kd, trend_ema=trend_ema,
+                         gain_alpha=gain_alpha, min_gain=min_gain)
+        self._start(integral=self._full(initial_alpha), level=self._full(0.0))
 
-    def _constants(self, s: Dict[str, Any]) -> LinearPIDConsts:
+    def _constants(self, s: Dict[str, Any], lo: float, hi: float) -> LinearPIDConsts:
         for arg in ("kp", "ki", "kd", "gain_alpha"):
             check_real(arg, s[arg], minimum=0.0)
         check_real("trend_ema", s["trend_ema"], minimum=0.0, below=1.0)
         check_real("min_gain", s["min_gain"], above=0.0, maximum=1.0)
-        lo, hi, g0, ga = max(s["min_alpha"], 0.0), s["max_alpha"], s["min_gain"], s["gain_alpha"]
+        g0, ga = s["min_gain"], s["gain_alpha"]
         g0, gslope = (g0, (1.0 - g0) / ga) if ga > 0 else (1.0, 0.0)
-        return LinearPIDConsts(*map(f32, (s["kp"], s["ki"], s["kd"], s["trend_ema"], lo,
-                                          math.inf if hi is None else hi, g0, gslope)))
+        return LinearPIDConsts(*map(f32, (s["kp"], s["ki"], s["kd"], s["trend_ema"],
+                                          max(s["min_alpha"], 0.0), s["max_alpha"] or MAX_ALPHA,
+                                          g0, gslope)))
 
     @property
     def integral(self) -> torch.Tensor:
         """The integral term (coefficient units)."""
-        return self._integral
+        return self.driver.integral
 
     def _debug_values(self) -> Dict[str, torch.Tensor]:
-        return {"integral": self._integral}
+        return {"integral": self.driver.integral}

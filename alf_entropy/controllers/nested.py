@@ -1,15 +1,16 @@
 """One controller per action of a nested action spec (ALF's ``NestedEntropyTargetAlgorithm``)."""
 import functools
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import gin
 import torch
 import torch.nn as nn
 
-from alf_entropy.algorithm import Algorithm
+from alf_entropy.controllers.alf import AlfSubAlgorithm
 from alf_entropy.controllers.base import EntropyController
 from alf_entropy.controllers.staged import EntropyTargetAlgorithm
 from alf_entropy.data_structures import LossInfo
+from alf_entropy.tensor_specs import from_gym_space
 from alf_entropy.utils import nest
 from alf_entropy.utils.checks import is_real
 from alf_entropy.utils.entropies import entropy_with_fallback
@@ -18,11 +19,11 @@ __all__ = ["NestedEntropyTargetAlgorithm"]
 
 
 @gin.configurable
-class NestedEntropyTargetAlgorithm(EntropyController):
+class NestedEntropyTargetAlgorithm(AlfSubAlgorithm, nn.Module):
     """One controller per action leaf, on its own action's entropy (nests like the spec); the
     losses summed.  ``alpha`` is the leaves' mean, ``target_entropy`` and
     ``num_nonfinite_entropy`` the sum, ``stage`` the least advanced, ``unreachable_target`` any,
-    ``settings`` the first leaf's.  Shared arguments: ``EntropyController``'s, for every leaf:
+    ``settings`` the first leaf's.  Shared arguments: ``EntropyController``'s, for every leaf;
 
     Args:
         leaf_cls: the leaves' controller class.
@@ -36,17 +37,22 @@ class NestedEntropyTargetAlgorithm(EntropyController):
                  leaf_cls: Callable[..., EntropyController] = EntropyTargetAlgorithm,
                  target_entropy: Any = None, max_entropy: Any = None, initial_alpha: float = 0.1,
                  min_alpha: float = 1e-4, max_alpha: Optional[float] = None,
+                 max_alpha_change_per_iteration: Optional[float] = None,
                  update_mode: str = "auto", batch_shape: Sequence[int] = (),
                  debug_summaries: bool = False, name: str = "NestedEntropyTargetAlgorithm",
                  **leaf_settings: Any):
-        Algorithm.__init__(self, debug_summaries=debug_summaries, name=name)
-        self._action_spec, self._batch = action_spec, tuple(batch_shape)
+        super().__init__()
+        self._action_spec = action_spec
+        self._batch = tuple(batch_shape)
+        self._name = name
         self._paths = [p for p, _ in nest.flatten_with_path(action_spec)]
         if is_real(max_entropy):
             max_entropy = [max_entropy] * len(self._paths)
         shared = dict(leaf_settings, initial_alpha=initial_alpha, min_alpha=min_alpha,
                       max_alpha=max_alpha, update_mode=update_mode, batch_shape=batch_shape,
                       debug_summaries=debug_summaries)
+        if max_alpha_change_per_iteration is not None:
+            shared.update(max_alpha_change_per_iteration=max_alpha_change_per_iteration)
         targets = self._per_leaf(target_entropy, "target_entropy")
         maxima = self._per_leaf(max_entropy, "max_entropy")
         # Keyed by path ("." is not allowed in module names): "_leaves.arm/grip._log_alpha".
@@ -68,6 +74,26 @@ class NestedEntropyTargetAlgorithm(EntropyController):
             raise ValueError(f"{arg_name} must be None, a nest shaped like action_spec or a list "
                              f"with one entry per action ({len(self._paths)}): {e}") from e
 
+    @classmethod
+    def from_space(cls, space: Any, **kwargs: Any) -> "NestedEntropyTargetAlgorithm":
+        """``cls(from_gym_space(space), **kwargs)`` for a gymnasium space or a TorchRL spec."""
+        return cls(from_gym_space(space), **kwargs)
+
+    @property
+    def action_spec(self) -> Any:
+        """The action spec."""
+        return self._action_spec
+
+    @property
+    def name(self) -> str:
+        """The name (the leaves' summaries' scope)."""
+        return self._name
+
+    @property
+    def batch_shape(self) -> Tuple[int, ...]:
+        """``()`` for one controller per leaf, ``(K,)`` for K."""
+        return self._batch
+
     def leaf_algorithms(self) -> Dict[str, EntropyController]:
         """The per-leaf controllers keyed by their path in the action spec."""
         return dict(zip(self._paths, self._leaves.values()))
@@ -78,22 +104,47 @@ class NestedEntropyTargetAlgorithm(EntropyController):
     def _stack(self, attr: str) -> torch.Tensor:
         return torch.stack(self._each(lambda c: getattr(c, attr)))
 
-    alpha = property(lambda self: self._stack("alpha").mean(0))
-    log_alpha = property(lambda self: self.alpha.log())
-    target_entropy = property(lambda self: sum(self._each(lambda c: c.target_entropy)))
-    settings = property(lambda self: self._each(lambda c: c.settings)[0])
-    stage = property(lambda self: self._stack("stage").min(0).values)
-    unreachable_target = property(lambda self: self._stack("unreachable_target").any(0))
-    num_nonfinite_entropy = property(lambda self: self._stack("num_nonfinite_entropy").sum(0))
+    @property
+    def alpha(self) -> torch.Tensor:
+        """The leaves' mean alpha."""
+        return self._stack("alpha").mean(0)
+
+    @property
+    def log_alpha(self) -> torch.Tensor:
+        """``log(alpha)``."""
+        return self.alpha.log()
+
+    @property
+    def target_entropy(self) -> Any:
+        """The sum of the leaves' targets."""
+        return sum(self._each(lambda c: c.target_entropy))
+
+    @property
+    def settings(self) -> Dict[str, Any]:
+        """The first leaf's settings."""
+        return self._each(lambda c: c.settings)[0]
+
+    @property
+    def stage(self) -> torch.Tensor:
+        """The least advanced leaf's stage."""
+        return self._stack("stage").min(0).values
+
+    @property
+    def unreachable_target(self) -> torch.Tensor:
+        """Whether any leaf's target is unreachable."""
+        return self._stack("unreachable_target").any(0)
+
+    @property
+    def num_nonfinite_entropy(self) -> torch.Tensor:
+        """The leaves' NaN/inf entropies."""
+        return self._stack("num_nonfinite_entropy").sum(0)
 
     def configure(self, **changes: Any) -> None:
         """Change every leaf's settings."""
         self._each(lambda c: c.configure(**changes))
 
-    def limit_log_alpha_span(self, span: Optional[float]) -> None:
-        self._each(lambda c: c.limit_log_alpha_span(span))
-
-    def _entropy(self, distribution: Any) -> Any:
+    def entropy(self, distribution: Any) -> Tuple[Any, Any]:
+        """Each leaf's ``(entropy, entropy_for_gradient)``, nests like the spec."""
         return entropy_with_fallback(distribution, return_sum=False, action_spec=self._action_spec)
 
     def _zip(self, *nests: Any) -> List[Any]:
@@ -113,10 +164,10 @@ class NestedEntropyTargetAlgorithm(EntropyController):
         self._each(lambda c: c.step())
         return self.alpha
 
-    def _loss(self, neg_entropy: Any, mask: Optional[torch.Tensor], neg_grad: Any,
-              update: bool) -> LossInfo:
-        """Each leaf's loss on its own entropy; ``loss`` summed, ``extra`` a nest."""
-        losses = [leaf._loss(e, mask, g, update) for leaf, e, g in self._zip(neg_entropy, neg_grad)]
-        return LossInfo(loss=functools.reduce(torch.add, [li.loss for li in losses]),
-                        scalar_loss=functools.reduce(torch.add, [li.scalar_loss for li in losses]),
-                        extra=nest.pack_sequence_as(self._action_spec, [li.extra for li in losses]))
+    def entropy_loss(self, entropy: Any, mask: Optional[torch.Tensor] = None,
+                     entropy_for_gradient: Any = None, update: bool = True) -> LossInfo:
+        """Each leaf's ``entropy_loss`` on its own entropy (nests like the spec); summed."""
+        grads = entropy if entropy_for_gradient is None else entropy_for_gradient
+        losses = [leaf.entropy_loss(e, mask, g, update).loss
+                  for leaf, e, g in self._zip(entropy, grads)]
+        return LossInfo(loss=functools.reduce(torch.add, losses))

@@ -8,6 +8,7 @@ import gin
 import torch
 
 from alf_entropy.controllers.base import EntropyController
+from alf_entropy.controllers.driver import state_type
 from alf_entropy.controllers.ops import f32
 from alf_entropy.utils.checks import check_real
 from alf_entropy.utils.entropies import entropy_per_log_alpha
@@ -20,14 +21,15 @@ NOISE_EMA = 0.99
 # fast, slow: EMAs of the level (the trend: their difference); gain: the integral rate's growth
 # (+ below the target, - above); level: the entropy filtered by k; noise: the readings' noise
 # variance; reading, before: the last two readings; slowdown: the last sqrt(k), on every gain.
-PIDState = namedtuple("PIDState", "log_alpha integral err_ema fast slow count gain level noise "
-                      "reading before slowdown")
+PIDState = state_type("PIDState", "integral err_ema fast slow gain level noise reading before "
+                      "slowdown")
 PIDConsts = namedtuple("PIDConsts", "inv_scale kp ki kd err_beta fast_beta slow_beta deadband "
                        "max_step gain_growth max_gain gain_band noise_step noise_beta lo hi")
 
 
-def pid_rule(x: Any, s: PIDState, entropy: Any, target: Any, c: PIDConsts) -> PIDState:
+def pid_rule(x: Any, s: PIDState, entropy: Any, c: PIDConsts) -> PIDState:
     """``log_alpha = I + kp ema(e) - kd trend`` on ``e = (target - H) / error_scale``."""
+    target = s.target
     first = s.count == 0
     d2 = entropy - 2.0 * s.reading + s.before  # white noise of variance v: 6 v on average
     w = x.maximum(1.0 / x.f32(x.maximum(s.count - 1, 1)), 1.0 - c.noise_beta)
@@ -58,9 +60,10 @@ def pid_rule(x: Any, s: PIDState, entropy: Any, target: Any, c: PIDConsts) -> PI
     bounded = x.minimum(x.maximum(wanted, c.lo), c.hi)
     integral = integral + (bounded - wanted)
     log_alpha = x.minimum(x.maximum(bounded, s.log_alpha - c.max_step), s.log_alpha + c.max_step)
-    return PIDState(log_alpha, integral, err_ema, fast, slow, s.count + 1,
-                    x.where(below, gain, -gain), level, noise, entropy,
-                    x.where(first, entropy, s.reading), g)
+    return s._replace(log_alpha=log_alpha, integral=integral, err_ema=err_ema, fast=fast,
+                      slow=slow, gain=x.where(below, gain, -gain),
+                      level=level, noise=noise, reading=entropy,
+                      before=x.where(first, entropy, s.reading), slowdown=g)
 
 
 @gin.configurable
@@ -93,7 +96,8 @@ class PIDEntropyTargetAlgorithm(EntropyController):
         True
     """
 
-    State, _rule = PIDState, staticmethod(pid_rule)
+    State = PIDState
+    rule = staticmethod(pid_rule)
 
     def __init__(self, action_spec: Any, initial_alpha: float = 0.1, target_entropy: Any = None,
                  kp: float = 2.0, ki: float = 0.05, kd: float = 0.5, integral_growth: float = 1.1,
@@ -101,24 +105,24 @@ class PIDEntropyTargetAlgorithm(EntropyController):
                  trend_emas: Tuple[float, float] = (0.6, 0.9), deadband: float = 0.0,
                  max_alpha_change: float = 1.25, min_alpha: float = 1e-4,
                  max_alpha: Optional[float] = None, error_scale: Optional[float] = None,
-                 noise_step: float = 0.05, update_mode: str = "auto",
-                 batch_shape: Sequence[int] = (), debug_summaries: bool = False,
-                 name: str = "PIDEntropyTargetAlgorithm", **unknown: Any):
+                 noise_step: float = 0.05,
+                 max_alpha_change_per_iteration: Optional[float] = None,
+                 update_mode: str = "auto", batch_shape: Sequence[int] = (),
+                 debug_summaries: bool = False, name: str = "PIDEntropyTargetAlgorithm"):
         super().__init__(action_spec, target_entropy, initial_alpha, min_alpha, max_alpha,
-                         update_mode, batch_shape, debug_summaries, name)
-        self._take(unknown, kp=kp, ki=ki, kd=kd, integral_growth=integral_growth,
-                   max_integral_gain=max_integral_gain, growth_band=growth_band,
-                   error_ema=error_ema, trend_emas=trend_emas, deadband=deadband,
-                   max_alpha_change=max_alpha_change, error_scale=error_scale,
-                   noise_step=noise_step)
-        self.register_buffer("_integral", self._log_alpha.clone())
-        self.register_buffer("_count", self._full(0, torch.int64))
-        for name in ("_err_ema", "_fast", "_slow", "_level", "_noise", "_reading", "_before"):
-            self.register_buffer(name, self._full(0.0))
-        for name in ("_gain", "_slowdown"):
-            self.register_buffer(name, self._full(1.0))
+                         max_alpha_change_per_iteration, update_mode, batch_shape,
+                         debug_summaries, name, kp=kp, ki=ki, kd=kd,
+                         integral_growth=integral_growth, max_integral_gain=max_integral_gain,
+                         growth_band=growth_band, error_ema=error_ema, trend_emas=trend_emas,
+                         deadband=deadband, max_alpha_change=max_alpha_change,
+                         error_scale=error_scale, noise_step=noise_step)
+        zero, one = self._full(0.0), self._full(1.0)
+        self._start(integral=self._full(self._initial_log_alpha), err_ema=zero, fast=zero.clone(),
+                    slow=zero.clone(), gain=one,
+                    level=zero.clone(), noise=zero.clone(), reading=zero.clone(),
+                    before=zero.clone(), slowdown=one.clone())
 
-    def _constants(self, s: Dict[str, Any]) -> PIDConsts:
+    def _constants(self, s: Dict[str, Any], lo: float, hi: float) -> PIDConsts:
         for arg, least in (("kp", 0.0), ("ki", 0.0), ("kd", 0.0), ("integral_growth", 1.0),
                            ("max_integral_gain", 1.0)):
             check_real(arg, s[arg], minimum=least)
@@ -136,7 +140,7 @@ class PIDEntropyTargetAlgorithm(EntropyController):
         return PIDConsts(*map(f32, (
             1.0 / self._error_scale(s), s["kp"], s["ki"], s["kd"], s["error_ema"], fast, slow,
             s["deadband"], math.log(s["max_alpha_change"]), s["integral_growth"],
-            s["max_integral_gain"], s["growth_band"], noise_step, NOISE_EMA, *self._log_bounds(s))))
+            s["max_integral_gain"], s["growth_band"], noise_step, NOISE_EMA, lo, hi)))
 
     def _error_scale(self, s: Dict[str, Any]) -> float:
         if s["error_scale"] is None:
@@ -151,8 +155,9 @@ class PIDEntropyTargetAlgorithm(EntropyController):
     @property
     def integral(self) -> torch.Tensor:
         """The integral term (``log(initial_alpha)`` at the start)."""
-        return self._integral
+        return self.driver.integral
 
     def _debug_values(self) -> Dict[str, torch.Tensor]:
-        return {"integral": self._integral, "error": self._err_ema,
-                "trend": (self._fast - self._slow) * self._c.inv_scale}
+        s = self.driver.state
+        return {"integral": s.integral, "error": s.err_ema,
+                "trend": (s.fast - s.slow) * self._consts.rule.inv_scale}

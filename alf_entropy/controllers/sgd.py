@@ -8,13 +8,14 @@ import gin
 import torch
 
 from alf_entropy.controllers.base import EntropyController
+from alf_entropy.controllers.driver import state_type
 from alf_entropy.controllers.ops import TensorOps, window_average, window_mean
 from alf_entropy.utils.checks import check_choice, check_int, check_real
 
 __all__ = ["SGDEntropyTargetAlgorithm", "adam_step"]
 
 # exp_avg, exp_avg_sq, adam_step: Adam's moments and step count (torch.optim.Adam's names)
-SGDState = namedtuple("SGDState", "log_alpha window seen exp_avg exp_avg_sq adam_step")
+SGDState = state_type("SGDState", "window seen exp_avg exp_avg_sq adam_step")
 SGDConsts = namedtuple("SGDConsts", "lr adam")
 
 
@@ -30,14 +31,15 @@ def adam_step(lr: float, log_alpha: torch.Tensor, m: torch.Tensor, v: torch.Tens
     return log_alpha + neg_step * m / denom, m, v, t
 
 
-def sgd_rule(x: Any, s: SGDState, entropy: Any, target: Any, c: SGDConsts) -> SGDState:
+def sgd_rule(x: Any, s: SGDState, entropy: Any, c: SGDConsts) -> SGDState:
     """A step down the gradient ``H - target`` of ``log_alpha * (H - target)``."""
     _, avg, window, seen = window_average(x, s.window, s.seen, entropy)
-    grad = x.f32(avg - target)
+    grad = x.f32(avg - s.target)
     if c.adam:
         log_alpha, m, v, t = x.via_torch(functools.partial(adam_step, c.lr), s.log_alpha,
                                          s.exp_avg, s.exp_avg_sq, s.adam_step, grad)
-        return SGDState(log_alpha, window, seen, m, v, t)
+        return s._replace(log_alpha=log_alpha, window=window, seen=seen, exp_avg=m,
+                          exp_avg_sq=v, adam_step=t)
     log_alpha = x.via_torch(functools.partial(torch.add, alpha=-c.lr), s.log_alpha, grad)
     return s._replace(log_alpha=log_alpha, window=window, seen=seen)
 
@@ -60,8 +62,8 @@ def _rule_of(optimizer: Any, lr: float) -> tuple:
 
 @gin.configurable
 class SGDEntropyTargetAlgorithm(EntropyController):
-    """SAC's gradient rule: one step an update, by its own optimiser (``scalar_loss`` is zero:
-    a parent's never touches ``log_alpha``).  Shared arguments: ``EntropyController``'s:
+    """SAC's gradient rule: one step an update, by its own optimiser (a parent's never touches
+    ``log_alpha``).  Shared arguments: ``EntropyController``'s:
 
     Args:
         lr: the learning rate of ``log_alpha`` (>= 0; 0: a fixed alpha that logs its target).
@@ -78,32 +80,31 @@ class SGDEntropyTargetAlgorithm(EntropyController):
         True
         >>> before = sgd.alpha
         >>> info = sgd.entropy_loss(torch.full((8,), 0.5))  # steps alpha too
-        >>> bool(sgd.alpha < before), info.scalar_loss  # and leaves nothing to the caller
-        (True, tensor(0.))
+        >>> bool(sgd.alpha < before)
+        True
     """
 
-    State, _rule = SGDState, staticmethod(sgd_rule)
+    State = SGDState
+    rule = staticmethod(sgd_rule)
 
     def __init__(self, action_spec: Any, initial_alpha: float = 0.1, target_entropy: Any = None,
                  window_size: int = 1, lr: float = 3e-4, optimizer: str = "adam",
                  min_alpha: float = 1e-4, max_alpha: Optional[float] = None,
+                 max_alpha_change_per_iteration: Optional[float] = None,
                  update_mode: str = "auto", batch_shape: Sequence[int] = (),
-                 debug_summaries: bool = False, name: str = "SGDEntropyTargetAlgorithm",
-                 **unknown: Any):
-        super().__init__(action_spec, target_entropy, initial_alpha, min_alpha, max_alpha,
-                         update_mode, batch_shape, debug_summaries, name)
+                 debug_summaries: bool = False, name: str = "SGDEntropyTargetAlgorithm"):
         optimizer, lr = _rule_of(optimizer, lr)
-        self._take(unknown, lr=lr, optimizer=optimizer)
+        super().__init__(action_spec, target_entropy, initial_alpha, min_alpha, max_alpha,
+                         max_alpha_change_per_iteration, update_mode, batch_shape,
+                         debug_summaries, name, lr=lr, optimizer=optimizer)
         window = check_int("window_size", window_size, minimum=1)
-        self.register_buffer("_window", torch.zeros(self._batch + (window,)))
-        self.register_buffer("_seen", self._full(0, torch.int64))
-        self.register_buffer("_exp_avg", self._full(0.0))
-        self.register_buffer("_exp_avg_sq", self._full(0.0))
-        self.register_buffer("_adam_step", self._full(0, torch.int64))
+        zero = self._full(0.0)
+        self._start(window=torch.zeros(self._batch + (window,)), seen=self._full(0, torch.int64),
+                    exp_avg=zero, exp_avg_sq=zero.clone(), adam_step=self._full(0, torch.int64))
 
-    def _constants(self, s: Dict[str, Any]) -> SGDConsts:
+    def _constants(self, s: Dict[str, Any], lo: float, hi: float) -> SGDConsts:
         check_choice("optimizer", s["optimizer"], ("adam", "sgd"))
         return SGDConsts(check_real("lr", s["lr"], minimum=0.0), s["optimizer"] == "adam")
 
     def _debug_values(self) -> Dict[str, torch.Tensor]:
-        return {"entropy": window_mean(TensorOps, self._window, self._seen)}
+        return {"entropy": window_mean(TensorOps, self.driver.window, self.driver.seen)}

@@ -7,10 +7,9 @@ import gin
 import numpy as np
 import torch
 
-from alf_entropy.controllers.base import EntropyController
+from alf_entropy.controllers.base import MIN_LOG_ALPHA, EntropyController
+from alf_entropy.controllers.driver import state_type
 from alf_entropy.controllers.ops import TensorOps, window_average, window_mean
-from alf_entropy.controllers.watch import stuck_message
-from alf_entropy.utils import summary
 from alf_entropy.utils.checks import check_int, check_real
 
 __all__ = ["EntropyTargetAlgorithm", "describe_stage", "STUCK_UPDATES"]
@@ -20,18 +19,17 @@ STUCK_UPDATES = 1000
 TARGET_MOVE = 0.05  # track_target_changes: a larger relative move restarts adjusting
 
 # ref_target: the target when adjusting last (re)started; window: the last entropies
-StagedState = namedtuple("StagedState", "log_alpha stage update_rate max_entropy ref_target "
-                         "window seen")
+StagedState = state_type("StagedState", "stage update_rate max_entropy ref_target window seen")
 StagedConsts = namedtuple("StagedConsts", "very_slow_update_rate slow_update_rate "
                           "fast_update_rate min_log_alpha retarget_rate track")
 
 
-def staged_rule(x: Any, s: StagedState, entropy: Any, target: Any,
-                c: StagedConsts) -> StagedState:
+def staged_rule(x: Any, s: StagedState, entropy: Any, c: StagedConsts) -> StagedState:
     """ALF's ``adjust_alpha``, each ``if`` a select (one update may cascade through stages as
     in ALF); ALF's dtypes: float32 state, float64 ``log_alpha`` steps, floor and rates."""
     prev_avg, avg, window, seen = window_average(x, s.window, s.seen, entropy)
-    log_alpha, stage, rate, max_entropy = s.log_alpha, s.stage, s.update_rate, s.max_entropy
+    log_alpha, stage, rate, max_entropy, target = (s.log_alpha, s.stage, s.update_rate,
+                                                   s.max_entropy, s.target)
     decreasing = avg < prev_avg
     estimating = stage < -2
     max_entropy = x.where(estimating, x.minimum(0.8 * avg, avg / 0.8), max_entropy)
@@ -52,11 +50,11 @@ def staged_rule(x: Any, s: StagedState, entropy: Any, target: Any,
     new_rate = x.where(fast, x.f64(c.fast_update_rate), new_rate)
     coef = x.where(above, x.where(decreasing, 0.5, -1.0), x.where(decreasing, 1.0, -0.5))
     new_log_alpha = x.f32(x.maximum(x.f64(log_alpha) + coef * new_rate, c.min_log_alpha))
-    return StagedState(log_alpha=x.where(adjust, new_log_alpha, log_alpha),
-                       stage=x.where(adjust, x.i32(above), stage),
-                       update_rate=x.where(adjust, x.f32(new_rate), rate),
-                       max_entropy=max_entropy, ref_target=x.where(moved, target, s.ref_target),
-                       window=window, seen=seen)
+    return s._replace(log_alpha=x.where(adjust, new_log_alpha, log_alpha),
+                      stage=x.where(adjust, x.i32(above), stage),
+                      update_rate=x.where(adjust, x.f32(new_rate), rate),
+                      max_entropy=max_entropy, ref_target=x.where(moved, target, s.ref_target),
+                      window=window, seen=seen)
 
 
 def describe_stage(stage: Any) -> str:
@@ -111,7 +109,8 @@ class EntropyTargetAlgorithm(EntropyController):
         (0.3732, 0)
     """
 
-    State, _rule = StagedState, staticmethod(staged_rule)
+    State = StagedState
+    rule = staticmethod(staged_rule)
 
     def __init__(self, action_spec: Any, initial_alpha: float = 0.1, skip_free_stage: bool = False,
                  max_entropy: Optional[float] = None, target_entropy: Any = None,
@@ -119,30 +118,32 @@ class EntropyTargetAlgorithm(EntropyController):
                  fast_update_rate: float = np.log(2), min_alpha: float = 1e-4,
                  average_window: int = 2, update_mode: str = "auto",
                  track_target_changes: bool = False, retarget_update_rate: float = 0.1,
-                 max_alpha: Optional[float] = None, batch_shape: Sequence[int] = (),
-                 debug_summaries: bool = False, name: str = "EntropyTargetAlgorithm",
-                 **unknown: Any):
+                 max_alpha: Optional[float] = None,
+                 max_alpha_change_per_iteration: Optional[float] = None,
+                 batch_shape: Sequence[int] = (), debug_summaries: bool = False,
+                 name: str = "EntropyTargetAlgorithm"):
         super().__init__(action_spec, target_entropy, initial_alpha, min_alpha, max_alpha,
-                         update_mode, batch_shape, debug_summaries, name)
-        self._take(unknown, very_slow_update_rate=very_slow_update_rate,
-                   slow_update_rate=slow_update_rate, fast_update_rate=fast_update_rate,
-                   track_target_changes=track_target_changes,
-                   retarget_update_rate=retarget_update_rate)
+                         max_alpha_change_per_iteration, update_mode, batch_shape,
+                         debug_summaries, name, very_slow_update_rate=very_slow_update_rate,
+                         slow_update_rate=slow_update_rate, fast_update_rate=fast_update_rate,
+                         track_target_changes=track_target_changes,
+                         retarget_update_rate=retarget_update_rate)
         window = check_int("average_window", average_window, minimum=1)
         top = max(self._target.initial)
         if max_entropy is not None and top > check_real("max_entropy", max_entropy):
             raise ValueError(f"target_entropy ({top}) must be <= max_entropy ({max_entropy})")
         stage = 1 if skip_free_stage else (-2 - window if max_entropy is None else -2)
-        self.register_buffer("_stage", self._full(stage, torch.int32))
-        self.register_buffer("_update_rate", self._full(float(np.float32(fast_update_rate))))
-        self.register_buffer("_max_entropy", self._full(max_entropy or 0.0))
-        self.register_buffer("_ref_target", self._target_now.clone())
-        self.register_buffer("_window", torch.zeros(self._batch + (window,)))
-        self.register_buffer("_seen", self._full(0, torch.int64))
+        self._start(stage=self._full(stage, torch.int32),
+                    update_rate=self._full(float(np.float32(fast_update_rate))),
+                    max_entropy=self._full(max_entropy or 0.0),
+                    ref_target=self._full(self._target.initial),
+                    window=torch.zeros(self._batch + (window,)),
+                    seen=self._full(0, torch.int64))
         self._max_entropy_given = max_entropy is not None
         self._stuck_after = max(STUCK_UPDATES, 10 * window)
+        self._stuck_checked = False
 
-    def _constants(self, s: Dict[str, Any]) -> StagedConsts:
+    def _constants(self, s: Dict[str, Any], lo: float, hi: float) -> StagedConsts:
         for arg in ("very_slow_update_rate", "slow_update_rate", "fast_update_rate",
                     "retarget_update_rate"):
             check_real(arg, s[arg], positive=True)
@@ -152,28 +153,55 @@ class EntropyTargetAlgorithm(EntropyController):
         return StagedConsts(
             s["very_slow_update_rate"], _alf_rate(s["slow_update_rate"]),
             _alf_rate(s["fast_update_rate"]),
-            math.log(s["min_alpha"]) if s["min_alpha"] > 0 else -100.0,
+            math.log(s["min_alpha"]) if s["min_alpha"] > 0 else MIN_LOG_ALPHA,
             s["retarget_update_rate"], float(s["track_target_changes"]))
 
-    stage = property(lambda self: self._stage)  # EntropyController.stage
+    @property
+    def stage(self) -> torch.Tensor:
+        """The stage (``describe_stage``)."""
+        return self.driver.stage
 
-    update_rate = property(lambda self: self._update_rate,
-                           doc="The adjust stage's step of ``log_alpha`` now.")
-    max_entropy = property(lambda self: self._max_entropy,
-                           doc="The given or estimated upper bound of the entropy.")
+    @property
+    def update_rate(self) -> torch.Tensor:
+        """The adjust stage's step of ``log_alpha`` now."""
+        return self.driver.update_rate
+
+    @property
+    def max_entropy(self) -> torch.Tensor:
+        """The given or estimated upper bound of the entropy."""
+        return self.driver.max_entropy
 
     @property
     def avg_entropy(self) -> torch.Tensor:
         """The average entropy the stages compare."""
-        return window_mean(TensorOps, self._window, self._seen)
+        return window_mean(TensorOps, self.driver.window, self.driver.seen)
 
     def _debug_values(self) -> Dict[str, torch.Tensor]:
-        return dict(avg_entropy=self.avg_entropy, stage=self._stage, update_rate=self._update_rate)
+        return dict(avg_entropy=self.avg_entropy, stage=self.stage, update_rate=self.update_rate)
 
-    def _after_update(self, unreachable: Any) -> None:
-        super()._after_update(unreachable)  # the stuck check below: host path or summary step
-        if ("stuck" not in self._warned and self._target.updates >= self._stuck_after
-                and (unreachable is not None or summary.should_record_summaries())):
-            self._warned.add("stuck")
-            if int(self._stage.min()) < 0:
-                self._warn("stuck", stuck_message(self, int(self._stage.min())))
+    def _check_progress(self) -> None:
+        """Still before the adjust stage after ``_stuck_after`` updates: one warning."""
+        if self._stuck_checked or self._target.updates < self._stuck_after:
+            return
+        self._stuck_checked = True
+        stage = int(self.stage.min())
+        if stage < 0:
+            self._warn("stuck", self._stuck_message(stage))
+
+    def _stuck_message(self, stage: int) -> str:
+        n, avg, alpha = self._target.updates, float(self.avg_entropy.min()), float(self.alpha.min())
+        if stage < -2:
+            return (f"is still estimating max_entropy after {n} updates: no finite entropy from "
+                    f"a non-empty batch ({int(self.num_nonfinite_entropy.max())} NaN/inf). To "
+                    "make it act: check the entropies fed to it, or give max_entropy.")
+        given = "given" if self._max_entropy_given else "estimated from the first entropies"
+        bound = f"max_entropy {float(self.max_entropy.min()):.3f} ({given})"
+        target = f"the target ({float(self.driver.target.min()):.3f})"
+        why = (f"until the average entropy ({avg:.3f}) falls below {bound}, log_alpha only "
+               f"creeps by very_slow_update_rate and {target} is not acted on. To make it act: "
+               "give max_entropy (e.g. a little above the target)," if stage == -2 else
+               f"alpha is frozen until the average entropy ({avg:.3f}) falls below {target}; "
+               f"{bound}. To hold the entropy at the target, not only above it,")
+        return (f"is still in its {'init' if stage == -2 else 'free'} stage after {n} updates: "
+                f"{why} set skip_free_stage=True, or start from a smaller initial_alpha (alpha "
+                f"{alpha:.3g}).")

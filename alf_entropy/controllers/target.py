@@ -1,8 +1,7 @@
 """The target entropy, per member of a batch: the only place it is evaluated (callables on
-the host every update).  One known to exceed the spec's largest entropy is refused, any other
-callable clamped to it (one warning)."""
+the host, before each update).  One known to exceed the spec's largest entropy is refused, any
+other callable clamped to it (one warning)."""
 import math
-import warnings
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from absl import logging
@@ -20,11 +19,14 @@ class Target:
     """A controller's target (module docstring): ``TypeError``/``ValueError`` for a bad one."""
 
     def __init__(self, target_entropy: Any, action_spec: Any, batch_shape: Tuple[int, ...],
-                 name: str):
+                 warn: Callable[[str, str], None]):
         leaves = nest.flatten(action_spec)
         self.reachable = float(sum(map(entropies.calc_max_possible_entropy, leaves)))
-        self._spec, self._batch, self._name, self._warned, self.updates = (
-            action_spec, batch_shape, name, set(), 0)
+        self.lowest = 0.0 if all(s.is_discrete for s in leaves) else -math.inf
+        self._spec = action_spec
+        self._batch = batch_shape
+        self._warn = warn
+        self.updates = 0
         self.set(target_entropy)
 
     def set(self, target_entropy: Any) -> None:
@@ -32,14 +34,14 @@ class Target:
         members = math.prod(self._batch)
         if isinstance(target_entropy, (list, tuple)) and self._batch:
             if len(target_entropy) != members:
-                raise ValueError(f"{self._name}: target_entropy has {len(target_entropy)} "
+                raise ValueError(f"target_entropy has {len(target_entropy)} "
                                  f"entries for a batch of {members} controllers")
             fns = [self._one(t) for t in target_entropy]
         else:
             fns = [self._one(target_entropy)] * members
         anneal = [f for f in fns if isinstance(f, schedulers.SettledAnnealing)]
         if anneal and (len(anneal) < len(fns) or any(a is not anneal[0] for a in anneal)):
-            raise ValueError(f"{self._name}: a SettledAnnealing target must be shared by every "
+            raise ValueError("a SettledAnnealing target must be shared by every "
                              "member of the batch")
         self.annealing: Optional[schedulers.SettledAnnealing] = anneal[0] if anneal else None
         self._fns: List[Callable[[], float]] = fns
@@ -47,18 +49,23 @@ class Target:
             isinstance(f, schedulers.ConstantScheduler) for f in fns)
         self.shared = all(f is fns[0] for f in fns)
         self.initial = self.values()
+        if min(self.initial) < self.lowest:
+            raise ValueError(
+                f"target_entropy {min(self.initial)} is below 0 for a discrete action space (a "
+                "discrete entropy is never negative, so alpha would fall forever); negative "
+                "targets such as -dim(A) are for continuous actions")
 
     def _one(self, target: Any) -> Any:
         if target is None:
             target = float(sum(map(entropies.calc_default_target_entropy,
                                    nest.flatten(self._spec))))
-            logging.info("%s: target_entropy=%s (the action spec's default)", self._name, target)
+            logging.info("target_entropy=%s (the action spec's default)", target)
         if not (isinstance(target, schedulers.SettledAnnealing) or callable(target)):
             if not is_real(target):
                 raise TypeError(f"target_entropy must be a number or a zero-argument callable"
                                 f"{' (or a list of these)' if self._batch else ''}, got {target!r}")
             if isinstance(target, entropies.GreedyProbabilityTarget):
-                target.check(self._spec, self._name)
+                target.check(self._spec, "target_entropy")
             target = schedulers.ConstantScheduler(check_real("target_entropy", target))
         try:
             known_max = target.max_value()
@@ -69,15 +76,10 @@ class Target:
             whence = ("from the bounds of the continuous actions" if continuous
                       else "log N for N discrete actions")
             raise ValueError(
-                f"{self._name}: target_entropy reaches {known_max:.4g}, above the largest entropy "
+                f"target_entropy reaches {known_max:.4g}, above the largest entropy "
                 f"the action spec allows ({self.reachable:.4g}, {whence}); the "
                 "controller would push alpha up forever")
         return target
-
-    def _warn_once(self, key: str, message: str) -> None:
-        if key not in self._warned:
-            self._warned.add(key)
-            warnings.warn(f"{self._name}: {message}", stacklevel=5)
 
     def _value(self, fn: Any, counting: bool) -> float:
         if isinstance(fn, schedulers.SettledAnnealing):
@@ -88,37 +90,25 @@ class Target:
                 f"target_entropy must be a number or a zero-argument callable returning a finite "
                 f"number; {fn!r} returned {type(value).__name__}: {value!r}")
         if value > self.reachable:
-            self._warn_once("clamp", f"target_entropy {value:.4g} is above the largest entropy the "
-                            f"action spec allows ({self.reachable:.4g}); clamped to it")
+            self._warn("clamp", f"target_entropy {value:.4g} is above the largest entropy the "
+                       f"action spec allows ({self.reachable:.4g}); clamped to it")
             value = self.reachable
         progress_type = getattr(fn, "progress_type", None)
         if counting and progress_type is not None and not schedulers.progress_was_fed(
                 progress_type) and self.updates >= PROGRESS_GRACE:
-            self._warn_once("progress", f"the target's progress {progress_type!r} was never fed in "
-                            f"{self.updates} updates, so the target stays at its first value; "
-                            "call alf_entropy.utils.schedulers.update_progress("
-                            f"{progress_type!r}, value)")
+            self._warn("progress", f"the target's progress {progress_type!r} was never fed in "
+                       f"{self.updates} updates, so the target stays at its first value; call "
+                       f"alf_entropy.utils.schedulers.update_progress({progress_type!r}, value)")
         return float(value)
 
-    def refresh(self, buffer: Any) -> None:
-        """Write the target now into ``buffer`` (one controller update; constants stay)."""
-        self.updates += 1  # the controller's updates so far
-        if not self.constant:
-            values = self.values(counting=True)
-            if self.shared:
-                buffer.fill_(values[0])
-            else:
-                for k, v in enumerate(values):
-                    buffer.view(-1)[k].fill_(v)
+    def refresh(self) -> Optional[List[float]]:
+        """The scheduled targets for the next update (None: they stay as they are)."""
+        self.updates += 1
+        return None if self.constant else list(self.values(counting=True))
 
     def values(self, counting: bool = False) -> Sequence[float]:
-        """The targets now, one per member; ``counting=True`` for a controller update."""
+        """The targets now, one per member (``counting``: for an update)."""
         if self.shared:
             return [self._value(self._fns[0], counting)] * len(self._fns)
         return [self._value(f, counting) for f in self._fns]
-
-    @property
-    def fn(self) -> Any:
-        """The (first member's) target as given: a scheduler, callable or ``SettledAnnealing``."""
-        return self._fns[0]
 

@@ -229,7 +229,8 @@ def scalar(name: str, value: Union[numbers.Real, torch.Tensor, Sequence[Optional
     Args:
         name: tag, prefixed with the current :class:`scope`.
         value: a real number or a one-element tensor; with K writers also a tensor of K
-            elements or a list of K numbers (None: not for that agent).
+            elements or a list of K numbers (None: not for that agent); with one writer a
+            tensor of K elements writes ``name/k`` for each.
         step: the step; ``None`` uses :func:`get_global_counter`.
 
     Raises:
@@ -240,6 +241,10 @@ def scalar(name: str, value: Union[numbers.Real, torch.Tensor, Sequence[Optional
         return
     tag, step = _resolve(name, step)
     writers = _writers()
+    if len(writers) == 1 and isinstance(value, torch.Tensor) and value.numel() > 1:
+        for k, member in enumerate(value.reshape(-1)):  # one writer: a tag per member
+            scalar(f"{name}/{k}", member, step)
+        return
     values = _numbers(tag, value, len(writers))
     for writer, number in zip(writers, values):
         if number is not None:

@@ -199,10 +199,10 @@ def test_controller_is_a_sub_algorithm_in_state_dict():
     alg = _alg(enforce_entropy_target=True)
     controller = alg.entropy_target_algorithm
     assert isinstance(controller, EntropyTargetAlgorithm)
-    assert controller in alg.sub_algorithms()
+    assert controller in alg.children()
     keys = alg.state_dict().keys()
-    assert any(k.endswith("_log_alpha") for k in keys)
-    assert any(k.endswith("_stage") for k in keys)
+    assert any(k.endswith("driver.log_alpha") for k in keys)
+    assert any(k.endswith("driver.stage") for k in keys)
     # The update moves the controller's state (the stage machine starts by
     # estimating max entropy from the first calls).
     stage0 = controller.stage.clone()
@@ -245,15 +245,15 @@ def test_entropy_target_cls_swaps_in_sgd_controller(own_optimizer):
 
 
 class _CountingController(EntropyTargetAlgorithm):
-    """Same interface; counts calc_loss calls and records the masks."""
+    """Same interface; records the masks of its updates."""
 
     def __init__(self, action_spec, debug_summaries=False):
         super().__init__(action_spec, debug_summaries=debug_summaries)
         self.masks = []
 
-    def calc_loss(self, experience, info, valid_mask=None):
-        self.masks.append(valid_mask)
-        return super().calc_loss(experience, info, valid_mask)
+    def entropy_loss(self, entropy, mask=None, entropy_for_gradient=None, update=True):
+        self.masks.append(mask)
+        return super().entropy_loss(entropy, mask, entropy_for_gradient, update)
 
 
 def test_custom_controller_class_and_valid_mask():
@@ -309,24 +309,6 @@ def test_fast_acting_gives_the_distribution_paths_draws():
     assert built == [1]  # only the slow path built the distribution
     assert torch.equal(fast.output, slow.output)
     torch.testing.assert_close(fast.info.log_prob, slow.info.log_prob)
-    assert fast.info.entropy_target == slow.info.entropy_target == ()
-
-
-def test_a_controller_with_its_own_rollout_step_sees_the_distribution():
-    class Watching(EntropyTargetAlgorithm):
-        def rollout_step(self, distribution, step_type=None, on_policy_training=True):
-            self.seen = distribution
-            return super().rollout_step(distribution, step_type, on_policy_training)
-
-    alg = _alg(enforce_entropy_target=True, entropy_target_cls=Watching, fast_acting=False)
-    with torch.no_grad():
-        alg.rollout_step(_time_step([F, M, M]))
-    assert alg.entropy_target_algorithm.seen.batch_shape == (3,)
-    # Acting fast (the default), no distribution is built and none is passed.
-    alg = _alg(enforce_entropy_target=True, entropy_target_cls=Watching)
-    with torch.no_grad():
-        alg.rollout_step(_time_step([F, M, M]))
-    assert not hasattr(alg.entropy_target_algorithm, "seen")
 
 
 @pytest.mark.skipif(not accel.ENABLED, reason="ALF_ENTROPY_ACCEL=0")
@@ -357,9 +339,9 @@ def test_fast_training_gives_the_distribution_paths_losses_and_gradients(control
 
 def test_a_controller_with_its_own_entropy_gets_the_distribution_in_training():
     class Watching(EntropyTargetAlgorithm):
-        def train_step(self, distribution, step_type=None):
+        def entropy(self, distribution):
             self.seen = distribution
-            return super().train_step(distribution, step_type)
+            return super().entropy(distribution)
 
     alg = _alg(enforce_entropy_target=True, entropy_target_cls=Watching)
     exp, final = _unroll(alg, [[F, M, M], [M, M, L]])

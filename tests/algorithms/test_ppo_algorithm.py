@@ -10,7 +10,6 @@ import torch
 from alf_entropy.algorithms.actor_critic_algorithm import ActorCriticAlgorithm, ActorCriticInfo
 from alf_entropy.algorithms.entropy_target_algorithm import EntropyTargetAlgorithm
 from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
-from alf_entropy.controllers.base import NO_SPAN
 from alf_entropy.data_structures import Experience, StepType, TimeStep, make_experience
 from alf_entropy.tensor_specs import BoundedTensorSpec, TensorSpec
 from alf_entropy.trainers.on_policy_trainer import stack_experiences
@@ -53,7 +52,7 @@ def _unroll(alg, step_types, seed=0):
 def test_is_an_actor_critic_with_ppo_defaults():
     alg = _ppo()
     assert isinstance(alg, ActorCriticAlgorithm)
-    assert alg.num_epochs == 4 and alg.num_minibatches == 4
+    assert alg.settings["num_epochs"] == 4 and alg.settings["num_minibatches"] == 4
     assert alg.importance_ratio_clipping == 0.2
 
 
@@ -110,9 +109,9 @@ class _CountingController(EntropyTargetAlgorithm):
         super().__init__(action_spec, debug_summaries=debug_summaries)
         self.calls = 0
 
-    def calc_loss(self, experience, info, valid_mask=None):
-        self.calls += 1
-        return super().calc_loss(experience, info, valid_mask)
+    def entropy_loss(self, entropy, mask=None, entropy_for_gradient=None, update=True):
+        self.calls += update
+        return super().entropy_loss(entropy, mask, entropy_for_gradient, update)
 
 
 def test_controller_adjusts_once_per_minibatch():
@@ -211,9 +210,10 @@ class _RecordingController(EntropyTargetAlgorithm):
                          skip_free_stage=True, debug_summaries=debug_summaries)
         self.alphas = []
 
-    def _advance(self, entropy, count):
-        alpha = super()._advance(entropy, count)
-        self.alphas.append(alpha.item())
+    def _update(self, entropy, count, restart=False):
+        alpha = super()._update(entropy, count, restart)
+        if count is None or count > 0:  # an update from entropies (not an empty step())
+            self.alphas.append(alpha.item())
         return alpha
 
 
@@ -260,18 +260,18 @@ def test_gin_bindings_of_actor_critic_do_not_reach_ppo():
 def test_max_alpha_change_per_iteration_bounds_any_controller(cap):
     """ALF's fast rate (log 2 per update) moves alpha x2 per update; the cap
     keeps the spread of alpha over a whole iteration (16 updates) within x1.5."""
-    alg = _ppo(enforce_entropy_target=True, max_alpha_change_per_iteration=cap,
-               entropy_target_cls=functools.partial(EntropyTargetAlgorithm, target_entropy=0.69,
-                                                    skip_free_stage=True))
+    alg = _ppo(enforce_entropy_target=True, entropy_target_cls=functools.partial(
+        EntropyTargetAlgorithm, target_entropy=0.69, skip_free_stage=True,
+        max_alpha_change_per_iteration=cap))
     exp, final = _unroll(alg, [[F] * 4] + [[M] * 4] * 16)
     before = alg.entropy_target_algorithm.alpha.item()
     alg.train_from_unroll(exp, final)
     ratio = alg.entropy_target_algorithm.alpha.item() / before
     assert (ratio <= 1.5 + 1e-5) == (cap is not None), ratio
-    if cap is not None:  # the limit ends with the iteration
-        assert alg.entropy_target_algorithm._span == NO_SPAN
+    driver = alg.entropy_target_algorithm.driver  # the next iteration's span starts here
+    assert driver.span_lo == driver.span_hi == driver.log_alpha
 
 
 def test_max_alpha_change_per_iteration_must_exceed_one():
     with pytest.raises(ValueError, match="max_alpha_change_per_iteration"):
-        _ppo(enforce_entropy_target=True, max_alpha_change_per_iteration=1.0)
+        EntropyTargetAlgorithm(DISCRETE, max_alpha_change_per_iteration=1.0)

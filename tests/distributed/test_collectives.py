@@ -104,8 +104,8 @@ def test_controllers_bit_identical_across_ranks(ranks):
     _same_bits(ranks[0]["adjust_alpha"], ranks[1]["adjust_alpha"], "adjust_alpha")
     # The ranks' entropies differ, so a missing reduction would show.
     staged = ranks[0]["trajectories"]["staged_host"]
-    assert len({round(s["_log_alpha"].item(), 6) for s in staged}) > 3
-    assert {s["_stage"].item() for s in staged} >= {-1, 0}
+    assert len({round(s["driver.log_alpha"].item(), 6) for s in staged}) > 3
+    assert {s["driver.stage"].item() for s in staged} >= {-1, 0}
 
 
 def test_controllers_equal_single_process_on_pooled_batch(ranks):

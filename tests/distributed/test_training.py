@@ -46,9 +46,9 @@ def test_parameters_and_controller_bit_identical_across_ranks(ppo_run):
         for p, (s0, s1) in enumerate(zip(o0["state"].values(), o1["state"].values())):
             assert_nests_equal(s0, s1, f"optimizer {i} param {p}")
     controller = {k: v for k, v in r0["algorithm"].items() if "_entropy_target" in k}
-    assert any(k.endswith("_log_alpha") for k in controller), list(r0["algorithm"])
+    assert any(k.endswith("driver.log_alpha") for k in controller), list(r0["algorithm"])
     # The run trained: alpha moved away from the configured 0.01.
-    log_alpha = next(v for k, v in controller.items() if k.endswith("_log_alpha"))
+    log_alpha = next(v for k, v in controller.items() if k.endswith("driver.log_alpha"))
     assert abs(log_alpha.exp().item() - 0.01) > 1e-6
     # The checkpoint (rank 0's) holds the same model and both ranks' RNGs/envs.
     state = ckpt.load_checkpoint(os.path.join(out, "run", "checkpoints", "ckpt-00000004.pt"))
@@ -157,7 +157,7 @@ def test_sac_parameters_and_controller_bit_identical_across_ranks(tmp_path):
     for i, (o0, o1) in enumerate(zip(r0["optimizers"], r1["optimizers"])):
         for p, (s0, s1) in enumerate(zip(o0["state"].values(), o1["state"].values())):
             assert_nests_equal(s0, s1, f"optimizer {i} param {p}")
-    (log_alpha,) = [v for k, v in r0["algorithm"].items() if k.endswith("_log_alpha")]
+    (log_alpha,) = [v for k, v in r0["algorithm"].items() if k.endswith("driver.log_alpha")]
     assert abs(log_alpha.item() - math.log(0.1)) > 1e-6  # the staged controller moved
     # Each rank's replay buffer (its own transitions) is in rank 0's checkpoint.
     state = ckpt.load_checkpoint(tmp_path / "run" / "checkpoints" / "ckpt-00000040.pt")

@@ -60,14 +60,14 @@ def feed(alg, neg_entropy, step_type, valid):
         EntropyTargetInfo,
         EntropyTargetLossInfo,
     )
-    from alf_entropy.data_structures import Experience, LossInfo
+    from alf_entropy.data_structures import LossInfo
 
     info = EntropyTargetInfo(
         loss=LossInfo(
             loss=neg_entropy.clone(), extra=EntropyTargetLossInfo(neg_entropy=neg_entropy)
         )
     )
-    alg.calc_loss(Experience(step_type=step_type), info, valid)
+    alg.calc_loss(info._replace(step_type=step_type), valid)
 
 
 def adjust_alpha_trajectories(entropies):

@@ -18,7 +18,7 @@ def test_the_torchrl_page_runs(one_thread, capsys):
     controller, loss_module = names["alpha_step"].controller, names["loss_module"]
     assert names["loss_td"]["alpha"] != 1.0  # the controller moved the loss's alpha
     assert float(loss_module.log_alpha) == float(controller.log_alpha)
-    assert "alpha_controller._log_alpha" in loss_module.state_dict()
+    assert "alpha_controller.driver.log_alpha" in loss_module.state_dict()
     assert "(target -0.92)" in capsys.readouterr().out  # Pendulum's default, in env units
 
 
@@ -28,5 +28,5 @@ def test_the_tianshou_page_runs(one_thread, capsys):
     names = _run("docs/tianshou.md")
     algorithm, alpha = names["algorithm"], names["alpha"]
     assert algorithm.alpha is alpha and alpha.value < 1.0  # SAC stepped the controller
-    assert "alpha.controller._log_alpha" in algorithm.state_dict()
+    assert "alpha.controller.driver.log_alpha" in algorithm.state_dict()
     assert "(squashed [-1, 1] units)" in capsys.readouterr().out

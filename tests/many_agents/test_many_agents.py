@@ -226,7 +226,7 @@ def test_argument_errors() -> None:
     explicit = functools.partial(PPOAlgorithm, enforce_entropy_target=True,
                                  entropy_target_cls=functools.partial(EntropyTargetAlgorithm,
                                                                       initial_alpha=0.5))
-    with pytest.raises(ValueError, match="_log_alpha"):
+    with pytest.raises(ValueError, match="log_alpha"):
         ManyAgents(*_specs(), [1, 2], algorithm_ctor=explicit)
     agents = ManyAgents(*_specs(), [1, 2], algorithm_ctor=explicit, entropy_target_cls=(
         functools.partial(EntropyTargetAlgorithm, initial_alpha=0.5)))

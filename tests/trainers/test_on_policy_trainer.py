@@ -167,8 +167,8 @@ def test_keyboard_interrupt_saves_a_checkpoint(tmp_path, monkeypatch):
     monkeypatch.setattr(OnPolicyTrainer, "_train_iteration", original_iter)
     resumed = _trainer(tmp_path, num_iterations=5, checkpoint_interval=None)
     torch.testing.assert_close(
-        resumed.algorithm.state_dict()["_entropy_target_algorithm._log_alpha"],
-        trainer.algorithm.state_dict()["_entropy_target_algorithm._log_alpha"],
+        resumed.algorithm.state_dict()["_entropy_target_algorithm.driver.log_alpha"],
+        trainer.algorithm.state_dict()["_entropy_target_algorithm.driver.log_alpha"],
     )
     assert resumed.train()["iteration"] == 5
 

@@ -12,7 +12,7 @@ from alf_entropy.algorithms.entropy_target_algorithm import NestedEntropyTargetA
 from alf_entropy.algorithms.pid_entropy_target_algorithm import PIDEntropyTargetAlgorithm
 from alf_entropy.tensor_specs import BoundedTensorSpec
 from alf_entropy.utils.entropies import entropy_per_log_alpha
-from tests.algorithms.test_entropy_target_algorithm import _forbid_host_sync
+from tests.controllers.test_entropy_target_algorithm import _forbid_host_sync
 
 TWO = BoundedTensorSpec((), torch.int64, 0, 1)
 FOUR = BoundedTensorSpec((), torch.int64, 0, 3)
@@ -97,7 +97,7 @@ def test_unreachable_target_is_found_at_the_ceiling_and_warned_once():
         alphas = [pid.adjust_alpha(0.3).item() for _ in range(3000)]
     unreachable = [w for w in caught if "unreachable" in str(w.message)]
     assert len(unreachable) == 1
-    assert bool(pid.unreachable_target) and int(pid._watch_stalled_for) >= WINDUP_WINDOW
+    assert bool(pid.unreachable_target) and int(pid.driver.stalled_for) >= WINDUP_WINDOW
     assert max(alphas) == pytest.approx(1.0) and alphas[-1] == pytest.approx(1.0)
     first_at_ceiling = int(np.argmax(np.isclose(alphas, 1.0)))
     assert first_at_ceiling < 3000 - WINDUP_WINDOW
@@ -145,7 +145,7 @@ def test_the_rate_grows_outside_one_percent_below_the_target(growth_band, grows)
     pid = PIDEntropyTargetAlgorithm(TWO, target_entropy=0.6, initial_alpha=1e-3, **kwargs)
     for _ in range(30):
         pid.adjust_alpha(0.6 * 0.985)
-    assert (abs(float(pid._gain)) > 2.0) == grows
+    assert (abs(float(pid.driver.gain)) > 2.0) == grows
 
 
 def test_host_and_tensor_paths_agree_bit_for_bit():
@@ -184,7 +184,7 @@ def test_state_dict_resumes_the_exact_trajectory():
     resumed.load_state_dict(part.state_dict())
     for h in seq[60:]:
         assert torch.equal(full.adjust_alpha(h), resumed.adjust_alpha(h))
-    keys = {"_log_alpha", "_integral", "_err_ema", "_fast", "_slow", "_count"}
+    keys = {"driver." + k for k in ("log_alpha", "integral", "err_ema", "fast", "slow", "count")}
     assert keys <= set(full.state_dict())
 
 
@@ -273,7 +273,7 @@ def test_a_tracked_target_and_its_step_up_raise_no_warning(lag, noise):
             box["target"] = 0.6 if k < 1500 else 1.2
             entropy += lag * (_plant(alpha) - entropy)  # the policy lags alpha
             alpha = pid.adjust_alpha(entropy + noise * torch.randn((), generator=gen)).item()
-            held += bool(pid._watch_stalled_for)
+            held += bool(pid.driver.stalled_for)
             assert not bool(pid.unreachable_target), k
     assert held < WINDUP_WINDOW // 10  # at the ceiling below the target only briefly
     assert entropy == pytest.approx(1.2, abs=0.1)

@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from alf_entropy.algorithms.entropy_target_algorithm import EntropyTargetAlgorithm
-from alf_entropy.data_structures import Experience
 from alf_entropy.experiments import control_metrics as cm
 from alf_entropy.tensor_specs import BoundedTensorSpec
 
@@ -29,8 +28,8 @@ def _step_task(steps: int, step_at: int, **kwargs):
     for i in range(steps):
         box["i"] = i
         dist = torch.distributions.Categorical(logits=logits.expand(8, 4))
-        info = controller.train_step(dist, step_type).info
-        loss = controller.calc_loss(Experience(step_type=step_type), info).loss
+        info = controller.train_step((dist, step_type)).info
+        loss = controller.calc_loss(info._replace(step_type=step_type)).loss
         opt.zero_grad()
         (-dist.probs[:, 0] + loss).mean().backward()
         opt.step()
@@ -62,7 +61,7 @@ def _drive(mode: str, entropies, targets, **kwargs):
         ctrl.adjust_alpha(torch.tensor(e, dtype=torch.float32))
         trace.append(
             (ctrl.log_alpha.item(), ctrl.stage.item(), ctrl.update_rate.item(),
-             ctrl._ref_target.item() if kwargs.get("track_target_changes") else 0.0)
+             ctrl.driver.ref_target.item() if kwargs.get("track_target_changes") else 0.0)
         )
     return trace
 
@@ -127,10 +126,10 @@ def test_default_state_dict_is_unchanged_and_tracking_state_is_saved():
     assert set(bounded.state_dict()) == set(plain.state_dict())
     assert not any("max_log_alpha" in k for k in plain.state_dict())
     tracking = EntropyTargetAlgorithm(DISCRETE4, target_entropy=0.5, track_target_changes=True)
-    tracking._ref_target.fill_(0.42)
+    tracking.driver.ref_target.fill_(0.42)
     restored = EntropyTargetAlgorithm(DISCRETE4, target_entropy=0.5, track_target_changes=True)
     restored.load_state_dict(tracking.state_dict())
-    assert restored._ref_target.item() == pytest.approx(0.42)
+    assert restored.driver.ref_target.item() == pytest.approx(0.42)
 
 
 @pytest.mark.parametrize("kwargs, error, word", [
@@ -178,12 +177,12 @@ def test_cuda_responsive_mode_matches_the_cpu_and_never_syncs():
     try:
         for i, (neg, st_) in enumerate(gpu_inputs):
             box["i"] = i
-            gpu.calc_loss(Experience(step_type=st_), info(neg))
+            gpu.calc_loss(info(neg)._replace(step_type=st_))
     finally:
         torch.cuda.set_sync_debug_mode("default")
     for i, neg in enumerate(negs):
         box["i"] = i
-        cpu.calc_loss(Experience(step_type=step_type), info(neg))
+        cpu.calc_loss(info(neg)._replace(step_type=step_type))
     cpu_state, gpu_state = cpu.state_dict(), gpu.state_dict()
     assert cpu_state.keys() == gpu_state.keys() and len(cpu_state) > 0
     for name, value in cpu_state.items():

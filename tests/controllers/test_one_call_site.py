@@ -3,11 +3,10 @@
 The same training loop, written once, drives each controller: a synthetic
 collapsing policy (4-way softmax logits pushed by Adam to one action, as in
 ``benchmarks/control_quality.py``) with the entropy bonus
-``bonus = controller.entropy_loss(entropy)``, ``loss = task + bonus.loss.mean()
-+ bonus.scalar_loss`` (or ``controller.adjust_alpha(mean entropy)`` and
-``-controller.alpha * entropy``).  Every adaptive controller must raise
-``alpha`` as the entropy collapses below its target; the fixed one must not
-move.  Add a controller by adding a factory to ``CONTROLLERS``.
+``bonus = controller.entropy_loss(entropy)``, ``loss = task + bonus.loss.mean()`` (or
+``controller.adjust_alpha(mean entropy)`` and ``-controller.alpha * entropy``).  Every
+adaptive controller must raise ``alpha`` as the entropy collapses below its target; the fixed
+one must not move.  Add a controller by adding a factory to ``CONTROLLERS``.
 """
 import functools
 from typing import Callable, List, NamedTuple
@@ -79,7 +78,7 @@ def _train(controller: EntropyController, call_site: str, num_updates: int = NUM
         task_loss = -dist.probs[:, 0].mean()  # pushes the policy to action 0
         if call_site == "entropy_loss":
             bonus = controller.entropy_loss(_as_spec(controller, entropy))
-            loss = task_loss + bonus.loss.mean() + bonus.scalar_loss
+            loss = task_loss + bonus.loss.mean()
         else:
             controller.adjust_alpha(_as_spec(controller, entropy.detach().mean()))
             loss = task_loss - (controller.alpha * entropy).mean()
@@ -109,16 +108,14 @@ def test_one_unchanged_loop_moves_alpha_for_every_adaptive_controller(factory, c
         assert abs(sum(last) / len(last) - TARGET) < 0.05, (factory.name, sum(last) / len(last))
 
 
-def test_loss_plus_scalar_loss_is_a_tensor_for_every_controller():
+def test_the_loss_carries_the_gradient_to_the_entropy_for_every_controller():
     for factory in CONTROLLERS:
         controller = factory.make()
         entropy = torch.full((5,), 1.0, requires_grad=True)
-        bonus = controller.entropy_loss(_as_spec(controller, entropy))
-        total = bonus.loss.mean() + bonus.scalar_loss  # never a TypeError
-        total.backward()
-        assert entropy.grad is not None, factory.name
+        controller.entropy_loss(_as_spec(controller, entropy)).loss.mean().backward()
+        torch.testing.assert_close(entropy.grad, -controller.alpha.expand(5) / 5)
         no_update = controller.entropy_loss(_as_spec(controller, entropy), update=False)
-        assert isinstance(no_update.scalar_loss, torch.Tensor) and no_update.scalar_loss.shape == ()
+        assert no_update.loss.shape == (5,), factory.name
 
 
 # ------------------------------------------------- who steps the SGD rule's alpha
@@ -142,17 +139,16 @@ def test_sgd_in_a_parent_steps_once_per_update_and_the_parent_does_not_step_it_a
     entropy = torch.full((4,), 1.5) * parent.w[0]  # gradient 1.5 - 0.5 = 1
     li = parent.controller.entropy_loss(entropy)
     assert parent.controller.log_alpha.item() == pytest.approx(-0.5)  # one step of lr 0.5
-    assert not li.scalar_loss.requires_grad and li.scalar_loss.item() == 0.0
     parent.update_with_gradient(li)
     assert parent.controller.log_alpha.item() == pytest.approx(-0.5)
 
 
-def test_sgd_alone_steps_itself_once_even_if_the_caller_also_minimises_scalar_loss():
+def test_sgd_alone_steps_itself_once_even_if_the_caller_also_minimises_the_loss():
     sgd = SGDEntropyTargetAlgorithm(DISCRETE4, target_entropy=0.5, initial_alpha=1.0, optimizer=SGD)
     assert list(sgd.parameters()) == []  # log_alpha is state: no optimiser of the caller's holds it
     li = sgd.entropy_loss(torch.full((4,), 1.5, requires_grad=True))
     assert sgd.log_alpha.item() == pytest.approx(-0.5)
-    (li.loss.mean() + li.scalar_loss).backward()
+    li.loss.mean().backward()
     assert sgd.log_alpha.item() == pytest.approx(-0.5)
 
 
@@ -174,7 +170,7 @@ def test_sgd_min_and_max_alpha_are_honoured():
     for _ in range(5):
         sgd.entropy_loss(torch.full((4,), 1.4))  # far above the target: alpha falls ...
     assert sgd.alpha.item() == pytest.approx(0.05)  # ... to min_alpha, not below
-    assert sgd._log_alpha.item() == pytest.approx(torch.tensor(0.05).log().item())
+    assert sgd.driver.log_alpha.item() == pytest.approx(torch.tensor(0.05).log().item())
     for _ in range(5):
         sgd.entropy_loss(torch.full((4,), 0.0))  # far below: alpha rises to max_alpha
     assert sgd.alpha.item() == pytest.approx(0.2)

@@ -24,11 +24,10 @@ from alf_entropy.algorithms.entropy_target_algorithm import (
     SGDEntropyTargetAlgorithm,
     describe_stage,
 )
-from alf_entropy.controllers.driver import WatchState
-from alf_entropy.data_structures import Experience, LossInfo, StepType
+from alf_entropy.data_structures import LossInfo, StepType
 from alf_entropy.tensor_specs import BoundedTensorSpec
 from alf_entropy.utils import schedulers, summary
-from tests.algorithms.seed_reference import SeedController
+from tests.controllers.seed_reference import SeedController
 
 DISCRETE4 = BoundedTensorSpec((), torch.int64, 0, 3)  # max entropy log 4
 CONT2 = BoundedTensorSpec((2,), torch.float32, -1.0, 1.0)
@@ -152,8 +151,11 @@ def _make_pair(cfg, mode, target=None):
     if cfg["min_alpha"] > cfg["initial_alpha"]:
         kwargs["min_alpha"] = cfg["initial_alpha"]
     ref = SeedController(**kwargs)
+    # A continuous spec: the seed's negative targets are allowed (entropy up to 3 log 10);
+    # the seed has no ceiling on alpha (ours: 1e6 by default).
     alg = EntropyTargetAlgorithm(
-        BoundedTensorSpec((), torch.int64, 0, 9), update_mode=mode, **kwargs
+        BoundedTensorSpec((3,), torch.float32, -5.0, 5.0), update_mode=mode, max_alpha=3e38,
+        **kwargs
     )
     return alg, ref
 
@@ -218,7 +220,7 @@ def test_calc_loss_masks_last_steps_and_valid_mask_like_the_seed(mode):
         valid = torch.rand(5, 3) > 0.3
         mask_arg = valid if it % 2 else valid.float()
         alpha_ref = ref.calc_loss_entropy(neg, step_type, valid)
-        loss = alg.calc_loss(Experience(step_type=step_type), _info(neg), mask_arg)
+        loss = alg.calc_loss(_info(neg)._replace(step_type=step_type), mask_arg)
         _assert_same(alg, ref, f"iter {it}")
         torch.testing.assert_close(loss.loss, neg * alpha_ref)
         assert loss.extra.neg_entropy is not None
@@ -233,9 +235,9 @@ def test_empty_mask_changes_nothing(mode):
     before = {k: v.clone() for k, v in alg.state_dict().items()}
     neg = -torch.ones(4, 2)
     all_last = torch.full((4, 2), StepType.LAST)
-    alg.calc_loss(Experience(step_type=all_last), _info(neg))
+    alg.calc_loss(_info(neg)._replace(step_type=all_last))
     mid = torch.full((4, 2), StepType.MID)
-    alg.calc_loss(Experience(step_type=mid), _info(neg), torch.zeros(4, 2, dtype=torch.bool))
+    alg.calc_loss(_info(neg)._replace(step_type=mid), torch.zeros(4, 2, dtype=torch.bool))
     for k, v in alg.state_dict().items():
         assert torch.equal(v, before[k]), k
 
@@ -244,13 +246,13 @@ def test_empty_mask_changes_nothing(mode):
 def test_nonfinite_entropy_changes_nothing_and_is_counted(mode):
     alg = EntropyTargetAlgorithm(DISCRETE4, target_entropy=0.5, update_mode=mode)
     alg.adjust_alpha(torch.tensor(1.0))
-    before = {k: v.clone() for k, v in alg.state_dict().items() if k != "_watch_nonfinite"}
+    before = {k: v.clone() for k, v in alg.state_dict().items() if k != "driver.nonfinite"}
     alg.adjust_alpha(torch.tensor(float("nan")))
     neg = -torch.ones(3, 2)
     neg[1, 0] = float("inf")
-    alg.calc_loss(Experience(step_type=torch.ones(3, 2, dtype=torch.int64)), _info(neg))
+    alg.calc_loss(_info(neg)._replace(step_type=torch.ones(3, 2, dtype=torch.int64)))
     for k, v in alg.state_dict().items():
-        if k != "_watch_nonfinite":
+        if k != "driver.nonfinite":
             assert torch.equal(v, before[k]), k
     assert alg.num_nonfinite_entropy.item() == 2
 
@@ -262,7 +264,7 @@ def test_nan_in_a_masked_out_step_is_ignored(mode):
     neg = -torch.full((2, 2), 1.0)
     neg[0, 1] = float("nan")
     step_type = torch.tensor([[1, StepType.LAST], [1, 1]])
-    alg.calc_loss(Experience(step_type=step_type), _info(neg))
+    alg.calc_loss(_info(neg)._replace(step_type=step_type))
     ref.adjust_alpha(torch.tensor(1.0))
     _assert_same(alg, ref)
     assert alg.num_nonfinite_entropy.item() == 0
@@ -335,12 +337,13 @@ def test_tensor_mode_never_syncs():
             }
         else:
             dist = torch.distributions.Categorical(logits=logits)
+        alg.set_on_policy(True)
         with _forbid_host_sync():
             for i in range(12):
                 schedulers.update_progress("iterations", i)
-                step = alg.rollout_step(dist, step_type, on_policy_training=True)
-                step = alg.train_step(dist, step_type)
-                loss = alg.calc_loss(Experience(step_type=step_type), step.info, valid)
+                step = alg.rollout_step((dist, step_type))
+                step = alg.train_step((dist, step_type))
+                loss = alg.calc_loss(step.info._replace(step_type=step_type), valid)
                 if isinstance(alg, EntropyTargetAlgorithm):
                     alg.adjust_alpha(torch.ones(()) * 0.1)
         assert loss.loss.shape == (6, 4)
@@ -351,9 +354,9 @@ def test_tensor_mode_never_syncs():
 
 def test_auto_mode_uses_host_path_on_cpu_and_rejects_host_mode_elsewhere():
     alg = EntropyTargetAlgorithm(DISCRETE4, target_entropy=0.5)
-    assert alg._on_host()
+    assert alg.driver.on_host()
     alg_t = EntropyTargetAlgorithm(DISCRETE4, target_entropy=0.5, update_mode="tensor")
-    assert not alg_t._on_host()
+    assert not alg_t.driver.on_host()
 
 
 # -------------------------------------------------------------------- state
@@ -373,9 +376,7 @@ def test_state_dict_mid_run_continues_the_exact_trajectory(mode_a, mode_b):
         full.adjust_alpha(torch.tensor(e))
         half.adjust_alpha(torch.tensor(e))
     sd = half.state_dict()
-    assert {"_log_alpha", "_stage", "_update_rate", "_max_entropy", "_ref_target", "_window",
-            "_seen", "_target_now", "_span_lo", "_span_hi", "_acc_sum", "_acc_count",
-            *(f"_watch_{f}" for f in WatchState._fields)} == set(sd)
+    assert {"driver." + field for field in EntropyTargetAlgorithm.State._fields} == set(sd)
     fresh = EntropyTargetAlgorithm(
         DISCRETE4, target_entropy=0.4, average_window=3, update_mode=mode_b
     )
@@ -396,8 +397,7 @@ def test_parent_state_dict_holds_the_controller():
     p = Parent()
     p.entropy_target.adjust_alpha(torch.tensor(1.0))
     keys = set(p.state_dict())
-    assert "entropy_target._log_alpha" in keys and "entropy_target._window" in keys
-    assert p.sub_algorithms() == [p.entropy_target]
+    assert "entropy_target.driver.log_alpha" in keys and "entropy_target.driver.window" in keys
 
 
 # ------------------------------------------------------------------ errors
@@ -432,9 +432,9 @@ def test_bad_action_spec_and_bad_shapes():
     alg = EntropyTargetAlgorithm(DISCRETE4, target_entropy=0.1)
     neg = -torch.ones(3, 2)
     with pytest.raises(ValueError, match="valid_mask"):
-        alg.calc_loss(Experience(step_type=torch.ones(3, 2)), _info(neg), torch.ones(3))
+        alg.calc_loss(_info(neg)._replace(step_type=torch.ones(3, 2)), torch.ones(3))
     with pytest.raises(ValueError, match="shape"):
-        alg.calc_loss(Experience(step_type=torch.ones(3)), _info(neg))
+        alg.calc_loss(_info(neg)._replace(step_type=torch.ones(3)))
 
 
 def test_scheduled_target_above_reachable_warns():
@@ -483,7 +483,7 @@ def test_debug_summaries_write_the_controller_tags(tmp_path):
         for i in range(4):
             summary.set_global_counter(i)
             schedulers.update_progress("iterations", i)
-            alg.calc_loss(Experience(step_type=step_type), _info(-torch.rand(3, 2)))
+            alg.calc_loss(_info(-torch.rand(3, 2))._replace(step_type=step_type))
         summary.flush()
     finally:
         summary.close()
@@ -558,16 +558,15 @@ def test_nested_feeds_each_leaf_its_own_entropy():
                 torch.distributions.Normal(torch.zeros(4, 3, 2), scale), 1
             ),
         }
-        info = nested.train_step(dist, step_type).info
-        loss = nested.calc_loss(Experience(step_type=step_type), info)
-        exp = Experience(step_type=step_type)
-        lg = solo_grip.calc_loss(exp, solo_grip.train_step(dist["grip"], step_type).info)
-        la = solo_arm.calc_loss(exp, solo_arm.train_step(dist["arm"], step_type).info)
+        info = nested.train_step((dist, step_type)).info
+        loss = nested.calc_loss(info._replace(step_type=step_type))
+        lg = solo_grip.calc_loss(solo_grip.train_step((dist["grip"], step_type)).info)
+        la = solo_arm.calc_loss(solo_arm.train_step((dist["arm"], step_type)).info)
         torch.testing.assert_close(loss.loss, lg.loss + la.loss)
-        assert set(loss.extra) == {"grip", "arm"}
+        assert set(loss.extra.neg_entropy) == {"grip", "arm"}
     assert torch.equal(leaves["grip"].log_alpha, solo_grip.log_alpha)
     assert torch.equal(leaves["arm"].log_alpha, solo_arm.log_alpha)
-    assert "_leaves.grip._log_alpha" in nested.state_dict()
+    assert "_leaves.grip.driver.log_alpha" in nested.state_dict()
 
 
 def test_nested_rejects_misshaped_targets():
@@ -592,13 +591,13 @@ def test_sgd_variant_moves_alpha_towards_the_target():
         start = parent.entropy_target.log_alpha.clone()
         for _ in range(3):
             dist = torch.distributions.Categorical(logits=(base + parent.logits).expand(5, 2, 4))
-            info = parent.entropy_target.train_step(dist, step_type).info
-            loss = parent.entropy_target.calc_loss(Experience(step_type=step_type), info)
+            info = parent.entropy_target.train_step((dist, step_type)).info
+            loss = parent.entropy_target.calc_loss(info._replace(step_type=step_type))
             parent.update_with_gradient(loss)
         moved = parent.entropy_target.log_alpha - start
         assert torch.sign(moved).item() == direction
         assert len(parent.optimizers()) == 1  # the controller steps its own
-        assert "entropy_target._log_alpha" in parent.state_dict()
+        assert "entropy_target.driver.log_alpha" in parent.state_dict()
 
 
 # ------------------------------------------------------------------- CUDA
@@ -611,7 +610,7 @@ def test_cuda_tensor_path_matches_cpu_and_never_syncs():
     seq = [float(x) for x in 1.4 + np.cumsum(rng.normal(-0.03, 0.1, 50))]
     cpu = EntropyTargetAlgorithm(DISCRETE4, target_entropy=0.4)
     gpu = EntropyTargetAlgorithm(DISCRETE4, target_entropy=0.4).to("cuda")
-    assert not gpu._on_host()
+    assert not gpu.driver.on_host()
     assert all(b.device.type == "cuda" for b in gpu.buffers())
     step_type = torch.ones(4, 3, dtype=torch.int64)
     entropies = [torch.full((4, 3), -e) for e in seq]
@@ -620,11 +619,11 @@ def test_cuda_tensor_path_matches_cpu_and_never_syncs():
     torch.cuda.set_sync_debug_mode("error")
     try:
         for neg, st_ in gpu_inputs:
-            gpu.calc_loss(Experience(step_type=st_), _info(neg))
+            gpu.calc_loss(_info(neg)._replace(step_type=st_))
     finally:
         torch.cuda.set_sync_debug_mode("default")
     for neg in entropies:
-        cpu.calc_loss(Experience(step_type=step_type), _info(neg))
+        cpu.calc_loss(_info(neg)._replace(step_type=step_type))
     for a, b in zip(_state(cpu), _state(gpu)):
         torch.testing.assert_close(a, b.cpu(), atol=1e-6, rtol=0)
 
@@ -641,11 +640,11 @@ def test_cuda_nested_and_sgd_variants_run_on_device():
             torch.distributions.Normal(torch.zeros(3, 2, 2, device="cuda"), 1.0), 1
         ),
     }
-    info = nested.train_step(dist, step_type).info
-    loss = nested.calc_loss(Experience(step_type=step_type), info)
+    info = nested.train_step((dist, step_type)).info
+    loss = nested.calc_loss(info._replace(step_type=step_type))
     assert loss.loss.device.type == "cuda"
-    loss = sgd.calc_loss(Experience(step_type=step_type), sgd.train_step(dist["a"], step_type).info)
-    assert loss.scalar_loss.device.type == "cuda"
+    loss = sgd.calc_loss(sgd.train_step((dist["a"], step_type)).info)
+    assert loss.loss.device.type == "cuda"
 
 
 def test_float64_entropy_is_treated_as_float32_on_both_paths():
@@ -662,8 +661,8 @@ def test_per_dimension_distribution_is_summed_over_the_action_dims():
     scale = torch.full((5, 4, 2), 0.5)
     plain = torch.distributions.Normal(torch.zeros(5, 4, 2), scale)
     indep = torch.distributions.Independent(plain, 1)
-    a = alg.train_step(plain, torch.ones(5, 4)).info.loss.extra.neg_entropy
-    b = alg.train_step(indep, torch.ones(5, 4)).info.loss.extra.neg_entropy
+    a = alg.train_step((plain, torch.ones(5, 4))).info.loss.extra.neg_entropy
+    b = alg.train_step((indep, torch.ones(5, 4))).info.loss.extra.neg_entropy
     assert a.shape == (5, 4)
     torch.testing.assert_close(a, b)
 
@@ -680,8 +679,8 @@ def _train_softmax_policy(controlled: bool, steps: int = 1200):
         dist = torch.distributions.Categorical(logits=logits.expand(1, 8, 4))
         task_loss = -dist.probs[..., 0]
         if controlled:
-            info = controller.train_step(dist, step_type).info
-            entropy_loss = controller.calc_loss(Experience(step_type=step_type), info).loss
+            info = controller.train_step((dist, step_type)).info
+            entropy_loss = controller.calc_loss(info._replace(step_type=step_type)).loss
         else:
             entropy_loss = -0.01 * dist.entropy()  # the controller's initial alpha, fixed
         opt.zero_grad()

@@ -17,7 +17,7 @@ from alf_entropy.tensor_specs import BoundedTensorSpec
 from alf_entropy.utils import summary
 from alf_entropy.utils.entropies import greedy_probability_target
 from alf_entropy.utils.schedulers import SettledAnnealing
-from tests.algorithms.test_entropy_target_algorithm import _forbid_host_sync
+from tests.controllers.test_entropy_target_algorithm import _forbid_host_sync
 
 TWO = BoundedTensorSpec((), torch.int64, 0, 1)
 ADAPTIVE = {
@@ -129,18 +129,20 @@ def test_a_reachable_target_does_not_warn(kind):
 
 
 @pytest.mark.parametrize("kind", sorted(ADAPTIVE))
-def test_log_alpha_span_holds_over_every_update(kind):
+def test_the_alpha_change_per_iteration_holds_over_every_update_between_steps(kind):
     kw = {"optimizer": lambda p: torch.optim.SGD(p, lr=5.0)} if kind == "sgd" else {}
     controller = ADAPTIVE[kind](target_entropy=0.6, **kw)
     start = controller.log_alpha.item()
-    controller.limit_log_alpha_span(0.2)
+    controller.configure(max_alpha_change_per_iteration=math.exp(0.2))
     seen = [start]
     for k in range(30):
         h = 0.1 - 1e-3 * k if k < 15 else 0.69  # pushes alpha up hard, then down
         seen.append(controller.adjust_alpha(h).log().item())
         assert max(seen) - min(seen) <= 0.2 + 1e-6, seen
     assert max(seen) - min(seen) > 0.1  # it did move
-    controller.limit_log_alpha_span(None)
+    end = controller.step().log().item()  # an iteration's end: a new span starts ...
+    assert end < controller.adjust_alpha(0.07).log().item() <= end + 0.2 + 1e-6  # ... from here
+    controller.configure(max_alpha_change_per_iteration=None)
     for k in range(30):
         controller.adjust_alpha(0.07 - 1e-3 * k)
     assert controller.log_alpha.item() > start + 0.2
@@ -155,8 +157,8 @@ def test_the_watch_smooths_the_entropy(kind):
     controller.adjust_alpha(0.5)
     controller.adjust_alpha(1.0)
     controller.adjust_alpha(float("nan"))  # not counted
-    assert controller._watch_count.item() == 2
-    assert controller._watch_ema.item() == pytest.approx(
+    assert controller.driver.count.item() == 2
+    assert controller.driver.ema.item() == pytest.approx(
         WATCH_EMA * 0.5 + (1 - WATCH_EMA) * 1.0
     )
 
@@ -206,14 +208,15 @@ def test_the_watch_counts_a_stall_that_noise_keeps_interrupting(share, fires):
     """Alpha at its ceiling for 66 % of 2,000 updates, never 500 in a row (discrete SAC on
     CartPole, noise knocking alpha off the ceiling): a stall for most of the window is found;
     40 % is not."""
+    from alf_entropy.controllers.driver import state_type
     from alf_entropy.controllers.ops import ScalarOps
-    from alf_entropy.controllers.watch import WatchState, anneal_of, watch_rule
+    from alf_entropy.controllers.watch import anneal_of, watch_rule
 
     at_ceiling = np.random.default_rng(0).random(2000) < share
     runs = np.diff(np.flatnonzero(np.diff(np.r_[0, at_ceiling.astype(int), 0])))[::2]
     assert runs.max() < WINDUP_WINDOW
-    state = WatchState(0.3, 0, 0, 0, 0)
+    state = state_type("State")(0.0, 0.68, 0.3, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0)
     for at in at_ceiling:
-        state, _ = watch_rule(ScalarOps, state, 0.3, 0.68, 0.0 if at else -1.0, anneal_of(None),
-                              0.0)
+        state = watch_rule(ScalarOps, state._replace(log_alpha=0.0 if at else -1.0), 0.3,
+                           anneal_of(None), 0.0)
     assert (state.stalled_for >= WINDUP_WINDOW) == fires

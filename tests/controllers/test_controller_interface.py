@@ -2,7 +2,7 @@
 
 Each controller (staged, SGD, nested, fixed, PID, linear PID) is driven through the same calls
 with no ``isinstance`` checks: ``adjust_alpha`` with a float or a tensor,
-``entropy_loss`` with and without a mask, ``train_step``/``calc_loss``,
+``entropy_loss`` with and without a mask, ALF's ``rollout_step``/``calc_loss``,
 ``predict_step``, the common properties and ``from_space``, on the CPU and
 (where available) on CUDA.
 """
@@ -23,7 +23,7 @@ from alf_entropy.algorithms.entropy_target_algorithm import (
 )
 from alf_entropy.algorithms.pid_entropy_target_algorithm import PIDEntropyTargetAlgorithm
 from alf_entropy.controllers import LinearPIDEntropyTargetAlgorithm
-from alf_entropy.data_structures import AlgStep, Experience, StepType
+from alf_entropy.data_structures import AlgStep, StepType
 from alf_entropy.tensor_specs import BoundedTensorSpec
 
 SPACE = gym.spaces.Discrete(4)
@@ -71,12 +71,14 @@ def _no_host_sync(device):
 @pytest.mark.parametrize("kind", sorted(FACTORIES))
 def test_every_controller_has_the_same_interface(kind, device):
     controller = FACTORIES[kind]().to(device)
-    assert isinstance(controller, EntropyController)
+    assert isinstance(controller, (EntropyController, NestedEntropyTargetAlgorithm))
     alpha0 = controller.alpha.clone()
     assert alpha0.shape == () and alpha0.device.type == device
     assert isinstance(controller.target_entropy, float)
     assert controller.stage.shape == ()
-    assert controller.predict_step() == AlgStep()
+    assert controller.predict_step(None) == AlgStep()
+    assert controller.rollout_step((None, None)) == AlgStep()  # ALF's: not on-policy yet
+    controller.set_on_policy(True)
     tensor_entropy = torch.tensor(1.35, device=device)
     ent = torch.full((3, 2), 0.9, device=device)
     ent[:, 1] = float("nan")  # masked out below: ignored
@@ -91,8 +93,8 @@ def test_every_controller_has_the_same_interface(kind, device):
         alpha_before_loss = controller.alpha.clone()
         li = controller.entropy_loss(_entropy(controller, ent), mask)
         alpha_after_loss = controller.alpha.clone()
-        info = controller.rollout_step(dist, step_type).info
-        li2 = controller.calc_loss(Experience(step_type=step_type), info)
+        info = controller.rollout_step((dist, step_type)).info
+        li2 = controller.calc_loss(info._replace(step_type=step_type))
         alpha_before_nan = controller.alpha.clone()
         controller.adjust_alpha(_entropy(controller, float("nan")))  # counted, changes nothing
         controller.entropy_loss(_entropy(controller, ent), torch.zeros_like(mask))  # empty: not
@@ -124,12 +126,9 @@ def test_every_controller_has_the_same_interface(kind, device):
         expected = (-alpha_used * 0.9).expand(3)
         torch.testing.assert_close(li.loss[:, 0].detach(), expected)
     assert li2.loss.shape == (3, 2)
-    # scalar_loss can always be added to a loss: a 0-d zero (nothing left to
-    # minimise: no parent's optimiser trains these controllers).
+    # The loss is all there is: no parent's optimiser trains these controllers.
     for loss_info in (li, li2):
-        assert isinstance(loss_info.scalar_loss, torch.Tensor) and loss_info.scalar_loss.shape == ()
-        assert loss_info.scalar_loss.device.type == device
-        assert loss_info.scalar_loss.item() == 0.0 and not loss_info.scalar_loss.requires_grad
+        assert loss_info.loss.device.type == device and loss_info.scalar_loss == ()
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
