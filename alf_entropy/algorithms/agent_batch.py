@@ -3,7 +3,7 @@
 ``ManyAgents`` (A2C/PPO) and ``ManySacAgents`` (SAC) build agent ``k`` as a single run
 with seed ``seeds[k]`` builds it (under that seed), stack the K agents' networks and let
 the same ``algorithm_ctor`` build one more algorithm around them with
-``batch_shape=(K,)``: a :class:`~alf_entropy.utils.batched_adam.BatchedAdam` with the
+``batch_shape=(K,)``: a :class:`~alf_entropy.networks.batched_adam.BatchedAdam` with the
 agents' Adam settings and a controller of the agents' class with ``batch_shape=(K,)``
 (``target_entropies``: a target per agent).  Agent ``k`` draws from its own generator,
 in the state the global one has right after agent ``k`` was built: a single run's draws.
@@ -27,7 +27,7 @@ import torch.nn as nn
 from alf_entropy.algorithm import Algorithm
 from alf_entropy.data_structures import AlgStep
 from alf_entropy.utils import distributed, nest
-from alf_entropy.utils.batched_adam import BatchedAdam
+from alf_entropy.networks.batched_adam import BatchedAdam
 from alf_entropy.utils.checks import check_int
 from alf_entropy.utils.seeding import seed_all
 
