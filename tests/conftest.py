@@ -8,6 +8,10 @@ uses it (``pytestmark = pytest.mark.usefixtures("one_thread")``); on a small
 machine one intra-op thread per process is faster and a forked child does not
 inherit busy OpenMP workers.  ``hold_run_lock`` starts processes that hold a
 run directory's lock.
+
+The package's gin configurables are registered (``alf_entropy.config.configurables``, what
+the shipped configs import) for every test, as in a process that parsed a config; what
+importing the package alone registers (nothing) is tested in a fresh process.
 """
 import os
 import subprocess
@@ -18,6 +22,7 @@ import gin
 import pytest
 import torch
 
+import alf_entropy.config.configurables  # noqa: F401  (registers the package's configurables)
 from alf_entropy.utils import schedulers
 
 

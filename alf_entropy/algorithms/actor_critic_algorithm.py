@@ -14,7 +14,6 @@ import math
 import operator
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
-import gin
 import torch
 import torch.distributions as td
 import torch.nn as nn
@@ -63,7 +62,6 @@ def _time_into_rows(x: torch.Tensor, nb: int) -> torch.Tensor:
     return x.movedim(0, nb).flatten(nb, nb + 1)
 
 
-@gin.configurable(denylist=["batch_shape"])
 class ActorCriticAlgorithm(Algorithm):
     """Advantage actor-critic with GAE (see the module docstring).
 

@@ -26,8 +26,8 @@ import torch.nn as nn
 
 from alf_entropy.algorithm import Algorithm
 from alf_entropy.data_structures import AlgStep
-from alf_entropy.utils import distributed, nest
 from alf_entropy.networks.batched_adam import BatchedAdam
+from alf_entropy.utils import distributed, nest
 from alf_entropy.utils.checks import check_int
 from alf_entropy.utils.seeding import seed_all
 

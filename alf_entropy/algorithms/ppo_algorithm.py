@@ -26,7 +26,6 @@ per minibatch.
 """
 from typing import Any, Callable, Union
 
-import gin
 import torch
 
 from alf_entropy.algorithms.actor_critic_algorithm import ActorCriticAlgorithm, ActorCriticInfo
@@ -38,7 +37,6 @@ from alf_entropy.utils.signatures import forwards_arguments
 __all__ = ["PPOAlgorithm"]
 
 
-@gin.configurable(denylist=["batch_shape"])
 class PPOAlgorithm(ActorCriticAlgorithm):
     """PPO-clip (see the module docstring).
 

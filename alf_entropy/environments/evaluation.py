@@ -8,7 +8,6 @@ episodes on the host every step.
 """
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-import gin
 import torch
 
 from alf_entropy.data_structures import StepType, TimeStep
@@ -83,7 +82,6 @@ def run_episodes(
     return returns.tolist(), lengths.tolist()
 
 
-@gin.configurable
 @forwards_arguments(run_episodes)
 def evaluate(env_id: str, policy_fn: Callable[[Any], Any], **kwargs: Any) -> float:
     """Mean return of ``run_episodes``: the same arguments, one number.

@@ -24,7 +24,6 @@ import functools
 import pickle
 from typing import Any, Deque, Dict, Iterator, List, Optional, Tuple
 
-import gin
 import numpy as np
 import torch
 
@@ -83,7 +82,6 @@ def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
     return torch.empty((), dtype=dtype).numpy().dtype
 
 
-@gin.configurable
 class GymVectorEnv:
     """Batched gymnasium environments producing batched ``TimeStep`` tensors.
 

@@ -16,7 +16,6 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
-import gin
 import numpy as np
 import torch
 from absl import logging
@@ -86,7 +85,6 @@ def control_line(logs: Logs) -> str:
     return " ".join(parts)
 
 
-@gin.configurable
 class SummaryCallback(Callback):
     """TensorBoard summaries every ``interval`` iterations (rank 0) in ``root_dir/train``
     (K agents: ``<agent dir>/train`` each), flushed every ``flush_secs``."""
@@ -119,7 +117,6 @@ class SummaryCallback(Callback):
         summary.close()
 
 
-@gin.configurable
 class ProgressBarCallback(Callback):
     """A tqdm bar on a terminal (the binding limit's iterations; env steps, ``steps_per_sec``,
     ``return``, ``alpha``); meanwhile console log lines go through ``logging_redirect_tqdm``."""
@@ -211,7 +208,6 @@ class SignalCallback(Callback):
                             self.stopped_by, trainer.iteration, trainer.last_checkpoint)
 
 
-@gin.configurable
 class EvaluationCallback(Callback):
     """Evaluate at the start, every ``interval`` iterations and at the end (rank 0), logging
     ``iteration ... env_steps ...`` and :func:`control_line`; stop once every agent's mean
@@ -238,7 +234,6 @@ class EvaluationCallback(Callback):
             trainer.control.should_stop = True
 
 
-@gin.configurable
 class CheckpointCallback(Callback):
     """A checkpoint every ``interval`` iterations (the loop also writes one at the end)."""
 
@@ -250,7 +245,6 @@ class CheckpointCallback(Callback):
         return True
 
 
-@gin.configurable
 class TimeBudgetCallback(Callback):
     """Stop once ``max_seconds`` of this ``train()`` call have passed (rank 0's clock)."""
 

@@ -20,7 +20,6 @@ from its own generator (``algorithm.generators``).
 """
 from typing import Any, Callable, Dict, Optional
 
-import gin
 import torch
 from absl import logging
 
@@ -49,7 +48,6 @@ def _per_rank(name: str, total: int) -> int:
     return total // world
 
 
-@gin.configurable
 class OffPolicyTrainer(Trainer):
     """Train an off-policy algorithm (``SacAlgorithm``) from a replay buffer.
 

@@ -14,7 +14,6 @@ the path reads tensors on the host but the environment step.  K agents are
 """
 from typing import Any, Callable, List
 
-import gin
 import torch
 
 from alf_entropy.algorithm import Algorithm
@@ -41,7 +40,6 @@ def stack_experiences(experiences: List[Any]) -> Any:
     return nest.pack_sequence_as(experiences[0], stacked)
 
 
-@gin.configurable
 class OnPolicyTrainer(Trainer):
     """Train an on-policy algorithm (A2C/PPO) on a gymnasium environment.
 

@@ -13,11 +13,13 @@ from absl import logging
 
 from alf_entropy.algorithm import Algorithm
 from alf_entropy.algorithms.agent_batch import AgentBatch
+from alf_entropy.controllers import EntropyController
 from alf_entropy.data_structures import TimeStep
 from alf_entropy.environments import GymVectorEnv
 from alf_entropy.environments.agent_envs import agent_env_ctor
 from alf_entropy.environments.env_state import check_pickle
 from alf_entropy.storage import checkpoints as ckpt
+from alf_entropy.storage.bindings import check_bindings_used
 from alf_entropy.storage.run_dir import RunDir
 from alf_entropy.trainers import agents as agents_lib
 from alf_entropy.trainers import ranks
@@ -25,7 +27,6 @@ from alf_entropy.trainers.limits import Limits
 from alf_entropy.trainers.ranks import MAX_SEED
 from alf_entropy.utils import distributed, schedulers
 from alf_entropy.utils.checks import check_int
-from alf_entropy.utils.gin_config import check_bindings_used
 
 __all__ = ["Run"]
 
@@ -85,7 +86,9 @@ class Run:
         self._env = self._time_step = self._restored_env = self._last_checkpoint = None
         self._in_iteration, self._restored_from = False, None
         self._observation_spec, self._action_spec, self._algorithm = self._build(env_ctor)
-        check_bindings_used(constructing=type(self).__name__)  # before anything is written
+        check_bindings_used(type(self).__name__,  # before anything is written
+                            getattr(self._algorithm, "entropy_target_algorithm", None),
+                            EntropyController)
         with self._run_dir.opening():
             self._run_dir.take()
             self._resume()

@@ -14,7 +14,6 @@ import functools
 import math
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
-import gin
 import numpy as np
 import torch
 import torch.distributions as td
@@ -93,7 +92,6 @@ class GreedyProbabilityTarget(float):
                              f"{self.num_actions} actions, but the action spec has {n}")
 
 
-@gin.configurable
 def greedy_probability_target(p: float, num_actions: int) -> GreedyProbabilityTarget:
     r"""The entropy of a policy that picks its greedy action with probability ``p``
     (``p`` in ``[1/N, 1]``), the other ``N - 1 >= 1`` actions sharing ``1 - p`` evenly:
@@ -127,7 +125,6 @@ def entropy_per_log_alpha(spec: Any) -> float:
     return scale
 
 
-@gin.configurable
 def calc_default_target_entropy(spec: Any, min_prob: float = 0.1) -> float:
     r"""ALF's default target entropy: a policy "mostly decided" with ``p = min_prob``
     in ``(0, 1)``, summed over the elements and the nest of a bounded ``spec``.
@@ -155,7 +152,6 @@ def calc_default_target_entropy(spec: Any, min_prob: float = 0.1) -> float:
     return total
 
 
-@gin.configurable
 def calc_default_max_entropy(spec: Any, fraction: float = 0.8) -> float:
     r"""ALF's default maximum entropy: slightly below the uniform distribution's, per
     element ``fraction * log N`` (discrete), ``fraction * log(M - m)`` (continuous,
@@ -199,7 +195,6 @@ def calc_max_possible_entropy(spec: Any) -> float:
 
 
 
-@gin.configurable
 def estimated_entropy(
     dist: td.Distribution, num_samples: int = 1, check_numerics: bool = False
 ) -> Tuple[torch.Tensor, torch.Tensor]:

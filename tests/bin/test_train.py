@@ -123,7 +123,7 @@ def test_quick_run_with_num_iterations_only(tmp_path):
 
 
 def test_help_exits_0_and_lists_the_shipped_configs():
-    from alf_entropy.utils.gin_config import list_configs
+    from alf_entropy.config.loading import list_configs
 
     proc = _run("--help")
     assert proc.returncode == 0, proc.stderr[-2000:]

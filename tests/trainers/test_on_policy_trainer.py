@@ -15,7 +15,7 @@ from alf_entropy.storage.checkpoints import atomic_write_bytes, latest_checkpoin
 from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer, stack_experiences
 from alf_entropy.trainers.trainer import resolve_device
 from alf_entropy.utils import schedulers
-from alf_entropy.utils.gin_config import parse_gin_config
+from alf_entropy.config.loading import parse_gin_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

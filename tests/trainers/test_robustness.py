@@ -28,7 +28,7 @@ from alf_entropy.storage.run_dir import RunDirLocked, config_differences
 from alf_entropy.trainers.off_policy_trainer import OffPolicyTrainer
 from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
 from alf_entropy.trainers.trainer import TrainingAborted
-from alf_entropy.utils.gin_config import GinConfigError, parse_gin_config
+from alf_entropy.config.loading import GinConfigError, one_line, parse_gin_config
 from tests.nests import assert_nests_equal
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -398,6 +398,39 @@ def test_gin_file_bindings_overridden_by_the_code_are_errors_alternatives_warnin
     parse_gin_config([str(config)], [])
     with pytest.raises(GinConfigError, match=r"FusedAdam.lr \(in mine.gin\)"):
         OnPolicyTrainer(str(tmp_path / "bad"), device="cpu")
+
+
+@pytest.mark.parametrize("swap, dropped", [
+    ("PPOAlgorithm.entropy_target_cls = @PIDEntropyTargetAlgorithm",
+     ["EntropyTargetAlgorithm.initial_alpha", "EntropyTargetAlgorithm.target_entropy"]),
+    ("PPOAlgorithm.entropy_target_cls = @SGDEntropyTargetAlgorithm", None),
+])
+def test_swapping_the_controller_class_never_drops_its_target_silently(tmp_path, swap, dropped):
+    """ppo_cartpole.gin's target (0.68 -> 0.58) and initial alpha are the staged class's
+    bindings: a swap that leaves them to the other class's defaults stops, naming them;
+    bound for the new class too (ppo_cartpole_pid.gin), the run builds."""
+    params = ["OnPolicyTrainer.num_iterations = 1", swap]
+    parse_gin_config(["ppo_cartpole.gin"], params)
+    if dropped is None:  # the settings rebound for the new class: it builds with them
+        parse_gin_config(["ppo_cartpole.gin"], params + [
+            "SGDEntropyTargetAlgorithm.initial_alpha = 0.1",
+            "SGDEntropyTargetAlgorithm.target_entropy = @LinearScheduler()"])
+        trainer = OnPolicyTrainer(str(tmp_path / "ok"), device="cpu")
+        assert float(trainer.algorithm.entropy_target_algorithm.target_entropy) == 0.68
+        trainer.close()
+        return
+    with pytest.raises(GinConfigError) as info:
+        OnPolicyTrainer(str(tmp_path / "run"), device="cpu")
+    line = one_line(info.value)  # as alf-entropy-train prints it
+    assert line.startswith("the run builds PIDEntropyTargetAlgorithm, so these bindings")
+    for binding in dropped:
+        assert f"{binding} (in ppo_cartpole.gin)" in line
+    assert "skip_free_stage" not in line  # the PID controller has no such setting
+    assert not os.path.exists(tmp_path / "run")
+    parse_gin_config(["ppo_cartpole_pid.gin"], params[:1])  # the shipped swap rebinds them
+    trainer = OnPolicyTrainer(str(tmp_path / "pid"), device="cpu")
+    assert float(trainer.algorithm.entropy_target_algorithm.target_entropy) == 0.68
+    trainer.close()
 
 
 def test_a_scoped_call_does_not_judge_the_unscoped_bindings(tmp_path, caplog):
