@@ -317,13 +317,14 @@ class GymVectorEnv:
         # ``np.where`` returns a fresh array: convert without another copy.
         return self._tensor(a.astype(dtype, copy=False))
 
-    def pop_episode_statistics(self) -> Tuple[List[float], List[int]]:
-        """``(returns, lengths)`` of the episodes finished since the last call (at most the
-        10,000 latest; gymnasium's conventions, ALF's too), in completion order."""
+    def pop_episode_statistics(self) -> List[Tuple[List[float], List[int]]]:
+        """Each agent's ``(returns, lengths)`` of the episodes finished since the last call:
+        one agent's, a list of one (``AgentEnvs``' protocol; at most the 10,000 latest;
+        gymnasium's conventions, ALF's too), in completion order."""
         returns = [r for r, _ in self._finished]
         lengths = [n for _, n in self._finished]
         self._finished.clear()
-        return returns, lengths
+        return [(returns, lengths)]
 
     def get_state(self) -> Optional[bytes]:
         """The whole vector env (episodes, RNGs, statistics) and this wrapper's flags,

@@ -7,13 +7,14 @@ each binding was written (a file, ``--gin_param``) is what the config loader
 (:mod:`alf_entropy.config`) noted with :func:`note_sources`.
 """
 import inspect
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import gin
 from absl import logging
 from gin import config_parser
 
-__all__ = ["GinConfigError", "LATE_CONFIGURABLES", "TRAINER_BINDING", "check_bindings_used",
+__all__ = ["GinConfigError", "LATE_CONFIGURABLES", "TRAINER_BINDING", "binding_statements",
+           "check_bindings_used",
            "note_sources", "read_bindings", "split_key", "write_bindings"]
 
 TRAINER_BINDING = "train.trainer"
@@ -42,19 +43,25 @@ class _AsWritten(config_parser.ParserDelegate):
         return _Name(f"%{macro_name}")
 
 
+def binding_statements(text: str) -> List[config_parser.BindingStatement]:
+    """The binding statements of gin text, by gin's parser (includes are not followed;
+    a reference or macro's value is its text, ``@Adam``, ``%LR``)."""
+    return [s for s in config_parser.ConfigParser(text, _AsWritten())
+            if isinstance(s, config_parser.BindingStatement)]
+
+
 def read_bindings(text: str) -> Dict[str, str]:
-    """The bindings of gin text, read by gin's parser (includes are not followed).
+    """The bindings of gin text (:func:`binding_statements`).
 
     Returns:
         ``"scope/Configurable.param"`` (a macro: its name) -> the value's
         canonical text (``(1, 2)`` however it was wrapped, ``@Adam``, ``%LR``).
     """
     out = {}
-    for statement in config_parser.ConfigParser(text, _AsWritten()):
-        if isinstance(statement, config_parser.BindingStatement):
-            scope = f"{statement.scope}/" if statement.scope else ""
-            param = f".{statement.arg_name}" if statement.arg_name else ""
-            out[scope + statement.selector + param] = repr(statement.value)
+    for statement in binding_statements(text):
+        scope = f"{statement.scope}/" if statement.scope else ""
+        param = f".{statement.arg_name}" if statement.arg_name else ""
+        out[scope + statement.selector + param] = repr(statement.value)
     return out
 
 

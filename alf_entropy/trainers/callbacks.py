@@ -265,21 +265,17 @@ class TimeBudgetCallback(Callback):
 
 def builtin_callbacks(summary_interval: int, summary_flush_secs: float, progress_bar: bool,
                       signals: SignalCallback, eval_interval: Optional[int],
-                      num_eval_episodes: int, stop_eval_return: Optional[float],
-                      checkpoint_interval: Optional[int], callbacks: Sequence[Callback] = (),
-                      ) -> List[Callback]:
+                      stop_eval_return: Optional[float], checkpoint_interval: Optional[int],
+                      callbacks: Sequence[Callback] = ()) -> List[Callback]:
     """The callbacks a trainer runs: those its arguments ask for, then ``callbacks``.
 
     Raises:
-        ValueError: for out-of-range arguments.
+        ValueError: for out-of-range arguments (each callback checks its own).
         TypeError: if one of ``callbacks`` is not a :class:`Callback`.
     """
     for callback in callbacks:
         if not isinstance(callback, Callback):
             raise TypeError(f"callbacks must be Callback instances, got {callback!r}")
-    check_int("eval_interval", eval_interval, minimum=1, allow_none=True)
-    check_int("checkpoint_interval", checkpoint_interval, minimum=1, allow_none=True)
-    check_int("num_eval_episodes", num_eval_episodes, minimum=1)
     if stop_eval_return is not None and eval_interval is None:
         raise ValueError("stop_eval_return needs eval_interval to be set")
     out: List[Callback] = [SummaryCallback(summary_interval, summary_flush_secs)]

@@ -9,8 +9,6 @@ import torch
 from alf_entropy.algorithms.actor_critic_algorithm import ActorCriticAlgorithm
 from alf_entropy.algorithms.entropy_target_algorithm import EntropyTargetAlgorithm
 from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
-from alf_entropy.trainers.off_policy_trainer import OffPolicyTrainer
-from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
 from alf_entropy.config.loading import (
     CONFIG_DIR,
     GinConfigError,
@@ -20,6 +18,8 @@ from alf_entropy.config.loading import (
     one_line,
     parse_gin_config,
 )
+from alf_entropy.trainers.off_policy_trainer import OffPolicyTrainer
+from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
 
 SHIPPED = [
     "ac_cartpole.gin",

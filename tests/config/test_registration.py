@@ -121,7 +121,8 @@ def test_a_plain_gin_parse_of_a_shipped_config_registers_and_finds_its_includes(
             "'ppo_cartpole_pid.gin')); print(gin.query_parameter('OnPolicyTrainer.env_id'), "
             "gin.query_parameter('PIDEntropyTargetAlgorithm.initial_alpha'))")
     proc = subprocess.run([sys.executable, "-c", code, CONFIG_DIR], capture_output=True,
-                          text=True, cwd="/", timeout=300, env=dict(os.environ, PYTHONPATH=REPO_ROOT))
+                          text=True, cwd="/", timeout=300,
+                          env=dict(os.environ, PYTHONPATH=REPO_ROOT))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split() == ["CartPole-v1", "0.1"]
 

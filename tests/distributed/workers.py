@@ -247,8 +247,8 @@ PPO_PARAMS = [
 def ppo_train(out_dir: str) -> None:
     """``PPO_ITERATIONS`` of 2-rank PPO CartPole in ``out_dir/run`` with the
     shipped config; saves this rank's final algorithm and optimiser state."""
-    from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
     from alf_entropy.config.loading import parse_gin_config
+    from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
 
     torch.set_num_threads(1)
     parse_gin_config(
@@ -294,8 +294,8 @@ SAC_PARAMS = [
 
 def sac_train(out_dir: str) -> None:
     """2-rank SAC Pendulum in ``out_dir/run``; saves this rank's final state."""
-    from alf_entropy.trainers.off_policy_trainer import OffPolicyTrainer
     from alf_entropy.config.loading import parse_gin_config
+    from alf_entropy.trainers.off_policy_trainer import OffPolicyTrainer
 
     torch.set_num_threads(1)
     parse_gin_config(["sac_pendulum"], SAC_PARAMS)

@@ -9,11 +9,11 @@ import gin
 import pytest
 
 from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
+from alf_entropy.config.loading import parse_gin_config
 from alf_entropy.environments import GymVectorEnv
 from alf_entropy.storage import checkpoints as ckpt
 from alf_entropy.trainers import Callback, EvaluationCallback, OnPolicyTrainer, TimeBudgetCallback
 from alf_entropy.trainers import trainer as trainer_module
-from alf_entropy.config.loading import parse_gin_config
 from tests.trainers.test_on_policy_trainer import _trainer
 
 pytestmark = pytest.mark.usefixtures("one_thread")

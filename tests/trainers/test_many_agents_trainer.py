@@ -251,8 +251,8 @@ def test_each_agent_has_the_operative_config_of_its_single_run(tmp_path: Any) ->
     """A K = 2 batch configured in gin, each agent with its own target: agent k's
     ``operative_config.gin`` is the text the single run with its seed and target writes,
     so the report fills its seed column and groups it exactly as that run."""
-    from alf_entropy.experiments.report import find_runs, write_report
     from alf_entropy.config.loading import CONFIG_DIR, parse_gin_config
+    from alf_entropy.experiments.report import find_runs, write_report
 
     tiny = ["OnPolicyTrainer.num_env_steps = None", "OnPolicyTrainer.num_iterations = 1",
             "OnPolicyTrainer.unroll_length = 16", "OnPolicyTrainer.num_envs = 2",

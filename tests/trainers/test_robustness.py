@@ -22,13 +22,13 @@ import pytest
 import torch
 
 from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
+from alf_entropy.config.loading import GinConfigError, one_line, parse_gin_config
 from alf_entropy.storage import checkpoints as ckpt
 from alf_entropy.storage.checkpoints import CheckpointError
 from alf_entropy.storage.run_dir import RunDirLocked, config_differences
 from alf_entropy.trainers.off_policy_trainer import OffPolicyTrainer
 from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
 from alf_entropy.trainers.trainer import TrainingAborted
-from alf_entropy.config.loading import GinConfigError, one_line, parse_gin_config
 from tests.nests import assert_nests_equal
 
 pytestmark = pytest.mark.usefixtures("one_thread")
