@@ -14,6 +14,7 @@ import glob
 import os
 import re
 import tempfile
+import zipfile
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
@@ -114,6 +115,9 @@ def load_checkpoint(path: str) -> Dict[str, Any]:
         CheckpointError: if it cannot be read (truncated, not a checkpoint) or lacks one
             of :data:`REQUIRED_KEYS`.
     """
+    if os.path.isfile(path) and not zipfile.is_zipfile(path):  # what torch.save writes
+        raise CheckpointError(f"{path} cannot be read: it is not a checkpoint (not a whole "
+                              "archive as torch.save writes one: truncated, or another file)")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # torch.load raises many types for a damaged file

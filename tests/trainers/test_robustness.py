@@ -94,6 +94,19 @@ def test_damaged_newest_checkpoint_is_skipped_with_one_warning(tmp_path, damage,
     assert os.path.exists(newest + ".damaged") and newest + ".damaged" in warnings[0]
 
 
+@pytest.mark.parametrize("content", [b"this is not a checkpoint\n", b"", b"\x80\x04K\x01.",
+                                     b"PK\x03\x04 half of a zip"])
+def test_a_file_that_is_not_a_checkpoint_is_named_as_such(tmp_path, content):
+    """Text, an empty file, a pickle, the start of an archive: one reason, not torch's
+    unpickler's ``KeyError: 174812789``."""
+    path = tmp_path / "ckpt-00000001.pt"
+    path.write_bytes(content)
+    with pytest.raises(CheckpointError) as info:
+        ckpt.load_checkpoint(str(path))
+    assert str(info.value) == (f"{path} cannot be read: it is not a checkpoint (not a whole "
+                               "archive as torch.save writes one: truncated, or another file)")
+
+
 def test_a_skipped_checkpoint_is_moved_aside_not_counted_among_the_kept(tmp_path):
     _trainer(tmp_path, num_iterations=4, max_checkpoints=3).train()  # ckpt 2, 3, 4
     _truncate(_ckpt(tmp_path, 4))
