@@ -49,7 +49,9 @@ class OnPolicyTrainer(Trainer):
     """Train an on-policy algorithm (A2C/PPO) on a gymnasium environment.
 
     K agents (``num_agents``/``seeds``, see ``docs/many_agents.md``): agent ``k`` is the
-    run of a single trainer with seed ``seeds[k]``, writing to ``root_dir/seed=N``.
+    run of a single trainer with seed ``seeds[k]``, writing to ``root_dir/seed=N``.  The
+    loop's arguments (``summary_interval`` to ``callbacks``) are
+    :class:`~alf_entropy.trainers.trainer.Trainer`'s.
 
     Args:
         root_dir: where summaries, checkpoints and the config go; a run there is resumed.
@@ -70,7 +72,6 @@ class OnPolicyTrainer(Trainer):
         num_threads: if given, ``torch.set_num_threads(num_threads)``.
         max_checkpoints: how many recent checkpoints to keep.
         allow_config_change: resume a run directory whose config differs (``RunDir``).
-        **loop: :class:`~alf_entropy.trainers.trainer.Trainer`'s arguments.
     """
 
     agent_batch = ManyAgents
