@@ -85,9 +85,11 @@ class OffPolicyTrainer(Trainer):
                  summary_flush_secs: float = 10.0, stop_eval_return: Optional[float] = None,
                  callbacks: Sequence[Callback] = ()):
         run_dir = RunDir(root_dir, allow_config_change)
-        envs = ranks.per_rank("num_envs", num_envs)
-        self._buffer_length = ranks.per_rank("replay_buffer_length", replay_buffer_length)
-        self._mini_batch_size = ranks.per_rank("mini_batch_size", mini_batch_size)
+        envs = ranks.per_rank(f"{type(self).__name__}.num_envs", num_envs)
+        self._buffer_length = ranks.per_rank(f"{type(self).__name__}.replay_buffer_length",
+                                             replay_buffer_length)
+        self._mini_batch_size = ranks.per_rank(f"{type(self).__name__}.mini_batch_size",
+                                                mini_batch_size)
         for arg, rows in (("num_envs", num_envs), ("mini_batch_size", mini_batch_size)):
             if rows > replay_buffer_length:  # a step adds num_envs rows
                 raise ValueError(f"{arg} ({rows}) must be <= replay_buffer_length "

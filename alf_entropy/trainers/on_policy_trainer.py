@@ -90,7 +90,7 @@ class OnPolicyTrainer(Trainer):
                  summary_flush_secs: float = 10.0, stop_eval_return: Optional[float] = None,
                  callbacks: Sequence[Callback] = ()):
         run_dir = RunDir(root_dir, allow_config_change)
-        envs = ranks.per_rank("num_envs", num_envs)
+        envs = ranks.per_rank(f"{type(self).__name__}.num_envs", num_envs)
         self._unroll_length = check_int("unroll_length", unroll_length, minimum=1)
         super().__init__(
             run_dir=run_dir, env_id=env_id, num_envs=envs, algorithm_ctor=algorithm_ctor,

@@ -33,7 +33,8 @@ def resolve_device(device: Any) -> torch.device:
 
 
 def per_rank(name: str, total: int) -> int:
-    """This rank's share of ``total`` (an int >= 1 over all ranks; ``total`` in one process).
+    """This rank's share of ``total`` (an int >= 1 over all ranks; ``total`` in one process),
+    the binding ``name`` (``"OffPolicyTrainer.num_envs"``).
 
     Raises:
         ValueError: if ``total`` is not a positive multiple of the number of ranks.
@@ -41,5 +42,6 @@ def per_rank(name: str, total: int) -> int:
     world = distributed.env_world_size()
     if check_int(name, total, minimum=1) % world:
         raise ValueError(f"{name} ({total}) is the total over all ranks and must be divisible "
-                         f"by the number of ranks ({world})")
+                         f"by the number of ranks ({world}): e.g. --gin_param '{name} = "
+                         f"{-(-total // world) * world}'")
     return total // world

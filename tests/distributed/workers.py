@@ -288,6 +288,8 @@ SAC_PARAMS = [
     "ActorDistributionNetwork.fc_layer_params = (32, 32)",
     "CriticNetworks.fc_layer_params = (32, 32)",
     "SacAlgorithm.entropy_target_cls = @EntropyTargetAlgorithm",
+    "EntropyTargetAlgorithm.target_entropy = -1.0",  # sac_pendulum.gin's, for this class
+    "EntropyTargetAlgorithm.initial_alpha = 1.0",
 ]
 """gin bindings of the 2-rank SAC run (the staged controller: it would drift apart)."""
 
