@@ -97,8 +97,8 @@ def _register_function(fn: Callable[..., Any], name: Optional[str]) -> None:
                     setattr(module, attr, wrapper)
 
 
-# A base before its subclasses (a shorter MRO); each once (a class a user registered
-# already is left as it is).
+# A base before its subclasses (a shorter MRO); each once: one registered already (the
+# controllers, while their modules still decorate them) is left as it is.
 for _cls in sorted(CLASSES, key=lambda cls: len(cls.__mro__)):
     if not _registered(_cls):
         gin.configurable(_cls, denylist=["batch_shape"] if _cls in _BATCHED else None)
