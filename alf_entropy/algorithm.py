@@ -20,14 +20,12 @@ clipping and the skip of a non-finite update, without waiting for a GPU
 import contextlib
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
-import gin
 import torch
 import torch.nn as nn
 
 from alf_entropy.data_structures import AlgStep, LossInfo
 from alf_entropy.utils import distributed
 from alf_entropy.utils.checks import check_int
-from alf_entropy.utils.gin_errors import PlainGinErrors
 from alf_entropy.utils.optimizers import clip_grad_norms_, masked_optimizer_step
 
 __all__ = ["Algorithm", "OptimizerArg", "combine_loss_infos"]
@@ -71,13 +69,8 @@ def combine_loss_infos(main: LossInfo, **sub_losses: LossInfo) -> LossInfo:
     return LossInfo(loss=loss, scalar_loss=scalar_loss, extra=extra, priority=main.priority)
 
 
-@gin.configurable(denylist=["batch_shape"])
-class Algorithm(nn.Module, metaclass=PlainGinErrors):
+class Algorithm(nn.Module):
     """Base class of all algorithms (see the module docstring).
-
-    Constructed from Python (not through gin bindings), an algorithm's
-    argument errors read as plain Python errors, without gin's
-    "In call to configurable" lines (``alf_entropy.utils.gin_errors``).
 
     Args:
         optimizer: an optimiser factory ``params -> Optimizer`` or a built

@@ -55,9 +55,9 @@ def _worker(args: argparse.Namespace) -> None:
     import torch.distributed as dist
 
     from alf_entropy.algorithms.actor_critic_algorithm import ActorCriticAlgorithm
+    from alf_entropy.config.loading import parse_gin_config
     from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
     from alf_entropy.utils import distributed
-    from alf_entropy.utils.gin_config import parse_gin_config
 
     torch.set_num_threads(1)
     times = {"train": 0.0, "all_reduce": 0.0}

@@ -70,8 +70,8 @@ def _ours(root: str, seed: int, args: argparse.Namespace, num_env_steps: int) ->
     """An ``OffPolicyTrainer`` for ``sac_pendulum.gin`` with the matched settings."""
     import gin
 
+    from alf_entropy.config.loading import parse_gin_config
     from alf_entropy.trainers.off_policy_trainer import OffPolicyTrainer
-    from alf_entropy.utils.gin_config import parse_gin_config
 
     gin.clear_config()
     parse_gin_config(

@@ -68,8 +68,8 @@ def run_ours(args: argparse.Namespace) -> Dict[str, Any]:
         dict with ``env_steps``, ``wall_time``, ``train_time``, ``eval_return``
         and ``steps_per_sec``.
     """
+    from alf_entropy.config.loading import parse_gin_config
     from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
-    from alf_entropy.utils.gin_config import parse_gin_config
 
     every = max(1, args.eval_every // (NUM_ENVS * N_STEPS))
     params = [

@@ -7,7 +7,11 @@ around every test.  ``one_thread`` is opt-in: a file that trains or forks
 uses it (``pytestmark = pytest.mark.usefixtures("one_thread")``); on a small
 machine one intra-op thread per process is faster and a forked child does not
 inherit busy OpenMP workers.  ``hold_run_lock`` starts processes that hold a
-run directory's lock.
+run directory's lock; ``run_train`` runs ``alf-entropy-train`` in a fresh process.
+
+The package's gin configurables are registered (``alf_entropy.config.configurables``, what
+the shipped configs import) for every test, as in a process that parsed a config; what
+importing the package alone registers (nothing) is tested in a fresh process.
 """
 import os
 import subprocess
@@ -18,6 +22,7 @@ import gin
 import pytest
 import torch
 
+import alf_entropy.config.configurables  # noqa: F401  (registers the package's configurables)
 from alf_entropy.utils import schedulers
 
 
@@ -37,6 +42,28 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def run_train() -> Callable[..., subprocess.CompletedProcess]:
+    """``run_train(*args, timeout=180)``: ``alf-entropy-train ARGS`` in a fresh process of
+    this checkout; its ``CompletedProcess``, with ``error_line`` the last non-empty line
+    of its stderr (``""`` if none)."""
+
+    def run(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+        env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH",
+                                                                                 ""))
+        proc = subprocess.run([sys.executable, "-m", "alf_entropy.bin.train", *args],
+                              capture_output=True, text=True, timeout=timeout, env=env,
+                              cwd=REPO_ROOT)
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        proc.error_line = lines[-1] if lines else ""
+        return proc
+
+    return run
 
 
 _HOLD_LOCK = """

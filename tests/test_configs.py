@@ -15,8 +15,8 @@ from alf_entropy.algorithms.entropy_target_algorithm import (
     SGDEntropyTargetAlgorithm,
 )
 from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
+from alf_entropy.config.loading import CONFIG_DIR, parse_gin_config
 from alf_entropy.tensor_specs import BoundedTensorSpec, TensorSpec
-from alf_entropy.utils.gin_config import CONFIG_DIR, parse_gin_config
 from alf_entropy.utils.optimizers import FusedAdam
 from alf_entropy.utils.schedulers import update_progress
 

@@ -15,7 +15,6 @@ MODULES = [
     "alf_entropy.networks.critic_networks",
     "alf_entropy.utils.replay_buffer",
     "alf_entropy.utils.schedulers",
-    "alf_entropy.utils.gin_errors",
     "alf_entropy.utils.requirements",
     "alf_entropy.integrations.llm",
 ]

@@ -12,7 +12,6 @@ import functools
 import operator
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
-import gin
 import torch
 import torch.distributions as td
 import torch.nn as nn
@@ -64,7 +63,6 @@ def _time_into_rows(x: torch.Tensor, nb: int) -> torch.Tensor:
     return x.movedim(0, nb).flatten(nb, nb + 1)
 
 
-@gin.configurable(denylist=["batch_shape"])
 class ActorCriticAlgorithm(Algorithm):
     """Advantage actor-critic with GAE (see the module docstring).
 

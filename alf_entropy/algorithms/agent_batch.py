@@ -3,7 +3,7 @@
 ``ManyAgents`` (A2C/PPO) and ``ManySacAgents`` (SAC) build agent ``k`` as a single run
 with seed ``seeds[k]`` builds it (under that seed), stack the K agents' networks and let
 the same ``algorithm_ctor`` build one more algorithm around them with
-``batch_shape=(K,)``: a :class:`~alf_entropy.utils.batched_adam.BatchedAdam` with the
+``batch_shape=(K,)``: a :class:`~alf_entropy.networks.batched_adam.BatchedAdam` with the
 agents' Adam settings and a controller of the agents' class with ``batch_shape=(K,)``
 (``target_entropies``: a target per agent).  Agent ``k`` draws from its own generator,
 in the state the global one has right after agent ``k`` was built: a single run's draws.
@@ -26,12 +26,13 @@ import torch.nn as nn
 
 from alf_entropy.algorithm import Algorithm
 from alf_entropy.data_structures import AlgStep
+from alf_entropy.networks.batched_adam import BatchedAdam
 from alf_entropy.utils import distributed, nest
-from alf_entropy.utils.batched_adam import BatchedAdam
 from alf_entropy.utils.checks import check_int
-from alf_entropy.utils.seeding import seed_all
+from alf_entropy.utils.run_names import dir_safe
+from alf_entropy.utils.seeding import MAX_SEED, seed_all
 
-__all__ = ["check_agent_seeds", "AgentBatch", "agent_generator", "agent_state_dict"]
+__all__ = ["check_agent_seeds", "AgentBatch", "agent_dir", "agent_generator", "agent_state_dict"]
 
 
 def agent_generator(seed: int, device: torch.device) -> torch.Generator:
@@ -44,16 +45,17 @@ def agent_generator(seed: int, device: torch.device) -> torch.Generator:
     return torch.Generator(device).manual_seed(seed)
 
 
-def _pair_name(seed: int, target: Any) -> str:
-    return f"seed={seed}" if target is None else f"target_entropy={target}+seed={seed}"
+def agent_dir(seed: int, target: Any = None) -> str:
+    """Agent ``(target, seed)``'s name, as a sweep names its run directory: ``seed=N``
+    (``target_entropy=T+seed=N`` for a ``target`` of its own)."""
+    own = "" if target is None else f"target_entropy={dir_safe(str(target))}+"
+    return f"{own}seed={seed}"
 
 
-def check_agent_seeds(seeds: Sequence[int], targets: Optional[Sequence[Any]] = None,
-                      below: int = 2**32, pair_name: Callable[[int, Any], str] = _pair_name
+def check_agent_seeds(seeds: Sequence[int], targets: Optional[Sequence[Any]] = None
                       ) -> List[int]:
-    """The agents' seeds, checked: a non-empty sequence of ints in ``[0, below)`` (numpy
-    takes < 2**32), one per target if ``targets``, no (target, seed) pair twice (as named
-    by ``pair_name``; a trainer names them by run directory).
+    """The agents' seeds, checked: a non-empty sequence of ints in ``[0, MAX_SEED)``, one
+    per target if ``targets``, no two agents of one name (:func:`agent_dir`).
 
     Raises:
         TypeError: if ``seeds`` or ``targets`` is not a sequence.
@@ -62,12 +64,12 @@ def check_agent_seeds(seeds: Sequence[int], targets: Optional[Sequence[Any]] = N
     for arg, value in (("seeds", seeds), ("target_entropies", targets)):
         if value is not None and not hasattr(value, "__len__"):
             raise TypeError(f"{arg} must be a sequence (one per agent), got {value!r}")
-    seeds = [check_int("seeds[i]", s, minimum=0, below=below) for s in seeds]
+    seeds = [check_int("seeds[i]", s, minimum=0, below=MAX_SEED) for s in seeds]
     if not seeds:
         raise ValueError("seeds must hold at least one seed, got []")
     if targets is not None and len(targets) != len(seeds):
         raise ValueError(f"target_entropies has {len(targets)} entries for {len(seeds)} agents")
-    names = [pair_name(s, t) for s, t in zip(seeds, targets or [None] * len(seeds))]
+    names = [agent_dir(s, t) for s, t in zip(seeds, targets or [None] * len(seeds))]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise ValueError(f"seeds must be distinct unless target_entropies gives each agent "
@@ -195,9 +197,9 @@ class AgentBatch(Algorithm):
         name = type(self).__name__
         if nest.is_nested(action_spec):
             raise ValueError(f"{name} does not take a nested action_spec yet")
-        if distributed.is_distributed():
-            raise ValueError(f"{name} does not run data-parallel (several ranks) yet; run it "
-                             "in one process")
+        if distributed.env_world_size() > 1:
+            raise ValueError(f"{name} does not run data-parallel (several ranks, WORLD_SIZE > "
+                             "1): run the K agents in one process, or one agent per rank")
         agents, generators = [], []
         for seed in seeds:
             seed_all(seed)

@@ -8,7 +8,6 @@ the skip of a non-finite update and Adam's state are each agent's own.
 """
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-import gin
 import torch.nn as nn
 
 from alf_entropy.algorithms.actor_critic_algorithm import ActorCriticAlgorithm
@@ -19,7 +18,6 @@ from alf_entropy.networks.stacked import StackedModule
 __all__ = ["ManyAgents"]
 
 
-@gin.configurable
 class ManyAgents(AgentBatch):
     """K independent A2C/PPO agents as one batch (``AgentBatch``'s arguments; the
     default ``algorithm_ctor`` is ``PPOAlgorithm``)."""

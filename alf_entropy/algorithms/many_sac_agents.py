@@ -8,7 +8,6 @@ Agent ``k`` draws its actions and its losses' samples from its own generator, an
 """
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-import gin
 import torch.nn as nn
 
 from alf_entropy.algorithms.agent_batch import AgentBatch
@@ -19,7 +18,6 @@ from alf_entropy.networks.stacked import StackedModule
 __all__ = ["ManySacAgents"]
 
 
-@gin.configurable
 class ManySacAgents(AgentBatch):
     """K independent SAC agents as one batch (``AgentBatch``'s arguments; the critics must
     be ``CriticNetworks``)."""

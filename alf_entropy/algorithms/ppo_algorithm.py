@@ -24,39 +24,33 @@ linearly to 0 (with the learning rate: see ``FusedAdam.lr_schedule``)::
 With an entropy controller its ``calc_loss`` runs, and adjusts ``alpha``, once
 per minibatch.
 """
-from typing import Any, Callable, Union
+from typing import Any, Callable, Optional, Tuple, Union
 
-import gin
 import torch
+import torch.nn as nn
 
+from alf_entropy.algorithm import OptimizerArg
 from alf_entropy.algorithms.actor_critic_algorithm import ActorCriticAlgorithm, ActorCriticInfo
 from alf_entropy.data_structures import Experience, LossInfo
+from alf_entropy.networks import ActorDistributionNetwork, ValueNetwork
 from alf_entropy.utils import schedulers, summary
 from alf_entropy.utils.checks import check_real
-from alf_entropy.utils.signatures import forwards_arguments
 
 __all__ = ["PPOAlgorithm"]
 
 
-@gin.configurable(denylist=["batch_shape"])
 class PPOAlgorithm(ActorCriticAlgorithm):
     """PPO-clip (see the module docstring).
 
     Takes ``ActorCriticAlgorithm``'s arguments (``gamma``, ``td_lambda``,
     ``entropy_target_cls``, ``max_grad_norm``, ...), with PPO's defaults for
-    three of them, and adds the clip range.
+    four of them (``normalize_advantages``, ``num_epochs``, ``num_minibatches``,
+    ``name``), and adds the clip range.
 
     Args:
-        observation_spec: the observation spec (nest of ``TensorSpec``).
-        action_spec: the action spec (nest of ``BoundedTensorSpec``).
-        normalize_advantages: normalise advantages per minibatch.
-        num_epochs: passes over each unroll (>= 1).
-        num_minibatches: shuffled minibatches per pass (>= 1).
         importance_ratio_clipping: the clip range ``eps``: a number in
             ``(0, 1)``, or a scheduler (any zero-argument callable) whose
             values lie in ``[0, 1)``, read once per update.
-        name: the name (summary scope).
-        **kwargs: ``ActorCriticAlgorithm``'s other arguments.
 
     Raises:
         ValueError: for out-of-range arguments (see also
@@ -77,33 +71,33 @@ class PPOAlgorithm(ActorCriticAlgorithm):
         'EntropyTargetAlgorithm'
     """
 
-    @forwards_arguments(ActorCriticAlgorithm.__init__)
     def __init__(
-        self,
-        observation_spec: Any,
-        action_spec: Any,
-        *,
-        normalize_advantages: bool = True,
-        num_epochs: int = 4,
-        num_minibatches: int = 4,
+        self, observation_spec: Any, action_spec: Any, *,
+        actor_network_ctor: Callable[..., nn.Module] = ActorDistributionNetwork,
+        value_network_ctor: Callable[..., nn.Module] = ValueNetwork,
+        optimizer: OptimizerArg = None, gamma: float = 0.99, td_lambda: float = 0.95,
+        normalize_advantages: bool = True, td_loss_weight: float = 0.5, reward_scale: float = 1.0,
+        entropy_regularization: Optional[Union[float, Callable[[], float]]] = None,
+        enforce_entropy_target: bool = False, entropy_target_cls: Optional[Callable] = None,
+        entropy_target_update: str = "per_minibatch",
+        max_alpha_change_per_iteration: Optional[float] = None,
+        max_grad_norm: Optional[float] = 0.5, num_epochs: int = 4, num_minibatches: int = 4,
+        fast_acting: bool = True, debug_summaries: bool = False, name: str = "PPOAlgorithm",
+        batch_shape: Tuple[int, ...] = (),
         importance_ratio_clipping: Union[float, Callable[[], float]] = 0.2,
-        name: str = "PPOAlgorithm",
-        **kwargs: Any,
     ):
         if callable(importance_ratio_clipping):
             self._clip_schedule = importance_ratio_clipping
         else:
             self._clip_schedule = schedulers.ConstantScheduler(check_real(
                 "importance_ratio_clipping", importance_ratio_clipping, above=0.0, below=1.0))
+        # Every argument passed on: ActorCriticAlgorithm's gin bindings stay A2C's.
         super().__init__(
-            observation_spec,
-            action_spec,
-            normalize_advantages=normalize_advantages,
-            num_epochs=num_epochs,
-            num_minibatches=num_minibatches,
-            name=name,
-            **kwargs,
-        )
+            observation_spec, action_spec, actor_network_ctor, value_network_ctor, optimizer,
+            gamma, td_lambda, normalize_advantages, td_loss_weight, reward_scale,
+            entropy_regularization, enforce_entropy_target, entropy_target_cls,
+            entropy_target_update, max_alpha_change_per_iteration, max_grad_norm, num_epochs,
+            num_minibatches, fast_acting, debug_summaries, name, batch_shape)
 
     @property
     def importance_ratio_clipping(self) -> float:

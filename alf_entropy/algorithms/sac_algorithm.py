@@ -33,7 +33,6 @@ the host on a GPU (see
 import copy
 from typing import Any, Callable, List, Optional, Tuple
 
-import gin
 import torch
 import torch.nn as nn
 
@@ -63,14 +62,12 @@ def _default_actor(observation_spec: Any, action_spec: Any) -> nn.Module:
                                     state_dependent_std=True)
 
 
-@gin.configurable("sac_default_optimizer")
 def _default_optimizer(params: List[nn.Parameter], lr: float = 3e-4) -> torch.optim.Optimizer:
     """SAC's optimiser when none is given: Adam with ``lr`` (gin:
     ``sac_default_optimizer.lr``)."""
     return FusedAdam(params, lr=check_real("sac_default_optimizer.lr", lr, positive=True))
 
 
-@gin.configurable(denylist=["batch_shape"])
 class SacAlgorithm(Algorithm):
     """Soft actor-critic with a pluggable temperature controller.
 

@@ -134,8 +134,8 @@ def _run(argv: List[str]) -> None:
     except MissingDependencyError as e:
         _fail(str(e))
     # Imported here so that --help does not pay for importing torch.
+    from alf_entropy.config.loading import one_line
     from alf_entropy.utils import distributed
-    from alf_entropy.utils.gin_config import one_line
 
     # While training the trainer handles SIGTERM and SIGINT (a checkpoint,
     # status 0); before and after, they stop at once with one line.
@@ -165,12 +165,12 @@ def _trainer_class() -> type:
         GinConfigError: if the config binds none, or binds something that is
             not a subclass of :class:`~alf_entropy.trainers.trainer.Trainer`.
     """
-    from alf_entropy.trainers.trainer import Trainer
-    from alf_entropy.utils.gin_config import (
+    from alf_entropy.config.loading import (
         TRAINER_BINDING,
         GinConfigError,
         configured_trainer,
     )
+    from alf_entropy.trainers.trainer import Trainer
 
     cls = configured_trainer()  # a class, or GinConfigError
     if not issubclass(cls, Trainer):
@@ -183,9 +183,9 @@ def _trainer_class() -> type:
 
 def _train(device_flag: str) -> None:
     """Build the trainer from the parsed flags and train."""
+    from alf_entropy.config.loading import GinConfigError, one_line, parse_gin_config
     from alf_entropy.trainers.trainer import TrainingAborted, resolve_device
     from alf_entropy.utils import distributed
-    from alf_entropy.utils.gin_config import GinConfigError, one_line, parse_gin_config
 
     try:
         device = resolve_device(device_flag)
@@ -259,7 +259,7 @@ _HELP = {"-h", "-?", "--help", "--helpshort", "--helpfull", "--helpxml"}
 
 def main() -> None:
     """Console-script entry point (``alf-entropy-train``)."""
-    from alf_entropy.utils.gin_config import list_configs  # gin only, not torch
+    from alf_entropy.config.loading import list_configs  # gin only, not torch
 
     # absl's --help prints the __main__ module's docstring and the flags of the module
     # named by sys.argv[0]; as a console script both are the generated wrapper's.

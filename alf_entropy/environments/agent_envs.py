@@ -18,7 +18,7 @@ from alf_entropy.environments.gym_vector_env import GymVectorEnv
 from alf_entropy.utils import nest
 from alf_entropy.utils.checks import check_int
 
-__all__ = ["AgentEnvs", "agent_env_ctor", "episode_statistics"]
+__all__ = ["AgentEnvs", "agent_env_ctor"]
 
 
 class AgentEnvs:
@@ -82,7 +82,7 @@ class AgentEnvs:
 
     def pop_episode_statistics(self) -> List[Tuple[List[float], List[int]]]:
         """Each agent's finished episodes (returns, lengths) since the last call."""
-        return [env.pop_episode_statistics() for env in self._envs]
+        return [stats for env in self._envs for stats in env.pop_episode_statistics()]
 
     def get_state(self) -> Optional[bytes]:
         """Every set's ``get_state()``, pickled; None if a set cannot be saved."""
@@ -129,10 +129,3 @@ def agent_env_ctor(env_ctor: Callable[..., Any], seeds: Optional[Sequence[int]],
 
     offsets = [s - seed for s in seeds]
     return _ctor
-
-
-def episode_statistics(env: Any) -> List[Tuple[List[float], List[int]]]:
-    """Each agent's finished episodes ``(returns, lengths)`` since the last call (one
-    agent's env: a list of one)."""
-    stats = env.pop_episode_statistics()
-    return stats if isinstance(stats, list) else [stats]

@@ -8,15 +8,13 @@ episodes on the host every step.
 """
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-import gin
 import torch
 
 from alf_entropy.data_structures import StepType, TimeStep
 from alf_entropy.environments.gym_vector_env import GymVectorEnv
 from alf_entropy.utils.checks import check_int
-from alf_entropy.utils.signatures import forwards_arguments
 
-__all__ = ["evaluate", "mean_returns", "run_episodes"]
+__all__ = ["evaluate", "run_episodes"]
 
 
 def run_episodes(
@@ -83,31 +81,26 @@ def run_episodes(
     return returns.tolist(), lengths.tolist()
 
 
-@gin.configurable
-@forwards_arguments(run_episodes)
-def evaluate(env_id: str, policy_fn: Callable[[Any], Any], **kwargs: Any) -> float:
-    """Mean return of ``run_episodes``: the same arguments, one number.
+def evaluate(
+    env_id: str,
+    policy_fn: Callable[[Any], Any],
+    num_episodes: int = 10,
+    seed: Optional[int] = 0,
+    device: Any = "cpu",
+    env_kwargs: Optional[Dict[str, Any]] = None,
+    max_episode_steps: Optional[int] = None,
+    pass_time_step: bool = False,
+    max_steps: int = 100_000,
+    env_ctor: Callable[..., Any] = GymVectorEnv,
+) -> float:
+    """Mean return of :func:`run_episodes`: the same arguments, one number.
 
     Make ``policy_fn`` deterministic (e.g. via ``mode_of``) for a clean
     metric, and give ``seed`` a value different from the training seed.
 
-    Args:
-        env_id: gymnasium id.
-        policy_fn: observation batch -> action batch (see ``run_episodes``).
-        **kwargs: ``run_episodes``'s other arguments (keyword-only;
-            bindable in gin as ``evaluate.num_episodes`` etc.).
-
-    Returns:
-        The mean undiscounted episode return.
-
     Raises:
         ValueError: if ``num_episodes`` or ``max_steps`` is not positive.
     """
-    returns, _ = run_episodes(env_id, policy_fn, **kwargs)
+    returns, _ = run_episodes(env_id, policy_fn, num_episodes, seed, device, env_kwargs,
+                              max_episode_steps, pass_time_step, max_steps, env_ctor)
     return float(sum(returns) / len(returns))
-
-
-def mean_returns(returns: List[Any]) -> List[float]:
-    """Each agent's mean of ``run_episodes``' returns (one agent's: a list of one)."""
-    rows = returns if returns and isinstance(returns[0], list) else [returns]
-    return [float(sum(row) / len(row)) for row in rows]

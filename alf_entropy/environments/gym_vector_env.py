@@ -1,30 +1,18 @@
-"""``GymVectorEnv``: a batch of gymnasium environments yielding ALF ``TimeStep``s.
+"""``GymVectorEnv``: a gymnasium vector env (``NEXT_STEP`` autoreset) yielding ALF ``TimeStep``s.
 
-It wraps a gymnasium vector env (the env's own NumPy-vectorised one where it registers
-it, as CartPole does, else ``SyncVectorEnv``/``AsyncVectorEnv``) in ``NEXT_STEP``
-autoreset mode and gives ``TimeStep``s of tensors on ``device`` with ALF's semantics:
 ``reset()`` gives ``FIRST`` steps (reward 0, discount 1, zero ``prev_action``);
-``step(action)`` gives ``MID``, or ``LAST`` on termination or truncation (discount 0
-only on termination: a truncated episode is bootstrapped); the step after a ``LAST`` is
-that env's reset, a ``FIRST`` step (its action is ignored, gymnasium's ``NEXT_STEP``).
-Continuous actions are clipped to the bounds; discrete ones must be integers in range.
-The first ``reset()`` seeds env ``i`` with ``seed + i`` and every space with ``seed``, so
-two envs built with one seed give the same trajectories and pickled states.
-
-Episode statistics (gymnasium's conventions) are kept in two NumPy arrays -- the values
-of ``RecordEpisodeStatistics``, which costs ~16 us of a ~40 us CartPole step
-(``docs/benchmarks/ppo_speed.md``); :meth:`GymVectorEnv.pop_episode_statistics` returns
-the episodes finished since its last call.  :meth:`GymVectorEnv.get_state` pickles the
-whole vector env for an exact resume (``None`` where that is not the state: Box2D,
-MuJoCo, subprocesses); :meth:`GymVectorEnv.set_state` reads it back finding only what an env
-state holds (``env_state``).  Only the actions are moved to the host.
+``step(action)`` gives ``MID``, or ``LAST`` on termination or truncation (discount 0 only
+on termination); the step after a ``LAST`` is that env's reset, ``FIRST`` (its action
+ignored).  The first ``reset()`` seeds env ``i`` with ``seed + i`` and every space with
+``seed``.  Episode statistics are ``RecordEpisodeStatistics``' at less cost
+(``docs/benchmarks/ppo_speed.md``); :meth:`GymVectorEnv.get_state` pickles the whole
+vector env for an exact resume.  Only the actions are moved to the host.
 """
 import collections
 import functools
 import pickle
 from typing import Any, Deque, Dict, Iterator, List, Optional, Tuple
 
-import gin
 import numpy as np
 import torch
 
@@ -79,11 +67,10 @@ def _make_vector_env(env_id: str, num_envs: int, mode: str, max_episode_steps: O
     return cls(env_fns, copy=False, autoreset_mode=AutoresetMode.NEXT_STEP)
 
 
-def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
-    return torch.empty((), dtype=dtype).numpy().dtype
+def _numpy_dtype(spec: TensorSpec) -> np.dtype:
+    return torch.empty((), dtype=spec.dtype).numpy().dtype
 
 
-@gin.configurable
 class GymVectorEnv:
     """Batched gymnasium environments producing batched ``TimeStep`` tensors.
 
@@ -93,13 +80,17 @@ class GymVectorEnv:
         seed: base seed (env ``i`` gets ``seed + i``; a ``"vector_entry_point"`` env one
             generator seeded with ``seed``); ``None`` for random seeding.
         device: where the ``TimeStep`` tensors are placed.
-        vectorization_mode: ``"sync"`` (one env after the other), ``"async"`` (one
-            subprocess each), ``"vector_entry_point"`` (gymnasium's NumPy-vectorised env,
-            e.g. ``CartPoleVectorEnv``: several times faster) or ``"auto"`` (that where
-            the id registers one, else ``"sync"``).
+        vectorization_mode: ``"sync"``, ``"async"`` (a subprocess each),
+            ``"vector_entry_point"`` (gymnasium's NumPy-vectorised env, e.g. CartPole's:
+            several times faster) or ``"auto"`` (that where the id has one, else sync).
         env_kwargs: extra keyword arguments for ``gymnasium.make``.
         max_episode_steps: override the registered time limit (truncation: ``LAST``,
             discount 1).
+
+    Attributes:
+        env_id, num_envs, device: as given.
+        observation_spec, action_spec: one environment's specs (nests).
+        gym_env: the gymnasium vector environment.
 
     Raises:
         ValueError: for ``num_envs < 1``, a negative ``max_episode_steps`` or an
@@ -118,25 +109,23 @@ class GymVectorEnv:
         if not isinstance(env_kwargs, dict):
             raise TypeError(f"env_kwargs must be a dict, got {type(env_kwargs).__name__}")
         check_int("seed", seed, minimum=0, allow_none=True, none_means="unseeded")
-        self._env_id, self._num_envs, self._device = env_id, num_envs, torch.device(device)
+        self.env_id, self.num_envs, self.device = env_id, num_envs, torch.device(device)
         self._seed = None if seed is None else int(seed)
         if vectorization_mode not in _VECTORIZATION_MODES:
             raise ValueError(f"vectorization_mode must be one of {_VECTORIZATION_MODES}, got "
                              f"{vectorization_mode!r}")
         try:
-            self._env = _make_vector_env(env_id, num_envs, vectorization_mode, max_episode_steps,
-                                         dict(env_kwargs))
+            self.gym_env = _make_vector_env(env_id, num_envs, vectorization_mode,
+                                            max_episode_steps, dict(env_kwargs))
         except gym.error.Error as e:
             raise ValueError(f"env_id {env_id!r}: gymnasium cannot make it: {e}") from e
-        # Each env's running return (float64, as gymnasium's) and length; the finished
-        # episodes not yet popped.
+        # Each env's running return (float64, as gymnasium's) and length; finished episodes.
         self._episode_returns = np.zeros(num_envs, dtype=np.float64)
         self._episode_lengths = np.zeros(num_envs, dtype=np.int64)
         self._finished: Deque[Tuple[float, int]] = collections.deque(maxlen=_MAX_EPISODES)
-        self._observation_spec = from_gym_space(self._env.single_observation_space)
-        self._action_spec = from_gym_space(self._env.single_action_space)
-        self._obs_np_dtypes = nest.map_structure(lambda s: _numpy_dtype(s.dtype),
-                                                 self._observation_spec)
+        self.observation_spec = from_gym_space(self.gym_env.single_observation_space)
+        self.action_spec = from_gym_space(self.gym_env.single_action_space)
+        self._obs_np_dtypes = nest.map_structure(_numpy_dtype, self.observation_spec)
         if self._seed is not None:
             self._seed_spaces(self._seed)
         self._seeded = self._closed = self._started = False
@@ -144,25 +133,18 @@ class GymVectorEnv:
         self._autoreset = np.zeros(num_envs, dtype=bool)
         self._env_ids_np = np.arange(num_envs, dtype=np.int64)
         self._zero_actions = nest.map_structure(
-            lambda s: s.zeros((num_envs,), device=self._device), self._action_spec)
+            lambda s: s.zeros((num_envs,), device=self.device), self.action_spec)
         # ``step``'s fast paths: no nest walking for one spec, no ``.to`` on the CPU.
-        self._action_is_leaf = not nest.is_nested(self._action_spec)
-        self._observation_is_leaf = not nest.is_nested(self._observation_spec)
-        self._on_cpu = self._device.type == "cpu"
-        self._action_np_dtypes = nest.map_structure(lambda s: _numpy_dtype(s.dtype),
-                                                    self._action_spec)
+        self._action_is_leaf = not nest.is_nested(self.action_spec)
+        self._observation_is_leaf = not nest.is_nested(self.observation_spec)
+        self._on_cpu = self.device.type == "cpu"
+        self._action_np_dtypes = nest.map_structure(_numpy_dtype, self.action_spec)
 
     def _seed_spaces(self, seed: int) -> None:
         """Seed every space (the vector env's, each env's and wrapper's): their pickled
         state, part of :meth:`get_state`, is then the same for two envs of one seed."""
-        self._env.action_space.seed(seed)
-        layers = [self._env]
-        for env in getattr(self._env, "envs", []):
-            while env is not None:  # the env and every wrapper around it
-                layers.append(env)
-                env = getattr(env, "env", None)
-        seen = {id(self._env.action_space)}
-        for layer in layers:
+        seen = set()
+        for layer in self._env_chain():
             for name in ("single_observation_space", "single_action_space",
                          "observation_space", "action_space"):
                 space = getattr(layer, name, None)
@@ -170,19 +152,10 @@ class GymVectorEnv:
                     seen.add(id(space))
                     space.seed(seed)
 
-    env_id = property(lambda self: self._env_id, doc="The gymnasium id.")
-    num_envs = property(lambda self: self._num_envs, doc="The batch size ``B``.")
-    device = property(lambda self: self._device, doc="Device of the produced tensors.")
-    observation_spec = property(lambda self: self._observation_spec,
-                                doc="Spec (nest) of one environment's observation.")
-    action_spec = property(lambda self: self._action_spec,
-                           doc="Spec (nest) of one environment's action.")
-    gym_env = property(lambda self: self._env, doc="The gymnasium vector environment.")
-
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
         """``array`` (which the caller owns: it is not copied) as a tensor on ``device``."""
         tensor = torch.from_numpy(array)
-        return tensor if self._on_cpu else tensor.to(self._device)
+        return tensor if self._on_cpu else tensor.to(self.device)
 
     def _to_device(self, array: np.ndarray, dtype: np.dtype) -> torch.Tensor:
         # ``np.array(copy=True)`` so CPU tensors never alias gymnasium's buffers.
@@ -200,7 +173,7 @@ class GymVectorEnv:
             array = action.numpy(force=True)
         else:
             array = np.asarray(action)
-        expected = (self._num_envs,) + spec.shape
+        expected = (self.num_envs,) + spec.shape
         if array.shape != expected:
             raise ValueError(f"action must have shape {expected} (num_envs, "
                              f"*action_spec.shape), got {array.shape}")
@@ -242,16 +215,13 @@ class GymVectorEnv:
             RuntimeError: if the environment was closed.
         """
         self._check_open()
-        seed = None
-        if not self._seeded:
-            seed = self._seed
-            self._seeded = True
-        obs, _ = self._env.reset(seed=seed)
-        self._autoreset = np.zeros(self._num_envs, dtype=bool)
+        obs, _ = self.gym_env.reset(seed=None if self._seeded else self._seed)
+        self._seeded = True
+        self._autoreset = np.zeros(self.num_envs, dtype=bool)
         self._episode_returns[:] = 0.0  # episodes in progress are dropped
         self._episode_lengths[:] = 0
         self._started = True
-        b = self._num_envs
+        b = self.num_envs
         return self._time_step(np.full(b, StepType.FIRST, dtype=np.int64),
                                np.zeros(b, dtype=np.float32), np.ones(b, dtype=np.float32), obs,
                                nest.map_structure(torch.clone, self._zero_actions))
@@ -268,14 +238,14 @@ class GymVectorEnv:
             raise RuntimeError("call reset() before step()")
         if self._action_is_leaf and isinstance(action, torch.Tensor):
             # A tensor is a leaf: it matches a single action spec.
-            np_action = self._convert_action_leaf(self._action_spec, action)
+            np_action = self._convert_action_leaf(self.action_spec, action)
         else:
             try:
-                nest.assert_same_structure(self._action_spec, action)
+                nest.assert_same_structure(self.action_spec, action)
             except ValueError as e:
                 raise ValueError(f"action does not match action_spec: {e}") from e
-            np_action = nest.map_structure(self._convert_action_leaf, self._action_spec, action)
-        obs, reward, terminated, truncated, _ = self._env.step(np_action)
+            np_action = nest.map_structure(self._convert_action_leaf, self.action_spec, action)
+        obs, reward, terminated, truncated, _ = self.gym_env.step(np_action)
         # ``self._autoreset`` is rebound below (and in ``reset``), never
         # modified in place, so ``first`` needs no copy.
         first = self._autoreset
@@ -319,35 +289,31 @@ class GymVectorEnv:
         # ``np.where`` returns a fresh array: convert without another copy.
         return self._tensor(a.astype(dtype, copy=False))
 
-    def pop_episode_statistics(self) -> Tuple[List[float], List[int]]:
-        """``(returns, lengths)`` of the episodes finished since the last call (at most the
-        10,000 latest; gymnasium's conventions, ALF's too), in completion order."""
+    def pop_episode_statistics(self) -> List[Tuple[List[float], List[int]]]:
+        """Each agent's ``(returns, lengths)`` of the episodes finished since the last call (a
+        list of one, as ``AgentEnvs``' of K; at most the 10,000 latest), in completion order."""
         returns = [r for r, _ in self._finished]
         lengths = [n for _, n in self._finished]
         self._finished.clear()
-        return returns, lengths
+        return [(returns, lengths)]
 
     def get_state(self) -> Optional[bytes]:
         """The whole vector env (episodes, RNGs, statistics) and this wrapper's flags,
         pickled; ``None`` where that is not their state (``EzPickle`` envs: Box2D, MuJoCo,
         toy text; subprocesses) or they cannot be pickled."""
         self._check_open()
-        if not self._picklable_state():
-            return None
+        if isinstance(self.gym_env, AsyncVectorEnv) or any(
+                isinstance(env, EzPickle) for env in self._env_chain()):
+            return None  # pickling these does not capture their state
         try:
-            return pickle.dumps((self._env, self._autoreset, self._seeded, self._started,
+            return pickle.dumps((self.gym_env, self._autoreset, self._seeded, self._started,
                                  self._episode_returns, self._episode_lengths, self._finished))
         except Exception:  # pickling can fail with any error type (Box2D: AssertionError)
             return None
 
-    def _picklable_state(self) -> bool:
-        """Whether pickling the gymnasium envs captures their state."""
-        return not isinstance(self._env, AsyncVectorEnv) and not any(
-            isinstance(env, EzPickle) for env in self._env_chain())
-
     def _env_chain(self) -> Iterator[Any]:
         """The vector env, each env in it, and every wrapper around either."""
-        for env in (self._env, *getattr(self._env, "envs", [])):
+        for env in (self.gym_env, *getattr(self.gym_env, "envs", [])):
             while env is not None:
                 yield env
                 env = getattr(env, "env", None)
@@ -361,31 +327,27 @@ class GymVectorEnv:
         self._check_open()
         try:  # only what an env state holds: a crafted checkpoint runs nothing
             env, autoreset, seeded, started, returns, lengths, finished = load_env_state(
-                state, self._env_modules())
+                state, {type(env).__module__ for env in self._env_chain()})  # the live env's
         except Exception as e:
             raise ValueError(f"state is not a GymVectorEnv state: {e}") from e
-        if not isinstance(env, gym.vector.VectorEnv) or env.num_envs != self._num_envs:
+        if not isinstance(env, gym.vector.VectorEnv) or env.num_envs != self.num_envs:
             raise ValueError(f"state holds {getattr(env, 'num_envs', '?')} envs, this env "
-                             f"has {self._num_envs}")
-        self._env.close()
-        self._env = env
+                             f"has {self.num_envs}")
+        self.gym_env.close()
+        self.gym_env = env
         self._autoreset, self._seeded, self._started = autoreset, seeded, started
         self._episode_returns, self._episode_lengths, self._finished = returns, lengths, finished
-
-    def _env_modules(self) -> set:
-        """The modules of the live vector env's, each env's and each wrapper's classes."""
-        return {type(env).__module__ for env in self._env_chain()}
 
     def sample_random_action(self) -> Any:
         """Uniformly random actions ``[B, ...]`` (seeded by ``seed``) on ``device``."""
         return nest.map_structure(
-            lambda s, a: self._to_device(np.asarray(a), _numpy_dtype(s.dtype)),
-            self._action_spec, self._env.action_space.sample())
+            lambda s, a: self._to_device(np.asarray(a), _numpy_dtype(s)),
+            self.action_spec, self.gym_env.action_space.sample())
 
     def close(self) -> None:
         """Close the environments (idempotent)."""
         if not self._closed:
-            self._env.close()
+            self.gym_env.close()
             self._closed = True
 
     def __enter__(self) -> "GymVectorEnv":

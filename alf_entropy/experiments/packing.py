@@ -168,7 +168,7 @@ def link_agent_dirs(task: SweepRun) -> None:
     Raises:
         ValueError: if an agent dir exists and is not that link.
     """
-    from alf_entropy.trainers.agents import agent_dir
+    from alf_entropy.algorithms.agent_batch import agent_dir
 
     os.makedirs(task.root_dir, exist_ok=True)
     for run, target in zip(task.members, task.targets):

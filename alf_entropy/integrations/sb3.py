@@ -20,7 +20,6 @@ Schedules get SB3's progress before each update (``"percent"``,
 """
 from typing import Any, Dict, Optional, Type, Union
 
-import gin
 import numpy as np
 import torch
 
@@ -90,7 +89,6 @@ def _length(obs: Any) -> int:
     return len(next(iter(obs.values()))) if isinstance(obs, dict) else len(obs)
 
 
-@gin.configurable
 class EntropyControllerCallback(BaseCallback):
     """Drive SB3's entropy coefficient (PPO, A2C, SAC) with an entropy controller.
 

@@ -22,7 +22,6 @@ action and its log-probability without the distribution object.
 """
 from typing import Any, Callable, Optional, Sequence, Tuple
 
-import gin
 import torch
 import torch.nn as nn
 
@@ -40,13 +39,11 @@ from alf_entropy.networks.projection_networks import (
 )
 from alf_entropy.tensor_specs import BoundedTensorSpec, TensorSpec
 from alf_entropy.utils import nest
-from alf_entropy.utils.gin_errors import PlainGinErrors
 
 __all__ = ["ActorDistributionNetwork"]
 
 
-@gin.configurable
-class ActorDistributionNetwork(nn.Module, metaclass=PlainGinErrors):
+class ActorDistributionNetwork(nn.Module):
     """Policy network producing a (nest of) action distribution(s).
 
     Args:

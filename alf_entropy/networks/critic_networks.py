@@ -30,7 +30,6 @@ batched product over the ``K * n`` critics.
 import math
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
-import gin
 import torch
 import torch.nn as nn
 
@@ -43,13 +42,11 @@ from alf_entropy.networks.encoding_network import (
 )
 from alf_entropy.tensor_specs import BoundedTensorSpec
 from alf_entropy.utils import nest
-from alf_entropy.utils.gin_errors import PlainGinErrors
 
 __all__ = ["CriticNetworks", "StackedCritics"]
 
 
-@gin.configurable
-class CriticNetworks(nn.Module, metaclass=PlainGinErrors):
+class CriticNetworks(nn.Module):
     """``num_critics`` Q networks with stacked weights (see the module docstring).
 
     Args:

@@ -15,13 +15,11 @@ tensor(s) ``[B, ...]`` into one flat ``[B, N]`` float input.
 import math
 from typing import Any, Callable, Optional, Sequence, Union
 
-import gin
 import torch
 import torch.nn as nn
 
 from alf_entropy.tensor_specs import TensorSpec
 from alf_entropy.utils import nest
-from alf_entropy.utils.gin_errors import PlainGinErrors
 
 __all__ = [
     "EncodingNetwork",
@@ -170,8 +168,7 @@ def _init_linear(layer: nn.Linear, gain: float) -> None:
     nn.init.zeros_(layer.bias)
 
 
-@gin.configurable
-class EncodingNetwork(nn.Module, metaclass=PlainGinErrors):
+class EncodingNetwork(nn.Module):
     """Fully connected network with orthogonal initialisation.
 
     ``input -> [Linear(h) -> activation] for h in fc_layer_params ->

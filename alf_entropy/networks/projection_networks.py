@@ -20,7 +20,6 @@ validation would read tensors on the host (a GPU sync) at every step.
 import math
 from typing import Optional, Tuple, Union
 
-import gin
 import numpy as np
 import torch
 import torch.distributions as td
@@ -29,7 +28,6 @@ import torch.nn.functional as F
 
 from alf_entropy.networks.distributions import Categorical, StableTanh
 from alf_entropy.tensor_specs import BoundedTensorSpec
-from alf_entropy.utils.gin_errors import PlainGinErrors
 
 __all__ = ["CategoricalProjectionNetwork", "NormalProjectionNetwork", "POLICY_INIT_SCALE"]
 
@@ -52,8 +50,7 @@ def _check_input_size(input_size: int) -> None:
         raise ValueError(f"input_size must be a positive int, got {input_size!r}")
 
 
-@gin.configurable
-class CategoricalProjectionNetwork(nn.Module, metaclass=PlainGinErrors):
+class CategoricalProjectionNetwork(nn.Module):
     """Linear layer producing a ``Categorical`` over a discrete action spec.
 
     Args:
@@ -119,8 +116,7 @@ class CategoricalProjectionNetwork(nn.Module, metaclass=PlainGinErrors):
         return dist
 
 
-@gin.configurable
-class NormalProjectionNetwork(nn.Module, metaclass=PlainGinErrors):
+class NormalProjectionNetwork(nn.Module):
     """Linear layers producing a (possibly squashed) diagonal Normal.
 
     Args:

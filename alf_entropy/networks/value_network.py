@@ -5,7 +5,6 @@ orthogonal gain 1.0 (the PPO standard for value heads).
 """
 from typing import Any, Sequence
 
-import gin
 import torch
 import torch.nn as nn
 
@@ -15,7 +14,6 @@ from alf_entropy.networks.encoding_network import (
     flat_input_size,
     flatten_observation,
 )
-from alf_entropy.utils.gin_errors import PlainGinErrors
 
 __all__ = ["ValueNetwork"]
 
@@ -23,8 +21,7 @@ VALUE_INIT_SCALE = 1.0
 """Orthogonal gain of the value output layer."""
 
 
-@gin.configurable
-class ValueNetwork(nn.Module, metaclass=PlainGinErrors):
+class ValueNetwork(nn.Module):
     """Critic network ``V(observation)``.
 
     Args:

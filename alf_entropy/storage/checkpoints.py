@@ -14,6 +14,7 @@ import glob
 import os
 import re
 import tempfile
+import zipfile
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
@@ -24,8 +25,8 @@ from alf_entropy.utils.checks import check_int
 from alf_entropy.utils.seeding import rng_state, set_rng_state
 
 __all__ = ["CheckpointError", "Checkpointer", "REQUIRED_KEYS", "atomic_write_bytes",
-           "checkpoints_newest_first", "bytes_to_tensor", "checkpoint_path", "latest_checkpoint",
-           "load_checkpoint", "remove_partial_checkpoints", "save_checkpoint", "tensor_to_bytes"]
+           "checkpoints_newest_first", "bytes_to_tensor", "latest_checkpoint", "load_checkpoint",
+           "remove_partial_checkpoints", "tensor_to_bytes"]
 
 _CKPT_PATTERN = re.compile(r"^ckpt-(\d+)\.pt$")
 
@@ -63,11 +64,6 @@ def remove_partial_checkpoints(checkpoint_dir: str) -> List[str]:
     return stale
 
 
-def checkpoint_path(checkpoint_dir: str, iteration: int) -> str:
-    """``checkpoint_dir/ckpt-<iteration:08d>.pt``, the checkpoint of ``iteration``."""
-    return os.path.join(checkpoint_dir, f"ckpt-{iteration:08d}.pt")
-
-
 def checkpoints_newest_first(checkpoint_dir: str) -> List[str]:
     """The ``ckpt-<iteration>.pt`` files in ``checkpoint_dir`` (may be missing), newest first."""
     found = {}
@@ -84,36 +80,16 @@ def latest_checkpoint(checkpoint_dir: str) -> Optional[str]:
     return paths[0] if paths else None
 
 
-def save_checkpoint(
-    checkpoint_dir: str, iteration: int, state: Dict[str, Any], max_to_keep: int
-) -> str:
-    """Atomically write ``state`` (what ``torch.load(weights_only=True)`` reads) as
-    ``ckpt-<iteration>.pt`` and keep the newest ``max_to_keep``; returns the path.
-
-    Raises:
-        CheckpointError: if it cannot be written (a full disk, ...): the earlier
-            checkpoints are as they were, no partial file remains.
-    """
-    path = checkpoint_path(checkpoint_dir, iteration)
-    try:
-        atomic_write_bytes(path, lambda f: torch.save(state, f))
-    except OSError as e:
-        raise CheckpointError(
-            f"cannot write checkpoint {path}: {e.strerror or e} (errno {e.errno}); the earlier "
-            f"checkpoints in {checkpoint_dir} are intact"
-        ) from e
-    for old in checkpoints_newest_first(checkpoint_dir)[max_to_keep:]:
-        os.remove(old)
-    return path
-
-
 def load_checkpoint(path: str) -> Dict[str, Any]:
-    """Read a checkpoint :func:`save_checkpoint` wrote onto the CPU.
+    """Read a checkpoint :meth:`Checkpointer.save` wrote onto the CPU.
 
     Raises:
         CheckpointError: if it cannot be read (truncated, not a checkpoint) or lacks one
             of :data:`REQUIRED_KEYS`.
     """
+    if os.path.isfile(path) and not zipfile.is_zipfile(path):  # what torch.save writes
+        raise CheckpointError(f"{path} cannot be read: it is not a checkpoint (not a whole "
+                              "archive as torch.save writes one: truncated, or another file)")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # torch.load raises many types for a damaged file
@@ -177,12 +153,13 @@ class Checkpointer:
         self._max_to_keep = check_int("max_checkpoints", max_to_keep, minimum=1)
 
     def path(self, iteration: int) -> str:
-        """The file of the checkpoint of ``iteration``."""
-        return checkpoint_path(self.checkpoint_dir, iteration)
+        """The file of the checkpoint of ``iteration``: ``ckpt-<iteration:08d>.pt``."""
+        return os.path.join(self.checkpoint_dir, f"ckpt-{iteration:08d}.pt")
 
     def save(self, iteration: int, env_steps: int, algorithm: Any, own: Dict[str, Any]) -> str:
-        """Write a checkpoint (every rank calls it; rank 0 writes); ``own`` is this rank's
-        ``env`` and ``extra`` (its ``rng`` is added here).  Returns the path.
+        """Write a checkpoint atomically, keeping the newest ``max_to_keep`` (every rank
+        calls it; rank 0 writes); ``own`` is this rank's ``env`` and ``extra`` (its ``rng``
+        is added here).  Returns the path.
 
         Raises:
             CheckpointError: if it cannot be written (the earlier ones are intact).
@@ -197,7 +174,16 @@ class Checkpointer:
                      optimizers=[opt.state_dict() for opt in algorithm.optimizers()],
                      **{k: ranks[0].get(k) for k in _RANK_KEYS}, world_size=len(ranks),
                      rank_states=ranks[1:])
-        return save_checkpoint(self.checkpoint_dir, iteration, state, self._max_to_keep)
+        path = self.path(iteration)
+        try:  # what torch.load(weights_only=True) reads
+            atomic_write_bytes(path, lambda f: torch.save(state, f))
+        except OSError as e:
+            raise CheckpointError(
+                f"cannot write checkpoint {path}: {e.strerror or e} (errno {e.errno}); the "
+                f"earlier checkpoints in {self.checkpoint_dir} are intact") from e
+        for old in checkpoints_newest_first(self.checkpoint_dir)[self._max_to_keep:]:
+            os.remove(old)
+        return path
 
     def restore_newest(self, algorithm: Any, load_own: Callable[[Dict[str, Any]], None]
                        ) -> Optional[Tuple[str, Dict[str, Any]]]:

@@ -20,8 +20,8 @@ import gin
 from absl import logging
 
 from alf_entropy.storage import checkpoints as ckpt
+from alf_entropy.storage.bindings import TRAINER_BINDING, read_bindings
 from alf_entropy.utils import distributed
-from alf_entropy.utils.gin_config import TRAINER_BINDING, read_bindings
 
 __all__ = ["LOCK_FILE", "RESULT_NEUTRAL_PARAMETERS", "RunDir", "RunDirLocked",
            "check_root_dir", "config_differences"]

@@ -16,7 +16,6 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
-import gin
 import numpy as np
 import torch
 from absl import logging
@@ -86,7 +85,6 @@ def control_line(logs: Logs) -> str:
     return " ".join(parts)
 
 
-@gin.configurable
 class SummaryCallback(Callback):
     """TensorBoard summaries every ``interval`` iterations (rank 0) in ``root_dir/train``
     (K agents: ``<agent dir>/train`` each), flushed every ``flush_secs``."""
@@ -119,7 +117,6 @@ class SummaryCallback(Callback):
         summary.close()
 
 
-@gin.configurable
 class ProgressBarCallback(Callback):
     """A tqdm bar on a terminal (the binding limit's iterations; env steps, ``steps_per_sec``,
     ``return``, ``alpha``); meanwhile console log lines go through ``logging_redirect_tqdm``."""
@@ -211,7 +208,6 @@ class SignalCallback(Callback):
                             self.stopped_by, trainer.iteration, trainer.last_checkpoint)
 
 
-@gin.configurable
 class EvaluationCallback(Callback):
     """Evaluate at the start, every ``interval`` iterations and at the end (rank 0), logging
     ``iteration ... env_steps ...`` and :func:`control_line`; stop once every agent's mean
@@ -238,7 +234,6 @@ class EvaluationCallback(Callback):
             trainer.control.should_stop = True
 
 
-@gin.configurable
 class CheckpointCallback(Callback):
     """A checkpoint every ``interval`` iterations (the loop also writes one at the end)."""
 
@@ -250,7 +245,6 @@ class CheckpointCallback(Callback):
         return True
 
 
-@gin.configurable
 class TimeBudgetCallback(Callback):
     """Stop once ``max_seconds`` of this ``train()`` call have passed (rank 0's clock)."""
 
@@ -271,21 +265,17 @@ class TimeBudgetCallback(Callback):
 
 def builtin_callbacks(summary_interval: int, summary_flush_secs: float, progress_bar: bool,
                       signals: SignalCallback, eval_interval: Optional[int],
-                      num_eval_episodes: int, stop_eval_return: Optional[float],
-                      checkpoint_interval: Optional[int], callbacks: Sequence[Callback] = (),
-                      ) -> List[Callback]:
+                      stop_eval_return: Optional[float], checkpoint_interval: Optional[int],
+                      callbacks: Sequence[Callback] = ()) -> List[Callback]:
     """The callbacks a trainer runs: those its arguments ask for, then ``callbacks``.
 
     Raises:
-        ValueError: for out-of-range arguments.
+        ValueError: for out-of-range arguments (each callback checks its own).
         TypeError: if one of ``callbacks`` is not a :class:`Callback`.
     """
     for callback in callbacks:
         if not isinstance(callback, Callback):
             raise TypeError(f"callbacks must be Callback instances, got {callback!r}")
-    check_int("eval_interval", eval_interval, minimum=1, allow_none=True)
-    check_int("checkpoint_interval", checkpoint_interval, minimum=1, allow_none=True)
-    check_int("num_eval_episodes", num_eval_episodes, minimum=1)
     if stop_eval_return is not None and eval_interval is None:
         raise ValueError("stop_eval_return needs eval_interval to be set")
     out: List[Callback] = [SummaryCallback(summary_interval, summary_flush_secs)]

@@ -9,8 +9,9 @@ __all__ = ["Limits"]
 
 
 class Limits:
-    """At ``num_iterations`` or ``num_env_steps`` (whole iterations), the first reached;
-    0 or ``None`` is no limit from it.  The progress is the binding limit's fraction.
+    """At ``num_iterations`` or ``num_env_steps`` (whole iterations of ``steps_per_iteration``
+    env steps), the first reached; 0 or ``None`` is no limit from it.  The progress is the
+    binding limit's fraction.
 
     Raises:
         ValueError: for a negative limit, or no positive one.
@@ -27,8 +28,7 @@ class Limits:
             raise ValueError("at least one of num_iterations and num_env_steps must be positive "
                              f"(0 or None means no limit), got num_iterations={num_iterations!r}"
                              f", num_env_steps={num_env_steps!r}")
-        self.steps_per_iteration = check_int("steps_per_iteration", steps_per_iteration,
-                                             minimum=1)
+        self.steps_per_iteration = steps_per_iteration
         self.total_iterations = min(n for n in (
             self.num_iterations, math.ceil(self.num_env_steps / steps_per_iteration)) if n)
 

@@ -18,9 +18,8 @@ random actions: a resumed run continues bit for bit.  K agents
 K agents' transitions of one env step; each agent draws its random actions and rows
 from its own generator (``algorithm.generators``).
 """
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Sequence
 
-import gin
 import torch
 from absl import logging
 
@@ -28,40 +27,31 @@ from alf_entropy.algorithm import Algorithm
 from alf_entropy.algorithms.many_sac_agents import ManySacAgents
 from alf_entropy.algorithms.sac_algorithm import SacAlgorithm
 from alf_entropy.data_structures import StepType
+from alf_entropy.environments.gym_vector_env import GymVectorEnv
+from alf_entropy.storage.run_dir import RunDir
 from alf_entropy.tensor_specs import BoundedTensorSpec
+from alf_entropy.trainers import ranks
+from alf_entropy.trainers.agents import Agents
+from alf_entropy.trainers.callbacks import Callback
 from alf_entropy.trainers.limits import Limits
-from alf_entropy.trainers.trainer import Trainer, resolve_device
+from alf_entropy.trainers.trainer import Trainer
 from alf_entropy.utils import distributed, nest
 from alf_entropy.utils.checks import check_int
 from alf_entropy.utils.replay_buffer import ReplayBuffer, Transition
 from alf_entropy.utils.seeding import per_member
-from alf_entropy.utils.signatures import forwards_arguments
 
 __all__ = ["OffPolicyTrainer"]
 
 
-def _per_rank(name: str, total: int) -> int:
-    """A total over the ranks (``torchrun``), this rank's share."""
-    world = distributed.env_world_size()
-    if check_int(name, total, minimum=1) % world:
-        raise ValueError(f"{name} ({total}) is the total over all ranks and must be divisible "
-                         f"by the number of ranks ({world})")
-    return total // world
-
-
-@gin.configurable
 class OffPolicyTrainer(Trainer):
     """Train an off-policy algorithm (``SacAlgorithm``) from a replay buffer.
 
-    Takes :class:`~alf_entropy.trainers.trainer.Trainer`'s arguments (K agents too: the
-    limits and ``initial_collect_steps`` count one agent's steps), with these defaults.
+    Takes :class:`~alf_entropy.trainers.on_policy_trainer.OnPolicyTrainer`'s arguments
+    but ``unroll_length`` (K agents too: the limits and ``initial_collect_steps`` count one
+    agent's steps; one iteration steps each of the ``num_envs`` envs once), with these
+    defaults, and those of the replay buffer.
 
     Args:
-        root_dir: where summaries, checkpoints and the config go; a run there is resumed.
-        env_id: the gymnasium id.
-        num_envs: parallel environments ``B`` (one iteration steps each once).
-        algorithm_ctor: ``(observation_spec, action_spec) -> Algorithm`` with
-            ``rollout_step``, ``predict_step`` and ``train_step`` of a ``Transition`` batch.
         initial_collect_steps: env steps of uniformly random actions before the policy
             acts; updates start once the buffer holds this many rows (at least one).
         replay_buffer_length: rows the buffer keeps (ALF's name).
@@ -70,42 +60,53 @@ class OffPolicyTrainer(Trainer):
         num_updates_per_train_iter: updates per iteration (per ``num_envs`` env steps).
         checkpoint_replay_buffer: save the buffer in checkpoints (exact resume); off for
             huge buffers (resume is then approximate, a warning says so).
-        summary_interval: as ``Trainer``'s.
-        checkpoint_interval: as ``Trainer``'s.
-        **kwargs: ``Trainer``'s other arguments.
 
     Raises:
         ValueError: for out-of-range arguments, a buffer smaller than the mini-batch, or
             a run that would end before learning starts.
+        TypeError: if the environment's action space is not a single bounded one.
     """
 
     agent_batch = ManySacAgents
 
-    @forwards_arguments(Trainer.__init__, supplied=("steps_per_iteration",))
     def __init__(self, root_dir: str, *, env_id: str = "Pendulum-v1", num_envs: int = 1,
                  algorithm_ctor: Callable[..., Algorithm] = SacAlgorithm,
                  initial_collect_steps: int = 1000, replay_buffer_length: int = 1_000_000,
                  mini_batch_size: int = 256, num_updates_per_train_iter: int = 1,
-                 checkpoint_replay_buffer: bool = True, summary_interval: int = 1000,
-                 checkpoint_interval: Optional[int] = 10000, **kwargs: Any):
-        capacity = check_int("replay_buffer_length", replay_buffer_length, minimum=1)
+                 checkpoint_replay_buffer: bool = True, num_iterations: Optional[int] = None,
+                 num_env_steps: Optional[int] = None, seed: int = 0, num_agents: int = 1,
+                 seeds: Optional[Sequence[int]] = None,
+                 target_entropies: Optional[Sequence[Any]] = None,
+                 env_ctor: Callable[..., Any] = GymVectorEnv, device: Any = "auto",
+                 num_threads: Optional[int] = None, max_checkpoints: int = 3,
+                 allow_config_change: bool = False, summary_interval: int = 1000,
+                 checkpoint_interval: Optional[int] = 10000, eval_interval: Optional[int] = None,
+                 num_eval_episodes: int = 10, progress_bar: bool = True,
+                 summary_flush_secs: float = 10.0, stop_eval_return: Optional[float] = None,
+                 callbacks: Sequence[Callback] = ()):
+        run_dir = RunDir(root_dir, allow_config_change)
+        envs = ranks.per_rank(f"{type(self).__name__}.num_envs", num_envs)
+        self._buffer_length = ranks.per_rank(f"{type(self).__name__}.replay_buffer_length",
+                                             replay_buffer_length)
+        self._mini_batch_size = ranks.per_rank(f"{type(self).__name__}.mini_batch_size",
+                                                mini_batch_size)
         for arg, rows in (("num_envs", num_envs), ("mini_batch_size", mini_batch_size)):
-            if check_int(arg, rows, minimum=1) > capacity:  # a step adds num_envs rows
-                raise ValueError(f"{arg} ({rows}) must be <= replay_buffer_length ({capacity})")
-        limits = Limits(kwargs["num_iterations"], kwargs["num_env_steps"], num_envs)
-        n, i = check_int("initial_collect_steps", initial_collect_steps, minimum=0), num_envs
+            if rows > replay_buffer_length:  # a step adds num_envs rows
+                raise ValueError(f"{arg} ({rows}) must be <= replay_buffer_length "
+                                 f"({replay_buffer_length})")
+        limits = Limits(num_iterations, num_env_steps, num_envs)
+        n = check_int("initial_collect_steps", initial_collect_steps, minimum=0)
         for limit, allowed in ((f"num_env_steps ({limits.num_env_steps})", limits.num_env_steps),
                                (f"the env steps num_iterations allows ({limits.num_iterations} "
-                                f"iterations x {i} envs = {limits.num_iterations * i})",
-                                limits.num_iterations * i)):
+                                f"iterations x {num_envs} envs = "
+                                f"{limits.num_iterations * num_envs})",
+                                limits.num_iterations * num_envs)):
             if allowed and n > allowed:
                 raise ValueError(f"initial_collect_steps ({n}) must be <= {limit}: the run would "
                                  "end before learning starts")
-        length = _per_rank("replay_buffer_length", replay_buffer_length)
-        self._mini_batch_size = _per_rank("mini_batch_size", mini_batch_size)
-        self._initial_collect_steps = initial_collect_steps
-        self._learning_starts = max(1, min(initial_collect_steps // distributed.env_world_size(),
-                                           length))
+        self._initial_collect_steps = n
+        self._learning_starts = max(1, min(n // distributed.env_world_size(),
+                                           self._buffer_length))
         self._num_updates = check_int("num_updates_per_train_iter", num_updates_per_train_iter,
                                       minimum=1)
         self._checkpoint_replay_buffer = bool(checkpoint_replay_buffer)
@@ -113,25 +114,31 @@ class OffPolicyTrainer(Trainer):
             logging.warning("checkpoint_replay_buffer=False: checkpoints omit the replay "
                             "buffer, so a resumed run refills it and is only approximately "
                             "the same as an uninterrupted one")
-        self._replay_buffer = ReplayBuffer(length, device=distributed.rank_device(
-            resolve_device(kwargs["device"])))
-        super().__init__(root_dir, env_id=env_id, num_envs=num_envs, algorithm_ctor=algorithm_ctor,
-                         steps_per_iteration=num_envs, summary_interval=summary_interval,
-                         checkpoint_interval=checkpoint_interval, **kwargs)
-        device = self._replay_buffer.device
-        self._random_low = torch.as_tensor(self._action_spec.minimum, device=device)
-        self._random_high = torch.as_tensor(self._action_spec.maximum, device=device)
+        super().__init__(
+            run_dir=run_dir, env_id=env_id, num_envs=envs, algorithm_ctor=algorithm_ctor,
+            limits=limits, agents=Agents(num_agents, seeds, target_entropies, seed),
+            env_ctor=env_ctor, device=device, num_threads=num_threads,
+            max_checkpoints=max_checkpoints, summary_interval=summary_interval,
+            checkpoint_interval=checkpoint_interval, eval_interval=eval_interval,
+            num_eval_episodes=num_eval_episodes, progress_bar=progress_bar,
+            summary_flush_secs=summary_flush_secs, stop_eval_return=stop_eval_return,
+            callbacks=callbacks)
 
     @property
     def replay_buffer(self) -> ReplayBuffer:
         """The replay buffer."""
         return self._replay_buffer
 
-    def _build_algorithm(self, observation_spec: Any, action_spec: Any) -> Algorithm:
+    def _build_algorithm(self, algorithm_ctor: Callable[..., Algorithm], observation_spec: Any,
+                         action_spec: Any) -> Algorithm:
+        """Check the action spec; make the buffer and the random actions' bounds."""
         if nest.is_nested(action_spec) or not isinstance(action_spec, BoundedTensorSpec):
             raise TypeError("OffPolicyTrainer: the environment must have a single bounded "
                             f"action space (Box or Discrete), got {action_spec!r}")
-        return super()._build_algorithm(observation_spec, action_spec)
+        self._replay_buffer = ReplayBuffer(self._buffer_length, device=self._device)
+        self._random_low = torch.as_tensor(action_spec.minimum, device=self._device)
+        self._random_high = torch.as_tensor(action_spec.maximum, device=self._device)
+        return algorithm_ctor(observation_spec, action_spec)
 
     def _random_action(self, generator: Optional[torch.Generator] = None) -> torch.Tensor:
         """Uniform random actions ``[B, ...]`` from ``generator`` (None: torch's)."""

@@ -12,19 +12,23 @@ Everything around it is :class:`~alf_entropy.trainers.trainer.Trainer`'s.  Nothi
 the path reads tensors on the host but the environment step.  K agents are
 :class:`~alf_entropy.algorithms.many_agents.ManyAgents` on ``AgentEnvs``: the same loop.
 """
-from typing import Any, Callable, List
+from typing import Any, Callable, List, Optional, Sequence
 
-import gin
 import torch
 
 from alf_entropy.algorithm import Algorithm
 from alf_entropy.algorithms.many_agents import ManyAgents
 from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
 from alf_entropy.data_structures import make_experience
+from alf_entropy.environments.gym_vector_env import GymVectorEnv
+from alf_entropy.storage.run_dir import RunDir
+from alf_entropy.trainers import ranks
+from alf_entropy.trainers.agents import Agents
+from alf_entropy.trainers.callbacks import Callback
+from alf_entropy.trainers.limits import Limits
 from alf_entropy.trainers.trainer import Trainer
 from alf_entropy.utils import nest
 from alf_entropy.utils.checks import check_int
-from alf_entropy.utils.signatures import forwards_arguments
 
 __all__ = ["OnPolicyTrainer", "stack_experiences"]
 
@@ -41,35 +45,62 @@ def stack_experiences(experiences: List[Any]) -> Any:
     return nest.pack_sequence_as(experiences[0], stacked)
 
 
-@gin.configurable
 class OnPolicyTrainer(Trainer):
     """Train an on-policy algorithm (A2C/PPO) on a gymnasium environment.
 
-    Takes :class:`~alf_entropy.trainers.trainer.Trainer`'s arguments (``num_env_steps``
-    counts whole iterations of ``unroll_length * num_envs`` steps: rounded up).  K agents
-    (``num_agents``/``seeds``, see ``docs/many_agents.md``): agent ``k`` is the run of a
-    single trainer with seed ``seeds[k]``, writing to ``root_dir/seed=N``.
+    K agents (``num_agents``/``seeds``, see ``docs/many_agents.md``): agent ``k`` is the
+    run of a single trainer with seed ``seeds[k]``, writing to ``root_dir/seed=N``.  The
+    loop's arguments (``summary_interval`` to ``callbacks``) are
+    :class:`~alf_entropy.trainers.trainer.Trainer`'s.
 
     Args:
         root_dir: where summaries, checkpoints and the config go; a run there is resumed.
         env_id: the gymnasium id.
-        num_envs: parallel environments ``B`` (per agent).
+        num_envs: parallel environments ``B`` (per agent; under ``torchrun`` the total).
         algorithm_ctor: ``(observation_spec, action_spec) -> Algorithm`` with
             ``rollout_step``, ``predict_step`` and ``train_from_unroll``.
         unroll_length: steps per env per iteration ``T``.
-        **kwargs: ``Trainer``'s other arguments.
+        num_iterations: a limit (0 or None: none from it; see ``Limits``).
+        num_env_steps: a limit in (one agent's) env steps, rounded up to whole iterations
+            of ``unroll_length * num_envs``.
+        seed: seeds torch, NumPy, Python ``random`` and the environments.
+        num_agents: K agents in one process, seeds ``seed, ..., seed + K - 1``.
+        seeds: the K agents' seeds instead.
+        target_entropies: one target entropy per agent (K > 1, agents with a controller).
+        env_ctor: ``(env_id, num_envs=, seed=, device=) -> env`` (a ``GymVectorEnv``).
+        device: ``"auto"``, ``"cpu"``, ``"cuda"`` or a ``torch.device``.
+        num_threads: if given, ``torch.set_num_threads(num_threads)``.
+        max_checkpoints: how many recent checkpoints to keep.
+        allow_config_change: resume a run directory whose config differs (``RunDir``).
     """
 
     agent_batch = ManyAgents
 
-    @forwards_arguments(Trainer.__init__, supplied=("steps_per_iteration",))
     def __init__(self, root_dir: str, *, env_id: str = "CartPole-v1", num_envs: int = 8,
                  algorithm_ctor: Callable[..., Algorithm] = PPOAlgorithm,
-                 unroll_length: int = 128, **kwargs: Any):
-        check_int("num_envs", num_envs, minimum=1)
+                 unroll_length: int = 128, num_iterations: Optional[int] = None,
+                 num_env_steps: Optional[int] = None, seed: int = 0, num_agents: int = 1,
+                 seeds: Optional[Sequence[int]] = None,
+                 target_entropies: Optional[Sequence[Any]] = None,
+                 env_ctor: Callable[..., Any] = GymVectorEnv, device: Any = "auto",
+                 num_threads: Optional[int] = None, max_checkpoints: int = 3,
+                 allow_config_change: bool = False, summary_interval: int = 10,
+                 checkpoint_interval: Optional[int] = 100, eval_interval: Optional[int] = None,
+                 num_eval_episodes: int = 10, progress_bar: bool = True,
+                 summary_flush_secs: float = 10.0, stop_eval_return: Optional[float] = None,
+                 callbacks: Sequence[Callback] = ()):
+        run_dir = RunDir(root_dir, allow_config_change)
+        envs = ranks.per_rank(f"{type(self).__name__}.num_envs", num_envs)
         self._unroll_length = check_int("unroll_length", unroll_length, minimum=1)
-        super().__init__(root_dir, env_id=env_id, num_envs=num_envs, algorithm_ctor=algorithm_ctor,
-                         steps_per_iteration=unroll_length * num_envs, **kwargs)
+        super().__init__(
+            run_dir=run_dir, env_id=env_id, num_envs=envs, algorithm_ctor=algorithm_ctor,
+            limits=Limits(num_iterations, num_env_steps, unroll_length * num_envs),
+            agents=Agents(num_agents, seeds, target_entropies, seed), env_ctor=env_ctor,
+            device=device, num_threads=num_threads, max_checkpoints=max_checkpoints,
+            summary_interval=summary_interval, checkpoint_interval=checkpoint_interval,
+            eval_interval=eval_interval, num_eval_episodes=num_eval_episodes,
+            progress_bar=progress_bar, summary_flush_secs=summary_flush_secs,
+            stop_eval_return=stop_eval_return, callbacks=callbacks)
 
     def _train_iteration(self) -> int:
         """Collect ``unroll_length`` steps and train on them; return the env steps."""

@@ -1,16 +1,14 @@
 """Where a run computes: the device, the ranks under ``torchrun``, the seeds."""
-from typing import Any, Tuple
+from typing import Any
 
 import torch
 
 from alf_entropy.utils import distributed
 from alf_entropy.utils.checks import check_int
-from alf_entropy.utils.seeding import seed_all
+from alf_entropy.utils.seeding import MAX_SEED, seed_all
 
-__all__ = ["MAX_SEED", "join_ranks", "resolve_device", "seed_all"]
+__all__ = ["MAX_SEED", "per_rank", "resolve_device", "seed_all"]
 
-MAX_SEED = 2**31
-"""Seeds are below this, so that those derived from one stay below 2**32 (NumPy's)."""
 RANK_SEED_OFFSET = 7_919_993
 """Rank ``r`` seeds its own samples with ``seed + r * RANK_SEED_OFFSET``."""
 
@@ -34,16 +32,16 @@ def resolve_device(device: Any) -> torch.device:
     return dev
 
 
-def join_ranks(num_envs: int, device: Any, trainer_name: str) -> Tuple[int, torch.device]:
-    """Join the ranks' group under ``torchrun`` (a no-op in one process); returns this
-    rank's share of ``num_envs`` (the total) and its device.
+def per_rank(name: str, total: int) -> int:
+    """This rank's share of ``total`` (an int >= 1 over all ranks; ``total`` in one process),
+    the binding ``name`` (``"OffPolicyTrainer.num_envs"``).
 
     Raises:
-        ValueError: if ``num_envs`` is not a positive multiple of the number of ranks.
+        ValueError: if ``total`` is not a positive multiple of the number of ranks.
     """
     world = distributed.env_world_size()
-    if check_int("num_envs", num_envs, minimum=1) % world:
-        raise ValueError(f"num_envs ({num_envs}) is the total over all ranks and must be "
-                         f"divisible by the number of ranks ({world}): e.g. --gin_param "
-                         f"'{trainer_name}.num_envs = {world}'")
-    return num_envs // world, distributed.init_from_env(resolve_device(device))
+    if check_int(name, total, minimum=1) % world:
+        raise ValueError(f"{name} ({total}) is the total over all ranks and must be divisible "
+                         f"by the number of ranks ({world}): e.g. --gin_param '{name} = "
+                         f"{-(-total // world) * world}'")
+    return total // world

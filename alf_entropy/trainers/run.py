@@ -1,31 +1,32 @@
 """``Run``: a training run's services -- its directory, agents, envs, counters and checkpoints.
 
-:class:`~alf_entropy.trainers.trainer.Trainer` is the loop on top.  A run holds its
-directory (``RunDir``: lock, config check, ``operative_config.gin``), its agents
-(``trainers.agents``: one, or K built as one batch speaking one agent's protocol), the
-algorithm and environments built for them, the counters and limits, and its checkpoints
-(``Checkpointer``): it resumes from the newest that fits, environments included.
+:class:`~alf_entropy.trainers.trainer.Trainer` is the loop on top.  A run is composed of
+what the concrete trainer built from its arguments, each checked where it is built: the
+run directory (``RunDir``: lock, config check, ``operative_config.gin``), the ``Limits``,
+the ``Agents`` (one, or K built as one batch speaking one agent's protocol) and this
+rank's share of the environments.  The run builds the algorithm and environments for
+them, holds the counters and its checkpoints (``Checkpointer``): it resumes from the
+newest that fits, environments included.
 """
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 from absl import logging
 
 from alf_entropy.algorithm import Algorithm
 from alf_entropy.algorithms.agent_batch import AgentBatch
+from alf_entropy.controllers import EntropyController
 from alf_entropy.data_structures import TimeStep
-from alf_entropy.environments import GymVectorEnv
 from alf_entropy.environments.agent_envs import agent_env_ctor
 from alf_entropy.environments.env_state import check_pickle
 from alf_entropy.storage import checkpoints as ckpt
+from alf_entropy.storage.bindings import check_bindings_used
 from alf_entropy.storage.run_dir import RunDir
-from alf_entropy.trainers import agents as agents_lib
 from alf_entropy.trainers import ranks
+from alf_entropy.trainers.agents import Agents
 from alf_entropy.trainers.limits import Limits
-from alf_entropy.trainers.ranks import MAX_SEED
 from alf_entropy.utils import distributed, schedulers
 from alf_entropy.utils.checks import check_int
-from alf_entropy.utils.gin_config import check_bindings_used
 
 __all__ = ["Run"]
 
@@ -34,81 +35,74 @@ class Run:
     """A training run's services (module docstring).
 
     Args:
-        root_dir: where summaries, checkpoints and the config go; a run there is resumed.
+        run_dir: where summaries, checkpoints and the config go; a run there is resumed.
         env_id: the gymnasium id.
-        num_envs: parallel environments (per agent; under ``torchrun`` the total).
+        num_envs: this rank's environments per agent.
         algorithm_ctor: ``(observation_spec, action_spec) -> Algorithm``.
+        limits: when the run ends.
+        agents: one agent, or K (seeds and targets).
         env_ctor: ``(env_id, num_envs=, seed=, device=) -> env`` (a ``GymVectorEnv``).
-        num_iterations: a limit (0 or None: none from it; see ``Limits``).
-        num_env_steps: a limit in (one agent's) env steps, rounded up to iterations.
-        steps_per_iteration: env steps one iteration takes (from the subclass).
-        max_checkpoints: how many recent checkpoints to keep.
-        seed: seeds torch, NumPy, Python ``random`` and the environments.
         device: ``"auto"``, ``"cpu"``, ``"cuda"`` or a ``torch.device``.
         num_threads: if given, ``torch.set_num_threads(num_threads)``.
-        allow_config_change: resume a run directory whose config differs (``RunDir``).
-        num_agents: K agents in one process, seeds ``seed, ..., seed + K - 1``.
-        seeds: the K agents' seeds instead (:func:`~alf_entropy.trainers.agents.agent_seeds`).
-        target_entropies: one target entropy per agent (K > 1, agents with a controller).
+        max_checkpoints: how many recent checkpoints to keep.
 
     Raises:
-        ValueError: for bad arguments, an unusable or differently configured ``root_dir``,
-            an unused binding, or K > 1 on several ranks.
-        RunDirLocked: if another process trains in ``root_dir``.
+        ValueError: for bad arguments, a ``run_dir`` in use by another configuration, an
+            unused binding, or K > 1 on several ranks.
+        RunDirLocked: if another process trains in ``run_dir``.
         CheckpointError: if the run directory has checkpoints and none loads.
     """
 
     agent_batch: type = AgentBatch
     """The class that trains K agents of this trainer's algorithms as one."""
 
-    def __init__(
-        self, root_dir: str, env_id: str, num_envs: int, algorithm_ctor: Callable[..., Algorithm],
-        env_ctor: Callable[..., Any] = GymVectorEnv, num_iterations: Optional[int] = None,
-        num_env_steps: Optional[int] = None, steps_per_iteration: int = 1,
-        max_checkpoints: int = 3, seed: int = 0, device: Any = "auto",
-        num_threads: Optional[int] = None, allow_config_change: bool = False,
-        num_agents: int = 1, seeds: Optional[Sequence[int]] = None,
-        target_entropies: Optional[Sequence[Any]] = None,
-    ):
-        self._run_dir = RunDir(root_dir, allow_config_change)
-        self._limits = Limits(num_iterations, num_env_steps, steps_per_iteration)
-        self._seed = check_int("seed", seed, minimum=0, below=MAX_SEED)
-        self._agents = agents_lib.Agents(num_agents, seeds, target_entropies, self._seed)
-        self._checkpointer = ckpt.Checkpointer(self._run_dir.checkpoint_dir, max_checkpoints)
+    def __init__(self, run_dir: RunDir, env_id: str, num_envs: int,
+                 algorithm_ctor: Callable[..., Algorithm], limits: Limits, agents: Agents,
+                 env_ctor: Callable[..., Any], device: Any, num_threads: Optional[int],
+                 max_checkpoints: int):
+        self._run_dir, self._limits, self._agents = run_dir, limits, agents
+        self._checkpointer = ckpt.Checkpointer(run_dir.checkpoint_dir, max_checkpoints)
         if check_int("num_threads", num_threads, minimum=1, allow_none=True) is not None:
             torch.set_num_threads(num_threads)
-        self._num_envs, self._device = ranks.join_ranks(num_envs, device, type(self).__name__)
-        self._env_id, self._env_ctor = env_id, agent_env_ctor(env_ctor, self._agents.seeds, seed)
-        self._algorithm_ctor = self._agents.algorithm_ctor(self.agent_batch, algorithm_ctor,
-                                                           self._device)
+        self._env_id, self._num_envs = env_id, num_envs
+        self._device = distributed.rank_device(ranks.resolve_device(device))
         self._iteration, self._env_steps = 0, 0
         self._env = self._time_step = self._restored_env = self._last_checkpoint = None
         self._in_iteration, self._restored_from = False, None
-        self._observation_spec, self._action_spec, self._algorithm = self._build(env_ctor)
-        check_bindings_used(constructing=type(self).__name__)  # before anything is written
+        self._observation_spec, self._action_spec, self._algorithm = self._build(
+            env_ctor, agents.algorithm_ctor(self.agent_batch, algorithm_ctor, self._device))
+        self._env_ctor = agent_env_ctor(env_ctor, agents.seeds, agents.seed)  # seeds checked
+        check_bindings_used(type(self).__name__,  # before anything is written
+                            getattr(self._algorithm, "entropy_target_algorithm", None),
+                            EntropyController)
         with self._run_dir.opening():
             self._run_dir.take()
             self._resume()
             self._run_dir.write_operative_config(self._iteration)
             self._agents.write_configs(self.root_dir, type(self).__name__, self._algorithm)
 
-    def _build(self, env_ctor: Callable[..., Any]) -> Any:
-        """Seed everything, read the specs from a throw-away env, build the algorithm."""
-        ranks.seed_all(self._seed)
+    def _build(self, env_ctor: Callable[..., Any], algorithm_ctor: Callable[..., Algorithm]
+               ) -> Any:
+        """Seed everything, read the specs from a throw-away env, build the algorithm, join
+        torchrun's ranks (a no-op in one process) and give them all rank 0's start."""
+        seed = self._agents.seed
+        ranks.seed_all(seed)
         schedulers.reset_progress()
-        probe = env_ctor(self._env_id, num_envs=1, seed=self._seed, device=self._device)
+        probe = env_ctor(self._env_id, num_envs=1, seed=seed, device=self._device)
         observation_spec, action_spec = probe.observation_spec, probe.action_spec
         probe.close()
-        algorithm = self._build_algorithm(observation_spec, action_spec)
+        algorithm = self._build_algorithm(algorithm_ctor, observation_spec, action_spec)
         algorithm.to(self._device)
+        self._device = distributed.init_from_env(self._device)
         if distributed.is_distributed():
             distributed.broadcast_module_(algorithm)  # the same start everywhere
-            ranks.seed_all(self._seed + distributed.rank() * ranks.RANK_SEED_OFFSET)  # own samples
+            ranks.seed_all(seed + distributed.rank() * ranks.RANK_SEED_OFFSET)  # own samples
         return observation_spec, action_spec, algorithm
 
-    def _build_algorithm(self, observation_spec: Any, action_spec: Any) -> Algorithm:
+    def _build_algorithm(self, algorithm_ctor: Callable[..., Algorithm], observation_spec: Any,
+                         action_spec: Any) -> Algorithm:
         """Build the algorithm (K agents: their batch); override to check the specs."""
-        return self._algorithm_ctor(observation_spec, action_spec)
+        return algorithm_ctor(observation_spec, action_spec)
 
     def _extra_state(self) -> Dict[str, Any]:
         """More checkpoint state of a subclass (tensors and plain values)."""
@@ -117,32 +111,82 @@ class Run:
     def _load_extra_state(self, state: Dict[str, Any]) -> None:
         """Restore what :meth:`_extra_state` returned."""
 
-    root_dir = property(lambda self: self._run_dir.path, doc="The absolute root directory.")
-    algorithm = property(lambda self: self._algorithm, doc="The algorithm being trained.")
-    device = property(lambda self: self._device, doc="The device of networks and time steps.")
-    env = property(lambda self: self._env, doc="The training envs while ``train()`` runs.")
-    iteration = property(lambda self: self._iteration, doc="Training iterations completed.")
-    env_steps = property(lambda self: self._env_steps, doc="Env steps taken (one agent's).")
-    num_agents = property(lambda self: len(self.seeds), doc="K (1: a single run).")
-    seeds = property(lambda self: self._agents.seeds or [self._seed], doc="Each agent's seed.")
-    agent_dirs = property(lambda self: self._agents.dirs,
-                          doc="Each agent's run directory under ``root_dir`` (one: ``''``).")
-    num_iterations = property(lambda self: self._limits.num_iterations or None,
-                              doc="The ``num_iterations`` limit (``None``: none from it).")
-    total_iterations = property(lambda self: self._limits.total_iterations,
-                                doc="Iterations the run takes (the binding limit).")
-    limit_reached = property(lambda self: self._limits.reached(self._iteration, self._env_steps),
-                             doc="The limit reached now (``'num_iterations = 3'``), or None.")
-    restored_from = property(lambda self: self._restored_from, doc="The checkpoint resumed.")
-    last_checkpoint = property(lambda self: self._last_checkpoint,
-                               doc="The checkpoint the current (or last) ``train()`` wrote last.")
+    @property
+    def root_dir(self) -> str:
+        """The absolute root directory."""
+        return self._run_dir.path
+
+    @property
+    def algorithm(self) -> Any:
+        """The algorithm being trained."""
+        return self._algorithm
+
+    @property
+    def device(self) -> torch.device:
+        """The device of networks and time steps."""
+        return self._device
+
+    @property
+    def env(self) -> Any:
+        """The training envs while ``train()`` runs."""
+        return self._env
+
+    @property
+    def iteration(self) -> int:
+        """Training iterations completed."""
+        return self._iteration
+
+    @property
+    def env_steps(self) -> int:
+        """Env steps taken (one agent's)."""
+        return self._env_steps
+
+    @property
+    def seeds(self) -> List[int]:
+        """Each agent's seed."""
+        return list(self._agents.seeds or [self._agents.seed])
+
+    @property
+    def num_agents(self) -> int:
+        """K (1: a single run)."""
+        return len(self.seeds)
+
+    @property
+    def agent_dirs(self) -> List[str]:
+        """Each agent's run directory under ``root_dir`` (one: ``''``)."""
+        return self._agents.dirs
+
+    @property
+    def num_iterations(self) -> Optional[int]:
+        """The ``num_iterations`` limit (``None``: none from it)."""
+        return self._limits.num_iterations or None
+
+    @property
+    def total_iterations(self) -> int:
+        """Iterations the run takes (the binding limit)."""
+        return self._limits.total_iterations
+
+    @property
+    def limit_reached(self) -> Optional[str]:
+        """The limit reached now (``'num_iterations = 3'``), or None."""
+        return self._limits.reached(self._iteration, self._env_steps)
+
+    @property
+    def restored_from(self) -> Optional[str]:
+        """The checkpoint resumed."""
+        return self._restored_from
+
+    @property
+    def last_checkpoint(self) -> Optional[str]:
+        """The checkpoint the current (or last) ``train()`` wrote last."""
+        return self._last_checkpoint
 
     def _start_env(self) -> Any:
         """Build the training envs; restore their saved state or reset them."""
         env = self._env_ctor(self._env_id, num_envs=self._num_envs, device=self._device,
                              # Rank r's envs continue the numbering of the global batch.
-                             seed=self._seed + (self._iteration * distributed.world_size()
-                                                + distributed.rank()) * self._num_envs)
+                             seed=self._agents.seed + (self._iteration * distributed.world_size()
+                                                       + distributed.rank()) * self._num_envs)
         restored, self._restored_env = self._restored_env, None
         if restored:
             env.set_state(ckpt.tensor_to_bytes(restored["state"]))

@@ -20,8 +20,7 @@ import torch
 from absl import logging
 
 from alf_entropy.data_structures import TimeStep
-from alf_entropy.environments import mean_returns, run_episodes
-from alf_entropy.environments.agent_envs import episode_statistics
+from alf_entropy.environments import run_episodes
 from alf_entropy.trainers.callbacks import (
     Callback,
     SignalCallback,
@@ -32,7 +31,7 @@ from alf_entropy.trainers.callbacks import (
 from alf_entropy.trainers.ranks import MAX_SEED, resolve_device
 from alf_entropy.trainers.run import Run
 from alf_entropy.utils import distributed, summary
-from alf_entropy.utils.signatures import forwards_arguments
+from alf_entropy.utils.checks import check_int
 
 __all__ = ["EVAL_SEED_OFFSET", "MAX_SEED", "Trainer", "TrainingAborted", "resolve_device"]
 
@@ -44,7 +43,6 @@ class Trainer(Run):
     """The shared training loop (see the module docstring).
 
     Args:
-        root_dir: where summaries, checkpoints and the config go; a run there is resumed.
         summary_interval: iterations between summaries.
         checkpoint_interval: iterations between checkpoints (``None``: at the end only).
         eval_interval: iterations between evaluations (also at the start and the end).
@@ -53,28 +51,27 @@ class Trainer(Run):
         summary_flush_secs: how often summaries are flushed to disk.
         stop_eval_return: stop once every agent's evaluation reaches it.
         callbacks: more ``Callback`` s, run after the built-in ones.
-        **kwargs: :class:`~alf_entropy.trainers.run.Run`'s arguments (``env_id``,
-            ``num_envs``, ``algorithm_ctor``, the limits, ``seed``, ``num_agents``, ...).
+        **run: :class:`~alf_entropy.trainers.run.Run`'s arguments (what the concrete
+            trainer built from its own).
 
     Raises:
         ValueError: for bad arguments (also ``Run``'s).
         TypeError: if a callback is not a ``Callback``.
     """
 
-    @forwards_arguments(Run.__init__)
-    def __init__(self, root_dir: str, *, summary_interval: int = 10,
-                 checkpoint_interval: Optional[int] = 100, eval_interval: Optional[int] = None,
-                 num_eval_episodes: int = 10, progress_bar: bool = True,
-                 summary_flush_secs: float = 10.0, stop_eval_return: Optional[float] = None,
-                 callbacks: Sequence[Callback] = (), **kwargs: Any):
-        self._signals, self._num_eval_episodes = SignalCallback(), num_eval_episodes
+    def __init__(self, *, summary_interval: int, checkpoint_interval: Optional[int],
+                 eval_interval: Optional[int], num_eval_episodes: int, progress_bar: bool,
+                 summary_flush_secs: float, stop_eval_return: Optional[float],
+                 callbacks: Sequence[Callback], **run: Any):
+        self._num_eval_episodes = check_int("num_eval_episodes", num_eval_episodes, minimum=1)
+        self._signals = SignalCallback()
         self._callbacks = builtin_callbacks(
             summary_interval, summary_flush_secs, progress_bar, self._signals, eval_interval,
-            num_eval_episodes, stop_eval_return, checkpoint_interval, callbacks)
+            stop_eval_return, checkpoint_interval, callbacks)
         self.control, self._eval_time = TrainerControl(), 0.0
         self.metrics: Dict[str, float] = {}
         """The latest values (``return``, ``eval/return`` -- the lowest agent's --, ...)."""
-        super().__init__(root_dir, **kwargs)
+        super().__init__(**run)
 
     def _train_iteration(self) -> int:
         """One iteration from ``self._time_step`` on ``self._env``; returns env steps taken."""
@@ -191,7 +188,7 @@ class Trainer(Run):
         now, steps = time.time(), self._env_steps
         sps = (steps - self._since[1]) / max(now - self._since[0], 1e-9)
         self._since = (now, steps)
-        ranks_stats = distributed.gather_object(episode_statistics(self._env))
+        ranks_stats = distributed.gather_object(self._env.pop_episode_statistics())
         if ranks_stats is None:  # not rank 0
             return
         per_agent = list(zip(*ranks_stats))  # each agent's (returns, lengths) of each rank
@@ -227,12 +224,13 @@ class Trainer(Run):
         self._algorithm.eval()
         try:
             returns, _ = run_episodes(
-                self._env_id, self._policy_fn, seed=self._seed + EVAL_SEED_OFFSET,
+                self._env_id, self._policy_fn, seed=self._agents.seed + EVAL_SEED_OFFSET,
                 num_episodes=num_episodes or self._num_eval_episodes, device=self._device,
                 env_ctor=self._env_ctor)  # the training envs' own ctor, per agent
         finally:
             self._algorithm.train()
-        per_agent = mean_returns(returns)
+        per_agent = torch.tensor(returns, dtype=torch.float64).reshape(self.num_agents, -1)
+        per_agent = per_agent.mean(1).tolist()
         self.metrics["eval/return"] = min(per_agent)
         self._eval_time += time.time() - start
         self._call("on_evaluate", dict(self._control_logs(), **{"eval/return": per_agent}))

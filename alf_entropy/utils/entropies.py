@@ -12,9 +12,8 @@ is an interval of width ``M - m``, a discrete one has ``N = M - m + 1`` choices.
 """
 import functools
 import math
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
-import gin
 import numpy as np
 import torch
 import torch.distributions as td
@@ -93,7 +92,6 @@ class GreedyProbabilityTarget(float):
                              f"{self.num_actions} actions, but the action spec has {n}")
 
 
-@gin.configurable
 def greedy_probability_target(p: float, num_actions: int) -> GreedyProbabilityTarget:
     r"""The entropy of a policy that picks its greedy action with probability ``p``
     (``p`` in ``[1/N, 1]``), the other ``N - 1 >= 1`` actions sharing ``1 - p`` evenly:
@@ -127,7 +125,6 @@ def entropy_per_log_alpha(spec: Any) -> float:
     return scale
 
 
-@gin.configurable
 def calc_default_target_entropy(spec: Any, min_prob: float = 0.1) -> float:
     r"""ALF's default target entropy: a policy "mostly decided" with ``p = min_prob``
     in ``(0, 1)``, summed over the elements and the nest of a bounded ``spec``.
@@ -155,7 +152,6 @@ def calc_default_target_entropy(spec: Any, min_prob: float = 0.1) -> float:
     return total
 
 
-@gin.configurable
 def calc_default_max_entropy(spec: Any, fraction: float = 0.8) -> float:
     r"""ALF's default maximum entropy: slightly below the uniform distribution's, per
     element ``fraction * log N`` (discrete), ``fraction * log(M - m)`` (continuous,
@@ -198,8 +194,6 @@ def calc_max_possible_entropy(spec: Any) -> float:
     return float(math.fsum(parts)) if all(math.isfinite(p) for p in parts) else math.inf
 
 
-
-@gin.configurable
 def estimated_entropy(
     dist: td.Distribution, num_samples: int = 1, check_numerics: bool = False
 ) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -220,24 +214,15 @@ def estimated_entropy(
         ``(entropy, entropy_for_gradient)``, both of shape ``dist.batch_shape``.
     """
     if not isinstance(dist, td.Distribution):
-        raise TypeError(
-            f"estimated_entropy: dist must be a torch.distributions.Distribution, "
-            f"got {type(dist).__name__}"
-        )
-    check_int("num_samples", num_samples, minimum=1)
-    sample_shape = torch.Size([num_samples])
-    if dist.has_rsample:
-        x = dist.rsample(sample_shape)
-    else:
-        x = dist.sample(sample_shape)
-    if dist.has_rsample and x.dtype.is_floating_point:
-        neg_log_prob = -dist.log_prob(x)
-        entropy = neg_log_prob.mean(dim=0)
-        entropy_for_gradient = entropy
-    else:
-        neg_log_prob = -dist.log_prob(x.detach())
-        entropy = neg_log_prob.mean(dim=0)
-        entropy_for_gradient = (-0.5 * neg_log_prob.square()).mean(dim=0)
+        raise TypeError(f"estimated_entropy: dist must be a torch.distributions.Distribution, "
+                        f"got {type(dist).__name__}")
+    sample_shape = torch.Size([check_int("num_samples", num_samples, minimum=1)])
+    x = dist.rsample(sample_shape) if dist.has_rsample else dist.sample(sample_shape)
+    reparameterized = dist.has_rsample and x.dtype.is_floating_point
+    neg_log_prob = -dist.log_prob(x if reparameterized else x.detach())
+    entropy = neg_log_prob.mean(dim=0)
+    entropy_for_gradient = (entropy if reparameterized
+                            else (-0.5 * neg_log_prob.square()).mean(dim=0))
     if check_numerics and not bool(torch.isfinite(neg_log_prob).all()):
         raise ValueError(f"estimated_entropy: non-finite entropy estimate for {dist!r}")
     return entropy, entropy_for_gradient
@@ -294,9 +279,7 @@ def _analytic_entropy(dist: td.Distribution) -> Optional[torch.Tensor]:
 
 def _leaf_entropy(dist: td.Distribution) -> Tuple[torch.Tensor, torch.Tensor]:
     entropy = _analytic_entropy(dist)
-    if entropy is None:
-        return estimated_entropy(dist)
-    return entropy, entropy
+    return estimated_entropy(dist) if entropy is None else (entropy, entropy)
 
 
 def _reduce_to_spec(
@@ -312,11 +295,9 @@ def _reduce_to_spec(
     k = len(spec_shape) - len(dist.event_shape)
     tail = full_shape[len(full_shape) - len(spec_shape):]
     if not 0 <= k <= len(dist.batch_shape) or tail != spec_shape:
-        raise ValueError(
-            f"entropy_with_fallback: distribution{where} with batch_shape "
-            f"{tuple(dist.batch_shape)} and event_shape {tuple(dist.event_shape)} does not "
-            f"end with the action_spec shape {spec_shape}"
-        )
+        raise ValueError(f"entropy_with_fallback: distribution{where} with batch_shape "
+                         f"{tuple(dist.batch_shape)} and event_shape {tuple(dist.event_shape)} "
+                         f"does not end with the action_spec shape {spec_shape}")
     return tuple(_sum_rightmost(e, k) for e in entropies)
 
 
@@ -364,21 +345,15 @@ def entropy_with_fallback(
     if action_spec is not None:
         nest.assert_same_structure(distributions, action_spec)
         specs = nest.flatten(action_spec)
-        results = [
-            _reduce_to_spec(path, dist, spec, res)
-            for (path, dist), spec, res in zip(flat_paths, specs, results)
-        ]
-    entropies = [r[0] for r in results]
-    grads = [r[1] for r in results]
+        results = [_reduce_to_spec(path, dist, spec, res)
+                   for (path, dist), spec, res in zip(flat_paths, specs, results)]
+    entropies, grads = [r[0] for r in results], [r[1] for r in results]
     if not return_sum:
         return (nest.pack_sequence_as(distributions, entropies),
                 nest.pack_sequence_as(distributions, grads))
     shapes = {tuple(e.shape) for e in entropies}
     if len(shapes) > 1:
         detail = ", ".join(f"'{p}': {tuple(e.shape)}" for (p, _), e in zip(flat_paths, entropies))
-        raise ValueError(
-            f"entropy_with_fallback: cannot sum entropies of different shapes ({detail}); "
-            f"pass action_spec to reduce them or use return_sum=False"
-        )
-    add: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = torch.add
-    return functools.reduce(add, entropies), functools.reduce(add, grads)
+        raise ValueError(f"entropy_with_fallback: cannot sum entropies of different shapes "
+                         f"({detail}); pass action_spec to reduce them or use return_sum=False")
+    return functools.reduce(torch.add, entropies), functools.reduce(torch.add, grads)

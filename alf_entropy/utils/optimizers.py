@@ -16,7 +16,6 @@ every algorithm (``Algorithm.update_with_gradient``), one agent or K.
 """
 from typing import Any, Callable, Iterable, List, Optional
 
-import gin
 import torch
 
 from alf_entropy import accel
@@ -40,7 +39,6 @@ def _flat_params(params: List[Any]) -> List[torch.Tensor]:
     return out
 
 
-@gin.configurable
 class FusedAdam(torch.optim.Adam):
     """``torch.optim.Adam(params, ..., fused=True)`` with an optional scheduled learning rate.
 
@@ -95,7 +93,6 @@ class FusedAdam(torch.optim.Adam):
         return super().step(closure)
 
 
-@gin.configurable
 def default_optimizer(params: List[torch.nn.Parameter], lr: float = 3e-4,
                       eps: float = 1e-5) -> torch.optim.Optimizer:
     """A2C/PPO's optimiser when none is given: ``FusedAdam(lr=3e-4, eps=1e-5)`` (gin:

@@ -22,10 +22,7 @@ import numbers
 from functools import partial
 from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
-import gin
-
 from alf_entropy.utils.checks import check_int, check_real, is_real
-from alf_entropy.utils.gin_errors import PlainGinErrors
 from alf_entropy.utils.progress import (  # re-exported: the progress schedulers read
     PROGRESS_TYPES,
     check_progress_type,
@@ -70,7 +67,7 @@ def _check_schedule(
     return tuple(progresses), tuple(values)
 
 
-class Scheduler(metaclass=PlainGinErrors):
+class Scheduler:
     """Base class of the progress-driven schedulers: ``__call__`` reads :meth:`progress`.
 
     Args:
@@ -108,8 +105,7 @@ class Scheduler(metaclass=PlainGinErrors):
         return f"{type(self).__name__}({', '.join(parts)})"
 
 
-@gin.configurable
-class ConstantScheduler(metaclass=PlainGinErrors):
+class ConstantScheduler:
     """Always ``value`` (follows no progress, as in ALF: not a :class:`Scheduler`)."""
 
     def __init__(self, value: numbers.Real) -> None:
@@ -124,8 +120,7 @@ class ConstantScheduler(metaclass=PlainGinErrors):
         return str(self._value)
 
 
-@gin.configurable
-class SettledAnnealing(metaclass=PlainGinErrors):
+class SettledAnnealing:
     """A target that steps down once the entropy has settled on it (TES-SAC).
 
     Xu et al. 2021, "Target Entropy Annealing for Discrete Soft Actor-Critic":
@@ -162,7 +157,6 @@ class SettledAnnealing(metaclass=PlainGinErrors):
                 f"tolerance={self.tolerance}, window={self.window}, final={self.final})")
 
 
-@gin.configurable
 class StepScheduler(Scheduler):
     """A piecewise-constant value: ``v0`` while ``progress < p0``, ``v_i`` while
     ``p_{i-1} <= progress < p_i``, the last value after (``pn`` itself unused, as in ALF).
@@ -208,7 +202,6 @@ class StepScheduler(Scheduler):
                               warm_up_period=self._warm_up_period, start=self._start)
 
 
-@gin.configurable
 class LinearScheduler(Scheduler):
     """A value interpolated linearly between ``(progress, value)`` knots, the last value
     after the last knot; two knots at one progress make a jump.
@@ -258,7 +251,6 @@ class LinearScheduler(Scheduler):
         return self._describe(list(zip(self._progresses, self._values)))
 
 
-@gin.configurable
 class ExponentialScheduler(Scheduler):
     """``initial_value * decay_rate ** (progress / decay_time)`` (rate and time > 0)."""
 
@@ -289,7 +281,6 @@ class ExponentialScheduler(Scheduler):
                               decay_time=self._decay_time)
 
 
-@gin.configurable
 class CyclicalScheduler(Scheduler):
     """A value cycling between ``base_lr`` and ``bound_lr`` (ALF's signature; any
     hyper-parameter), a cycle lasting ``2 * half_cycle_size`` of progress.

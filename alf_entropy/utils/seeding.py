@@ -5,7 +5,10 @@ from typing import Any, Callable, Dict, Optional, Sequence
 import numpy as np
 import torch
 
-__all__ = ["per_member", "rng_state", "seed_all", "set_rng_state"]
+__all__ = ["MAX_SEED", "per_member", "rng_state", "seed_all", "set_rng_state"]
+
+MAX_SEED = 2**31
+"""Seeds are below this, so that those derived from one stay below 2**32 (NumPy's)."""
 
 
 def seed_all(seed: int) -> None:

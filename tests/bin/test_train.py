@@ -1,8 +1,6 @@
 """End-to-end tests of the ``alf-entropy-train`` command line (subprocesses)."""
 import os
 import re
-import subprocess
-import sys
 
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -10,7 +8,6 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 # The CLI in subprocesses: the slow lane (pytest -m slow); plain pytest runs it.
 pytestmark = pytest.mark.slow
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 TINY = [
     "--gin_param", "OnPolicyTrainer.num_env_steps = None",
@@ -24,28 +21,9 @@ TINY = [
 ]
 
 
-def _run(*args, timeout=120):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.run(
-        [sys.executable, "-m", "alf_entropy.bin.train", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        cwd=REPO_ROOT,
-    )
-
-
-def _error_line(proc):
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert lines, "no stderr output"
-    return lines[-1]
-
-
-def test_default_config_end_to_end(tmp_path):
+def test_default_config_end_to_end(run_train, tmp_path):
     root = str(tmp_path / "run")
-    proc = _run("--root_dir", root, "--device", "cpu", *TINY)
+    proc = run_train("--root_dir", root, "--device", "cpu", *TINY)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "done: 3 iterations" in proc.stdout
     ea = EventAccumulator(os.path.join(root, "train"), size_guidance={"scalars": 0})
@@ -62,7 +40,7 @@ def test_default_config_end_to_end(tmp_path):
 
     # Running again with more iterations resumes from iteration 3.
     more = [a.replace("num_iterations = 3", "num_iterations = 4") for a in TINY]
-    proc = _run("--root_dir", root, "--device", "cpu", *more)
+    proc = run_train("--root_dir", root, "--device", "cpu", *more)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "done: 4 iterations" in proc.stdout
     assert "Resumed from" in proc.stderr
@@ -71,10 +49,10 @@ def test_default_config_end_to_end(tmp_path):
 
 @pytest.mark.parametrize("agents", [[], ["--gin_param", "OnPolicyTrainer.seeds = [0, 1]"]],
                          ids=["one", "two_agents"])
-def test_each_periodic_log_line_shows_the_control(tmp_path, agents):
+def test_each_periodic_log_line_shows_the_control(run_train, tmp_path, agents):
     """Issue 40 item 8: each evaluation's log line of the main job shows alpha, entropy and
     target beside the eval return; with K agents each as labelled min/mean/max."""
-    proc = _run("--root_dir", str(tmp_path / "run"), "--device", "cpu", *TINY, *agents)
+    proc = run_train("--root_dir", str(tmp_path / "run"), "--device", "cpu", *TINY, *agents)
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = [line for line in proc.stderr.splitlines() if "] iteration 3 env_steps" in line]
     assert len(lines) == 1, proc.stderr[-2000:]
@@ -97,35 +75,35 @@ def test_each_periodic_log_line_shows_the_control(tmp_path, agents):
         (["--gin_param", "train.trainer = @PPOAlgorithm"], "train.trainer must be a trainer"),
     ],
 )
-def test_bad_config_exits_with_one_clear_line(tmp_path, args, expected):
-    proc = _run("--root_dir", str(tmp_path / "bad"), "--device", "cpu", *args)
+def test_bad_config_exits_with_one_clear_line(run_train, tmp_path, args, expected):
+    proc = run_train("--root_dir", str(tmp_path / "bad"), "--device", "cpu", *args)
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr
-    line = _error_line(proc)
+    line = proc.error_line
     assert line.startswith("alf-entropy-train: error:"), line
     assert expected in line, line
 
 
-def test_quick_run_with_num_iterations_only(tmp_path):
+def test_quick_run_with_num_iterations_only(run_train, tmp_path):
     """Issue 13: the shipped config binds num_env_steps; num_iterations alone still works."""
     root = str(tmp_path / "quick")
     args = ["--root_dir", root, "--device", "cpu",
             "--gin_param", "OnPolicyTrainer.num_iterations = 3"]
-    proc = _run(*args)
+    proc = run_train(*args)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "done: 3 iterations, 3072 env steps" in proc.stdout
     assert os.path.isfile(os.path.join(root, "checkpoints", "ckpt-00000003.pt"))
     # The same command again: already at the limit, one line, exit status 0.
-    proc = _run(*args)
+    proc = run_train(*args)
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == 1 and "nothing to do" in lines[0] and "3 iterations" in lines[0], lines
 
 
-def test_help_exits_0_and_lists_the_shipped_configs():
-    from alf_entropy.utils.gin_config import list_configs
+def test_help_exits_0_and_lists_the_shipped_configs(run_train):
+    from alf_entropy.config.loading import list_configs
 
-    proc = _run("--help")
+    proc = run_train("--help")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "--root_dir" in proc.stdout and "Shipped configs" in proc.stdout
     assert list_configs() and all(name in proc.stdout for name in list_configs())

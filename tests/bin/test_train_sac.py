@@ -18,23 +18,10 @@ QUICK = ["--gin_param", "OffPolicyTrainer.num_iterations = 1",
          "--gin_param", "OffPolicyTrainer.progress_bar = False"]
 
 
-def _run(*args, timeout=180):
-    env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run(
-        [sys.executable, "-m", "alf_entropy.bin.train", "--device", "cpu", *args],
-        capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO_ROOT,
-    )
-
-
-def _error_line(proc):
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    return lines[-1]
-
-
 @pytest.mark.parametrize("config", ["sac_pendulum", "sac_pendulum_staged", "sac_cartpole"])
-def test_each_sac_config_runs_one_iteration(tmp_path, config):
+def test_each_sac_config_runs_one_iteration(run_train, tmp_path, config):
     root = tmp_path / "run"
-    proc = _run("--root_dir", str(root), "--gin_file", config, *QUICK)
+    proc = run_train("--device", "cpu", "--root_dir", str(root), "--gin_file", config, *QUICK)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "done: 1 iterations" in proc.stdout and "eval return" in proc.stdout
     assert os.path.isfile(root / "checkpoints" / "ckpt-00000001.pt")
@@ -43,11 +30,12 @@ def test_each_sac_config_runs_one_iteration(tmp_path, config):
     assert "SacAlgorithm.entropy_target_cls" in config_text
 
 
-def test_halfcheetah_config_runs_one_iteration(tmp_path):
+def test_halfcheetah_config_runs_one_iteration(run_train, tmp_path):
     # CI installs the mujoco extra (.ci/run), so this runs there.
     pytest.importorskip("mujoco", reason="needs pip install -e .[mujoco]")
     root = tmp_path / "run"
-    proc = _run("--root_dir", str(root), "--gin_file", "sac_halfcheetah", *QUICK)
+    proc = run_train("--device", "cpu", "--root_dir", str(root), "--gin_file", "sac_halfcheetah",
+                     *QUICK)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "done: 1 iterations" in proc.stdout and "eval return" in proc.stdout
     assert os.path.isfile(root / "checkpoints" / "ckpt-00000001.pt")
@@ -67,7 +55,7 @@ def test_halfcheetah_without_mujoco_fails_in_one_line(tmp_path):
         capture_output=True, text=True, timeout=180, env=env, cwd=REPO_ROOT,
     )
     assert proc.returncode == 2
-    line = _error_line(proc)
+    line = [x for x in proc.stderr.splitlines() if x.strip()][-1]
     assert line.startswith("alf-entropy-train: error:") and "HalfCheetah-v5" in line
     assert "mujoco" in line.lower()
 
@@ -91,12 +79,12 @@ def test_halfcheetah_without_mujoco_fails_in_one_line(tmp_path):
          "above the largest entropy"),
     ],
 )
-def test_bad_settings_exit_with_one_clear_line(tmp_path, config, params, expected):
+def test_bad_settings_exit_with_one_clear_line(run_train, tmp_path, config, params, expected):
     args = ["--root_dir", str(tmp_path / "run"), "--gin_file", config]
     for p in params:
         args += ["--gin_param", p]
-    proc = _run(*args)
+    proc = run_train("--device", "cpu", *args)
     assert proc.returncode == 2, proc.stderr[-2000:]
-    line = _error_line(proc)
+    line = proc.error_line
     assert line.startswith("alf-entropy-train: error:") and expected in line, line
     assert "Traceback" not in proc.stderr

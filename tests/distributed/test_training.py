@@ -170,8 +170,8 @@ def test_sac_parameters_and_controller_bit_identical_across_ranks(tmp_path):
 def test_torchrun_resumes_a_single_process_checkpoint(tmp_path):
     """A 1-process run continued on 2 ranks: shared state restored, episodes restart."""
 
+    from alf_entropy.config.loading import parse_gin_config
     from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
-    from alf_entropy.utils.gin_config import parse_gin_config
 
     root = tmp_path / "grown"
     parse_gin_config(

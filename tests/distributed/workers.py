@@ -247,8 +247,8 @@ PPO_PARAMS = [
 def ppo_train(out_dir: str) -> None:
     """``PPO_ITERATIONS`` of 2-rank PPO CartPole in ``out_dir/run`` with the
     shipped config; saves this rank's final algorithm and optimiser state."""
+    from alf_entropy.config.loading import parse_gin_config
     from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
-    from alf_entropy.utils.gin_config import parse_gin_config
 
     torch.set_num_threads(1)
     parse_gin_config(
@@ -288,14 +288,16 @@ SAC_PARAMS = [
     "ActorDistributionNetwork.fc_layer_params = (32, 32)",
     "CriticNetworks.fc_layer_params = (32, 32)",
     "SacAlgorithm.entropy_target_cls = @EntropyTargetAlgorithm",
+    "EntropyTargetAlgorithm.target_entropy = -1.0",  # sac_pendulum.gin's, for this class
+    "EntropyTargetAlgorithm.initial_alpha = 1.0",
 ]
 """gin bindings of the 2-rank SAC run (the staged controller: it would drift apart)."""
 
 
 def sac_train(out_dir: str) -> None:
     """2-rank SAC Pendulum in ``out_dir/run``; saves this rank's final state."""
+    from alf_entropy.config.loading import parse_gin_config
     from alf_entropy.trainers.off_policy_trainer import OffPolicyTrainer
-    from alf_entropy.utils.gin_config import parse_gin_config
 
     torch.set_num_threads(1)
     parse_gin_config(["sac_pendulum"], SAC_PARAMS)

@@ -190,10 +190,10 @@ def test_episode_statistics_match_the_time_steps():
             length = torch.where(first, 0, length + 1)
             for i in torch.nonzero(ts.step_type == StepType.LAST).flatten().tolist():
                 finished.append((running[i].item(), length[i].item()))
-        returns, lengths = env.pop_episode_statistics()
+        (returns, lengths), = env.pop_episode_statistics()
         assert len(finished) > 5
         assert sorted(zip(returns, lengths)) == sorted(finished)
-        assert env.pop_episode_statistics() == ([], [])
+        assert env.pop_episode_statistics() == [([], [])]
 
 
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
@@ -220,7 +220,7 @@ def test_episode_statistics_equal_gymnasiums_wrapper(env_id):
                     action = torch.rand(n, 1, generator=gen) * 4 - 2
                 env.step(action)
                 ref.step(action.numpy())
-            returns, lengths = env.pop_episode_statistics()
+            (returns, lengths), = env.pop_episode_statistics()
             ours += list(zip(returns, lengths))
         theirs = list(zip(ref.return_queue, ref.length_queue))
         assert len(ours) > 5

@@ -4,7 +4,7 @@ from typing import List
 import pytest
 import torch
 
-from alf_entropy.utils.batched_adam import BatchedAdam
+from alf_entropy.networks.batched_adam import BatchedAdam
 from alf_entropy.utils.optimizers import FusedAdam
 
 K = 3

@@ -8,6 +8,7 @@ import torch
 
 from alf_entropy.algorithms.many_sac_agents import ManySacAgents
 from alf_entropy.algorithms.sac_algorithm import SacAlgorithm
+from alf_entropy.config.loading import CONFIG_DIR, parse_gin_config
 from alf_entropy.controllers import (
     EntropyTargetAlgorithm,
     FixedEntropyCoefficient,
@@ -19,7 +20,6 @@ from alf_entropy.networks.critic_networks import CriticNetworks, StackedCritics
 from alf_entropy.tensor_specs import BoundedTensorSpec, TensorSpec
 from alf_entropy.trainers.off_policy_trainer import OffPolicyTrainer
 from alf_entropy.trainers.ranks import MAX_SEED, seed_all
-from alf_entropy.utils.gin_config import CONFIG_DIR, parse_gin_config
 from alf_entropy.utils.replay_buffer import ReplayBuffer, Transition
 from tests.nests import assert_nests_equal
 

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 import torch
 
+from alf_entropy.algorithms.agent_batch import check_agent_seeds
 from alf_entropy.algorithms.many_sac_agents import ManySacAgents
 from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
 from alf_entropy.controllers import PIDEntropyTargetAlgorithm, SGDEntropyTargetAlgorithm
 from alf_entropy.experiments.report import find_runs, load_run, write_report
-from alf_entropy.trainers.agents import agent_seeds
 from alf_entropy.trainers.off_policy_trainer import OffPolicyTrainer
 from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
 from tests.many_agents.test_many_sac_agents import (
@@ -67,12 +67,12 @@ def _report_groups(root: Any, tmp_path: Any, names: list) -> None:
 
 
 def test_argument_errors() -> None:
-    assert agent_seeds(1, [0, 1, 0, 1], 0, [0.3, 0.3, 0.6, 0.6]) == SEEDS
+    assert check_agent_seeds([0, 1, 0, 1], [0.3, 0.3, 0.6, 0.6]) == SEEDS
     with pytest.raises(ValueError, match="seeds must be distinct unless target_entropies"):
-        agent_seeds(1, [0, 0], 0)
+        check_agent_seeds([0, 0])
     with pytest.raises(ValueError, match="distinct \\(target, seed\\) pairs, got "
                                          "target_entropy=0.3\\+seed=0 twice"):
-        agent_seeds(1, [0, 0, 1], 0, [0.3, 0.3, 0.3])
+        check_agent_seeds([0, 0, 1], [0.3, 0.3, 0.3])
     with pytest.raises(ValueError, match="seeds must be distinct unless target_entropies"):
         ManySacAgents(PENDULUM_OBS, PENDULUM_ACTION, [1, 1], algorithm_ctor=SAC,
                       target_entropies=[-1.0, -1.0])

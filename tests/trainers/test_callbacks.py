@@ -9,11 +9,11 @@ import gin
 import pytest
 
 from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
+from alf_entropy.config.loading import parse_gin_config
 from alf_entropy.environments import GymVectorEnv
 from alf_entropy.storage import checkpoints as ckpt
 from alf_entropy.trainers import Callback, EvaluationCallback, OnPolicyTrainer, TimeBudgetCallback
 from alf_entropy.trainers import trainer as trainer_module
-from alf_entropy.utils.gin_config import parse_gin_config
 from tests.trainers.test_on_policy_trainer import _trainer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -55,7 +55,7 @@ def test_false_stops_the_run_with_a_checkpoint_that_resumes(tmp_path):
                       callbacks=[recorder]).train()
     assert result["iteration"] == 2 and not result["already_done"]
     assert result["stopped_by"] is None  # not a signal
-    assert result["checkpoint"] == ckpt.checkpoint_path(str(tmp_path / "checkpoints"), 2)
+    assert result["checkpoint"] == ckpt.Checkpointer(str(tmp_path / "checkpoints")).path(2)
     assert recorder.calls[-1] == ("end", 2)
     resumed = _trainer(tmp_path, num_iterations=5, checkpoint_interval=None)
     assert resumed.iteration == 2 and resumed.train()["iteration"] == 5

@@ -1,5 +1,6 @@
 """OnPolicyTrainer with K agents: agent k is the single run with seed k; each agent is a run."""
 import functools
+import os
 import random
 from typing import Any, List, Tuple
 
@@ -9,8 +10,10 @@ import torch
 
 from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
 from alf_entropy.controllers import PIDEntropyTargetAlgorithm
+from alf_entropy.trainers import Callback
 from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
 from alf_entropy.trainers.ranks import MAX_SEED
+from alf_entropy.utils import summary
 from tests.many_agents.test_many_agents import record_update_losses
 from tests.trainers.test_exact_resume import assert_same_final_checkpoint, run_killing
 
@@ -251,8 +254,8 @@ def test_each_agent_has_the_operative_config_of_its_single_run(tmp_path: Any) ->
     """A K = 2 batch configured in gin, each agent with its own target: agent k's
     ``operative_config.gin`` is the text the single run with its seed and target writes,
     so the report fills its seed column and groups it exactly as that run."""
+    from alf_entropy.config.loading import CONFIG_DIR, parse_gin_config
     from alf_entropy.experiments.report import find_runs, write_report
-    from alf_entropy.utils.gin_config import CONFIG_DIR, parse_gin_config
 
     tiny = ["OnPolicyTrainer.num_env_steps = None", "OnPolicyTrainer.num_iterations = 1",
             "OnPolicyTrainer.unroll_length = 16", "OnPolicyTrainer.num_envs = 2",
@@ -276,3 +279,44 @@ def test_each_agent_has_the_operative_config_of_its_single_run(tmp_path: Any) ->
     rows = write_report(find_runs([str(root)]), str(tmp_path / "report"))["rows"]
     assert [(row["run"], row["seed"]) for row in rows] == list(zip(batch.agent_dirs, seeds))
     assert rows[0]["group"] != rows[1]["group"]
+
+
+class _PerMemberStatistic(Callback):
+    """Writes one per-member statistic as one ``[K]`` tensor, as a controller of K agents
+    does (``summary.scalar(tag, value)``: element k to agent k's writer)."""
+
+    def on_log(self, trainer: Any, logs: Any) -> None:
+        summary.scalar("Controller/alpha", torch.arange(trainer.num_agents) + 1.0)
+
+
+def _tags(run_dir: str) -> dict:
+    """Each tag of ``run_dir``'s train events: its (step, value) points."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(os.path.join(run_dir, "train"), size_guidance={"scalars": 0})
+    events.Reload()
+    return {t: [(e.step, e.value) for e in events.Scalars(t)] for t in events.Tags()["scalars"]}
+
+
+@pytest.mark.parametrize("k, controller", [
+    (2, False), (3, False),
+    pytest.param(2, True, marks=pytest.mark.xfail(
+        strict=True, reason="the controllers write tag/k per member; their rewrite writes "
+        "one [K] tensor per statistic")),
+])
+def test_each_agents_events_hold_the_single_runs_tags(tmp_path: Any, k: int,
+                                                      controller: bool) -> None:
+    """Agent j's event file holds the tags of the single run with its seed j, as many
+    points each (not every agent's tags: K^2 writes), and the per-member value j + 1."""
+    kwargs = dict(SMALL, algorithm_ctor=functools.partial(
+        PPOAlgorithm, enforce_entropy_target=controller), num_iterations=2, summary_interval=1,
+        eval_interval=2, num_eval_episodes=1, callbacks=[_PerMemberStatistic()])
+    batch = OnPolicyTrainer(str(tmp_path / "batch"), num_agents=k, **kwargs)
+    batch.train()
+    for j, name in enumerate(batch.agent_dirs):
+        OnPolicyTrainer(str(tmp_path / name), seed=j, **kwargs).train()
+        single = _tags(str(tmp_path / name))
+        assert {"return", "loss/total", "eval/return", "Controller/alpha"} <= set(single)
+        mine = _tags(str(tmp_path / "batch" / name))
+        assert {t: len(p) for t, p in mine.items()} == {t: len(p) for t, p in single.items()}
+        assert {v for _, v in mine["Controller/alpha"]} == {j + 1.0}

@@ -12,9 +12,9 @@ import gin
 import pytest
 import torch
 
+from alf_entropy.config.loading import parse_gin_config
 from alf_entropy.storage.checkpoints import latest_checkpoint, load_checkpoint
 from alf_entropy.trainers.off_policy_trainer import OffPolicyTrainer
-from alf_entropy.utils.gin_config import parse_gin_config
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -10,12 +10,12 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from alf_entropy.algorithms.actor_critic_algorithm import ActorCriticAlgorithm
 from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
+from alf_entropy.config.loading import parse_gin_config
 from alf_entropy.environments import GymVectorEnv
 from alf_entropy.storage.checkpoints import atomic_write_bytes, latest_checkpoint
 from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer, stack_experiences
 from alf_entropy.trainers.trainer import resolve_device
 from alf_entropy.utils import schedulers
-from alf_entropy.utils.gin_config import parse_gin_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

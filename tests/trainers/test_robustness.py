@@ -22,13 +22,13 @@ import pytest
 import torch
 
 from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
+from alf_entropy.config.loading import GinConfigError, one_line, parse_gin_config
 from alf_entropy.storage import checkpoints as ckpt
 from alf_entropy.storage.checkpoints import CheckpointError
 from alf_entropy.storage.run_dir import RunDirLocked, config_differences
 from alf_entropy.trainers.off_policy_trainer import OffPolicyTrainer
 from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
 from alf_entropy.trainers.trainer import TrainingAborted
-from alf_entropy.utils.gin_config import GinConfigError, parse_gin_config
 from tests.nests import assert_nests_equal
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -92,6 +92,19 @@ def test_damaged_newest_checkpoint_is_skipped_with_one_warning(tmp_path, damage,
     assert resumed.train()["iteration"] == 3  # from iteration 1, two more
     assert os.path.exists(newest)  # the damaged file is left for inspection
     assert os.path.exists(newest + ".damaged") and newest + ".damaged" in warnings[0]
+
+
+@pytest.mark.parametrize("content", [b"this is not a checkpoint\n", b"", b"\x80\x04K\x01.",
+                                     b"PK\x03\x04 half of a zip"])
+def test_a_file_that_is_not_a_checkpoint_is_named_as_such(tmp_path, content):
+    """Text, an empty file, a pickle, the start of an archive: one reason, not torch's
+    unpickler's ``KeyError: 174812789``."""
+    path = tmp_path / "ckpt-00000001.pt"
+    path.write_bytes(content)
+    with pytest.raises(CheckpointError) as info:
+        ckpt.load_checkpoint(str(path))
+    assert str(info.value) == (f"{path} cannot be read: it is not a checkpoint (not a whole "
+                               "archive as torch.save writes one: truncated, or another file)")
 
 
 def test_a_skipped_checkpoint_is_moved_aside_not_counted_among_the_kept(tmp_path):
@@ -398,6 +411,39 @@ def test_gin_file_bindings_overridden_by_the_code_are_errors_alternatives_warnin
     parse_gin_config([str(config)], [])
     with pytest.raises(GinConfigError, match=r"FusedAdam.lr \(in mine.gin\)"):
         OnPolicyTrainer(str(tmp_path / "bad"), device="cpu")
+
+
+@pytest.mark.parametrize("swap, dropped", [
+    ("PPOAlgorithm.entropy_target_cls = @PIDEntropyTargetAlgorithm",
+     ["EntropyTargetAlgorithm.initial_alpha", "EntropyTargetAlgorithm.target_entropy"]),
+    ("PPOAlgorithm.entropy_target_cls = @SGDEntropyTargetAlgorithm", None),
+])
+def test_swapping_the_controller_class_never_drops_its_target_silently(tmp_path, swap, dropped):
+    """ppo_cartpole.gin's target (0.68 -> 0.58) and initial alpha are the staged class's
+    bindings: a swap that leaves them to the other class's defaults stops, naming them;
+    bound for the new class too (ppo_cartpole_pid.gin), the run builds."""
+    params = ["OnPolicyTrainer.num_iterations = 1", swap]
+    parse_gin_config(["ppo_cartpole.gin"], params)
+    if dropped is None:  # the settings rebound for the new class: it builds with them
+        parse_gin_config(["ppo_cartpole.gin"], params + [
+            "SGDEntropyTargetAlgorithm.initial_alpha = 0.1",
+            "SGDEntropyTargetAlgorithm.target_entropy = @LinearScheduler()"])
+        trainer = OnPolicyTrainer(str(tmp_path / "ok"), device="cpu")
+        assert float(trainer.algorithm.entropy_target_algorithm.target_entropy) == 0.68
+        trainer.close()
+        return
+    with pytest.raises(GinConfigError) as info:
+        OnPolicyTrainer(str(tmp_path / "run"), device="cpu")
+    line = one_line(info.value)  # as alf-entropy-train prints it
+    assert line.startswith("the run builds PIDEntropyTargetAlgorithm, so these bindings")
+    for binding in dropped:
+        assert f"{binding} (in ppo_cartpole.gin)" in line
+    assert "skip_free_stage" not in line  # the PID controller has no such setting
+    assert not os.path.exists(tmp_path / "run")
+    parse_gin_config(["ppo_cartpole_pid.gin"], params[:1])  # the shipped swap rebinds them
+    trainer = OnPolicyTrainer(str(tmp_path / "pid"), device="cpu")
+    assert float(trainer.algorithm.entropy_target_algorithm.target_entropy) == 0.68
+    trainer.close()
 
 
 def test_a_scoped_call_does_not_judge_the_unscoped_bindings(tmp_path, caplog):

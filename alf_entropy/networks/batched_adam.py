@@ -11,7 +11,6 @@ member is not stepped (a CPU flag: reading it costs no device sync).
 """
 from typing import Callable, Iterable, Optional, Tuple
 
-import gin
 import torch
 from torch.optim.adam import adam
 
@@ -25,7 +24,6 @@ from alf_entropy.utils.optimizers import (
 __all__ = ["BatchedAdam"]
 
 
-@gin.configurable
 class BatchedAdam(FusedAdam):
     """Adam for stacked parameters ``[K, ...]``, with a per-member skip (module docstring).
 

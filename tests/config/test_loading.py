@@ -1,4 +1,4 @@
-"""Tests for alf_entropy.utils.gin_config and the shipped gin configs."""
+"""Tests for alf_entropy.config.loading, the registration and the shipped gin configs."""
 import logging
 import os
 
@@ -9,9 +9,7 @@ import torch
 from alf_entropy.algorithms.actor_critic_algorithm import ActorCriticAlgorithm
 from alf_entropy.algorithms.entropy_target_algorithm import EntropyTargetAlgorithm
 from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
-from alf_entropy.trainers.off_policy_trainer import OffPolicyTrainer
-from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
-from alf_entropy.utils.gin_config import (
+from alf_entropy.config.loading import (
     CONFIG_DIR,
     GinConfigError,
     configured_trainer,
@@ -20,6 +18,8 @@ from alf_entropy.utils.gin_config import (
     one_line,
     parse_gin_config,
 )
+from alf_entropy.trainers.off_policy_trainer import OffPolicyTrainer
+from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
 
 SHIPPED = [
     "ac_cartpole.gin",
@@ -158,7 +158,7 @@ def test_including_a_shipped_config_logs_no_search_path_errors(tmp_path, monkeyp
 
 
 def test_read_bindings_reads_gin_text_with_gins_parser():
-    from alf_entropy.utils.gin_config import read_bindings, split_key, write_bindings
+    from alf_entropy.storage.bindings import read_bindings, split_key, write_bindings
 
     text = ("import gin.torch.external_configurables\ninclude 'ppo_cartpole.gin'\n# a comment\n"
             "LR = 1e-3\nA.x = (1,\n    2)\ns/B.opt = @torch.optim.Adam\nC.f = \\\n"
