@@ -28,14 +28,16 @@ The spec is a small JSON file, in the spirit of ALF's ``grid_search``::
 Each run has its root dir ``<sweep_dir>/<name>``, named by its bindings'
 last parts (whole names where two clash), e.g.
 ``target_entropy=0.5+fast_update_rate=0.1+seed=1``, and its output in
-``<run dir>/train.log``.  A finished run gets a ``sweep_done.json`` marker
-with its command: a rerun skips it if the spec gives the same command now,
-and refuses to start, writing nothing, if it gives another (use a new
-``--sweep_dir`` or delete those runs); unfinished runs resume from their
+``<run dir>/train.log``.  A finished run (exit status 0: a run a signal
+stopped exits 128 + n) gets a ``sweep_done.json`` marker with its command: a
+rerun skips it if the spec gives the same command now, and refuses to start,
+writing nothing, if it gives another (use a new ``--sweep_dir`` or delete
+those runs); unfinished runs resume from their
 checkpoints.  A failed run is reported at the end with its error line
 without stopping the others (exit status 1); one whose directory another
 process trains in is "already running".  Then ``<sweep_dir>/report`` is
-written (``alf-entropy-report``).
+written (``alf-entropy-report``).  Ctrl-C starts no more runs and stops the
+running ones after their iteration, with a checkpoint (:class:`Launcher`).
 
 ``--pack_seeds`` trains the seeds of a configuration as one process of
 several agents (``<trainer>.seeds``), each writing to its run's directory
@@ -49,17 +51,19 @@ import argparse
 import concurrent.futures
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, BinaryIO, Dict, List, Optional, Set, Tuple
 
 from alf_entropy.experiments.packing import link_agent_dirs, pack_seeds
 from alf_entropy.experiments.sweep_spec import PROG, SweepRun, check_spec, expand_spec, load_spec
 from alf_entropy.utils.checks import check_int
 
-__all__ = ["SweepRun", "load_spec", "expand_spec", "pack_seeds", "is_done", "stale_runs",
-           "run_sweep", "main"]
+__all__ = ["Launcher", "SweepRun", "load_spec", "expand_spec", "pack_seeds", "is_done",
+           "stale_runs", "run_sweep", "main"]
 
 DONE_FILE = "sweep_done.json"
 
@@ -116,6 +120,8 @@ def stale_runs(runs: List[SweepRun]) -> List[Tuple[SweepRun, str]]:
 
 
 _ERROR_PREFIX = "alf-entropy-train: error:"
+STOPPING = (f"{PROG}: SIGINT: no run starts any more; the running ones write a checkpoint "
+            "and stop (Ctrl-C again: at once, without one)")
 ALREADY_RUNNING = "already in use by another run"
 """Part of ``alf-entropy-train``'s error line for a locked run directory."""
 
@@ -133,29 +139,76 @@ def _error_line(log_path: str, offset: int) -> str:
     return (errors or lines or [""])[-1][:500]
 
 
+class Launcher:
+    """Starts the runs' training processes, each in a session of its own: a Ctrl-C reaches
+    only the sweep, which passes one SIGINT to each running process (:meth:`interrupt`), so
+    each ends its iteration, writes a checkpoint and exits 130; after that none starts."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: Set[subprocess.Popen] = set()
+        self._stopped = False
+
+    def call(self, command: List[str], log: BinaryIO) -> Optional[int]:
+        """Run ``command`` (written, then its output, to ``log``) to its end; its exit status,
+        or ``None`` if interrupted before it started."""
+        with self._lock:
+            if self._stopped:
+                return None
+            log.write(("$ " + " ".join(command) + "\n").encode())
+            log.flush()
+            # A Ray worker blocks SIGINT and a child inherits the mask: not the run's.
+            mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
+            try:
+                proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                        start_new_session=True)
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            self._running.add(proc)
+        try:
+            while True:
+                try:  # with a timeout: Ray's cancel (a KeyboardInterrupt) comes between waits
+                    return proc.wait(timeout=1.0)
+                except subprocess.TimeoutExpired:
+                    continue
+                except KeyboardInterrupt:  # a Ray task cancelled: stop its run as a Ctrl-C
+                    self.interrupt()
+        finally:
+            with self._lock:
+                self._running.discard(proc)
+
+    def interrupt(self) -> None:
+        """No run starts any more; each running one gets a SIGINT (a second: stops at once)."""
+        with self._lock:
+            self._stopped = True
+            for proc in self._running:
+                proc.send_signal(signal.SIGINT)
+
+
 def execute_run(
     name: str, root_dir: str, command: List[str],
     members: Optional[List[Tuple[str, List[str]]]] = None,
-) -> Tuple[str, int, float, str]:
+    launcher: Optional[Launcher] = None,
+) -> Tuple[str, Optional[int], float, str]:
     """Run one training process (output appended to ``<root_dir>/train.log``); mark it done
-    if it succeeds.  Also the Ray task's body: plain values in and out.
+    if it exits 0 (a run stopped by a signal exits 128 + n).  Also the Ray task's body.
 
     Args:
         members: a packed process's runs as ``(root dir, command)``: each gets the done
             marker (with its own command) instead of ``root_dir``.
+        launcher: starts the process (a new one if ``None``).
 
     Returns:
-        ``(name, exit status, seconds, error line)``: the last ``alf-entropy-train:
-        error:`` line (or last output line) of a failed run, else ``""``.
+        ``(name, exit status, seconds, error line)``: the status is ``None`` if the sweep
+        was interrupted before the run started; the error line is the last
+        ``alf-entropy-train: error:`` line (or last output line) of a failed run, else ``""``.
     """
     os.makedirs(root_dir, exist_ok=True)
     start = time.time()
     log_path = os.path.join(root_dir, "train.log")
     with open(log_path, "ab") as log:
         offset = log.tell()
-        log.write(("$ " + " ".join(command) + "\n").encode())
-        log.flush()
-        rc = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT)
+        rc = (launcher or Launcher()).call(command, log)
     seconds = time.time() - start
     if rc == 0:
         for run_dir, run_command in members or [(root_dir, command)]:
@@ -165,13 +218,15 @@ def execute_run(
             with open(os.path.join(run_dir, DONE_FILE), "w", encoding="utf-8") as f:
                 json.dump(marker, f)
         return name, rc, seconds, ""
-    return name, rc, seconds, _error_line(log_path, offset)
+    return name, rc, seconds, "" if rc is None else _error_line(log_path, offset)
 
 
 def _outcome(rc: int, error: str) -> str:
     """The progress-line word for a run's exit status and error line."""
     if rc == 0:
         return "done"
+    if rc in (128 + signal.SIGINT, 128 + signal.SIGTERM):
+        return f"stopped by {signal.Signals(rc - 128).name} (resumes on the next run)"
     if ALREADY_RUNNING in error:
         return "already running"
     return f"FAILED (exit {rc})"
@@ -182,16 +237,46 @@ def _members(task: SweepRun) -> Optional[List[Tuple[str, List[str]]]]:
     return [(r.root_dir, r.command) for r in task.members] or None
 
 
+def _log_outcome(log, name: str, rc: int, seconds: float, error: str) -> None:
+    log(f"{_outcome(rc, error)} {name} in {seconds:.1f}s" + (f": {error}" if error else ""))
+
+
 def _run_local(runs: List[SweepRun], jobs: int, log) -> Tuple[Dict[str, int], Dict[str, str]]:
+    """Run ``runs``, ``jobs`` at a time; on Ctrl-C none starts any more and the running ones
+    checkpoint and stop (a second Ctrl-C: at once), then ``KeyboardInterrupt`` is raised."""
     status, errors = {}, {}
+    launcher, interrupted = Launcher(), None
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(execute_run, r.name, r.root_dir, r.command, _members(r))
-                   for r in runs]
-        for future in concurrent.futures.as_completed(futures):
-            name, rc, seconds, error = future.result()
-            status[name], errors[name] = rc, error
-            log(f"{_outcome(rc, error)} {name} in {seconds:.1f}s" + (f": {error}" if rc else ""))
+        pending = {pool.submit(execute_run, r.name, r.root_dir, r.command, _members(r), launcher)
+                   for r in runs}
+        while pending:
+            try:
+                for future in concurrent.futures.as_completed(set(pending)):
+                    pending.discard(future)
+                    name, rc, seconds, error = future.result()
+                    if rc is not None:  # None: not started
+                        status[name], errors[name] = rc, error
+                        _log_outcome(log, name, rc, seconds, error)
+            except KeyboardInterrupt as e:
+                if interrupted is None:
+                    log(STOPPING)
+                interrupted = e
+                launcher.interrupt()
+    if interrupted is not None:
+        raise interrupted
     return status, errors
+
+
+def _cancel(ray, refs: List[Any]) -> None:
+    """Cancel Ray tasks and wait for them to end (a second Ctrl-C cancels them again)."""
+    while True:
+        for ref in refs:
+            ray.cancel(ref)
+        try:
+            ray.wait(refs, num_returns=len(refs))
+            return
+        except KeyboardInterrupt:
+            continue
 
 
 def _run_ray(
@@ -216,7 +301,12 @@ def _run_ray(
                    for r in runs}
         status, errors = {}, {}
         while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
+            try:
+                ready, _ = ray.wait(list(pending), num_returns=1)
+            except KeyboardInterrupt:  # each task stops its run as a Ctrl-C would (Launcher)
+                log(STOPPING)
+                _cancel(ray, list(pending))
+                raise
             ref = ready[0]
             name = pending.pop(ref)
             try:
@@ -225,7 +315,7 @@ def _run_ray(
                 rc, seconds, error = -1, 0.0, f"ray task failed: {e}"
                 log(f"ray task of {name} failed: {e}")
             status[name], errors[name] = rc, error
-            log(f"{_outcome(rc, error)} {name} in {seconds:.1f}s" + (f": {error}" if rc else ""))
+            _log_outcome(log, name, rc, seconds, error)
         return status, errors
     finally:
         if started:
