@@ -167,12 +167,26 @@ def test_setup_keeps_gymnasium_out_of_the_core_and_agrees_on_the_minimum():
     assert "CLEANRL_GYM=0.29.1" in ci and "train" in ci and "sb3" in ci
 
 
-def test_report_without_matplotlib_is_one_line_naming_the_extra(tmp_path, monkeypatch, capsys):
+def test_report_without_matplotlib_writes_the_tables_and_one_line_naming_the_extra(
+        tmp_path, monkeypatch, capsys):
+    """The metrics table needs no figures: without matplotlib it is written and printed,
+    and one line says the figures need the extra (exit 0)."""
+    from torch.utils.tensorboard import SummaryWriter
+
     from alf_entropy.experiments import report
 
+    writer = SummaryWriter(str(tmp_path / "run" / "train"))
+    for step, entropy in enumerate([0.69, 0.6, 0.5]):
+        for tag, value in (("entropy", entropy), ("target_entropy", 0.5),
+                           ("env_steps", 100.0 * (step + 1))):
+            writer.add_scalar(tag, value, step)
+    writer.close()
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # not installed
-    (tmp_path / "run" / "train").mkdir(parents=True)
-    assert report.main([str(tmp_path / "run")]) == 2
-    assert capsys.readouterr().err.splitlines() == [
-        "alf-entropy-report: error: the report's figures need matplotlib, which is not "
-        'installed: pip install -e ".[report]"']
+    assert report.main([str(tmp_path / "run")]) == 0
+    out, err = capsys.readouterr()
+    assert "| run | run | – | 300 | 300 |" in out  # the table: env steps, tracking from 300
+    assert sorted(os.listdir(tmp_path / "run" / "report")) == ["metrics.csv", "metrics.md"]
+    assert err.splitlines() == [
+        f"alf-entropy-report: wrote the metrics to {tmp_path / 'run' / 'report'}, no figures: "
+        "the report's figures need matplotlib, which is not installed: "
+        'pip install -e ".[report]"']

@@ -27,12 +27,12 @@ another configuration's run (``--allow_config_change`` resumes it anyway) or
 is in use by another trainer, or a run whose checkpoints are all damaged exits
 with status 2 and a single ``alf-entropy-train: error: ...`` line on stderr (a
 damaged newest checkpoint is skipped with a warning).  SIGTERM or Ctrl-C
-(SIGINT) ends the current iteration, writes a checkpoint and exits with status
-0 and one line saying where it stopped; a second signal, or one while the run
-is starting (before training), stops at once with one ``alf-entropy-train:
-stopped ...`` line (not an error) and status 128 + the signal's number (130:
-SIGINT, 143: SIGTERM).  A checkpoint that cannot be written (a full disk)
-exits with status 1 and one line.  See ``docs/robustness.md``.
+(SIGINT) ends the current iteration, writes a checkpoint and exits with one
+``alf-entropy-train: stopped ...`` line saying where it stopped (not an error)
+and status 128 + the signal's number (130: SIGINT, 143: SIGTERM), as a second
+signal (at once, no checkpoint) or one while the run is starting does: status
+0 means the run ended as configured.  A checkpoint that cannot be written (a
+full disk) exits with status 1 and one line.  See ``docs/robustness.md``.
 
 Under ``torchrun`` (``torchrun --standalone --nproc_per_node 2 -m
 alf_entropy.bin.train ...``) every rank runs this command and trains data-parallel
@@ -42,7 +42,7 @@ each survivor exits with status 1 and one error line.
 import os
 import signal
 import sys
-from typing import Any, List
+from typing import Any, List, Optional
 
 from absl import app, flags, logging
 
@@ -121,8 +121,8 @@ def _is_bound(binding: str) -> bool:
     return True
 
 
-def _run(argv: List[str]) -> None:
-    """Parse the config, build the trainer and train (absl main)."""
+def _run(argv: List[str]) -> Optional[int]:
+    """Parse the config, build the trainer and train (absl main); the exit status."""
     if len(argv) > 1:
         _fail(f"unexpected positional arguments: {' '.join(argv[1:])}")
     if not FLAGS.root_dir:
@@ -138,10 +138,10 @@ def _run(argv: List[str]) -> None:
     from alf_entropy.utils import distributed
 
     # While training the trainer handles SIGTERM and SIGINT (a checkpoint,
-    # status 0); before and after, they stop at once with one line.
+    # status 128 + n); before and after, they stop at once with one line.
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
-        _train(device_flag=FLAGS.device)
+        status = _train(device_flag=FLAGS.device)
         # All ranks leave the process group together: destroying it while a
         # peer still talks over gloo can abort that peer at exit.
         distributed.barrier()
@@ -156,6 +156,7 @@ def _run(argv: List[str]) -> None:
     finally:
         signal.signal(signal.SIGTERM, previous)
         distributed.shutdown()
+    return status
 
 
 def _trainer_class() -> type:
@@ -181,8 +182,8 @@ def _trainer_class() -> type:
     return cls
 
 
-def _train(device_flag: str) -> None:
-    """Build the trainer from the parsed flags and train."""
+def _train(device_flag: str) -> Optional[int]:
+    """Build the trainer from the parsed flags and train; 128 + n if signal n stopped it."""
     from alf_entropy.config.loading import GinConfigError, one_line, parse_gin_config
     from alf_entropy.trainers.trainer import TrainingAborted, resolve_device
     from alf_entropy.utils import distributed
@@ -229,22 +230,22 @@ def _train(device_flag: str) -> None:
         )
     finally:
         trainer.close()
+    if result["stopped_by"] is not None:  # not finished: whoever waits must not count it done
+        signum = signal.Signals[result["stopped_by"]]
+        if distributed.is_main_process():
+            print(f"{PROG}: stopped by {signum.name} at iteration {result['iteration']} "
+                  f"({result['env_steps']} env steps); checkpoint {result['checkpoint']}; run "
+                  "the same command to resume", file=sys.stderr)
+        return 128 + signum
     if not distributed.is_main_process():
-        return  # rank 0 reports
-    if result["stopped_by"] is not None:
-        print(
-            f"{PROG}: stopped by {result['stopped_by']} at iteration {result['iteration']} "
-            f"({result['env_steps']} env steps); checkpoint {result['checkpoint']}; run the "
-            "same command to resume"
-        )
-        return
+        return None  # rank 0 reports
     if result["already_done"]:
         print(
             f"{PROG}: nothing to do: the run in {trainer.root_dir} is already at its limit "
             f"({result['iteration']} iterations, {result['env_steps']} env steps); "
             "raise num_iterations or num_env_steps to continue"
         )
-        return
+        return None
     eval_return = result["eval_return"]
     label = f"the lowest of {trainer.num_agents} agents' " if trainer.num_agents > 1 else ""
     print(

@@ -4,8 +4,8 @@
   an ``alf-entropy-train`` process (or a Ray task); ``sweep_spec.py``, its
   JSON spec and the runs it expands to; ``packing.py``, several runs as one
   process of several agents (``--pack_seeds``, ``--pack_targets``);
-* ``report.py``: ``alf-entropy-report``, figures and a metrics table from the
-  runs' TensorBoard events;
+* ``report.py``: ``alf-entropy-report``, a metrics table from the runs'
+  TensorBoard events, and ``figures.py``, its figures (matplotlib);
 * ``control_metrics.py``: how well an entropy followed its target (tracking
   RMSE, settling times, ...), on plain sequences of numbers.
 

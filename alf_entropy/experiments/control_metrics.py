@@ -170,14 +170,15 @@ def final_value(values: Sequence[float]) -> float:
 def bootstrap_ci(values: Sequence[float], confidence: float = 0.95, resamples: int = 10000,
                  seed: int = 0) -> Tuple[float, float, float]:
     """``(mean, low, high)`` of ``values`` (NaNs dropped; all NaN if none is finite) with
-    the middle ``confidence`` of ``resamples`` bootstrap means (seeded: reproducible).
-    With 3 seeds it is wide and optimistic: it says how far the seeds disagree."""
+    the middle ``confidence`` of ``resamples`` bootstrap means (seeded: reproducible); an
+    interval needs 2 values (``low``, ``high`` NaN from one).  With 3 seeds it is wide and
+    optimistic: it says how far the seeds disagree."""
     confidence = check_real("confidence", confidence, above=0, below=1)
     resamples = check_int("resamples", resamples, minimum=1)
     v = np.asarray(values, dtype=np.float64).reshape(-1)
     v = v[np.isfinite(v)]
-    if not v.size:
-        return math.nan, math.nan, math.nan
+    if v.size < 2:  # resampling one value gives it back: no interval
+        return float(v.mean()) if v.size else math.nan, math.nan, math.nan
     rng = np.random.default_rng(seed)
     means = v[rng.integers(0, v.size, size=(int(resamples), v.size))].mean(axis=1)
     tail = (1 - confidence) / 2 * 100

@@ -21,7 +21,8 @@ where the entropy never reached the band.  Runs whose configs differ only in
 the seed are one curve (mean ± one standard deviation; the stage one line
 per seed) and one row of the across-seeds table.
 
-Needs matplotlib: ``pip install -e ".[report]"``.
+The figures need matplotlib (``pip install -e ".[report]"``); without it the
+tables are written alone, with one line saying so.
 """
 import argparse
 import csv
@@ -29,11 +30,12 @@ import math
 import os
 import re
 import sys
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from alf_entropy.experiments import control_metrics as cm
+from alf_entropy.experiments.figures import write_figures
 from alf_entropy.storage.bindings import read_bindings, write_bindings
 from alf_entropy.utils.requirements import MissingDependencyError
 
@@ -42,13 +44,13 @@ __all__ = ["RunData", "find_runs", "load_run", "run_metrics", "write_report", "m
 PROG = "alf-entropy-report"
 TOL = 0.05
 _SEED_NAME = re.compile(r"(^|[+,_/-])seed=?\d+")
-REPORT_EXTRA = 'pip install -e ".[report]"'
-"""What installs the report's figures' dependency (matplotlib)."""
 METRIC_COLUMNS = ["run", "group", "seed", "env_steps", "tracking_from_env_step", "tracking_rmse",
                   "frac_5pct_below", "settle_env_steps", "max_alpha_change_x", "max_alpha_change",
                   "final_eval_return", "final_return", "note"]
 NOT_REACHED = "target not reached in this run"
 """The ``note`` of a run whose entropy never came within the band or below it."""
+STOPPED_EARLY = "stopped before its limit"
+"""The ``note`` of a run whose logged iterations end before its limit (stopped, or resumable)."""
 COUNT_COLUMNS = frozenset({"seed", "env_steps", "tracking_from_env_step"})
 """Columns of env-step (or seed) counts: printed as integers, never ``1.229e+04``."""
 
@@ -64,10 +66,10 @@ class RunData:
         self.name = os.path.basename(os.path.normpath(run_dir))
         self.scalars = scalars
         self.config = config
-        bindings = read_bindings(config)
-        seeds = [k for k, v in bindings.items() if k.endswith(".seed") and v.isdigit()]
-        self.seed: Optional[int] = int(bindings[seeds[0]]) if seeds else None
-        rest = {k: v for k, v in bindings.items() if k not in seeds}
+        self.bindings = read_bindings(config)
+        seeds = [k for k, v in self.bindings.items() if k.endswith(".seed") and v.isdigit()]
+        self.seed: Optional[int] = int(self.bindings[seeds[0]]) if seeds else None
+        rest = {k: v for k, v in self.bindings.items() if k not in seeds}
         self.group = write_bindings(rest) if config else _SEED_NAME.sub("", self.name)
 
     def get(self, tag: str) -> Tuple[np.ndarray, np.ndarray]:
@@ -160,6 +162,7 @@ def run_metrics(run: RunData, tol: float = TOL) -> Dict[str, Any]:
         if start == steps.size:  # its tracking metrics are empty: say why
             row["note"] = (f"{NOT_REACHED} (final entropy {entropy[-1]:.3g}, "
                            f"target {target[-1]:.3g})")
+    row["note"] = "; ".join(n for n in (row["note"], limit_note(run)) if n)
     groups, alpha = run.controller_alpha()
     if alpha.size:
         change = cm.largest_alpha_change(alpha, groups)
@@ -169,6 +172,25 @@ def run_metrics(run: RunData, tol: float = TOL) -> Dict[str, Any]:
     row["final_eval_return"] = cm.final_value(run.get("eval/return")[1])
     row["final_return"] = cm.final_value(run.get("return")[1])
     return row
+
+
+def limit_note(run: RunData) -> str:
+    """``STOPPED_EARLY`` with the run's limits and logged progress if its logged iterations
+    end before its limits (``num_iterations``/``num_env_steps`` of its config; the last
+    ``summary_interval - 1`` iterations may go unlogged), else ``""``."""
+    it, env = run.get("env_steps")
+    values = {k.rsplit(".", 1)[-1]: int(v) for k, v in run.bindings.items() if v.isdigit()}
+    limits = {k: values[k] for k in ("num_iterations", "num_env_steps") if values.get(k)}
+    if not (it.size and limits):
+        return ""
+    iterations = int(it[-1]) + 1  # the step is the iteration's index
+    most = iterations + values.get("summary_interval", 1) - 1  # done, at most
+    if most >= limits.get("num_iterations", math.inf):
+        return ""
+    if env[-1] / iterations * most >= limits.get("num_env_steps", math.inf):
+        return ""
+    return (f"{STOPPED_EARLY} ({', '.join(f'{k} = {v}' for k, v in limits.items())}): "
+            f"{iterations} iterations, {env[-1]:.0f} env steps logged")
 
 
 def _fmt(value: Any, column: str = "") -> str:
@@ -208,21 +230,27 @@ GROUP_COLUMNS = ("tracking_rmse", "frac_5pct_below", "max_alpha_change_x", "fina
 """The metrics summarised over the seeds of each group."""
 
 
+def _group_cell(values: List[float]) -> str:
+    """The mean and 95% bootstrap interval of a group's values, with their count where some
+    are missing; from one value the mean alone."""
+    finite = [v for v in values if math.isfinite(v)]
+    mean, lo, hi = cm.bootstrap_ci(finite)
+    count = f"{len(finite)} of {len(values)} seeds"
+    if len(finite) < 2:
+        return f"{mean:.4g} ({count}: no interval)" if finite else "–"
+    interval = f"{mean:.4g} [{lo:.4g}, {hi:.4g}]"
+    return interval if len(finite) == len(values) else f"{interval} ({count})"
+
+
 def _group_table(rows: List[Dict[str, Any]]) -> str:
     """Mean and 95% bootstrap interval over the seeds of each group of >= 2 runs."""
-    groups: Dict[str, List[Dict[str, Any]]] = {}
-    for row in rows:
-        groups.setdefault(row["group"], []).append(row)
-    groups = {g: rs for g, rs in groups.items() if len(rs) > 1}
+    groups = [rs for rs in _grouped(rows, lambda row: row["group"]) if len(rs) > 1]
     if not groups:
         return ""
     lines = []
-    for group, rs in groups.items():
-        cells = [group, len(rs)]
-        for col in GROUP_COLUMNS:
-            mean, lo, hi = cm.bootstrap_ci([r[col] for r in rs])
-            cells.append("–" if math.isnan(mean) else f"{mean:.4g} [{lo:.4g}, {hi:.4g}]")
-        lines.append(cells)
+    for rs in groups:
+        cells = [_group_cell([r[col] for r in rs]) for col in GROUP_COLUMNS]
+        lines.append([rs[0]["group"], len(rs), *cells])
     return ("\nAcross seeds: mean [95% bootstrap interval] per group.\n\n"
             + _markdown(["group", "seeds", *GROUP_COLUMNS], lines) + "\n")
 
@@ -234,107 +262,26 @@ def _group_label(runs: List[RunData], parent: str) -> str:
     return names[0] or parent or runs[0].name
 
 
-def _mean_band(runs: List[RunData], tag: str, x_tag: Optional[str] = None):
-    """``(x, mean, std)`` of ``tag`` over the group's runs, on the first run's x
-    (restricted to the range every run covers)."""
-    curves = []
-    for run in runs:
-        steps, values = run.get(tag)
-        if steps.size == 0:
-            continue
-        x = run.env_steps(steps) if x_tag is None else steps  # *_vs_env_steps: env steps
-        order = np.argsort(x, kind="stable")
-        curves.append((x[order], values[order]))
-    if not curves:
-        return None
-    x0 = curves[0][0]
-    hi = min(c[0][-1] for c in curves)
-    x0 = x0[x0 <= hi]
-    ys = np.stack([np.interp(x0, cx, cy) for cx, cy in curves])
-    return x0, ys.mean(0), ys.std(0), len(curves)
-
-
-def _plot(ax, runs, tag, color, label, log=False, style="-", x_tag=None, step=False):
-    band = _mean_band(runs, tag, x_tag)
-    if band is None:
-        return
-    x, mean, std, n = band
-    kw = dict(color=color, linestyle=style, label=label)
-    if step:
-        ax.step(x, mean, where="post", **kw)
-    else:
-        ax.plot(x, mean, **kw)
-    if n > 1:
-        lo, hi = mean - std, mean + std
-        if log:
-            lo = np.maximum(lo, mean * 0.05)
-        ax.fill_between(x, lo, hi, color=color, alpha=0.2, linewidth=0)
-    if log:
-        ax.set_yscale("log")
-
-
-_PANELS = {
-    "entropy": "entropy (solid) and target (dashed)",
-    "alpha": "alpha (log scale)",
-    "stage": "stage (<-2 estimating, -2 init, -1 free, 0/1 adjust)",
-    "return": "return (solid) and eval return (dashed)",
-}
-
-
-def _draw(ax, name: str, groups: List[List[RunData]], labels: List[str]) -> None:
-    import matplotlib.pyplot as plt
-
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for k, (runs, group) in enumerate(zip(groups, labels)):
-        c = colors[k % len(colors)]
-        label = group + (f" ({len(runs)} seeds)" if len(runs) > 1 else "")
-        if name == "entropy":
-            _plot(ax, runs, "entropy", c, label)
-            _plot(ax, runs, "target_entropy", c, None, style="--")
-        elif name == "alpha":
-            _plot(ax, runs, "alpha", c, label, log=True)
-        elif name == "stage":  # levels: one step line per seed, never a mean
-            for k_run, run in enumerate(runs):
-                _plot(ax, [run], "stage", c, None if k_run else label, step=True)
-        else:
-            _plot(ax, runs, "return_vs_env_steps", c, label, x_tag="env")
-            _plot(ax, runs, "eval/return_vs_env_steps", c, None, style="--", x_tag="env")
-    ax.set_title(_PANELS[name], fontsize=9)
-    ax.set_xlabel("env steps")
-    ax.grid(alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
-
-
-def _group(runs: List[RunData]) -> List[List[RunData]]:
-    groups: Dict[str, List[RunData]] = {}
-    for run in runs:
-        groups.setdefault(run.group, []).append(run)
+def _grouped(items: Sequence[Any], key: Callable[[Any], str]) -> List[List[Any]]:
+    """``items`` in groups of equal ``key``, in order of first appearance."""
+    groups: Dict[str, List[Any]] = {}
+    for item in items:
+        groups.setdefault(key(item), []).append(item)
     return list(groups.values())
 
 
 def write_report(
     run_dirs: Sequence[str], out_dir: Optional[str] = None, dpi: int = 80
 ) -> Dict[str, Any]:
-    """Write the figures and metric tables of some runs (see the module docstring).
+    """Write the metric tables and figures of some runs (see the module docstring).
 
     Returns:
-        dict: ``out_dir``, ``figures`` (paths), ``csv``, ``markdown`` and ``rows``.
+        dict: ``out_dir``, ``figures`` (paths; none without matplotlib), ``no_figures``
+        (why there are none, else None), ``csv``, ``markdown`` and ``rows``.
 
     Raises:
         ValueError: if a path holds no run.
-        MissingDependencyError: without matplotlib (the message names :data:`REPORT_EXTRA`).
     """
-    try:
-        import matplotlib
-    except ImportError as e:
-        raise MissingDependencyError(
-            f"the report's figures need matplotlib, which is not installed: {REPORT_EXTRA}"
-        ) from e
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     dirs = find_runs(run_dirs)
     runs = [load_run(d) for d in dirs]
     common = dirs[0] if len(dirs) == 1 else os.path.commonpath([os.path.abspath(d) for d in dirs])
@@ -345,7 +292,7 @@ def write_report(
     if out_dir is None:
         out_dir = os.path.join(common, "report")
     os.makedirs(out_dir, exist_ok=True)
-    groups = _group(runs)
+    groups = _grouped(runs, lambda run: run.group)
     parent = os.path.basename(common) if len(dirs) > 1 else ""
     labels = [_group_label(runs_of_group, parent) for runs_of_group in groups]
     rows = []
@@ -355,24 +302,17 @@ def write_report(
             row["group"] = label
             rows.append(row)
     csv_path, md_path = _write_tables(rows, out_dir)
-    figures = []
-    for name in [*_PANELS, "overview"]:
-        panels = list(_PANELS) if name == "overview" else [name]
-        fig, axes = plt.subplots(*((2, 2) if len(panels) > 1 else (1, 1)), squeeze=False,
-                                 figsize=(11, 6.5) if len(panels) > 1 else (6, 3.6))
-        for ax, panel in zip(axes.flat, panels):
-            _draw(ax, panel, groups, labels)
-        fig.tight_layout()
-        figures.append(os.path.join(out_dir, f"{name}.png"))
-        fig.savefig(figures[-1], dpi=dpi)
-        plt.close(fig)
-    return {"out_dir": out_dir, "figures": figures, "csv": csv_path, "markdown": md_path,
-            "rows": rows}
+    try:
+        figures, no_figures = write_figures(groups, labels, out_dir, dpi), None
+    except MissingDependencyError as e:  # the tables need no figures
+        figures, no_figures = [], str(e)
+    return {"out_dir": out_dir, "figures": figures, "no_figures": no_figures, "csv": csv_path,
+            "markdown": md_path, "rows": rows}
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """``alf-entropy-report``: exit status 0, 2 for bad input or a missing dependency, 130
-    when stopped by Ctrl-C."""
+    """``alf-entropy-report``: exit status 0 (also with the tables alone, without
+    matplotlib), 2 for bad input, 130 when stopped by Ctrl-C."""
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run dirs or dirs of runs")
     parser.add_argument("--out_dir", default=None,
@@ -381,7 +321,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     try:
         result = write_report(args.run_dirs, args.out_dir, dpi=args.dpi)
-    except (ValueError, MissingDependencyError) as e:
+    except ValueError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # asked for: one line, not an error or a traceback
@@ -390,7 +330,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 130
     with open(result["markdown"], encoding="utf-8") as f:
         print(f.read())
-    print(f"{PROG}: wrote {len(result['figures'])} figures and metrics to {result['out_dir']}")
+    if result["no_figures"]:
+        print(f"{PROG}: wrote the metrics to {result['out_dir']}, no figures: "
+              f"{result['no_figures']}", file=sys.stderr)
+    else:
+        print(f"{PROG}: wrote {len(result['figures'])} figures and metrics to "
+              f"{result['out_dir']}")
     return 0
 
 

@@ -28,14 +28,17 @@ The spec is a small JSON file, in the spirit of ALF's ``grid_search``::
 Each run has its root dir ``<sweep_dir>/<name>``, named by its bindings'
 last parts (whole names where two clash), e.g.
 ``target_entropy=0.5+fast_update_rate=0.1+seed=1``, and its output in
-``<run dir>/train.log``.  A finished run gets a ``sweep_done.json`` marker
-with its command: a rerun skips it if the spec gives the same command now,
-and refuses to start, writing nothing, if it gives another (use a new
-``--sweep_dir`` or delete those runs); unfinished runs resume from their
+``<run dir>/train.log``.  A finished run (exit status 0: a run a signal
+stopped exits 128 + n) gets a ``sweep_done.json`` marker with its command: a
+rerun skips it if the spec gives the same command now, and refuses to start,
+writing nothing, if it gives another (use a new ``--sweep_dir`` or delete
+those runs); unfinished runs resume from their
 checkpoints.  A failed run is reported at the end with its error line
 without stopping the others (exit status 1); one whose directory another
 process trains in is "already running".  Then ``<sweep_dir>/report`` is
-written (``alf-entropy-report``).
+written (``alf-entropy-report``).  Ctrl-C starts no more runs and stops the
+running ones after their iteration, with a checkpoint
+(:class:`~alf_entropy.experiments.sweep_runs.Launcher`).
 
 ``--pack_seeds`` trains the seeds of a configuration as one process of
 several agents (``<trainer>.seeds``), each writing to its run's directory
@@ -46,23 +49,18 @@ Runs are ``--jobs`` local processes, or with ``--ray_address`` (an address,
 sharing ``sweep_dir``'s file system (``pip install -e .[ray]``).
 """
 import argparse
-import concurrent.futures
 import json
 import os
-import subprocess
 import sys
-import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from alf_entropy.experiments.packing import link_agent_dirs, pack_seeds
+from alf_entropy.experiments.sweep_runs import ALREADY_RUNNING, DONE_FILE, run_local, run_ray
 from alf_entropy.experiments.sweep_spec import PROG, SweepRun, check_spec, expand_spec, load_spec
 from alf_entropy.utils.checks import check_int
 
-__all__ = ["SweepRun", "load_spec", "expand_spec", "pack_seeds", "is_done", "stale_runs",
-           "run_sweep", "main"]
-
-DONE_FILE = "sweep_done.json"
-
+__all__ = ["DONE_FILE", "SweepRun", "load_spec", "expand_spec", "pack_seeds", "is_done",
+           "stale_runs", "run_sweep", "main"]
 
 def _recorded_command(run: SweepRun) -> Optional[List[str]]:
     """The command in the run's done marker, or ``None`` if it has none."""
@@ -113,123 +111,6 @@ def stale_runs(runs: List[SweepRun]) -> List[Tuple[SweepRun, str]]:
         new = [a for a in _arguments(run.command) if a not in _arguments(recorded)]
         out.append((run, f"was {old or 'unreadable'}, the spec now gives {new}"))
     return out
-
-
-_ERROR_PREFIX = "alf-entropy-train: error:"
-ALREADY_RUNNING = "already in use by another run"
-"""Part of ``alf-entropy-train``'s error line for a locked run directory."""
-
-
-def _error_line(log_path: str, offset: int) -> str:
-    """The run's error line in its log after ``offset`` (or its last line)."""
-    try:
-        with open(log_path, "rb") as f:
-            f.seek(offset)
-            lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines()]
-    except OSError:
-        return ""
-    lines = [ln for ln in lines if ln]
-    errors = [ln for ln in lines if ln.startswith(_ERROR_PREFIX)]
-    return (errors or lines or [""])[-1][:500]
-
-
-def execute_run(
-    name: str, root_dir: str, command: List[str],
-    members: Optional[List[Tuple[str, List[str]]]] = None,
-) -> Tuple[str, int, float, str]:
-    """Run one training process (output appended to ``<root_dir>/train.log``); mark it done
-    if it succeeds.  Also the Ray task's body: plain values in and out.
-
-    Args:
-        members: a packed process's runs as ``(root dir, command)``: each gets the done
-            marker (with its own command) instead of ``root_dir``.
-
-    Returns:
-        ``(name, exit status, seconds, error line)``: the last ``alf-entropy-train:
-        error:`` line (or last output line) of a failed run, else ``""``.
-    """
-    os.makedirs(root_dir, exist_ok=True)
-    start = time.time()
-    log_path = os.path.join(root_dir, "train.log")
-    with open(log_path, "ab") as log:
-        offset = log.tell()
-        log.write(("$ " + " ".join(command) + "\n").encode())
-        log.flush()
-        rc = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT)
-    seconds = time.time() - start
-    if rc == 0:
-        for run_dir, run_command in members or [(root_dir, command)]:
-            marker = {"command": run_command, "seconds": seconds}
-            if members:
-                marker["packed_in"] = root_dir
-            with open(os.path.join(run_dir, DONE_FILE), "w", encoding="utf-8") as f:
-                json.dump(marker, f)
-        return name, rc, seconds, ""
-    return name, rc, seconds, _error_line(log_path, offset)
-
-
-def _outcome(rc: int, error: str) -> str:
-    """The progress-line word for a run's exit status and error line."""
-    if rc == 0:
-        return "done"
-    if ALREADY_RUNNING in error:
-        return "already running"
-    return f"FAILED (exit {rc})"
-
-
-def _members(task: SweepRun) -> Optional[List[Tuple[str, List[str]]]]:
-    """A packed process's runs as :func:`execute_run` takes them (None for a run)."""
-    return [(r.root_dir, r.command) for r in task.members] or None
-
-
-def _run_local(runs: List[SweepRun], jobs: int, log) -> Tuple[Dict[str, int], Dict[str, str]]:
-    status, errors = {}, {}
-    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(execute_run, r.name, r.root_dir, r.command, _members(r))
-                   for r in runs]
-        for future in concurrent.futures.as_completed(futures):
-            name, rc, seconds, error = future.result()
-            status[name], errors[name] = rc, error
-            log(f"{_outcome(rc, error)} {name} in {seconds:.1f}s" + (f": {error}" if rc else ""))
-    return status, errors
-
-
-def _run_ray(
-    runs: List[SweepRun], address: str, log
-) -> Tuple[Dict[str, int], Dict[str, str]]:
-    try:
-        import ray
-    except ImportError as e:
-        raise ValueError("--ray_address needs Ray: pip install -e '.[ray]'") from e
-    started = not ray.is_initialized()
-    if started:
-        # Workers import alf_entropy like this process does.
-        env = {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-        kwargs = dict(runtime_env={"env_vars": env}, include_dashboard=False, log_to_driver=False)
-        try:
-            ray.init(**kwargs) if address == "local" else ray.init(address=address, **kwargs)
-        except (ConnectionError, RuntimeError, ValueError) as e:
-            raise ValueError(f"cannot connect to Ray at --ray_address={address!r}: {e}") from e
-    try:
-        task = ray.remote(num_cpus=1)(execute_run)
-        pending = {task.remote(r.name, r.root_dir, r.command, _members(r)): r.name
-                   for r in runs}
-        status, errors = {}, {}
-        while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
-            ref = ready[0]
-            name = pending.pop(ref)
-            try:
-                _, rc, seconds, error = ray.get(ref)
-            except Exception as e:  # a lost node or worker: report, keep going
-                rc, seconds, error = -1, 0.0, f"ray task failed: {e}"
-                log(f"ray task of {name} failed: {e}")
-            status[name], errors[name] = rc, error
-            log(f"{_outcome(rc, error)} {name} in {seconds:.1f}s" + (f": {error}" if rc else ""))
-        return status, errors
-    finally:
-        if started:
-            ray.shutdown()
 
 
 def run_sweep(
@@ -290,9 +171,9 @@ def run_sweep(
             log(f"{PROG}: packing {', '.join(r.name for r in task.members)} into one "
                 f"process ({task.root_dir})")
     if ray_address:
-        task_status, task_errors = _run_ray(tasks, ray_address, log)
+        task_status, task_errors = run_ray(tasks, ray_address, log)
     else:
-        task_status, task_errors = _run_local(tasks, jobs, log)
+        task_status, task_errors = run_local(tasks, jobs, log)
     status, errors, logs = {}, {}, {}
     for task in tasks:
         if task.name not in task_status:
@@ -312,7 +193,9 @@ def run_sweep(
         from alf_entropy.experiments.report import write_report
 
         result["report"] = write_report(with_events, os.path.join(sweep_dir, "report"))
-        log(f"{PROG}: report in {result['report']['out_dir']}")
+        no_figures = result["report"]["no_figures"]
+        log(f"{PROG}: report in {result['report']['out_dir']}"
+            + (f" (tables only, no figures: {no_figures})" if no_figures else ""))
     for name in running:
         log(f"{PROG}: already running: {name} (another process trains in its directory)")
     for name in failed:

@@ -3,6 +3,7 @@
 See :mod:`alf_entropy.experiments.sweep` for the spec's keys; :func:`expand_spec`
 gives one :class:`SweepRun` per configuration and seed.
 """
+import collections
 import itertools
 import json
 import os
@@ -115,9 +116,7 @@ def check_spec(spec: Any) -> Dict[str, Any]:
 def short_names(bindings: Sequence[str]) -> Dict[str, str]:
     """The last part of each binding, or the whole binding where that clashes."""
     last = {b: b.rsplit(".", 1)[-1] for b in bindings}
-    counts: Dict[str, int] = {}
-    for s in last.values():
-        counts[s] = counts.get(s, 0) + 1
+    counts = collections.Counter(last.values())
     return {b: (s if counts[s] == 1 else b) for b, s in last.items()}
 
 

@@ -34,7 +34,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
     ) from e
 
 from alf_entropy.controllers import EntropyController, EntropyTargetAlgorithm
-from alf_entropy.integrations.squashed import squashed_space
+from alf_entropy.integrations.squashed import check_squashed, squashed_space
 from alf_entropy.tensor_specs import BoundedTensorSpec
 from alf_entropy.utils import schedulers
 from alf_entropy.utils.checks import check_int
@@ -113,7 +113,8 @@ class EntropyControllerCallback(BaseCallback):
         TypeError: if ``controller`` is neither an ``EntropyController`` nor
             a subclass of it, or kwargs come with an instance; when training
             starts, if the model is not an on-policy algorithm (PPO, A2C) or
-            SAC.
+            SAC; ``ValueError`` then for a SAC whose controller instance has
+            continuous bounds other than ``[-1, 1]`` (e.g. the env's ``Box(-2, 2)``).
         ValueError: if ``batch_size`` is not a positive integer.
 
     Examples:
@@ -191,6 +192,8 @@ class EntropyControllerCallback(BaseCallback):
             )
         if self._controller is None:  # built once: a second learn() keeps its state
             self._controller = self._controller_cls.from_space(space, **self._controller_kwargs)
+        elif self._kind == _SAC:  # an instance: built for the squashed box, as Tianshou checks
+            check_squashed(self._controller.action_spec)
         saved = model.__dict__.get(SAVED)
         if isinstance(saved, dict):  # a loaded model: continue from the saved controller
             if saved["controller"] != type(self.controller).__name__:

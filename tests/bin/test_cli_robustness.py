@@ -213,7 +213,8 @@ def test_second_writer_is_one_line_naming_the_first(tmp_path, capsys, hold_run_l
 
 # ------------------------------------------------------------------ signals
 @pytest.mark.slow
-def test_sigterm_checkpoints_and_exits_0_with_one_line(tmp_path):
+def test_sigterm_checkpoints_and_exits_143_with_one_line(tmp_path):
+    """Stopped before its limit: 128 + 15, never 0 (a sweep or scheduler would count it done)."""
     root = str(tmp_path / "run")
     args = [sys.executable, "-m", "alf_entropy.bin.train", "--root_dir", root, "--device", "cpu",
             *_params(p.replace("num_iterations = 2", "num_iterations = 100000") for p in TINY)]
@@ -227,9 +228,10 @@ def test_sigterm_checkpoints_and_exits_0_with_one_line(tmp_path):
         time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err[-2000:]
-    lines = out.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("alf-entropy-train: stopped by SIGTERM"), out
+    assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+    assert out == ""
+    lines = [line for line in err.splitlines() if line.startswith("alf-entropy-train:")]
+    assert len(lines) == 1 and lines[0].startswith("alf-entropy-train: stopped by SIGTERM"), err
     stopped = int(lines[0].split("at iteration ")[1].split()[0])
     assert 1 <= stopped < 100000
     path = os.path.join(root, "checkpoints", f"ckpt-{stopped:08d}.pt")

@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from alf_entropy.experiments import report  # noqa: E402
+from alf_entropy.experiments import figures, report  # noqa: E402
 
 
 def _row(**values):
@@ -70,7 +70,7 @@ def test_seeds_of_one_sweep_are_grouped_under_its_name():
     assert _group_label(runs, "") == "seed=0"
 
 
-def _synthetic_run(name, seed, entropy, target, stage):
+def _synthetic_run(name, seed, entropy, target, stage, config=""):
     """A RunData with one value per iteration (as the shipped configs log)."""
     from alf_entropy.experiments.report import RunData
 
@@ -81,7 +81,8 @@ def _synthetic_run(name, seed, entropy, target, stage):
         "stage": (steps, np.asarray(stage, dtype=np.float64)),
         "env_steps": (steps, 1000.0 * (steps + 1)),
     }
-    return RunData(f"/runs/{name}", scalars, f"OnPolicyTrainer.seed = {seed}\nX.y = 1\n")
+    return RunData(f"/runs/{name}", scalars,
+                   f"OnPolicyTrainer.seed = {seed}\nX.y = 1\n{config}")
 
 
 def test_a_run_whose_entropy_never_reached_the_target_says_so():
@@ -107,15 +108,54 @@ def test_the_multi_seed_stage_is_drawn_per_seed_never_averaged():
     runs = [_synthetic_run(f"seed={k}", k, [0.7 + 0.1 * k] * 5, 0.5, s)
             for k, s in enumerate(stages)]
     fig, ax = plt.subplots()
-    report._draw(ax, "stage", [runs], ["g"])
+    figures._draw(ax, "stage", [runs], ["g"])
     ys = [line.get_ydata().tolist() for line in ax.get_lines()]
     assert sorted(ys) == sorted(list(map(float, s)) for s in stages)  # each seed's own levels
     assert not any(isinstance(c, PolyCollection) for c in ax.collections)  # no band
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["g (3 seeds)"]
     plt.close(fig)
     fig, ax = plt.subplots()
-    report._draw(ax, "entropy", [runs], ["g"])  # other panels keep the mean and its band
+    figures._draw(ax, "entropy", [runs], ["g"])  # other panels keep the mean and its band
     entropy_line = ax.get_lines()[0]
     np.testing.assert_allclose(entropy_line.get_ydata(), [0.8] * 5)
     assert any(isinstance(c, PolyCollection) for c in ax.collections)
     plt.close(fig)
+
+
+@pytest.mark.parametrize("limits, named", [
+    ("OnPolicyTrainer.num_iterations = 150", "num_iterations = 150"),  # issue 63: 33 of 150
+    ("OnPolicyTrainer.num_iterations = 33", None),
+    ("OnPolicyTrainer.num_iterations = 0\nOnPolicyTrainer.num_env_steps = 153600",
+     "num_env_steps = 153600"),
+    ("OnPolicyTrainer.num_env_steps = 33000", None),
+    ("OnPolicyTrainer.num_iterations = 40\nOnPolicyTrainer.summary_interval = 10", None),
+    ("OnPolicyTrainer.num_iterations = 43\nOnPolicyTrainer.summary_interval = 10",
+     "num_iterations = 43"),
+    ("", None),  # no limits known: no note
+])
+def test_a_run_stopped_before_its_limit_has_a_note(limits, named):
+    """Logged iterations 0..32 (33,000 env steps): a note where they end before the limit;
+    with summary_interval = 10 up to 9 more iterations may have gone unlogged."""
+    run = _synthetic_run("r", 0, [0.5] * 33, 0.5, [0] * 33, config=limits)
+    note = report.run_metrics(run)["note"]
+    if named is None:
+        assert note == ""
+    else:
+        assert note == f"{report.STOPPED_EARLY} ({named}): 33 iterations, 33000 env steps logged"
+
+
+def test_a_group_value_from_one_seed_has_no_interval(tmp_path):
+    """A zero-width interval from one value (issue 63) is the mean, the count and no interval."""
+    rows = [_row(run="g+seed=0", group="g", seed=0, tracking_rmse=0.02, final_eval_return=10.0),
+            _row(run="g+seed=1", group="g", seed=1, final_eval_return=20.0),
+            _row(run="g+seed=2", group="g", seed=2, final_eval_return=30.0)]
+    _, md_path = report._write_tables(rows, str(tmp_path))
+    line = [ln for ln in open(md_path, encoding="utf-8") if ln.startswith("| g | 3 |")][0]
+    cells = dict(zip(report.GROUP_COLUMNS, (c.strip() for c in line.split("|")[3:])))
+    assert cells["tracking_rmse"] == "0.02 (1 of 3 seeds: no interval)"
+    mean, lo, hi = report.cm.bootstrap_ci([10.0, 20.0, 30.0])
+    assert cells["final_eval_return"] == f"{mean:.4g} [{lo:.4g}, {hi:.4g}]"
+    assert cells["frac_5pct_below"] == "–"
+    rows[2]["final_eval_return"] = math.nan
+    _, md_path = report._write_tables(rows, str(tmp_path))
+    assert "15 [10, 20] (2 of 3 seeds)" in open(md_path, encoding="utf-8").read()

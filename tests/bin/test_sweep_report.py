@@ -260,3 +260,63 @@ def test_load_run_gives_each_tag_in_step_order_whatever_the_event_files_names(tm
     os.rename(train / names[1], train / "events.out.tfevents.1.x.1")
     steps, values = report.load_run(str(tmp_path / "run")).scalars["entropy"]
     assert list(steps) == [0, 1, 2] and list(values) == [10.0, 11.0, 12.0]
+
+
+def test_ctrl_c_on_a_sweep_stops_its_run_which_resumes_later(tmp_path):
+    """Issue 63: a Ctrl-C (SIGINT to the sweep's process group, as a terminal sends it)
+    stops the running run after its iteration with a checkpoint and no done marker, starts
+    no other run, and ends the sweep at once; the same sweep again resumes the run."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    spec = _spec(**{"EntropyTargetAlgorithm.target_entropy": [0.67]})
+    spec["gin_param"] = [p.replace("num_iterations = 4", "num_iterations = 1000000")
+                         for p in TINY]
+    spec_path, sweep_dir = tmp_path / "spec.json", tmp_path / "sweep"
+    spec_path.write_text(json.dumps(spec))
+    first, second = (sweep_dir / f"target_entropy=0.67+seed={s}" for s in (0, 1))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "alf_entropy.experiments.sweep", "--spec", str(spec_path),
+         "--sweep_dir", str(sweep_dir)], cwd=REPO_ROOT, process_group=0, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while not list((first / "checkpoints").glob("ckpt-*.pt")):  # training is under way
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.1)
+        os.killpg(proc.pid, signal.SIGINT)
+        start = time.monotonic()
+        out, err = proc.communicate(timeout=60)
+        seconds = time.monotonic() - start
+    finally:
+        if proc.poll() is None:  # two more: the sweep stops its runs (own sessions) at once
+            for _ in range(2):
+                os.killpg(proc.pid, signal.SIGINT)
+                time.sleep(1)
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err
+    assert seconds < 30, seconds  # the run's iteration and checkpoint, not the whole run
+    assert err.strip().splitlines()[-1].startswith("alf-entropy-sweep: stopped by SIGINT"), err
+    assert f"stopped by SIGINT (resumes on the next run) {first.name}" in out, out
+    assert not (first / sweep.DONE_FILE).exists()
+    log = (first / "train.log").read_text()
+    stop = [ln for ln in log.splitlines() if ln.startswith("alf-entropy-train: stopped by SIGINT")]
+    assert len(stop) == 1, log[-3000:]
+    stopped = int(stop[0].split("at iteration ")[1].split()[0])
+    assert (first / "checkpoints" / f"ckpt-{stopped:08d}.pt").exists()
+    assert (second / "train.log").read_text() == ""  # never started: no command in its log
+    assert not (second / "checkpoints").exists()
+
+    # The same sweep (to a limit just past the stop) resumes the run from its checkpoint.
+    spec["gin_param"] = [p.replace("num_iterations = 1000000", f"num_iterations = {stopped + 2}")
+                         for p in spec["gin_param"]]
+    lines = []
+    result = sweep.run_sweep(spec, str(sweep_dir), report=False, log=lines.append)
+    assert result["skipped"] == [] and result["status"] == {first.name: 0, second.name: 0}
+    assert (first / sweep.DONE_FILE).exists() and (second / sweep.DONE_FILE).exists()
+    log = (first / "train.log").read_text()
+    assert f"ckpt-{stopped:08d}.pt" in log.split(stop[0])[1] and "Resumed from" in log
+    assert f"done: {stopped + 2} iterations" in log

@@ -140,7 +140,8 @@ def test_bootstrap_ci_brackets_the_mean_and_is_reproducible():
     assert mean == pytest.approx(0.3)
     assert 0.1 <= lo < mean < hi <= 0.6
     assert cm.bootstrap_ci([0.1, 0.2, 0.6]) == (mean, lo, hi)
-    assert cm.bootstrap_ci([2.0]) == (2.0, 2.0, 2.0)
+    mean, lo, hi = cm.bootstrap_ci([2.0, math.nan])  # one value: its mean, no interval
+    assert mean == 2.0 and math.isnan(lo) and math.isnan(hi)
     assert all(math.isnan(v) for v in cm.bootstrap_ci([]))
     with pytest.raises(ValueError, match="confidence"):
         cm.bootstrap_ci([1.0], confidence=1.0)

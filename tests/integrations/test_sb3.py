@@ -215,6 +215,24 @@ def test_bad_arguments_name_the_argument():
             1, callback=EntropyControllerCallback())
 
 
+def test_a_sac_controller_for_the_envs_bounds_is_refused_as_tianshou_refuses_it():
+    """SAC's log_prob is in squashed [-1, 1] units: an instance built from Pendulum's own
+    Box(-2, 2) would hold a target 2 log 2 nats off; refused with check_squashed's message."""
+    from alf_entropy.integrations.squashed import check_squashed
+
+    wrong = EntropyTargetAlgorithm.from_space(gym.make("Pendulum-v1").action_space)
+    with pytest.raises(ValueError) as refused:
+        _sac().learn(1, callback=EntropyControllerCallback(wrong))
+    with pytest.raises(ValueError) as tianshou_message:
+        check_squashed(wrong.action_spec)
+    assert str(refused.value) == str(tianshou_message.value)
+    assert "is not [-1, 1]" in str(refused.value) and "Box(-1, 1)" in str(refused.value)
+    right = EntropyTargetAlgorithm.from_space(gym.spaces.Box(-1.0, 1.0, (1,)))
+    callback = EntropyControllerCallback(right)
+    callback.init_callback(_sac())
+    assert callback.controller is right
+
+
 def test_the_docstring_example_runs():
     result = doctest.testmod(sb3, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0
@@ -244,6 +262,8 @@ def test_model_save_and_load_carry_the_controller(algo, cls, tmp_path):
     env = gym.make("Pendulum-v1" if sac else "CartPole-v1")
     kwargs = dict(target_entropy=-1.0 if sac else 0.6, initial_alpha=0.05, max_alpha=2.0)
     size = dict(learning_starts=32, batch_size=32) if sac else dict(n_steps=32)
+    if algo is PPO:  # minibatches that divide the rollout: SB3 warns otherwise
+        size["batch_size"] = 32
     model = algo("MlpPolicy", env, seed=0, **size)
     callback = EntropyControllerCallback(cls, **kwargs)
     model.learn(160, callback=callback)

@@ -1,6 +1,8 @@
 """``docs/sb3.md``'s example runs as pasted and the controller drives SB3."""
 import pathlib
 import re
+import tempfile
+import warnings
 
 import pytest
 
@@ -16,7 +18,10 @@ def test_the_example_runs_and_drives_ent_coef(capsys, one_thread):
     blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), re.S)
     assert len(blocks) == 2
     ns: dict = {}
-    exec(compile(blocks[0], str(DOC), "exec"), ns)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        exec(compile(blocks[0], str(DOC), "exec"), ns)
+    assert [str(w.message) for w in caught] == []
     target = ns["callback"].controller.target_entropy  # reads the progress: before the reset
     out = capsys.readouterr().out
     assert "PPO: ent_coef" in out and "SAC: ent_coef" in out
@@ -29,13 +34,20 @@ def test_the_example_runs_and_drives_ent_coef(capsys, one_thread):
 
 
 @pytest.mark.slow
-def test_the_save_and_load_example_continues_the_saved_controller(capsys, one_thread):
+def test_the_save_and_load_example_continues_the_saved_controller(capsys, one_thread, tmp_path,
+                                                                 monkeypatch):
+    """It saves to the system's temp dir (``tempfile``; here ``tmp_path``), no warning."""
     blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), re.S)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     ns: dict = {}
-    exec(compile(blocks[1], str(DOC), "exec"), ns)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        exec(compile(blocks[1], str(DOC), "exec"), ns)
+    assert [str(w.message) for w in caught] == []
     out = capsys.readouterr().out.strip()
     assert out == "updates before the save 4, after the load 6"
     assert out in " ".join(DOC.read_text(encoding="utf-8").split())
+    assert [p.name for p in tmp_path.iterdir()] == ["ppo_cartpole_entropy.zip"]
 
 
 def test_gin_binds_the_callbacks_controller_arguments():

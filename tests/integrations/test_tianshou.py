@@ -216,3 +216,21 @@ def test_resume_from_the_algorithms_checkpoint_restores_the_controller_exactly(d
     _updates(resumed, saved_buffer, 5)
     assert_nests_equal(resumed.alpha.controller.state_dict(),
                        algorithm.alpha.controller.state_dict(), "resumed")
+
+
+def test_the_page_names_the_pins_that_downgrade_a_shared_environment():
+    """Tianshou's own upper bounds on packages another extra brings newer (pandas: TRL's
+    datasets brings 3) are on docs/tianshou.md and in the README, with the way around."""
+    from importlib.metadata import requires
+
+    from packaging.requirements import Requirement
+
+    page = open("docs/tianshou.md", encoding="utf-8").read()
+    readme = open("README.md", encoding="utf-8").read()
+    pins = {r.name: r for r in map(Requirement, requires("tianshou")) if not r.marker}
+    for name in ("pandas", "virtualenv"):
+        upper = [Version(s.version).major for s in pins[name].specifier if s.operator == "<"]
+        assert upper and f"`{name}<{upper[0]}`" in page, name
+    assert "downgrades pandas" in page
+    assert "--system-site-packages" in page
+    assert "pins `pandas<3`" in readme and "downgrades pandas" in readme

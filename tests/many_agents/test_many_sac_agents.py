@@ -21,6 +21,7 @@ from alf_entropy.tensor_specs import BoundedTensorSpec, TensorSpec
 from alf_entropy.trainers.off_policy_trainer import OffPolicyTrainer
 from alf_entropy.trainers.ranks import MAX_SEED, seed_all
 from alf_entropy.utils.replay_buffer import ReplayBuffer, Transition
+from tests.controller_replay import assert_log_alpha_close, record_updates
 from tests.nests import assert_nests_equal
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -155,8 +156,9 @@ def test_a_nan_in_one_agent_changes_no_other_agent() -> None:
 
 @pytest.mark.parametrize("controller", [SGDEntropyTargetAlgorithm, EntropyTargetAlgorithm,
                                         PIDEntropyTargetAlgorithm, FixedEntropyCoefficient])
-def test_per_agent_targets(controller: Any) -> None:
+def test_per_agent_targets(controller: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Agent k with target t_k updates as a single agent whose controller has target t_k."""
+    record_updates(monkeypatch)
     targets, seeds = [-1.0, 0.5], [2, 9]
     ctor = functools.partial(SAC, entropy_target_cls=controller)
     agents = ManySacAgents(PENDULUM_OBS, PENDULUM_ACTION, seeds, algorithm_ctor=ctor,
@@ -170,8 +172,11 @@ def test_per_agent_targets(controller: Any) -> None:
         mine = torch.stack([single.train_step(Transition(*[x[k] for x in _transitions(2)])
                                               ).info.loss for _ in range(3)])
         torch.testing.assert_close(losses[:, k], mine, rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(agents.entropy_target_algorithm.alpha[k],
-                                   single.entropy_target_algorithm.alpha, rtol=1e-6, atol=0)
+        # The stacked networks' batched matmuls and one agent's are not bit-identical: on an
+        # Intel Xeon agent 1's entropies differ in the last bits, and so may alpha, by the
+        # controller's gain times that gap (tests/controller_replay.py).
+        assert_log_alpha_close(agents.entropy_target_algorithm, k,
+                               single.entropy_target_algorithm)
 
 
 def _batch(root: Any, num_iterations: int) -> OffPolicyTrainer:

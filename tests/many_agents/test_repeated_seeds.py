@@ -17,6 +17,7 @@ from alf_entropy.controllers import PIDEntropyTargetAlgorithm, SGDEntropyTargetA
 from alf_entropy.experiments.report import find_runs, load_run, write_report
 from alf_entropy.trainers.off_policy_trainer import OffPolicyTrainer
 from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
+from tests.controller_replay import assert_log_alpha_close, record_updates
 from tests.many_agents.test_many_sac_agents import (
     PENDULUM_ACTION,
     PENDULUM_OBS,
@@ -82,7 +83,8 @@ def test_argument_errors() -> None:
     assert agents.entropy_target_algorithm.target_entropy.tolist() == [-1.0, -0.5]
 
 
-def test_ppo_target_sweep_in_one_process(tmp_path: Any) -> None:
+def test_ppo_target_sweep_in_one_process(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    record_updates(monkeypatch)
     ctor = functools.partial(PPOAlgorithm, enforce_entropy_target=True,
                              entropy_target_cls=PIDEntropyTargetAlgorithm)
     targets = [0.3, 0.3, 0.6, 0.6]
@@ -102,9 +104,8 @@ def test_ppo_target_sweep_in_one_process(tmp_path: Any) -> None:
         single, single_losses = _single(tmp_path / f"t{target}", seed, **dict(
             common, algorithm_ctor=single_ctor))
         torch.testing.assert_close(losses[:, k], single_losses, rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(trainer.algorithm.entropy_target_algorithm.alpha[k],
-                                   single.algorithm.entropy_target_algorithm.alpha,
-                                   rtol=1e-6, atol=0)
+        assert_log_alpha_close(trainer.algorithm.entropy_target_algorithm, k,
+                               single.algorithm.entropy_target_algorithm)
     assert not torch.equal(losses[:, 0], losses[:, 2])  # same start, own targets
     _report_groups(root, tmp_path, names)
 

@@ -14,6 +14,7 @@ from alf_entropy.trainers import Callback
 from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
 from alf_entropy.trainers.ranks import MAX_SEED
 from alf_entropy.utils import summary
+from tests.controller_replay import assert_log_alpha_close, record_updates
 from tests.many_agents.test_many_agents import record_update_losses
 from tests.trainers.test_exact_resume import assert_same_final_checkpoint, run_killing
 
@@ -58,7 +59,8 @@ def test_agent_k_of_a_batch_follows_the_single_trainer_with_seed_k(tmp_path: Any
                                single.algorithm.state_dict()) < 1e-6
 
 
-def test_explicit_seeds_and_targets(tmp_path: Any) -> None:
+def test_explicit_seeds_and_targets(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    record_updates(monkeypatch)
     ctor = functools.partial(PPOAlgorithm, enforce_entropy_target=True,
                              entropy_target_cls=PIDEntropyTargetAlgorithm)
     targets = [0.3, 0.6]
@@ -74,9 +76,8 @@ def test_explicit_seeds_and_targets(tmp_path: Any) -> None:
         single, single_losses = _single(tmp_path, seed, num_iterations=1,
                                         algorithm_ctor=single_ctor)
         torch.testing.assert_close(losses[:, k], single_losses, rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(trainer.algorithm.entropy_target_algorithm.alpha[k],
-                                   single.algorithm.entropy_target_algorithm.alpha,
-                                   rtol=1e-6, atol=0)
+        assert_log_alpha_close(trainer.algorithm.entropy_target_algorithm, k,
+                               single.algorithm.entropy_target_algorithm)
 
 
 def test_argument_errors(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,217 @@
+"""A sweep's training processes: each run's ``alf-entropy-train`` (its output in
+``<run dir>/train.log``, ``sweep_done.json`` when it exits 0), ``jobs`` at a time here or
+as Ray tasks; Ctrl-C starts no more and stops the running ones with a checkpoint."""
+import concurrent.futures
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, BinaryIO, Dict, List, Optional, Set, Tuple
+
+from alf_entropy.experiments.sweep_spec import PROG, SweepRun
+
+__all__ = ["DONE_FILE", "ALREADY_RUNNING", "Launcher", "execute_run", "run_local", "run_ray"]
+
+DONE_FILE = "sweep_done.json"
+_ERROR_PREFIX = "alf-entropy-train: error:"
+STOPPING = (f"{PROG}: SIGINT: no run starts any more; the running ones write a checkpoint "
+            "and stop (Ctrl-C again: at once, without one)")
+ALREADY_RUNNING = "already in use by another run"
+"""Part of ``alf-entropy-train``'s error line for a locked run directory."""
+
+
+def _error_line(log_path: str, offset: int) -> str:
+    """The run's error line in its log after ``offset`` (or its last line)."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(offset)
+            lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines()]
+    except OSError:
+        return ""
+    lines = [ln for ln in lines if ln]
+    errors = [ln for ln in lines if ln.startswith(_ERROR_PREFIX)]
+    return (errors or lines or [""])[-1][:500]
+
+
+class Launcher:
+    """Starts the runs' training processes, each in a session of its own: a Ctrl-C reaches
+    only the sweep, which passes one SIGINT to each running process (:meth:`interrupt`), so
+    each ends its iteration, writes a checkpoint and exits 130; after that none starts."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: Set[subprocess.Popen] = set()
+        self._stopped = False
+
+    def call(self, command: List[str], log: BinaryIO) -> Optional[int]:
+        """Run ``command`` (written, then its output, to ``log``) to its end; its exit status,
+        or ``None`` if interrupted before it started."""
+        with self._lock:
+            if self._stopped:
+                return None
+            log.write(("$ " + " ".join(command) + "\n").encode())
+            log.flush()
+            # A Ray worker blocks SIGINT and a child inherits the mask: not the run's.
+            mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
+            try:
+                proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                        start_new_session=True)
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            self._running.add(proc)
+        try:
+            while True:
+                try:  # with a timeout: Ray's cancel (a KeyboardInterrupt) comes between waits
+                    return proc.wait(timeout=1.0)
+                except subprocess.TimeoutExpired:
+                    continue
+                except KeyboardInterrupt:  # a Ray task cancelled: stop its run as a Ctrl-C
+                    self.interrupt()
+        finally:
+            with self._lock:
+                self._running.discard(proc)
+
+    def interrupt(self) -> None:
+        """No run starts any more; each running one gets a SIGINT (a second: stops at once)."""
+        with self._lock:
+            self._stopped = True
+            for proc in self._running:
+                proc.send_signal(signal.SIGINT)
+
+
+def execute_run(
+    name: str, root_dir: str, command: List[str],
+    members: Optional[List[Tuple[str, List[str]]]] = None,
+    launcher: Optional[Launcher] = None,
+) -> Tuple[str, Optional[int], float, str]:
+    """Run one training process (output appended to ``<root_dir>/train.log``); mark it done
+    if it exits 0 (a run stopped by a signal exits 128 + n).  Also the Ray task's body.
+
+    Args:
+        members: a packed process's runs as ``(root dir, command)``: each gets the done
+            marker (with its own command) instead of ``root_dir``.
+        launcher: starts the process (a new one if ``None``).
+
+    Returns:
+        ``(name, exit status, seconds, error line)``: the status is ``None`` if the sweep
+        was interrupted before the run started; the error line is the last
+        ``alf-entropy-train: error:`` line (or last output line) of a failed run, else ``""``.
+    """
+    os.makedirs(root_dir, exist_ok=True)
+    start = time.time()
+    log_path = os.path.join(root_dir, "train.log")
+    with open(log_path, "ab") as log:
+        offset = log.tell()
+        rc = (launcher or Launcher()).call(command, log)
+    seconds = time.time() - start
+    if rc == 0:
+        for run_dir, run_command in members or [(root_dir, command)]:
+            marker = {"command": run_command, "seconds": seconds}
+            if members:
+                marker["packed_in"] = root_dir
+            with open(os.path.join(run_dir, DONE_FILE), "w", encoding="utf-8") as f:
+                json.dump(marker, f)
+        return name, rc, seconds, ""
+    return name, rc, seconds, _error_line(log_path, offset)
+
+
+def _log_outcome(log, name: str, rc: int, seconds: float, error: str) -> None:
+    """The run's progress line: its outcome (from its exit status and error line)."""
+    if rc == 0:
+        outcome = "done"
+    elif rc in (128 + signal.SIGINT, 128 + signal.SIGTERM):
+        outcome = f"stopped by {signal.Signals(rc - 128).name} (resumes on the next run)"
+    elif ALREADY_RUNNING in error:
+        outcome = "already running"
+    else:
+        outcome = f"FAILED (exit {rc})"
+    log(f"{outcome} {name} in {seconds:.1f}s" + (f": {error}" if error else ""))
+
+
+def _members(task: SweepRun) -> Optional[List[Tuple[str, List[str]]]]:
+    """A packed process's runs as :func:`execute_run` takes them (None for a run)."""
+    return [(r.root_dir, r.command) for r in task.members] or None
+
+
+def run_local(runs: List[SweepRun], jobs: int, log) -> Tuple[Dict[str, int], Dict[str, str]]:
+    """Run ``runs``, ``jobs`` at a time; on Ctrl-C none starts any more and the running ones
+    checkpoint and stop (a second Ctrl-C: at once), then ``KeyboardInterrupt`` is raised."""
+    status, errors = {}, {}
+    launcher, interrupted = Launcher(), None
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        pending = {pool.submit(execute_run, r.name, r.root_dir, r.command, _members(r), launcher)
+                   for r in runs}
+        while pending:
+            try:
+                for future in concurrent.futures.as_completed(set(pending)):
+                    pending.discard(future)
+                    name, rc, seconds, error = future.result()
+                    if rc is not None:  # None: not started
+                        status[name], errors[name] = rc, error
+                        _log_outcome(log, name, rc, seconds, error)
+            except KeyboardInterrupt as e:
+                if interrupted is None:
+                    log(STOPPING)
+                interrupted = e
+                launcher.interrupt()
+    if interrupted is not None:
+        raise interrupted
+    return status, errors
+
+
+def _cancel(ray, refs: List[Any]) -> None:
+    """Cancel Ray tasks and wait for them to end (a second Ctrl-C cancels them again)."""
+    while True:
+        for ref in refs:
+            ray.cancel(ref)
+        try:
+            ray.wait(refs, num_returns=len(refs))
+            return
+        except KeyboardInterrupt:
+            continue
+
+
+def run_ray(
+    runs: List[SweepRun], address: str, log
+) -> Tuple[Dict[str, int], Dict[str, str]]:
+    try:
+        import ray
+    except ImportError as e:
+        raise ValueError("--ray_address needs Ray: pip install -e '.[ray]'") from e
+    started = not ray.is_initialized()
+    if started:
+        # Workers import alf_entropy like this process does.
+        env = {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        kwargs = dict(runtime_env={"env_vars": env}, include_dashboard=False, log_to_driver=False)
+        try:
+            ray.init(**kwargs) if address == "local" else ray.init(address=address, **kwargs)
+        except (ConnectionError, RuntimeError, ValueError) as e:
+            raise ValueError(f"cannot connect to Ray at --ray_address={address!r}: {e}") from e
+    try:
+        task = ray.remote(num_cpus=1)(execute_run)
+        pending = {task.remote(r.name, r.root_dir, r.command, _members(r)): r.name
+                   for r in runs}
+        status, errors = {}, {}
+        while pending:
+            try:
+                ready, _ = ray.wait(list(pending), num_returns=1)
+            except KeyboardInterrupt:  # each task stops its run as a Ctrl-C would (Launcher)
+                log(STOPPING)
+                _cancel(ray, list(pending))
+                raise
+            ref = ready[0]
+            name = pending.pop(ref)
+            try:
+                _, rc, seconds, error = ray.get(ref)
+            except Exception as e:  # a lost node or worker: report, keep going
+                rc, seconds, error = -1, 0.0, f"ray task failed: {e}"
+                log(f"ray task of {name} failed: {e}")
+            status[name], errors[name] = rc, error
+            _log_outcome(log, name, rc, seconds, error)
+        return status, errors
+    finally:
+        if started:
+            ray.shutdown()
