@@ -6,8 +6,8 @@ verl 0.9.1 reads ``actor.entropy_coeff`` at every micro-batch in ``ppo_loss`` fr
 ranks, before the update).  :class:`EntropyControlTrainer`, verl's sync trainer registered as
 ``trainer.v1.trainer_mode=entropy_control``, adds one controller on the driver:
 
-* after ``_compute_old_log_prob`` it advances the controller on ``actor/entropy`` (feeding the
-  step to the schedulers as ``"iterations"`` and ``step / total_training_steps`` as
+* in ``_update_actor`` it advances the controller on the step's ``actor/entropy`` (feeding
+  the step to the schedulers as ``"iterations"`` and ``step / total_training_steps`` as
   ``"percent"``) and puts the coefficient in the batch's metadata (``COEFF_KEY``), which
   reaches every micro-batch of that step's update on every rank;
 * it swaps the workers' loss for :func:`controlled_ppo_loss` (verl's ``ppo_loss`` with that
