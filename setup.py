@@ -54,6 +54,12 @@ setup(
         # move). Tianshou pins pandas<3: .ci/run tests both in a venv.
         "torchrl": ["torchrl==0.14.1", "tensordict==0.14.3"],
         "tianshou": ["tianshou==2.0.1"],
+        # alf_entropy.integrations.verl subclasses verl's v1 trainer and wraps its ppo_loss as
+        # of exactly this version (SUPPORTED_VERL there; its tests fail if they move).
+        # verl-core is verl's own list for its trainer (TransferQueue, cachetools, ...); verl
+        # pins transformers<5.11, whose hub kernels need kernels<0.13 (transformers 5.25, for
+        # TRL, brings 0.19): .ci/run tests it in a venv.
+        "verl": ["verl[verl-core]==0.9.1", "kernels>=0.12,<0.13"],
         # The documentation site (mkdocs.yml; .ci/run builds it with --strict).
         "docs": ["mkdocs-material", "mkdocstrings[python]"],
     },

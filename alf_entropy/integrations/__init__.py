@@ -14,4 +14,6 @@
   ``alf_entropy.integrations.llm`` (the trainer-independent part: one update per
   optimizer step from the step's entropy sum and token count) and
   ``alf_entropy.integrations.toy_lm`` (a tiny random LM task, no download).
+* ``alf_entropy.integrations.verl``: an entropy controller sets the entropy coefficient of
+  verl's v1 trainer (``pip install -e ".[verl]"``; ``docs/llm_rl.md``).
 """
