@@ -82,6 +82,7 @@ from stamp import stamp
 
 from alf_entropy.algorithms.many_agents import ManyAgents
 from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
+from alf_entropy.controllers import EntropyTargetAlgorithm
 from alf_entropy.data_structures import make_experience
 from alf_entropy.environments.agent_envs import AgentEnvs
 from alf_entropy.environments.gym_vector_env import GymVectorEnv
@@ -93,7 +94,8 @@ ENV, NUM_ENVS, UNROLL = "CartPole-v1", 8, 128
 SAC_GOAL = 1.8  # K SAC agents in one process against one run: the speed asked of it
 PPO = functools.partial(PPOAlgorithm, enforce_entropy_target=True, num_epochs=4,
                         num_minibatches=4, gamma=0.98, td_lambda=0.8,
-                        max_alpha_change_per_iteration=2.5)
+                        entropy_target_cls=functools.partial(
+                            EntropyTargetAlgorithm, max_alpha_change_per_iteration=2.5))
 
 
 def timed(fn: Callable[[], Any], inner: int = 1) -> float:

@@ -51,7 +51,6 @@ import os
 import shutil
 import sys
 import time
-import types
 
 import numpy as np
 import torch
@@ -117,18 +116,17 @@ def run_synthetic(make_ctrl, spec, target: np.ndarray, seed: int):
     box = {"i": 0}
     ctrl = make_ctrl(lambda: float(target[box["i"]]))
     step_type = torch.full((BATCH,), int(StepType.MID))
-    experience = types.SimpleNamespace(step_type=step_type)
     n = target.size
     entropies, alphas = np.zeros(n), np.zeros(n)
     for i in range(n):
         box["i"] = i
         dist = torch.distributions.Categorical(logits=logits.expand(BATCH, NUM_ACTIONS))
         task_loss = -dist.probs[:, 0].mean()  # maximise P(action 0): collapses the entropy
-        info = ctrl.train_step(dist, step_type).info
-        loss_info = ctrl.calc_loss(experience, info)
+        info = ctrl.train_step((dist, step_type)).info
+        loss_info = ctrl.calc_loss(info)
         # The same call site for every controller: calc_loss moves alpha (the
-        # SAC rule by its own Adam step) and scalar_loss is a 0-d tensor.
-        loss = task_loss + loss_info.loss.mean() + loss_info.scalar_loss
+        # SAC rule by its own Adam step).
+        loss = task_loss + loss_info.loss.mean()
         policy_opt.zero_grad()
         loss.backward()
         policy_opt.step()
@@ -288,7 +286,7 @@ def benchmark_ppo(seeds, out_dir, jobs, only=None):
         # ALF's defaults: init and free stages, no cap on alpha's moves.
         "staged_alf": dict(base, gin_param=PPO_COMMON + [
             "EntropyTargetAlgorithm.skip_free_stage = False",
-            "PPOAlgorithm.max_alpha_change_per_iteration = None",
+            "EntropyTargetAlgorithm.max_alpha_change_per_iteration = None",
         ]),
         "sac_rule": dict(base, gin_param=PPO_COMMON + sgd,
                          parameters={"alpha/torch.optim.Adam.lr": [3e-4, 3e-3, 3e-2]}),

@@ -41,7 +41,7 @@ from alf_entropy.algorithms.entropy_target_algorithm import (
     EntropyTargetLossInfo,
 )
 from alf_entropy.controllers import PIDEntropyTargetAlgorithm, SGDEntropyTargetAlgorithm
-from alf_entropy.data_structures import Experience, LossInfo, StepType
+from alf_entropy.data_structures import LossInfo, StepType
 from alf_entropy.tensor_specs import BoundedTensorSpec
 
 
@@ -66,10 +66,10 @@ class BranchyController(torch.nn.Module):
     def _avg(self) -> torch.Tensor:
         return self.buf.sum() * (1.0 / self.count.clamp(1, self.window).float())
 
-    def calc_loss(self, experience, info, valid_mask=None) -> LossInfo:
+    def calc_loss(self, info, valid_mask=None) -> LossInfo:
         """ALF's ``calc_loss`` statistics, then ``adjust_alpha`` if any step counts."""
         loss_info = info.loss
-        mask = (experience.step_type != StepType.LAST).float()
+        mask = (info.step_type != StepType.LAST).float()
         if valid_mask is not None:
             mask = mask * valid_mask.float()
         entropy = -loss_info.extra.neg_entropy * mask
@@ -141,10 +141,9 @@ def _inputs(T: int, B: int, device: torch.device, seed: int = 0):
     step_type = torch.ones(T, B, dtype=torch.int64).to(device)
     if T > 1:
         step_type[-1, : max(B // 4, 1)] = StepType.LAST  # some episode ends
-    info = EntropyTargetInfo(
-        loss=LossInfo(loss=neg.clone(), extra=EntropyTargetLossInfo(neg_entropy=neg))
-    )
-    return Experience(step_type=step_type), info
+    return EntropyTargetInfo(
+        step_type=step_type,
+        loss=LossInfo(loss=neg.clone(), extra=EntropyTargetLossInfo(neg_entropy=neg)))
 
 
 def _time_interleaved(
@@ -180,7 +179,7 @@ def run(device: torch.device, iters: int) -> List[Dict[str, object]]:
     for T, B in ((1, 1), (32, 64), (256, 1024)):
         n = iters if T * B < 100000 else max(iters // 20, 20)
         n = max(n // 7, 10)
-        exp, info = _inputs(T, B, device)
+        info = _inputs(T, B, device)
         impls = {
             "ours/auto": EntropyTargetAlgorithm(spec, target_entropy=0.3).to(device),
             "ours/tensor": EntropyTargetAlgorithm(
@@ -189,7 +188,7 @@ def run(device: torch.device, iters: int) -> List[Dict[str, object]]:
             "branchy": BranchyController(0.3, device),
         }
         timings = _time_interleaved(
-            {name: functools.partial(impl.calc_loss, exp, info) for name, impl in impls.items()},
+            {name: functools.partial(impl.calc_loss, info) for name, impl in impls.items()},
             n,
             device,
         )
@@ -198,7 +197,7 @@ def run(device: torch.device, iters: int) -> List[Dict[str, object]]:
             counter = [0]
             with count_host_reads(counter):
                 for _ in range(10):
-                    impl.calc_loss(exp, info)
+                    impl.calc_loss(info)
             reads[name] = counter[0] / 10
         for name in impls:
             rows.append(

@@ -41,8 +41,8 @@ norm 0.5 (CleanRL's ``ppo.py`` defaults, without the lr annealing).
 SAC (Pendulum-v1): 256x256 actor and twin critics, batch 256, critics Adam lr
 1e-3 (CleanRL's ``q_lr``), actor lr 3e-4 (``policy_lr``), two actor updates
 every second step (``policy_frequency=2``), tau 0.005; the controller advances
-once per actor update through ``entropy_loss`` and its ``scalar_loss`` is
-added to the actor loss (zero: used alone, the SGD rule steps its own alpha).
+once per actor update through ``entropy_loss``, whose loss is added to the actor
+loss (used alone, the SGD rule steps its own alpha).
 ``--sac_steps`` env steps (default 10k, the first 1k random; CleanRL runs 1M,
 Pendulum is learnt by about 10k).
 
@@ -220,7 +220,7 @@ def sac_pendulum(make_controller: MakeController, seed: int, total_steps: int,
                 pi, log_pi = policy(o)
                 bonus = controller.entropy_loss(-log_pi)  # (3) moves alpha once
                 # (4) bonus.loss is alpha * log_pi
-                actor_loss = (bonus.loss - q(qf, o, pi)).mean() + bonus.scalar_loss
+                actor_loss = (bonus.loss - q(qf, o, pi)).mean()
                 a_opt.zero_grad()
                 actor_loss.backward()
                 a_opt.step()

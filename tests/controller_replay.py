@@ -16,8 +16,7 @@ import torch
 from alf_entropy.controllers import EntropyController
 from alf_entropy.utils import nest
 
-UPDATES = ("limit_log_alpha_span", "entropy_loss", "calc_loss", "adjust_alpha", "accumulate",
-           "step")
+UPDATES = ("entropy_loss", "calc_loss", "adjust_alpha", "accumulate", "step")
 """The public calls that change a controller's state, recorded in order."""
 WITH_ENTROPY = ("entropy_loss", "calc_loss", "adjust_alpha", "accumulate")
 EPS = torch.finfo(torch.float32).eps
@@ -41,16 +40,16 @@ def _detached(x: Any) -> Any:
 
 def _entropy(name: str, args: tuple) -> torch.Tensor:
     """The entropies of an update call (``calc_loss``: its ``info``'s, negated there)."""
-    return -args[1].loss.extra.neg_entropy if name == "calc_loss" else args[0]
+    return -args[0].loss.extra.neg_entropy if name == "calc_loss" else args[0]
 
 
 def _shifted(name: str, args: tuple, x: float) -> tuple:
     """``args`` with the call's entropies ``+ x``."""
     if name != "calc_loss":
         return (args[0] + x, *args[1:])
-    info = args[1]
+    info = args[0]
     extra = info.loss.extra._replace(neg_entropy=info.loss.extra.neg_entropy - x)
-    return (args[0], info._replace(loss=info.loss._replace(extra=extra)), *args[2:])
+    return (info._replace(loss=info.loss._replace(extra=extra)), *args[1:])
 
 
 def record_updates(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -136,11 +136,10 @@ class ActorCriticAlgorithm(Algorithm):
         self._actor_network = actor_network_ctor(observation_spec, action_spec)
         self._value_network = value_network_ctor(observation_spec)
         self._entropy_target_algorithm: Optional[EntropyController] = None
+        self.entropy_target_cls = entropy_target_cls or (
+            NestedEntropyTargetAlgorithm if nest.is_nested(action_spec) else EntropyTargetAlgorithm)
         if enforce_entropy_target:
-            nested = nest.is_nested(action_spec)
-            entropy_target_cls = entropy_target_cls or (
-                NestedEntropyTargetAlgorithm if nested else EntropyTargetAlgorithm)
-            self._entropy_target_algorithm = entropy_target_cls(
+            self._entropy_target_algorithm = self.entropy_target_cls(
                 action_spec, debug_summaries=debug_summaries)
         self._fast_acting = fast_acting and hasattr(self._actor_network, "sample_with_log_prob")
         own_entropy = getattr(type(self._entropy_target_algorithm), "entropy", None)

@@ -80,7 +80,6 @@ class PPOAlgorithm(ActorCriticAlgorithm):
         entropy_regularization: Optional[Union[float, Callable[[], float]]] = None,
         enforce_entropy_target: bool = False, entropy_target_cls: Optional[Callable] = None,
         entropy_target_update: str = "per_minibatch",
-        max_alpha_change_per_iteration: Optional[float] = None,
         max_grad_norm: Optional[float] = 0.5, num_epochs: int = 4, num_minibatches: int = 4,
         fast_acting: bool = True, debug_summaries: bool = False, name: str = "PPOAlgorithm",
         batch_shape: Tuple[int, ...] = (),
@@ -96,7 +95,7 @@ class PPOAlgorithm(ActorCriticAlgorithm):
             observation_spec, action_spec, actor_network_ctor, value_network_ctor, optimizer,
             gamma, td_lambda, normalize_advantages, td_loss_weight, reward_scale,
             entropy_regularization, enforce_entropy_target, entropy_target_cls,
-            entropy_target_update, max_alpha_change_per_iteration, max_grad_norm, num_epochs,
+            entropy_target_update, max_grad_norm, num_epochs,
             num_minibatches, fast_acting, debug_summaries, name, batch_shape)
 
     @property

@@ -37,6 +37,7 @@ import torch
 import torch.nn as nn
 
 from alf_entropy.algorithm import Algorithm, OptimizerArg
+from alf_entropy.controllers import EntropyController, SGDEntropyTargetAlgorithm
 from alf_entropy.data_structures import AlgStep, LossInfo, TimeStep, namedtuple
 from alf_entropy.networks import ActorDistributionNetwork, mode_of
 from alf_entropy.networks.critic_networks import CriticNetworks
@@ -130,7 +131,7 @@ class SacAlgorithm(Algorithm):
         action_spec: BoundedTensorSpec,
         actor_network_ctor: Callable[..., nn.Module] = _default_actor,
         critic_network_ctor: Callable[..., nn.Module] = CriticNetworks,
-        entropy_target_cls: Optional[Callable[..., Algorithm]] = None,
+        entropy_target_cls: Optional[Callable[..., EntropyController]] = None,
         optimizer: OptimizerArg = None,
         gamma: float = 0.99,
         target_update_tau: float = 0.005,
@@ -170,13 +171,9 @@ class SacAlgorithm(Algorithm):
                                                               ActorDistributionNetwork)
         self._target_critic_networks = copy.deepcopy(self._critic_networks)
         self._target_critic_networks.requires_grad_(False)
-        if entropy_target_cls is None:
-            from alf_entropy.algorithms.entropy_target_algorithm import (
-                SGDEntropyTargetAlgorithm as entropy_target_cls,
-            )
-        self._entropy_target_cls = entropy_target_cls
-        self._entropy_target_algorithm = entropy_target_cls(action_spec,
-                                                            debug_summaries=debug_summaries)
+        self.entropy_target_cls = entropy_target_cls or SGDEntropyTargetAlgorithm
+        self._entropy_target_algorithm = self.entropy_target_cls(action_spec,
+                                                                 debug_summaries=debug_summaries)
         self.register_buffer("_num_skipped", torch.zeros(self.batch_shape, dtype=torch.int64))
         self.optimizers()  # fails now, not at the first update, if a parameter has none
         self._target_pairs: Optional[tuple] = None
@@ -205,14 +202,9 @@ class SacAlgorithm(Algorithm):
         return self._target_critic_networks
 
     @property
-    def entropy_target_algorithm(self) -> Algorithm:
+    def entropy_target_algorithm(self) -> EntropyController:
         """The temperature controller."""
         return self._entropy_target_algorithm
-
-    @property
-    def entropy_target_cls(self) -> Callable[..., Algorithm]:
-        """The controller factory the controller was built with (its arguments bound)."""
-        return self._entropy_target_cls
 
     @property
     def max_grad_norm(self) -> Optional[float]:

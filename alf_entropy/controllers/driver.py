@@ -15,8 +15,8 @@ import torch.nn as nn
 from alf_entropy.controllers.ops import ArrayOps, ScalarOps, TensorOps, gate
 from alf_entropy.controllers.watch import watch_rule
 
-__all__ = ["Driver", "Inputs", "Consts", "device_step", "state_type", "UPDATE_MODES",
-           "NO_SPAN"]
+__all__ = ["Driver", "Inputs", "Consts", "device_step", "state_type", "SHARED_FIELDS",
+           "UPDATE_MODES", "NO_SPAN"]
 
 UPDATE_MODES = ("auto", "tensor", "host")
 """``"host"``: NumPy over CPU state; ``"tensor"``: no host read; ``"auto"``: host on the CPU."""

@@ -2,7 +2,6 @@
 import math
 from typing import Any, Dict, Optional, Sequence
 
-import gin
 import torch
 
 from alf_entropy.controllers.base import LOG_ZERO, EntropyController
@@ -11,7 +10,6 @@ from alf_entropy.utils.checks import check_real
 __all__ = ["FixedEntropyCoefficient"]
 
 
-@gin.configurable
 class FixedEntropyCoefficient(EntropyController):
     """A constant ``alpha`` through the same driver (and watch) as the adaptive controllers.
 

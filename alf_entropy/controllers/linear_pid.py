@@ -3,7 +3,6 @@ one-sided actuator: a log-space rule nears 0 only by decades, this one reaches 0
 from collections import namedtuple
 from typing import Any, Dict, Optional, Sequence
 
-import gin
 import torch
 
 from alf_entropy.controllers.base import MAX_ALPHA, EntropyController
@@ -32,7 +31,6 @@ def linear_pid_rule(x: Any, s: LinearPIDState, entropy: Any,
     return s._replace(log_alpha=x.log(coef), integral=integral, level=level)
 
 
-@gin.configurable
 class LinearPIDEntropyTargetAlgorithm(EntropyController):
     """PID control of ``alpha`` itself, clamped at ``min_alpha`` (which may be 0).
 

@@ -2,7 +2,6 @@
 import functools
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-import gin
 import torch
 import torch.nn as nn
 
@@ -18,7 +17,6 @@ from alf_entropy.utils.entropies import entropy_with_fallback
 __all__ = ["NestedEntropyTargetAlgorithm"]
 
 
-@gin.configurable
 class NestedEntropyTargetAlgorithm(AlfSubAlgorithm, nn.Module):
     """One controller per action leaf, on its own action's entropy (nests like the spec); the
     losses summed.  ``alpha`` is the leaves' mean, ``target_entropy`` and

@@ -4,7 +4,6 @@ import math
 from collections import namedtuple
 from typing import Any, Dict, Optional, Sequence, Tuple
 
-import gin
 import torch
 
 from alf_entropy.controllers.base import EntropyController
@@ -66,7 +65,6 @@ def pid_rule(x: Any, s: PIDState, entropy: Any, c: PIDConsts) -> PIDState:
                       before=x.where(first, entropy, s.reading), slowdown=g)
 
 
-@gin.configurable
 class PIDEntropyTargetAlgorithm(EntropyController):
     """PID control of ``log_alpha`` on the entropy error (``pid_rule``); shared arguments:
     ``EntropyController``'s; its own:

@@ -4,7 +4,6 @@ import functools
 from collections import namedtuple
 from typing import Any, Dict, Optional, Sequence
 
-import gin
 import torch
 
 from alf_entropy.controllers.base import EntropyController
@@ -60,7 +59,6 @@ def _rule_of(optimizer: Any, lr: float) -> tuple:
                     f"(plain steps), with lr=...; got {optimizer!r}")
 
 
-@gin.configurable
 class SGDEntropyTargetAlgorithm(EntropyController):
     """SAC's gradient rule: one step an update, by its own optimiser (a parent's never touches
     ``log_alpha``).  Shared arguments: ``EntropyController``'s:

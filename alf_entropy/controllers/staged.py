@@ -3,7 +3,6 @@ import math
 from collections import namedtuple
 from typing import Any, Dict, Optional, Sequence
 
-import gin
 import numpy as np
 import torch
 
@@ -82,7 +81,6 @@ def _alf_rate(rate: float) -> float:
     return float(torch.tensor(rate).to(torch.float64))
 
 
-@gin.configurable
 class EntropyTargetAlgorithm(EntropyController):
     """ALF's staged controller: ``alpha`` keeps the entropy >= a target, in the stages that
     ``describe_stage`` names (docs/controllers.md).  Shared arguments: ``EntropyController``'s:

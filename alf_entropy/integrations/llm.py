@@ -34,6 +34,7 @@ from typing import Any, Callable, Dict, Optional, Tuple, Union
 import torch
 
 from alf_entropy.controllers.base import EntropyController
+from alf_entropy.controllers.driver import SHARED_FIELDS
 from alf_entropy.controllers.linear_pid import LinearPIDEntropyTargetAlgorithm
 from alf_entropy.controllers.nested import NestedEntropyTargetAlgorithm
 from alf_entropy.tensor_specs import BoundedTensorSpec
@@ -73,12 +74,12 @@ def check_step_controller(controller: Any) -> EntropyController:
             coefficient per action leaf) or batched (``batch_shape != ()``).
         ValueError: if its state is not on the CPU.
     """
-    if not isinstance(controller, EntropyController):
-        raise TypeError("controller must be an EntropyController (e.g. "
-                        f"PIDEntropyTargetAlgorithm(...)), got {controller!r}")
     if isinstance(controller, NestedEntropyTargetAlgorithm):
         raise TypeError("controller must drive one coefficient: a nested controller has one per "
                         "action leaf; build it for BoundedTensorSpec((), torch.int64, 0, V - 1)")
+    if not isinstance(controller, EntropyController):
+        raise TypeError("controller must be an EntropyController (e.g. "
+                        f"PIDEntropyTargetAlgorithm(...)), got {controller!r}")
     if tuple(controller.batch_shape) != ():
         raise TypeError("controller must drive one coefficient: batch_shape must be (), got "
                         f"{tuple(controller.batch_shape)}")
@@ -272,11 +273,9 @@ class StepEntropyControl:
                 "entropy": self._entropy, "stage": float(c.stage),
                 "unreachable_target": float(c.unreachable_target),
                 "nonfinite_entropy": float(c.num_nonfinite_entropy)}
-        for name, value in c.state_dict().items():
-            if (name.startswith("_watch") or name.startswith("_acc") or name.startswith("_span")
-                    or not torch.is_tensor(value) or value.dim() != 0):
-                continue
-            logs[f"state/{name.lstrip('_')}"] = float(value)
+        for name, value in c.driver.state._asdict().items():
+            if (name == "log_alpha" or name not in SHARED_FIELDS) and value.dim() == 0:
+                logs[f"state/{name}"] = float(value)
         return logs
 
     def state_dict(self) -> Dict[str, Any]:

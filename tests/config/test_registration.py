@@ -24,10 +24,6 @@ SELECTORS = {c.__name__: f"{c.__module__}.{c.__name__}" for c in configurables.C
 SELECTORS.update((name or fn.__name__, f"{fn.__module__}.{name or fn.__name__}")
                  for fn, name in configurables.FUNCTIONS)
 NAMES = sorted(SELECTORS)
-# Their modules still register them with a decorator; the controllers' rewrite drops it.
-STILL_DECORATED = {"EntropyTargetAlgorithm", "PIDEntropyTargetAlgorithm", "FixedEntropyCoefficient",
-                   "LinearPIDEntropyTargetAlgorithm", "SGDEntropyTargetAlgorithm",
-                   "NestedEntropyTargetAlgorithm"}
 
 # A fresh process: ALF's clashing names registered first (as ALF's modules do), then
 # every module of the package imported but the registration; which of the package's
@@ -86,17 +82,13 @@ def fresh():
     return json.loads(proc.stdout.splitlines()[-1])
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="decorated in controllers/"))
-    if n in STILL_DECORATED else n for n in NAMES])
+@pytest.mark.parametrize("name", NAMES)
 def test_importing_the_package_registers_nothing(fresh, name):
     assert not fresh["known"][SELECTORS[name]]
 
 
-@pytest.mark.parametrize("line", [
-    pytest.param("EntropyTargetAlgorithm.min_alpha = 0.1",
-                 marks=pytest.mark.xfail(strict=True, reason="decorated in controllers/")),
-    "calc_default_target_entropy.min_prob = 0.01"])
+@pytest.mark.parametrize("line", ["EntropyTargetAlgorithm.min_alpha = 0.1",
+                                  "calc_default_target_entropy.min_prob = 0.01"])
 def test_alfs_own_bindings_stay_unambiguous(fresh, line):
     assert fresh["parsed"][line] == "ok"
 

@@ -288,7 +288,7 @@ def test_model_save_and_load_carry_the_controller(algo, cls, tmp_path):
 
 
 def test_settings_that_would_fail_at_learn_fail_at_construction():
-    with pytest.raises(TypeError, match="skip_free_stage.*EntropyTargetAlgorithm"):
+    with pytest.raises(TypeError, match="skip_free_stage"):
         EntropyControllerCallback(PIDEntropyTargetAlgorithm, skip_free_stage=True)
     with pytest.raises(ValueError, match="max_entropy"):
         EntropyControllerCallback(EntropyTargetAlgorithm, target_entropy=1.0, max_entropy=0.5)

@@ -33,7 +33,8 @@ PPO_PID_PER_ITERATION = functools.partial(
     entropy_target_update="per_iteration")
 A2C = functools.partial(ActorCriticAlgorithm, entropy_regularization=0.01)
 PPO_CAPPED_SCHEDULED_LR = functools.partial(
-    PPOAlgorithm, enforce_entropy_target=True, max_alpha_change_per_iteration=1.5,
+    PPOAlgorithm, enforce_entropy_target=True, entropy_target_cls=functools.partial(
+        EntropyTargetAlgorithm, max_alpha_change_per_iteration=1.5),
     optimizer=functools.partial(FusedAdam, lr=2e-3, lr_schedule=lambda: 0.5))
 
 
@@ -225,12 +226,15 @@ def test_argument_errors() -> None:
         ManyAgents(*_specs(), [1, 2], target_entropies=[0.3, 0.4])
     with pytest.raises(TypeError, match="ActorCriticAlgorithm"):
         ManyAgents(*_specs(), [1], algorithm_ctor=lambda o, a: torch.nn.Linear(1, 1))
-    # A controller built with explicit arguments the batch does not know of.
+    # The agents' controller factory, its arguments bound, is the batch's too.
     explicit = functools.partial(PPOAlgorithm, enforce_entropy_target=True,
                                  entropy_target_cls=functools.partial(EntropyTargetAlgorithm,
                                                                       initial_alpha=0.5))
-    with pytest.raises(ValueError, match="log_alpha"):
-        ManyAgents(*_specs(), [1, 2], algorithm_ctor=explicit)
+    assert ManyAgents(*_specs(), [1, 2], algorithm_ctor=explicit).entropy_target_algorithm.alpha \
+        .tolist() == pytest.approx([0.5, 0.5])
+    with pytest.raises(ValueError, match="log_alpha"):  # another start than the agents'
+        ManyAgents(*_specs(), [1, 2], algorithm_ctor=explicit, entropy_target_cls=(
+            functools.partial(EntropyTargetAlgorithm, initial_alpha=0.2)))
     agents = ManyAgents(*_specs(), [1, 2], algorithm_ctor=explicit, entropy_target_cls=(
         functools.partial(EntropyTargetAlgorithm, initial_alpha=0.5)))
     assert agents.entropy_target_algorithm.alpha.tolist() == pytest.approx([0.5, 0.5])

@@ -299,12 +299,7 @@ def _tags(run_dir: str) -> dict:
     return {t: [(e.step, e.value) for e in events.Scalars(t)] for t in events.Tags()["scalars"]}
 
 
-@pytest.mark.parametrize("k, controller", [
-    (2, False), (3, False),
-    pytest.param(2, True, marks=pytest.mark.xfail(
-        strict=True, reason="the controllers write tag/k per member; their rewrite writes "
-        "one [K] tensor per statistic")),
-])
+@pytest.mark.parametrize("k, controller", [(2, False), (3, False), (2, True)])
 def test_each_agents_events_hold_the_single_runs_tags(tmp_path: Any, k: int,
                                                       controller: bool) -> None:
     """Agent j's event file holds the tags of the single run with its seed j, as many

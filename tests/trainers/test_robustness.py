@@ -415,7 +415,8 @@ def test_gin_file_bindings_overridden_by_the_code_are_errors_alternatives_warnin
 
 @pytest.mark.parametrize("swap, dropped", [
     ("PPOAlgorithm.entropy_target_cls = @PIDEntropyTargetAlgorithm",
-     ["EntropyTargetAlgorithm.initial_alpha", "EntropyTargetAlgorithm.target_entropy"]),
+     ["EntropyTargetAlgorithm.initial_alpha", "EntropyTargetAlgorithm.target_entropy",
+      "EntropyTargetAlgorithm.max_alpha_change_per_iteration"]),
     ("PPOAlgorithm.entropy_target_cls = @SGDEntropyTargetAlgorithm", None),
 ])
 def test_swapping_the_controller_class_never_drops_its_target_silently(tmp_path, swap, dropped):
@@ -427,6 +428,7 @@ def test_swapping_the_controller_class_never_drops_its_target_silently(tmp_path,
     if dropped is None:  # the settings rebound for the new class: it builds with them
         parse_gin_config(["ppo_cartpole.gin"], params + [
             "SGDEntropyTargetAlgorithm.initial_alpha = 0.1",
+            "SGDEntropyTargetAlgorithm.max_alpha_change_per_iteration = 2.5",
             "SGDEntropyTargetAlgorithm.target_entropy = @LinearScheduler()"])
         trainer = OnPolicyTrainer(str(tmp_path / "ok"), device="cpu")
         assert float(trainer.algorithm.entropy_target_algorithm.target_entropy) == 0.68
