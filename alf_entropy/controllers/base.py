@@ -46,6 +46,7 @@ class EntropyController(AlfSubAlgorithm, nn.Module):
     ``ValueError`` naming it."""
 
     State = state_type("State")
+    SUMMARY = summary  # where the summaries go: alf_entropy's or (a subclass's) ALF's
     CLAMPED = True  # alpha stays in [min_alpha, max_alpha] (not a fixed coefficient)
     ZERO_ALPHA = False  # alpha may be 0 (a log-space rule cannot start there)
 
@@ -246,7 +247,7 @@ class EntropyController(AlfSubAlgorithm, nn.Module):
             x, m, dim = self._member_dims(entropy.detach(), mask)
             mean, count = masked_mean(x, m, dim=dim)
             alpha = self._update(*distributed.all_reduce_masked_mean(mean, count))
-            if self._debug_summaries and summary.should_record_summaries():
+            if self._debug_summaries and self.SUMMARY.should_record_summaries():
                 square = masked_mean(x * x, m, dim=dim)[0]
                 self._scalars(entropy_std=torch.sqrt(torch.clamp(square - mean * mean, min=0.0)))
         alpha = alpha.reshape(self._batch + (1,) * (grad.dim() - len(self._batch)))
@@ -300,7 +301,7 @@ class EntropyController(AlfSubAlgorithm, nn.Module):
 
     def _after_update(self) -> None:
         """Summaries; warnings where reading costs nothing (the host path, a summary step)."""
-        record = summary.should_record_summaries()
+        record = self.SUMMARY.should_record_summaries()
         s = self.driver.state
         if record:
             values = {"unreachable_target": self.unreachable_target}
@@ -321,9 +322,9 @@ class EntropyController(AlfSubAlgorithm, nn.Module):
 
     def _scalars(self, **values: torch.Tensor) -> None:
         """Summaries under the controller's name (a batch's: one value a member)."""
-        with summary.scope(self._name):
+        with self.SUMMARY.scope(self._name):
             for tag, value in values.items():
-                summary.scalar(tag, value)
+                self.SUMMARY.scalar(tag, value)
 
     def _debug_values(self) -> Dict[str, torch.Tensor]:
         """The rule's own debug summaries."""
