@@ -32,13 +32,14 @@ __version__ = "0.1.0"
 # Public name -> the module that defines it.  None of these modules needs
 # gymnasium (only ``from_space`` does, when called).
 _EXPORTS: Dict[str, str] = {
-    # The entropy controllers (one interface: entropy_controller.py).
+    # The entropy controllers (one interface: controllers/base.py).
     "EntropyController": "alf_entropy.controllers",
     "EntropyTargetAlgorithm": "alf_entropy.controllers",
     "SGDEntropyTargetAlgorithm": "alf_entropy.controllers",
     "NestedEntropyTargetAlgorithm": "alf_entropy.controllers",
     "FixedEntropyCoefficient": "alf_entropy.controllers",
     "PIDEntropyTargetAlgorithm": "alf_entropy.controllers",
+    "LinearPIDEntropyTargetAlgorithm": "alf_entropy.controllers",
     # The algorithms that use them.
     "ActorCriticAlgorithm": "alf_entropy.algorithms.actor_critic_algorithm",
     "PPOAlgorithm": "alf_entropy.algorithms.ppo_algorithm",
@@ -53,7 +54,7 @@ _EXPORTS: Dict[str, str] = {
     "SettledAnnealing": "alf_entropy.utils.schedulers",
     "update_progress": "alf_entropy.utils.schedulers",
     # Targets users can state.
-    "greedy_probability_target": "alf_entropy.utils.entropies",
+    "greedy_probability_target": "alf_entropy.utils.dist_utils",
     # Specs of actions and observations.
     "TensorSpec": "alf_entropy.tensor_specs",
     "BoundedTensorSpec": "alf_entropy.tensor_specs",

@@ -60,7 +60,7 @@ from alf_entropy.algorithms.entropy_target_algorithm import (
     FixedEntropyCoefficient,
     SGDEntropyTargetAlgorithm,
 )
-from alf_entropy.algorithms.pid_entropy_target_algorithm import PIDEntropyTargetAlgorithm
+from alf_entropy.controllers import PIDEntropyTargetAlgorithm
 from alf_entropy.data_structures import StepType
 from alf_entropy.experiments import control_metrics as cm
 from alf_entropy.tensor_specs import BoundedTensorSpec

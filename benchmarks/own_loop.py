@@ -80,7 +80,7 @@ from alf_entropy.algorithms.entropy_target_algorithm import (
     FixedEntropyCoefficient,
     SGDEntropyTargetAlgorithm,
 )
-from alf_entropy.algorithms.pid_entropy_target_algorithm import PIDEntropyTargetAlgorithm
+from alf_entropy.controllers import PIDEntropyTargetAlgorithm
 from alf_entropy.utils.schedulers import reset_progress, update_progress
 
 MakeController = Callable[[gym.Space], EntropyController]

@@ -141,8 +141,8 @@ def _summed_calls(pieces: List[Any], inside_first: bool = False) -> Iterator[Dic
 def breakdown(args: argparse.Namespace) -> None:
     """``--breakdown``: where one iteration of ours goes (timers around each call, summed
     over a 60-iteration run, evaluations not counted); prints ms per iteration and us per call."""
-    from alf_entropy.algorithm import Algorithm
     from alf_entropy.algorithms.actor_critic_algorithm import ActorCriticAlgorithm
+    from alf_entropy.algorithms.algorithm import Algorithm
     from alf_entropy.environments import GymVectorEnv
     from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
 

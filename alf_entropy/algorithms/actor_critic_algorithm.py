@@ -16,7 +16,7 @@ import torch
 import torch.distributions as td
 import torch.nn as nn
 
-from alf_entropy.algorithm import Algorithm, OptimizerArg
+from alf_entropy.algorithms.algorithm import Algorithm, OptimizerArg
 from alf_entropy.controllers import (
     EntropyController,
     EntropyTargetAlgorithm,
@@ -32,7 +32,7 @@ from alf_entropy.data_structures import (
 )
 from alf_entropy.networks import ActorDistributionNetwork, ValueNetwork, mode_of
 from alf_entropy.networks.stacked import categorical_sampler, draw
-from alf_entropy.utils import entropies, nest, schedulers, summary, value_ops
+from alf_entropy.utils import dist_utils, nest, schedulers, summary, value_ops
 from alf_entropy.utils.checks import check_callable, check_choice, check_int, check_real
 from alf_entropy.utils.math_ops import masked_mean
 from alf_entropy.utils.optimizers import default_optimizer
@@ -208,7 +208,7 @@ class ActorCriticAlgorithm(Algorithm):
         else:
             dist = self._actor_network(observation)
             log_prob = self._log_prob(dist, inputs.action)
-            entropy_of = entropies.entropy_with_fallback if controller is None else (
+            entropy_of = dist_utils.entropy_with_fallback if controller is None else (
                 controller.entropy)
             entropy, for_gradient = entropy_of(dist)
         return AlgStep(output=(), state=state, info=ActorCriticInfo(

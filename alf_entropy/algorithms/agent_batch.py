@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import torch
 import torch.nn as nn
 
-from alf_entropy.algorithm import Algorithm
+from alf_entropy.algorithms.algorithm import Algorithm
 from alf_entropy.data_structures import AlgStep
 from alf_entropy.networks.batched_adam import BatchedAdam
 from alf_entropy.utils import distributed, nest

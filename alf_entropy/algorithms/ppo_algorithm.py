@@ -29,8 +29,8 @@ from typing import Any, Callable, Optional, Tuple, Union
 import torch
 import torch.nn as nn
 
-from alf_entropy.algorithm import OptimizerArg
 from alf_entropy.algorithms.actor_critic_algorithm import ActorCriticAlgorithm, ActorCriticInfo
+from alf_entropy.algorithms.algorithm import OptimizerArg
 from alf_entropy.data_structures import Experience, LossInfo
 from alf_entropy.networks import ActorDistributionNetwork, ValueNetwork
 from alf_entropy.utils import schedulers, summary

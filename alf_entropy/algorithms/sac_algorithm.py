@@ -36,7 +36,7 @@ from typing import Any, Callable, List, Optional, Tuple
 import torch
 import torch.nn as nn
 
-from alf_entropy.algorithm import Algorithm, OptimizerArg
+from alf_entropy.algorithms.algorithm import Algorithm, OptimizerArg
 from alf_entropy.controllers import EntropyController, SGDEntropyTargetAlgorithm
 from alf_entropy.data_structures import AlgStep, LossInfo, TimeStep, namedtuple
 from alf_entropy.networks import ActorDistributionNetwork, mode_of

@@ -23,9 +23,9 @@ with warnings.catch_warnings():
     import gin.torch.external_configurables  # noqa: F401  (``@torch.optim.Adam`` and the like)
 
 from alf_entropy import controllers
-from alf_entropy.algorithm import Algorithm
 from alf_entropy.algorithms import sac_algorithm
 from alf_entropy.algorithms.actor_critic_algorithm import ActorCriticAlgorithm
+from alf_entropy.algorithms.algorithm import Algorithm
 from alf_entropy.algorithms.many_agents import ManyAgents
 from alf_entropy.algorithms.many_sac_agents import ManySacAgents
 from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
@@ -44,7 +44,7 @@ from alf_entropy.networks.batched_adam import BatchedAdam
 from alf_entropy.trainers import callbacks
 from alf_entropy.trainers.off_policy_trainer import OffPolicyTrainer
 from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
-from alf_entropy.utils import entropies, optimizers, schedulers
+from alf_entropy.utils import dist_utils, optimizers, schedulers
 
 __all__ = ["CLASSES", "FUNCTIONS", "trainer_binding"]
 
@@ -73,8 +73,8 @@ _BATCHED = (Algorithm, ActorCriticAlgorithm, PPOAlgorithm, sac_algorithm.SacAlgo
 FUNCTIONS = [
     (optimizers.default_optimizer, None), (sac_algorithm._default_optimizer,
                                            "sac_default_optimizer"),
-    (entropies.greedy_probability_target, None), (entropies.calc_default_target_entropy, None),
-    (entropies.calc_default_max_entropy, None), (entropies.estimated_entropy, None),
+    (dist_utils.greedy_probability_target, None), (dist_utils.calc_default_target_entropy, None),
+    (dist_utils.calc_default_max_entropy, None), (dist_utils.estimated_entropy, None),
     (evaluation.evaluate, None),
 ]
 

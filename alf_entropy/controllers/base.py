@@ -26,7 +26,7 @@ from alf_entropy.data_structures import LossInfo
 from alf_entropy.tensor_specs import TensorSpec, from_gym_space
 from alf_entropy.utils import distributed, nest, summary
 from alf_entropy.utils.checks import check_choice, check_int, check_real, is_real
-from alf_entropy.utils.entropies import entropy_with_fallback
+from alf_entropy.utils.dist_utils import entropy_with_fallback
 from alf_entropy.utils.math_ops import masked_mean
 
 __all__ = ["EntropyController", "UPDATE_MODES", "NO_SPAN", "MAX_ALPHA", "MIN_LOG_ALPHA",

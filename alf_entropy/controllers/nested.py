@@ -12,7 +12,7 @@ from alf_entropy.data_structures import LossInfo
 from alf_entropy.tensor_specs import from_gym_space
 from alf_entropy.utils import nest
 from alf_entropy.utils.checks import is_real
-from alf_entropy.utils.entropies import entropy_with_fallback
+from alf_entropy.utils.dist_utils import entropy_with_fallback
 
 __all__ = ["NestedEntropyTargetAlgorithm"]
 

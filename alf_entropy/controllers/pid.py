@@ -10,7 +10,7 @@ from alf_entropy.controllers.base import EntropyController
 from alf_entropy.controllers.driver import state_type
 from alf_entropy.controllers.ops import f32
 from alf_entropy.utils.checks import check_real
-from alf_entropy.utils.entropies import entropy_per_log_alpha
+from alf_entropy.utils.dist_utils import entropy_per_log_alpha
 
 __all__ = ["PIDEntropyTargetAlgorithm", "pid_rule", "NOISE_EMA"]
 

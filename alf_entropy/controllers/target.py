@@ -6,7 +6,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from absl import logging
 
-from alf_entropy.utils import entropies, nest, schedulers
+from alf_entropy.utils import dist_utils, nest, schedulers
 from alf_entropy.utils.checks import check_real, is_real
 
 __all__ = ["Target", "PROGRESS_GRACE"]
@@ -21,7 +21,7 @@ class Target:
     def __init__(self, target_entropy: Any, action_spec: Any, batch_shape: Tuple[int, ...],
                  warn: Callable[[str, str], None]):
         leaves = nest.flatten(action_spec)
-        self.reachable = float(sum(map(entropies.calc_max_possible_entropy, leaves)))
+        self.reachable = float(sum(map(dist_utils.calc_max_possible_entropy, leaves)))
         self.lowest = 0.0 if all(s.is_discrete for s in leaves) else -math.inf
         self._spec = action_spec
         self._batch = batch_shape
@@ -57,14 +57,14 @@ class Target:
 
     def _one(self, target: Any) -> Any:
         if target is None:
-            target = float(sum(map(entropies.calc_default_target_entropy,
+            target = float(sum(map(dist_utils.calc_default_target_entropy,
                                    nest.flatten(self._spec))))
             logging.info("target_entropy=%s (the action spec's default)", target)
         if not (isinstance(target, schedulers.SettledAnnealing) or callable(target)):
             if not is_real(target):
                 raise TypeError(f"target_entropy must be a number or a zero-argument callable"
                                 f"{' (or a list of these)' if self._batch else ''}, got {target!r}")
-            if isinstance(target, entropies.GreedyProbabilityTarget):
+            if isinstance(target, dist_utils.GreedyProbabilityTarget):
                 target.check(self._spec, "target_entropy")
             target = schedulers.ConstantScheduler(check_real("target_entropy", target))
         try:

@@ -38,7 +38,7 @@ from alf_entropy.integrations.squashed import check_squashed, squashed_space
 from alf_entropy.tensor_specs import BoundedTensorSpec
 from alf_entropy.utils import schedulers
 from alf_entropy.utils.checks import check_int
-from alf_entropy.utils.entropies import GreedyProbabilityTarget
+from alf_entropy.utils.dist_utils import GreedyProbabilityTarget
 
 __all__ = ["EntropyControllerCallback"]
 

@@ -10,7 +10,7 @@ gives the same nest of distributions (all heads share the encoder).
   or, with ``squash_to_spec=True``, that distribution transformed by
   ``[StableTanh(cache_size=1), AffineTransform((M+m)/2, (M-m)/2)]`` so that
   samples lie inside ``[m, M]``.  A squashed distribution has no closed-form
-  entropy (use ``utils.entropies``' sampled estimate).  Without squashing the
+  entropy (use ``utils.dist_utils``' sampled estimate).  Without squashing the
   mean is unbounded and ``GymVectorEnv`` clips actions to the bounds.
 
 Use ``alf_entropy.networks.mode_of`` for the deterministic evaluation action.

@@ -23,7 +23,7 @@ from typing import Any, Callable, Dict, Optional, Sequence
 import torch
 from absl import logging
 
-from alf_entropy.algorithm import Algorithm
+from alf_entropy.algorithms.algorithm import Algorithm
 from alf_entropy.algorithms.many_sac_agents import ManySacAgents
 from alf_entropy.algorithms.sac_algorithm import SacAlgorithm
 from alf_entropy.data_structures import StepType

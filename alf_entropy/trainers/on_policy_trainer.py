@@ -16,7 +16,7 @@ from typing import Any, Callable, List, Optional, Sequence
 
 import torch
 
-from alf_entropy.algorithm import Algorithm
+from alf_entropy.algorithms.algorithm import Algorithm
 from alf_entropy.algorithms.many_agents import ManyAgents
 from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
 from alf_entropy.data_structures import make_experience

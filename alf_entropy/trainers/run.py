@@ -13,8 +13,8 @@ from typing import Any, Callable, Dict, List, Optional
 import torch
 from absl import logging
 
-from alf_entropy.algorithm import Algorithm
 from alf_entropy.algorithms.agent_batch import AgentBatch
+from alf_entropy.algorithms.algorithm import Algorithm
 from alf_entropy.controllers import EntropyController
 from alf_entropy.data_structures import TimeStep
 from alf_entropy.environments.agent_envs import agent_env_ctor

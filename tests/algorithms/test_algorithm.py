@@ -1,11 +1,11 @@
-"""Tests for alf_entropy.algorithm (composition, optimisers, updates)."""
+"""Tests for alf_entropy.algorithms.algorithm (composition, optimisers, updates)."""
 import functools
 
 import pytest
 import torch
 import torch.nn as nn
 
-from alf_entropy.algorithm import Algorithm, combine_loss_infos
+from alf_entropy.algorithms.algorithm import Algorithm, combine_loss_infos
 from alf_entropy.data_structures import AlgStep, LossInfo
 
 SGD = functools.partial(torch.optim.SGD, lr=0.1)

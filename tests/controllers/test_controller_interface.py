@@ -21,8 +21,7 @@ from alf_entropy.algorithms.entropy_target_algorithm import (
     NestedEntropyTargetAlgorithm,
     SGDEntropyTargetAlgorithm,
 )
-from alf_entropy.algorithms.pid_entropy_target_algorithm import PIDEntropyTargetAlgorithm
-from alf_entropy.controllers import LinearPIDEntropyTargetAlgorithm
+from alf_entropy.controllers import LinearPIDEntropyTargetAlgorithm, PIDEntropyTargetAlgorithm
 from alf_entropy.data_structures import AlgStep, StepType
 from alf_entropy.tensor_specs import BoundedTensorSpec
 

@@ -232,3 +232,19 @@ def test_a_batch_takes_a_schedule_per_member_and_writes_summaries_per_member(tmp
     assert [e.value for e in acc.Scalars("pid/target_entropy/0")] == pytest.approx(
         [0.6, 0.58, 0.56, 0.54])
     assert [e.value for e in acc.Scalars("pid/target_entropy/1")] == pytest.approx([0.3] * 4)
+
+
+@pytest.mark.parametrize("mode", ["host", "tensor"])
+def test_the_next_update_reads_any_write_to_the_state(mode):
+    """An assigned buffer (as ALF's own test does with ``_stage``) or an in-place write is what
+    the next update reads, on either path."""
+    staged = RULES["staged"](target_entropy=0.5, update_mode=mode)
+    twin = RULES["staged"](target_entropy=0.5, update_mode=mode)
+    staged.driver.stage = torch.tensor(-1, dtype=torch.int32)  # assigned: a new tensor
+    twin.driver.stage.fill_(-1)  # in place
+    for c in (staged, twin):
+        c.adjust_alpha(0.9)  # free stage, above the target: alpha stays
+        assert c.stage.item() == -1 and c.alpha.item() == pytest.approx(0.1)
+        c.driver.log_alpha.fill_(0.0)
+        c.adjust_alpha(0.0)  # the average (0.45) below the target: adjusting from alpha 1
+        assert c.stage.item() == 0 and c.alpha.item() > 1.0

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from alf_entropy.algorithm import Algorithm
 from alf_entropy.algorithms.actor_critic_algorithm import ActorCriticAlgorithm
+from alf_entropy.algorithms.algorithm import Algorithm
 from alf_entropy.algorithms.entropy_target_algorithm import (
     EntropyTargetAlgorithm,
     EntropyTargetInfo,
@@ -20,7 +20,7 @@ from alf_entropy.algorithms.entropy_target_algorithm import (
 from alf_entropy.data_structures import Experience, LossInfo, StepType, TimeStep
 from alf_entropy.networks import ActorDistributionNetwork
 from alf_entropy.tensor_specs import BoundedTensorSpec, TensorSpec
-from alf_entropy.utils import entropies, schedulers
+from alf_entropy.utils import dist_utils, schedulers
 from tests.controllers.seed_reference import SeedController
 
 DISCRETE2 = BoundedTensorSpec((), torch.int64, 0, 1)  # max entropy log 2
@@ -100,7 +100,7 @@ def test_nested_the_alf_way_one_max_entropy_per_leaf_lists_and_nested_extra():
     assert nested.target_entropy == pytest.approx(0.7)
     defaults = NestedEntropyTargetAlgorithm(spec, target_entropy={"a": None, "b": None})
     assert defaults.leaf_algorithms()["b"].target_entropy == pytest.approx(
-        entropies.calc_default_target_entropy(DISCRETE4))
+        dist_utils.calc_default_target_entropy(DISCRETE4))
     entropy = {"a": torch.full((4, 2), 1.0), "b": torch.full((4, 2), 1.3)}
     li = nested.entropy_loss(entropy, torch.ones(4, 2, dtype=torch.bool))
     torch.testing.assert_close(
@@ -192,7 +192,7 @@ def test_unfed_progress_warns_once_naming_update_progress():
 # ------------------------------------------------------------- actor-critic
 def test_actor_critic_computes_the_entropy_once_and_logs_what_it_controls(monkeypatch):
     calls = []
-    original = entropies.entropy_with_fallback
+    original = dist_utils.entropy_with_fallback
 
     def counting(*args, **kwargs):
         calls.append(1)
@@ -200,7 +200,7 @@ def test_actor_critic_computes_the_entropy_once_and_logs_what_it_controls(monkey
 
     import alf_entropy.controllers.base as ec
 
-    monkeypatch.setattr(entropies, "entropy_with_fallback", counting)
+    monkeypatch.setattr(dist_utils, "entropy_with_fallback", counting)
     monkeypatch.setattr(ec, "entropy_with_fallback", counting)
     torch.manual_seed(0)
     spec = BoundedTensorSpec((2,), torch.float32, -1.0, 1.0)

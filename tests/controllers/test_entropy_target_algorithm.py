@@ -15,7 +15,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from alf_entropy.algorithm import Algorithm
+from alf_entropy.algorithms.algorithm import Algorithm
 from alf_entropy.algorithms.entropy_target_algorithm import (
     EntropyTargetAlgorithm,
     EntropyTargetInfo,

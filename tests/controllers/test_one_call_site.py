@@ -15,7 +15,7 @@ import gymnasium as gym
 import pytest
 import torch
 
-from alf_entropy.algorithm import Algorithm
+from alf_entropy.algorithms.algorithm import Algorithm
 from alf_entropy.algorithms.entropy_target_algorithm import (
     EntropyController,
     EntropyTargetAlgorithm,
@@ -23,7 +23,7 @@ from alf_entropy.algorithms.entropy_target_algorithm import (
     NestedEntropyTargetAlgorithm,
     SGDEntropyTargetAlgorithm,
 )
-from alf_entropy.algorithms.pid_entropy_target_algorithm import PIDEntropyTargetAlgorithm
+from alf_entropy.controllers import PIDEntropyTargetAlgorithm
 from alf_entropy.tensor_specs import BoundedTensorSpec
 
 SPACE = gym.spaces.Discrete(4)

@@ -7,11 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from alf_entropy.algorithms.entropy_controller import WINDUP_WINDOW
 from alf_entropy.algorithms.entropy_target_algorithm import NestedEntropyTargetAlgorithm
-from alf_entropy.algorithms.pid_entropy_target_algorithm import PIDEntropyTargetAlgorithm
+from alf_entropy.controllers import WINDUP_WINDOW, PIDEntropyTargetAlgorithm
 from alf_entropy.tensor_specs import BoundedTensorSpec
-from alf_entropy.utils.entropies import entropy_per_log_alpha
+from alf_entropy.utils.dist_utils import entropy_per_log_alpha
 from tests.controllers.test_entropy_target_algorithm import _forbid_host_sync
 
 TWO = BoundedTensorSpec((), torch.int64, 0, 1)
@@ -244,8 +243,8 @@ def test_bindable_in_gin_inside_ppo():
     from alf_entropy.tensor_specs import TensorSpec
 
     gin.parse_config("""
-        import alf_entropy.algorithms.pid_entropy_target_algorithm
-        import alf_entropy.utils.entropies
+        import alf_entropy.controllers
+        import alf_entropy.utils.dist_utils
         PPOAlgorithm.enforce_entropy_target = True
         PPOAlgorithm.entropy_target_cls = @PIDEntropyTargetAlgorithm
         PIDEntropyTargetAlgorithm.target_entropy = @greedy_probability_target()

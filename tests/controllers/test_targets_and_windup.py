@@ -11,11 +11,10 @@ from alf_entropy.algorithms.entropy_target_algorithm import (
     EntropyTargetAlgorithm,
     SGDEntropyTargetAlgorithm,
 )
-from alf_entropy.algorithms.pid_entropy_target_algorithm import PIDEntropyTargetAlgorithm
-from alf_entropy.controllers import WINDUP_WINDOW
+from alf_entropy.controllers import WINDUP_WINDOW, PIDEntropyTargetAlgorithm
 from alf_entropy.tensor_specs import BoundedTensorSpec
 from alf_entropy.utils import summary
-from alf_entropy.utils.entropies import greedy_probability_target
+from alf_entropy.utils.dist_utils import greedy_probability_target
 from alf_entropy.utils.schedulers import SettledAnnealing
 from tests.controllers.test_entropy_target_algorithm import _forbid_host_sync
 
@@ -151,7 +150,7 @@ def test_the_alpha_change_per_iteration_holds_over_every_update_between_steps(ki
 @pytest.mark.parametrize("kind", sorted(ADAPTIVE))
 def test_the_watch_smooths_the_entropy(kind):
     """The watch compares a smoothed entropy (WATCH_EMA), not each noisy batch."""
-    from alf_entropy.algorithms.entropy_controller import WATCH_EMA
+    from alf_entropy.controllers import WATCH_EMA
 
     controller = ADAPTIVE[kind](target_entropy=0.6)
     controller.adjust_alpha(0.5)

@@ -39,7 +39,7 @@ def controllers():
         EntropyTargetAlgorithm,
         SGDEntropyTargetAlgorithm,
     )
-    from alf_entropy.algorithms.pid_entropy_target_algorithm import PIDEntropyTargetAlgorithm
+    from alf_entropy.controllers import PIDEntropyTargetAlgorithm
     from alf_entropy.tensor_specs import BoundedTensorSpec
 
     spec = BoundedTensorSpec(*DISCRETE4_ARGS)
@@ -315,7 +315,7 @@ def regression_state(rank: Optional[int]) -> Dict[str, torch.Tensor]:
     Returns:
         The trained parameters (cloned).
     """
-    from alf_entropy.algorithm import Algorithm
+    from alf_entropy.algorithms.algorithm import Algorithm
     from alf_entropy.data_structures import LossInfo
 
     torch.manual_seed(0)

@@ -1,4 +1,4 @@
-"""Tests for alf_entropy.utils.entropies."""
+"""Tests for alf_entropy.utils.dist_utils."""
 import collections
 import math
 
@@ -8,7 +8,7 @@ import torch
 import torch.distributions as td
 
 from alf_entropy.tensor_specs import BoundedTensorSpec, TensorSpec
-from alf_entropy.utils.entropies import (
+from alf_entropy.utils.dist_utils import (
     calc_default_max_entropy,
     calc_default_target_entropy,
     calc_max_possible_entropy,
