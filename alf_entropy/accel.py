@@ -8,6 +8,8 @@ update on the CPU (``docs/benchmarks/ppo_speed.md``; the optimiser's two steps
 what the plain path gives (the same distribution; the same random draws),
 and falls back to the plain path whenever it cannot promise that.
 
+* :func:`buffers`: a module's own buffers from its ``_buffers`` dict, where ``buffers()``
+  costs a generator's walk: a controller reads its whole state on every update.
 * :func:`forward_only`: whether calling modules would run nothing but their
   ``forward`` (no hooks, no ``module.compile()``, no JIT tracing).  torch has
   no public API for this; it reads ``nn.Module``'s hook registries.  The fast
@@ -55,11 +57,19 @@ import torch.nn as nn
 from torch.nn.modules import module as _torch_module
 from torch.optim import optimizer as _torch_optimizer
 
-__all__ = ["ENABLED", "categorical_sample_with_log_prob", "forward_only", "fused_adam_step",
-           "relu_mlp", "unwrapped_step"]
+__all__ = ["ENABLED", "buffers", "categorical_sample_with_log_prob", "forward_only",
+           "fused_adam_step", "relu_mlp", "unwrapped_step"]
 
 ENABLED: bool = os.environ.get("ALF_ENTROPY_ACCEL", "1").strip() != "0"
 """Whether the fast paths are on (``ALF_ENTROPY_ACCEL=0`` turns them off)."""
+
+
+def buffers(module: nn.Module) -> Tuple[torch.Tensor, ...]:
+    """``module``'s own buffers in registration order, read from its dict (``buffers()``
+    walks a generator: a tenth of a controller's host update)."""
+    if ENABLED:
+        return tuple(module._buffers.values())
+    return tuple(module.buffers(recurse=False))
 
 
 def forward_only(*modules: nn.Module) -> bool:

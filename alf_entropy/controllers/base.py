@@ -302,20 +302,21 @@ class EntropyController(AlfSubAlgorithm, nn.Module):
     def _after_update(self) -> None:
         """Summaries; warnings where reading costs nothing (the host path, a summary step)."""
         record = self.SUMMARY.should_record_summaries()
-        s = self.driver.state
         if record:
             values = {"unreachable_target": self.unreachable_target}
             if self._debug_summaries:
-                values.update(alpha=self.alpha, nonfinite_entropy=s.nonfinite,
+                values.update(alpha=self.alpha, nonfinite_entropy=self.driver.nonfinite,
                               **self._debug_values())
             if not self._target.constant or self._target.annealing:
-                values["target_entropy"] = s.target
+                values["target_entropy"] = self.driver.target
             self._scalars(**values)
-        if record or self.driver.on_host():
-            if bool(self.unreachable_target.any()):
-                self._warn("unreachable", unreachable_message(s.ema, s.target, s.stalled_for,
-                                                              self.alpha))
-            self._check_progress()
+        if not (record or self.driver.on_host()):
+            return
+        if "unreachable" not in self._warn.said and bool(self.unreachable_target.any()):
+            s = self.driver.state
+            self._warn("unreachable", unreachable_message(s.ema, s.target, s.stalled_for,
+                                                          self.alpha))
+        self._check_progress()
 
     def _check_progress(self) -> None:
         """A rule's own warnings (run where reading costs nothing)."""

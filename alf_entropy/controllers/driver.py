@@ -6,20 +6,24 @@ batch.  ``Driver`` holds the state as registered buffers and runs the step as Nu
 of CPU buffers (``x = ScalarOps``/``ArrayOps``) or as tensor ops (``TensorOps``), with the same
 bits.
 """
+import functools
 from collections import namedtuple
 from typing import Any, Callable
 
 import torch
 import torch.nn as nn
 
+from alf_entropy import accel
 from alf_entropy.controllers.ops import ArrayOps, ScalarOps, TensorOps, gate
 from alf_entropy.controllers.watch import watch_rule
 
 __all__ = ["Driver", "Inputs", "Consts", "device_step", "state_type", "SHARED_FIELDS",
            "UPDATE_MODES", "NO_SPAN"]
 
-UPDATE_MODES = ("auto", "tensor", "host")
-"""``"host"``: NumPy over CPU state; ``"tensor"``: no host read; ``"auto"``: host on the CPU."""
+UPDATE_MODES = ("auto", "tensor", "host", "compiled")
+"""``"host"``: NumPy over CPU state; ``"tensor"``: no host read; ``"compiled"``: the tensor
+step as one ``torch.compile`` graph (on CUDA also a CUDA graph); ``"auto"``: host on the CPU,
+else tensor."""
 NO_SPAN = 1e30
 """The span of ``log_alpha`` between two ``step()`` calls when there is no limit (finite)."""
 
@@ -69,16 +73,17 @@ class Driver(nn.Module):
         for field, value in zip(state._fields, state):
             self.register_buffer(field, value)
         self.mode = mode
+        self._cache = ((), [])
 
     @property
     def state(self) -> Any:
         """The buffers as the state's named tuple."""
-        return self._type(*self.buffers(recurse=False))
+        return self._type._make(accel.buffers(self))
 
     def write(self, state: Any) -> None:
         """Copy ``state`` into the buffers."""
         with torch.no_grad():
-            for buffer, value in zip(self.buffers(recurse=False), state):
+            for buffer, value in zip(self.state, state):
                 buffer.copy_(value)
 
     def on_host(self) -> bool:
@@ -89,15 +94,39 @@ class Driver(nn.Module):
                              f"{self.log_alpha.device}; use 'tensor' or 'auto'")
         return cpu and self.mode != "tensor"
 
+    def step(self, rule: Callable, consts: Consts, inputs: Inputs) -> None:
+        """One ``device_step`` as tensor ops on the buffers."""
+        self.write(device_step(TensorOps, rule, consts, self.state, inputs))
+
+    def _views(self) -> list:
+        """NumPy views of the CPU buffers, made again when any buffer's memory changed (an
+        assigned or moved buffer; the cached views keep the old memory, so no address is
+        reused while they live)."""
+        buffers = accel.buffers(self)
+        key = tuple(buffer.data_ptr() for buffer in buffers)
+        if self._cache[0] != key:
+            self._cache = (key, [buffer.numpy() for buffer in buffers])
+        return self._cache[1]
+
     def update(self, rule: Callable, consts: Consts, inputs: Inputs) -> torch.Tensor:
         """One ``device_step`` on the buffers; the new alpha."""
+        if self.mode == "compiled":
+            _compiled(self.log_alpha.device.type)(self, rule, consts, inputs)
+            return self.log_alpha.exp()  # outside the graph: eager's exp, the same bits
         if not self.on_host():
-            self.write(device_step(TensorOps, rule, consts, self.state, inputs))
+            self.step(rule, consts, inputs)
             return self.log_alpha.exp()
-        views = [buffer.numpy() for buffer in self.buffers(recurse=False)]  # any write is seen
+        views = self._views()
         x = ArrayOps if self.log_alpha.dim() else ScalarOps
         host = Inputs(*(value.cpu().numpy()[()] for value in inputs))
         new = device_step(x, rule, consts, self._type(*(v[()] for v in views)), host)
         for view, value in zip(views, new):
             view[...] = value
         return self.log_alpha.exp()
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(device_type: str) -> Callable:
+    """``Driver.step`` compiled whole (on CUDA replayed as a CUDA graph)."""
+    mode = "reduce-overhead" if device_type == "cuda" else None
+    return torch.compile(Driver.step, fullgraph=True, dynamic=False, mode=mode)
