@@ -11,7 +11,13 @@ from alf_entropy.algorithms.entropy_target_algorithm import (
     EntropyTargetAlgorithm,
     SGDEntropyTargetAlgorithm,
 )
-from alf_entropy.controllers import WINDUP_WINDOW, PIDEntropyTargetAlgorithm
+from alf_entropy.controllers import (
+    MAX_ALPHA,
+    WINDUP_WINDOW,
+    FixedEntropyCoefficient,
+    LinearPIDEntropyTargetAlgorithm,
+    PIDEntropyTargetAlgorithm,
+)
 from alf_entropy.tensor_specs import BoundedTensorSpec
 from alf_entropy.utils import summary
 from alf_entropy.utils.dist_utils import greedy_probability_target
@@ -219,3 +225,40 @@ def test_the_watch_counts_a_stall_that_noise_keeps_interrupting(share, fires):
         state = watch_rule(ScalarOps, state._replace(log_alpha=0.0 if at else -1.0), 0.3,
                            anneal_of(None), 0.0)
     assert (state.stalled_for >= WINDUP_WINDOW) == fires
+
+
+def test_a_plant_that_never_answers_is_flagged_with_alpha_finite_and_at_most_1e6():
+    """No max_alpha, entropy readings fixed at 0.5 under a target of 0.679, the PID's defaults:
+    alpha stops at the default ceiling (MAX_ALPHA = 1e6), the watch flags the target within
+    2,000 updates, with one warning; no state ever holds inf or NaN (it reached inf at update
+    ~420 when the ceiling was infinite).  (ALF's staged rule lowers alpha on a flat reading,
+    and the SGD and linear rules climb by about lr or ki per update: see docs/controllers.md.)"""
+    controller = PIDEntropyTargetAlgorithm(TWO, target_entropy=0.679)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        flagged = None
+        for k in range(2000):
+            controller.adjust_alpha(0.5)
+            assert all(torch.isfinite(v).all() for v in controller.driver.state), k
+            assert controller.alpha.item() <= MAX_ALPHA * (1 + 1e-6)
+            if flagged is None and bool(controller.unreachable_target):
+                flagged = k
+    assert flagged is not None and flagged < 2000
+    assert controller.alpha.item() == pytest.approx(MAX_ALPHA, rel=1e-6)
+    assert len([w for w in caught if "unreachable" in str(w.message)]) == 1
+
+
+@pytest.mark.parametrize("cls, kwargs", [
+    (LinearPIDEntropyTargetAlgorithm, dict(min_alpha=0.0, initial_alpha=0.0)),
+    (FixedEntropyCoefficient, dict(alpha=0.0)),
+    (EntropyTargetAlgorithm, dict(min_alpha=0.0, initial_alpha=1e-30, skip_free_stage=True)),
+])
+def test_an_alpha_of_zero_or_at_the_floor_is_a_finite_state(cls, kwargs):
+    """A coefficient of exactly 0 is ``log_alpha = LOG_ZERO`` (its exp is 0 in float32), and
+    ``min_alpha <= 0`` floors a log-space rule at exp(-100), as ALF documents: never -inf."""
+    controller = cls(TWO, target_entropy=0.3, **kwargs)
+    for _ in range(300):
+        controller.adjust_alpha(0.69)  # far above the target: down to the floor
+    assert all(torch.isfinite(v).all() for v in controller.driver.state)
+    expected = 0.0 if cls is not EntropyTargetAlgorithm else math.exp(-100)
+    assert controller.alpha.item() == pytest.approx(expected, abs=1e-45)
