@@ -244,7 +244,6 @@ PPO_SGD = [
     "PPOAlgorithm.entropy_target_cls = @SGDEntropyTargetAlgorithm",
     "SGDEntropyTargetAlgorithm.target_entropy = @LinearScheduler()",
     "SGDEntropyTargetAlgorithm.initial_alpha = 0.1",
-    "SGDEntropyTargetAlgorithm.optimizer = @alpha/torch.optim.Adam",
 ]
 
 
@@ -289,11 +288,11 @@ def benchmark_ppo(seeds, out_dir, jobs, only=None):
             "EntropyTargetAlgorithm.max_alpha_change_per_iteration = None",
         ]),
         "sac_rule": dict(base, gin_param=PPO_COMMON + sgd,
-                         parameters={"alpha/torch.optim.Adam.lr": [3e-4, 3e-3, 3e-2]}),
+                         parameters={"SGDEntropyTargetAlgorithm.lr": [3e-4, 3e-3, 3e-2]}),
         # Adam with lr 0 never moves log_alpha: a fixed alpha (0.1) whose
         # summaries still carry the target.
         "fixed": dict(base, gin_param=PPO_COMMON + sgd,
-                      parameters={"alpha/torch.optim.Adam.lr": [0.0]}),
+                      parameters={"SGDEntropyTargetAlgorithm.lr": [0.0]}),
     }
     if only:
         sweeps = {k: v for k, v in sweeps.items() if k in only}
@@ -350,15 +349,13 @@ def benchmark_sac(seeds, out_dir, jobs, steps=10000, only=None):
     sweeps = {
         "pid": dict(base, gin_file=["sac_pendulum_pid.gin"], gin_param=common),
         "staged": dict(base, gin_file=["sac_pendulum_staged.gin"], gin_param=common),
-        "sac_rule": dict(base, gin_file=["sac_pendulum.gin"], gin_param=common + [
-            "SGDEntropyTargetAlgorithm.optimizer = @alpha/torch.optim.Adam"],
-            parameters={"alpha/torch.optim.Adam.lr": [3e-4, 3e-3, 3e-2]}),
+        "sac_rule": dict(base, gin_file=["sac_pendulum.gin"], gin_param=common,
+                         parameters={"SGDEntropyTargetAlgorithm.lr": [3e-4, 3e-3, 3e-2]}),
         # Adam with lr 0 never moves log_alpha: a fixed alpha whose summaries
         # still carry the target.
         "fixed": dict(base, gin_file=["sac_pendulum.gin"], gin_param=common + [
             "SGDEntropyTargetAlgorithm.initial_alpha = 0.05",
-            "SGDEntropyTargetAlgorithm.optimizer = @alpha/torch.optim.Adam",
-            "alpha/torch.optim.Adam.lr = 0.0",
+            "SGDEntropyTargetAlgorithm.lr = 0.0",
         ]),
     }
     if only:

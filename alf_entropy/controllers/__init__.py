@@ -2,7 +2,8 @@
 ``linear_pid``, ``sgd``, ``fixed``; ``nested`` composes them) run by one driver (``driver``,
 ``ops``, ``target``, ``watch``); ``base`` is their interface, ``alf`` ALF's protocol."""
 from alf_entropy.controllers.alf import EntropyTargetInfo, EntropyTargetLossInfo
-from alf_entropy.controllers.base import MAX_ALPHA, UPDATE_MODES, EntropyController
+from alf_entropy.controllers.base import EntropyController
+from alf_entropy.controllers.driver import MAX_ALPHA, UPDATE_MODES
 from alf_entropy.controllers.fixed import FixedEntropyCoefficient
 from alf_entropy.controllers.linear_pid import LinearPIDEntropyTargetAlgorithm
 from alf_entropy.controllers.nested import NestedEntropyTargetAlgorithm

@@ -1,12 +1,14 @@
 """ALF's sub-algorithm protocol, as ALF's ``Agent`` calls it: the one place where the entropy
 travels negated (``neg_entropy``, as ALF's infos hold it)."""
 import functools
-from typing import Any, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 
 from alf_entropy.data_structures import AlgStep, LossInfo, StepType, namedtuple
+from alf_entropy.tensor_specs import from_gym_space
 from alf_entropy.utils import nest
+from alf_entropy.utils.dist_utils import entropy_with_fallback
 
 __all__ = ["EntropyTargetLossInfo", "EntropyTargetInfo", "AlfSubAlgorithm"]
 
@@ -19,18 +21,29 @@ _neg = functools.partial(nest.map_structure, torch.neg)
 
 
 class AlfSubAlgorithm:
-    """ALF's steps over a controller's ``entropy`` and ``entropy_loss``."""
+    """ALF's steps over a controller's ``entropy`` and ``entropy_loss``; and what every
+    controller, nested too, shares: ``from_space``, ``entropy``, ``leaf_algorithms``."""
 
-    _on_policy: Optional[bool] = None
+    on_policy: Optional[bool] = None
+    """Whether the parent trains on-policy (``rollout_step`` then trains too), as ALF's."""
 
-    @property
-    def on_policy(self) -> Optional[bool]:
-        """Whether the parent trains on-policy (``rollout_step`` then trains too), as ALF's."""
-        return self._on_policy
+    @classmethod
+    def from_space(cls, space: Any, **kwargs: Any) -> Any:
+        """``cls(from_gym_space(space), **kwargs)`` for a gymnasium space or a TorchRL spec."""
+        return cls(from_gym_space(space), **kwargs)
+
+    def entropy(self, distribution: Any) -> Tuple[Any, Any]:
+        """``(entropy, entropy_for_gradient)`` of the policy's distribution, as
+        ``entropy_loss`` takes them."""
+        return entropy_with_fallback(distribution, action_spec=self.action_spec)
+
+    def leaf_algorithms(self) -> Dict[str, Any]:
+        """The per-action controllers by path in the spec (``{"": self}`` unless nested)."""
+        return {"": self}
 
     def set_on_policy(self, is_on_policy: bool) -> None:
         """Set ``on_policy`` (the parent algorithm does)."""
-        self._on_policy = is_on_policy
+        self.on_policy = is_on_policy
 
     def predict_step(self, inputs: Any, state: Any = None) -> AlgStep:
         """Nothing to do when acting for evaluation."""

@@ -7,18 +7,21 @@ of CPU buffers (``x = ScalarOps``/``ArrayOps``) or as tensor ops (``TensorOps``)
 bits.
 """
 import functools
+import math
 from collections import namedtuple
-from typing import Any, Callable
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 import torch.nn as nn
 
 from alf_entropy import accel
-from alf_entropy.controllers.ops import ArrayOps, ScalarOps, TensorOps, gate
+from alf_entropy.controllers.ops import ArrayOps, ScalarOps, TensorOps, f32, gate
 from alf_entropy.controllers.watch import watch_rule
+from alf_entropy.utils import distributed
+from alf_entropy.utils.checks import check_real
 
-__all__ = ["Driver", "Inputs", "Consts", "device_step", "state_type", "SHARED_FIELDS",
-           "UPDATE_MODES", "NO_SPAN"]
+__all__ = ["Driver", "Inputs", "Consts", "bounds", "device_step", "state_type", "SHARED_FIELDS",
+           "UPDATE_MODES", "NO_SPAN", "MAX_ALPHA", "MIN_LOG_ALPHA", "LOG_ZERO"]
 
 UPDATE_MODES = ("auto", "tensor", "host", "compiled")
 """``"host"``: NumPy over CPU state; ``"tensor"``: no host read; ``"compiled"``: the tensor
@@ -26,6 +29,12 @@ step as one ``torch.compile`` graph (on CUDA also a CUDA graph); ``"auto"``: hos
 else tensor."""
 NO_SPAN = 1e30
 """The span of ``log_alpha`` between two ``step()`` calls when there is no limit (finite)."""
+MAX_ALPHA = 1e6
+"""The ceiling of ``alpha`` when ``max_alpha`` is None: alpha stays finite on any plant."""
+MIN_LOG_ALPHA = -100.0
+"""The floor of ``log_alpha`` for ``min_alpha <= 0`` (ALF's ``exp(-100)``)."""
+LOG_ZERO = -110.0
+"""``log_alpha`` of an ``alpha`` of 0 (its ``exp`` is 0 in float32), for rules that reach 0."""
 
 # target: the target in force; ema .. settled: the watch; nonfinite: updates with a NaN/inf
 # entropy; span_lo/span_hi: log_alpha's range since the last step(); acc_sum/acc_count: the
@@ -63,17 +72,58 @@ def device_step(x: Any, rule: Callable, c: Consts, s: Any, inputs: Inputs) -> An
     return new
 
 
+def bounds(settings: Dict[str, Any], zero_alpha: bool) -> Tuple[float, float, float]:
+    """``log_alpha``'s floor, ceiling and span from the shared settings, checked:
+    ``min_alpha <= 0`` is ALF's ``exp(-100)`` (0 for a rule that reaches it), ``max_alpha``
+    None is ``MAX_ALPHA``."""
+    low = check_real("min_alpha", settings["min_alpha"])
+    high = check_real("max_alpha", settings["max_alpha"], positive=True, allow_none=True)
+    if high is not None and high < low:
+        raise ValueError(f"min_alpha ({low}) must be <= max_alpha ({high})")
+    change = check_real("max_alpha_change_per_iteration",
+                        settings["max_alpha_change_per_iteration"], above=1.0, allow_none=True)
+    floor = LOG_ZERO if zero_alpha else MIN_LOG_ALPHA
+    return (f32(math.log(low)) if low > 0 else floor, f32(math.log(high or MAX_ALPHA)),
+            NO_SPAN if change is None else math.log(change))
+
+
 class Driver(nn.Module):
     """A controller's state, one buffer per field (``state`` reads them as one named tuple),
-    and its update on the host or as tensor ops (``mode``: one of ``UPDATE_MODES``)."""
+    and its update on the host or as tensor ops (``mode``: one of ``UPDATE_MODES``).
 
-    def __init__(self, state: Any, mode: str):
+    Args:
+        state_type: the state (``state_type``); the shared fields start from ``log_alpha`` and
+            ``target`` (tensors of the batch's shape), the rule's from ``own``.
+    """
+
+    def __init__(self, state_type: type, log_alpha: torch.Tensor, target: torch.Tensor,
+                 mode: str, **own: torch.Tensor):
         super().__init__()
-        self._type = type(state)
-        for field, value in zip(state._fields, state):
-            self.register_buffer(field, value)
+        zero, count = torch.zeros_like(log_alpha), torch.zeros_like(log_alpha, dtype=torch.int64)
+        shared = dict(log_alpha=log_alpha, target=target, ema=zero, stalled_for=count,
+                      count=count, settled=count, nonfinite=count, span_lo=log_alpha,
+                      span_hi=log_alpha, acc_sum=zero.double(), acc_count=zero.double())
+        self._type = state_type
+        for field, value in {**shared, **own}.items():
+            self.register_buffer(field, value.clone())
         self.mode = mode
         self._cache = ((), [])
+        self.register_state_dict_pre_hook(_refuse_pending_accumulation)
+
+    def accumulate(self, mean: torch.Tensor, count: torch.Tensor) -> None:
+        """Add ``count`` entropies of mean ``mean`` to the next ``pooled``."""
+        with torch.no_grad():
+            self.acc_sum.add_(mean * count)
+            self.acc_count.add_(count)
+
+    def pooled(self) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The accumulated entropies' mean and count over every rank; the sums start again."""
+        total, count = distributed.all_reduce_sum(
+            torch.stack([self.acc_sum, self.acc_count]), "all_reduce of the entropy").unbind()
+        with torch.no_grad():
+            self.acc_sum.zero_()
+            self.acc_count.zero_()
+        return (total / count.clamp(min=1)).to(torch.float32), count
 
     @property
     def state(self) -> Any:
@@ -98,7 +148,7 @@ class Driver(nn.Module):
         """One ``device_step`` as tensor ops on the buffers."""
         self.write(device_step(TensorOps, rule, consts, self.state, inputs))
 
-    def _views(self) -> list:
+    def _views(self):
         """NumPy views of the CPU buffers, made again when any buffer's memory changed (an
         assigned or moved buffer; the cached views keep the old memory, so no address is
         reused while they live)."""
@@ -108,25 +158,36 @@ class Driver(nn.Module):
             self._cache = (key, [buffer.numpy() for buffer in buffers])
         return self._cache[1]
 
-    def update(self, rule: Callable, consts: Consts, inputs: Inputs) -> torch.Tensor:
-        """One ``device_step`` on the buffers; the new alpha."""
+    def update(self, rule: Callable, consts: Consts, entropy: torch.Tensor,
+               count: Optional[torch.Tensor] = None, restart: bool = False) -> torch.Tensor:
+        """One ``device_step`` from the mean ``entropy`` of ``count`` elements (None: one);
+        ``restart``: a new span of ``log_alpha`` starts; the new alpha."""
+        entropy = entropy.detach().to(self.log_alpha.device, torch.float32)
+        count = entropy.new_ones(()) if count is None else count
+        inputs = Inputs(entropy, count, torch.full_like(count, restart, dtype=torch.bool))
         if self.mode == "compiled":
             _compiled(self.log_alpha.device.type)(self, rule, consts, inputs)
-            return self.log_alpha.exp()  # outside the graph: eager's exp, the same bits
-        if not self.on_host():
+        elif not self.on_host():
             self.step(rule, consts, inputs)
-            return self.log_alpha.exp()
-        views = self._views()
-        x = ArrayOps if self.log_alpha.dim() else ScalarOps
-        host = Inputs(*(value.cpu().numpy()[()] for value in inputs))
-        new = device_step(x, rule, consts, self._type(*(v[()] for v in views)), host)
-        for view, value in zip(views, new):
-            view[...] = value
-        return self.log_alpha.exp()
+        else:
+            views = self._views()
+            x = ArrayOps if self.log_alpha.dim() else ScalarOps
+            host = Inputs(*(value.cpu().numpy()[()] for value in inputs))
+            new = device_step(x, rule, consts, self._type(*(v[()] for v in views)), host)
+            for view, value in zip(views, new):
+                view[...] = value
+        return self.log_alpha.exp()  # eager's exp, outside a compiled graph: the same bits
 
 
 @functools.lru_cache(maxsize=None)
-def _compiled(device_type: str) -> Callable:
+def _compiled(device_type):
     """``Driver.step`` compiled whole (on CUDA replayed as a CUDA graph)."""
     mode = "reduce-overhead" if device_type == "cuda" else None
     return torch.compile(Driver.step, fullgraph=True, dynamic=False, mode=mode)
+
+
+def _refuse_pending_accumulation(driver, prefix, keep_vars):
+    if distributed.is_distributed() and bool((driver.acc_count > 0).any()):
+        raise RuntimeError("state_dict() between accumulate() and step() in a multi-rank run "
+                           "would save one rank's partial entropy sum; call step() first (save "
+                           "between optimizer steps)")

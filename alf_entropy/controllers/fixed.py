@@ -1,10 +1,11 @@
 """A fixed coefficient: "no adjustment" as a controller."""
 import math
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 
-from alf_entropy.controllers.base import LOG_ZERO, EntropyController
+from alf_entropy.controllers.base import EntropyController, arguments
+from alf_entropy.controllers.driver import LOG_ZERO
 from alf_entropy.utils.checks import check_real
 
 __all__ = ["FixedEntropyCoefficient"]
@@ -33,6 +34,7 @@ class FixedEntropyCoefficient(EntropyController):
 
     def __init__(self, action_spec: Any, initial_alpha: float = 0.1, target_entropy: Any = None,
                  min_alpha: float = 1e-4, max_alpha: Optional[float] = None,
+                 max_alpha_change_per_iteration: Optional[float] = None,
                  update_mode: str = "auto", batch_shape: Sequence[int] = (),
                  alpha: Optional[float] = None, debug_summaries: bool = False,
                  name: str = "FixedEntropyCoefficient"):
@@ -40,11 +42,10 @@ class FixedEntropyCoefficient(EntropyController):
             if initial_alpha != 0.1:
                 raise TypeError("give the coefficient as initial_alpha or as alpha, not both")
             initial_alpha = alpha
-        super().__init__(action_spec, target_entropy, initial_alpha, min_alpha, max_alpha, None,
-                         update_mode, batch_shape, debug_summaries, name, alpha=initial_alpha)
-        self._start()
+        super().__init__(**arguments(locals(), "alpha"), alpha=initial_alpha)
+        self.make_state()
 
-    def _constants(self, s: Dict[str, Any], lo: float, hi: float) -> float:
+    def _constants(self, s, lo, hi):
         alpha = check_real("alpha", s["alpha"], minimum=0.0)
         return math.log(alpha) if alpha > 0 else LOG_ZERO
 
@@ -57,4 +58,4 @@ class FixedEntropyCoefficient(EntropyController):
         """Change ``alpha`` (at once) or the bounds."""
         super().configure(**changes)
         with torch.no_grad():
-            self.driver.log_alpha.fill_(self._consts.rule)
+            self.driver.log_alpha.fill_(self._constants(self.settings, 0.0, 0.0))

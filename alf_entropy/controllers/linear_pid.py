@@ -5,8 +5,8 @@ from typing import Any, Dict, Optional, Sequence
 
 import torch
 
-from alf_entropy.controllers.base import MAX_ALPHA, EntropyController
-from alf_entropy.controllers.driver import state_type
+from alf_entropy.controllers.base import EntropyController, arguments
+from alf_entropy.controllers.driver import MAX_ALPHA, state_type
 from alf_entropy.controllers.ops import f32
 from alf_entropy.utils.checks import check_real
 
@@ -68,13 +68,10 @@ class LinearPIDEntropyTargetAlgorithm(EntropyController):
                  max_alpha_change_per_iteration: Optional[float] = None,
                  update_mode: str = "auto", batch_shape: Sequence[int] = (),
                  debug_summaries: bool = False, name: str = "LinearPIDEntropyTargetAlgorithm"):
-        super().__init__(action_spec, target_entropy, initial_alpha, min_alpha, max_alpha,
-                         max_alpha_change_per_iteration, update_mode, batch_shape,
-                         debug_summaries, name, kp=kp, ki=ki, kd=kd, trend_ema=trend_ema,
-                         gain_alpha=gain_alpha, min_gain=min_gain)
-        self._start(integral=self._full(initial_alpha), level=self._full(0.0))
+        super().__init__(**arguments(locals()))
+        self.make_state(integral=float(initial_alpha), level=0.0)
 
-    def _constants(self, s: Dict[str, Any], lo: float, hi: float) -> LinearPIDConsts:
+    def _constants(self, s, lo, hi):
         for arg in ("kp", "ki", "kd", "gain_alpha"):
             check_real(arg, s[arg], minimum=0.0)
         check_real("trend_ema", s["trend_ema"], minimum=0.0, below=1.0)
@@ -90,5 +87,5 @@ class LinearPIDEntropyTargetAlgorithm(EntropyController):
         """The integral term (coefficient units)."""
         return self.driver.integral
 
-    def _debug_values(self) -> Dict[str, torch.Tensor]:
+    def debug_values(self) -> Dict[str, torch.Tensor]:
         return {"integral": self.driver.integral}

@@ -1,15 +1,14 @@
 """One controller per action of a nested action spec (ALF's ``NestedEntropyTargetAlgorithm``)."""
 import functools
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
 
 from alf_entropy.controllers.alf import AlfSubAlgorithm
-from alf_entropy.controllers.base import EntropyController
+from alf_entropy.controllers.base import EntropyController, arguments
 from alf_entropy.controllers.staged import EntropyTargetAlgorithm
 from alf_entropy.data_structures import LossInfo
-from alf_entropy.tensor_specs import from_gym_space
 from alf_entropy.utils import nest
 from alf_entropy.utils.checks import is_real
 from alf_entropy.utils.dist_utils import entropy_with_fallback
@@ -40,17 +39,16 @@ class NestedEntropyTargetAlgorithm(AlfSubAlgorithm, nn.Module):
                  debug_summaries: bool = False, name: str = "NestedEntropyTargetAlgorithm",
                  **leaf_settings: Any):
         super().__init__()
-        self._action_spec = action_spec
-        self._batch = tuple(batch_shape)
-        self._name = name
+        self.action_spec = action_spec
+        self.batch_shape = tuple(batch_shape)
+        self.name = name
+        self.debug_summaries = debug_summaries
         self._paths = [p for p, _ in nest.flatten_with_path(action_spec)]
         if is_real(max_entropy):
             max_entropy = [max_entropy] * len(self._paths)
-        shared = dict(leaf_settings, initial_alpha=initial_alpha, min_alpha=min_alpha,
-                      max_alpha=max_alpha, update_mode=update_mode, batch_shape=batch_shape,
-                      debug_summaries=debug_summaries)
-        if max_alpha_change_per_iteration is not None:
-            shared.update(max_alpha_change_per_iteration=max_alpha_change_per_iteration)
+        shared = arguments(locals(), "action_spec", "leaf_cls", "target_entropy", "max_entropy",
+                           "name", "leaf_settings")
+        shared.update(leaf_settings)
         targets = self._per_leaf(target_entropy, "target_entropy")
         maxima = self._per_leaf(max_entropy, "max_entropy")
         # Keyed by path ("." is not allowed in module names): "_leaves.arm/grip._log_alpha".
@@ -60,46 +58,26 @@ class NestedEntropyTargetAlgorithm(AlfSubAlgorithm, nn.Module):
                       **(shared if m is None else dict(shared, max_entropy=m))))
             for path, spec, t, m in zip(self._paths, nest.flatten(action_spec), targets, maxima))
 
-    def _per_leaf(self, value: Any, arg_name: str = "entropy") -> List[Any]:
+    def _per_leaf(self, value, arg_name='entropy'):
         """``value`` as one entry per leaf: None, a nest like the spec, or a flat list."""
         if value is None:
             return [None] * len(self._paths)
         try:
-            return nest.flatten_up_to(self._action_spec, value)
+            return nest.flatten_up_to(self.action_spec, value)
         except ValueError as e:
             if isinstance(value, (list, tuple)) and len(value) == len(self._paths):
                 return list(value)
             raise ValueError(f"{arg_name} must be None, a nest shaped like action_spec or a list "
                              f"with one entry per action ({len(self._paths)}): {e}") from e
 
-    @classmethod
-    def from_space(cls, space: Any, **kwargs: Any) -> "NestedEntropyTargetAlgorithm":
-        """``cls(from_gym_space(space), **kwargs)`` for a gymnasium space or a TorchRL spec."""
-        return cls(from_gym_space(space), **kwargs)
-
-    @property
-    def action_spec(self) -> Any:
-        """The action spec."""
-        return self._action_spec
-
-    @property
-    def name(self) -> str:
-        """The name (the leaves' summaries' scope)."""
-        return self._name
-
-    @property
-    def batch_shape(self) -> Tuple[int, ...]:
-        """``()`` for one controller per leaf, ``(K,)`` for K."""
-        return self._batch
-
     def leaf_algorithms(self) -> Dict[str, EntropyController]:
         """The per-leaf controllers keyed by their path in the action spec."""
         return dict(zip(self._paths, self._leaves.values()))
 
-    def _each(self, fn: Callable[[EntropyController], Any]) -> List[Any]:
+    def _each(self, fn):
         return [fn(leaf) for leaf in self._leaves.values()]
 
-    def _stack(self, attr: str) -> torch.Tensor:
+    def _stack(self, attr):
         return torch.stack(self._each(lambda c: getattr(c, attr)))
 
     @property
@@ -143,9 +121,9 @@ class NestedEntropyTargetAlgorithm(AlfSubAlgorithm, nn.Module):
 
     def entropy(self, distribution: Any) -> Tuple[Any, Any]:
         """Each leaf's ``(entropy, entropy_for_gradient)``, nests like the spec."""
-        return entropy_with_fallback(distribution, return_sum=False, action_spec=self._action_spec)
+        return entropy_with_fallback(distribution, return_sum=False, action_spec=self.action_spec)
 
-    def _zip(self, *nests: Any) -> List[Any]:
+    def _zip(self, *nests):
         return list(zip(self._leaves.values(), *(self._per_leaf(n) for n in nests)))
 
     def adjust_alpha(self, entropy: Any) -> torch.Tensor:

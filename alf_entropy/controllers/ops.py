@@ -4,19 +4,22 @@ on a value (each decision an ``x.where``), so it runs on CPU state as NumPy (``S
 bits.  Bit traps: Python-float constants are weak scalars on both (NumPy >= 2) and float32 when
 ``where`` chooses them; a number divided by a tensor only as ``1.0 / t`` (torch's ``c / t`` is
 ``c * (1 / t)``); sqrt and log in float64, then cast."""
-from typing import Any, Callable, Tuple
+from typing import Any, Tuple
 
 import numpy as np
 import torch
 
-__all__ = ["ScalarOps", "ArrayOps", "TensorOps", "f32", "gate", "window_mean", "window_average"]
+from alf_entropy.utils.math_ops import masked_mean
+
+__all__ = ["ScalarOps", "ArrayOps", "TensorOps", "f32", "gate", "window_mean", "window_average",
+           "member_mean"]
 
 
-def _f32(v: Any) -> Any:
+def _f32(v):
     return np.float32(v) if type(v) is float else v  # np.float64 is a float subclass
 
 
-def _log64(v: Any) -> Any:
+def _log64(v):
     with np.errstate(divide="ignore"):  # log(0) = -inf, as torch's
         return np.log(np.float64(v) if np.ndim(v) == 0 else np.asarray(v, np.float64))
 
@@ -31,20 +34,20 @@ class ScalarOps:
 
     maximum, minimum, abs = staticmethod(max), staticmethod(min), staticmethod(abs)
     clip = staticmethod(lambda v, lo, hi: min(max(v, lo), hi))
-    f32, f64, i32, isfinite, any = np.float32, np.float64, np.int32, np.isfinite, bool
+    f32, f64, i32, isfinite = np.float32, np.float64, np.int32, np.isfinite
     sqrt = staticmethod(lambda v: np.float32(np.sqrt(np.float64(v))))
     log = staticmethod(lambda v: np.float32(_log64(v)))
     where = staticmethod(lambda cond, a, b: _f32(a if cond else b))
 
     @staticmethod
-    def push(window: np.ndarray, seen: Any, value: Any) -> np.ndarray:
+    def push(window, seen, value):
         """``window`` with ``value`` at slot ``seen % len``."""
         window = window.copy()
         window[..., seen % window.shape[-1]] = value
         return window
 
     @staticmethod
-    def via_torch(fn: Callable[..., torch.Tensor], *args: Any) -> Any:
+    def via_torch(fn, *args):
         """``fn`` (of tensors) on these values, where only torch's kernels give its bits."""
         out = fn(*(torch.as_tensor(a) for a in args))
         return tuple(o.numpy()[()] for o in out) if isinstance(out, tuple) else out.numpy()[()]
@@ -54,16 +57,16 @@ class ArrayOps(ScalarOps):
     """A batch of controllers on the CPU: NumPy arrays."""
 
     maximum, minimum, abs = staticmethod(np.maximum), staticmethod(np.minimum), staticmethod(np.abs)
-    clip, any = staticmethod(np.clip), staticmethod(lambda v: bool(v.any()))
+    clip = staticmethod(np.clip)
     where = staticmethod(lambda cond, a, b: np.where(cond, _f32(a), _f32(b)))
 
     @staticmethod
-    def push(window: np.ndarray, seen: Any, value: Any) -> np.ndarray:
+    def push(window, seen, value):
         hit = np.arange(window.shape[-1]) == (seen % window.shape[-1])[..., None]
         return np.where(hit, np.asarray(value, window.dtype)[..., None], window)
 
 
-def _bound(fn: Callable, clamp_arg: str) -> Callable:
+def _bound(fn, clamp_arg):
     def op(a: Any, b: Any) -> torch.Tensor:
         if not torch.is_tensor(b):
             return torch.clamp(a, **{clamp_arg: b})
@@ -85,21 +88,18 @@ class TensorOps:
     via_torch = staticmethod(lambda fn, *args: fn(*args))
 
     @staticmethod
-    def push(window: torch.Tensor, seen: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    def push(window, seen, value):
         slots = torch.arange(window.shape[-1], device=window.device)
         hit = slots == (seen % window.shape[-1]).unsqueeze(-1)
         return torch.where(hit, value.unsqueeze(-1).to(window.dtype), window)
 
 
 def gate(x: Any, valid: Any, new: Any, old: Any) -> Any:
-    """``new`` where ``valid``, else ``old``, field by field (nested tuples too)."""
-    if isinstance(valid, (bool, np.bool_)):
-        return new if valid else old
-    if isinstance(valid, np.ndarray) and valid.all():
-        return new
-    if isinstance(new, tuple):
-        return type(new)(*(gate(x, valid, n, o) for n, o in zip(new, old)))
-    return x.where(valid.reshape(valid.shape + (1,) * (new.ndim - valid.ndim)), new, old)
+    """The state ``new`` where ``valid``, else ``old``, field by field."""
+    if isinstance(valid, np.bool_) or (isinstance(valid, np.ndarray) and valid.all()):
+        return new if valid.all() else old
+    return type(new)(*(x.where(valid.reshape(valid.shape + (1,) * (n.ndim - valid.ndim)), n, o)
+                       for n, o in zip(new, old)))
 
 
 def window_mean(x: Any, window: Any, seen: Any) -> Any:
@@ -114,3 +114,10 @@ def window_average(x: Any, window: Any, seen: Any, value: Any) -> Tuple:
     """ALF's ``ScalarWindowAverager``: ``(average before, average after, window, seen)``."""
     new_window = x.push(window, seen, value)
     return window_mean(x, window, seen), window_mean(x, new_window, seen + 1), new_window, seen + 1
+
+
+def member_mean(x: torch.Tensor, mask: Any, batch_dims: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Each member's masked mean and count (the first ``batch_dims`` dims are the members')."""
+    if batch_dims and x.dim() == batch_dims:  # one element a member
+        x, mask = x.unsqueeze(-1), None if mask is None else mask.unsqueeze(-1)
+    return masked_mean(x, mask, dim=tuple(range(batch_dims, x.dim())) if batch_dims else None)

@@ -6,7 +6,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 
 import torch
 
-from alf_entropy.controllers.base import EntropyController
+from alf_entropy.controllers.base import EntropyController, arguments
 from alf_entropy.controllers.driver import state_type
 from alf_entropy.controllers.ops import f32
 from alf_entropy.utils.checks import check_real
@@ -107,20 +107,11 @@ class PIDEntropyTargetAlgorithm(EntropyController):
                  max_alpha_change_per_iteration: Optional[float] = None,
                  update_mode: str = "auto", batch_shape: Sequence[int] = (),
                  debug_summaries: bool = False, name: str = "PIDEntropyTargetAlgorithm"):
-        super().__init__(action_spec, target_entropy, initial_alpha, min_alpha, max_alpha,
-                         max_alpha_change_per_iteration, update_mode, batch_shape,
-                         debug_summaries, name, kp=kp, ki=ki, kd=kd,
-                         integral_growth=integral_growth, max_integral_gain=max_integral_gain,
-                         growth_band=growth_band, error_ema=error_ema, trend_emas=trend_emas,
-                         deadband=deadband, max_alpha_change=max_alpha_change,
-                         error_scale=error_scale, noise_step=noise_step)
-        zero, one = self._full(0.0), self._full(1.0)
-        self._start(integral=self._full(self._initial_log_alpha), err_ema=zero, fast=zero.clone(),
-                    slow=zero.clone(), gain=one,
-                    level=zero.clone(), noise=zero.clone(), reading=zero.clone(),
-                    before=zero.clone(), slowdown=one.clone())
+        super().__init__(**arguments(locals()))
+        self.make_state(integral=math.log(initial_alpha), err_ema=0.0, fast=0.0, slow=0.0, gain=1.0,
+                    level=0.0, noise=0.0, reading=0.0, before=0.0, slowdown=1.0)
 
-    def _constants(self, s: Dict[str, Any], lo: float, hi: float) -> PIDConsts:
+    def _constants(self, s, lo, hi):
         for arg, least in (("kp", 0.0), ("ki", 0.0), ("kd", 0.0), ("integral_growth", 1.0),
                            ("max_integral_gain", 1.0)):
             check_real(arg, s[arg], minimum=least)
@@ -140,22 +131,22 @@ class PIDEntropyTargetAlgorithm(EntropyController):
             s["deadband"], math.log(s["max_alpha_change"]), s["integral_growth"],
             s["max_integral_gain"], s["growth_band"], noise_step, NOISE_EMA, lo, hi)))
 
-    def _error_scale(self, s: Dict[str, Any]) -> float:
+    def _error_scale(self, s):
         if s["error_scale"] is None:
-            return entropy_per_log_alpha(self._action_spec)
+            return entropy_per_log_alpha(self.action_spec)
         return check_real("error_scale", s["error_scale"], positive=True)
 
     @property
     def error_scale(self) -> float:
         """Entropy per unit of ``log_alpha`` that normalises the error."""
-        return self._error_scale(self._settings)
+        return self._error_scale(self.settings)
 
     @property
     def integral(self) -> torch.Tensor:
         """The integral term (``log(initial_alpha)`` at the start)."""
         return self.driver.integral
 
-    def _debug_values(self) -> Dict[str, torch.Tensor]:
+    def debug_values(self) -> Dict[str, torch.Tensor]:
         s = self.driver.state
         return {"integral": s.integral, "error": s.err_ema,
-                "trend": (s.fast - s.slow) * self._consts.rule.inv_scale}
+                "trend": (s.fast - s.slow) / self.error_scale}

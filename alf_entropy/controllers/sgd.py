@@ -6,7 +6,7 @@ from typing import Any, Dict, Optional, Sequence
 
 import torch
 
-from alf_entropy.controllers.base import EntropyController
+from alf_entropy.controllers.base import EntropyController, arguments
 from alf_entropy.controllers.driver import state_type
 from alf_entropy.controllers.ops import TensorOps, window_average, window_mean
 from alf_entropy.utils.checks import check_choice, check_int, check_real
@@ -43,30 +43,14 @@ def sgd_rule(x: Any, s: SGDState, entropy: Any, c: SGDConsts) -> SGDState:
     return s._replace(log_alpha=log_alpha, window=window, seen=seen)
 
 
-def _rule_of(optimizer: Any, lr: float) -> tuple:
-    """``(name, lr)`` of a name or an earlier config's factory (``partial(Adam, lr=...)``)."""
-    if isinstance(optimizer, str):
-        return optimizer, lr
-    opt = optimizer([torch.zeros((), requires_grad=True)]) if callable(optimizer) else None
-    d = getattr(opt, "defaults", {})
-    plain = not (d.get("weight_decay") or d.get("maximize") or d.get("momentum"))
-    if type(opt) is torch.optim.Adam and plain and d["betas"] == (0.9, 0.999) and d[
-            "eps"] == 1e-8 and not d["amsgrad"]:
-        return "adam", d["lr"]
-    if type(opt) is torch.optim.SGD and plain:
-        return "sgd", d["lr"]
-    raise TypeError(f"optimizer must be 'adam' (SAC's: betas 0.9, 0.999, eps 1e-8) or 'sgd' "
-                    f"(plain steps), with lr=...; got {optimizer!r}")
-
-
 class SGDEntropyTargetAlgorithm(EntropyController):
     """SAC's gradient rule: one step an update, by its own optimiser (a parent's never touches
     ``log_alpha``).  Shared arguments: ``EntropyController``'s:
 
     Args:
         lr: the learning rate of ``log_alpha`` (>= 0; 0: a fixed alpha that logs its target).
-        optimizer: ``"adam"`` (SAC's) or ``"sgd"`` (plain gradient steps); a torch
-            optimiser factory of earlier configs is read as one of these (with its lr).
+        optimizer: ``"adam"`` (SAC's: betas 0.9, 0.999, eps 1e-8) or ``"sgd"`` (plain
+            gradient steps).
         window_size: updates the entropy is averaged over (>= 1).
 
     Examples:
@@ -91,18 +75,14 @@ class SGDEntropyTargetAlgorithm(EntropyController):
                  max_alpha_change_per_iteration: Optional[float] = None,
                  update_mode: str = "auto", batch_shape: Sequence[int] = (),
                  debug_summaries: bool = False, name: str = "SGDEntropyTargetAlgorithm"):
-        optimizer, lr = _rule_of(optimizer, lr)
-        super().__init__(action_spec, target_entropy, initial_alpha, min_alpha, max_alpha,
-                         max_alpha_change_per_iteration, update_mode, batch_shape,
-                         debug_summaries, name, lr=lr, optimizer=optimizer)
+        super().__init__(**arguments(locals(), "window_size"))
         window = check_int("window_size", window_size, minimum=1)
-        zero = self._full(0.0)
-        self._start(window=torch.zeros(self._batch + (window,)), seen=self._full(0, torch.int64),
-                    exp_avg=zero, exp_avg_sq=zero.clone(), adam_step=self._full(0, torch.int64))
+        self.make_state(window=torch.zeros(self.batch_shape + (window,)), seen=0, exp_avg=0.0,
+                    exp_avg_sq=0.0, adam_step=0)
 
-    def _constants(self, s: Dict[str, Any], lo: float, hi: float) -> SGDConsts:
+    def _constants(self, s, lo, hi):
         check_choice("optimizer", s["optimizer"], ("adam", "sgd"))
         return SGDConsts(check_real("lr", s["lr"], minimum=0.0), s["optimizer"] == "adam")
 
-    def _debug_values(self) -> Dict[str, torch.Tensor]:
+    def debug_values(self) -> Dict[str, torch.Tensor]:
         return {"entropy": window_mean(TensorOps, self.driver.window, self.driver.seen)}

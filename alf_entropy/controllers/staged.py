@@ -6,8 +6,8 @@ from typing import Any, Dict, Optional, Sequence
 import numpy as np
 import torch
 
-from alf_entropy.controllers.base import MIN_LOG_ALPHA, EntropyController
-from alf_entropy.controllers.driver import state_type
+from alf_entropy.controllers.base import EntropyController, arguments
+from alf_entropy.controllers.driver import MIN_LOG_ALPHA, state_type
 from alf_entropy.controllers.ops import TensorOps, window_average, window_mean
 from alf_entropy.utils.checks import check_int, check_real
 
@@ -76,7 +76,7 @@ def describe_stage(stage: Any) -> str:
     return f"stage {stage}: {what}"
 
 
-def _alf_rate(rate: float) -> float:
+def _alf_rate(rate):
     """ALF's ``torch.tensor(rate)``: float32 from a Python float, float64 from ``np.log(2)``."""
     return float(torch.tensor(rate).to(torch.float64))
 
@@ -120,28 +120,23 @@ class EntropyTargetAlgorithm(EntropyController):
                  max_alpha_change_per_iteration: Optional[float] = None,
                  batch_shape: Sequence[int] = (), debug_summaries: bool = False,
                  name: str = "EntropyTargetAlgorithm"):
-        super().__init__(action_spec, target_entropy, initial_alpha, min_alpha, max_alpha,
-                         max_alpha_change_per_iteration, update_mode, batch_shape,
-                         debug_summaries, name, very_slow_update_rate=very_slow_update_rate,
-                         slow_update_rate=slow_update_rate, fast_update_rate=fast_update_rate,
-                         track_target_changes=track_target_changes,
-                         retarget_update_rate=retarget_update_rate)
+        super().__init__(**arguments(locals(), "skip_free_stage", "max_entropy", "average_window"))
         window = check_int("average_window", average_window, minimum=1)
-        top = max(self._target.initial)
-        if max_entropy is not None and top > check_real("max_entropy", max_entropy):
-            raise ValueError(f"target_entropy ({top}) must be <= max_entropy ({max_entropy})")
         stage = 1 if skip_free_stage else (-2 - window if max_entropy is None else -2)
-        self._start(stage=self._full(stage, torch.int32),
-                    update_rate=self._full(float(np.float32(fast_update_rate))),
-                    max_entropy=self._full(max_entropy or 0.0),
-                    ref_target=self._full(self._target.initial),
-                    window=torch.zeros(self._batch + (window,)),
-                    seen=self._full(0, torch.int64))
+        self.make_state(stage=torch.full(self.batch_shape, stage, dtype=torch.int32),
+                    update_rate=float(np.float32(fast_update_rate)),
+                    max_entropy=float(max_entropy or 0.0),
+                    ref_target=0.0,
+                    window=torch.zeros(self.batch_shape + (window,)), seen=0)
+        self.driver.ref_target.copy_(self.driver.target)
+        top = float(self.driver.target.max())  # both in float32
+        if max_entropy is not None and top > np.float32(check_real("max_entropy", max_entropy)):
+            raise ValueError(f"target_entropy ({top:.6g}) must be <= max_entropy ({max_entropy})")
         self._max_entropy_given = max_entropy is not None
         self._stuck_after = max(STUCK_UPDATES, 10 * window)
         self._stuck_checked = False
 
-    def _constants(self, s: Dict[str, Any], lo: float, hi: float) -> StagedConsts:
+    def _constants(self, s, lo, hi):
         for arg in ("very_slow_update_rate", "slow_update_rate", "fast_update_rate",
                     "retarget_update_rate"):
             check_real(arg, s[arg], positive=True)
@@ -174,32 +169,22 @@ class EntropyTargetAlgorithm(EntropyController):
         """The average entropy the stages compare."""
         return window_mean(TensorOps, self.driver.window, self.driver.seen)
 
-    def _debug_values(self) -> Dict[str, torch.Tensor]:
+    def debug_values(self) -> Dict[str, torch.Tensor]:
         return dict(avg_entropy=self.avg_entropy, stage=self.stage, update_rate=self.update_rate)
 
-    def _check_progress(self) -> None:
+    def check_progress(self) -> None:
         """Still before the adjust stage after ``_stuck_after`` updates: one warning."""
-        if self._stuck_checked or self._target.updates < self._stuck_after:
+        if self._stuck_checked or self.updates < self._stuck_after:
             return
         self._stuck_checked = True
         stage = int(self.stage.min())
         if stage < 0:
-            self._warn("stuck", self._stuck_message(stage))
-
-    def _stuck_message(self, stage: int) -> str:
-        n, avg, alpha = self._target.updates, float(self.avg_entropy.min()), float(self.alpha.min())
-        if stage < -2:
-            return (f"is still estimating max_entropy after {n} updates: no finite entropy from "
-                    f"a non-empty batch ({int(self.num_nonfinite_entropy.max())} NaN/inf). To "
-                    "make it act: check the entropies fed to it, or give max_entropy.")
-        given = "given" if self._max_entropy_given else "estimated from the first entropies"
-        bound = f"max_entropy {float(self.max_entropy.min()):.3f} ({given})"
-        target = f"the target ({float(self.driver.target.min()):.3f})"
-        why = (f"until the average entropy ({avg:.3f}) falls below {bound}, log_alpha only "
-               f"creeps by very_slow_update_rate and {target} is not acted on. To make it act: "
-               "give max_entropy (e.g. a little above the target)," if stage == -2 else
-               f"alpha is frozen until the average entropy ({avg:.3f}) falls below {target}; "
-               f"{bound}. To hold the entropy at the target, not only above it,")
-        return (f"is still in its {'init' if stage == -2 else 'free'} stage after {n} updates: "
-                f"{why} set skip_free_stage=True, or start from a smaller initial_alpha (alpha "
-                f"{alpha:.3g}).")
+            given = "given" if self._max_entropy_given else "estimated from the first entropies"
+            self.warn("stuck", (
+                f"is still in its {describe_stage(stage).split()[2]} stage after {self.updates} "
+                f"updates (the average entropy ({float(self.avg_entropy.min()):.3f}), "
+                f"max_entropy {float(self.max_entropy.min()):.3f} ({given}), the target "
+                f"({float(self.driver.target.min()):.3f}), {int(self.num_nonfinite_entropy.max())}"
+                " NaN/inf entropies). To make it act: give max_entropy (a little above the "
+                "target), set skip_free_stage=True, or start from a smaller initial_alpha (alpha "
+                f"{float(self.alpha.min()):.3g})."))

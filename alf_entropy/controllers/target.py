@@ -2,8 +2,9 @@
 the host, before each update).  One known to exceed the spec's largest entropy is refused, any
 other callable clamped to it (one warning)."""
 import math
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional
 
+import torch
 from absl import logging
 
 from alf_entropy.utils import dist_utils, nest, schedulers
@@ -18,8 +19,7 @@ PROGRESS_GRACE = 10
 class Target:
     """A controller's target (module docstring): ``TypeError``/``ValueError`` for a bad one."""
 
-    def __init__(self, target_entropy: Any, action_spec: Any, batch_shape: Tuple[int, ...],
-                 warn: Callable[[str, str], None]):
+    def __init__(self, target_entropy, action_spec, batch_shape, warn):
         leaves = nest.flatten(action_spec)
         self.reachable = float(sum(map(dist_utils.calc_max_possible_entropy, leaves)))
         self.lowest = 0.0 if all(s.is_discrete for s in leaves) else -math.inf
@@ -29,8 +29,8 @@ class Target:
         self.updates = 0
         self.set(target_entropy)
 
-    def set(self, target_entropy: Any) -> None:
-        """Take a new target, checked as at construction."""
+    def set(self, target_entropy, buffer=None):
+        """Take a new target, checked as at construction (and write it into ``buffer``)."""
         members = math.prod(self._batch)
         if isinstance(target_entropy, (list, tuple)) and self._batch:
             if len(target_entropy) != members:
@@ -54,8 +54,18 @@ class Target:
                 f"target_entropy {min(self.initial)} is below 0 for a discrete action space (a "
                 "discrete entropy is never negative, so alpha would fall forever); negative "
                 "targets such as -dim(A) are for continuous actions")
+        if buffer is not None:
+            with torch.no_grad():
+                buffer.copy_(torch.tensor(self.initial).reshape(buffer.shape))
 
-    def _one(self, target: Any) -> Any:
+    def now(self, buffer):
+        """The target now: a float, or a tensor for a batch (an annealed one is ``buffer``)."""
+        if self.annealing is None and buffer.dim() == 0:
+            return self.values()[0]
+        values = buffer if self.annealing else torch.tensor(self.values(), device=buffer.device)
+        return float(values) if buffer.dim() == 0 else values.reshape(buffer.shape).clone()
+
+    def _one(self, target):
         if target is None:
             target = float(sum(map(dist_utils.calc_default_target_entropy,
                                    nest.flatten(self._spec))))
@@ -81,7 +91,7 @@ class Target:
                 "controller would push alpha up forever")
         return target
 
-    def _value(self, fn: Any, counting: bool) -> float:
+    def _value(self, fn, counting):
         if isinstance(fn, schedulers.SettledAnnealing):
             return fn.initial
         value = fn()
@@ -101,12 +111,20 @@ class Target:
                        f"alf_entropy.utils.schedulers.update_progress({progress_type!r}, value)")
         return float(value)
 
-    def refresh(self) -> Optional[List[float]]:
-        """The scheduled targets for the next update (None: they stay as they are)."""
+    def refresh(self, buffer):
+        """Write the scheduled targets into ``buffer`` for the next update (constants stay):
+        ``fill_`` from host floats, no copy that would wait for a GPU."""
         self.updates += 1
-        return None if self.constant else list(self.values(counting=True))
+        if self.constant:
+            return
+        values = self.values(counting=True)
+        with torch.no_grad():
+            if self.shared:
+                buffer.fill_(values[0])
+            for k, value in enumerate(values if not self.shared else ()):
+                buffer.view(-1)[k].fill_(value)
 
-    def values(self, counting: bool = False) -> Sequence[float]:
+    def values(self, counting=False):
         """The targets now, one per member (``counting``: for an update)."""
         if self.shared:
             return [self._value(self._fns[0], counting)] * len(self._fns)

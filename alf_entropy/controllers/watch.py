@@ -1,4 +1,5 @@
-"""The windup watch, settled annealing and the one warn-once of a controller.
+"""The windup watch, settled annealing, and what a controller reports: its summaries and its
+warnings (each once).
 
 An update below the target with ``alpha`` at its ceiling counts ``stalled_for`` up, any other
 update counts it down (not below 0): noise cannot hide an unreachable target.
@@ -12,7 +13,7 @@ import torch
 from absl import logging
 
 __all__ = ["WINDUP_WINDOW", "WATCH_EMA", "Anneal", "anneal_of", "watch_rule", "WarnOnce",
-           "unreachable_message"]
+           "unreachable_message", "report", "scalars"]
 
 WINDUP_WINDOW = 500
 """Net updates below the target with ``alpha`` at its ceiling: then the target is unreachable."""
@@ -46,19 +47,19 @@ def watch_rule(x: Any, s: Any, entropy: Any, w: Anneal, max_log_alpha: float) ->
 class WarnOnce:
     """A controller's warnings: each kind once, to ``warnings`` and the log."""
 
-    def __init__(self, name: str):
+    def __init__(self, name):
         self.name = name
         self.said = set()
 
-    def __call__(self, key: str, message: str) -> None:
+    def __call__(self, key, message):
         if key in self.said:
             return
         self.said.add(key)
         logging.warning(f"{self.name}: {message}")
-        warnings.warn(f"{self.name}: {message}", stacklevel=4)
+        warnings.warn(f"{self.name}: {message}", stacklevel=5)
 
 
-def _show(value: torch.Tensor) -> str:
+def _show(value):
     values = [f"{float(v):.4g}" for v in value.reshape(-1)]
     return values[0] if len(values) == 1 else "[" + ", ".join(values) + "]"
 
@@ -71,3 +72,30 @@ def unreachable_message(ema: torch.Tensor, target: torch.Tensor, stalled_for: to
             "looks unreachable for this policy. Lower target_entropy (e.g. "
             "greedy_probability_target or SettledAnnealing), or raise max_alpha if a larger "
             "coefficient is sensible.")
+
+
+def report(c: Any) -> None:
+    """A controller's summaries after an update; its warnings where reading costs nothing (the
+    host path, a summary step)."""
+    record = c.SUMMARY.should_record_summaries()
+    if record:
+        values = {"unreachable_target": c.unreachable_target}
+        if c.debug_summaries:
+            values.update(alpha=c.alpha, nonfinite_entropy=c.num_nonfinite_entropy,
+                          **c.debug_values())
+        if c.scheduled_target:
+            values["target_entropy"] = c.driver.target
+        scalars(c, **values)
+    if not (record or c.driver.on_host()):
+        return
+    if "unreachable" not in c.warn.said and bool(c.unreachable_target.any()):
+        s = c.driver.state
+        c.warn("unreachable", unreachable_message(s.ema, s.target, s.stalled_for, c.alpha))
+    c.check_progress()
+
+
+def scalars(c: Any, **values: torch.Tensor) -> None:
+    """Summaries under a controller's name (a batch's: one value a member)."""
+    with c.SUMMARY.scope(c.name):
+        for tag, value in values.items():
+            c.SUMMARY.scalar(tag, value)

@@ -7,7 +7,6 @@ with no ``isinstance`` checks: ``adjust_alpha`` with a float or a tensor,
 (where available) on CUDA.
 """
 import contextlib
-import functools
 
 import gin
 import gymnasium as gym
@@ -26,12 +25,12 @@ from alf_entropy.data_structures import AlgStep, StepType
 from alf_entropy.tensor_specs import BoundedTensorSpec
 
 SPACE = gym.spaces.Discrete(4)
-SGD = functools.partial(torch.optim.SGD, lr=0.5)
 FACTORIES = {
     "staged": lambda: EntropyTargetAlgorithm.from_space(
         SPACE, target_entropy=0.5, skip_free_stage=True
     ),
-    "sgd": lambda: SGDEntropyTargetAlgorithm.from_space(SPACE, target_entropy=0.5, optimizer=SGD),
+    "sgd": lambda: SGDEntropyTargetAlgorithm.from_space(SPACE, target_entropy=0.5, optimizer="sgd",
+                                                        lr=0.5),
     "nested": lambda: NestedEntropyTargetAlgorithm.from_space(
         gym.spaces.Dict({"a": SPACE}), target_entropy={"a": 0.5}, skip_free_stage=True
     ),
@@ -144,7 +143,7 @@ def test_half_precision_entropies_move_alpha_as_their_float32_values(kind, dtype
 
 def test_sgd_adjust_alpha_steps_its_optimiser_in_the_gradient_direction():
     sgd = SGDEntropyTargetAlgorithm(
-        BoundedTensorSpec((), torch.int64, 0, 3), target_entropy=0.5, optimizer=SGD,
+        BoundedTensorSpec((), torch.int64, 0, 3), target_entropy=0.5, optimizer="sgd", lr=0.5,
         initial_alpha=1.0,
     )
     sgd.adjust_alpha(1.5)  # loss log_alpha * (1.5 - 0.5): gradient 1, step -0.5

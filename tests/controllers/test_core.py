@@ -17,14 +17,14 @@ from alf_entropy.tensor_specs import BoundedTensorSpec
 from alf_entropy.utils.schedulers import SettledAnnealing
 
 TWO = BoundedTensorSpec((), torch.int64, 0, 1)
-SGD = functools.partial(torch.optim.SGD, lr=0.05)
 RULES = {
     "staged": functools.partial(EntropyTargetAlgorithm, TWO, skip_free_stage=True, max_alpha=50.0),
     "staged/alf": functools.partial(EntropyTargetAlgorithm, TWO, average_window=3),
     "staged/track": functools.partial(EntropyTargetAlgorithm, TWO, skip_free_stage=True,
                                       track_target_changes=True),
     "pid": functools.partial(PIDEntropyTargetAlgorithm, TWO, max_alpha=50.0),
-    "sgd": functools.partial(SGDEntropyTargetAlgorithm, TWO, optimizer=SGD, max_alpha=50.0),
+    "sgd": functools.partial(SGDEntropyTargetAlgorithm, TWO, optimizer="sgd", lr=0.05,
+                             max_alpha=50.0),
     "sgd/adam": functools.partial(SGDEntropyTargetAlgorithm, TWO, window_size=2),
     "fixed": functools.partial(FixedEntropyCoefficient, TWO),
     "linear": functools.partial(LinearPIDEntropyTargetAlgorithm, TWO, min_alpha=0.0,

@@ -117,7 +117,7 @@ def test_nested_the_alf_way_one_max_entropy_per_leaf_lists_and_nested_extra():
 def test_sgd_window_size_averages_the_entropy_before_the_gradient():
     # Used alone, entropy_loss steps log_alpha with the gradient H_avg - target.
     sgd = SGDEntropyTargetAlgorithm(DISCRETE4, target_entropy=0.5, window_size=2, initial_alpha=1.0,
-                                    optimizer=functools.partial(torch.optim.SGD, lr=1.0))
+                                    optimizer="sgd", lr=1.0)
     sgd.entropy_loss(torch.full((3,), 1.0))  # average 1.0: gradient 0.5
     assert sgd.log_alpha.item() == pytest.approx(-0.5)
     sgd.entropy_loss(torch.full((3,), 2.0))  # average (1 + 2) / 2: gradient 1.0
@@ -198,7 +198,7 @@ def test_actor_critic_computes_the_entropy_once_and_logs_what_it_controls(monkey
         calls.append(1)
         return original(*args, **kwargs)
 
-    import alf_entropy.controllers.base as ec
+    import alf_entropy.controllers.alf as ec
 
     monkeypatch.setattr(dist_utils, "entropy_with_fallback", counting)
     monkeypatch.setattr(ec, "entropy_with_fallback", counting)

@@ -322,7 +322,7 @@ def test_tensor_mode_never_syncs():
         # (Adam reads its step count on the host: a CPU tensor unless on a GPU, where the
         # default optimiser is capturable.)
         SGDEntropyTargetAlgorithm(DISCRETE4, target_entropy=sched, update_mode="tensor",
-                                  optimizer=lambda p: torch.optim.SGD(p, lr=0.1)),
+                                  optimizer="sgd", lr=0.1),
     ]
     logits = torch.randn(6, 4, 4)
     loc = torch.zeros(6, 4, 2)
@@ -581,7 +581,7 @@ def test_sgd_variant_moves_alpha_towards_the_target():
             super().__init__(optimizer=lambda p: torch.optim.SGD(p, lr=0.0), name="p")
             self.logits = torch.nn.Parameter(torch.zeros(4))
             self.entropy_target = SGDEntropyTargetAlgorithm(
-                DISCRETE4, target_entropy=0.5, optimizer=lambda p: torch.optim.SGD(p, lr=0.1)
+                DISCRETE4, target_entropy=0.5, optimizer="sgd", lr=0.1
             )
 
     step_type = torch.ones(5, 2, dtype=torch.int64)

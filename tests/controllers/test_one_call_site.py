@@ -44,7 +44,7 @@ CONTROLLERS: List[Factory] = [
         SPACE, target_entropy=TARGET, initial_alpha=INITIAL_ALPHA), adaptive=True, holds=True),
     Factory("sgd, own Adam", lambda: SGDEntropyTargetAlgorithm.from_space(
         SPACE, target_entropy=TARGET, initial_alpha=INITIAL_ALPHA,
-        optimizer=functools.partial(torch.optim.Adam, lr=0.01)), adaptive=True),
+        lr=0.01), adaptive=True),
     Factory("sgd, built-in Adam(3e-4)", lambda: SGDEntropyTargetAlgorithm.from_space(
         SPACE, target_entropy=TARGET, initial_alpha=INITIAL_ALPHA), adaptive=True),
     Factory("nested", lambda: NestedEntropyTargetAlgorithm.from_space(
@@ -126,16 +126,16 @@ SGD = functools.partial(torch.optim.SGD, lr=0.5)
 class _Parent(Algorithm):
     """An ALF-style parent with its own optimiser, which never holds the controller's log_alpha."""
 
-    def __init__(self, controller_optimizer=None):
+    def __init__(self):
         super().__init__(optimizer=SGD, name="parent")
         self.w = torch.nn.Parameter(torch.ones(2))
         self.controller = SGDEntropyTargetAlgorithm(
-            DISCRETE4, target_entropy=0.5, initial_alpha=1.0, optimizer=controller_optimizer)
+            DISCRETE4, target_entropy=0.5, initial_alpha=1.0, optimizer="sgd", lr=0.5)
         self.optimizers()
 
 
 def test_sgd_in_a_parent_steps_once_per_update_and_the_parent_does_not_step_it_again():
-    parent = _Parent(SGD)
+    parent = _Parent()
     entropy = torch.full((4,), 1.5) * parent.w[0]  # gradient 1.5 - 0.5 = 1
     li = parent.controller.entropy_loss(entropy)
     assert parent.controller.log_alpha.item() == pytest.approx(-0.5)  # one step of lr 0.5
@@ -144,7 +144,8 @@ def test_sgd_in_a_parent_steps_once_per_update_and_the_parent_does_not_step_it_a
 
 
 def test_sgd_alone_steps_itself_once_even_if_the_caller_also_minimises_the_loss():
-    sgd = SGDEntropyTargetAlgorithm(DISCRETE4, target_entropy=0.5, initial_alpha=1.0, optimizer=SGD)
+    sgd = SGDEntropyTargetAlgorithm(DISCRETE4, target_entropy=0.5, initial_alpha=1.0,
+                                    optimizer="sgd", lr=0.5)
     assert list(sgd.parameters()) == []  # log_alpha is state: no optimiser of the caller's holds it
     li = sgd.entropy_loss(torch.full((4,), 1.5, requires_grad=True))
     assert sgd.log_alpha.item() == pytest.approx(-0.5)
@@ -155,7 +156,7 @@ def test_sgd_alone_steps_itself_once_even_if_the_caller_also_minimises_the_loss(
 def test_sgd_builtin_adam_matches_torch_adam():
     ours = SGDEntropyTargetAlgorithm(DISCRETE4, target_entropy=0.5, initial_alpha=1.0)
     ref = SGDEntropyTargetAlgorithm(DISCRETE4, target_entropy=0.5, initial_alpha=1.0,
-                                    optimizer=functools.partial(torch.optim.Adam, lr=3e-4))
+                                    lr=3e-4)
     for h in (1.5, 0.2, 0.9, 0.1, 3.0):
         ours.entropy_loss(torch.full((3,), h))
         ref.adjust_alpha(h)
@@ -165,7 +166,7 @@ def test_sgd_builtin_adam_matches_torch_adam():
 # ------------------------------------------------------- min_alpha / max_alpha
 def test_sgd_min_and_max_alpha_are_honoured():
     sgd = SGDEntropyTargetAlgorithm(
-        DISCRETE4, optimizer=functools.partial(torch.optim.SGD, lr=1.0), target_entropy=0.5,
+        DISCRETE4, optimizer="sgd", lr=1.0, target_entropy=0.5,
         initial_alpha=0.1, min_alpha=0.05, max_alpha=0.2)
     for _ in range(5):
         sgd.entropy_loss(torch.full((4,), 1.4))  # far above the target: alpha falls ...

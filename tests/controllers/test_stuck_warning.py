@@ -78,4 +78,4 @@ def test_the_tensor_path_checks_only_where_summaries_are_recorded(recording, tmp
         summary.get_default_writer().close()
         summary.set_default_writer(None)
     assert len(messages) == (1 if recording else 0)
-    assert ("stuck" in controller._warn.said) == recording
+    assert ("stuck" in controller.warn.said) == recording

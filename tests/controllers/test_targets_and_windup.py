@@ -107,7 +107,7 @@ def test_annealing_runs_without_host_reads():
 @pytest.mark.parametrize("kind", sorted(ADAPTIVE))
 def test_every_adaptive_controller_warns_once_about_an_unreachable_target(kind, tmp_path):
     """Pinned far below its target; the SGD rule (no host path) speaks at summary steps."""
-    kw = {"optimizer": lambda p: torch.optim.SGD(p, lr=0.05)} if kind == "sgd" else {}
+    kw = {"optimizer": "sgd", "lr": 0.05} if kind == "sgd" else {}
     # At max_alpha below the target for WINDUP_WINDOW updates: alpha can do no more.
     controller = ADAPTIVE[kind](target_entropy=0.68, initial_alpha=0.01, max_alpha=5.0, **kw)
     summary.set_default_writer(summary.create_summary_writer(str(tmp_path)))
@@ -135,7 +135,7 @@ def test_a_reachable_target_does_not_warn(kind):
 
 @pytest.mark.parametrize("kind", sorted(ADAPTIVE))
 def test_the_alpha_change_per_iteration_holds_over_every_update_between_steps(kind):
-    kw = {"optimizer": lambda p: torch.optim.SGD(p, lr=5.0)} if kind == "sgd" else {}
+    kw = {"optimizer": "sgd", "lr": 5.0} if kind == "sgd" else {}
     controller = ADAPTIVE[kind](target_entropy=0.6, **kw)
     start = controller.log_alpha.item()
     controller.configure(max_alpha_change_per_iteration=math.exp(0.2))

@@ -33,7 +33,6 @@ def rank_batches(rank: int):
 
 def controllers():
     """The controllers under test, freshly built (identically on each rank)."""
-    import functools
 
     from alf_entropy.algorithms.entropy_target_algorithm import (
         EntropyTargetAlgorithm,
@@ -49,7 +48,7 @@ def controllers():
         "staged_host": EntropyTargetAlgorithm(spec, target_entropy=0.9, update_mode="host"),
         "staged_tensor": EntropyTargetAlgorithm(spec, target_entropy=0.9, update_mode="tensor"),
         "sgd": SGDEntropyTargetAlgorithm(
-            spec, target_entropy=0.9, optimizer=functools.partial(torch.optim.SGD, lr=0.5)
+            spec, target_entropy=0.9, optimizer="sgd", lr=0.5
         ),
     }
 

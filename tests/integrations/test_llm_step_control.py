@@ -1,5 +1,4 @@
 """The trainer-independent part of LLM entropy control (no TRL needed)."""
-import functools
 import json
 import math
 
@@ -31,7 +30,7 @@ def _controllers():
         PIDEntropyTargetAlgorithm(SPEC, target_entropy=1.0),
         EntropyTargetAlgorithm(SPEC, target_entropy=1.0),
         SGDEntropyTargetAlgorithm(SPEC, target_entropy=1.0,
-                                  optimizer=functools.partial(torch.optim.Adam, lr=1e-2)),
+                                  lr=1e-2),
     ]
 
 
