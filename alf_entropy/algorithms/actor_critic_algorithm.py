@@ -1,12 +1,8 @@
-"""``ActorCriticAlgorithm``: advantage actor-critic (A2C) with GAE.
-
-An actor, a critic and optionally an entropy controller.  ``rollout_step`` samples (no
-gradient); ``train_from_unroll`` computes values, GAE advantages and returns, then runs
-``num_epochs`` x ``num_minibatches`` shuffled updates (``train_step`` -> ``calc_loss`` ->
-``update_with_gradient``; ``PPOAlgorithm`` changes the policy-gradient term).  ``LAST``
-steps are masked out of every loss; truncated episodes bootstrap, terminated ones do not.
-K agents (``batch_shape=(K,)``, stacked networks, built by ``ManyAgents``): the same code
-on ``[K, ...]`` tensors, every mean, normalisation, clip and skip per agent.
+"""``ActorCriticAlgorithm``: advantage actor-critic (A2C) with GAE and an optional entropy
+controller: ``train_from_unroll`` runs ``num_epochs`` x ``num_minibatches`` shuffled updates
+(``PPOAlgorithm`` changes the policy-gradient term).  ``LAST`` steps are masked out of every
+loss; truncated episodes bootstrap.  K agents (``batch_shape=(K,)``): the same code on
+``[K, ...]`` tensors, every mean, normalisation, clip and skip per agent.
 """
 import functools
 import operator
@@ -90,10 +86,6 @@ class ActorCriticAlgorithm(Algorithm):
         debug_summaries: write extra summaries (passed to the controller too).
         name: the name (summary scope).
         batch_shape: ``()`` for one agent, ``(K,)`` for K stacked agents.
-
-    Raises:
-        ValueError: for out-of-range arguments, or both ways of setting the entropy.
-        TypeError: if a network ctor is not callable or a number is not one.
     """
 
     def __init__(
