@@ -12,14 +12,15 @@ from typing import Any, Callable
 import torch
 import torch.nn as nn
 
-from alf_entropy.controllers.ops import ArrayOps, ScalarOps, TensorOps, gate
+from alf_entropy.controllers.ops import WEAK_SCALARS, ArrayOps, ScalarOps, TensorOps, gate
 from alf_entropy.controllers.watch import watch_rule
 
 __all__ = ["Driver", "Inputs", "Consts", "device_step", "state_type", "SHARED_FIELDS",
            "UPDATE_MODES", "NO_SPAN"]
 
 UPDATE_MODES = ("auto", "tensor", "host")
-"""``"host"``: NumPy over CPU state; ``"tensor"``: no host read; ``"auto"``: host on the CPU."""
+"""``"host"``: NumPy over CPU state; ``"tensor"``: no host read; ``"auto"``: host on the CPU
+with NumPy >= 2 (``WEAK_SCALARS``: the same bits as tensor ops), else tensor ops."""
 NO_SPAN = 1e30
 """The span of ``log_alpha`` between two ``step()`` calls when there is no limit (finite)."""
 
@@ -87,7 +88,7 @@ class Driver(nn.Module):
         if self.mode == "host" and not cpu:
             raise ValueError(f"update_mode='host' needs the controller on the CPU, it is on "
                              f"{self.log_alpha.device}; use 'tensor' or 'auto'")
-        return cpu and self.mode != "tensor"
+        return cpu and (self.mode == "host" or (self.mode == "auto" and WEAK_SCALARS))
 
     def update(self, rule: Callable, consts: Consts, inputs: Inputs) -> torch.Tensor:
         """One ``device_step`` on the buffers; the new alpha."""
