@@ -20,6 +20,7 @@ DEDICATED = {
     "docs/llm_rl.md": "tests/integrations/test_trl_docs.py",
     "docs/torchrl.md": "tests/integrations/test_clients_docs.py",
     "docs/tianshou.md": "tests/integrations/test_clients_docs.py",
+    "docs/alf.md": "tests/integrations/test_alf.py",  # in ALF's venv
 }
 PAGES = ["README.md"] + sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md"))
 

@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 
 from alf_entropy import accel
-from alf_entropy.controllers.ops import ArrayOps, ScalarOps, TensorOps, f32, gate
+from alf_entropy.controllers.ops import WEAK_SCALARS, ArrayOps, ScalarOps, TensorOps, f32, gate
 from alf_entropy.controllers.watch import watch_rule
 from alf_entropy.utils import distributed
 from alf_entropy.utils.checks import check_real
@@ -25,8 +25,8 @@ __all__ = ["Driver", "Inputs", "Consts", "bounds", "device_step", "state_type", 
 
 UPDATE_MODES = ("auto", "tensor", "host", "compiled")
 """``"host"``: NumPy over CPU state; ``"tensor"``: no host read; ``"compiled"``: the tensor
-step as one ``torch.compile`` graph (on CUDA also a CUDA graph); ``"auto"``: host on the CPU,
-else tensor."""
+step as one ``torch.compile`` graph (on CUDA also a CUDA graph); ``"auto"``: host on the CPU
+with NumPy >= 2 (``WEAK_SCALARS``: the same bits as tensor ops), else tensor."""
 NO_SPAN = 1e30
 """The span of ``log_alpha`` between two ``step()`` calls when there is no limit (finite)."""
 MAX_ALPHA = 1e6
@@ -142,7 +142,7 @@ class Driver(nn.Module):
         if self.mode == "host" and not cpu:
             raise ValueError(f"update_mode='host' needs the controller on the CPU, it is on "
                              f"{self.log_alpha.device}; use 'tensor' or 'auto'")
-        return cpu and self.mode != "tensor"
+        return cpu and (self.mode == "host" or (self.mode == "auto" and WEAK_SCALARS))
 
     def step(self, rule: Callable, consts: Consts, inputs: Inputs) -> None:
         """One ``device_step`` as tensor ops on the buffers."""

@@ -12,7 +12,11 @@ import torch
 from alf_entropy.utils.math_ops import masked_mean
 
 __all__ = ["ScalarOps", "ArrayOps", "TensorOps", "f32", "gate", "window_mean", "window_average",
-           "member_mean"]
+           "member_mean", "WEAK_SCALARS"]
+
+WEAK_SCALARS = np.lib.NumpyVersion(np.__version__) >= "2.0.0"
+"""NumPy >= 2 keeps a Python float beside a float32 in float32 (NEP 50), as torch does; NumPy 1
+computes it in float64, so the NumPy ops give torch's bits only on NumPy >= 2."""
 
 
 def _f32(v):
