@@ -6,6 +6,7 @@ as Python by mkdocs' superfences), not run: keep those for what needs CUDA,
 torchrun or a long training.  Pages whose examples a
 dedicated test runs (and checks more closely) are listed in DEDICATED.
 """
+import json
 import pathlib
 import re
 
@@ -49,6 +50,72 @@ def test_dedicated_tests_exist_and_read_their_pages():
         assert python_blocks(page), f"{page} has no python example"
         assert page in (ROOT / test).read_text(encoding="utf-8") or \
             pathlib.Path(page).name in (ROOT / test).read_text(encoding="utf-8")
+
+
+def blocks(path):
+    """``(language, text, reason)`` of every fenced block of ``path``; ``reason`` is what the
+    ``<!-- not run: reason -->`` line before the fence says, else None."""
+    lines = (ROOT / path).read_text(encoding="utf-8").split("\n")
+    found, i = [], 0
+    while i < len(lines):
+        fence = re.match(r"^```(.*)$", lines[i])
+        if not fence:
+            i += 1
+            continue
+        end = lines.index("```", i + 1)
+        reason = re.match(r"^<!-- not run: (.+) -->$", lines[i - 1]) if i else None
+        found.append((fence.group(1), "\n".join(lines[i + 1:end]) + "\n",
+                      reason and reason.group(1)))
+        i = end + 1
+    return found
+
+
+# Blocks another test runs: python on DEDICATED pages, gin of ALF's (ALF's venv), verl's.
+RUN_ELSEWHERE = {("docs/alf.md", "gin"): "tests/integrations/test_alf.py"}
+RUN_HERE = ("python", "gin", "json", "{.python .verl}")
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_every_block_runs_in_the_suite_or_says_why_not(path):
+    """Each fenced block is Python, gin or a sweep spec that the suite runs, or it is marked
+    ``<!-- not run: reason -->`` (a shell command that installs or trains for minutes, an
+    output, a diff)."""
+    for language, text, reason in blocks(path):
+        assert language in RUN_HERE or reason, f"{path}: a ```{language} block says not why"
+        assert not (language == "python" and reason is None and "no-run" in language)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", [p for p in PAGES if any(
+    lang == "gin" and not reason for lang, _, reason in blocks(p)) and (p, "gin")
+    not in RUN_ELSEWHERE])
+def test_gin_blocks_build_their_run(path, tmp_path, one_thread):
+    """Each gin block, on the shipped config it speaks of (its own ``include``, else SAC's for
+    SAC or off-policy bindings, else the main job), builds its run: every binding is taken."""
+    import gin
+
+    from alf_entropy.config.loading import configured_trainer, parse_gin_config
+
+    for k, (language, text, reason) in enumerate(blocks(path)):
+        if language != "gin" or reason:
+            continue
+        base = "sac_pendulum.gin" if re.search(r"Sac|OffPolicy", text) else "ppo_cartpole.gin"
+        config = tmp_path / f"block{k}.gin"
+        config.write_text(text if "include" in text else f"include '{base}'\n{text}")
+        gin.clear_config()
+        parse_gin_config([str(config)], [])
+        if "." not in text.replace("alf_entropy.config", ""):  # an import alone
+            continue
+        trainer = configured_trainer()(str(tmp_path / f"run{k}"), device="cpu")
+        trainer.close()
+    gin.clear_config()
+
+
+def test_the_sweep_spec_of_the_docs_is_valid():
+    from alf_entropy.experiments.sweep_spec import check_spec
+
+    (spec,) = [json.loads(text) for p in PAGES for lang, text, _ in blocks(p) if lang == "json"]
+    assert len(check_spec(spec)["seeds"]) == 3
 
 
 def test_every_python_fence_is_run_or_marked_no_run():
