@@ -78,26 +78,17 @@ def _recorded_command(run: SweepRun) -> Optional[List[str]]:
 def _arguments(command: List[str]) -> List[str]:
     """A command's arguments without the interpreter and ``--root_dir DIR``
     (the run's directory is where the marker is, however it was spelt)."""
-    out, args = [], command[1:]
-    i = 0
-    while i < len(args):
-        if args[i] == "--root_dir":
-            i += 2
-            continue
-        out.append(args[i])
-        i += 1
-    return out
-
-
-def _same_command(a: List[str], b: List[str]) -> bool:
-    """Whether two commands agree (the interpreter's and run dir's paths aside)."""
-    return _arguments(a) == _arguments(b)
+    args = command[1:]
+    while "--root_dir" in args:
+        i = args.index("--root_dir")
+        args = args[:i] + args[i + 2:]
+    return args
 
 
 def is_done(run: SweepRun) -> bool:
     """Whether the run finished in an earlier invocation with the same command."""
     recorded = _recorded_command(run)
-    return recorded is not None and _same_command(recorded, run.command)
+    return recorded is not None and _arguments(recorded) == _arguments(run.command)
 
 
 def stale_runs(runs: List[SweepRun]) -> List[Tuple[SweepRun, str]]:
@@ -105,11 +96,11 @@ def stale_runs(runs: List[SweepRun]) -> List[Tuple[SweepRun, str]]:
     out = []
     for run in runs:
         recorded = _recorded_command(run)
-        if recorded is None or _same_command(recorded, run.command):
+        if recorded is None or is_done(run):
             continue
-        old = [a for a in _arguments(recorded) if a not in _arguments(run.command)]
-        new = [a for a in _arguments(run.command) if a not in _arguments(recorded)]
-        out.append((run, f"was {old or 'unreadable'}, the spec now gives {new}"))
+        old, new = _arguments(recorded), _arguments(run.command)
+        out.append((run, f"was {[a for a in old if a not in new] or 'unreadable'}, "
+                         f"the spec now gives {[a for a in new if a not in old]}"))
     return out
 
 
@@ -161,7 +152,7 @@ def run_sweep(
     with open(os.path.join(sweep_dir, "sweep.json"), "w", encoding="utf-8") as f:
         json.dump(spec, f, indent=2)
     todo = [r for r in runs if not is_done(r)]
-    skipped = [r.name for r in runs if is_done(r)]
+    skipped = [r.name for r in runs if r not in todo]
     log(f"{PROG}: {len(runs)} runs, {len(skipped)} already done, {len(todo)} to run")
     tasks = (pack_seeds(todo, spec, sweep_dir, device, log, targets=pack_targets)
              if pack or pack_targets else todo)
@@ -170,16 +161,11 @@ def run_sweep(
             link_agent_dirs(task)
             log(f"{PROG}: packing {', '.join(r.name for r in task.members)} into one "
                 f"process ({task.root_dir})")
-    if ray_address:
-        task_status, task_errors = run_ray(tasks, ray_address, log)
-    else:
-        task_status, task_errors = run_local(tasks, jobs, log)
+    outcomes = run_ray(tasks, ray_address, log) if ray_address else run_local(tasks, jobs, log)
     status, errors, logs = {}, {}, {}
-    for task in tasks:
-        if task.name not in task_status:
-            continue
+    for task, (rc, error) in outcomes.items():
         for run in task.members or [task]:
-            status[run.name], errors[run.name] = task_status[task.name], task_errors[task.name]
+            status[run.name], errors[run.name] = rc, error
             logs[run.name] = os.path.join(task.root_dir, "train.log")
     running = sorted(n for n, rc in status.items() if rc and ALREADY_RUNNING in errors[n])
     failed = sorted(n for n, rc in status.items() if rc != 0 and n not in running)
