@@ -10,7 +10,7 @@ import os
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
-from alf_entropy.experiments.sweep_spec import PROG, SweepRun, base_command, short_names
+from alf_entropy.experiments.sweep_spec import PROG, SweepRun, short_names, train_command
 from alf_entropy.utils.run_names import dir_safe
 
 __all__ = ["PACKED_DIR", "PACKED_SEED_BINDINGS", "pack_seeds", "link_agent_dirs"]
@@ -105,7 +105,6 @@ def pack_seeds(
     for run in runs:
         by_group.setdefault("\n".join(b for b in run.bindings if _name_of(b) != target),
                             []).append(run)
-    base = base_command(spec, device)
     trainer = spec["seed_binding"].rpartition(".")[0]
     out: List[SweepRun] = []
     for members in by_group.values():
@@ -130,11 +129,8 @@ def pack_seeds(
             tail = _agents_name(short[target], values, seeds)
         name = "+".join(parts + [tail])
         root_dir = os.path.join(sweep_dir, PACKED_DIR, name)
-        command = base + ["--root_dir", root_dir]
-        for p in params:
-            command += ["--gin_param", p]
         targets = [json.loads(v) for v in values] if values else [None] * len(members)
-        out += alone + [SweepRun(name, root_dir, command, config="+".join(parts),
+        out += alone + [SweepRun(name, root_dir, train_command(spec, device, root_dir, params),
                                  members=members, targets=targets)]
     return out
 
