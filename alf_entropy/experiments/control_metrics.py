@@ -19,29 +19,30 @@ __all__ = ["AlphaChange", "warmup_end", "tracking_rmse", "fraction_below",
            "final_value", "bootstrap_ci"]
 
 
-def _pair(entropy: Sequence[float], target: Sequence[float]):
-    """Both series as float64 arrays of one length (a scalar target broadcasts)."""
+def _pair(entropy: Sequence[float], target: Sequence[float], tol: float = 0.05, start: int = 0):
+    """Both series from ``start`` as float64 arrays of one length (a scalar target
+    broadcasts), with ``tol`` and ``start`` checked."""
+    check_real("tol", tol, minimum=0, below=1)
+    check_int("start", start, minimum=0)
     e = np.asarray(entropy, dtype=np.float64).reshape(-1)
     t = np.asarray(target, dtype=np.float64)
     if t.ndim and t.size != e.size:
         raise ValueError(f"entropy and target must have the same length, got {e.size} and {t.size}")
-    return e, np.broadcast_to(t.reshape(-1) if t.ndim else t, e.shape).astype(np.float64)
+    return e[start:], np.broadcast_to(t.reshape(-1) if t.ndim else t, e.shape)[start:]
 
 
 def warmup_end(entropy: Sequence[float], target: Sequence[float], tol: float = 0.05) -> int:
     """Index of the first sample with ``entropy <= target + tol * |target|`` (``tol`` in
     ``[0, 1)``; ``target`` a series or one number), ``len(entropy)`` if none."""
-    e, t = _pair(entropy, target)
-    tol = check_real("tol", tol, minimum=0, below=1)
+    e, t = _pair(entropy, target, tol)
     reached = np.nonzero(e <= t + tol * np.abs(t))[0]
     return int(reached[0]) if reached.size else int(e.size)
 
 
 def tracking_rmse(entropy: Sequence[float], target: Sequence[float], start: int = 0) -> float:
     """Root-mean-square of ``entropy - target`` over ``[start:]`` (NaN if empty)."""
-    e, t = _pair(entropy, target)
-    start = check_int("start", start, minimum=0)
-    d = (e - t)[start:]
+    e, t = _pair(entropy, target, start=start)
+    d = e - t
     return float(np.sqrt(np.mean(d * d))) if d.size else math.nan
 
 
@@ -50,10 +51,8 @@ def fraction_below(
 ) -> float:
     """Fraction of samples in ``[start:]`` below ``target - tol * |target|`` (NaN if
     empty)."""
-    e, t = _pair(entropy, target)
-    tol = check_real("tol", tol, minimum=0, below=1)
-    start = check_int("start", start, minimum=0)
-    below = (e < t - tol * np.abs(t))[start:]
+    e, t = _pair(entropy, target, tol, start)
+    below = e < t - tol * np.abs(t)
     return float(below.mean()) if below.size else math.nan
 
 
@@ -69,11 +68,10 @@ def minimum_variance_floor(entropy: Sequence[float], target: Sequence[float], st
     whose action shows ``delay`` samples later can cancel.  Returns its square
     root, NaN with fewer than ``2 * order + delay`` samples.
     """
-    e, t = _pair(entropy, target)
-    start = check_int("start", start, minimum=0)
+    e, t = _pair(entropy, target, start=start)
     delay = check_int("delay", delay, minimum=1)
     order = check_int("order", order, minimum=1)
-    y = (e - t)[start:]
+    y = e - t
     if y.size < 2 * order + delay:
         return math.nan
     y = y - y.mean()
@@ -101,8 +99,7 @@ def settling_times(entropy: Sequence[float], target: Sequence[float], tol: float
     """For each target jump (:func:`target_changes`), the time until the entropy stays
     within ``tol * |target|`` until the next jump or the end: a difference of ``x``
     (e.g. env steps; default: sample numbers), NaN if it never settled."""
-    e, t = _pair(entropy, target)
-    tol = check_real("tol", tol, minimum=0, below=1)
+    e, t = _pair(entropy, target, tol)
     pos = np.arange(e.size, dtype=np.float64) if x is None else np.asarray(x, dtype=np.float64)
     if pos.shape != e.shape:
         raise ValueError(f"x must have the length of entropy ({e.size}), got {pos.size}")
