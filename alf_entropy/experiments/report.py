@@ -134,11 +134,10 @@ def load_run(run_dir: str) -> RunData:
 
 def _aligned(run: RunData, a: str, b: str) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Steps logged for both ``a`` and ``b`` and their values there (last per step)."""
-    sa, va = run.get(a)
-    sb, vb = run.get(b)
-    da, db = dict(zip(sa, va)), dict(zip(sb, vb))
-    steps = np.array(sorted(set(da) & set(db)), dtype=np.float64)
-    return steps, np.array([da[s] for s in steps]), np.array([db[s] for s in steps])
+    da, db = dict(zip(*run.get(a))), dict(zip(*run.get(b)))
+    steps = sorted(set(da) & set(db))
+    return (np.array(steps, dtype=np.float64), np.array([da[s] for s in steps]),
+            np.array([db[s] for s in steps]))
 
 
 def run_metrics(run: RunData, tol: float = TOL) -> Dict[str, Any]:
@@ -150,7 +149,7 @@ def run_metrics(run: RunData, tol: float = TOL) -> Dict[str, Any]:
     nan = math.nan
     row: Dict[str, Any] = {c: nan for c in METRIC_COLUMNS}
     row["note"] = ""
-    it, env = run.get("env_steps")
+    env = run.get("env_steps")[1]
     row.update(run=run.name, group="", seed=run.seed, env_steps=int(env[-1]) if env.size else nan)
     if steps.size:
         start = cm.warmup_end(entropy, target, tol)
@@ -210,8 +209,7 @@ def _write_tables(rows: List[Dict[str, Any]], out_dir: str) -> Tuple[str, str]:
     with open(csv_path, "w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=METRIC_COLUMNS)
         writer.writeheader()
-        for row in rows:
-            writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+        writer.writerows(rows)  # None as ""
     md_path = os.path.join(out_dir, "metrics.md")
     table = _markdown(METRIC_COLUMNS, [[_fmt(r[c], c) for c in METRIC_COLUMNS] for r in rows])
     with open(md_path, "w", encoding="utf-8") as f:
@@ -284,8 +282,10 @@ def write_report(
     """
     dirs = find_runs(run_dirs)
     runs = [load_run(d) for d in dirs]
-    common = dirs[0] if len(dirs) == 1 else os.path.commonpath([os.path.abspath(d) for d in dirs])
+    common, parent = dirs[0], ""
     if len(dirs) > 1:
+        common = os.path.commonpath([os.path.abspath(d) for d in dirs])
+        parent = os.path.basename(common)
         # Runs are named by their path below the common parent (sweep/run).
         for run in runs:
             run.name = os.path.relpath(os.path.abspath(run.run_dir), common)
@@ -293,14 +293,9 @@ def write_report(
         out_dir = os.path.join(common, "report")
     os.makedirs(out_dir, exist_ok=True)
     groups = _grouped(runs, lambda run: run.group)
-    parent = os.path.basename(common) if len(dirs) > 1 else ""
     labels = [_group_label(runs_of_group, parent) for runs_of_group in groups]
-    rows = []
-    for runs_of_group, label in zip(groups, labels):
-        for run in runs_of_group:
-            row = run_metrics(run)
-            row["group"] = label
-            rows.append(row)
+    rows = [{**run_metrics(run), "group": label}
+            for runs_of_group, label in zip(groups, labels) for run in runs_of_group]
     csv_path, md_path = _write_tables(rows, out_dir)
     try:
         figures, no_figures = write_figures(groups, labels, out_dir, dpi), None
