@@ -138,13 +138,11 @@ def pack_seeds(
 def _agents_name(short: str, values: List[str], seeds: List[int]) -> str:
     """A target-packed process's name for its agents: ``<short>=T1_T2+seeds=S1_S2`` for
     every target with every seed (in that order), else ``<short>_seed=T1=S1_T2=S2...``."""
-    def safe(v: Any) -> str:
-        return dir_safe(str(v))
     targets, unique_seeds = list(dict.fromkeys(values)), list(dict.fromkeys(seeds))
     if list(zip(values, seeds)) == [(t, s) for t in targets for s in unique_seeds]:
-        return (f"{short}={'_'.join(map(safe, targets))}+seeds="
+        return (f"{short}={'_'.join(map(dir_safe, targets))}+seeds="
                 + "_".join(map(str, unique_seeds)))
-    return f"{short}_seed=" + "_".join(f"{safe(t)}={s}" for t, s in zip(values, seeds))
+    return f"{short}_seed=" + "_".join(f"{dir_safe(t)}={s}" for t, s in zip(values, seeds))
 
 
 def _name_of(binding: str) -> str:
