@@ -50,11 +50,6 @@ class AgentEnvs:
         return list(self._envs)
 
     @property
-    def num_agents(self) -> int:
-        """K."""
-        return len(self._envs)
-
-    @property
     def num_envs(self) -> int:
         """Environments per agent ``N``."""
         return self._envs[0].num_envs

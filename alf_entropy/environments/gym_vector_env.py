@@ -30,7 +30,7 @@ from alf_entropy.data_structures import StepType, TimeStep  # noqa: E402
 from alf_entropy.environments.env_state import load_env_state  # noqa: E402
 from alf_entropy.tensor_specs import BoundedTensorSpec, TensorSpec, from_gym_space  # noqa: E402
 from alf_entropy.utils import nest  # noqa: E402
-from alf_entropy.utils.checks import check_int  # noqa: E402
+from alf_entropy.utils.checks import check_choice, check_int  # noqa: E402
 
 __all__ = ["GymVectorEnv"]
 
@@ -108,12 +108,9 @@ class GymVectorEnv:
         env_kwargs = {} if env_kwargs is None else env_kwargs
         if not isinstance(env_kwargs, dict):
             raise TypeError(f"env_kwargs must be a dict, got {type(env_kwargs).__name__}")
-        check_int("seed", seed, minimum=0, allow_none=True, none_means="unseeded")
+        self._seed = check_int("seed", seed, minimum=0, allow_none=True, none_means="unseeded")
+        check_choice("vectorization_mode", vectorization_mode, _VECTORIZATION_MODES)
         self.env_id, self.num_envs, self.device = env_id, num_envs, torch.device(device)
-        self._seed = None if seed is None else int(seed)
-        if vectorization_mode not in _VECTORIZATION_MODES:
-            raise ValueError(f"vectorization_mode must be one of {_VECTORIZATION_MODES}, got "
-                             f"{vectorization_mode!r}")
         try:
             self.gym_env = _make_vector_env(env_id, num_envs, vectorization_mode,
                                             max_episode_steps, dict(env_kwargs))

@@ -118,16 +118,6 @@ class ActorDistributionNetwork(nn.Module):
         # distribution directly (what ``pack_sequence_as`` would give).
         self._single_head = not nest.is_nested(action_spec)
 
-    @property
-    def input_tensor_spec(self) -> Any:
-        """The observation spec (nest)."""
-        return self._input_tensor_spec
-
-    @property
-    def action_spec(self) -> Any:
-        """The action spec (nest)."""
-        return self._action_spec
-
     def rsample_and_log_prob(
         self, observation: Any, log_prob: bool = True
     ) -> Optional[Tuple[torch.Tensor, Optional[torch.Tensor]]]:

@@ -129,11 +129,6 @@ class CriticNetworks(nn.Module):
         """How many critics are stacked."""
         return self._num_critics
 
-    @property
-    def discrete(self) -> bool:
-        """Whether the critics output one value per discrete action."""
-        return self._discrete
-
     def forward(
         self,
         observation: Any,
