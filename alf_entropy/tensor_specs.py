@@ -6,6 +6,7 @@ choices; a float one is continuous.  ``from_gym_space`` converts gymnasium
 spaces (``Box``, ``Discrete``, ``MultiDiscrete``, ``Dict``, ``Tuple``) and
 TorchRL specs into nests of specs.
 """
+import math
 from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -19,8 +20,6 @@ _Number = Union[int, float, np.ndarray, Sequence[float]]
 def _as_torch_dtype(dtype: Any) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype
-    if isinstance(dtype, str):
-        dtype = np.dtype(dtype)
     try:
         return torch.from_numpy(np.zeros((), dtype=np.dtype(dtype))).dtype
     except TypeError as e:
@@ -56,7 +55,7 @@ class TensorSpec:
     @property
     def numel(self) -> int:
         """Number of elements of one (unbatched) tensor."""
-        return int(np.prod(self._shape)) if self._shape else 1
+        return math.prod(self._shape)
 
     @property
     def is_discrete(self) -> bool:
@@ -242,10 +241,8 @@ class BoundedTensorSpec(TensorSpec):
 
     def _full_bounds(self) -> Tuple[np.ndarray, np.ndarray]:
         """Both bounds broadcast to ``shape`` (so scalar and full bounds compare equal)."""
-        return (
-            np.ascontiguousarray(np.broadcast_to(self._minimum, self._shape)),
-            np.ascontiguousarray(np.broadcast_to(self._maximum, self._shape)),
-        )
+        return np.broadcast_to(self._minimum, self._shape), np.broadcast_to(self._maximum,
+                                                                            self._shape)
 
     def __eq__(self, other: Any) -> bool:
         if not super().__eq__(other):
