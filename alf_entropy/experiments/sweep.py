@@ -52,18 +52,19 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 from alf_entropy.experiments.packing import link_agent_dirs, pack_seeds
 from alf_entropy.experiments.sweep_runs import ALREADY_RUNNING, DONE_FILE, run_local, run_ray
 from alf_entropy.experiments.sweep_spec import PROG, SweepRun, check_spec, expand_spec, load_spec
 from alf_entropy.utils.checks import check_int
 
-__all__ = ["DONE_FILE", "SweepRun", "load_spec", "expand_spec", "pack_seeds", "is_done",
-           "stale_runs", "run_sweep", "main"]
+__all__ = ["DONE_FILE", "SweepRun", "load_spec", "expand_spec", "pack_seeds", "run_sweep",
+           "main"]
 
-def _recorded_command(run: SweepRun) -> Optional[List[str]]:
-    """The command in the run's done marker, or ``None`` if it has none."""
+def _recorded_arguments(run: SweepRun) -> Optional[List[str]]:
+    """The :func:`_arguments` of the command in the run's done marker: ``None`` if it has
+    none, ``[]`` if it is unreadable (no spec's command)."""
     path = os.path.join(run.root_dir, DONE_FILE)
     if not os.path.exists(path):
         return None
@@ -71,8 +72,8 @@ def _recorded_command(run: SweepRun) -> Optional[List[str]]:
         with open(path, encoding="utf-8") as f:
             command = json.load(f).get("command")
     except (OSError, ValueError, AttributeError):
-        return []  # an unreadable marker: not the spec's command
-    return command if isinstance(command, list) else []
+        return []
+    return _arguments(command) if isinstance(command, list) else []
 
 
 def _arguments(command: List[str]) -> List[str]:
@@ -83,25 +84,6 @@ def _arguments(command: List[str]) -> List[str]:
         i = args.index("--root_dir")
         args = args[:i] + args[i + 2:]
     return args
-
-
-def is_done(run: SweepRun) -> bool:
-    """Whether the run finished in an earlier invocation with the same command."""
-    recorded = _recorded_command(run)
-    return recorded is not None and _arguments(recorded) == _arguments(run.command)
-
-
-def stale_runs(runs: List[SweepRun]) -> List[Tuple[SweepRun, str]]:
-    """``(run, what differs)`` of each finished run whose recorded command is not the spec's."""
-    out = []
-    for run in runs:
-        recorded = _recorded_command(run)
-        if recorded is None or is_done(run):
-            continue
-        old, new = _arguments(recorded), _arguments(run.command)
-        out.append((run, f"was {[a for a in old if a not in new] or 'unreadable'}, "
-                         f"the spec now gives {[a for a in new if a not in old]}"))
-    return out
 
 
 def run_sweep(
@@ -140,19 +122,24 @@ def run_sweep(
     spec = check_spec(spec)
     check_int("jobs", jobs, minimum=1)
     runs = expand_spec(spec, sweep_dir, device)
-    stale = stale_runs(runs)
+    recorded = [_recorded_arguments(r) for r in runs]  # None: not done
+    stale = [(r, old) for r, old in zip(runs, recorded)
+             if old is not None and old != _arguments(r.command)]
     if stale:
-        run, diff = stale[0]
+        run, old = stale[0]
+        new = _arguments(run.command)
+        was = [a for a in old if a not in new] or "unreadable"
         raise ValueError(
             f"{len(stale)} finished run(s) in {sweep_dir} were made with another command than "
-            f"this spec gives (e.g. {run.name}: {diff}); use a new --sweep_dir, or delete "
-            "those run directories to rerun them"
+            f"this spec gives (e.g. {run.name}: was {was}, the spec now gives "
+            f"{[a for a in new if a not in old]}); use a new --sweep_dir, or delete those run "
+            "directories to rerun them"
         )
     os.makedirs(sweep_dir, exist_ok=True)
     with open(os.path.join(sweep_dir, "sweep.json"), "w", encoding="utf-8") as f:
         json.dump(spec, f, indent=2)
-    todo = [r for r in runs if not is_done(r)]
-    skipped = [r.name for r in runs if r not in todo]
+    todo = [r for r, old in zip(runs, recorded) if old is None]
+    skipped = [r.name for r, old in zip(runs, recorded) if old is not None]
     log(f"{PROG}: {len(runs)} runs, {len(skipped)} already done, {len(todo)} to run")
     tasks = (pack_seeds(todo, spec, sweep_dir, device, log, targets=pack_targets)
              if pack or pack_targets else todo)
