@@ -147,10 +147,10 @@ def run_metrics(run: RunData, tol: float = TOL) -> Dict[str, Any]:
     steps, entropy, target = _aligned(run, "entropy", "target_entropy")
     x = run.env_steps(steps)
     nan = math.nan
-    row: Dict[str, Any] = {c: nan for c in METRIC_COLUMNS}
-    row["note"] = ""
     env = run.get("env_steps")[1]
-    row.update(run=run.name, group="", seed=run.seed, env_steps=int(env[-1]) if env.size else nan)
+    row = dict.fromkeys(METRIC_COLUMNS, nan)
+    row.update(run=run.name, group="", seed=run.seed, env_steps=int(env[-1]) if env.size else nan,
+               note="")
     if steps.size:
         start = cm.warmup_end(entropy, target, tol)
         row["tracking_from_env_step"] = int(round(float(x[start]))) if start < x.size else nan
@@ -184,9 +184,8 @@ def limit_note(run: RunData) -> str:
         return ""
     iterations = int(it[-1]) + 1  # the step is the iteration's index
     most = iterations + values.get("summary_interval", 1) - 1  # done, at most
-    if most >= limits.get("num_iterations", math.inf):
-        return ""
-    if env[-1] / iterations * most >= limits.get("num_env_steps", math.inf):
+    if (most >= limits.get("num_iterations", math.inf)
+            or env[-1] / iterations * most >= limits.get("num_env_steps", math.inf)):
         return ""
     return (f"{STOPPED_EARLY} ({', '.join(f'{k} = {v}' for k, v in limits.items())}): "
             f"{iterations} iterations, {env[-1]:.0f} env steps logged")
