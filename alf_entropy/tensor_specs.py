@@ -86,15 +86,15 @@ class TensorSpec:
             self._dtype if dtype is None else dtype,
         )
 
+    def _key(self) -> tuple:
+        """What equal specs share (and what their hash is of)."""
+        return type(self).__name__, self._shape, self._dtype
+
     def __eq__(self, other: Any) -> bool:
-        return (
-            type(self) is type(other)
-            and self._shape == other._shape
-            and self._dtype == other._dtype
-        )
+        return type(self) is type(other) and self._key() == other._key()
 
     def __hash__(self) -> int:
-        return hash((type(self).__name__, self._shape, self._dtype))
+        return hash(self._key())
 
     def __repr__(self) -> str:
         return f"TensorSpec(shape={self._shape}, dtype={self._dtype})"
@@ -239,21 +239,10 @@ class BoundedTensorSpec(TensorSpec):
             raise ValueError("num_actions needs the same bounds for every element")
         return int(n[0])
 
-    def _full_bounds(self) -> Tuple[np.ndarray, np.ndarray]:
-        """Both bounds broadcast to ``shape`` (so scalar and full bounds compare equal)."""
-        return np.broadcast_to(self._minimum, self._shape), np.broadcast_to(self._maximum,
-                                                                            self._shape)
-
-    def __eq__(self, other: Any) -> bool:
-        if not super().__eq__(other):
-            return False
-        lo, hi = self._full_bounds()
-        other_lo, other_hi = other._full_bounds()
-        return np.array_equal(lo, other_lo) and np.array_equal(hi, other_hi)
-
-    def __hash__(self) -> int:
-        lo, hi = self._full_bounds()
-        return hash((super().__hash__(), lo.tobytes(), hi.tobytes()))
+    def _key(self) -> tuple:
+        """The bounds broadcast to ``shape``: scalar and full bounds compare equal."""
+        return super()._key() + tuple(np.broadcast_to(b, self._shape).tobytes()
+                                      for b in (self._minimum, self._maximum))
 
     def __repr__(self) -> str:
         return (

@@ -28,7 +28,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv  # noq
 
 from alf_entropy.data_structures import StepType, TimeStep  # noqa: E402
 from alf_entropy.environments.env_state import load_env_state  # noqa: E402
-from alf_entropy.tensor_specs import BoundedTensorSpec, TensorSpec, from_gym_space  # noqa: E402
+from alf_entropy.tensor_specs import TensorSpec, from_gym_space  # noqa: E402
 from alf_entropy.utils import nest  # noqa: E402
 from alf_entropy.utils.checks import check_choice, check_int  # noqa: E402
 
@@ -182,15 +182,13 @@ class GymVectorEnv:
                 array = rounded
             # No copy: gymnasium only reads it; prev_action is built from a fresh array.
             array = array.astype(np.int64, copy=False)
-            if isinstance(spec, BoundedTensorSpec) and np.count_nonzero(
-                    (array < spec.minimum) | (array > spec.maximum)):
+            if np.count_nonzero((array < spec.minimum) | (array > spec.maximum)):
                 raise ValueError(f"discrete action must be in [{spec.minimum.tolist()}, "
                                  f"{spec.maximum.tolist()}], got {array.tolist()}")
             return array
-        array = array.astype(np.float32)
-        if isinstance(spec, BoundedTensorSpec):
-            array = np.clip(array, spec.minimum, spec.maximum).astype(np.float32, copy=False)
-        return array
+        # (gymnasium's spaces are bounded specs: from_gym_space)
+        return np.clip(array.astype(np.float32), spec.minimum, spec.maximum).astype(np.float32,
+                                                                                    copy=False)
 
     def _time_step(self, step_type: np.ndarray, reward: np.ndarray, discount: np.ndarray,
                    obs: Any, prev_action: Any) -> TimeStep:
