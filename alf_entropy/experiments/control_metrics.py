@@ -139,14 +139,12 @@ def largest_alpha_change(
     if g.shape != a.shape:
         raise ValueError(f"group must have the length of alpha ({a.size}), got {g.size}")
     if a.size == 0:
-        return AlphaChange(math.nan, math.nan, math.nan, math.nan)
+        return AlphaChange(*[math.nan] * 4)
     if np.any(~(a > 0)):
         raise ValueError("alpha must be > 0 everywhere")
     best = AlphaChange(1.0, float(g[0]), float(a[0]), float(a[0]))
     bounds = np.nonzero(np.diff(g) != 0)[0] + 1
-    starts = np.concatenate([[0], bounds])
-    stops = np.concatenate([bounds, [a.size]])
-    for s, e in zip(starts, stops):
+    for s, e in zip(np.r_[0, bounds], np.r_[bounds, a.size]):
         lo = s - 1 if s > 0 and g[s - 1] == g[s] - 1 else s
         seg = a[lo:e]
         i_min, i_max = int(np.argmin(seg)), int(np.argmax(seg))

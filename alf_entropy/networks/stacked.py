@@ -153,7 +153,7 @@ class StackedModule(nn.Module):
         linears = [name for name, m in inner.named_modules() if isinstance(m, nn.Linear)]
         for name in linears:
             parent_name, _, attr = name.rpartition(".")
-            parent = inner.get_submodule(parent_name) if parent_name else inner
+            parent = inner.get_submodule(parent_name)  # "": inner itself
             setattr(parent, attr, StackedLinear([n.get_submodule(name) for n in networks]))
         stray = [name for name, _ in inner.named_parameters()
                  if not isinstance(inner.get_submodule(name.rpartition(".")[0]), StackedLinear)]
