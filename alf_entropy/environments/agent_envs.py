@@ -41,8 +41,7 @@ class AgentEnvs:
         seeds = [check_int("seeds[i]", s, minimum=0) for s in seeds]
         if not seeds:
             raise ValueError("seeds must hold at least one seed")
-        self._envs: List[Any] = [env_ctor(env_id, num_envs=num_envs, seed=s, device=device)
-                                 for s in seeds]
+        self._envs = [env_ctor(env_id, num_envs=num_envs, seed=s, device=device) for s in seeds]
 
     @property
     def envs(self) -> List[Any]:

@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from alf_entropy.data_structures import StepType, TimeStep
+from alf_entropy.data_structures import StepType
 from alf_entropy.environments.gym_vector_env import GymVectorEnv
 from alf_entropy.utils.checks import check_int
 
@@ -61,7 +61,7 @@ def run_episodes(
                                  ("max_episode_steps", max_episode_steps)) if v is not None}
     env = env_ctor(env_id, num_envs=num_episodes, seed=seed, device=device, **options)
     try:
-        time_step: TimeStep = env.reset()
+        time_step = env.reset()
         shape = time_step.step_type.shape
         returns = torch.zeros(shape, dtype=torch.float64)
         lengths = torch.zeros(shape, dtype=torch.int64)

@@ -11,7 +11,7 @@ vector env for an exact resume.  Only the actions are moved to the host.
 import collections
 import functools
 import pickle
-from typing import Any, Deque, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -35,8 +35,7 @@ from alf_entropy.utils.checks import check_choice, check_int  # noqa: E402
 __all__ = ["GymVectorEnv"]
 
 
-def _make_env(env_id: str, max_episode_steps: Optional[int], env_kwargs: Dict[str, Any]
-              ) -> gym.Env:
+def _make_env(env_id, max_episode_steps, env_kwargs):
     """Build one environment (module level so ``AsyncVectorEnv`` can pickle it)."""
     return gym.make(env_id, max_episode_steps=max_episode_steps, **env_kwargs)
 
@@ -45,8 +44,7 @@ _VECTORIZATION_MODES = ("auto", "sync", "async", "vector_entry_point")
 _MAX_EPISODES = 10_000  # finished episodes kept for pop_episode_statistics
 
 
-def _make_vector_env(env_id: str, num_envs: int, mode: str, max_episode_steps: Optional[int],
-                     env_kwargs: Dict[str, Any]) -> gym.vector.VectorEnv:
+def _make_vector_env(env_id, num_envs, mode, max_episode_steps, env_kwargs):
     """The gymnasium vector env (``NEXT_STEP`` autoreset) for ``mode``."""
     if mode == "auto":
         spec = gym.spec(env_id)  # gym.error.Error for an unknown id
@@ -119,7 +117,7 @@ class GymVectorEnv:
         # Each env's running return (float64, as gymnasium's) and length; finished episodes.
         self._episode_returns = np.zeros(num_envs, dtype=np.float64)
         self._episode_lengths = np.zeros(num_envs, dtype=np.int64)
-        self._finished: Deque[Tuple[float, int]] = collections.deque(maxlen=_MAX_EPISODES)
+        self._finished = collections.deque(maxlen=_MAX_EPISODES)
         self.observation_spec = from_gym_space(self.gym_env.single_observation_space)
         self.action_spec = from_gym_space(self.gym_env.single_action_space)
         self._obs_np_dtypes = nest.map_structure(_numpy_dtype, self.observation_spec)
@@ -190,8 +188,7 @@ class GymVectorEnv:
         return np.clip(array.astype(np.float32), spec.minimum, spec.maximum).astype(np.float32,
                                                                                     copy=False)
 
-    def _time_step(self, step_type: np.ndarray, reward: np.ndarray, discount: np.ndarray,
-                   obs: Any, prev_action: Any) -> TimeStep:
+    def _time_step(self, step_type, reward, discount, obs, prev_action):
         """Build the ``TimeStep``; the three arrays are fresh (owned, not copied)."""
         return TimeStep(step_type=self._tensor(step_type.astype(np.int64, copy=False)),
                         reward=self._tensor(reward.astype(np.float32, copy=False)),
@@ -264,7 +261,7 @@ class GymVectorEnv:
                                              np_action, self._action_np_dtypes)
         return self._time_step(step_type, reward, discount, obs, prev_action)
 
-    def _record_episodes(self, reward: np.ndarray, not_first: np.ndarray, done: np.ndarray) -> None:
+    def _record_episodes(self, reward, not_first, done):
         """Add the step to the running episodes (a ``FIRST`` step, the reset, counts for
         neither); keep the finished ones."""
         returns, lengths = self._episode_returns, self._episode_lengths
@@ -276,7 +273,7 @@ class GymVectorEnv:
             returns[index] = 0.0
             lengths[index] = 0
 
-    def _prev_action(self, action: np.ndarray, first: np.ndarray, dtype: np.dtype) -> torch.Tensor:
+    def _prev_action(self, action, first, dtype):
         """The action taken (``[B, ...]``), zeroed for envs whose step is ``FIRST``."""
         if action.ndim > 1:
             first = first.reshape((-1,) + (1,) * (action.ndim - 1))

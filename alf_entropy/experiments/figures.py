@@ -65,7 +65,7 @@ PANELS = {
 }
 
 
-def _draw(ax, name: str, groups: List[List[Any]], labels: List[str]) -> None:
+def _draw(ax, name, groups, labels):
     import matplotlib.pyplot as plt
 
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]

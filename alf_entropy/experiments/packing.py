@@ -8,7 +8,7 @@ import json
 import math
 import os
 import re
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 from alf_entropy.experiments.sweep_spec import PROG, SweepRun, short_names, train_command
 from alf_entropy.utils.run_names import dir_safe
@@ -23,7 +23,7 @@ _K_AGENT_BINDING = re.compile(
     r"\b(?:On|Off)PolicyTrainer\.(num_agents|seeds|target_entropies)\b")
 
 
-def _why_not_packed(spec: Dict[str, Any]) -> Optional[str]:
+def _why_not_packed(spec):
     """Why the spec's seeds cannot be packed into one process (None: they can)."""
     if spec["seed_binding"] not in PACKED_SEED_BINDINGS:
         return (f"seed_binding is {spec['seed_binding']}; only "
@@ -35,7 +35,7 @@ def _why_not_packed(spec: Dict[str, Any]) -> Optional[str]:
     return None
 
 
-def _target_axis(spec: Dict[str, Any]) -> Tuple[Optional[str], str]:
+def _target_axis(spec):
     """The spec's packable target binding (``<controller>.target_entropy`` with numbers),
     or None and why there is none."""
     from alf_entropy import controllers
@@ -101,12 +101,12 @@ def pack_seeds(
         if target is None:
             log(f"{PROG}: not packing targets: {why}; packing the seeds of each configuration")
     short = short_names(list(spec["parameters"]) + [spec["seed_binding"]])
-    by_group: Dict[str, List[SweepRun]] = {}
+    by_group = {}
     for run in runs:
         by_group.setdefault("\n".join(b for b in run.bindings if _name_of(b) != target),
                             []).append(run)
     trainer = spec["seed_binding"].rpartition(".")[0]
-    out: List[SweepRun] = []
+    out = []
     for members in by_group.values():
         alone = [r for r in members if os.path.isdir(os.path.join(r.root_dir, "checkpoints"))]
         for run in alone:
@@ -135,7 +135,7 @@ def pack_seeds(
     return out
 
 
-def _agents_name(short: str, values: List[str], seeds: List[int]) -> str:
+def _agents_name(short, values, seeds):
     """A target-packed process's name for its agents: ``<short>=T1_T2+seeds=S1_S2`` for
     every target with every seed (in that order), else ``<short>_seed=T1=S1_T2=S2...``."""
     targets, unique_seeds = list(dict.fromkeys(values)), list(dict.fromkeys(seeds))
@@ -150,7 +150,7 @@ def _name_of(binding: str) -> str:
     return binding.partition(" = ")[0]
 
 
-def _pairs(run: SweepRun) -> List[Tuple[str, str]]:
+def _pairs(run):
     """A run's bindings (but the seed) as ``(name, gin text of the value)``."""
     return [(_name_of(b), b.partition(" = ")[2]) for b in run.bindings]
 

@@ -30,7 +30,7 @@ import math
 import os
 import re
 import sys
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -96,7 +96,7 @@ class RunData:
 def find_runs(paths: Sequence[str]) -> List[str]:
     """Run dirs (with ``train/``) of the given paths, in order (a sweep's sorted);
     ``ValueError`` if a path holds none."""
-    runs: List[str] = []
+    runs = []
     for path in paths:
         if os.path.isdir(os.path.join(path, "train")):
             runs.append(path)
@@ -132,7 +132,7 @@ def load_run(run_dir: str) -> RunData:
     return RunData(run_dir, scalars, config)
 
 
-def _aligned(run: RunData, a: str, b: str) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _aligned(run, a, b):
     """Steps logged for both ``a`` and ``b`` and their values there (last per step)."""
     da, db = dict(zip(*run.get(a))), dict(zip(*run.get(b)))
     steps = sorted(set(da) & set(db))
@@ -203,7 +203,7 @@ def _fmt(value: Any, column: str = "") -> str:
     return "–" if value is None or value == "" else str(value)
 
 
-def _write_tables(rows: List[Dict[str, Any]], out_dir: str) -> Tuple[str, str]:
+def _write_tables(rows, out_dir):
     csv_path = os.path.join(out_dir, "metrics.csv")
     with open(csv_path, "w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=METRIC_COLUMNS)
@@ -218,7 +218,7 @@ def _write_tables(rows: List[Dict[str, Any]], out_dir: str) -> Tuple[str, str]:
     return csv_path, md_path
 
 
-def _markdown(header: Sequence[str], rows: List[List[str]]) -> str:
+def _markdown(header, rows):
     return "\n".join("| " + " | ".join(map(str, r)) + " |"
                      for r in [header, ["---"] * len(header), *rows])
 
@@ -227,7 +227,7 @@ GROUP_COLUMNS = ("tracking_rmse", "frac_5pct_below", "max_alpha_change_x", "fina
 """The metrics summarised over the seeds of each group."""
 
 
-def _group_cell(values: List[float]) -> str:
+def _group_cell(values):
     """The mean and 95% bootstrap interval of a group's values, with their count where some
     are missing; from one value the mean alone."""
     finite = [v for v in values if math.isfinite(v)]
@@ -239,7 +239,7 @@ def _group_cell(values: List[float]) -> str:
     return interval if len(finite) == len(values) else f"{interval} ({count})"
 
 
-def _group_table(rows: List[Dict[str, Any]]) -> str:
+def _group_table(rows):
     """Mean and 95% bootstrap interval over the seeds of each group of >= 2 runs."""
     groups = [rs for rs in _grouped(rows, lambda row: row["group"]) if len(rs) > 1]
     if not groups:
@@ -252,16 +252,16 @@ def _group_table(rows: List[Dict[str, Any]]) -> str:
             + _markdown(["group", "seeds", *GROUP_COLUMNS], lines) + "\n")
 
 
-def _group_label(runs: List[RunData], parent: str) -> str:
+def _group_label(runs, parent):
     """The group's name: its runs' name without the seed, else ``parent``
     (seeds of one sweep named only ``seed=N``), else the first run's name."""
     names = [_SEED_NAME.sub("", r.name).strip("+,_-/") for r in runs]
     return names[0] or parent or runs[0].name
 
 
-def _grouped(items: Sequence[Any], key: Callable[[Any], str]) -> List[List[Any]]:
+def _grouped(items, key):
     """``items`` in groups of equal ``key``, in order of first appearance."""
-    groups: Dict[str, List[Any]] = {}
+    groups = {}
     for item in items:
         groups.setdefault(key(item), []).append(item)
     return list(groups.values())

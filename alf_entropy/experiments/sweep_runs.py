@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import BinaryIO, Dict, List, Optional, Set, Tuple
+from typing import BinaryIO, Dict, List, Optional, Tuple
 
 from alf_entropy.experiments.sweep_spec import PROG, SweepRun
 
@@ -43,7 +43,7 @@ class Launcher:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._running: Set[subprocess.Popen] = set()
+        self._running = set()
         self._stopped = False
 
     def call(self, command: List[str], log: BinaryIO) -> Optional[int]:

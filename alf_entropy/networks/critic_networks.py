@@ -28,7 +28,7 @@ one shape) as one module on inputs ``[K, B, ...]``: every layer is one
 batched product over the ``K * n`` critics.
 """
 import math
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Optional, Sequence
 
 import torch
 import torch.nn as nn
@@ -236,9 +236,7 @@ def _evaluate(critics, x, params):
     return _mlp_forward(x, params, critics._act)[0] if out is None else out
 
 
-def _mlp_forward(
-    x: torch.Tensor, params: List[torch.Tensor], act: Callable[[torch.Tensor], torch.Tensor]
-) -> Tuple[torch.Tensor, List[torch.Tensor]]:
+def _mlp_forward(x, params, act):
     """The stacked MLP: ``[B, in]`` (or ``[n, B, in]``) -> ``[n, B, out]``, and its layer inputs.
 
     ``params`` alternates weights ``[n, in, out]`` and biases ``[n, 1, out]``.

@@ -138,7 +138,7 @@ def flatten_observation(
     return flat[0] if len(flat) == 1 else torch.cat(flat, dim=-1)
 
 
-def _flatten_leaf(spec: TensorSpec, x: Any, dtype: torch.dtype) -> torch.Tensor:
+def _flatten_leaf(spec, x, dtype):
     """Check one observation leaf against its spec and flatten it to ``[B, numel]``."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"observation leaves must be tensors, got {type(x).__name__}")

@@ -196,7 +196,7 @@ class NormalProjectionNetwork(nn.Module):
                 "_action_scale", torch.as_tensor((hi - lo) / 2, dtype=torch.float32)
             )
 
-    def _mean_and_log_std(self, encoding: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    def _mean_and_log_std(self, encoding):
         """The Normal's mean and clamped ``log_std``, ``[B, *action_shape]`` each."""
         out_shape = encoding.shape[:-1] + self._shape
         mean = self._mean_layer(encoding).reshape(out_shape)
@@ -254,7 +254,7 @@ class NormalProjectionNetwork(nn.Module):
             when ``squash_to_spec``.
         """
         mean, log_std = self._mean_and_log_std(encoding)
-        dist: td.Distribution = td.Normal(mean, log_std.exp(), validate_args=False)
+        dist = td.Normal(mean, log_std.exp(), validate_args=False)
         event_dims = len(self._shape)
         if event_dims:
             dist = td.Independent(dist, event_dims, validate_args=False)
