@@ -332,9 +332,8 @@ class GymVectorEnv:
 
     def sample_random_action(self) -> Any:
         """Uniformly random actions ``[B, ...]`` (seeded by ``seed``) on ``device``."""
-        return nest.map_structure(
-            lambda s, a: self._to_device(np.asarray(a), _numpy_dtype(s)),
-            self.action_spec, self.gym_env.action_space.sample())
+        return nest.map_structure(self._to_device, self.gym_env.action_space.sample(),
+                                  self._action_np_dtypes)
 
     def close(self) -> None:
         """Close the environments (idempotent)."""

@@ -28,10 +28,10 @@ def _error_line(log_path: str, offset: int) -> str:
     try:
         with open(log_path, "rb") as f:
             f.seek(offset)
-            lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines()]
+            text = f.read().decode(errors="replace")
     except OSError:
         return ""
-    lines = [ln for ln in lines if ln]
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     errors = [ln for ln in lines if ln.startswith(_ERROR_PREFIX)]
     return (errors or lines or [""])[-1][:500]
 
