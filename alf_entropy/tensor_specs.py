@@ -123,10 +123,7 @@ class BoundedTensorSpec(TensorSpec):
     ):
         super().__init__(shape, dtype)
         if maximum is None:
-            if self.is_discrete:
-                maximum = np.iinfo(np.int32).max
-            else:
-                maximum = np.finfo(np.float32).max
+            maximum = np.iinfo(np.int32).max if self.is_discrete else np.finfo(np.float32).max
         np_dtype = np.float64 if self.is_continuous else np.int64
         try:
             lo = np.broadcast_to(np.asarray(minimum, dtype=np_dtype), self._shape)

@@ -105,9 +105,8 @@ def settling_times(entropy: Sequence[float], target: Sequence[float], tol: float
         raise ValueError(f"x must have the length of entropy ({e.size}), got {pos.size}")
     inside = np.abs(e - t) <= tol * np.abs(t)
     changes = target_changes(t, min_change)
-    ends = list(changes[1:]) + [e.size]
     result = []
-    for begin, end in zip(changes, ends):
+    for begin, end in zip(changes, np.r_[changes[1:], e.size]):
         seg = inside[begin:end]
         if not seg[-1]:
             result.append(math.nan)
