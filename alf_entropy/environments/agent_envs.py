@@ -105,7 +105,7 @@ class AgentEnvs:
             env.close()
 
 
-def _stack(time_steps: List[TimeStep]) -> TimeStep:
+def _stack(time_steps):
     return nest.map_structure(lambda *x: torch.stack(x),
                               *[t._replace(env_info=()) for t in time_steps])
 

@@ -28,7 +28,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv  # noq
 
 from alf_entropy.data_structures import StepType, TimeStep  # noqa: E402
 from alf_entropy.environments.env_state import load_env_state  # noqa: E402
-from alf_entropy.tensor_specs import TensorSpec, from_gym_space  # noqa: E402
+from alf_entropy.tensor_specs import from_gym_space  # noqa: E402
 from alf_entropy.utils import nest  # noqa: E402
 from alf_entropy.utils.checks import check_choice, check_int  # noqa: E402
 
@@ -65,7 +65,7 @@ def _make_vector_env(env_id, num_envs, mode, max_episode_steps, env_kwargs):
     return cls(env_fns, copy=False, autoreset_mode=AutoresetMode.NEXT_STEP)
 
 
-def _numpy_dtype(spec: TensorSpec) -> np.dtype:
+def _numpy_dtype(spec):
     return torch.empty((), dtype=spec.dtype).numpy().dtype
 
 
@@ -147,12 +147,12 @@ class GymVectorEnv:
                     seen.add(id(space))
                     space.seed(seed)
 
-    def _tensor(self, array: np.ndarray) -> torch.Tensor:
+    def _tensor(self, array):
         """``array`` (which the caller owns: it is not copied) as a tensor on ``device``."""
         tensor = torch.from_numpy(array)
         return tensor if self._on_cpu else tensor.to(self.device)
 
-    def _to_device(self, array: np.ndarray, dtype: np.dtype) -> torch.Tensor:
+    def _to_device(self, array, dtype):
         # ``np.array(copy=True)`` so CPU tensors never alias gymnasium's buffers.
         return self._tensor(np.array(array, dtype=dtype, copy=True))
 
@@ -161,7 +161,7 @@ class GymVectorEnv:
             return self._to_device(obs, self._obs_np_dtypes)
         return nest.map_structure(self._to_device, obs, self._obs_np_dtypes)
 
-    def _convert_action_leaf(self, spec: TensorSpec, action: Any) -> np.ndarray:
+    def _convert_action_leaf(self, spec, action):
         if isinstance(action, torch.Tensor):
             # ``force=True``: ``detach().cpu()`` (the one device->host copy of
             # the step) in a single call; shares memory for CPU tensors.

@@ -17,7 +17,7 @@ REPORT_EXTRA = 'pip install -e ".[report]"'
 """What installs the report's figures' dependency (matplotlib)."""
 
 
-def _mean_band(runs: List[Any], tag: str):
+def _mean_band(runs, tag):
     """``(x, mean, std, runs)`` of ``tag`` over the group's runs, on the first run's x
     (restricted to the range every run covers): env steps (a ``*_vs_env_steps`` tag is
     logged at them)."""

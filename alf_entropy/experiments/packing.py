@@ -145,7 +145,7 @@ def _agents_name(short, values, seeds):
     return f"{short}_seed=" + "_".join(f"{dir_safe(t)}={s}" for t, s in zip(values, seeds))
 
 
-def _name_of(binding: str) -> str:
+def _name_of(binding):
     """``'Class.arg = value'``'s ``Class.arg``."""
     return binding.partition(" = ")[0]
 

@@ -62,7 +62,7 @@ from alf_entropy.utils.checks import check_int
 __all__ = ["DONE_FILE", "SweepRun", "load_spec", "expand_spec", "pack_seeds", "run_sweep",
            "main"]
 
-def _recorded_arguments(run: SweepRun) -> Optional[List[str]]:
+def _recorded_arguments(run):
     """The :func:`_arguments` of the command in the run's done marker: ``None`` if it has
     none, ``[]`` if it is unreadable (no spec's command)."""
     path = os.path.join(run.root_dir, DONE_FILE)
@@ -76,7 +76,7 @@ def _recorded_arguments(run: SweepRun) -> Optional[List[str]]:
     return _arguments(command) if isinstance(command, list) else []
 
 
-def _arguments(command: List[str]) -> List[str]:
+def _arguments(command):
     """A command's arguments without the interpreter and ``--root_dir DIR``
     (the run's directory is where the marker is, however it was spelt)."""
     args = command[1:]

@@ -23,7 +23,7 @@ ALREADY_RUNNING = "already in use by another run"
 """Part of ``alf-entropy-train``'s error line for a locked run directory."""
 
 
-def _error_line(log_path: str, offset: int) -> str:
+def _error_line(log_path, offset):
     """The run's error line in its log after ``offset`` (or its last line)."""
     try:
         with open(log_path, "rb") as f:
@@ -113,7 +113,7 @@ def execute_run(
     return rc, seconds, ""
 
 
-def _log_outcome(log, name: str, rc: int, seconds: float, error: str) -> None:
+def _log_outcome(log, name, rc, seconds, error):
     """The run's progress line: its outcome (from its exit status and error line)."""
     if rc == 0:
         outcome = "done"

@@ -114,7 +114,7 @@ class StableTanh(td.TanhTransform):
         return torch.atanh(y.clamp(-bound, bound))
 
 
-def _mode_of_one(dist: td.Distribution) -> torch.Tensor:
+def _mode_of_one(dist):
     if isinstance(dist, td.Categorical):
         return dist.logits.argmax(dim=-1)
     if isinstance(dist, td.Independent):

@@ -150,7 +150,7 @@ def _flatten_leaf(spec, x, dtype):
     return x.reshape(x.shape[0], -1).to(dtype)
 
 
-def _init_linear(layer: nn.Linear, gain: float) -> None:
+def _init_linear(layer, gain):
     nn.init.orthogonal_(layer.weight, gain=gain)
     nn.init.zeros_(layer.bias)
 

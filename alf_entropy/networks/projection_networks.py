@@ -39,7 +39,7 @@ _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 _LOG_2 = math.log(2.0)
 
 
-def _policy_linear(input_size: int, output_size: int, bias: float = 0.0) -> nn.Linear:
+def _policy_linear(input_size, output_size, bias=0.0):
     layer = nn.Linear(input_size, output_size)
     nn.init.orthogonal_(layer.weight, gain=POLICY_INIT_SCALE)
     nn.init.constant_(layer.bias, bias)

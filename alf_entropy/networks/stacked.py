@@ -218,7 +218,7 @@ class StackedModule(nn.Module):
         return tuple(x.reshape(self.num_members, m, *x.shape[1:]) for x in drawn)
 
 
-def _unflatten(y: Any, k: int, m: int) -> Any:
+def _unflatten(y, k, m):
     if isinstance(y, td.Distribution):
         return reshape_distribution(y, (k, m) + tuple(y.batch_shape[1:]))
     return y.reshape(k, m, *y.shape[1:])
