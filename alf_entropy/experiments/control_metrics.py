@@ -19,12 +19,18 @@ __all__ = ["AlphaChange", "warmup_end", "tracking_rmse", "fraction_below",
            "final_value", "bootstrap_ci"]
 
 
+def _series(values, finite=False):
+    """``values`` as a 1-d float64 array (its finite values only with ``finite``)."""
+    v = np.asarray(values, dtype=np.float64).reshape(-1)
+    return v[np.isfinite(v)] if finite else v
+
+
 def _pair(entropy: Sequence[float], target: Sequence[float], tol: float = 0.05, start: int = 0):
     """Both series from ``start`` as float64 arrays of one length (a scalar target
     broadcasts), with ``tol`` and ``start`` checked."""
     check_real("tol", tol, minimum=0, below=1)
     check_int("start", start, minimum=0)
-    e = np.asarray(entropy, dtype=np.float64).reshape(-1)
+    e = _series(entropy)
     t = np.asarray(target, dtype=np.float64)
     if t.ndim and t.size != e.size:
         raise ValueError(f"entropy and target must have the same length, got {e.size} and {t.size}")
@@ -89,7 +95,7 @@ def target_changes(target: Sequence[float], min_change: float = 0.05) -> np.ndar
     """Indices ``i > 0`` (int64) where the target jumps, ``|t[i] - t[i-1]| > min_change *
     |t[i-1]|`` (a step is a jump, a slow ramp is not)."""
     min_change = check_real("min_change", min_change, positive=True)
-    t = np.asarray(target, dtype=np.float64).reshape(-1)
+    t = _series(target)
     jump = np.abs(np.diff(t)) > min_change * np.abs(t[:-1])
     return np.nonzero(jump)[0].astype(np.int64) + 1
 
@@ -133,7 +139,7 @@ def largest_alpha_change(
     """The iteration in which alpha (> 0, after each update) changed by the largest factor
     (NaNs if empty).  ``group[i]`` is update ``i``'s iteration (default: one each); an
     iteration starts from the previous one's last value when that is ``group - 1``."""
-    a = np.asarray(alpha, dtype=np.float64).reshape(-1)
+    a = _series(alpha)
     g = np.arange(a.size, dtype=np.float64) if group is None else np.asarray(group, np.float64)
     if g.shape != a.shape:
         raise ValueError(f"group must have the length of alpha ({a.size}), got {g.size}")
@@ -156,8 +162,7 @@ def largest_alpha_change(
 
 def final_value(values: Sequence[float]) -> float:
     """The last finite value of a series (e.g. evaluation returns), NaN if none."""
-    v = np.asarray(values, dtype=np.float64).reshape(-1)
-    v = v[np.isfinite(v)]
+    v = _series(values, finite=True)
     return float(v[-1]) if v.size else math.nan
 
 
@@ -169,8 +174,7 @@ def bootstrap_ci(values: Sequence[float], confidence: float = 0.95, resamples: i
     optimistic: it says how far the seeds disagree."""
     confidence = check_real("confidence", confidence, above=0, below=1)
     resamples = check_int("resamples", resamples, minimum=1)
-    v = np.asarray(values, dtype=np.float64).reshape(-1)
-    v = v[np.isfinite(v)]
+    v = _series(values, finite=True)
     if v.size < 2:  # resampling one value gives it back: no interval
         return float(v.mean()) if v.size else math.nan, math.nan, math.nan
     rng = np.random.default_rng(seed)

@@ -309,7 +309,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     matplotlib), 2 for bad input, 130 when stopped by Ctrl-C."""
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run dirs or dirs of runs")
-    parser.add_argument("--out_dir", default=None,
+    parser.add_argument("--out_dir",
                         help="output dir (default: <common parent>/report)")
     parser.add_argument("--dpi", type=int, default=80, help="PNG resolution")
     args = parser.parse_args(argv)

@@ -184,9 +184,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--sweep_dir", required=True, help="parent dir of the runs")
     parser.add_argument("--jobs", type=int, default=1, help="parallel local runs")
     parser.add_argument(
-        "--ray_address", default=None, help="run as Ray tasks: an address, 'auto' or 'local'"
+        "--ray_address", help="run as Ray tasks: an address, 'auto' or 'local'"
     )
-    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None)
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--no_report", action="store_true", help="skip the final report")
     parser.add_argument(
         "--pack_seeds", action="store_true",
