@@ -43,11 +43,9 @@ def _plot(ax, runs, tag, color, label, log=False, style="-", step=False):
     if band is None:
         return
     x, mean, std, n = band
-    kw = dict(color=color, linestyle=style, label=label)
-    if step:
-        ax.step(x, mean, where="post", **kw)
-    else:
-        ax.plot(x, mean, **kw)
+    # (a step line is what ax.step(where="post") draws)
+    ax.plot(x, mean, color=color, linestyle=style, label=label,
+            drawstyle="steps-post" if step else "default")
     if n > 1:
         lo, hi = mean - std, mean + std
         if log:
