@@ -135,9 +135,9 @@ class OffPolicyTrainer(Trainer):
         if nest.is_nested(action_spec) or not isinstance(action_spec, BoundedTensorSpec):
             raise TypeError("OffPolicyTrainer: the environment must have a single bounded "
                             f"action space (Box or Discrete), got {action_spec!r}")
-        self._replay_buffer = ReplayBuffer(self._buffer_length, device=self._device)
-        self._random_low = torch.as_tensor(action_spec.minimum, device=self._device)
-        self._random_high = torch.as_tensor(action_spec.maximum, device=self._device)
+        self._replay_buffer = ReplayBuffer(self._buffer_length, device=self.device)
+        self._random_low = torch.as_tensor(action_spec.minimum, device=self.device)
+        self._random_high = torch.as_tensor(action_spec.maximum, device=self.device)
         return algorithm_ctor(observation_spec, action_spec)
 
     def _random_action(self, generator: Optional[torch.Generator] = None) -> torch.Tensor:
@@ -152,15 +152,15 @@ class OffPolicyTrainer(Trainer):
 
     def _train_iteration(self) -> int:
         """Step every env once, store the transitions, update; return the env steps."""
-        algorithm, time_step = self._algorithm, self._time_step
+        algorithm, time_step = self.algorithm, self._time_step
         generators, nb = algorithm.generators, len(algorithm.batch_shape)
-        if self._env_steps < self._initial_collect_steps:
+        if self.env_steps < self._initial_collect_steps:
             action = per_member(self._random_action, generators)
         else:
             with torch.no_grad():
                 action = algorithm.rollout_step(time_step).output
         action = action.to(self._action_spec.dtype)
-        self._time_step = self._env.step(action)
+        self._time_step = self.env.step(action)
         transition = Transition(
             observation=time_step.observation, action=action, reward=self._time_step.reward,
             discount=self._time_step.discount, next_observation=self._time_step.observation,
@@ -185,7 +185,7 @@ class OffPolicyTrainer(Trainer):
                             "uninterrupted one.")
             return
         # Into a new buffer, swapped in once it loaded: a damaged one changes nothing.
-        lead = (1, *self._algorithm.batch_shape)
+        lead = (1, *self.algorithm.batch_shape)
         obs = nest.map_structure(lambda s: s.zeros(lead), self._observation_spec)
         example = Transition(observation=obs, action=self._action_spec.zeros(lead),
                              reward=torch.zeros(lead), discount=torch.zeros(lead),

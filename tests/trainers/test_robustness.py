@@ -211,7 +211,7 @@ def test_a_signal_stops_after_the_iteration_with_an_exact_checkpoint(
 
     def iteration(self):
         steps = real(self)
-        if self._iteration == 2:  # the signal arrives during the third iteration
+        if self.iteration == 2:  # the signal arrives during the third iteration
             os.kill(os.getpid(), signum)
         return steps
 
@@ -235,7 +235,7 @@ def test_a_second_signal_stops_at_once_without_a_checkpoint(tmp_path, monkeypatc
     real = OnPolicyTrainer._train_iteration
 
     def iteration(self):
-        if self._iteration == 1:
+        if self.iteration == 1:
             os.kill(os.getpid(), signal.SIGTERM)
             os.kill(os.getpid(), signal.SIGTERM)
         return real(self)
