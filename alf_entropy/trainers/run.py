@@ -89,35 +89,33 @@ class Run:
         self.iteration, self.env_steps = 0, 0
         self.env = self._time_step = self._restored_env = self.last_checkpoint = None
         self._in_iteration, self.restored_from = False, None
-        self._observation_spec, self._action_spec, self.algorithm = self._build(
-            env_ctor, agents.algorithm_ctor(self.agent_batch, algorithm_ctor, self.device))
-        self._env_ctor = agent_env_ctor(env_ctor, agents.seeds, agents.seed)  # seeds checked
+        # Seed everything, read the specs from a throw-away env, build the algorithm, join
+        # torchrun's ranks (a no-op in one process) and give them all rank 0's start.
+        seed = agents.seed
+        ranks.seed_all(seed)
+        schedulers.reset_progress()
+        probe = env_ctor(env_id, num_envs=1, seed=seed, device=self.device)
+        self._observation_spec, self._action_spec = probe.observation_spec, probe.action_spec
+        probe.close()
+        self.algorithm = self._build_algorithm(
+            agents.algorithm_ctor(self.agent_batch, algorithm_ctor, self.device),
+            self._observation_spec, self._action_spec)
+        self.algorithm.to(self.device)
+        self.device = distributed.init_from_env(self.device)
+        if distributed.is_distributed():
+            distributed.broadcast_module_(self.algorithm)  # the same start everywhere
+            ranks.seed_all(seed + distributed.rank() * ranks.RANK_SEED_OFFSET)  # own samples
+        self._env_ctor = agent_env_ctor(env_ctor, agents.seeds, seed)  # seeds checked
         check_bindings_used(type(self).__name__,  # before anything is written
                             getattr(self.algorithm, "entropy_target_algorithm", None),
                             EntropyController)
         with self._run_dir.opening():
             self._run_dir.take()
-            self._resume()
+            found = self._checkpointer.restore_newest(self.algorithm, self._load_own)
+            if found is not None:  # the newest that fits (damaged ones skipped, warned of)
+                self._commit(*found)
             self._run_dir.write_operative_config(self.iteration)
             self._agents.write_configs(self.root_dir, type(self).__name__, self.algorithm)
-
-    def _build(self, env_ctor: Callable[..., Any], algorithm_ctor: Callable[..., Algorithm]
-               ) -> Any:
-        """Seed everything, read the specs from a throw-away env, build the algorithm, join
-        torchrun's ranks (a no-op in one process) and give them all rank 0's start."""
-        seed = self._agents.seed
-        ranks.seed_all(seed)
-        schedulers.reset_progress()
-        probe = env_ctor(self._env_id, num_envs=1, seed=seed, device=self.device)
-        observation_spec, action_spec = probe.observation_spec, probe.action_spec
-        probe.close()
-        algorithm = self._build_algorithm(algorithm_ctor, observation_spec, action_spec)
-        algorithm.to(self.device)
-        self.device = distributed.init_from_env(self.device)
-        if distributed.is_distributed():
-            distributed.broadcast_module_(algorithm)  # the same start everywhere
-            ranks.seed_all(seed + distributed.rank() * ranks.RANK_SEED_OFFSET)  # own samples
-        return observation_spec, action_spec, algorithm
 
     def _build_algorithm(self, algorithm_ctor: Callable[..., Algorithm], observation_spec: Any,
                          action_spec: Any) -> Algorithm:
@@ -178,12 +176,6 @@ class Run:
             CheckpointError: if it cannot be read or does not fit (nothing changes).
         """
         self._commit(path, self._checkpointer.restore(path, self.algorithm, self._load_own))
-
-    def _resume(self) -> None:
-        """Load the newest checkpoint that fits (damaged ones are skipped with a warning)."""
-        found = self._checkpointer.restore_newest(self.algorithm, self._load_own)
-        if found is not None:
-            self._commit(*found)
 
     def _load_own(self, state: Dict[str, Any]) -> None:
         """Check this rank's env state (applied when ``train()`` builds the envs); load extra."""

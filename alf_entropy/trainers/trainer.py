@@ -160,8 +160,13 @@ class Trainer(Run):
                 logging.warning("Interrupted; saved %s", self.save_checkpoint())
             raise
         finally:
-            try:
-                errors = self._call_each("on_training_end")
+            errors = []  # every callback's, also after one raised (a later one may restore
+            try:  # signal handlers or close files)
+                for callback in self._callbacks:
+                    try:
+                        callback.on_training_end(self)
+                    except Exception as error:
+                        errors.append(error)
             finally:
                 if self.env is not None:
                     self.env.close()
@@ -174,17 +179,6 @@ class Trainer(Run):
 
     def _call(self, hook: str, *args: Any) -> List[Any]:
         return [getattr(callback, hook)(self, *args) for callback in self._callbacks]
-
-    def _call_each(self, hook: str) -> List[Exception]:
-        """Every callback's ``hook``, also after one raised (a later one may restore signal
-        handlers or close files); the exceptions, in order."""
-        errors = []
-        for callback in self._callbacks:
-            try:
-                getattr(callback, hook)(self)
-            except Exception as error:
-                errors.append(error)
-        return errors
 
     def _act(self) -> None:
         """Evaluate (rank 0; the others take its verdict) and checkpoint as asked."""

@@ -335,10 +335,10 @@ def test_unwritable_root_dir_is_refused(tmp_path, monkeypatch):
 
 
 def test_a_failed_construction_leaves_no_run_directory(tmp_path, monkeypatch):
-    def fail(self):
+    def fail(self, algorithm, load_own):  # after the directory was made and locked
         raise CheckpointError("simulated")
 
-    monkeypatch.setattr(OnPolicyTrainer, "_resume", fail)
+    monkeypatch.setattr(ckpt.Checkpointer, "restore_newest", fail)
     with pytest.raises(CheckpointError):
         _trainer(tmp_path / "new", num_iterations=1)
     assert not os.path.exists(tmp_path / "new")
