@@ -108,7 +108,7 @@ def tensor_to_bytes(tensor: torch.Tensor) -> bytes:
 _RANK_KEYS = ("rng", "env", "extra")  # each rank's own part of a checkpoint
 
 
-def _move_aside(path: str) -> str:
+def _move_aside(path):
     """Rename a checkpoint that was skipped to ``<path>.damaged`` (``.damaged.N`` if taken)."""
     target, k = f"{path}.damaged", 0
     while os.path.exists(target):
@@ -121,7 +121,7 @@ def _move_aside(path: str) -> str:
     return target
 
 
-def _any_rank(flag: bool) -> bool:
+def _any_rank(flag):
     """Whether ``flag`` is set on any rank (``flag`` itself in one process)."""
     if not distributed.is_distributed():
         return flag
@@ -250,7 +250,7 @@ class Checkpointer:
         return state
 
     @staticmethod
-    def _share(path: str, state: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    def _share(path, state):
         """Rank 0's ``state`` on every rank, each with its own part (none from a
         checkpoint of another number of ranks: fresh RNGs, episodes restart)."""
         per_rank, world = None, distributed.world_size()

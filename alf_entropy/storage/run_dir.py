@@ -43,7 +43,7 @@ class RunDirLocked(ValueError):
     """Another process holds the run directory's lock."""
 
 
-def _take_lock(root_dir: str) -> filelock.FileLock:
+def _take_lock(root_dir):
     """Create ``root_dir`` and lock it, recording this process as the holder."""
     os.makedirs(root_dir, exist_ok=True)  # an OSError: take() names root_dir
     path = os.path.join(root_dir, LOCK_FILE)
@@ -150,7 +150,7 @@ class RunDir:
         if lock is not None:
             lock.release()
 
-    def __del__(self) -> None:
+    def __del__(self):
         with contextlib.suppress(Exception):  # at interpreter exit the OS drops it anyway
             self.release()
 
@@ -166,7 +166,7 @@ class RunDir:
                 shutil.rmtree(self.path, ignore_errors=True)
             raise
 
-    def _check_config(self) -> None:
+    def _check_config(self):
         """Refuse a configuration that differs from the directory's."""
         if not os.path.isfile(self._config_path):
             return
@@ -191,7 +191,7 @@ class RunDir:
         as ``operative_config.<iteration>.gin``."""
         if not distributed.is_main_process():
             return
-        if self._config_change is not None and os.path.isfile(self._config_path):
+        if self._config_change is not None:  # the directory's config differed
             keep = os.path.join(self.path, f"operative_config.{iteration}.gin")
             os.replace(self._config_path, keep)
             logging.warning(

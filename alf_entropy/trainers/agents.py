@@ -5,6 +5,7 @@ each one's target and run directory (one agent: ``root_dir`` itself), the algori
 (one agent's, or the batch's, which checks the seeds and targets) and each agent's
 ``operative_config.gin``.
 """
+import functools
 import os
 from typing import Any, Callable, List, Optional, Sequence
 
@@ -25,8 +26,8 @@ BATCH_CONFIGURABLES = frozenset({"ManyAgents", "ManySacAgents", "BatchedAdam"})
 """The configurables of a batch of agents, which a single run does not build."""
 
 
-def agent_operative_config(text: str, trainer: str, seed: int, controller: Optional[str] = None,
-                           target: Any = None) -> str:
+def agent_operative_config(text: str, trainer: str, seed: int, controller: str,
+                           target: Any) -> str:
     """An agent's ``operative_config.gin``: the batch's ``text`` as the single run of the
     agent has it -- the ``trainer``'s ``seed`` the agent's, ``num_agents``, ``seeds`` and
     ``target_entropies`` a single run's, the batch's own configurables
@@ -36,7 +37,7 @@ def agent_operative_config(text: str, trainer: str, seed: int, controller: Optio
     configurables' sections by the comment gin writes above each."""
     own = {f"{trainer}.seed": f"{seed}", f"{trainer}.num_agents": "1",
            f"{trainer}.seeds": "None", f"{trainer}.target_entropies": "None"}
-    if controller is not None and target is not None:
+    if target is not None:
         number = isinstance(target, (int, float)) and not isinstance(target, bool)
         own[f"{controller}.target_entropy"] = (
             repr(target) if number else f"# {controller}.target_entropy: {target} (this agent's)")
@@ -67,7 +68,7 @@ def agent_operative_config(text: str, trainer: str, seed: int, controller: Optio
     return "\n".join(out) + "\n"
 
 
-def _line(key: str, value: str) -> str:
+def _line(key, value):
     """``key = value``, or ``value`` if it is a comment."""
     return value if value.startswith("#") else f"{key} = {value}"
 
@@ -111,9 +112,8 @@ class Agents:
         """``algorithm_ctor`` for one agent, else a ctor of ``batch_cls`` of the K agents."""
         if self.seeds is None:
             return algorithm_ctor
-        return lambda observation_spec, action_spec: batch_cls(
-            observation_spec, action_spec, self.seeds, algorithm_ctor=algorithm_ctor,
-            target_entropies=self.targets, device=device)
+        return functools.partial(batch_cls, seeds=self.seeds, algorithm_ctor=algorithm_ctor,
+                                 target_entropies=self.targets, device=device)
 
     def write_configs(self, root_dir: str, trainer: str, algorithm: Any) -> None:
         """Each agent's ``operative_config.gin`` in its directory (one agent: none but the

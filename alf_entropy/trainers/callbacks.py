@@ -111,8 +111,7 @@ class SummaryCallback(Callback):
                            step=trainer.env_steps)
 
     def on_training_end(self, trainer: Any) -> None:
-        summary.flush()
-        summary.close()
+        summary.close()  # flushed
 
 
 class ProgressBarCallback(Callback):
@@ -120,7 +119,6 @@ class ProgressBarCallback(Callback):
     ``return``, ``alpha``); meanwhile console log lines go through ``logging_redirect_tqdm``."""
 
     def __init__(self) -> None:
-        self._bar: Any = None
         self._open = contextlib.ExitStack()  # the bar and the redirection
 
     def on_training_start(self, trainer: Any) -> None:
@@ -167,7 +165,7 @@ class SignalCallback(Callback):
         self._signum: Optional[int] = None
         self._old: Dict[int, Any] = {}
 
-    def _on_signal(self, signum: int, frame: Any) -> None:
+    def _on_signal(self, signum, frame):
         if self._signum is not None:
             raise TrainingAborted(signum)
         self._signum = signum
@@ -214,8 +212,8 @@ class EvaluationCallback(Callback):
         trainer.control.should_evaluate |= trainer.iteration == 0  # the curve's start
 
     def on_iteration_end(self, trainer: Any) -> bool:
-        if trainer.iteration % self._interval == 0 or trainer.limit_reached is not None:
-            trainer.control.should_evaluate = True
+        trainer.control.should_evaluate |= (trainer.iteration % self._interval == 0
+                                            or trainer.limit_reached is not None)
         return True
 
     def on_evaluate(self, trainer: Any, logs: Logs) -> None:
@@ -243,7 +241,6 @@ class TimeBudgetCallback(Callback):
 
     def __init__(self, max_seconds: float):
         self._max_seconds = check_real("max_seconds", max_seconds, positive=True)
-        self._start = 0.0
 
     def on_training_start(self, trainer: Any) -> None:
         self._start = time.time()

@@ -134,7 +134,7 @@ class OffPolicyTrainer(Trainer):
         self._random_high = torch.as_tensor(action_spec.maximum, device=self.device)
         return algorithm_ctor(observation_spec, action_spec)
 
-    def _random_action(self, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+    def _random_action(self, generator):
         """Uniform random actions ``[B, ...]`` from ``generator`` (None: torch's)."""
         spec, low, high = self._action_spec, self._random_low, self._random_high
         shape = (self._num_envs,) + tuple(spec.shape)

@@ -134,7 +134,7 @@ class Run:
         """The limit reached now (``'num_iterations = 3'``), or None."""
         return self._limits.reached(self.iteration, self.env_steps)
 
-    def _start_env(self) -> Any:
+    def _start_env(self):
         """Build the training envs; restore their saved state or reset them."""
         env = self._env_ctor(self._env_id, num_envs=self._num_envs, device=self.device,
                              # Rank r's envs continue the numbering of the global batch.
@@ -177,17 +177,17 @@ class Run:
         """
         self._commit(path, self._checkpointer.restore(path, self.algorithm, self._load_own))
 
-    def _load_own(self, state: Dict[str, Any]) -> None:
+    def _load_own(self, state):
         """Check this rank's env state (applied when ``train()`` builds the envs); load extra."""
         env_state, batch = state.get("env") or {}, (*self.algorithm.batch_shape, self._num_envs)
         if env_state:  # a whole pickle (read, not run: set_state loads it) of this batch
             check_pickle(ckpt.tensor_to_bytes(env_state["state"]))
-            shape = tuple(TimeStep(**env_state["time_step"]).step_type.shape)
+            shape = tuple(env_state["time_step"]["step_type"].shape)
             if shape != batch:
                 raise ValueError(f"its environment state is of a batch {shape}, this run {batch}")
         self._load_extra_state(state.get("extra") or {})
 
-    def _commit(self, path: str, state: Dict[str, Any]) -> None:
+    def _commit(self, path, state):
         """Take the counters and env state of a restored checkpoint."""
         self.iteration, self.env_steps = int(state["iteration"]), int(state["env_steps"])
         self._restored_env, self.restored_from = state.get("env") or {}, path

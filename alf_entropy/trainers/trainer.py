@@ -13,7 +13,7 @@ import contextlib
 import gc
 import sys
 import time
-from typing import Any, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 import torch
@@ -92,10 +92,6 @@ class Trainer(Run):
         """One iteration from ``self._time_step`` on ``self.env``; returns env steps taken."""
         raise NotImplementedError
 
-    def _policy_fn(self, observation: Any) -> Any:
-        """The evaluated (deterministic) policy: observation batch -> action batch."""
-        return self.algorithm.predict_step(TimeStep(observation=observation)).output
-
     def train(self) -> Dict[str, Any]:
         """Run (or resume) training until a limit is reached or a callback stops it, holding
         the run directory's lock.  A first SIGTERM/SIGINT stops after the iteration, with a
@@ -130,7 +126,7 @@ class Trainer(Run):
                     stopped_by=None if done else self._signals.stopped_by,
                     checkpoint=self.last_checkpoint)
 
-    def _loop(self, start: float) -> None:
+    def _loop(self, start):
         """Callbacks decide, the loop acts (module docstring)."""
         self.control, self._since = TrainerControl(), (start, self.env_steps)
         try:
@@ -177,10 +173,10 @@ class Trainer(Run):
             if errors and not running:
                 raise errors[0]
 
-    def _call(self, hook: str, *args: Any) -> List[Any]:
+    def _call(self, hook, *args):
         return [getattr(callback, hook)(self, *args) for callback in self._callbacks]
 
-    def _act(self) -> None:
+    def _act(self):
         """Evaluate (rank 0; the others take its verdict) and checkpoint as asked."""
         if self.control.should_evaluate:
             if distributed.is_main_process():
@@ -189,7 +185,7 @@ class Trainer(Run):
         if self.control.should_save:
             self.save_checkpoint()
 
-    def _log(self) -> None:
+    def _log(self):
         """The iteration's logs (each agent's episodes, speed, control): ``metrics``, ``on_log``."""
         now, steps = time.time(), self.env_steps
         sps = (steps - self._since[1]) / max(now - self._since[0], 1e-9)
@@ -209,7 +205,7 @@ class Trainer(Run):
                 self.metrics[tag] = float(np.mean(values))
         self._call("on_log", logs)
 
-    def _control_logs(self) -> Dict[str, List[float]]:
+    def _control_logs(self):
         """The latest summaries, with each agent's ``alpha`` and ``target_entropy`` now (where
         the algorithm has ``entropy_coefficient()`` and a controller: neither is required)."""
         logs = summary.last_scalars()
@@ -228,14 +224,16 @@ class Trainer(Run):
         start = time.time()
         self.algorithm.eval()
         try:
-            returns, _ = run_episodes(
-                self._env_id, self._policy_fn, seed=self._agents.seed + EVAL_SEED_OFFSET,
+            returns, _ = run_episodes(  # the deterministic policy's
+                self._env_id,
+                lambda observation: self.algorithm.predict_step(
+                    TimeStep(observation=observation)).output,
+                seed=self._agents.seed + EVAL_SEED_OFFSET,
                 num_episodes=num_episodes or self._num_eval_episodes, device=self.device,
                 env_ctor=self._env_ctor)  # the training envs' own ctor, per agent
         finally:
             self.algorithm.train()
-        per_agent = torch.tensor(returns, dtype=torch.float64).reshape(self.num_agents, -1)
-        per_agent = per_agent.mean(1).tolist()
+        per_agent = np.reshape(returns, (self.num_agents, -1)).mean(1).tolist()
         self.metrics["eval/return"] = min(per_agent)
         self._eval_time += time.time() - start
         self._call("on_evaluate", dict(self._control_logs(), **{"eval/return": per_agent}))
@@ -243,7 +241,7 @@ class Trainer(Run):
 
 
 @contextlib.contextmanager
-def _heap_frozen() -> Iterator[None]:
+def _heap_frozen():
     """Within the block Python's full collections skip every object made before it
     (``gc.freeze``; a process that froze its own heap keeps its freeze): each rescanned the
     ~330k objects of torch and the run, 0.2 s, 3 % of a CartPole PPO run's training time."""
