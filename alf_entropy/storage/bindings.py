@@ -79,7 +79,7 @@ def split_key(key: str) -> Tuple[str, str, str]:
 
 
 # The config whose sources were noted, and where each of its bindings was written.
-_SOURCES: Dict[str, Any] = {}
+_SOURCES = {}
 
 
 def note_sources(paths: Sequence[str], params: Sequence[str]) -> None:

@@ -231,12 +231,11 @@ class Checkpointer:
         stateful = [algorithm, *algorithm.optimizers()]
         saved = [copy.deepcopy(obj.state_dict()) for obj in stateful]
         try:
-            algorithm.load_state_dict(state["algorithm"])
-            if len(stateful) - 1 != len(state["optimizers"]):
+            if len(stateful) != 1 + len(state["optimizers"]):
                 raise ValueError(f"{len(state['optimizers'])} optimizers saved, "
                                  f"{len(stateful) - 1} now")
-            for opt, opt_state in zip(stateful[1:], state["optimizers"]):
-                opt.load_state_dict(opt_state)
+            for obj, obj_state in zip(stateful, [state["algorithm"], *state["optimizers"]]):
+                obj.load_state_dict(obj_state)
             load_own(state)  # last: a replay buffer is swapped in only if all else fits
         except Exception as e:  # any failure: a damaged or foreign checkpoint
             error = f"{path} does not match this run: {' '.join(str(e).split())[:300]}"

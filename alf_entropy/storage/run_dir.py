@@ -111,8 +111,8 @@ class RunDir:
         self.checkpoint_dir = os.path.join(self.path, "checkpoints")
         self._config_path = os.path.join(self.path, "operative_config.gin")
         self._allow_config_change = bool(allow_config_change)
-        self._config_change: Optional[str] = None
-        self._lock: Optional[filelock.FileLock] = None  # rank 0's
+        self._config_change = None  # the differences shown, if allowed
+        self._lock = None  # rank 0's
         self._held = False
 
     def take(self, check_config: bool = True) -> None:

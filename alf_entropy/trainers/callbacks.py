@@ -162,8 +162,8 @@ class SignalCallback(Callback):
 
     def __init__(self) -> None:
         self.stopped_by: Optional[str] = None
-        self._signum: Optional[int] = None
-        self._old: Dict[int, Any] = {}
+        self._signum = None
+        self._old = {}
 
     def _on_signal(self, signum, frame):
         if self._signum is not None:
