@@ -202,7 +202,7 @@ class EntropyController(AlfSubAlgorithm, nn.Module):
         """The scheduled target, the device step, the report; the new alpha."""
         self._target.refresh(self.driver.target)
         alpha = self.driver.update(self.rule, self._consts, entropy, count, restart)
-        report(self)
+        report(self, count)
         return alpha
 
     def check_progress(self) -> None:

@@ -7,7 +7,7 @@ update counts it down (not below 0): noise cannot hide an unreachable target.
 import math
 import warnings
 from collections import namedtuple
-from typing import Any
+from typing import Any, Optional
 
 import torch
 from absl import logging
@@ -74,10 +74,12 @@ def unreachable_message(ema: torch.Tensor, target: torch.Tensor, stalled_for: to
             "coefficient is sensible.")
 
 
-def report(c: Any) -> None:
-    """A controller's summaries after an update; its warnings where reading costs nothing (the
-    host path, a summary step)."""
+def report(c: Any, count: Optional[torch.Tensor] = None) -> None:
+    """A controller's summaries after an update of ``count`` entropies (an empty ``step``
+    writes none); its warnings where reading costs nothing (the host path, a summary step)."""
     record = c.SUMMARY.should_record_summaries()
+    if record and count is not None:
+        record = bool((count > 0).any())  # a summary step reads the values anyway
     if record:
         values = {"unreachable_target": c.unreachable_target}
         if c.debug_summaries:
