@@ -392,9 +392,10 @@ class CompiledUpdate:
     gradient of ``A + alpha * B`` (each member's masked means of ``rows`` and ``-for_gradient``)
     clipped to ``max_grad_norm``; each Adam's step (``torch.optim.adam.adam``, capturable),
     undone for a member whose loss or gradient norm is not finite; ``after()``.  Outside:
-    ``refresh()`` and the controller's target (scheduled values are device tensors), the inputs'
-    copy into static tensors, the controller's report.  A CUDA graph is captured after three
-    compiled calls, and again when any tensor it holds moved (a load, ``.to``).
+    ``refresh()`` and the controller's target (scheduled values are device tensors: ``set``
+    fills ``scalars``), the inputs' copy into static tensors, the controller's report.  A CUDA
+    graph is captured after three compiled calls, and again when a tensor it holds moved (a
+    load, ``.to``) or the inputs' shapes changed.
     """
 
     def __init__(self, alg: "Algorithm", terms: Callable, coefficient: Optional[Callable],
@@ -404,9 +405,15 @@ class CompiledUpdate:
         self._alg, self._terms, self._coefficient = alg, terms, coefficient
         self._clip, self._controller, self._after, self._refresh = (max_grad_norm, controller,
                                                                      after, refresh)
+        for opt in alg.optimizers():
+            if not isinstance(opt, torch.optim.Adam) or any(
+                    g["amsgrad"] or g["maximize"] for g in opt.param_groups):
+                raise TypeError(f"{alg.name}: compile_update needs Adam optimisers (FusedAdam, "
+                                f"torch.optim.Adam or AdamW) without amsgrad or maximize, got "
+                                f"{type(opt).__name__}")
         self._call = _Call(alg, terms)
         self._fn = torch.compile(self._step, fullgraph=True, dynamic=False)
-        self._lrs: Dict[Any, torch.Tensor] = {}
+        self.scalars: Dict[Any, torch.Tensor] = {}
         self._static = self._graph = self._out = None
         self._key, self._calls = (), 0
 
@@ -415,7 +422,7 @@ class CompiledUpdate:
         if distributed.is_distributed():
             raise RuntimeError(f"{self._alg.name}: compile_update=True is for one process "
                                "(its gradients are not all-reduced); use compile_update=False")
-        controller = self._controller
+        controller, self._device = self._controller, skipped.device
         if controller is not None:  # a scheduled target: fill_ from host floats
             controller._target.refresh(controller.driver.target)
         self._refresh()
@@ -431,8 +438,14 @@ class CompiledUpdate:
             static.copy_(value)
         args = (self._static, plan, skipped)
         self._calls += 1
-        if skipped.device.type != "cuda" or self._calls <= 3:
+        if skipped.device.type != "cuda":
             out = self._fn(*args)
+        elif self._calls <= 3:  # warm-up calls (they compile) on a side stream, as torch's docs
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                out = self._fn(*args)
+            torch.cuda.current_stream().wait_stream(stream)
         else:
             if self._graph is None:
                 self._graph = torch.cuda.CUDAGraph()
@@ -453,13 +466,18 @@ class CompiledUpdate:
             for group in opt.param_groups:
                 params = [p for p in group["params"] if p.requires_grad]
                 states = [_adam_state(opt, group, p) for p in params]
-                device = params[0].device
-                lr = self._lrs.setdefault((id(group), device), torch.zeros((), device=device))
-                lr.fill_(group["lr"])
                 plan.append((params, *([s[k] for s in states] for k in (
-                    "exp_avg", "exp_avg_sq", "step")), lr, group["betas"], group["eps"],
+                    "exp_avg", "exp_avg_sq", "step")), self.set(id(group), group["lr"]),
+                    group["betas"], group["eps"],
                     group["weight_decay"], bool(group.get("decoupled_weight_decay"))))
         return plan
+
+    def set(self, key: Any, value: float) -> torch.Tensor:
+        """Fill ``scalars[key]``, a 0-d tensor on the update's device, with ``value``."""
+        scalar = self.scalars.get(key)
+        if scalar is None or scalar.device != self._device:
+            scalar = self.scalars[key] = torch.zeros((), device=self._device)
+        return scalar.fill_(value)
 
     def _step(self, inputs: Any, plan: List[tuple], skipped: torch.Tensor) -> Tuple[Any, Any]:
         params = [p for group in plan for p in group[0]]
@@ -478,11 +496,11 @@ class CompiledUpdate:
 
         (a, b), pullback, (entropy, mask, extra) = torch.func.vjp(
             means, [p.detach() for p in params], has_aux=True)
-        alpha = torch.zeros_like(a)
+        alpha, loss = torch.zeros_like(a), a
         if self._coefficient is not None:
             alpha, extra = self._coefficient(entropy, mask, extra)
+            loss = a + alpha * b
         grads = pullback((torch.ones_like(a), alpha))[0]
-        loss = a + alpha * b
         ok = torch.isfinite(loss)
         with torch.no_grad():
             if self._clip is not None:
@@ -512,9 +530,6 @@ def device_update(controller: Any, entropy: torch.Tensor, mask: torch.Tensor) ->
 
 def _adam_state(opt: torch.optim.Optimizer, group: dict, p: torch.Tensor) -> dict:
     """``p``'s Adam state as torch makes it at the first step, its step on ``p``'s device."""
-    if not isinstance(opt, torch.optim.Adam) or group["amsgrad"] or group["maximize"]:
-        raise TypeError(f"compile_update needs Adam optimisers (FusedAdam, torch.optim.Adam or "
-                        f"AdamW) without amsgrad or maximize, got {type(opt).__name__}")
     state = opt.state[p]
     if not state:
         members = getattr(opt, "num_members", None)

@@ -196,10 +196,10 @@ class SacAlgorithm(Algorithm):
             if len(controller.leaf_algorithms()) != 1:
                 raise ValueError("SacAlgorithm: compile_update=True needs a controller with "
                                  f"one alpha, got {type(controller).__name__}")
-            self._tau_now = torch.zeros(())
             self._compiled = CompiledUpdate(
                 self, self._terms, self._coefficient, self._max_grad_norm, controller,
-                after=lambda: self._lerp_targets(self._tau_now), refresh=self._refresh)
+                after=lambda: self._lerp_targets(self._compiled.scalars["tau"]),
+                refresh=self._refresh)
 
     # ------------------------------------------------------------ properties
     @property
@@ -377,10 +377,8 @@ class SacAlgorithm(Algorithm):
     def _refresh(self) -> None:
         """Outside the graph: the target networks' weight now (0 between periods)."""
         self._host_updates += 1
-        device = self._pairs()[1][0].device
-        if self._tau_now.device != device:
-            self._tau_now = self._tau_now.to(device)
-        self._tau_now.fill_(0.0 if self._host_updates % self._target_update_period else self._tau)
+        self._compiled.set("tau", 0.0 if self._host_updates % self._target_update_period
+                           else self._tau)
 
     def train_step(self, inputs: Transition, state: Any = (), rollout_info: Any = ()) -> AlgStep:
         """One gradient update on a batch (see the module docstring).
