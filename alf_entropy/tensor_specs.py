@@ -6,6 +6,7 @@ choices; a float one is continuous.  ``from_gym_space`` converts gymnasium
 spaces (``Box``, ``Discrete``, ``MultiDiscrete``, ``Dict``, ``Tuple``) and
 TorchRL specs into nests of specs.
 """
+import math
 from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -19,8 +20,6 @@ _Number = Union[int, float, np.ndarray, Sequence[float]]
 def _as_torch_dtype(dtype: Any) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype
-    if isinstance(dtype, str):
-        dtype = np.dtype(dtype)
     try:
         return torch.from_numpy(np.zeros((), dtype=np.dtype(dtype))).dtype
     except TypeError as e:
@@ -56,7 +55,7 @@ class TensorSpec:
     @property
     def numel(self) -> int:
         """Number of elements of one (unbatched) tensor."""
-        return int(np.prod(self._shape)) if self._shape else 1
+        return math.prod(self._shape)
 
     @property
     def is_discrete(self) -> bool:
@@ -87,15 +86,15 @@ class TensorSpec:
             self._dtype if dtype is None else dtype,
         )
 
+    def _key(self) -> tuple:
+        """What equal specs share (and what their hash is of)."""
+        return type(self).__name__, self._shape, self._dtype
+
     def __eq__(self, other: Any) -> bool:
-        return (
-            type(self) is type(other)
-            and self._shape == other._shape
-            and self._dtype == other._dtype
-        )
+        return type(self) is type(other) and self._key() == other._key()
 
     def __hash__(self) -> int:
-        return hash((type(self).__name__, self._shape, self._dtype))
+        return hash(self._key())
 
     def __repr__(self) -> str:
         return f"TensorSpec(shape={self._shape}, dtype={self._dtype})"
@@ -124,10 +123,7 @@ class BoundedTensorSpec(TensorSpec):
     ):
         super().__init__(shape, dtype)
         if maximum is None:
-            if self.is_discrete:
-                maximum = np.iinfo(np.int32).max
-            else:
-                maximum = np.finfo(np.float32).max
+            maximum = np.iinfo(np.int32).max if self.is_discrete else np.finfo(np.float32).max
         np_dtype = np.float64 if self.is_continuous else np.int64
         try:
             lo = np.broadcast_to(np.asarray(minimum, dtype=np_dtype), self._shape)
@@ -240,23 +236,10 @@ class BoundedTensorSpec(TensorSpec):
             raise ValueError("num_actions needs the same bounds for every element")
         return int(n[0])
 
-    def _full_bounds(self) -> Tuple[np.ndarray, np.ndarray]:
-        """Both bounds broadcast to ``shape`` (so scalar and full bounds compare equal)."""
-        return (
-            np.ascontiguousarray(np.broadcast_to(self._minimum, self._shape)),
-            np.ascontiguousarray(np.broadcast_to(self._maximum, self._shape)),
-        )
-
-    def __eq__(self, other: Any) -> bool:
-        if not super().__eq__(other):
-            return False
-        lo, hi = self._full_bounds()
-        other_lo, other_hi = other._full_bounds()
-        return np.array_equal(lo, other_lo) and np.array_equal(hi, other_hi)
-
-    def __hash__(self) -> int:
-        lo, hi = self._full_bounds()
-        return hash((super().__hash__(), lo.tobytes(), hi.tobytes()))
+    def _key(self) -> tuple:
+        """The bounds broadcast to ``shape``: scalar and full bounds compare equal."""
+        return super()._key() + tuple(np.broadcast_to(b, self._shape).tobytes()
+                                      for b in (self._minimum, self._maximum))
 
     def __repr__(self) -> str:
         return (

@@ -56,6 +56,13 @@ def test_the_controller_works_without_gymnasium():
         "    import alf_entropy.trainers\n"
         "except ImportError as e:\n"
         "    print('TRAINERS', type(e).__name__, e)\n"
+        "import gin, alf_entropy.config.configurables\n"
+        "gin.parse_config('EntropyTargetAlgorithm.max_alpha = 20.0')\n"
+        "print('GIN_MAX_ALPHA', ae.EntropyTargetAlgorithm(spec).settings['max_alpha'])\n"
+        "try:\n"
+        "    gin.parse_config('OnPolicyTrainer.seed = 1')\n"
+        "except ValueError as e:\n"
+        "    print('GIN_TRAINER', e)\n"
         "print('GYM_LOADED', any(m.startswith(('gymnasium', 'tqdm'))\n"
         "                        for m in sys.modules if sys.modules[m]))\n"
     )
@@ -67,6 +74,8 @@ def test_the_controller_works_without_gymnasium():
     assert "TRAINERS MissingDependencyError" in out, out
     assert 'pip install -e ".[train]"' in out, out
     assert "not installed" in out, out
+    assert "GIN_MAX_ALPHA 20.0" in out, out
+    assert "GIN_TRAINER No configurable matching 'OnPolicyTrainer'" in out, out
     assert "GYM_LOADED False" in out, out
 
 

@@ -145,12 +145,9 @@ def _run(argv: List[str]) -> Optional[int]:
         # All ranks leave the process group together: destroying it while a
         # peer still talks over gloo can abort that peer at exit.
         distributed.barrier()
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, _Terminated) as e:
         _stopped("before training started: nothing to resume was written yet; run the "
-                 "same command to start", signal.SIGINT)
-    except _Terminated as e:
-        _stopped("before training started: nothing to resume was written yet; run the "
-                 "same command to start", e.signum)
+                 "same command to start", getattr(e, "signum", signal.SIGINT))
     except distributed.DistributedError as e:
         _fail(one_line(e), status=1)
     finally:
@@ -159,42 +156,28 @@ def _run(argv: List[str]) -> Optional[int]:
     return status
 
 
-def _trainer_class() -> type:
-    """The trainer class the parsed config binds (``train.trainer``).
-
-    Raises:
-        GinConfigError: if the config binds none, or binds something that is
-            not a subclass of :class:`~alf_entropy.trainers.trainer.Trainer`.
-    """
+def _train(device_flag: str) -> Optional[int]:
+    """Build the trainer from the parsed flags and train; 128 + n if signal n stopped it."""
     from alf_entropy.config.loading import (
         TRAINER_BINDING,
         GinConfigError,
         configured_trainer,
+        one_line,
+        parse_gin_config,
     )
-    from alf_entropy.trainers.trainer import Trainer
-
-    cls = configured_trainer()  # a class, or GinConfigError
-    if not issubclass(cls, Trainer):
-        raise GinConfigError(
-            f"{TRAINER_BINDING} must be a trainer class (@OnPolicyTrainer or "
-            f"@OffPolicyTrainer), got {cls!r}"
-        )
-    return cls
-
-
-def _train(device_flag: str) -> Optional[int]:
-    """Build the trainer from the parsed flags and train; 128 + n if signal n stopped it."""
-    from alf_entropy.config.loading import GinConfigError, one_line, parse_gin_config
-    from alf_entropy.trainers.trainer import TrainingAborted, resolve_device
+    from alf_entropy.trainers.trainer import Trainer, TrainingAborted
     from alf_entropy.utils import distributed
 
     try:
-        device = resolve_device(device_flag)
         paths = parse_gin_config(FLAGS.gin_file, FLAGS.gin_param)
         logging.info("gin files: %s", paths)
-        cls = _trainer_class()
+        cls = configured_trainer()  # a class, or GinConfigError
+        if not issubclass(cls, Trainer):
+            raise GinConfigError(f"{TRAINER_BINDING} must be a trainer class (@OnPolicyTrainer "
+                                 f"or @OffPolicyTrainer), got {cls!r}")
         kwargs = {"root_dir": FLAGS.root_dir}
-        for name, value in (("device", device), ("allow_config_change", FLAGS.allow_config_change)):
+        for name, value in (("device", device_flag),  # the trainer resolves and checks it
+                            ("allow_config_change", FLAGS.allow_config_change)):
             if not _is_bound(f"{cls.__name__}.{name}"):
                 kwargs[name] = value
             elif FLAGS[name].present:  # both: one of them would be ignored

@@ -10,8 +10,9 @@ only configurables of those names (gin resolves a bare name to every registered 
 Registering is what ``@gin.configurable`` on each definition would do: a class's ``__init__``
 is wrapped in place, a base before its subclasses (whose wrappers call the base's); a
 function is replaced by gin's wrapper in every module of the package that holds it.
+Without the ``train`` extra (gymnasium<1.1, as CleanRL pins) the controllers, algorithms,
+networks and schedulers are registered, the environments and trainers are not.
 """
-import importlib.util
 import sys
 import warnings
 from typing import Any, Callable, Optional
@@ -30,8 +31,6 @@ from alf_entropy.algorithms.many_agents import ManyAgents
 from alf_entropy.algorithms.many_sac_agents import ManySacAgents
 from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
 from alf_entropy.config import CONFIG_DIR
-from alf_entropy.environments import evaluation
-from alf_entropy.environments.gym_vector_env import GymVectorEnv
 from alf_entropy.networks import (
     ActorDistributionNetwork,
     CategoricalProjectionNetwork,
@@ -41,10 +40,8 @@ from alf_entropy.networks import (
     ValueNetwork,
 )
 from alf_entropy.networks.batched_adam import BatchedAdam
-from alf_entropy.trainers import callbacks
-from alf_entropy.trainers.off_policy_trainer import OffPolicyTrainer
-from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
 from alf_entropy.utils import dist_utils, optimizers, schedulers
+from alf_entropy.utils.requirements import MissingDependencyError, require_train_extra
 
 __all__ = ["CLASSES", "FUNCTIONS", "trainer_binding"]
 
@@ -53,18 +50,18 @@ CLASSES = [
     Algorithm, ActorCriticAlgorithm, PPOAlgorithm, sac_algorithm.SacAlgorithm, ManyAgents,
     ManySacAgents, optimizers.FusedAdam, BatchedAdam, EncodingNetwork, ActorDistributionNetwork,
     CategoricalProjectionNetwork, NormalProjectionNetwork, ValueNetwork, CriticNetworks,
-    GymVectorEnv, schedulers.ConstantScheduler, schedulers.SettledAnnealing,
+    schedulers.ConstantScheduler, schedulers.SettledAnnealing,
     schedulers.StepScheduler, schedulers.LinearScheduler, schedulers.ExponentialScheduler,
     schedulers.CyclicalScheduler, controllers.EntropyTargetAlgorithm,
     controllers.PIDEntropyTargetAlgorithm, controllers.LinearPIDEntropyTargetAlgorithm,
     controllers.SGDEntropyTargetAlgorithm, controllers.NestedEntropyTargetAlgorithm,
-    controllers.FixedEntropyCoefficient, callbacks.SummaryCallback, callbacks.ProgressBarCallback,
-    callbacks.EvaluationCallback, callbacks.CheckpointCallback, callbacks.TimeBudgetCallback,
-    OnPolicyTrainer, OffPolicyTrainer,
+    controllers.FixedEntropyCoefficient,
 ]
-if importlib.util.find_spec("stable_baselines3") is not None:  # the `sb3` extra
+try:  # the `sb3` extra (Stable-Baselines3 and its gymnasium)
     from alf_entropy.integrations.sb3 import EntropyControllerCallback
-
+except ImportError:
+    pass
+else:
     CLASSES.append(EntropyControllerCallback)
 
 _BATCHED = (Algorithm, ActorCriticAlgorithm, PPOAlgorithm, sac_algorithm.SacAlgorithm)
@@ -75,8 +72,24 @@ FUNCTIONS = [
                                            "sac_default_optimizer"),
     (dist_utils.greedy_probability_target, None), (dist_utils.calc_default_target_entropy, None),
     (dist_utils.calc_default_max_entropy, None), (dist_utils.estimated_entropy, None),
-    (evaluation.evaluate, None),
 ]
+try:  # the `train` extra: environments and trainers (a CleanRL user's gymnasium 0.29 has none)
+    require_train_extra()
+except MissingDependencyError:
+    pass
+else:
+    from alf_entropy.environments import evaluation
+    from alf_entropy.environments.gym_vector_env import GymVectorEnv
+    from alf_entropy.trainers import callbacks
+    from alf_entropy.trainers.off_policy_trainer import OffPolicyTrainer
+    from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
+
+    CLASSES += [
+        GymVectorEnv, callbacks.SummaryCallback, callbacks.ProgressBarCallback,
+        callbacks.EvaluationCallback, callbacks.CheckpointCallback, callbacks.TimeBudgetCallback,
+        OnPolicyTrainer, OffPolicyTrainer,
+    ]
+    FUNCTIONS.append((evaluation.evaluate, None))
 
 
 def _registered(obj: Any) -> bool:

@@ -41,18 +41,12 @@ class AgentEnvs:
         seeds = [check_int("seeds[i]", s, minimum=0) for s in seeds]
         if not seeds:
             raise ValueError("seeds must hold at least one seed")
-        self._envs: List[Any] = [env_ctor(env_id, num_envs=num_envs, seed=s, device=device)
-                                 for s in seeds]
+        self._envs = [env_ctor(env_id, num_envs=num_envs, seed=s, device=device) for s in seeds]
 
     @property
     def envs(self) -> List[Any]:
         """Each agent's environments."""
         return list(self._envs)
-
-    @property
-    def num_agents(self) -> int:
-        """K."""
-        return len(self._envs)
 
     @property
     def num_envs(self) -> int:
@@ -111,7 +105,7 @@ class AgentEnvs:
             env.close()
 
 
-def _stack(time_steps: List[TimeStep]) -> TimeStep:
+def _stack(time_steps):
     return nest.map_structure(lambda *x: torch.stack(x),
                               *[t._replace(env_info=()) for t in time_steps])
 

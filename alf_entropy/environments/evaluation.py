@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from alf_entropy.data_structures import StepType, TimeStep
+from alf_entropy.data_structures import StepType
 from alf_entropy.environments.gym_vector_env import GymVectorEnv
 from alf_entropy.utils.checks import check_int
 
@@ -61,17 +61,18 @@ def run_episodes(
                                  ("max_episode_steps", max_episode_steps)) if v is not None}
     env = env_ctor(env_id, num_envs=num_episodes, seed=seed, device=device, **options)
     try:
-        time_step: TimeStep = env.reset()
-        returns = torch.zeros(time_step.step_type.shape, dtype=torch.float64)
-        lengths = torch.zeros(time_step.step_type.shape, dtype=torch.int64)
-        done = torch.zeros(time_step.step_type.shape, dtype=torch.bool)
+        time_step = env.reset()
+        shape = time_step.step_type.shape
+        returns = torch.zeros(shape, dtype=torch.float64)
+        lengths = torch.zeros(shape, dtype=torch.int64)
+        done = torch.zeros(shape, dtype=torch.bool)
         with torch.no_grad():
             for _ in range(max_steps):
                 action = policy_fn(time_step if pass_time_step else time_step.observation)
                 time_step = env.step(action)
                 active = ~done
                 reward = time_step.reward.detach().cpu().to(torch.float64)
-                returns += torch.where(active, reward, torch.zeros_like(reward))
+                returns += torch.where(active, reward, 0.0)
                 lengths += active.to(torch.int64)
                 done |= time_step.step_type.cpu() == StepType.LAST
                 if bool(done.all()):

@@ -11,7 +11,7 @@ vector env for an exact resume.  Only the actions are moved to the host.
 import collections
 import functools
 import pickle
-from typing import Any, Deque, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -28,15 +28,14 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv  # noq
 
 from alf_entropy.data_structures import StepType, TimeStep  # noqa: E402
 from alf_entropy.environments.env_state import load_env_state  # noqa: E402
-from alf_entropy.tensor_specs import BoundedTensorSpec, TensorSpec, from_gym_space  # noqa: E402
+from alf_entropy.tensor_specs import from_gym_space  # noqa: E402
 from alf_entropy.utils import nest  # noqa: E402
-from alf_entropy.utils.checks import check_int  # noqa: E402
+from alf_entropy.utils.checks import check_choice, check_int  # noqa: E402
 
 __all__ = ["GymVectorEnv"]
 
 
-def _make_env(env_id: str, max_episode_steps: Optional[int], env_kwargs: Dict[str, Any]
-              ) -> gym.Env:
+def _make_env(env_id, max_episode_steps, env_kwargs):
     """Build one environment (module level so ``AsyncVectorEnv`` can pickle it)."""
     return gym.make(env_id, max_episode_steps=max_episode_steps, **env_kwargs)
 
@@ -45,8 +44,7 @@ _VECTORIZATION_MODES = ("auto", "sync", "async", "vector_entry_point")
 _MAX_EPISODES = 10_000  # finished episodes kept for pop_episode_statistics
 
 
-def _make_vector_env(env_id: str, num_envs: int, mode: str, max_episode_steps: Optional[int],
-                     env_kwargs: Dict[str, Any]) -> gym.vector.VectorEnv:
+def _make_vector_env(env_id, num_envs, mode, max_episode_steps, env_kwargs):
     """The gymnasium vector env (``NEXT_STEP`` autoreset) for ``mode``."""
     if mode == "auto":
         spec = gym.spec(env_id)  # gym.error.Error for an unknown id
@@ -67,7 +65,7 @@ def _make_vector_env(env_id: str, num_envs: int, mode: str, max_episode_steps: O
     return cls(env_fns, copy=False, autoreset_mode=AutoresetMode.NEXT_STEP)
 
 
-def _numpy_dtype(spec: TensorSpec) -> np.dtype:
+def _numpy_dtype(spec):
     return torch.empty((), dtype=spec.dtype).numpy().dtype
 
 
@@ -108,12 +106,9 @@ class GymVectorEnv:
         env_kwargs = {} if env_kwargs is None else env_kwargs
         if not isinstance(env_kwargs, dict):
             raise TypeError(f"env_kwargs must be a dict, got {type(env_kwargs).__name__}")
-        check_int("seed", seed, minimum=0, allow_none=True, none_means="unseeded")
+        self._seed = check_int("seed", seed, minimum=0, allow_none=True, none_means="unseeded")
+        check_choice("vectorization_mode", vectorization_mode, _VECTORIZATION_MODES)
         self.env_id, self.num_envs, self.device = env_id, num_envs, torch.device(device)
-        self._seed = None if seed is None else int(seed)
-        if vectorization_mode not in _VECTORIZATION_MODES:
-            raise ValueError(f"vectorization_mode must be one of {_VECTORIZATION_MODES}, got "
-                             f"{vectorization_mode!r}")
         try:
             self.gym_env = _make_vector_env(env_id, num_envs, vectorization_mode,
                                             max_episode_steps, dict(env_kwargs))
@@ -122,7 +117,7 @@ class GymVectorEnv:
         # Each env's running return (float64, as gymnasium's) and length; finished episodes.
         self._episode_returns = np.zeros(num_envs, dtype=np.float64)
         self._episode_lengths = np.zeros(num_envs, dtype=np.int64)
-        self._finished: Deque[Tuple[float, int]] = collections.deque(maxlen=_MAX_EPISODES)
+        self._finished = collections.deque(maxlen=_MAX_EPISODES)
         self.observation_spec = from_gym_space(self.gym_env.single_observation_space)
         self.action_spec = from_gym_space(self.gym_env.single_action_space)
         self._obs_np_dtypes = nest.map_structure(_numpy_dtype, self.observation_spec)
@@ -152,12 +147,12 @@ class GymVectorEnv:
                     seen.add(id(space))
                     space.seed(seed)
 
-    def _tensor(self, array: np.ndarray) -> torch.Tensor:
+    def _tensor(self, array):
         """``array`` (which the caller owns: it is not copied) as a tensor on ``device``."""
         tensor = torch.from_numpy(array)
         return tensor if self._on_cpu else tensor.to(self.device)
 
-    def _to_device(self, array: np.ndarray, dtype: np.dtype) -> torch.Tensor:
+    def _to_device(self, array, dtype):
         # ``np.array(copy=True)`` so CPU tensors never alias gymnasium's buffers.
         return self._tensor(np.array(array, dtype=dtype, copy=True))
 
@@ -166,7 +161,7 @@ class GymVectorEnv:
             return self._to_device(obs, self._obs_np_dtypes)
         return nest.map_structure(self._to_device, obs, self._obs_np_dtypes)
 
-    def _convert_action_leaf(self, spec: TensorSpec, action: Any) -> np.ndarray:
+    def _convert_action_leaf(self, spec, action):
         if isinstance(action, torch.Tensor):
             # ``force=True``: ``detach().cpu()`` (the one device->host copy of
             # the step) in a single call; shares memory for CPU tensors.
@@ -185,18 +180,15 @@ class GymVectorEnv:
                 array = rounded
             # No copy: gymnasium only reads it; prev_action is built from a fresh array.
             array = array.astype(np.int64, copy=False)
-            if isinstance(spec, BoundedTensorSpec) and np.count_nonzero(
-                    (array < spec.minimum) | (array > spec.maximum)):
+            if np.count_nonzero((array < spec.minimum) | (array > spec.maximum)):
                 raise ValueError(f"discrete action must be in [{spec.minimum.tolist()}, "
                                  f"{spec.maximum.tolist()}], got {array.tolist()}")
             return array
-        array = array.astype(np.float32)
-        if isinstance(spec, BoundedTensorSpec):
-            array = np.clip(array, spec.minimum, spec.maximum).astype(np.float32, copy=False)
-        return array
+        # (gymnasium's spaces are bounded specs: from_gym_space)
+        return np.clip(array.astype(np.float32), spec.minimum, spec.maximum).astype(np.float32,
+                                                                                    copy=False)
 
-    def _time_step(self, step_type: np.ndarray, reward: np.ndarray, discount: np.ndarray,
-                   obs: Any, prev_action: Any) -> TimeStep:
+    def _time_step(self, step_type, reward, discount, obs, prev_action):
         """Build the ``TimeStep``; the three arrays are fresh (owned, not copied)."""
         return TimeStep(step_type=self._tensor(step_type.astype(np.int64, copy=False)),
                         reward=self._tensor(reward.astype(np.float32, copy=False)),
@@ -269,7 +261,7 @@ class GymVectorEnv:
                                              np_action, self._action_np_dtypes)
         return self._time_step(step_type, reward, discount, obs, prev_action)
 
-    def _record_episodes(self, reward: np.ndarray, not_first: np.ndarray, done: np.ndarray) -> None:
+    def _record_episodes(self, reward, not_first, done):
         """Add the step to the running episodes (a ``FIRST`` step, the reset, counts for
         neither); keep the finished ones."""
         returns, lengths = self._episode_returns, self._episode_lengths
@@ -281,7 +273,7 @@ class GymVectorEnv:
             returns[index] = 0.0
             lengths[index] = 0
 
-    def _prev_action(self, action: np.ndarray, first: np.ndarray, dtype: np.dtype) -> torch.Tensor:
+    def _prev_action(self, action, first, dtype):
         """The action taken (``[B, ...]``), zeroed for envs whose step is ``FIRST``."""
         if action.ndim > 1:
             first = first.reshape((-1,) + (1,) * (action.ndim - 1))
@@ -340,9 +332,8 @@ class GymVectorEnv:
 
     def sample_random_action(self) -> Any:
         """Uniformly random actions ``[B, ...]`` (seeded by ``seed``) on ``device``."""
-        return nest.map_structure(
-            lambda s, a: self._to_device(np.asarray(a), _numpy_dtype(s)),
-            self.action_spec, self.gym_env.action_space.sample())
+        return nest.map_structure(self._to_device, self.gym_env.action_space.sample(),
+                                  self._action_np_dtypes)
 
     def close(self) -> None:
         """Close the environments (idempotent)."""

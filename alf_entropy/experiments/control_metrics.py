@@ -19,29 +19,36 @@ __all__ = ["AlphaChange", "warmup_end", "tracking_rmse", "fraction_below",
            "final_value", "bootstrap_ci"]
 
 
-def _pair(entropy: Sequence[float], target: Sequence[float]):
-    """Both series as float64 arrays of one length (a scalar target broadcasts)."""
-    e = np.asarray(entropy, dtype=np.float64).reshape(-1)
+def _series(values, finite=False):
+    """``values`` as a 1-d float64 array (its finite values only with ``finite``)."""
+    v = np.asarray(values, dtype=np.float64).reshape(-1)
+    return v[np.isfinite(v)] if finite else v
+
+
+def _pair(entropy: Sequence[float], target: Sequence[float], tol: float = 0.05, start: int = 0):
+    """Both series from ``start`` as float64 arrays of one length (a scalar target
+    broadcasts), with ``tol`` and ``start`` checked."""
+    check_real("tol", tol, minimum=0, below=1)
+    check_int("start", start, minimum=0)
+    e = _series(entropy)
     t = np.asarray(target, dtype=np.float64)
     if t.ndim and t.size != e.size:
         raise ValueError(f"entropy and target must have the same length, got {e.size} and {t.size}")
-    return e, np.broadcast_to(t.reshape(-1) if t.ndim else t, e.shape).astype(np.float64)
+    return e[start:], np.broadcast_to(t.reshape(-1) if t.ndim else t, e.shape)[start:]
 
 
 def warmup_end(entropy: Sequence[float], target: Sequence[float], tol: float = 0.05) -> int:
     """Index of the first sample with ``entropy <= target + tol * |target|`` (``tol`` in
     ``[0, 1)``; ``target`` a series or one number), ``len(entropy)`` if none."""
-    e, t = _pair(entropy, target)
-    tol = check_real("tol", tol, minimum=0, below=1)
+    e, t = _pair(entropy, target, tol)
     reached = np.nonzero(e <= t + tol * np.abs(t))[0]
     return int(reached[0]) if reached.size else int(e.size)
 
 
 def tracking_rmse(entropy: Sequence[float], target: Sequence[float], start: int = 0) -> float:
     """Root-mean-square of ``entropy - target`` over ``[start:]`` (NaN if empty)."""
-    e, t = _pair(entropy, target)
-    start = check_int("start", start, minimum=0)
-    d = (e - t)[start:]
+    e, t = _pair(entropy, target, start=start)
+    d = e - t
     return float(np.sqrt(np.mean(d * d))) if d.size else math.nan
 
 
@@ -50,10 +57,8 @@ def fraction_below(
 ) -> float:
     """Fraction of samples in ``[start:]`` below ``target - tol * |target|`` (NaN if
     empty)."""
-    e, t = _pair(entropy, target)
-    tol = check_real("tol", tol, minimum=0, below=1)
-    start = check_int("start", start, minimum=0)
-    below = (e < t - tol * np.abs(t))[start:]
+    e, t = _pair(entropy, target, tol, start)
+    below = e < t - tol * np.abs(t)
     return float(below.mean()) if below.size else math.nan
 
 
@@ -69,11 +74,10 @@ def minimum_variance_floor(entropy: Sequence[float], target: Sequence[float], st
     whose action shows ``delay`` samples later can cancel.  Returns its square
     root, NaN with fewer than ``2 * order + delay`` samples.
     """
-    e, t = _pair(entropy, target)
-    start = check_int("start", start, minimum=0)
+    e, t = _pair(entropy, target, start=start)
     delay = check_int("delay", delay, minimum=1)
     order = check_int("order", order, minimum=1)
-    y = (e - t)[start:]
+    y = e - t
     if y.size < 2 * order + delay:
         return math.nan
     y = y - y.mean()
@@ -91,7 +95,7 @@ def target_changes(target: Sequence[float], min_change: float = 0.05) -> np.ndar
     """Indices ``i > 0`` (int64) where the target jumps, ``|t[i] - t[i-1]| > min_change *
     |t[i-1]|`` (a step is a jump, a slow ramp is not)."""
     min_change = check_real("min_change", min_change, positive=True)
-    t = np.asarray(target, dtype=np.float64).reshape(-1)
+    t = _series(target)
     jump = np.abs(np.diff(t)) > min_change * np.abs(t[:-1])
     return np.nonzero(jump)[0].astype(np.int64) + 1
 
@@ -101,16 +105,14 @@ def settling_times(entropy: Sequence[float], target: Sequence[float], tol: float
     """For each target jump (:func:`target_changes`), the time until the entropy stays
     within ``tol * |target|`` until the next jump or the end: a difference of ``x``
     (e.g. env steps; default: sample numbers), NaN if it never settled."""
-    e, t = _pair(entropy, target)
-    tol = check_real("tol", tol, minimum=0, below=1)
+    e, t = _pair(entropy, target, tol)
     pos = np.arange(e.size, dtype=np.float64) if x is None else np.asarray(x, dtype=np.float64)
     if pos.shape != e.shape:
         raise ValueError(f"x must have the length of entropy ({e.size}), got {pos.size}")
     inside = np.abs(e - t) <= tol * np.abs(t)
     changes = target_changes(t, min_change)
-    ends = list(changes[1:]) + [e.size]
     result = []
-    for begin, end in zip(changes, ends):
+    for begin, end in zip(changes, np.r_[changes[1:], e.size]):
         seg = inside[begin:end]
         if not seg[-1]:
             result.append(math.nan)
@@ -137,19 +139,17 @@ def largest_alpha_change(
     """The iteration in which alpha (> 0, after each update) changed by the largest factor
     (NaNs if empty).  ``group[i]`` is update ``i``'s iteration (default: one each); an
     iteration starts from the previous one's last value when that is ``group - 1``."""
-    a = np.asarray(alpha, dtype=np.float64).reshape(-1)
+    a = _series(alpha)
     g = np.arange(a.size, dtype=np.float64) if group is None else np.asarray(group, np.float64)
     if g.shape != a.shape:
         raise ValueError(f"group must have the length of alpha ({a.size}), got {g.size}")
     if a.size == 0:
-        return AlphaChange(math.nan, math.nan, math.nan, math.nan)
+        return AlphaChange(*[math.nan] * 4)
     if np.any(~(a > 0)):
         raise ValueError("alpha must be > 0 everywhere")
     best = AlphaChange(1.0, float(g[0]), float(a[0]), float(a[0]))
     bounds = np.nonzero(np.diff(g) != 0)[0] + 1
-    starts = np.concatenate([[0], bounds])
-    stops = np.concatenate([bounds, [a.size]])
-    for s, e in zip(starts, stops):
+    for s, e in zip(np.r_[0, bounds], np.r_[bounds, a.size]):
         lo = s - 1 if s > 0 and g[s - 1] == g[s] - 1 else s
         seg = a[lo:e]
         i_min, i_max = int(np.argmin(seg)), int(np.argmax(seg))
@@ -162,8 +162,7 @@ def largest_alpha_change(
 
 def final_value(values: Sequence[float]) -> float:
     """The last finite value of a series (e.g. evaluation returns), NaN if none."""
-    v = np.asarray(values, dtype=np.float64).reshape(-1)
-    v = v[np.isfinite(v)]
+    v = _series(values, finite=True)
     return float(v[-1]) if v.size else math.nan
 
 
@@ -175,8 +174,7 @@ def bootstrap_ci(values: Sequence[float], confidence: float = 0.95, resamples: i
     optimistic: it says how far the seeds disagree."""
     confidence = check_real("confidence", confidence, above=0, below=1)
     resamples = check_int("resamples", resamples, minimum=1)
-    v = np.asarray(values, dtype=np.float64).reshape(-1)
-    v = v[np.isfinite(v)]
+    v = _series(values, finite=True)
     if v.size < 2:  # resampling one value gives it back: no interval
         return float(v.mean()) if v.size else math.nan, math.nan, math.nan
     rng = np.random.default_rng(seed)

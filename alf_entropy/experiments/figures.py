@@ -5,7 +5,7 @@ A run here is :class:`~alf_entropy.experiments.report.RunData` (its ``get`` and
 ``env_steps``).
 """
 import os
-from typing import Any, List, Optional
+from typing import Any, List
 
 import numpy as np
 
@@ -17,15 +17,16 @@ REPORT_EXTRA = 'pip install -e ".[report]"'
 """What installs the report's figures' dependency (matplotlib)."""
 
 
-def _mean_band(runs: List[Any], tag: str, x_tag: Optional[str] = None):
-    """``(x, mean, std)`` of ``tag`` over the group's runs, on the first run's x
-    (restricted to the range every run covers)."""
+def _mean_band(runs, tag):
+    """``(x, mean, std, runs)`` of ``tag`` over the group's runs, on the first run's x
+    (restricted to the range every run covers): env steps (a ``*_vs_env_steps`` tag is
+    logged at them)."""
     curves = []
     for run in runs:
         steps, values = run.get(tag)
         if steps.size == 0:
             continue
-        x = run.env_steps(steps) if x_tag is None else steps  # *_vs_env_steps: env steps
+        x = steps if tag.endswith("_vs_env_steps") else run.env_steps(steps)
         order = np.argsort(x, kind="stable")
         curves.append((x[order], values[order]))
     if not curves:
@@ -37,16 +38,14 @@ def _mean_band(runs: List[Any], tag: str, x_tag: Optional[str] = None):
     return x0, ys.mean(0), ys.std(0), len(curves)
 
 
-def _plot(ax, runs, tag, color, label, log=False, style="-", x_tag=None, step=False):
-    band = _mean_band(runs, tag, x_tag)
+def _plot(ax, runs, tag, color, label, log=False, style="-", step=False):
+    band = _mean_band(runs, tag)
     if band is None:
         return
     x, mean, std, n = band
-    kw = dict(color=color, linestyle=style, label=label)
-    if step:
-        ax.step(x, mean, where="post", **kw)
-    else:
-        ax.plot(x, mean, **kw)
+    # (a step line is what ax.step(where="post") draws)
+    ax.plot(x, mean, color=color, linestyle=style, label=label,
+            drawstyle="steps-post" if step else "default")
     if n > 1:
         lo, hi = mean - std, mean + std
         if log:
@@ -64,7 +63,7 @@ PANELS = {
 }
 
 
-def _draw(ax, name: str, groups: List[List[Any]], labels: List[str]) -> None:
+def _draw(ax, name, groups, labels):
     import matplotlib.pyplot as plt
 
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -80,8 +79,8 @@ def _draw(ax, name: str, groups: List[List[Any]], labels: List[str]) -> None:
             for k_run, run in enumerate(runs):
                 _plot(ax, [run], "stage", c, None if k_run else label, step=True)
         else:
-            _plot(ax, runs, "return_vs_env_steps", c, label, x_tag="env")
-            _plot(ax, runs, "eval/return_vs_env_steps", c, None, style="--", x_tag="env")
+            _plot(ax, runs, "return_vs_env_steps", c, label)
+            _plot(ax, runs, "eval/return_vs_env_steps", c, None, style="--")
     ax.set_title(PANELS[name], fontsize=9)
     ax.set_xlabel("env steps")
     ax.grid(alpha=0.3)

@@ -8,9 +8,9 @@ import json
 import math
 import os
 import re
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
-from alf_entropy.experiments.sweep_spec import PROG, SweepRun, base_command, short_names
+from alf_entropy.experiments.sweep_spec import PROG, SweepRun, short_names, train_command
 from alf_entropy.utils.run_names import dir_safe
 
 __all__ = ["PACKED_DIR", "PACKED_SEED_BINDINGS", "pack_seeds", "link_agent_dirs"]
@@ -23,7 +23,7 @@ _K_AGENT_BINDING = re.compile(
     r"\b(?:On|Off)PolicyTrainer\.(num_agents|seeds|target_entropies)\b")
 
 
-def _why_not_packed(spec: Dict[str, Any]) -> Optional[str]:
+def _why_not_packed(spec):
     """Why the spec's seeds cannot be packed into one process (None: they can)."""
     if spec["seed_binding"] not in PACKED_SEED_BINDINGS:
         return (f"seed_binding is {spec['seed_binding']}; only "
@@ -35,7 +35,7 @@ def _why_not_packed(spec: Dict[str, Any]) -> Optional[str]:
     return None
 
 
-def _target_axis(spec: Dict[str, Any]) -> Tuple[Optional[str], str]:
+def _target_axis(spec):
     """The spec's packable target binding (``<controller>.target_entropy`` with numbers),
     or None and why there is none."""
     from alf_entropy import controllers
@@ -101,13 +101,12 @@ def pack_seeds(
         if target is None:
             log(f"{PROG}: not packing targets: {why}; packing the seeds of each configuration")
     short = short_names(list(spec["parameters"]) + [spec["seed_binding"]])
-    by_group: Dict[str, List[SweepRun]] = {}
+    by_group = {}
     for run in runs:
         by_group.setdefault("\n".join(b for b in run.bindings if _name_of(b) != target),
                             []).append(run)
-    base = base_command(spec, device)
     trainer = spec["seed_binding"].rpartition(".")[0]
-    out: List[SweepRun] = []
+    out = []
     for members in by_group.values():
         alone = [r for r in members if os.path.isdir(os.path.join(r.root_dir, "checkpoints"))]
         for run in alone:
@@ -130,33 +129,28 @@ def pack_seeds(
             tail = _agents_name(short[target], values, seeds)
         name = "+".join(parts + [tail])
         root_dir = os.path.join(sweep_dir, PACKED_DIR, name)
-        command = base + ["--root_dir", root_dir]
-        for p in params:
-            command += ["--gin_param", p]
         targets = [json.loads(v) for v in values] if values else [None] * len(members)
-        out += alone + [SweepRun(name, root_dir, command, config="+".join(parts),
+        out += alone + [SweepRun(name, root_dir, train_command(spec, device, root_dir, params),
                                  members=members, targets=targets)]
     return out
 
 
-def _agents_name(short: str, values: List[str], seeds: List[int]) -> str:
+def _agents_name(short, values, seeds):
     """A target-packed process's name for its agents: ``<short>=T1_T2+seeds=S1_S2`` for
     every target with every seed (in that order), else ``<short>_seed=T1=S1_T2=S2...``."""
-    def safe(v: Any) -> str:
-        return dir_safe(str(v))
     targets, unique_seeds = list(dict.fromkeys(values)), list(dict.fromkeys(seeds))
     if list(zip(values, seeds)) == [(t, s) for t in targets for s in unique_seeds]:
-        return (f"{short}={'_'.join(map(safe, targets))}+seeds="
+        return (f"{short}={'_'.join(map(dir_safe, targets))}+seeds="
                 + "_".join(map(str, unique_seeds)))
-    return f"{short}_seed=" + "_".join(f"{safe(t)}={s}" for t, s in zip(values, seeds))
+    return f"{short}_seed=" + "_".join(f"{dir_safe(t)}={s}" for t, s in zip(values, seeds))
 
 
-def _name_of(binding: str) -> str:
+def _name_of(binding):
     """``'Class.arg = value'``'s ``Class.arg``."""
     return binding.partition(" = ")[0]
 
 
-def _pairs(run: SweepRun) -> List[Tuple[str, str]]:
+def _pairs(run):
     """A run's bindings (but the seed) as ``(name, gin text of the value)``."""
     return [(_name_of(b), b.partition(" = ")[2]) for b in run.bindings]
 

@@ -30,7 +30,7 @@ import math
 import os
 import re
 import sys
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -96,7 +96,7 @@ class RunData:
 def find_runs(paths: Sequence[str]) -> List[str]:
     """Run dirs (with ``train/``) of the given paths, in order (a sweep's sorted);
     ``ValueError`` if a path holds none."""
-    runs: List[str] = []
+    runs = []
     for path in paths:
         if os.path.isdir(os.path.join(path, "train")):
             runs.append(path)
@@ -132,13 +132,12 @@ def load_run(run_dir: str) -> RunData:
     return RunData(run_dir, scalars, config)
 
 
-def _aligned(run: RunData, a: str, b: str) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _aligned(run, a, b):
     """Steps logged for both ``a`` and ``b`` and their values there (last per step)."""
-    sa, va = run.get(a)
-    sb, vb = run.get(b)
-    da, db = dict(zip(sa, va)), dict(zip(sb, vb))
-    steps = np.array(sorted(set(da) & set(db)), dtype=np.float64)
-    return steps, np.array([da[s] for s in steps]), np.array([db[s] for s in steps])
+    da, db = dict(zip(*run.get(a))), dict(zip(*run.get(b)))
+    steps = sorted(set(da) & set(db))
+    return (np.array(steps, dtype=np.float64), np.array([da[s] for s in steps]),
+            np.array([db[s] for s in steps]))
 
 
 def run_metrics(run: RunData, tol: float = TOL) -> Dict[str, Any]:
@@ -148,10 +147,10 @@ def run_metrics(run: RunData, tol: float = TOL) -> Dict[str, Any]:
     steps, entropy, target = _aligned(run, "entropy", "target_entropy")
     x = run.env_steps(steps)
     nan = math.nan
-    row: Dict[str, Any] = {c: nan for c in METRIC_COLUMNS}
-    row["note"] = ""
-    it, env = run.get("env_steps")
-    row.update(run=run.name, group="", seed=run.seed, env_steps=int(env[-1]) if env.size else nan)
+    env = run.get("env_steps")[1]
+    row = dict.fromkeys(METRIC_COLUMNS, nan)
+    row.update(run=run.name, group="", seed=run.seed, env_steps=int(env[-1]) if env.size else nan,
+               note="")
     if steps.size:
         start = cm.warmup_end(entropy, target, tol)
         row["tracking_from_env_step"] = int(round(float(x[start]))) if start < x.size else nan
@@ -185,9 +184,8 @@ def limit_note(run: RunData) -> str:
         return ""
     iterations = int(it[-1]) + 1  # the step is the iteration's index
     most = iterations + values.get("summary_interval", 1) - 1  # done, at most
-    if most >= limits.get("num_iterations", math.inf):
-        return ""
-    if env[-1] / iterations * most >= limits.get("num_env_steps", math.inf):
+    if (most >= limits.get("num_iterations", math.inf)
+            or env[-1] / iterations * most >= limits.get("num_env_steps", math.inf)):
         return ""
     return (f"{STOPPED_EARLY} ({', '.join(f'{k} = {v}' for k, v in limits.items())}): "
             f"{iterations} iterations, {env[-1]:.0f} env steps logged")
@@ -205,13 +203,12 @@ def _fmt(value: Any, column: str = "") -> str:
     return "–" if value is None or value == "" else str(value)
 
 
-def _write_tables(rows: List[Dict[str, Any]], out_dir: str) -> Tuple[str, str]:
+def _write_tables(rows, out_dir):
     csv_path = os.path.join(out_dir, "metrics.csv")
     with open(csv_path, "w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=METRIC_COLUMNS)
         writer.writeheader()
-        for row in rows:
-            writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+        writer.writerows(rows)  # None as ""
     md_path = os.path.join(out_dir, "metrics.md")
     table = _markdown(METRIC_COLUMNS, [[_fmt(r[c], c) for c in METRIC_COLUMNS] for r in rows])
     with open(md_path, "w", encoding="utf-8") as f:
@@ -221,7 +218,7 @@ def _write_tables(rows: List[Dict[str, Any]], out_dir: str) -> Tuple[str, str]:
     return csv_path, md_path
 
 
-def _markdown(header: Sequence[str], rows: List[List[str]]) -> str:
+def _markdown(header, rows):
     return "\n".join("| " + " | ".join(map(str, r)) + " |"
                      for r in [header, ["---"] * len(header), *rows])
 
@@ -230,7 +227,7 @@ GROUP_COLUMNS = ("tracking_rmse", "frac_5pct_below", "max_alpha_change_x", "fina
 """The metrics summarised over the seeds of each group."""
 
 
-def _group_cell(values: List[float]) -> str:
+def _group_cell(values):
     """The mean and 95% bootstrap interval of a group's values, with their count where some
     are missing; from one value the mean alone."""
     finite = [v for v in values if math.isfinite(v)]
@@ -242,7 +239,7 @@ def _group_cell(values: List[float]) -> str:
     return interval if len(finite) == len(values) else f"{interval} ({count})"
 
 
-def _group_table(rows: List[Dict[str, Any]]) -> str:
+def _group_table(rows):
     """Mean and 95% bootstrap interval over the seeds of each group of >= 2 runs."""
     groups = [rs for rs in _grouped(rows, lambda row: row["group"]) if len(rs) > 1]
     if not groups:
@@ -255,16 +252,16 @@ def _group_table(rows: List[Dict[str, Any]]) -> str:
             + _markdown(["group", "seeds", *GROUP_COLUMNS], lines) + "\n")
 
 
-def _group_label(runs: List[RunData], parent: str) -> str:
+def _group_label(runs, parent):
     """The group's name: its runs' name without the seed, else ``parent``
     (seeds of one sweep named only ``seed=N``), else the first run's name."""
     names = [_SEED_NAME.sub("", r.name).strip("+,_-/") for r in runs]
     return names[0] or parent or runs[0].name
 
 
-def _grouped(items: Sequence[Any], key: Callable[[Any], str]) -> List[List[Any]]:
+def _grouped(items, key):
     """``items`` in groups of equal ``key``, in order of first appearance."""
-    groups: Dict[str, List[Any]] = {}
+    groups = {}
     for item in items:
         groups.setdefault(key(item), []).append(item)
     return list(groups.values())
@@ -284,8 +281,10 @@ def write_report(
     """
     dirs = find_runs(run_dirs)
     runs = [load_run(d) for d in dirs]
-    common = dirs[0] if len(dirs) == 1 else os.path.commonpath([os.path.abspath(d) for d in dirs])
+    common, parent = dirs[0], ""
     if len(dirs) > 1:
+        common = os.path.commonpath([os.path.abspath(d) for d in dirs])
+        parent = os.path.basename(common)
         # Runs are named by their path below the common parent (sweep/run).
         for run in runs:
             run.name = os.path.relpath(os.path.abspath(run.run_dir), common)
@@ -293,14 +292,9 @@ def write_report(
         out_dir = os.path.join(common, "report")
     os.makedirs(out_dir, exist_ok=True)
     groups = _grouped(runs, lambda run: run.group)
-    parent = os.path.basename(common) if len(dirs) > 1 else ""
     labels = [_group_label(runs_of_group, parent) for runs_of_group in groups]
-    rows = []
-    for runs_of_group, label in zip(groups, labels):
-        for run in runs_of_group:
-            row = run_metrics(run)
-            row["group"] = label
-            rows.append(row)
+    rows = [{**run_metrics(run), "group": label}
+            for runs_of_group, label in zip(groups, labels) for run in runs_of_group]
     csv_path, md_path = _write_tables(rows, out_dir)
     try:
         figures, no_figures = write_figures(groups, labels, out_dir, dpi), None
@@ -315,7 +309,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     matplotlib), 2 for bad input, 130 when stopped by Ctrl-C."""
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run dirs or dirs of runs")
-    parser.add_argument("--out_dir", default=None,
+    parser.add_argument("--out_dir",
                         help="output dir (default: <common parent>/report)")
     parser.add_argument("--dpi", type=int, default=80, help="PNG resolution")
     args = parser.parse_args(argv)

@@ -52,18 +52,19 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 from alf_entropy.experiments.packing import link_agent_dirs, pack_seeds
 from alf_entropy.experiments.sweep_runs import ALREADY_RUNNING, DONE_FILE, run_local, run_ray
 from alf_entropy.experiments.sweep_spec import PROG, SweepRun, check_spec, expand_spec, load_spec
 from alf_entropy.utils.checks import check_int
 
-__all__ = ["DONE_FILE", "SweepRun", "load_spec", "expand_spec", "pack_seeds", "is_done",
-           "stale_runs", "run_sweep", "main"]
+__all__ = ["DONE_FILE", "SweepRun", "load_spec", "expand_spec", "pack_seeds", "run_sweep",
+           "main"]
 
-def _recorded_command(run: SweepRun) -> Optional[List[str]]:
-    """The command in the run's done marker, or ``None`` if it has none."""
+def _recorded_arguments(run):
+    """The :func:`_arguments` of the command in the run's done marker: ``None`` if it has
+    none, ``[]`` if it is unreadable (no spec's command)."""
     path = os.path.join(run.root_dir, DONE_FILE)
     if not os.path.exists(path):
         return None
@@ -71,46 +72,18 @@ def _recorded_command(run: SweepRun) -> Optional[List[str]]:
         with open(path, encoding="utf-8") as f:
             command = json.load(f).get("command")
     except (OSError, ValueError, AttributeError):
-        return []  # an unreadable marker: not the spec's command
-    return command if isinstance(command, list) else []
+        return []
+    return _arguments(command) if isinstance(command, list) else []
 
 
-def _arguments(command: List[str]) -> List[str]:
+def _arguments(command):
     """A command's arguments without the interpreter and ``--root_dir DIR``
     (the run's directory is where the marker is, however it was spelt)."""
-    out, args = [], command[1:]
-    i = 0
-    while i < len(args):
-        if args[i] == "--root_dir":
-            i += 2
-            continue
-        out.append(args[i])
-        i += 1
-    return out
-
-
-def _same_command(a: List[str], b: List[str]) -> bool:
-    """Whether two commands agree (the interpreter's and run dir's paths aside)."""
-    return _arguments(a) == _arguments(b)
-
-
-def is_done(run: SweepRun) -> bool:
-    """Whether the run finished in an earlier invocation with the same command."""
-    recorded = _recorded_command(run)
-    return recorded is not None and _same_command(recorded, run.command)
-
-
-def stale_runs(runs: List[SweepRun]) -> List[Tuple[SweepRun, str]]:
-    """``(run, what differs)`` of each finished run whose recorded command is not the spec's."""
-    out = []
-    for run in runs:
-        recorded = _recorded_command(run)
-        if recorded is None or _same_command(recorded, run.command):
-            continue
-        old = [a for a in _arguments(recorded) if a not in _arguments(run.command)]
-        new = [a for a in _arguments(run.command) if a not in _arguments(recorded)]
-        out.append((run, f"was {old or 'unreadable'}, the spec now gives {new}"))
-    return out
+    args = command[1:]
+    while "--root_dir" in args:
+        i = args.index("--root_dir")
+        args = args[:i] + args[i + 2:]
+    return args
 
 
 def run_sweep(
@@ -149,19 +122,24 @@ def run_sweep(
     spec = check_spec(spec)
     check_int("jobs", jobs, minimum=1)
     runs = expand_spec(spec, sweep_dir, device)
-    stale = stale_runs(runs)
+    recorded = [_recorded_arguments(r) for r in runs]  # None: not done
+    stale = [(r, old) for r, old in zip(runs, recorded)
+             if old is not None and old != _arguments(r.command)]
     if stale:
-        run, diff = stale[0]
+        run, old = stale[0]
+        new = _arguments(run.command)
+        was = [a for a in old if a not in new] or "unreadable"
         raise ValueError(
             f"{len(stale)} finished run(s) in {sweep_dir} were made with another command than "
-            f"this spec gives (e.g. {run.name}: {diff}); use a new --sweep_dir, or delete "
-            "those run directories to rerun them"
+            f"this spec gives (e.g. {run.name}: was {was}, the spec now gives "
+            f"{[a for a in new if a not in old]}); use a new --sweep_dir, or delete those run "
+            "directories to rerun them"
         )
     os.makedirs(sweep_dir, exist_ok=True)
     with open(os.path.join(sweep_dir, "sweep.json"), "w", encoding="utf-8") as f:
         json.dump(spec, f, indent=2)
-    todo = [r for r in runs if not is_done(r)]
-    skipped = [r.name for r in runs if is_done(r)]
+    todo = [r for r, old in zip(runs, recorded) if old is None]
+    skipped = [r.name for r, old in zip(runs, recorded) if old is not None]
     log(f"{PROG}: {len(runs)} runs, {len(skipped)} already done, {len(todo)} to run")
     tasks = (pack_seeds(todo, spec, sweep_dir, device, log, targets=pack_targets)
              if pack or pack_targets else todo)
@@ -170,16 +148,11 @@ def run_sweep(
             link_agent_dirs(task)
             log(f"{PROG}: packing {', '.join(r.name for r in task.members)} into one "
                 f"process ({task.root_dir})")
-    if ray_address:
-        task_status, task_errors = run_ray(tasks, ray_address, log)
-    else:
-        task_status, task_errors = run_local(tasks, jobs, log)
+    outcomes = run_ray(tasks, ray_address, log) if ray_address else run_local(tasks, jobs, log)
     status, errors, logs = {}, {}, {}
-    for task in tasks:
-        if task.name not in task_status:
-            continue
+    for task, (rc, error) in outcomes.items():
         for run in task.members or [task]:
-            status[run.name], errors[run.name] = task_status[task.name], task_errors[task.name]
+            status[run.name], errors[run.name] = rc, error
             logs[run.name] = os.path.join(task.root_dir, "train.log")
     running = sorted(n for n, rc in status.items() if rc and ALREADY_RUNNING in errors[n])
     failed = sorted(n for n, rc in status.items() if rc != 0 and n not in running)
@@ -211,9 +184,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--sweep_dir", required=True, help="parent dir of the runs")
     parser.add_argument("--jobs", type=int, default=1, help="parallel local runs")
     parser.add_argument(
-        "--ray_address", default=None, help="run as Ray tasks: an address, 'auto' or 'local'"
+        "--ray_address", help="run as Ray tasks: an address, 'auto' or 'local'"
     )
-    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None)
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--no_report", action="store_true", help="skip the final report")
     parser.add_argument(
         "--pack_seeds", action="store_true",

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, BinaryIO, Dict, List, Optional, Set, Tuple
+from typing import BinaryIO, Dict, List, Optional, Tuple
 
 from alf_entropy.experiments.sweep_spec import PROG, SweepRun
 
@@ -23,15 +23,15 @@ ALREADY_RUNNING = "already in use by another run"
 """Part of ``alf-entropy-train``'s error line for a locked run directory."""
 
 
-def _error_line(log_path: str, offset: int) -> str:
+def _error_line(log_path, offset):
     """The run's error line in its log after ``offset`` (or its last line)."""
     try:
         with open(log_path, "rb") as f:
             f.seek(offset)
-            lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines()]
+            text = f.read().decode(errors="replace")
     except OSError:
         return ""
-    lines = [ln for ln in lines if ln]
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     errors = [ln for ln in lines if ln.startswith(_ERROR_PREFIX)]
     return (errors or lines or [""])[-1][:500]
 
@@ -43,7 +43,7 @@ class Launcher:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._running: Set[subprocess.Popen] = set()
+        self._running = set()
         self._stopped = False
 
     def call(self, command: List[str], log: BinaryIO) -> Optional[int]:
@@ -83,42 +83,37 @@ class Launcher:
 
 
 def execute_run(
-    name: str, root_dir: str, command: List[str],
-    members: Optional[List[Tuple[str, List[str]]]] = None,
-    launcher: Optional[Launcher] = None,
-) -> Tuple[str, Optional[int], float, str]:
-    """Run one training process (output appended to ``<root_dir>/train.log``); mark it done
-    if it exits 0 (a run stopped by a signal exits 128 + n).  Also the Ray task's body.
-
-    Args:
-        members: a packed process's runs as ``(root dir, command)``: each gets the done
-            marker (with its own command) instead of ``root_dir``.
-        launcher: starts the process (a new one if ``None``).
+    run: SweepRun, launcher: Optional[Launcher] = None
+) -> Tuple[Optional[int], float, str]:
+    """Run one training process (output appended to ``<root_dir>/train.log``); mark its runs
+    (a packed process's members) done if it exits 0 (a run stopped by a signal exits
+    128 + n).  Also the Ray task's body.
 
     Returns:
-        ``(name, exit status, seconds, error line)``: the status is ``None`` if the sweep
-        was interrupted before the run started; the error line is the last
-        ``alf-entropy-train: error:`` line (or last output line) of a failed run, else ``""``.
+        ``(exit status, seconds, error line)``: the status is ``None`` if the sweep was
+        interrupted before the run started (``launcher``: a new one if ``None``); the error
+        line is the last ``alf-entropy-train: error:`` line (or last output line) of a failed
+        run, else ``""``.
     """
-    os.makedirs(root_dir, exist_ok=True)
+    os.makedirs(run.root_dir, exist_ok=True)
     start = time.time()
-    log_path = os.path.join(root_dir, "train.log")
+    log_path = os.path.join(run.root_dir, "train.log")
     with open(log_path, "ab") as log:
         offset = log.tell()
-        rc = (launcher or Launcher()).call(command, log)
+        rc = (launcher or Launcher()).call(run.command, log)
     seconds = time.time() - start
-    if rc == 0:
-        for run_dir, run_command in members or [(root_dir, command)]:
-            marker = {"command": run_command, "seconds": seconds}
-            if members:
-                marker["packed_in"] = root_dir
-            with open(os.path.join(run_dir, DONE_FILE), "w", encoding="utf-8") as f:
-                json.dump(marker, f)
-        return name, rc, seconds, ""
-    return name, rc, seconds, _error_line(log_path, offset)
+    if rc != 0:
+        return rc, seconds, _error_line(log_path, offset)
+    for member in run.members or [run]:
+        marker = {"command": member.command, "seconds": seconds}
+        if run.members:
+            marker["packed_in"] = run.root_dir
+        with open(os.path.join(member.root_dir, DONE_FILE), "w", encoding="utf-8") as f:
+            json.dump(marker, f)
+    return rc, seconds, ""
 
 
-def _log_outcome(log, name: str, rc: int, seconds: float, error: str) -> None:
+def _log_outcome(log, name, rc, seconds, error):
     """The run's progress line: its outcome (from its exit status and error line)."""
     if rc == 0:
         outcome = "done"
@@ -131,52 +126,48 @@ def _log_outcome(log, name: str, rc: int, seconds: float, error: str) -> None:
     log(f"{outcome} {name} in {seconds:.1f}s" + (f": {error}" if error else ""))
 
 
-def _members(task: SweepRun) -> Optional[List[Tuple[str, List[str]]]]:
-    """A packed process's runs as :func:`execute_run` takes them (None for a run)."""
-    return [(r.root_dir, r.command) for r in task.members] or None
+Outcomes = Dict[SweepRun, Tuple[int, str]]
 
 
-def run_local(runs: List[SweepRun], jobs: int, log) -> Tuple[Dict[str, int], Dict[str, str]]:
-    """Run ``runs``, ``jobs`` at a time; on Ctrl-C none starts any more and the running ones
-    checkpoint and stop (a second Ctrl-C: at once), then ``KeyboardInterrupt`` is raised."""
-    status, errors = {}, {}
-    launcher, interrupted = Launcher(), None
-    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-        pending = {pool.submit(execute_run, r.name, r.root_dir, r.command, _members(r), launcher)
-                   for r in runs}
-        while pending:
-            try:
-                for future in concurrent.futures.as_completed(set(pending)):
-                    pending.discard(future)
-                    name, rc, seconds, error = future.result()
-                    if rc is not None:  # None: not started
-                        status[name], errors[name] = rc, error
-                        _log_outcome(log, name, rc, seconds, error)
-            except KeyboardInterrupt as e:
-                if interrupted is None:
-                    log(STOPPING)
-                interrupted = e
-                launcher.interrupt()
+def _collect(futures: Dict[concurrent.futures.Future, SweepRun], log, stop) -> Outcomes:
+    """Each started run's ``(exit status, error line)`` as its future ends; on Ctrl-C
+    ``stop()`` (again on a second one) and, once all have ended, ``KeyboardInterrupt``."""
+    outcomes, pending, interrupted = {}, set(futures), None
+    while pending:
+        try:
+            for future in concurrent.futures.as_completed(set(pending)):
+                pending.discard(future)
+                try:
+                    rc, seconds, error = future.result()
+                except Exception as e:  # a lost Ray node or worker: report, keep going
+                    if interrupted is not None:  # a Ray task cancelled before it started
+                        continue
+                    rc, seconds, error = -1, 0.0, f"ray task failed: {e}"
+                if rc is not None:  # None: not started
+                    outcomes[futures[future]] = rc, error
+                    _log_outcome(log, futures[future].name, rc, seconds, error)
+        except KeyboardInterrupt as e:
+            if interrupted is None:
+                log(STOPPING)
+            interrupted = e
+            stop()
     if interrupted is not None:
         raise interrupted
-    return status, errors
+    return outcomes
 
 
-def _cancel(ray, refs: List[Any]) -> None:
-    """Cancel Ray tasks and wait for them to end (a second Ctrl-C cancels them again)."""
-    while True:
-        for ref in refs:
-            ray.cancel(ref)
-        try:
-            ray.wait(refs, num_returns=len(refs))
-            return
-        except KeyboardInterrupt:
-            continue
+def run_local(runs: List[SweepRun], jobs: int, log) -> Outcomes:
+    """Run ``runs``, ``jobs`` at a time; on Ctrl-C none starts any more and the running ones
+    checkpoint and stop (a second Ctrl-C: at once), then ``KeyboardInterrupt`` is raised."""
+    launcher = Launcher()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = {pool.submit(execute_run, r, launcher): r for r in runs}
+        return _collect(futures, log, launcher.interrupt)
 
 
-def run_ray(
-    runs: List[SweepRun], address: str, log
-) -> Tuple[Dict[str, int], Dict[str, str]]:
+def run_ray(runs: List[SweepRun], address: str, log) -> Outcomes:
+    """:func:`run_local` as one-CPU Ray tasks (``address``: an address, ``auto`` or
+    ``local``); a cancelled task stops its run as a Ctrl-C would (:class:`Launcher`)."""
     try:
         import ray
     except ImportError as e:
@@ -185,33 +176,16 @@ def run_ray(
     if started:
         # Workers import alf_entropy like this process does.
         env = {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-        kwargs = dict(runtime_env={"env_vars": env}, include_dashboard=False, log_to_driver=False)
         try:
-            ray.init(**kwargs) if address == "local" else ray.init(address=address, **kwargs)
+            ray.init(address=None if address == "local" else address,
+                     runtime_env={"env_vars": env}, include_dashboard=False, log_to_driver=False)
         except (ConnectionError, RuntimeError, ValueError) as e:
             raise ValueError(f"cannot connect to Ray at --ray_address={address!r}: {e}") from e
     try:
         task = ray.remote(num_cpus=1)(execute_run)
-        pending = {task.remote(r.name, r.root_dir, r.command, _members(r)): r.name
-                   for r in runs}
-        status, errors = {}, {}
-        while pending:
-            try:
-                ready, _ = ray.wait(list(pending), num_returns=1)
-            except KeyboardInterrupt:  # each task stops its run as a Ctrl-C would (Launcher)
-                log(STOPPING)
-                _cancel(ray, list(pending))
-                raise
-            ref = ready[0]
-            name = pending.pop(ref)
-            try:
-                _, rc, seconds, error = ray.get(ref)
-            except Exception as e:  # a lost node or worker: report, keep going
-                rc, seconds, error = -1, 0.0, f"ray task failed: {e}"
-                log(f"ray task of {name} failed: {e}")
-            status[name], errors[name] = rc, error
-            _log_outcome(log, name, rc, seconds, error)
-        return status, errors
+        refs = {task.remote(r): r for r in runs}
+        return _collect({ref.future(): r for ref, r in refs.items()}, log,
+                        lambda: [ray.cancel(ref) for ref in refs])
     finally:
         if started:
             ray.shutdown()

@@ -4,6 +4,7 @@ See :mod:`alf_entropy.experiments.sweep` for the spec's keys; :func:`expand_spec
 gives one :class:`SweepRun` per configuration and seed.
 """
 import collections
+import dataclasses
 import itertools
 import json
 import os
@@ -13,11 +14,12 @@ from typing import Any, Dict, List, Optional, Sequence
 from alf_entropy.utils.run_names import dir_safe
 
 __all__ = ["PROG", "SweepRun", "gin_literal", "load_spec", "check_spec",
-           "short_names", "expand_spec", "base_command"]
+           "short_names", "expand_spec", "train_command"]
 
 PROG = "alf-entropy-sweep"
 _SPEC_KEYS = {"gin_file", "gin_param", "parameters", "seeds", "seed_binding"}
 
+@dataclasses.dataclass(eq=False)  # a run is itself, not its fields (a dict key)
 class SweepRun:
     """One run of a sweep, or one packed process of several (``members``).
 
@@ -26,7 +28,6 @@ class SweepRun:
         root_dir: ``<sweep_dir>/<name>`` (a packed process:
             ``<sweep_dir>/_packed/<name>``).
         command: the ``alf-entropy-train`` command line (a list).
-        config: the name of its bindings without the seed (``""`` if none).
         seed: its seed (None for a packed process).
         bindings: its ``--gin_param`` bindings without the seed.
         members: a packed process's runs (each agent is one); ``[]`` for a run.
@@ -34,21 +35,13 @@ class SweepRun:
             where it packs seeds only).
     """
 
-    def __init__(self, name: str, root_dir: str, command: List[str], config: str = "",
-                 seed: Optional[int] = None, bindings: Optional[List[str]] = None,
-                 members: Optional[List["SweepRun"]] = None,
-                 targets: Optional[List[Any]] = None):
-        self.name = name
-        self.root_dir = root_dir
-        self.command = command
-        self.config = config
-        self.seed = seed
-        self.bindings = list(bindings or [])
-        self.members = list(members or [])
-        self.targets = list(targets) if targets is not None else [None] * len(self.members)
-
-    def __repr__(self) -> str:
-        return f"SweepRun({self.name!r})"
+    name: str
+    root_dir: str
+    command: List[str]
+    seed: Optional[int] = None
+    bindings: List[str] = dataclasses.field(default_factory=list)
+    members: List["SweepRun"] = dataclasses.field(default_factory=list)
+    targets: List[Any] = dataclasses.field(default_factory=list)
 
 
 def gin_literal(value: Any) -> str:
@@ -126,30 +119,26 @@ def expand_spec(spec: Dict[str, Any], sweep_dir: str, device: Optional[str] = No
     (``device``: every run's ``--device``)."""
     bindings = list(spec["parameters"])
     short = short_names(bindings + [spec["seed_binding"]])
-    base = base_command(spec, device)
     runs = []
     for values in itertools.product(*(spec["parameters"][b] for b in bindings)):
         for seed in spec["seeds"]:
             pairs = list(zip(bindings, values)) + [(spec["seed_binding"], seed)]
-            parts = [f"{short[b]}={dir_safe(gin_literal(v))}" for b, v in pairs]
-            name = "+".join(parts)
+            name = "+".join(f"{short[b]}={dir_safe(gin_literal(v))}" for b, v in pairs)
             root_dir = os.path.join(sweep_dir, name)
-            command = base + ["--root_dir", root_dir]
             params = [f"{b} = {gin_literal(v)}" for b, v in pairs]
-            for p in params:
-                command += ["--gin_param", p]
-            runs.append(SweepRun(name, root_dir, command, config="+".join(parts[:-1]),
+            runs.append(SweepRun(name, root_dir, train_command(spec, device, root_dir, params),
                                  seed=seed, bindings=params[:-1]))
     return runs
 
 
-def base_command(spec: Dict[str, Any], device: Optional[str]) -> List[str]:
-    """The command line every run of the spec starts with."""
-    base = [sys.executable, "-m", "alf_entropy.bin.train"]
-    for f in spec["gin_file"]:
-        base += ["--gin_file", f]
-    for p in spec["gin_param"]:
-        base += ["--gin_param", p]
+def train_command(spec: Dict[str, Any], device: Optional[str], root_dir: str,
+                  params: List[str]) -> List[str]:
+    """The command line of a run (or packed process) of the spec: its files and bindings,
+    ``device``, ``root_dir``, then ``params`` (more ``--gin_param`` bindings)."""
+    flags = [("--gin_file", f) for f in spec["gin_file"]]
+    flags += [("--gin_param", p) for p in spec["gin_param"]]
     if device is not None:
-        base += ["--device", device]
-    return base
+        flags.append(("--device", device))
+    flags.append(("--root_dir", root_dir))
+    flags += [("--gin_param", p) for p in params]
+    return [sys.executable, "-m", "alf_entropy.bin.train"] + [a for flag in flags for a in flag]

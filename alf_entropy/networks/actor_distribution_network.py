@@ -37,7 +37,7 @@ from alf_entropy.networks.projection_networks import (
     CategoricalProjectionNetwork,
     NormalProjectionNetwork,
 )
-from alf_entropy.tensor_specs import BoundedTensorSpec, TensorSpec
+from alf_entropy.tensor_specs import TensorSpec
 from alf_entropy.utils import nest
 
 __all__ = ["ActorDistributionNetwork"]
@@ -85,12 +85,6 @@ class ActorDistributionNetwork(nn.Module):
         action_leaves = nest.flatten(action_spec)
         if not action_leaves:
             raise ValueError("action_spec must contain at least one BoundedTensorSpec")
-        for leaf in action_leaves:
-            if not isinstance(leaf, BoundedTensorSpec):
-                raise TypeError(
-                    "action_spec leaves must be BoundedTensorSpec, got "
-                    f"{type(leaf).__name__}"
-                )
         self._input_tensor_spec = input_tensor_spec
         self._action_spec = action_spec
         self._encoder = EncodingNetwork(
@@ -98,8 +92,8 @@ class ActorDistributionNetwork(nn.Module):
         )
         hidden = self._encoder.output_size
         heads = []
-        for spec in action_leaves:
-            if spec.is_discrete:
+        for spec in action_leaves:  # a head's TypeError names a leaf that is no BoundedTensorSpec
+            if getattr(spec, "is_discrete", False):
                 heads.append(CategoricalProjectionNetwork(hidden, spec))
             else:
                 heads.append(
@@ -117,16 +111,6 @@ class ActorDistributionNetwork(nn.Module):
         # A bare (non-nested) action spec: ``forward`` returns the one head's
         # distribution directly (what ``pack_sequence_as`` would give).
         self._single_head = not nest.is_nested(action_spec)
-
-    @property
-    def input_tensor_spec(self) -> Any:
-        """The observation spec (nest)."""
-        return self._input_tensor_spec
-
-    @property
-    def action_spec(self) -> Any:
-        """The action spec (nest)."""
-        return self._action_spec
 
     def rsample_and_log_prob(
         self, observation: Any, log_prob: bool = True

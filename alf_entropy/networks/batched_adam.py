@@ -14,12 +14,7 @@ from typing import Callable, Iterable, Optional, Tuple
 import torch
 from torch.optim.adam import adam
 
-from alf_entropy.utils.optimizers import (
-    _FUSED_ADAM_ON_CPU,
-    FusedAdam,
-    clip_grad_norms_,
-    masked_optimizer_step,
-)
+from alf_entropy.utils.optimizers import _FUSED_ADAM_ON_CPU, FusedAdam
 
 __all__ = ["BatchedAdam"]
 
@@ -66,35 +61,6 @@ class BatchedAdam(FusedAdam):
         for group in self.param_groups:
             self._step_group(group, skip)
         return loss
-
-    def masked_step(self, ok: Optional[torch.Tensor], max_grad_norm: Optional[float] = None
-                    ) -> Tuple[torch.Tensor, torch.Tensor]:
-        """One step of the members whose flag is true; the others keep everything.
-
-        Args:
-            ok: bool ``[K]`` on the parameters' device, or None for all.
-            max_grad_norm: first clip each member's gradient norm to this
-                (:func:`~alf_entropy.utils.optimizers.clip_grad_norms_`) and skip the
-                members whose norm is not finite.
-
-        Returns:
-            ``(norms, ok)``: each member's gradient norm before clipping (zeros without
-            ``max_grad_norm``) and the flags the step used.
-
-        Raises:
-            ValueError: if ``ok`` is not ``[K]``.
-        """
-        k = self.num_members
-        if ok is not None and ok.shape != (k,):
-            raise ValueError(f"ok must have shape ({k},), got {tuple(ok.shape)}")
-        params = [p for g in self.param_groups for p in g["params"]]
-        ok = params[0].new_ones(k, dtype=torch.bool) if ok is None else ok
-        norms = params[0].new_zeros(k)
-        if max_grad_norm is not None:
-            norms = clip_grad_norms_(params, max_grad_norm, batch_ndim=1)
-            ok = ok & torch.isfinite(norms)
-        masked_optimizer_step([self], ok, sync_free=True)
-        return norms, ok
 
     def _step_group(self, group: dict, skip: Optional[torch.Tensor]) -> None:
         # As torch's Adam: a parameter without a gradient is not stepped (nor its counter).

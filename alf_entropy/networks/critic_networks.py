@@ -28,7 +28,7 @@ one shape) as one module on inputs ``[K, B, ...]``: every layer is one
 batched product over the ``K * n`` critics.
 """
 import math
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Optional, Sequence
 
 import torch
 import torch.nn as nn
@@ -42,6 +42,7 @@ from alf_entropy.networks.encoding_network import (
 )
 from alf_entropy.tensor_specs import BoundedTensorSpec
 from alf_entropy.utils import nest
+from alf_entropy.utils.checks import check_int
 
 __all__ = ["CriticNetworks", "StackedCritics"]
 
@@ -91,11 +92,8 @@ class CriticNetworks(nn.Module):
                 "CriticNetworks: action_spec must be a single BoundedTensorSpec, got "
                 f"{type(action_spec).__name__}"
             )
-        if isinstance(num_critics, bool) or not isinstance(num_critics, int) or num_critics < 1:
-            raise ValueError(f"num_critics must be an int >= 1, got {num_critics!r}")
-        sizes = list(fc_layer_params)
-        if any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in sizes):
-            raise ValueError(f"fc_layer_params must be positive ints, got {fc_layer_params!r}")
+        check_int("num_critics", num_critics, 1)
+        sizes = [check_int("fc_layer_params", size, 1) for size in fc_layer_params]
         self._input_tensor_spec = input_tensor_spec
         self._discrete = action_spec.is_discrete
         obs_size = flat_input_size(input_tensor_spec)
@@ -131,11 +129,6 @@ class CriticNetworks(nn.Module):
         """How many critics are stacked."""
         return self._num_critics
 
-    @property
-    def discrete(self) -> bool:
-        """Whether the critics output one value per discrete action."""
-        return self._discrete
-
     def forward(
         self,
         observation: Any,
@@ -155,13 +148,7 @@ class CriticNetworks(nn.Module):
             torch.Tensor: ``[n, B]`` for continuous, ``[n, B, A]`` for
             discrete actions.
         """
-        x = flatten_observation(observation, self._input_tensor_spec, self.weights[0].dtype)
-        if not self._discrete:
-            x = torch.cat([x, action.reshape(action.shape[0], -1).to(x.dtype)], dim=-1)
-        params = [p for wb in zip(self.weights, self.biases) for p in wb]
-        if detach_params:
-            params = [p.detach() for p in params]
-        out = _evaluate(x, params, self._act, self._fused)
+        out = _evaluate(self, _inputs(self, observation, action), _params(self, detach_params))
         return out if self._discrete else out.squeeze(-1)
 
 
@@ -190,10 +177,9 @@ class StackedCritics(nn.Module):
         if not all(type(c) is CriticNetworks for c in critics):
             raise TypeError("critics must be CriticNetworks instances")
         first = critics[0]
-        shapes = [[tuple(p.shape) for p in c.parameters()] for c in critics]
-        if any(s != shapes[0] for s in shapes[1:]) or any(
-                (c._discrete, type(c._activation)) != (first._discrete, type(first._activation))
-                for c in critics):
+        signatures = {(c._discrete, type(c._activation), *(p.shape for p in c.parameters()))
+                      for c in critics}
+        if len(signatures) != 1:
             raise ValueError("critics must all have the same shapes and activation")
         self.num_members = len(critics)
         self._input_tensor_spec, self._discrete = first._input_tensor_spec, first._discrete
@@ -221,31 +207,36 @@ class StackedCritics(nn.Module):
         """
         k, n = self.num_members, self._num_critics
         rows = nest.map_structure(lambda o: o.reshape(-1, *o.shape[2:]), observation)
-        x = flatten_observation(rows, self._input_tensor_spec, self.weights[0].dtype)
-        if not self._discrete:
-            x = torch.cat([x, action.reshape(x.shape[0], -1).to(x.dtype)], dim=-1)
+        x = _inputs(self, rows, action)
         b = x.shape[0] // k
         x = x.reshape(k, 1, b, -1).expand(k, n, b, x.shape[-1]).reshape(k * n, b, -1)
-        params = [p.reshape(k * n, *p.shape[2:]) for wb in zip(self.weights, self.biases)
-                  for p in wb]
-        if detach_params:
-            params = [p.detach() for p in params]
-        out = _evaluate(x, params, self._act, self._fused)
-        out = out.reshape(k, n, b, -1).transpose(0, 1)
+        params = [p.reshape(k * n, *p.shape[2:]) for p in _params(self, detach_params)]
+        out = _evaluate(self, x, params).reshape(k, n, b, -1).transpose(0, 1)
         return out if self._discrete else out.squeeze(-1)
 
 
-def _evaluate(x: torch.Tensor, params: List[torch.Tensor],
-              act: Callable[[torch.Tensor], torch.Tensor], fused: bool) -> torch.Tensor:
+def _inputs(critics, observation, action):
+    """The critics' input rows: the flattened observation, and the action if continuous."""
+    x = flatten_observation(observation, critics._input_tensor_spec, critics.weights[0].dtype)
+    if critics._discrete:
+        return x
+    return torch.cat([x, action.reshape(x.shape[0], -1).to(x.dtype)], dim=-1)
+
+
+def _params(critics, detach):
+    """The critics' weights and biases, alternating (detached if ``detach``)."""
+    params = [p for wb in zip(critics.weights, critics.biases) for p in wb]
+    return [p.detach() for p in params] if detach else params
+
+
+def _evaluate(critics, x, params):
     """The stacked MLP's output ``[n, B, out]``: the hand-written backward where it
-    applies (``fused``, see :func:`alf_entropy.accel.relu_mlp`), else plain autograd."""
-    out = accel.relu_mlp(x, params, _mlp_forward) if fused else None
-    return _mlp_forward(x, params, act)[0] if out is None else out
+    applies (see :func:`alf_entropy.accel.relu_mlp`), else plain autograd."""
+    out = accel.relu_mlp(x, params, _mlp_forward) if critics._fused else None
+    return _mlp_forward(x, params, critics._act)[0] if out is None else out
 
 
-def _mlp_forward(
-    x: torch.Tensor, params: List[torch.Tensor], act: Callable[[torch.Tensor], torch.Tensor]
-) -> Tuple[torch.Tensor, List[torch.Tensor]]:
+def _mlp_forward(x, params, act):
     """The stacked MLP: ``[B, in]`` (or ``[n, B, in]``) -> ``[n, B, out]``, and its layer inputs.
 
     ``params`` alternates weights ``[n, in, out]`` and biases ``[n, 1, out]``.

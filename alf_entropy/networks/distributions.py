@@ -40,8 +40,7 @@ class Categorical(td.Categorical):
     """
 
     def __init__(self, logits: torch.Tensor, validate_args: bool = False):
-        if not isinstance(logits, torch.Tensor) or logits.dim() < 1:
-            raise ValueError("logits must be a tensor with at least one dimension")
+        # (torch's own constructor raises a ValueError for 0-d logits)
         super().__init__(logits=logits, validate_args=validate_args)
 
     def sample(self, sample_shape: Sequence[int] = ()) -> torch.Tensor:
@@ -115,13 +114,11 @@ class StableTanh(td.TanhTransform):
         return torch.atanh(y.clamp(-bound, bound))
 
 
-def _mode_of_one(dist: td.Distribution) -> torch.Tensor:
+def _mode_of_one(dist):
     if isinstance(dist, td.Categorical):
         return dist.logits.argmax(dim=-1)
     if isinstance(dist, td.Independent):
         return _mode_of_one(dist.base_dist)
-    if isinstance(dist, td.Normal):
-        return dist.loc
     if isinstance(dist, td.TransformedDistribution):
         x = _mode_of_one(dist.base_dist)
         for transform in dist.transforms:

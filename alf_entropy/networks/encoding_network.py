@@ -20,6 +20,7 @@ import torch.nn as nn
 
 from alf_entropy.tensor_specs import TensorSpec
 from alf_entropy.utils import nest
+from alf_entropy.utils.checks import check_choice, check_int, check_real
 
 __all__ = [
     "EncodingNetwork",
@@ -68,27 +69,13 @@ def get_activation(activation: ActivationArg) -> nn.Module:
     if activation is None:
         return nn.Identity()
     if isinstance(activation, str):
-        key = activation.lower()
-        if key not in _ACTIVATIONS:
-            raise ValueError(
-                f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}"
-            )
-        return _ACTIVATIONS[key]()
-    if isinstance(activation, nn.Module):
-        raise TypeError(
-            "activation must be a module class or factory (e.g. torch.nn.Tanh), "
-            f"not a module instance {activation!r}"
-        )
-    if not callable(activation):
-        raise TypeError(
-            f"activation must be a name or a module factory, got {activation!r}"
-        )
-    module = activation()
+        return _ACTIVATIONS[check_choice("activation", activation.lower(), sorted(_ACTIVATIONS))]()
+    # A module instance is not a factory: calling it would run its forward.
+    factory = callable(activation) and not isinstance(activation, nn.Module)
+    module = activation() if factory else None
     if not isinstance(module, nn.Module):
-        raise TypeError(
-            f"activation factory {activation!r} must return an nn.Module, "
-            f"got {type(module).__name__}"
-        )
+        raise TypeError("activation must be a name or a factory of an nn.Module (e.g. "
+                        f"torch.nn.Tanh, not torch.nn.Tanh()), got {activation!r}")
     return module
 
 
@@ -151,7 +138,7 @@ def flatten_observation(
     return flat[0] if len(flat) == 1 else torch.cat(flat, dim=-1)
 
 
-def _flatten_leaf(spec: TensorSpec, x: Any, dtype: torch.dtype) -> torch.Tensor:
+def _flatten_leaf(spec, x, dtype):
     """Check one observation leaf against its spec and flatten it to ``[B, numel]``."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"observation leaves must be tensors, got {type(x).__name__}")
@@ -163,7 +150,7 @@ def _flatten_leaf(spec: TensorSpec, x: Any, dtype: torch.dtype) -> torch.Tensor:
     return x.reshape(x.shape[0], -1).to(dtype)
 
 
-def _init_linear(layer: nn.Linear, gain: float) -> None:
+def _init_linear(layer, gain):
     nn.init.orthogonal_(layer.weight, gain=gain)
     nn.init.zeros_(layer.bias)
 
@@ -199,24 +186,11 @@ class EncodingNetwork(nn.Module):
         last_layer_init_scale: Optional[float] = None,
     ):
         super().__init__()
-        if not isinstance(input_size, int) or input_size <= 0:
-            raise ValueError(f"input_size must be a positive int, got {input_size!r}")
-        fc_layer_params = tuple(fc_layer_params or ())
-        for h in fc_layer_params:
-            if not isinstance(h, int) or h <= 0:
-                raise ValueError(
-                    f"fc_layer_params must be positive ints, got {fc_layer_params!r}"
-                )
-        if last_layer_size is not None and (
-            not isinstance(last_layer_size, int) or last_layer_size <= 0
-        ):
-            raise ValueError(
-                f"last_layer_size must be None or a positive int, got {last_layer_size!r}"
-            )
-        if last_layer_init_scale is not None and last_layer_init_scale < 0:
-            raise ValueError(
-                f"last_layer_init_scale must be >= 0, got {last_layer_init_scale!r}"
-            )
+        check_int("input_size", input_size, 1)
+        fc_layer_params = [check_int("fc_layer_params", h, 1) for h in fc_layer_params or ()]
+        check_int("last_layer_size", last_layer_size, 1, allow_none=True, none_means="none")
+        scale = check_real("last_layer_init_scale", last_layer_init_scale, minimum=0,
+                           allow_none=True)
         layers = []
         size = input_size
         for h in fc_layer_params:
@@ -226,8 +200,7 @@ class EncodingNetwork(nn.Module):
             size = h
         if last_layer_size is not None:
             linear = nn.Linear(size, last_layer_size)
-            scale = 1.0 if last_layer_init_scale is None else float(last_layer_init_scale)
-            _init_linear(linear, scale)
+            _init_linear(linear, 1.0 if scale is None else scale)
             layers.append(linear)
             if last_activation is not None:
                 layers.append(get_activation(last_activation))

@@ -18,7 +18,7 @@ Every distribution is created with ``validate_args=False``: argument
 validation would read tensors on the host (a GPU sync) at every step.
 """
 import math
-from typing import Optional, Tuple, Union
+from typing import Optional, Tuple
 
 import numpy as np
 import torch
@@ -28,6 +28,7 @@ import torch.nn.functional as F
 
 from alf_entropy.networks.distributions import Categorical, StableTanh
 from alf_entropy.tensor_specs import BoundedTensorSpec
+from alf_entropy.utils.checks import check_int
 
 __all__ = ["CategoricalProjectionNetwork", "NormalProjectionNetwork", "POLICY_INIT_SCALE"]
 
@@ -38,16 +39,11 @@ _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 _LOG_2 = math.log(2.0)
 
 
-def _policy_linear(input_size: int, output_size: int, bias: float = 0.0) -> nn.Linear:
+def _policy_linear(input_size, output_size, bias=0.0):
     layer = nn.Linear(input_size, output_size)
     nn.init.orthogonal_(layer.weight, gain=POLICY_INIT_SCALE)
     nn.init.constant_(layer.bias, bias)
     return layer
-
-
-def _check_input_size(input_size: int) -> None:
-    if not isinstance(input_size, int) or input_size <= 0:
-        raise ValueError(f"input_size must be a positive int, got {input_size!r}")
 
 
 class CategoricalProjectionNetwork(nn.Module):
@@ -65,7 +61,7 @@ class CategoricalProjectionNetwork(nn.Module):
 
     def __init__(self, input_size: int, action_spec: BoundedTensorSpec):
         super().__init__()
-        _check_input_size(input_size)
+        check_int("input_size", input_size, 1)
         if not isinstance(action_spec, BoundedTensorSpec) or not action_spec.is_discrete:
             raise TypeError(
                 f"action_spec must be an integer BoundedTensorSpec, got {action_spec!r}"
@@ -151,7 +147,7 @@ class NormalProjectionNetwork(nn.Module):
         max_log_std: float = 2.0,
     ):
         super().__init__()
-        _check_input_size(input_size)
+        check_int("input_size", input_size, 1)
         if not isinstance(action_spec, BoundedTensorSpec) or not action_spec.is_continuous:
             raise TypeError(
                 f"action_spec must be a float BoundedTensorSpec, got {action_spec!r}"
@@ -181,10 +177,8 @@ class NormalProjectionNetwork(nn.Module):
         if self._squash:
             lo = np.broadcast_to(action_spec.minimum, self._shape).astype(np.float64)
             hi = np.broadcast_to(action_spec.maximum, self._shape).astype(np.float64)
-            limit = float(np.finfo(np.float32).max) / 2
-            if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))) or np.any(
-                np.abs(np.concatenate([lo.ravel(), hi.ravel()])) >= limit
-            ):
+            # (NaN and inf fail the comparison; half float32's range keeps (hi - lo) / 2 finite)
+            if not np.all(np.abs([lo, hi]) < np.finfo(np.float32).max / 2):
                 raise ValueError(
                     "squash_to_spec needs finite action bounds, got minimum="
                     f"{action_spec.minimum.tolist()} maximum={action_spec.maximum.tolist()}"
@@ -202,12 +196,7 @@ class NormalProjectionNetwork(nn.Module):
                 "_action_scale", torch.as_tensor((hi - lo) / 2, dtype=torch.float32)
             )
 
-    @property
-    def squash_to_spec(self) -> bool:
-        """Whether samples are squashed into the action bounds."""
-        return self._squash
-
-    def _mean_and_log_std(self, encoding: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    def _mean_and_log_std(self, encoding):
         """The Normal's mean and clamped ``log_std``, ``[B, *action_shape]`` each."""
         out_shape = encoding.shape[:-1] + self._shape
         mean = self._mean_layer(encoding).reshape(out_shape)
@@ -265,7 +254,7 @@ class NormalProjectionNetwork(nn.Module):
             when ``squash_to_spec``.
         """
         mean, log_std = self._mean_and_log_std(encoding)
-        dist: td.Distribution = td.Normal(mean, log_std.exp(), validate_args=False)
+        dist = td.Normal(mean, log_std.exp(), validate_args=False)
         event_dims = len(self._shape)
         if event_dims:
             dist = td.Independent(dist, event_dims, validate_args=False)
@@ -285,5 +274,3 @@ class NormalProjectionNetwork(nn.Module):
             )
         return dist
 
-
-ProjectionNetwork = Union[CategoricalProjectionNetwork, NormalProjectionNetwork]

@@ -49,23 +49,17 @@ class StackedLinear(nn.Module):
             ``bias`` alike); their current values are copied.
 
     Raises:
-        ValueError: if ``linears`` is empty or the layers differ in shape.
-        TypeError: if an element is not an ``nn.Linear``.
+        ValueError: unless ``linears`` are one or more ``nn.Linear`` of one shape.
     """
 
     def __init__(self, linears: Sequence[nn.Linear]):
         super().__init__()
         linears = list(linears)
-        if not linears:
-            raise ValueError("linears must hold at least one nn.Linear")
-        for layer in linears:
-            if not isinstance(layer, nn.Linear):
-                raise TypeError(f"linears must be nn.Linear layers, got {type(layer).__name__}")
+        if not all(isinstance(m, nn.Linear) for m in linears) or len(
+                {(m.in_features, m.out_features, m.bias is None) for m in linears}) != 1:
+            raise ValueError("linears must be one or more nn.Linear layers with the same "
+                             f"in/out features and bias, got {linears}")
         first = linears[0]
-        for layer in linears[1:]:
-            if (layer.in_features, layer.out_features, layer.bias is None) != (
-                    first.in_features, first.out_features, first.bias is None):
-                raise ValueError("linears must all have the same in/out features and bias")
         self.in_features, self.out_features = first.in_features, first.out_features
         self.num_members = len(linears)
         self.weight = nn.Parameter(torch.stack([m.weight.detach() for m in linears]).clone())
@@ -159,7 +153,7 @@ class StackedModule(nn.Module):
         linears = [name for name, m in inner.named_modules() if isinstance(m, nn.Linear)]
         for name in linears:
             parent_name, _, attr = name.rpartition(".")
-            parent = inner.get_submodule(parent_name) if parent_name else inner
+            parent = inner.get_submodule(parent_name)  # "": inner itself
             setattr(parent, attr, StackedLinear([n.get_submodule(name) for n in networks]))
         stray = [name for name, _ in inner.named_parameters()
                  if not isinstance(inner.get_submodule(name.rpartition(".")[0]), StackedLinear)]
@@ -210,10 +204,6 @@ class StackedModule(nn.Module):
             return out.reshape(self.num_members, m, *out.shape[1:])
         return nest.map_structure(lambda y: _unflatten(y, self.num_members, m), out)
 
-    def forward_rows(self, *inputs: Any) -> Any:
-        """``forward`` without reshaping the outputs: leaves ``[K * M, ...]``, member-major."""
-        return self.inner(*self._rows(inputs)[0])
-
     def sample_with_log_prob(self, observation: Any, sample: Callable[[torch.Tensor],
                                                                    torch.Tensor]) -> Any:
         """The stacked network's ``sample_with_log_prob`` (its fast acting path) on the
@@ -228,7 +218,7 @@ class StackedModule(nn.Module):
         return tuple(x.reshape(self.num_members, m, *x.shape[1:]) for x in drawn)
 
 
-def _unflatten(y: Any, k: int, m: int) -> Any:
+def _unflatten(y, k, m):
     if isinstance(y, td.Distribution):
         return reshape_distribution(y, (k, m) + tuple(y.batch_shape[1:]))
     return y.reshape(k, m, *y.shape[1:])

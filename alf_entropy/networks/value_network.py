@@ -51,11 +51,6 @@ class ValueNetwork(nn.Module):
             last_layer_init_scale=VALUE_INIT_SCALE,
         )
 
-    @property
-    def input_tensor_spec(self) -> Any:
-        """The observation spec (nest)."""
-        return self._input_tensor_spec
-
     def forward(self, observation: Any) -> torch.Tensor:
         """Compute state values.
 

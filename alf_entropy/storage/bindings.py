@@ -7,7 +7,8 @@ each binding was written (a file, ``--gin_param``) is what the config loader
 (:mod:`alf_entropy.config`) noted with :func:`note_sources`.
 """
 import inspect
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+import os
+from typing import Any, Dict, List, Sequence, Tuple
 
 import gin
 from absl import logging
@@ -31,7 +32,7 @@ class GinConfigError(ValueError):
 class _Name(str):
     """A reference or macro read from gin text, written back as it was (``@Adam``, ``%LR``)."""
 
-    def __repr__(self) -> str:
+    def __repr__(self):
         return str(self)
 
 
@@ -78,7 +79,7 @@ def split_key(key: str) -> Tuple[str, str, str]:
 
 
 # The config whose sources were noted, and where each of its bindings was written.
-_SOURCES: Dict[str, Any] = {}
+_SOURCES = {}
 
 
 def note_sources(paths: Sequence[str], params: Sequence[str]) -> None:
@@ -87,15 +88,15 @@ def note_sources(paths: Sequence[str], params: Sequence[str]) -> None:
     where: Dict[Tuple[str, str, str], str] = {}
     for path in paths:
         with open(path, encoding="utf-8") as f:
-            name = path.replace("\\", "/").rsplit("/", 1)[-1]
-            where.update((split_key(k), f"{k} (in {name})") for k in read_bindings(f.read()))
+            where.update((split_key(k), f"{k} (in {os.path.basename(path)})")
+                         for k in read_bindings(f.read()))
     for param in params:
         where.update((split_key(k), f"{' '.join(param.split())} (--gin_param)")
                      for k in read_bindings(param))
     _SOURCES.update(config=gin.config_str(), where=where)
 
 
-def _dropped(key: str, built: Any, family: Optional[type], bound: set) -> bool:
+def _dropped(key, built, family, bound):
     """Whether ``key`` binds a class of ``family`` other than ``built``'s a parameter that
     ``built`` takes but has no binding of: the run would silently use its default."""
     selector, param = key.rpartition("/")[2].rpartition(".")[::2]
@@ -104,13 +105,11 @@ def _dropped(key: str, built: Any, family: Optional[type], bound: set) -> bool:
     except ValueError:  # a macro
         return False
     cls = type(built)
-    return (family is not None and isinstance(found, type) and issubclass(found, family)
-            and found is not cls and param in inspect.signature(cls).parameters
-            and (cls.__name__, param) not in bound)
+    return (isinstance(found, type) and issubclass(found, family) and found is not cls
+            and param in inspect.signature(cls).parameters and (cls.__name__, param) not in bound)
 
 
-def check_bindings_used(constructing: Optional[str] = None, built: Any = None,
-                        family: Optional[type] = None) -> None:
+def check_bindings_used(constructing: str, built: Any, family: type) -> None:
     """Refuse bindings that no configurable called so far has used.
 
     One given with ``--gin_param``, or one of a configurable the run called (whose value
@@ -130,24 +129,24 @@ def check_bindings_used(constructing: Optional[str] = None, built: Any = None,
     Raises:
         GinConfigError: naming the unused bindings that are errors.
     """
-    used_keys = {split_key(k) for k in read_bindings(gin.operative_config_str())}
+    used = {split_key(k) for k in read_bindings(gin.operative_config_str())}
     # The trainer binding is read by alf-entropy-train: a script's trainer leaves it unused.
-    skip = set(LATE_CONFIGURABLES) | {"train"} | ({constructing} if constructing else set())
-    config = read_bindings(gin.config_str())
-    unused = [k for k in config if split_key(k) not in used_keys and split_key(k)[1] not in skip]
+    skip = {*LATE_CONFIGURABLES, "train", constructing}
+    config = {split_key(k): k for k in read_bindings(gin.config_str())}
+    unused = [k for k in config if k not in used and k[1] not in skip]
     if not unused:
         return
     where = _SOURCES.get("where", {}) if _SOURCES.get("config") == gin.config_str() else {}
     # (scope, name) of each configurable called: an unscoped binding is judged by unscoped
     # calls (`lr/LinearScheduler` does not make `LinearScheduler.schedule` an error).
-    called = {key[:2] for key in used_keys}
-    bound = {split_key(k)[1:] for k in config}
+    called = {key[:2] for key in used}
+    bound = {key[1:] for key in config}
     errors, dropped, alternatives = [], [], []
     for key in unused:
-        text = where.get(split_key(key), f"{key} (in a gin file)")
-        if text.endswith("(--gin_param)") or split_key(key)[:2] in called:
+        text = where.get(key, f"{config[key]} (in a gin file)")
+        if text.endswith("(--gin_param)") or key[:2] in called:
             errors.append(text)
-        elif built is not None and _dropped(key, built, family, bound):
+        elif built is not None and _dropped(config[key], built, family, bound):
             dropped.append(text)
         else:
             alternatives.append(text)

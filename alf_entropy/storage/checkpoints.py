@@ -12,7 +12,6 @@ stored as tensors and plain values).
 import copy
 import glob
 import os
-import re
 import tempfile
 import zipfile
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -27,8 +26,6 @@ from alf_entropy.utils.seeding import rng_state, set_rng_state
 __all__ = ["CheckpointError", "Checkpointer", "REQUIRED_KEYS", "atomic_write_bytes",
            "checkpoints_newest_first", "bytes_to_tensor", "latest_checkpoint", "load_checkpoint",
            "remove_partial_checkpoints", "tensor_to_bytes"]
-
-_CKPT_PATTERN = re.compile(r"^ckpt-(\d+)\.pt$")
 
 REQUIRED_KEYS = ("iteration", "env_steps", "progress", "algorithm", "optimizers", "rng")
 """The keys every checkpoint written by a trainer holds."""
@@ -50,10 +47,9 @@ def atomic_write_bytes(path: str, write: Callable[[Any], None]) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
+    finally:
+        if os.path.exists(tmp):  # the write failed
             os.remove(tmp)
-        raise
 
 
 def remove_partial_checkpoints(checkpoint_dir: str) -> List[str]:
@@ -66,18 +62,13 @@ def remove_partial_checkpoints(checkpoint_dir: str) -> List[str]:
 
 def checkpoints_newest_first(checkpoint_dir: str) -> List[str]:
     """The ``ckpt-<iteration>.pt`` files in ``checkpoint_dir`` (may be missing), newest first."""
-    found = {}
-    for path in glob.glob(os.path.join(checkpoint_dir, "ckpt-*.pt")):
-        m = _CKPT_PATTERN.match(os.path.basename(path))
-        if m:
-            found[int(m.group(1))] = path
-    return [found[it] for it in sorted(found, reverse=True)]
+    paths = glob.glob(os.path.join(checkpoint_dir, "ckpt-[0-9]*.pt"))
+    return sorted(paths, key=lambda path: (len(path), path), reverse=True)  # 8 digits or more
 
 
 def latest_checkpoint(checkpoint_dir: str) -> Optional[str]:
     """The newest checkpoint in ``checkpoint_dir`` (temp files ignored), or ``None``."""
-    paths = checkpoints_newest_first(checkpoint_dir)
-    return paths[0] if paths else None
+    return next(iter(checkpoints_newest_first(checkpoint_dir)), None)
 
 
 def load_checkpoint(path: str) -> Dict[str, Any]:
@@ -96,9 +87,7 @@ def load_checkpoint(path: str) -> Dict[str, Any]:
         # The first sentence: torch's zip errors go on for several more.
         message = " ".join(str(e).split()).split(". ")[0][:200]
         raise CheckpointError(f"{path} cannot be read ({type(e).__name__}: {message})") from e
-    if not isinstance(state, dict):
-        raise CheckpointError(f"{path} is not a checkpoint (it holds a {type(state).__name__})")
-    missing = [k for k in REQUIRED_KEYS if k not in state]
+    missing = [k for k in REQUIRED_KEYS if not isinstance(state, dict) or k not in state]
     if missing:
         raise CheckpointError(f"{path} is not a complete checkpoint: it lacks {', '.join(missing)}")
     return state
@@ -119,7 +108,7 @@ def tensor_to_bytes(tensor: torch.Tensor) -> bytes:
 _RANK_KEYS = ("rng", "env", "extra")  # each rank's own part of a checkpoint
 
 
-def _move_aside(path: str) -> str:
+def _move_aside(path):
     """Rename a checkpoint that was skipped to ``<path>.damaged`` (``.damaged.N`` if taken)."""
     target, k = f"{path}.damaged", 0
     while os.path.exists(target):
@@ -132,7 +121,7 @@ def _move_aside(path: str) -> str:
     return target
 
 
-def _any_rank(flag: bool) -> bool:
+def _any_rank(flag):
     """Whether ``flag`` is set on any rank (``flag`` itself in one process)."""
     if not distributed.is_distributed():
         return flag
@@ -166,15 +155,13 @@ class Checkpointer:
         """
         own = nest.map_structure(lambda x: x.cpu() if isinstance(x, torch.Tensor) else x,
                                  dict(own, rng=rng_state()))
-        ranks = distributed.gather_object(own)
+        ranks, path = distributed.gather_object(own), self.path(iteration)
         if not distributed.is_main_process():
-            return self.path(iteration)
+            return path
         state = dict(iteration=iteration, env_steps=env_steps,
                      progress=schedulers.get_all_progress(), algorithm=algorithm.state_dict(),
                      optimizers=[opt.state_dict() for opt in algorithm.optimizers()],
-                     **{k: ranks[0].get(k) for k in _RANK_KEYS}, world_size=len(ranks),
-                     rank_states=ranks[1:])
-        path = self.path(iteration)
+                     **ranks[0], world_size=len(ranks), rank_states=ranks[1:])
         try:  # what torch.load(weights_only=True) reads
             atomic_write_bytes(path, lambda f: torch.save(state, f))
         except OSError as e:
@@ -244,12 +231,11 @@ class Checkpointer:
         stateful = [algorithm, *algorithm.optimizers()]
         saved = [copy.deepcopy(obj.state_dict()) for obj in stateful]
         try:
-            algorithm.load_state_dict(state["algorithm"])
-            if len(stateful) - 1 != len(state["optimizers"]):
+            if len(stateful) != 1 + len(state["optimizers"]):
                 raise ValueError(f"{len(state['optimizers'])} optimizers saved, "
                                  f"{len(stateful) - 1} now")
-            for opt, opt_state in zip(stateful[1:], state["optimizers"]):
-                opt.load_state_dict(opt_state)
+            for obj, obj_state in zip(stateful, [state["algorithm"], *state["optimizers"]]):
+                obj.load_state_dict(obj_state)
             load_own(state)  # last: a replay buffer is swapped in only if all else fits
         except Exception as e:  # any failure: a damaged or foreign checkpoint
             error = f"{path} does not match this run: {' '.join(str(e).split())[:300]}"
@@ -263,7 +249,7 @@ class Checkpointer:
         return state
 
     @staticmethod
-    def _share(path: str, state: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    def _share(path, state):
         """Rank 0's ``state`` on every rank, each with its own part (none from a
         checkpoint of another number of ranks: fresh RNGs, episodes restart)."""
         per_rank, world = None, distributed.world_size()

@@ -13,7 +13,7 @@ import contextlib
 import os
 import shutil
 import socket
-from typing import Callable, Iterator, List, Optional, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 import filelock
 import gin
@@ -24,7 +24,7 @@ from alf_entropy.storage.bindings import TRAINER_BINDING, read_bindings
 from alf_entropy.utils import distributed
 
 __all__ = ["LOCK_FILE", "RESULT_NEUTRAL_PARAMETERS", "RunDir", "RunDirLocked",
-           "check_root_dir", "config_differences"]
+           "config_differences"]
 
 LOCK_FILE = ".run.lock"
 """The lock file's name inside a run directory."""
@@ -43,38 +43,15 @@ class RunDirLocked(ValueError):
     """Another process holds the run directory's lock."""
 
 
-def check_root_dir(root_dir: str) -> None:
-    """Refuse (``ValueError``) an absolute ``root_dir`` that is, or lies under, a file, or
-    whose nearest existing directory is not writable; creates nothing."""
-    path = root_dir
-    while not os.path.lexists(path):
-        parent = os.path.dirname(path)
-        if parent == path:
-            break
-        path = parent
-    if os.path.lexists(path) and not os.path.isdir(path):
-        where = "" if path == root_dir else f" ({path} is a file)"
-        raise ValueError(
-            f"root_dir {root_dir} is not a directory{where}: give the path of a directory "
-            "(existing or to be created)"
-        )
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise ValueError(f"root_dir {root_dir}: {path} is not writable")
-
-
-def _take_lock(root_dir: str) -> filelock.FileLock:
+def _take_lock(root_dir):
     """Create ``root_dir`` and lock it, recording this process as the holder."""
-    try:
-        os.makedirs(root_dir, exist_ok=True)
-    except OSError as e:
-        raise ValueError(f"root_dir {root_dir}: cannot create it: {e.strerror or e}") from e
+    os.makedirs(root_dir, exist_ok=True)  # an OSError: take() names root_dir
     path = os.path.join(root_dir, LOCK_FILE)
-    try:  # read first: a losing filelock < 3.30 truncates the file
-        with open(path, encoding="utf-8") as f:
-            pid, host = (f.read().split() + ["", ""])[:2]
-        holder = f"pid {pid} on host {host}" if pid.isdigit() else "an unknown process"
-    except OSError:
-        holder = "an unknown process"
+    holder = "an unknown process"
+    with contextlib.suppress(OSError, ValueError):  # missing, or not what we write there
+        with open(path, encoding="utf-8") as f:  # read first: a losing filelock < 3.30
+            pid, host = f.read().split()  # truncates the file
+        holder = f"pid {pid} on host {host}"
     # One lock object per path in a process: trainers built one after another share it.
     lock = filelock.FileLock(path, timeout=0, thread_local=False, is_singleton=True)
     try:
@@ -84,8 +61,6 @@ def _take_lock(root_dir: str) -> filelock.FileLock:
             f"root_dir {root_dir} is already in use by another run ({holder}, still "
             "running): wait for it to end or use another --root_dir"
         ) from None
-    except OSError as e:
-        raise ValueError(f"root_dir {root_dir}: cannot lock {path}: {e.strerror or e}") from e
     if lock.lock_counter > 1:  # the singleton is re-entrant: another holder in this process
         lock.release()
         raise RunDirLocked(f"root_dir {root_dir} is already in use by another trainer in this "
@@ -100,32 +75,13 @@ def config_differences(
     saved: str, current: str
 ) -> List[Tuple[str, Optional[str], Optional[str]]]:
     """``(binding, saved value or None, current value or None)`` of each binding two
-    configs' texts disagree on, sorted; :data:`RESULT_NEUTRAL_PARAMETERS` and the
+    configs' texts disagree on, changed values first (they say more than parameters of
+    classes one side lacks), then by binding; :data:`RESULT_NEUTRAL_PARAMETERS` and the
     trainer binding (only the command line reads it) left out."""
     old, new = read_bindings(saved), read_bindings(current)
-    out = []
-    for key in sorted(set(old) | set(new)):
-        if key.rsplit(".", 1)[-1] in RESULT_NEUTRAL_PARAMETERS or key == TRAINER_BINDING:
-            continue
-        if old.get(key) != new.get(key):
-            out.append((key, old.get(key), new.get(key)))
-    return out
-
-
-def _on_main(action: Callable[[], None], root_dir: str) -> None:
-    """Run ``action`` on rank 0 alone; every rank raises the ``ValueError`` (or, as a
-    ``ValueError`` naming ``root_dir``, the ``OSError``) it raised."""
-    error: Optional[Tuple[type, str]] = None
-    if distributed.is_main_process():
-        try:
-            action()
-        except ValueError as e:
-            error = (type(e), str(e))
-        except OSError as e:  # e.g. no permission inside an existing root_dir
-            error = (ValueError, f"root_dir {root_dir}: {e}")
-    error = distributed.broadcast_object(error)
-    if error is not None:
-        raise error[0](error[1])
+    keys = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)
+            and k != TRAINER_BINDING and k.rsplit(".", 1)[-1] not in RESULT_NEUTRAL_PARAMETERS]
+    return sorted([(k, old.get(k), new.get(k)) for k in keys], key=lambda d: None in d)
 
 
 class RunDir:
@@ -143,13 +99,20 @@ class RunDir:
     def __init__(self, root_dir: str, allow_config_change: bool = False):
         if not isinstance(root_dir, str) or not root_dir:
             raise ValueError(f"root_dir must be a non-empty path, got {root_dir!r}")
-        self.path = os.path.abspath(os.path.expanduser(root_dir))
-        check_root_dir(self.path)
+        self.path = path = os.path.abspath(os.path.expanduser(root_dir))
+        while not os.path.lexists(path):  # the nearest existing: "/" at the latest
+            path = os.path.dirname(path)
+        if not os.path.isdir(path):
+            where = "" if path == self.path else f" ({path} is a file)"
+            raise ValueError(f"root_dir {self.path} is not a directory{where}: give the path "
+                             "of a directory (existing or to be created)")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise ValueError(f"root_dir {self.path}: {path} is not writable")
         self.checkpoint_dir = os.path.join(self.path, "checkpoints")
         self._config_path = os.path.join(self.path, "operative_config.gin")
         self._allow_config_change = bool(allow_config_change)
-        self._config_change: Optional[str] = None
-        self._lock: Optional[filelock.FileLock] = None  # rank 0's
+        self._config_change = None  # the differences shown, if allowed
+        self._lock = None  # rank 0's
         self._held = False
 
     def take(self, check_config: bool = True) -> None:
@@ -163,15 +126,22 @@ class RunDir:
         """
         if self._held:
             return
-
-        def take() -> None:
-            self._lock = _take_lock(self.path)
-            if check_config:
-                for stale in ckpt.remove_partial_checkpoints(self.checkpoint_dir):
-                    logging.info("Removed %s, left by a checkpoint write that was killed", stale)
-                self._check_config()
-
-        _on_main(take, self.path)
+        error = None  # rank 0's, raised on every rank
+        if distributed.is_main_process():
+            try:
+                self._lock = _take_lock(self.path)
+                if check_config:
+                    for stale in ckpt.remove_partial_checkpoints(self.checkpoint_dir):
+                        logging.info("Removed %s, left by a checkpoint write that was killed",
+                                     stale)
+                    self._check_config()
+            except ValueError as e:
+                error = (type(e), str(e))
+            except OSError as e:  # e.g. no permission inside an existing root_dir
+                error = (ValueError, f"root_dir {self.path}: {e}")
+        error = distributed.broadcast_object(error)
+        if error is not None:
+            raise error[0](error[1])
         self._held = True
 
     def release(self) -> None:
@@ -180,7 +150,7 @@ class RunDir:
         if lock is not None:
             lock.release()
 
-    def __del__(self) -> None:
+    def __del__(self):
         with contextlib.suppress(Exception):  # at interpreter exit the OS drops it anyway
             self.release()
 
@@ -196,7 +166,7 @@ class RunDir:
                 shutil.rmtree(self.path, ignore_errors=True)
             raise
 
-    def _check_config(self) -> None:
+    def _check_config(self):
         """Refuse a configuration that differs from the directory's."""
         if not os.path.isfile(self._config_path):
             return
@@ -204,8 +174,6 @@ class RunDir:
             diffs = config_differences(f.read(), gin.operative_config_str())
         if not diffs:
             return
-        # Changed values first: they say more than parameters of classes one side lacks.
-        diffs.sort(key=lambda d: d[1] is None or d[2] is None)
         shown = "; ".join(
             f"{key}: {'unset' if old is None else old} -> {'unset' if new is None else new}"
             for key, old, new in diffs[:5]
@@ -223,7 +191,7 @@ class RunDir:
         as ``operative_config.<iteration>.gin``."""
         if not distributed.is_main_process():
             return
-        if self._config_change is not None and os.path.isfile(self._config_path):
+        if self._config_change is not None:  # the directory's config differed
             keep = os.path.join(self.path, f"operative_config.{iteration}.gin")
             os.replace(self._config_path, keep)
             logging.warning(

@@ -5,6 +5,7 @@ each one's target and run directory (one agent: ``root_dir`` itself), the algori
 (one agent's, or the batch's, which checks the seeds and targets) and each agent's
 ``operative_config.gin``.
 """
+import functools
 import os
 from typing import Any, Callable, List, Optional, Sequence
 
@@ -25,8 +26,8 @@ BATCH_CONFIGURABLES = frozenset({"ManyAgents", "ManySacAgents", "BatchedAdam"})
 """The configurables of a batch of agents, which a single run does not build."""
 
 
-def agent_operative_config(text: str, trainer: str, seed: int, controller: Optional[str] = None,
-                           target: Any = None) -> str:
+def agent_operative_config(text: str, trainer: str, seed: int, controller: str,
+                           target: Any) -> str:
     """An agent's ``operative_config.gin``: the batch's ``text`` as the single run of the
     agent has it -- the ``trainer``'s ``seed`` the agent's, ``num_agents``, ``seeds`` and
     ``target_entropies`` a single run's, the batch's own configurables
@@ -34,43 +35,42 @@ def agent_operative_config(text: str, trainer: str, seed: int, controller: Optio
     ``target`` (a number as a binding, anything else as a comment); so the report reads
     its seed and groups it with that run.  The bindings are found by gin's parser, the
     configurables' sections by the comment gin writes above each."""
-    values = {f"{trainer}.seed": str(seed), f"{trainer}.num_agents": "1",
-              f"{trainer}.seeds": "None", f"{trainer}.target_entropies": "None"}
-    if controller is not None and target is not None:
+    own = {f"{trainer}.seed": f"{seed}", f"{trainer}.num_agents": "1",
+           f"{trainer}.seeds": "None", f"{trainer}.target_entropies": "None"}
+    if target is not None:
         number = isinstance(target, (int, float)) and not isinstance(target, bool)
-        values[f"{controller}.target_entropy"] = (
+        own[f"{controller}.target_entropy"] = (
             repr(target) if number else f"# {controller}.target_entropy: {target} (this agent's)")
     lines = text.splitlines()
     statements = binding_statements(text)
     starts = [s.location.line_num - 1 for s in statements] + [len(lines)]
-    replaced = {}  # a binding's first line -> (the line after its value, the agent's line)
+    found = set()
     for statement, start, end in zip(statements, starts, starts[1:]):
         key = f"{statement.selector}.{statement.arg_name}"
-        if key in values:
-            own = start + 1  # past the value's continuation lines
-            while own < end and lines[own].strip() and not lines[own].startswith("#"):
-                own += 1
+        if key in own:
             scope = f"{statement.scope}/" if statement.scope else ""
-            value = values[key]
-            replaced[start] = (key, own, value if value.startswith("#") else
-                               f"{scope}{key} = {value}")
-    out, seen, dropped, i = [], set(), False, 0
-    while i < len(lines):
-        line, i = lines[i], i + 1
-        if line.startswith(_SECTION):  # gin's comment above each configurable's bindings
-            name = line[len(_SECTION):].rstrip(":").rsplit("/", 1)[-1]
-            dropped = name.rsplit(".", 1)[-1] in BATCH_CONFIGURABLES
-        if dropped:
-            continue
-        if i - 1 in replaced:
-            key, i, line = replaced[i - 1]
-            seen.add(key)
-        out.append(line)
-    missing = [values[k] if values[k].startswith("#") else f"{k} = {values[k]}"
-               for k in values if k not in seen and k.rsplit(".", 1)[1] in (
-                   "seed", "target_entropy")]
+            lines[start] = _line(scope + key, own[key])
+            found.add(key)
+            for i in range(start + 1, end):  # the value's continuation lines go
+                if not lines[i].strip() or lines[i].startswith("#"):
+                    break
+                lines[i] = None
+    out, dropped = [], False
+    for line in lines:
+        if line is not None and line.startswith(_SECTION):  # gin's comment above a section
+            name = line[len(_SECTION):].rstrip(":").replace("/", ".").rsplit(".", 1)[-1]
+            dropped = name in BATCH_CONFIGURABLES
+        if line is not None and not dropped:
+            out.append(line)
+    missing = [_line(k, v) for k, v in own.items()
+               if k not in found and k.endswith((".seed", ".target_entropy"))]
     out += ["", "# The agent's own bindings:"] + missing if missing else []
     return "\n".join(out) + "\n"
+
+
+def _line(key, value):
+    """``key = value``, or ``value`` if it is a comment."""
+    return value if value.startswith("#") else f"{key} = {value}"
 
 
 class Agents:
@@ -112,9 +112,8 @@ class Agents:
         """``algorithm_ctor`` for one agent, else a ctor of ``batch_cls`` of the K agents."""
         if self.seeds is None:
             return algorithm_ctor
-        return lambda observation_spec, action_spec: batch_cls(
-            observation_spec, action_spec, self.seeds, algorithm_ctor=algorithm_ctor,
-            target_entropies=self.targets, device=device)
+        return functools.partial(batch_cls, seeds=self.seeds, algorithm_ctor=algorithm_ctor,
+                                 target_entropies=self.targets, device=device)
 
     def write_configs(self, root_dir: str, trainer: str, algorithm: Any) -> None:
         """Each agent's ``operative_config.gin`` in its directory (one agent: none but the

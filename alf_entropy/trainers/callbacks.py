@@ -11,15 +11,13 @@ import dataclasses
 import logging as py_logging
 import os
 import signal
-import sys
 import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 import torch
 from absl import logging
-from absl.logging import ABSLHandler
 
 from alf_entropy.utils import distributed, summary
 from alf_entropy.utils.checks import check_int, check_real
@@ -32,7 +30,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm  # noqa: E402
 
 __all__ = ["Callback", "CheckpointCallback", "EvaluationCallback", "ProgressBarCallback",
            "SignalCallback", "SummaryCallback", "TimeBudgetCallback", "TrainerControl",
-           "TrainingAborted", "builtin_callbacks", "control_line"]
+           "TrainingAborted", "control_line"]
 
 Logs = Dict[str, List[Optional[float]]]
 
@@ -113,8 +111,7 @@ class SummaryCallback(Callback):
                            step=trainer.env_steps)
 
     def on_training_end(self, trainer: Any) -> None:
-        summary.flush()
-        summary.close()
+        summary.close()  # flushed
 
 
 class ProgressBarCallback(Callback):
@@ -122,21 +119,18 @@ class ProgressBarCallback(Callback):
     ``return``, ``alpha``); meanwhile console log lines go through ``logging_redirect_tqdm``."""
 
     def __init__(self) -> None:
-        self._bar: Any = None
-        self._redirect = contextlib.ExitStack()
+        self._open = contextlib.ExitStack()  # the bar and the redirection
 
     def on_training_start(self, trainer: Any) -> None:
-        self._bar = tqdm(total=trainer.total_iterations, initial=trainer.iteration, unit="it",
-                         dynamic_ncols=True,
-                         disable=None if distributed.is_main_process() else True)
-        root = py_logging.getLogger()
-        # absl's handler (app.run installs it) wraps a StreamHandler tqdm recognises.
-        handlers = [h.python_handler if isinstance(h, ABSLHandler) else h for h in root.handlers]
-        if not self._bar.disable and any(isinstance(h, py_logging.StreamHandler) and h.stream in
-                                         (sys.stdout, sys.stderr) for h in handlers):
-            self._redirect.callback(setattr, root, "handlers", root.handlers)
-            root.handlers = handlers
-            self._redirect.enter_context(logging_redirect_tqdm())
+        self._bar = self._open.enter_context(tqdm(
+            total=trainer.total_iterations, initial=trainer.iteration, unit="it",
+            dynamic_ncols=True, disable=None if distributed.is_main_process() else True))
+        if not self._bar.disable:
+            root = py_logging.getLogger()
+            self._open.callback(setattr, root, "handlers", root.handlers)
+            # absl's handler (app.run installs it) wraps a StreamHandler tqdm recognises.
+            root.handlers = [getattr(h, "python_handler", h) for h in root.handlers]
+            self._open.enter_context(logging_redirect_tqdm())
 
     def on_iteration_end(self, trainer: Any) -> bool:
         status, m = f"steps={trainer.env_steps}", trainer.metrics
@@ -148,10 +142,7 @@ class ProgressBarCallback(Callback):
         return True
 
     def on_training_end(self, trainer: Any) -> None:
-        self._redirect.close()
-        if self._bar is not None:
-            self._bar.close()
-            self._bar = None
+        self._open.close()
 
 
 class TrainingAborted(Exception):
@@ -171,10 +162,10 @@ class SignalCallback(Callback):
 
     def __init__(self) -> None:
         self.stopped_by: Optional[str] = None
-        self._signum: Optional[int] = None
-        self._old: Dict[int, Any] = {}
+        self._signum = None
+        self._old = {}
 
-    def _on_signal(self, signum: int, frame: Any) -> None:
+    def _on_signal(self, signum, frame):
         if self._signum is not None:
             raise TrainingAborted(signum)
         self._signum = signum
@@ -221,8 +212,8 @@ class EvaluationCallback(Callback):
         trainer.control.should_evaluate |= trainer.iteration == 0  # the curve's start
 
     def on_iteration_end(self, trainer: Any) -> bool:
-        if trainer.iteration % self._interval == 0 or trainer.limit_reached is not None:
-            trainer.control.should_evaluate = True
+        trainer.control.should_evaluate |= (trainer.iteration % self._interval == 0
+                                            or trainer.limit_reached is not None)
         return True
 
     def on_evaluate(self, trainer: Any, logs: Logs) -> None:
@@ -250,7 +241,6 @@ class TimeBudgetCallback(Callback):
 
     def __init__(self, max_seconds: float):
         self._max_seconds = check_real("max_seconds", max_seconds, positive=True)
-        self._start = 0.0
 
     def on_training_start(self, trainer: Any) -> None:
         self._start = time.time()
@@ -261,28 +251,3 @@ class TimeBudgetCallback(Callback):
                          self._max_seconds, trainer.iteration)
             return False
         return True
-
-
-def builtin_callbacks(summary_interval: int, summary_flush_secs: float, progress_bar: bool,
-                      signals: SignalCallback, eval_interval: Optional[int],
-                      stop_eval_return: Optional[float], checkpoint_interval: Optional[int],
-                      callbacks: Sequence[Callback] = ()) -> List[Callback]:
-    """The callbacks a trainer runs: those its arguments ask for, then ``callbacks``.
-
-    Raises:
-        ValueError: for out-of-range arguments (each callback checks its own).
-        TypeError: if one of ``callbacks`` is not a :class:`Callback`.
-    """
-    for callback in callbacks:
-        if not isinstance(callback, Callback):
-            raise TypeError(f"callbacks must be Callback instances, got {callback!r}")
-    if stop_eval_return is not None and eval_interval is None:
-        raise ValueError("stop_eval_return needs eval_interval to be set")
-    out: List[Callback] = [SummaryCallback(summary_interval, summary_flush_secs)]
-    out += [ProgressBarCallback()] if progress_bar else []
-    out.append(signals)
-    if eval_interval is not None:
-        out.append(EvaluationCallback(eval_interval, stop_eval_return))
-    if checkpoint_interval is not None:
-        out.append(CheckpointCallback(checkpoint_interval))
-    return out + list(callbacks)

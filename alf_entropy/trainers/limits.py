@@ -44,6 +44,5 @@ class Limits:
         """Set the scheduler progress (``iterations``, ``env_steps``, ``percent``, ...)."""
         percent = min(1.0, max(done / limit for done, limit in (
             (iteration, self.num_iterations), (env_steps, self.num_env_steps)) if limit))
-        for name, value in (("iterations", iteration), ("env_steps", env_steps),
-                            ("percent", percent), ("global_counter", iteration)):
-            schedulers.update_progress(name, value)
+        schedulers.set_all_progress(dict(iterations=iteration, env_steps=env_steps,
+                                         percent=percent, global_counter=iteration))

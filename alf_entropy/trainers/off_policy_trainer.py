@@ -61,6 +61,9 @@ class OffPolicyTrainer(Trainer):
         checkpoint_replay_buffer: save the buffer in checkpoints (exact resume); off for
             huge buffers (resume is then approximate, a warning says so).
 
+    Attributes:
+        replay_buffer (ReplayBuffer): the replay buffer.
+
     Raises:
         ValueError: for out-of-range arguments, a buffer smaller than the mini-batch, or
             a run that would end before learning starts.
@@ -85,25 +88,21 @@ class OffPolicyTrainer(Trainer):
                  summary_flush_secs: float = 10.0, stop_eval_return: Optional[float] = None,
                  callbacks: Sequence[Callback] = ()):
         run_dir = RunDir(root_dir, allow_config_change)
-        envs = ranks.per_rank(f"{type(self).__name__}.num_envs", num_envs)
-        self._buffer_length = ranks.per_rank(f"{type(self).__name__}.replay_buffer_length",
-                                             replay_buffer_length)
-        self._mini_batch_size = ranks.per_rank(f"{type(self).__name__}.mini_batch_size",
-                                                mini_batch_size)
+        name = type(self).__name__
+        envs = ranks.per_rank(f"{name}.num_envs", num_envs)
+        self._buffer_length = ranks.per_rank(f"{name}.replay_buffer_length", replay_buffer_length)
+        self._mini_batch_size = ranks.per_rank(f"{name}.mini_batch_size", mini_batch_size)
         for arg, rows in (("num_envs", num_envs), ("mini_batch_size", mini_batch_size)):
             if rows > replay_buffer_length:  # a step adds num_envs rows
                 raise ValueError(f"{arg} ({rows}) must be <= replay_buffer_length "
                                  f"({replay_buffer_length})")
         limits = Limits(num_iterations, num_env_steps, num_envs)
         n = check_int("initial_collect_steps", initial_collect_steps, minimum=0)
-        for limit, allowed in ((f"num_env_steps ({limits.num_env_steps})", limits.num_env_steps),
-                               (f"the env steps num_iterations allows ({limits.num_iterations} "
-                                f"iterations x {num_envs} envs = "
-                                f"{limits.num_iterations * num_envs})",
-                                limits.num_iterations * num_envs)):
-            if allowed and n > allowed:
-                raise ValueError(f"initial_collect_steps ({n}) must be <= {limit}: the run would "
-                                 "end before learning starts")
+        if n > limits.total_iterations * num_envs:
+            raise ValueError(f"initial_collect_steps ({n}) must be <= the env steps the run "
+                             f"takes ({limits.total_iterations} iterations x {num_envs} envs = "
+                             f"{limits.total_iterations * num_envs}): it would end before "
+                             "learning starts")
         self._initial_collect_steps = n
         self._learning_starts = max(1, min(n // distributed.env_world_size(),
                                            self._buffer_length))
@@ -124,23 +123,18 @@ class OffPolicyTrainer(Trainer):
             summary_flush_secs=summary_flush_secs, stop_eval_return=stop_eval_return,
             callbacks=callbacks)
 
-    @property
-    def replay_buffer(self) -> ReplayBuffer:
-        """The replay buffer."""
-        return self._replay_buffer
-
     def _build_algorithm(self, algorithm_ctor: Callable[..., Algorithm], observation_spec: Any,
                          action_spec: Any) -> Algorithm:
         """Check the action spec; make the buffer and the random actions' bounds."""
         if nest.is_nested(action_spec) or not isinstance(action_spec, BoundedTensorSpec):
             raise TypeError("OffPolicyTrainer: the environment must have a single bounded "
                             f"action space (Box or Discrete), got {action_spec!r}")
-        self._replay_buffer = ReplayBuffer(self._buffer_length, device=self._device)
-        self._random_low = torch.as_tensor(action_spec.minimum, device=self._device)
-        self._random_high = torch.as_tensor(action_spec.maximum, device=self._device)
+        self.replay_buffer = ReplayBuffer(self._buffer_length, device=self.device)
+        self._random_low = torch.as_tensor(action_spec.minimum, device=self.device)
+        self._random_high = torch.as_tensor(action_spec.maximum, device=self.device)
         return algorithm_ctor(observation_spec, action_spec)
 
-    def _random_action(self, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+    def _random_action(self, generator):
         """Uniform random actions ``[B, ...]`` from ``generator`` (None: torch's)."""
         spec, low, high = self._action_spec, self._random_low, self._random_high
         shape = (self._num_envs,) + tuple(spec.shape)
@@ -152,31 +146,31 @@ class OffPolicyTrainer(Trainer):
 
     def _train_iteration(self) -> int:
         """Step every env once, store the transitions, update; return the env steps."""
-        algorithm, time_step = self._algorithm, self._time_step
+        algorithm, time_step = self.algorithm, self._time_step
         generators, nb = algorithm.generators, len(algorithm.batch_shape)
-        if self._env_steps < self._initial_collect_steps:
+        if self.env_steps < self._initial_collect_steps:
             action = per_member(self._random_action, generators)
         else:
             with torch.no_grad():
                 action = algorithm.rollout_step(time_step).output
         action = action.to(self._action_spec.dtype)
-        self._time_step = self._env.step(action)
+        self._time_step = self.env.step(action)
         transition = Transition(
             observation=time_step.observation, action=action, reward=self._time_step.reward,
             discount=self._time_step.discount, next_observation=self._time_step.observation,
             valid=time_step.step_type != StepType.LAST)
         # A row is one env's step (of every agent: [B, K, ...]).
-        self._replay_buffer.add(nest.map_structure(lambda x: x.movedim(nb, 0), transition))
-        if self._replay_buffer.size >= self._learning_starts:
+        self.replay_buffer.add(nest.map_structure(lambda x: x.movedim(nb, 0), transition))
+        if self.replay_buffer.size >= self._learning_starts:
             for _ in range(self._num_updates):
-                algorithm.train_step(self._replay_buffer.sample(self._mini_batch_size,
+                algorithm.train_step(self.replay_buffer.sample(self._mini_batch_size,
                                                                 generators))
         return self._limits.steps_per_iteration  # all ranks' env steps
 
     def _extra_state(self) -> Dict[str, Any]:
         if not self._checkpoint_replay_buffer:
             return {}
-        return {"replay_buffer": self._replay_buffer.state_dict()}
+        return {"replay_buffer": self.replay_buffer.state_dict()}
 
     def _load_extra_state(self, state: Dict[str, Any]) -> None:
         if "replay_buffer" not in state:
@@ -185,11 +179,10 @@ class OffPolicyTrainer(Trainer):
                             "uninterrupted one.")
             return
         # Into a new buffer, swapped in once it loaded: a damaged one changes nothing.
-        lead = (1, *self._algorithm.batch_shape)
+        lead = (1, *self.algorithm.batch_shape)
         obs = nest.map_structure(lambda s: s.zeros(lead), self._observation_spec)
-        example = Transition(observation=obs, action=self._action_spec.zeros(lead),
-                             reward=torch.zeros(lead), discount=torch.zeros(lead),
-                             next_observation=obs, valid=torch.zeros(lead, dtype=torch.bool))
-        buffer = ReplayBuffer(self._replay_buffer.capacity, device=self._replay_buffer.device)
+        zeros = torch.zeros(lead)
+        example = Transition(obs, self._action_spec.zeros(lead), zeros, zeros, obs, zeros.bool())
+        buffer = ReplayBuffer(self._buffer_length, device=self.replay_buffer.device)
         buffer.load_state_dict(state["replay_buffer"], example)
-        self._replay_buffer = buffer
+        self.replay_buffer = buffer

@@ -104,7 +104,7 @@ class OnPolicyTrainer(Trainer):
 
     def _train_iteration(self) -> int:
         """Collect ``unroll_length`` steps and train on them; return the env steps."""
-        algorithm, env, time_step = self._algorithm, self._env, self._time_step
+        algorithm, env, time_step = self.algorithm, self.env, self._time_step
         experiences = []
         # inference_mode: cheaper than no_grad; the unroll is only read afterwards.
         with torch.inference_mode():

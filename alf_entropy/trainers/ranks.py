@@ -19,8 +19,6 @@ def resolve_device(device: Any) -> torch.device:
     Raises:
         ValueError: for an unknown name, or ``"cuda"`` without CUDA.
     """
-    if isinstance(device, torch.device):
-        return device
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:

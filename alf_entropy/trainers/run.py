@@ -8,7 +8,7 @@ rank's share of the environments.  The run builds the algorithm and environments
 them, holds the counters and its checkpoints (``Checkpointer``): it resumes from the
 newest that fits, environments included.
 """
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Optional
 
 import torch
 from absl import logging
@@ -46,6 +46,21 @@ class Run:
         num_threads: if given, ``torch.set_num_threads(num_threads)``.
         max_checkpoints: how many recent checkpoints to keep.
 
+    Attributes:
+        root_dir (str): the absolute root directory.
+        algorithm: the algorithm being trained.
+        device (torch.device): the device of networks and time steps.
+        env: the training envs while ``train()`` runs.
+        iteration (int): training iterations completed.
+        env_steps (int): env steps taken (one agent's).
+        seeds (List[int]): each agent's seed; ``num_agents`` (int): K (1: a single run).
+        agent_dirs (List[str]): each agent's directory under ``root_dir`` (one: ``''``).
+        num_iterations (Optional[int]): the ``num_iterations`` limit (``None``: none).
+        total_iterations (int): iterations the run takes (the binding limit).
+        restored_from (Optional[str]): the checkpoint resumed.
+        last_checkpoint (Optional[str]): the checkpoint the current (or last) ``train()``
+            wrote last.
+
     Raises:
         ValueError: for bad arguments, a ``run_dir`` in use by another configuration, an
             unused binding, or K > 1 on several ranks.
@@ -61,43 +76,46 @@ class Run:
                  env_ctor: Callable[..., Any], device: Any, num_threads: Optional[int],
                  max_checkpoints: int):
         self._run_dir, self._limits, self._agents = run_dir, limits, agents
+        self.root_dir, self.agent_dirs = run_dir.path, agents.dirs
+        self.seeds = list(agents.seeds or [agents.seed])
+        self.num_agents = len(self.seeds)
+        self.num_iterations = limits.num_iterations or None
+        self.total_iterations = limits.total_iterations
         self._checkpointer = ckpt.Checkpointer(run_dir.checkpoint_dir, max_checkpoints)
         if check_int("num_threads", num_threads, minimum=1, allow_none=True) is not None:
             torch.set_num_threads(num_threads)
         self._env_id, self._num_envs = env_id, num_envs
-        self._device = distributed.rank_device(ranks.resolve_device(device))
-        self._iteration, self._env_steps = 0, 0
-        self._env = self._time_step = self._restored_env = self._last_checkpoint = None
-        self._in_iteration, self._restored_from = False, None
-        self._observation_spec, self._action_spec, self._algorithm = self._build(
-            env_ctor, agents.algorithm_ctor(self.agent_batch, algorithm_ctor, self._device))
-        self._env_ctor = agent_env_ctor(env_ctor, agents.seeds, agents.seed)  # seeds checked
+        self.device = distributed.rank_device(ranks.resolve_device(device))
+        self.iteration, self.env_steps = 0, 0
+        self.env = self._time_step = self._restored_env = self.last_checkpoint = None
+        self._in_iteration, self.restored_from = False, None
+        # Seed everything, read the specs from a throw-away env, build the algorithm, join
+        # torchrun's ranks (a no-op in one process) and give them all rank 0's start.
+        seed = agents.seed
+        ranks.seed_all(seed)
+        schedulers.reset_progress()
+        probe = env_ctor(env_id, num_envs=1, seed=seed, device=self.device)
+        self._observation_spec, self._action_spec = probe.observation_spec, probe.action_spec
+        probe.close()
+        self.algorithm = self._build_algorithm(
+            agents.algorithm_ctor(self.agent_batch, algorithm_ctor, self.device),
+            self._observation_spec, self._action_spec)
+        self.algorithm.to(self.device)
+        self.device = distributed.init_from_env(self.device)
+        if distributed.is_distributed():
+            distributed.broadcast_module_(self.algorithm)  # the same start everywhere
+            ranks.seed_all(seed + distributed.rank() * ranks.RANK_SEED_OFFSET)  # own samples
+        self._env_ctor = agent_env_ctor(env_ctor, agents.seeds, seed)  # seeds checked
         check_bindings_used(type(self).__name__,  # before anything is written
-                            getattr(self._algorithm, "entropy_target_algorithm", None),
+                            getattr(self.algorithm, "entropy_target_algorithm", None),
                             EntropyController)
         with self._run_dir.opening():
             self._run_dir.take()
-            self._resume()
-            self._run_dir.write_operative_config(self._iteration)
-            self._agents.write_configs(self.root_dir, type(self).__name__, self._algorithm)
-
-    def _build(self, env_ctor: Callable[..., Any], algorithm_ctor: Callable[..., Algorithm]
-               ) -> Any:
-        """Seed everything, read the specs from a throw-away env, build the algorithm, join
-        torchrun's ranks (a no-op in one process) and give them all rank 0's start."""
-        seed = self._agents.seed
-        ranks.seed_all(seed)
-        schedulers.reset_progress()
-        probe = env_ctor(self._env_id, num_envs=1, seed=seed, device=self._device)
-        observation_spec, action_spec = probe.observation_spec, probe.action_spec
-        probe.close()
-        algorithm = self._build_algorithm(algorithm_ctor, observation_spec, action_spec)
-        algorithm.to(self._device)
-        self._device = distributed.init_from_env(self._device)
-        if distributed.is_distributed():
-            distributed.broadcast_module_(algorithm)  # the same start everywhere
-            ranks.seed_all(seed + distributed.rank() * ranks.RANK_SEED_OFFSET)  # own samples
-        return observation_spec, action_spec, algorithm
+            found = self._checkpointer.restore_newest(self.algorithm, self._load_own)
+            if found is not None:  # the newest that fits (damaged ones skipped, warned of)
+                self._commit(*found)
+            self._run_dir.write_operative_config(self.iteration)
+            self._agents.write_configs(self.root_dir, type(self).__name__, self.algorithm)
 
     def _build_algorithm(self, algorithm_ctor: Callable[..., Algorithm], observation_spec: Any,
                          action_spec: Any) -> Algorithm:
@@ -112,85 +130,20 @@ class Run:
         """Restore what :meth:`_extra_state` returned."""
 
     @property
-    def root_dir(self) -> str:
-        """The absolute root directory."""
-        return self._run_dir.path
-
-    @property
-    def algorithm(self) -> Any:
-        """The algorithm being trained."""
-        return self._algorithm
-
-    @property
-    def device(self) -> torch.device:
-        """The device of networks and time steps."""
-        return self._device
-
-    @property
-    def env(self) -> Any:
-        """The training envs while ``train()`` runs."""
-        return self._env
-
-    @property
-    def iteration(self) -> int:
-        """Training iterations completed."""
-        return self._iteration
-
-    @property
-    def env_steps(self) -> int:
-        """Env steps taken (one agent's)."""
-        return self._env_steps
-
-    @property
-    def seeds(self) -> List[int]:
-        """Each agent's seed."""
-        return list(self._agents.seeds or [self._agents.seed])
-
-    @property
-    def num_agents(self) -> int:
-        """K (1: a single run)."""
-        return len(self.seeds)
-
-    @property
-    def agent_dirs(self) -> List[str]:
-        """Each agent's run directory under ``root_dir`` (one: ``''``)."""
-        return self._agents.dirs
-
-    @property
-    def num_iterations(self) -> Optional[int]:
-        """The ``num_iterations`` limit (``None``: none from it)."""
-        return self._limits.num_iterations or None
-
-    @property
-    def total_iterations(self) -> int:
-        """Iterations the run takes (the binding limit)."""
-        return self._limits.total_iterations
-
-    @property
     def limit_reached(self) -> Optional[str]:
         """The limit reached now (``'num_iterations = 3'``), or None."""
-        return self._limits.reached(self._iteration, self._env_steps)
+        return self._limits.reached(self.iteration, self.env_steps)
 
-    @property
-    def restored_from(self) -> Optional[str]:
-        """The checkpoint resumed."""
-        return self._restored_from
-
-    @property
-    def last_checkpoint(self) -> Optional[str]:
-        """The checkpoint the current (or last) ``train()`` wrote last."""
-        return self._last_checkpoint
-
-    def _start_env(self) -> Any:
+    def _start_env(self):
         """Build the training envs; restore their saved state or reset them."""
-        env = self._env_ctor(self._env_id, num_envs=self._num_envs, device=self._device,
+        env = self._env_ctor(self._env_id, num_envs=self._num_envs, device=self.device,
                              # Rank r's envs continue the numbering of the global batch.
-                             seed=self._agents.seed + (self._iteration * distributed.world_size()
+                             seed=self._agents.seed + (self.iteration * distributed.world_size()
                                                        + distributed.rank()) * self._num_envs)
         restored, self._restored_env = self._restored_env, None
         if restored:
             env.set_state(ckpt.tensor_to_bytes(restored["state"]))
-            return env, TimeStep(**{k: v.to(self._device) if isinstance(v, torch.Tensor) else v
+            return env, TimeStep(**{k: v.to(self.device) if isinstance(v, torch.Tensor) else v
                                     for k, v in restored["time_step"].items()})
         if restored is not None:  # resumed from a checkpoint without env state
             logging.warning("The checkpoint holds no state of the %s environments (they cannot "
@@ -206,15 +159,15 @@ class Run:
     def save_checkpoint(self) -> str:
         """Write a checkpoint (every rank calls it) with this rank's ``env`` (pickled envs and
         time step; empty if unpicklable or mid-iteration) and ``extra``; returns its path."""
-        self._limits.update_progress(self._iteration, self._env_steps)
-        get_state = None if self._in_iteration else getattr(self._env, "get_state", None)
+        self._limits.update_progress(self.iteration, self.env_steps)
+        get_state = None if self._in_iteration else getattr(self.env, "get_state", None)
         state = None if get_state is None else get_state()
         env = {} if state is None else {"state": ckpt.bytes_to_tensor(state),
                                         "time_step": self._time_step._asdict()}
-        self._last_checkpoint = self._checkpointer.save(
-            self._iteration, self._env_steps, self._algorithm,
+        self.last_checkpoint = self._checkpointer.save(
+            self.iteration, self.env_steps, self.algorithm,
             {"env": env, "extra": self._extra_state()})
-        return self._last_checkpoint
+        return self.last_checkpoint
 
     def load_checkpoint(self, path: str) -> None:
         """Restore everything :meth:`save_checkpoint` wrote to ``path``, or nothing.
@@ -222,26 +175,20 @@ class Run:
         Raises:
             CheckpointError: if it cannot be read or does not fit (nothing changes).
         """
-        self._commit(path, self._checkpointer.restore(path, self._algorithm, self._load_own))
+        self._commit(path, self._checkpointer.restore(path, self.algorithm, self._load_own))
 
-    def _resume(self) -> None:
-        """Load the newest checkpoint that fits (damaged ones are skipped with a warning)."""
-        found = self._checkpointer.restore_newest(self._algorithm, self._load_own)
-        if found is not None:
-            self._commit(*found)
-
-    def _load_own(self, state: Dict[str, Any]) -> None:
+    def _load_own(self, state):
         """Check this rank's env state (applied when ``train()`` builds the envs); load extra."""
-        env_state, batch = state.get("env") or {}, (*self._algorithm.batch_shape, self._num_envs)
+        env_state, batch = state.get("env") or {}, (*self.algorithm.batch_shape, self._num_envs)
         if env_state:  # a whole pickle (read, not run: set_state loads it) of this batch
             check_pickle(ckpt.tensor_to_bytes(env_state["state"]))
-            shape = tuple(TimeStep(**env_state["time_step"]).step_type.shape)
+            shape = tuple(env_state["time_step"]["step_type"].shape)
             if shape != batch:
                 raise ValueError(f"its environment state is of a batch {shape}, this run {batch}")
         self._load_extra_state(state.get("extra") or {})
 
-    def _commit(self, path: str, state: Dict[str, Any]) -> None:
+    def _commit(self, path, state):
         """Take the counters and env state of a restored checkpoint."""
-        self._iteration, self._env_steps = int(state["iteration"]), int(state["env_steps"])
-        self._restored_env, self._restored_from = state.get("env") or {}, path
-        logging.info("Resumed from %s (iteration %d)", path, self._iteration)
+        self.iteration, self.env_steps = int(state["iteration"]), int(state["env_steps"])
+        self._restored_env, self.restored_from = state.get("env") or {}, path
+        logging.info("Resumed from %s (iteration %d)", path, self.iteration)

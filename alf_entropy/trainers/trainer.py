@@ -13,7 +13,7 @@ import contextlib
 import gc
 import sys
 import time
-from typing import Any, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 import torch
@@ -23,10 +23,13 @@ from alf_entropy.data_structures import TimeStep
 from alf_entropy.environments import run_episodes
 from alf_entropy.trainers.callbacks import (
     Callback,
+    CheckpointCallback,
+    EvaluationCallback,
+    ProgressBarCallback,
     SignalCallback,
+    SummaryCallback,
     TrainerControl,
     TrainingAborted,
-    builtin_callbacks,
 )
 from alf_entropy.trainers.ranks import MAX_SEED, resolve_device
 from alf_entropy.trainers.run import Run
@@ -64,22 +67,30 @@ class Trainer(Run):
                  summary_flush_secs: float, stop_eval_return: Optional[float],
                  callbacks: Sequence[Callback], **run: Any):
         self._num_eval_episodes = check_int("num_eval_episodes", num_eval_episodes, minimum=1)
+        for callback in callbacks:
+            if not isinstance(callback, Callback):
+                raise TypeError(f"callbacks must be Callback instances, got {callback!r}")
+        if stop_eval_return is not None and eval_interval is None:
+            raise ValueError("stop_eval_return needs eval_interval to be set")
+        # The built-in callbacks its arguments ask for (each checks its own), then the user's.
         self._signals = SignalCallback()
-        self._callbacks = builtin_callbacks(
-            summary_interval, summary_flush_secs, progress_bar, self._signals, eval_interval,
-            stop_eval_return, checkpoint_interval, callbacks)
+        self._callbacks = [SummaryCallback(summary_interval, summary_flush_secs)]
+        if progress_bar:
+            self._callbacks.append(ProgressBarCallback())
+        self._callbacks.append(self._signals)
+        if eval_interval is not None:
+            self._callbacks.append(EvaluationCallback(eval_interval, stop_eval_return))
+        if checkpoint_interval is not None:
+            self._callbacks.append(CheckpointCallback(checkpoint_interval))
+        self._callbacks += callbacks
         self.control, self._eval_time = TrainerControl(), 0.0
         self.metrics: Dict[str, float] = {}
         """The latest values (``return``, ``eval/return`` -- the lowest agent's --, ...)."""
         super().__init__(**run)
 
     def _train_iteration(self) -> int:
-        """One iteration from ``self._time_step`` on ``self._env``; returns env steps taken."""
+        """One iteration from ``self._time_step`` on ``self.env``; returns env steps taken."""
         raise NotImplementedError
-
-    def _policy_fn(self, observation: Any) -> Any:
-        """The evaluated (deterministic) policy: observation batch -> action batch."""
-        return self._algorithm.predict_step(TimeStep(observation=observation)).output
 
     def train(self) -> Dict[str, Any]:
         """Run (or resume) training until a limit is reached or a callback stops it, holding
@@ -96,50 +107,47 @@ class Trainer(Run):
             CheckpointError: if a checkpoint cannot be written (a full disk).
         """
         self._run_dir.take(check_config=False)
+        start, self._eval_time, self.last_checkpoint = time.time(), 0.0, None
+        done = self.limit_reached is not None
         try:
-            return self._train()
+            if done:
+                logging.info("Nothing to do: the run in %s is already at %s (iteration %d, %d "
+                             "env steps)", self.root_dir, self.limit_reached, self.iteration,
+                             self.env_steps)
+            else:
+                with _heap_frozen():
+                    self._loop(start)
         finally:
             self.close()  # the run is over: another process may take the directory
-
-    def _train(self) -> Dict[str, Any]:
-        start, self._eval_time, self._last_checkpoint = time.time(), 0.0, None
-        done = self.limit_reached is not None
-        if done:
-            logging.info("Nothing to do: the run in %s is already at %s (iteration %d, %d env "
-                         "steps)", self.root_dir, self.limit_reached, self._iteration,
-                         self._env_steps)
-        else:
-            with _heap_frozen():
-                self._loop(start)
-        return dict(iteration=self._iteration, env_steps=self._env_steps,
+        return dict(iteration=self.iteration, env_steps=self.env_steps,
                     last_return=self.metrics.get("return"),
                     eval_return=self.metrics.get("eval/return"), wall_time=time.time() - start,
                     eval_time=self._eval_time, already_done=done,
                     stopped_by=None if done else self._signals.stopped_by,
-                    checkpoint=self._last_checkpoint)
+                    checkpoint=self.last_checkpoint)
 
-    def _loop(self, start: float) -> None:
+    def _loop(self, start):
         """Callbacks decide, the loop acts (module docstring)."""
-        self.control, self._since = TrainerControl(), (start, self._env_steps)
+        self.control, self._since = TrainerControl(), (start, self.env_steps)
         try:
             self._call("on_training_start")
             self._act()
-            self._env, self._time_step = self._start_env()
+            self.env, self._time_step = self._start_env()
             while not self.control.should_stop and self.limit_reached is None:
                 self.control = TrainerControl()
-                self._limits.update_progress(self._iteration, self._env_steps)
+                self._limits.update_progress(self.iteration, self.env_steps)
                 self._call("on_iteration_start")
                 with summary.record_if(lambda: self.control.should_log):
                     self._in_iteration = True
-                    self._env_steps += self._train_iteration()  # collect -> train
+                    self.env_steps += self._train_iteration()  # collect -> train
                     self._in_iteration = False
-                self._iteration += 1
+                self.iteration += 1
                 if self.control.should_log:
                     self._log()
                 if not all(self._call("on_iteration_end")):
                     self.control.should_stop = True
                 self._act()
-            if self._last_checkpoint != self._checkpointer.path(self._iteration):
+            if self.last_checkpoint != self._checkpointer.path(self.iteration):
                 self.save_checkpoint()  # a run ends with a checkpoint of its last iteration
         except KeyboardInterrupt:
             if distributed.is_distributed():  # the ranks stop at different points
@@ -148,33 +156,27 @@ class Trainer(Run):
                 logging.warning("Interrupted; saved %s", self.save_checkpoint())
             raise
         finally:
-            try:
-                errors = self._call_each("on_training_end")
+            errors = []  # every callback's, also after one raised (a later one may restore
+            try:  # signal handlers or close files)
+                for callback in self._callbacks:
+                    try:
+                        callback.on_training_end(self)
+                    except Exception as error:
+                        errors.append(error)
             finally:
-                if self._env is not None:
-                    self._env.close()
-                self._env, self._time_step, self._in_iteration = None, None, False
+                if self.env is not None:
+                    self.env.close()
+                self.env, self._time_step, self._in_iteration = None, None, False
             running = sys.exc_info()[1] is not None  # the run's own error goes on unhidden
             for error in errors[0 if running else 1:]:
                 logging.error("on_training_end failed", exc_info=error)
             if errors and not running:
                 raise errors[0]
 
-    def _call(self, hook: str, *args: Any) -> List[Any]:
+    def _call(self, hook, *args):
         return [getattr(callback, hook)(self, *args) for callback in self._callbacks]
 
-    def _call_each(self, hook: str) -> List[Exception]:
-        """Every callback's ``hook``, also after one raised (a later one may restore signal
-        handlers or close files); the exceptions, in order."""
-        errors = []
-        for callback in self._callbacks:
-            try:
-                getattr(callback, hook)(self)
-            except Exception as error:
-                errors.append(error)
-        return errors
-
-    def _act(self) -> None:
+    def _act(self):
         """Evaluate (rank 0; the others take its verdict) and checkpoint as asked."""
         if self.control.should_evaluate:
             if distributed.is_main_process():
@@ -183,33 +185,32 @@ class Trainer(Run):
         if self.control.should_save:
             self.save_checkpoint()
 
-    def _log(self) -> None:
+    def _log(self):
         """The iteration's logs (each agent's episodes, speed, control): ``metrics``, ``on_log``."""
-        now, steps = time.time(), self._env_steps
+        now, steps = time.time(), self.env_steps
         sps = (steps - self._since[1]) / max(now - self._since[0], 1e-9)
         self._since = (now, steps)
-        ranks_stats = distributed.gather_object(self._env.pop_episode_statistics())
+        ranks_stats = distributed.gather_object(self.env.pop_episode_statistics())
         if ranks_stats is None:  # not rank 0
             return
-        per_agent = list(zip(*ranks_stats))  # each agent's (returns, lengths) of each rank
-        returns = [[x for stats in agent for x in stats[0]] for agent in per_agent]
-        lengths = [[x for stats in agent for x in stats[1]] for agent in per_agent]
-        k = len(per_agent)
-        logs = dict(self._control_logs(), env_steps=[steps] * k, steps_per_sec=[sps] * k,
-                    **{"return": [float(np.mean(r)) if r else None for r in returns]},
-                    episode_length=[float(np.mean(n)) if n else None for n in lengths])
-        finished = [r for r in logs["return"] if r is not None]
-        self.metrics.update(steps_per_sec=sps * k,
-                            **({"alpha": float(np.mean(logs["alpha"]))} if "alpha" in logs else {}),
-                            **({"return": float(np.mean(finished))} if finished else {}))
+        logs, k = self._control_logs(), self.num_agents
+        for i, tag in enumerate(("return", "episode_length")):  # each agent's, of all ranks
+            values = [[x for stats in agent for x in stats[i]] for agent in zip(*ranks_stats)]
+            logs[tag] = [float(np.mean(v)) if v else None for v in values]
+        logs.update(env_steps=[steps] * k, steps_per_sec=[sps] * k)
+        self.metrics["steps_per_sec"] = sps * k
+        for tag in ("alpha", "return"):
+            values = [v for v in logs.get(tag, []) if v is not None]
+            if values:
+                self.metrics[tag] = float(np.mean(values))
         self._call("on_log", logs)
 
-    def _control_logs(self) -> Dict[str, List[float]]:
+    def _control_logs(self):
         """The latest summaries, with each agent's ``alpha`` and ``target_entropy`` now (where
         the algorithm has ``entropy_coefficient()`` and a controller: neither is required)."""
         logs = summary.last_scalars()
-        controller = getattr(self._algorithm, "entropy_target_algorithm", None)
-        coefficient = getattr(self._algorithm, "entropy_coefficient", None)
+        controller = getattr(self.algorithm, "entropy_target_algorithm", None)
+        coefficient = getattr(self.algorithm, "entropy_coefficient", None)
         for tag, value in (("alpha", coefficient() if callable(coefficient) else None),
                            ("target_entropy", getattr(controller, "target_entropy", None))):
             if value is not None:
@@ -221,16 +222,18 @@ class Trainer(Run):
         each, default ``num_eval_episodes``) and call ``on_evaluate``; the lowest agent's mean
         return (``metrics["eval/return"]``)."""
         start = time.time()
-        self._algorithm.eval()
+        self.algorithm.eval()
         try:
-            returns, _ = run_episodes(
-                self._env_id, self._policy_fn, seed=self._agents.seed + EVAL_SEED_OFFSET,
-                num_episodes=num_episodes or self._num_eval_episodes, device=self._device,
+            returns, _ = run_episodes(  # the deterministic policy's
+                self._env_id,
+                lambda observation: self.algorithm.predict_step(
+                    TimeStep(observation=observation)).output,
+                seed=self._agents.seed + EVAL_SEED_OFFSET,
+                num_episodes=num_episodes or self._num_eval_episodes, device=self.device,
                 env_ctor=self._env_ctor)  # the training envs' own ctor, per agent
         finally:
-            self._algorithm.train()
-        per_agent = torch.tensor(returns, dtype=torch.float64).reshape(self.num_agents, -1)
-        per_agent = per_agent.mean(1).tolist()
+            self.algorithm.train()
+        per_agent = np.reshape(returns, (self.num_agents, -1)).mean(1).tolist()
         self.metrics["eval/return"] = min(per_agent)
         self._eval_time += time.time() - start
         self._call("on_evaluate", dict(self._control_logs(), **{"eval/return": per_agent}))
@@ -238,7 +241,7 @@ class Trainer(Run):
 
 
 @contextlib.contextmanager
-def _heap_frozen() -> Iterator[None]:
+def _heap_frozen():
     """Within the block Python's full collections skip every object made before it
     (``gc.freeze``; a process that froze its own heap keeps its freeze): each rescanned the
     ~330k objects of torch and the run, 0.2 s, 3 % of a CartPole PPO run's training time."""

@@ -5,9 +5,22 @@ import pytest
 import torch
 
 from alf_entropy.networks.batched_adam import BatchedAdam
-from alf_entropy.utils.optimizers import FusedAdam
+from alf_entropy.utils.optimizers import FusedAdam, clip_grad_norms_, masked_optimizer_step
 
 K = 3
+
+
+def _masked_step(adam: BatchedAdam, ok: torch.Tensor, max_grad_norm=None):
+    """The K agents' step as ``Algorithm.update_with_gradient`` takes it: each member's
+    gradient norm clipped (a non-finite one skipped), then a step where ``ok``, nothing
+    read on the host; the norms (None without clipping) and the flags used."""
+    params = [p for group in adam.param_groups for p in group["params"]]
+    norms = None
+    if max_grad_norm is not None:
+        norms = clip_grad_norms_(params, max_grad_norm, batch_ndim=1)
+        ok = ok & torch.isfinite(norms)
+    masked_optimizer_step([adam], ok, sync_free=True)
+    return norms, ok
 
 
 def _grads(steps: int) -> List[torch.Tensor]:
@@ -50,7 +63,7 @@ def test_a_skipped_member_keeps_everything_and_the_others_do_not_notice() -> Non
         if skip:
             poisoned[1] = float("nan")  # member 1's update this step is not finite
         skipping.grad = poisoned
-        skipping_adam.masked_step(torch.tensor([True, not skip, True]))
+        _masked_step(skipping_adam, torch.tensor([True, not skip, True]))
         assert torch.isfinite(skipping).all()
     state = skipping_adam.state[skipping]
     assert state["step"].tolist() == [10.0, 7.0, 10.0]  # a counter per member
@@ -77,7 +90,7 @@ def test_clipping_is_per_member_and_a_group_steps_as_one() -> None:
     a.grad, b.grad = torch.full((K, 4, 3), 0.01), torch.full((K, 5), 0.01)
     a.grad[1] *= 1e6
     b.grad[2, 0] = float("inf")
-    norms, ok = adam.masked_step(None, max_grad_norm=1.0)
+    norms, ok = _masked_step(adam, torch.ones(K, dtype=torch.bool), max_grad_norm=1.0)
     assert ok.tolist() == [True, True, False]
     torch.testing.assert_close(norms[:2], torch.tensor([(17 * 1e-4) ** 0.5,
                                                         (12 * 1e8 + 5 * 1e-4) ** 0.5]))
@@ -85,7 +98,7 @@ def test_clipping_is_per_member_and_a_group_steps_as_one() -> None:
     # The first Adam step moves every element by lr (m / sqrt(v) = sign): members 0 and 1
     # alike, whatever their (clipped) scale.
     torch.testing.assert_close(a[:2], torch.full((2, 4, 3), -0.1))
-    adam.masked_step(torch.tensor([True, False, True]))  # the same gradients again
+    _masked_step(adam, torch.tensor([True, False, True]))  # the same gradients again
     assert adam.state[a]["step"].tolist() == [2.0, 1.0, 1.0]
 
 
@@ -124,5 +137,3 @@ def test_scheduled_learning_rate_and_arguments() -> None:
         BatchedAdam([p], lr_schedule=0.5)
     with pytest.raises(ValueError, match="leading dimension"):
         BatchedAdam([torch.zeros(2, 3, requires_grad=True), torch.zeros(3, requires_grad=True)])
-    with pytest.raises(ValueError, match="ok must have shape"):
-        adam.masked_step(torch.tensor([True]))

@@ -211,7 +211,7 @@ def test_a_signal_stops_after_the_iteration_with_an_exact_checkpoint(
 
     def iteration(self):
         steps = real(self)
-        if self._iteration == 2:  # the signal arrives during the third iteration
+        if self.iteration == 2:  # the signal arrives during the third iteration
             os.kill(os.getpid(), signum)
         return steps
 
@@ -235,7 +235,7 @@ def test_a_second_signal_stops_at_once_without_a_checkpoint(tmp_path, monkeypatc
     real = OnPolicyTrainer._train_iteration
 
     def iteration(self):
-        if self._iteration == 1:
+        if self.iteration == 1:
             os.kill(os.getpid(), signal.SIGTERM)
             os.kill(os.getpid(), signal.SIGTERM)
         return real(self)
@@ -335,10 +335,10 @@ def test_unwritable_root_dir_is_refused(tmp_path, monkeypatch):
 
 
 def test_a_failed_construction_leaves_no_run_directory(tmp_path, monkeypatch):
-    def fail(self):
+    def fail(self, algorithm, load_own):  # after the directory was made and locked
         raise CheckpointError("simulated")
 
-    monkeypatch.setattr(OnPolicyTrainer, "_resume", fail)
+    monkeypatch.setattr(ckpt.Checkpointer, "restore_newest", fail)
     with pytest.raises(CheckpointError):
         _trainer(tmp_path / "new", num_iterations=1)
     assert not os.path.exists(tmp_path / "new")
