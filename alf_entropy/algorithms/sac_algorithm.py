@@ -34,15 +34,10 @@ import copy
 from typing import Any, Callable, List, Optional, Tuple
 
 import torch
-import torch.distributions as td
 import torch.nn as nn
 
-from alf_entropy.algorithms.algorithm import (
-    Algorithm,
-    CompiledUpdate,
-    OptimizerArg,
-    device_update,
-)
+from alf_entropy.algorithms.algorithm import Algorithm, OptimizerArg
+from alf_entropy.algorithms.compiled_update import CompiledUpdate, device_update, rsample_with
 from alf_entropy.controllers import EntropyController, SGDEntropyTargetAlgorithm
 from alf_entropy.data_structures import AlgStep, LossInfo, TimeStep, namedtuple
 from alf_entropy.networks import ActorDistributionNetwork, mode_of
@@ -105,7 +100,7 @@ class SacAlgorithm(Algorithm):
         name: the name (summary scope).
         batch_shape: ``()`` for one agent, ``(K,)`` for K stacked agents (``ManySacAgents``).
         compile_update: run each update as one compiled graph, on CUDA one CUDA graph
-            (:class:`~alf_entropy.algorithms.algorithm.CompiledUpdate`; Adam optimisers only,
+            (:class:`~alf_entropy.algorithms.compiled_update.CompiledUpdate`; Adam optimisers only,
             one process); the policy's draws are made outside it, as eager makes them.
 
     Raises:
@@ -291,7 +286,7 @@ class SacAlgorithm(Algorithm):
         if noise is None:
             action = draw(dist, self.generators, reparameterize=True)
         else:
-            action = _rsample_with(dist, noise)
+            action = rsample_with(dist, noise)
         return action, dist.log_prob(action)
 
     def _noise(self, batch: Transition) -> Tuple[torch.Tensor, ...]:
@@ -377,6 +372,7 @@ class SacAlgorithm(Algorithm):
     def _refresh(self) -> None:
         """Outside the graph: the target networks' weight now (0 between periods)."""
         self._host_updates += 1
+        self._pairs()  # the pairs' list built outside the graph (else a guard recompiles)
         self._compiled.set("tau", 0.0 if self._host_updates % self._target_update_period
                            else self._tau)
 
@@ -448,16 +444,3 @@ class SacAlgorithm(Algorithm):
         summary.scalar("stage", controller.stage)
         summary.scalar("q", _mean(extra.q))
         summary.scalar("num_skipped_updates", self._num_skipped)
-
-
-def _rsample_with(dist: td.Distribution, eps: torch.Tensor) -> torch.Tensor:
-    """``dist.rsample()`` from its standard-normal draws ``eps`` (``td.Normal``'s arithmetic,
-    then the transforms): a Normal, maybe ``Independent``, maybe transformed."""
-    base = dist.base_dist if isinstance(dist, td.TransformedDistribution) else dist
-    normal = base.base_dist if isinstance(base, td.Independent) else base
-    if not isinstance(normal, td.Normal):
-        raise TypeError(f"compile_update needs a Normal policy (maybe squashed), got {dist!r}")
-    x = normal.loc + eps.reshape(normal.batch_shape) * normal.scale
-    for transform in getattr(dist, "transforms", ()):
-        x = transform(x)
-    return x

@@ -147,7 +147,7 @@ def test_the_compiled_controller_step_calls_at_most_two_operators():
         controller.adjust_alpha(0.3)
     inputs = Inputs(torch.tensor(0.3), torch.tensor(1.0), torch.tensor(False))
     step = _compiled("cpu")
-    ops = _top_level_ops(lambda: step(controller.driver, controller.rule, controller._consts,
+    ops = _top_level_ops(lambda: step(controller.driver, controller.rule, controller.consts,
                                       inputs))
     assert ops <= 2, ops  # one fused kernel; the 2 are its guards' reads of CPU buffers
 
