@@ -66,7 +66,8 @@ def _evaluate(policy_fn: Callable[[Any], Any], args: argparse.Namespace) -> floa
     )
 
 
-def _ours(root: str, seed: int, args: argparse.Namespace, num_env_steps: int) -> Any:
+def _ours(root: str, seed: int, args: argparse.Namespace, num_env_steps: int,
+          compile_update: bool = False) -> Any:
     """An ``OffPolicyTrainer`` for ``sac_pendulum.gin`` with the matched settings."""
     import gin
 
@@ -86,6 +87,7 @@ def _ours(root: str, seed: int, args: argparse.Namespace, num_env_steps: int) ->
             "OffPolicyTrainer.progress_bar = False",
             f"OffPolicyTrainer.device = '{args.device}'",
             f"OffPolicyTrainer.num_threads = {args.threads}",
+            f"SacAlgorithm.compile_update = {compile_update}",
         ],
     )
     return OffPolicyTrainer(root_dir=root)
@@ -181,7 +183,9 @@ def time_updates(args: argparse.Namespace) -> None:
     Both fill their buffers with ``--learning_starts`` random steps (seed
     0), then take turns: ``--updates`` of ours (``train_step`` on a fresh
     sample), the same number of SB3's (``train()``), ``--rounds`` times, for
-    each of ``--batch_sizes``.  Prints the median ms per update, and (CPU) the ms the
+    each of ``--batch_sizes``; with ``--compile_update`` a third, ours with
+    ``compile_update=True``, takes its turn too (its compile time, the first ``train()``'s
+    wall time less eager's, apart).  Prints the median ms per update, and (CPU) the ms the
     profiler gives the matrix products in one more pass of each: their ratio is what
     the speed ratio would be without any other overhead.  At a small
     batch the products cost next to nothing and this measures the
@@ -194,13 +198,25 @@ def time_updates(args: argparse.Namespace) -> None:
     print(f"SAC updates alone, {args.device}, {args.threads} torch thread(s), "
           f"{args.rounds} rounds of {args.updates}, alternating; median ms per update")
     print("| batch | ours ms/update | SB3 ms/update | ratio | ours products ms | SB3 products ms "
-          "| products ratio |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
+          "| products ratio | compiled ms/update | compiled ratio to SB3 | compile s |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for batch in args.batch_sizes:
         with tempfile.TemporaryDirectory() as root:
+            start = time.perf_counter()
             trainer = _ours(root, 0, args, args.learning_starts + 1)
             trainer.train()
+            eager_s = time.perf_counter() - start
             alg, buffer = trainer.algorithm, trainer.replay_buffer
+            compiled, compile_s = [], 0.0
+            if args.compile_update:
+                start = time.perf_counter()
+                trainer_c = _ours(os.path.join(root, "c"), 0, args, args.learning_starts + 1,
+                                  compile_update=True)
+                trainer_c.train()
+                compile_s = time.perf_counter() - start - eager_s
+                alg_c, buffer_c = trainer_c.algorithm, trainer_c.replay_buffer
+                for _ in range(3):  # CUDA: the graph is captured at the fourth call
+                    alg_c.train_step(buffer_c.sample(batch))
             model = _sb3(0, args, batch_size=batch)
             model.learn(total_timesteps=args.learning_starts + 1)
             ours, sb3 = [], []
@@ -216,6 +232,13 @@ def time_updates(args: argparse.Namespace) -> None:
                 if args.device == "cuda":
                     torch.cuda.synchronize()
                 sb3.append((time.perf_counter() - start) / args.updates * 1e3)
+                if args.compile_update:
+                    start = time.perf_counter()
+                    for _ in range(args.updates):
+                        alg_c.train_step(buffer_c.sample(batch))
+                    if args.device == "cuda":
+                        torch.cuda.synchronize()
+                    compiled.append((time.perf_counter() - start) / args.updates * 1e3)
             # The matrix products' own time (the profiler's, CPU only): the part of an
             # update no overhead trimming can remove.
             po = _products_ms(lambda: [alg.train_step(buffer.sample(batch))
@@ -224,7 +247,9 @@ def time_updates(args: argparse.Namespace) -> None:
                                                   batch_size=batch), args)
         o, b = statistics.median(ours), statistics.median(sb3)
         products = (f"{po:.2f} | {pb:.2f} | {pb / po:.2f}x" if po else "n/a | n/a | n/a")
-        print(f"| {batch} | {o:.2f} | {b:.2f} | {b / o:.2f}x | {products} |", flush=True)
+        c = statistics.median(compiled) if compiled else float("nan")
+        print(f"| {batch} | {o:.2f} | {b:.2f} | {b / o:.2f}x | {products} | {c:.2f} | "
+              f"{b / c:.2f}x | {compile_s:.1f} |", flush=True)
 
 
 def _products_ms(run: Callable[[], Any], args: argparse.Namespace) -> float:
@@ -259,6 +284,8 @@ def main() -> None:
                         help="time gradient updates alone (see time_updates)")
     parser.add_argument("--batch_sizes", type=int, nargs="+", default=[256, 8])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--compile_update", action="store_true",
+                        help="--updates_only: also time SacAlgorithm(compile_update=True)")
     parser.add_argument("--updates", type=int, default=300)
     args = parser.parse_args()
     for name in ("threads", "rounds", "updates"):

@@ -37,6 +37,7 @@ import torch
 import torch.nn as nn
 
 from alf_entropy.algorithms.algorithm import Algorithm, OptimizerArg
+from alf_entropy.algorithms.compiled_update import CompiledUpdate, device_update, rsample_with
 from alf_entropy.controllers import EntropyController, SGDEntropyTargetAlgorithm
 from alf_entropy.data_structures import AlgStep, LossInfo, TimeStep, namedtuple
 from alf_entropy.networks import ActorDistributionNetwork, mode_of
@@ -48,6 +49,7 @@ from alf_entropy.utils.checks import check_callable, check_int, check_real
 from alf_entropy.utils.math_ops import masked_mean
 from alf_entropy.utils.optimizers import FusedAdam
 from alf_entropy.utils.replay_buffer import Transition
+from alf_entropy.utils.seeding import per_member
 
 __all__ = ["SacAlgorithm", "SacLossInfo"]
 
@@ -97,13 +99,16 @@ class SacAlgorithm(Algorithm):
         debug_summaries: extra summaries (passed to the controller).
         name: the name (summary scope).
         batch_shape: ``()`` for one agent, ``(K,)`` for K stacked agents (``ManySacAgents``).
+        compile_update: run each update as one compiled graph, on CUDA one CUDA graph
+            (:class:`~alf_entropy.algorithms.compiled_update.CompiledUpdate`; Adam optimisers only,
+            one process); the policy's draws are made outside it, as eager makes them.
 
     Raises:
         TypeError: for a nested or non-``BoundedTensorSpec`` action spec, or a
             non-callable ctor.
         ValueError: for out-of-range arguments or an action spec SAC cannot
-            handle (see above); the controller raises for a target its spec
-            cannot reach.
+            handle (see above), or a nested controller with ``compile_update``; the
+            controller raises for a target its spec cannot reach.
 
     Examples:
         >>> import torch
@@ -141,6 +146,7 @@ class SacAlgorithm(Algorithm):
         debug_summaries: bool = False,
         name: str = "SacAlgorithm",
         batch_shape: Tuple[int, ...] = (),
+        compile_update: bool = False,
     ):
         super().__init__(optimizer=_default_optimizer if optimizer is None else optimizer,
                          debug_summaries=debug_summaries, name=name, batch_shape=batch_shape)
@@ -179,6 +185,16 @@ class SacAlgorithm(Algorithm):
         self._target_pairs: Optional[tuple] = None
         # Host-counted updates (target period; extra state): no tensor is read to decide.
         self._host_updates = 0
+        self._compiled: Optional[CompiledUpdate] = None
+        if compile_update:
+            controller = self._entropy_target_algorithm
+            if len(controller.leaf_algorithms()) != 1:
+                raise ValueError("SacAlgorithm: compile_update=True needs a controller with "
+                                 f"one alpha, got {type(controller).__name__}")
+            self._compiled = CompiledUpdate(
+                self, self._terms, self._coefficient, self._max_grad_norm, controller,
+                after=lambda: self._lerp_targets(self._compiled.scalars["tau"]),
+                refresh=self._refresh)
 
     # ------------------------------------------------------------ properties
     @property
@@ -246,17 +262,18 @@ class SacAlgorithm(Algorithm):
         return AlgStep(output=self._sample(inputs.observation, acting=True)[0], state=state)
 
     # --------------------------------------------------------------- training
-    def _sample(self, observation: Any, acting: bool = False):
+    def _sample(self, observation: Any, acting: bool = False, noise: Any = None):
         """The one sampling path: ``(action_or_probs, log_prob)``.
 
         Continuous: a reparameterised sample and its log-probability (acting:
-        a plain sample, no log-probability).  Discrete (not acting): all
+        a plain sample, no log-probability); from the standard-normal draws ``noise`` if
+        given (a compiled update's).  Discrete (not acting): all
         probabilities and log-probs ``[B, A]``.  With ``_closed_form`` the
         network draws from the same distribution without building it; it
         returns None for what it does not cover (a hook registered later,
         ``ALF_ENTROPY_ACCEL=0``), which is asked per call for that reason.
         """
-        if self._closed_form and self.generators is None:
+        if self._closed_form and self.generators is None and noise is None:
             drawn = self._actor_network.rsample_and_log_prob(observation, log_prob=not acting)
             if drawn is not None:
                 return drawn
@@ -266,25 +283,32 @@ class SacAlgorithm(Algorithm):
         if self._discrete:
             log_probs = dist.logits  # torch normalises Categorical logits
             return log_probs.exp(), log_probs
-        action = draw(dist, self.generators, reparameterize=True)
+        if noise is None:
+            action = draw(dist, self.generators, reparameterize=True)
+        else:
+            action = rsample_with(dist, noise)
         return action, dist.log_prob(action)
 
-    def calc_loss(self, batch: Transition) -> LossInfo:
-        """SAC's losses on a batch (advances the controller once).
+    def _noise(self, batch: Transition) -> Tuple[torch.Tensor, ...]:
+        """The standard-normal draws of an update's two samples (``o'``, then ``o``), from the
+        generators that eager's samples draw from, in their order (none if discrete)."""
+        if self._discrete:
+            return ()
+        a = batch.action
+        shape = a.shape[len(self.batch_shape):]
+        return tuple(per_member(lambda g: torch.randn(shape, dtype=torch.float32,
+                                                      device=a.device, generator=g),
+                                self.generators) for _ in range(2))
 
-        Args:
-            batch: a ``Transition`` of ``[N, ...]`` tensors.
-
-        Returns:
-            LossInfo: ``loss`` the per-row critic + actor loss ``[N]``, ``extra`` a
-            ``SacLossInfo`` of detached scalars.
-        """
+    def _losses(self, batch: Transition, noise: Any = ()) -> tuple:
+        """Per row: the critic loss, ``min_i Q_i(o, a~)``, the entropy, the critics' ``q``;
+        and the ``alpha`` of the TD target."""
         controller = self._entropy_target_algorithm
         alpha = controller.alpha.detach()
-        valid = batch.valid
         critics, targets = self._critic_networks, self._target_critic_networks
+        next_noise, noise = noise or (None, None)
         with torch.no_grad():
-            next_a, next_logp = self._sample(batch.next_observation)
+            next_a, next_logp = self._sample(batch.next_observation, noise=next_noise)
             # K agents (a batch controller): alpha [K] against rows [K, N, ...].
             a = alpha.reshape(*alpha.shape, *(1,) * (next_logp.dim() - 1)) if alpha.dim() else alpha
             if self._discrete:
@@ -304,16 +328,53 @@ class SacAlgorithm(Algorithm):
             entropy = -(probs * logp).sum(-1)
         else:
             q = critics(batch.observation, batch.action)  # [n, N]
-            action, logp = self._sample(batch.observation)
+            action, logp = self._sample(batch.observation, noise=noise)
             q_pi = critics(batch.observation, action, detach_params=True).min(dim=0).values
             entropy = -logp
         critic_loss = 0.5 * (q - y.unsqueeze(0)).square().sum(0)
-        li = controller.entropy_loss(entropy, mask=valid)
+        return critic_loss, q_pi, entropy, q, alpha
+
+    def calc_loss(self, batch: Transition) -> LossInfo:
+        """SAC's losses on a batch (advances the controller once).
+
+        Args:
+            batch: a ``Transition`` of ``[N, ...]`` tensors.
+
+        Returns:
+            LossInfo: ``loss`` the per-row critic + actor loss ``[N]``, ``extra`` a
+            ``SacLossInfo`` of detached scalars.
+        """
+        critic_loss, q_pi, entropy, q, alpha = self._losses(batch)
+        li = self._entropy_target_algorithm.entropy_loss(entropy, mask=batch.valid)
         actor_loss = -q_pi + li.loss
         return LossInfo(loss=critic_loss + actor_loss,
                         extra=SacLossInfo(critic=critic_loss.detach(), actor=actor_loss.detach(),
                                           entropy=entropy.detach(), q=q.detach().mean(0),
                                           alpha=alpha))
+
+    def _terms(self, inputs: tuple) -> tuple:
+        """``CompiledUpdate``'s terms: ``calc_loss`` but the entropy term (``actor`` is
+        ``-min Q`` until ``_coefficient``)."""
+        batch, noise = inputs
+        critic_loss, q_pi, entropy, q, alpha = self._losses(batch, noise)
+        return critic_loss - q_pi, entropy, entropy, batch.valid, SacLossInfo(
+            critic=critic_loss.detach(), actor=-q_pi.detach(), entropy=entropy.detach(),
+            q=q.detach().mean(0), alpha=alpha)
+
+    def _coefficient(self, entropy: torch.Tensor, mask: torch.Tensor, extra: SacLossInfo
+                     ) -> Tuple[torch.Tensor, SacLossInfo]:
+        """In the graph: the controller's device step; the new alpha and the actor loss."""
+        alpha = device_update(self._entropy_target_algorithm, entropy, mask)
+        nb = len(self.batch_shape)
+        actor = extra.actor - alpha.reshape(alpha.shape + (1,) * (entropy.dim() - nb)) * entropy
+        return alpha, extra._replace(actor=actor)
+
+    def _refresh(self) -> None:
+        """Outside the graph: the target networks' weight now (0 between periods)."""
+        self._host_updates += 1
+        self._pairs()  # the pairs' list built outside the graph (else a guard recompiles)
+        self._compiled.set("tau", 0.0 if self._host_updates % self._target_update_period
+                           else self._tau)
 
     def train_step(self, inputs: Transition, state: Any = (), rollout_info: Any = ()) -> AlgStep:
         """One gradient update on a batch (see the module docstring).
@@ -326,10 +387,14 @@ class SacAlgorithm(Algorithm):
         Returns:
             AlgStep: ``info`` the ``LossInfo`` (``loss`` the minimised scalar, detached).
         """
-        loss_info, _ = self.update_with_gradient(
-            self.calc_loss(inputs), valid_masks=inputs.valid, max_grad_norm=self._max_grad_norm,
-            skipped_counter=self._num_skipped)
-        self.update_target_networks()
+        if self._compiled is not None:
+            loss, extra = self._compiled((inputs, self._noise(inputs)), self._num_skipped)
+            loss_info = LossInfo(loss=loss, extra=extra)
+        else:
+            loss_info, _ = self.update_with_gradient(
+                self.calc_loss(inputs), valid_masks=inputs.valid,
+                max_grad_norm=self._max_grad_norm, skipped_counter=self._num_skipped)
+            self.update_target_networks()
         if summary.should_record_summaries():
             self._summarize(loss_info, inputs.valid)
         return AlgStep(output=(), state=state, info=loss_info)
@@ -340,14 +405,20 @@ class SacAlgorithm(Algorithm):
         ``train_step`` calls it after its update, a batch of agents after its own.
         """
         self._host_updates += 1
-        if self._host_updates % self._target_update_period:
-            return
+        if not self._host_updates % self._target_update_period:
+            self._lerp_targets(self._tau)
+
+    def _lerp_targets(self, weight: Any) -> None:
+        with torch.no_grad():
+            for target, source in zip(*self._pairs()):
+                target.lerp_(source, weight)
+
+    def _pairs(self) -> tuple:
+        """The target critics' parameters and the critics'."""
         if self._target_pairs is None:
             self._target_pairs = (list(self._target_critic_networks.parameters()),
                                   list(self._critic_networks.parameters()))
-        with torch.no_grad():
-            for target, source in zip(*self._target_pairs):
-                target.lerp_(source, self._tau)
+        return self._target_pairs
 
     def get_extra_state(self) -> Any:
         """The host-side update count (for the target-update period)."""

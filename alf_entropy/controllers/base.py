@@ -94,7 +94,7 @@ class EntropyController(AlfSubAlgorithm, nn.Module):
         if not self.CLAMPED:
             lo, hi = -math.inf, math.inf
         self._settings = settings
-        self._consts = Consts(rule, lo, hi, span, anneal_of(self._target.annealing))
+        self.consts = Consts(rule, lo, hi, span, anneal_of(self._target.annealing))
         self.scheduled_target = not self._target.constant or self._target.annealing is not None
 
     def _constants(self, settings, lo, hi):
@@ -198,10 +198,14 @@ class EntropyController(AlfSubAlgorithm, nn.Module):
         """One update from what was accumulated, pooled over ranks; an iteration's end."""
         return self._update(*self.driver.pooled(), restart=True)
 
+    def refresh_target(self) -> None:
+        """Fill the scheduled target's value now into its buffer (on the host)."""
+        self._target.refresh(self.driver.target)
+
     def _update(self, entropy, count, restart=False):
         """The scheduled target, the device step, the report; the new alpha."""
-        self._target.refresh(self.driver.target)
-        alpha = self.driver.update(self.rule, self._consts, entropy, count, restart)
+        self.refresh_target()
+        alpha = self.driver.update(self.rule, self.consts, entropy, count, restart)
         report(self, count)
         return alpha
 

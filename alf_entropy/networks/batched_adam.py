@@ -56,7 +56,7 @@ class BatchedAdam(FusedAdam):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        self._schedule_lr()
+        self.schedule_lr()
         skip = getattr(self, "found_inf", None)
         for group in self.param_groups:
             self._step_group(group, skip)

@@ -78,7 +78,8 @@ class FusedAdam(torch.optim.Adam):
         """The scheduler of the learning rates' factor, or ``None`` (constant rates)."""
         return self._lr_factor
 
-    def _schedule_lr(self) -> None:
+    def schedule_lr(self) -> None:
+        """Set each group's ``lr`` to its initial rate times the schedule's factor now."""
         if self._lr_factor is not None:
             factor = check_real("lr_schedule's value", self._lr_factor(), minimum=0.0)
             for group in self.param_groups:
@@ -87,7 +88,7 @@ class FusedAdam(torch.optim.Adam):
 
     def step(self, closure: Optional[Callable[[], float]] = None) -> Optional[float]:
         """Adam's step, at the scheduled learning rate if there is an ``lr_schedule``."""
-        self._schedule_lr()
+        self.schedule_lr()
         if closure is None and accel.fused_adam_step(self):
             return None
         return super().step(closure)
