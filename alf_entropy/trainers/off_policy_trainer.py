@@ -100,9 +100,10 @@ class OffPolicyTrainer(Trainer):
         n = check_int("initial_collect_steps", initial_collect_steps, minimum=0)
         if n > limits.total_iterations * num_envs:
             raise ValueError(f"initial_collect_steps ({n}) must be <= the env steps the run "
-                             f"takes ({limits.total_iterations * num_envs}: num_iterations="
-                             f"{num_iterations}, num_env_steps={num_env_steps}, num_envs="
-                             f"{num_envs}): it would end before learning starts")
+                             f"takes (num_iterations={num_iterations}, num_env_steps="
+                             f"{num_env_steps}: {limits.total_iterations} iterations x {num_envs}"
+                             f" envs = {limits.total_iterations * num_envs}): it would end "
+                             "before learning starts")
         self._initial_collect_steps = n
         self._learning_starts = max(1, min(n // distributed.env_world_size(),
                                            self._buffer_length))
