@@ -75,17 +75,14 @@ class EntropyController(AlfSubAlgorithm, nn.Module):
     def make_state(self, **own: Any) -> None:
         """Make the state (a rule's constructor calls it once): the shared fields, then the
         rule's ``own`` from tensors or numbers (float32, int64)."""
-        own = {k: v if torch.is_tensor(v) else self._full(v, torch.tensor(v).dtype)
-               for k, v in own.items()}
+        own = {k: v if torch.is_tensor(v) else self._full(v) for k, v in own.items()}
         self.driver = Driver(self.State, self._full(self._initial_log_alpha),
                              self._full(self._target.initial), self._mode, **own)
 
-    def _full(self, value, dtype=torch.float32):
-        """``value`` (one, or one a member) of ``batch_shape`` on the state's device."""
-        driver = getattr(self, "driver", None)
-        device = None if driver is None else driver.log_alpha.device
-        value = torch.as_tensor(value, dtype=dtype, device=device).reshape(-1)
-        return value.expand(math.prod(self.batch_shape)).reshape(self.batch_shape).clone()
+    def _full(self, value):
+        """``value`` (one, or one a member) of ``batch_shape`` (the ``Driver`` copies it)."""
+        value = torch.as_tensor(value).reshape(-1)
+        return value.expand(math.prod(self.batch_shape)).reshape(self.batch_shape)
 
     def _configure(self, settings):
         """Check and take ``settings``."""
