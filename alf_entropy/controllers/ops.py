@@ -25,7 +25,7 @@ def _f32(v):
 
 def _log64(v):
     with np.errstate(divide="ignore"):  # log(0) = -inf, as torch's
-        return np.log(np.float64(v) if np.ndim(v) == 0 else np.asarray(v, np.float64))
+        return np.log(np.asarray(v, np.float64))
 
 
 def f32(v: float) -> float:
