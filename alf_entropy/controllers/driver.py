@@ -130,12 +130,6 @@ class Driver(nn.Module):
         """The buffers as the state's named tuple."""
         return self._type._make(accel.buffers(self))
 
-    def write(self, state: Any) -> None:
-        """Copy ``state`` into the buffers."""
-        with torch.no_grad():
-            for buffer, value in zip(self.state, state):
-                buffer.copy_(value)
-
     def on_host(self) -> bool:
         """Whether updates run as NumPy over the CPU buffers."""
         cpu = self.log_alpha.device.type == "cpu"
@@ -145,8 +139,11 @@ class Driver(nn.Module):
         return cpu and (self.mode == "host" or (self.mode == "auto" and WEAK_SCALARS))
 
     def step(self, rule: Callable, consts: Consts, inputs: Inputs) -> None:
-        """One ``device_step`` as tensor ops on the buffers."""
-        self.write(device_step(TensorOps, rule, consts, self.state, inputs))
+        """One ``device_step`` as tensor ops, copied into the buffers."""
+        state = self.state
+        with torch.no_grad():
+            for buffer, value in zip(state, device_step(TensorOps, rule, consts, state, inputs)):
+                buffer.copy_(value)
 
     def _views(self):
         """NumPy views of the CPU buffers, made again when any buffer's memory changed (an
