@@ -92,7 +92,7 @@ class EntropyController(AlfSubAlgorithm, nn.Module):
             lo, hi = -math.inf, math.inf
         self._settings = settings
         self.consts = Consts(rule, lo, hi, span, anneal_of(self._target.annealing))
-        self.scheduled_target = not self._target.constant or self._target.annealing is not None
+        self.scheduled_target = not self._target.constant
 
     def _constants(self, settings, lo, hi):
         """Check the rule's settings; its constants (``lo``, ``hi``: ``log_alpha``'s bounds)."""

@@ -2,7 +2,6 @@
 the host, before each update).  One known to exceed the spec's largest entropy is refused, any
 other callable clamped to it (one warning)."""
 import math
-from typing import Callable, List, Optional
 
 import torch
 from absl import logging
@@ -40,14 +39,13 @@ class Target:
         else:
             fns = [self._one(target_entropy)] * members
         anneal = [f for f in fns if isinstance(f, schedulers.SettledAnnealing)]
-        if anneal and (len(anneal) < len(fns) or any(a is not anneal[0] for a in anneal)):
+        self.shared = all(f is fns[0] for f in fns)
+        if anneal and not self.shared:
             raise ValueError("a SettledAnnealing target must be shared by every "
                              "member of the batch")
-        self.annealing: Optional[schedulers.SettledAnnealing] = anneal[0] if anneal else None
-        self._fns: List[Callable[[], float]] = fns
-        self.constant = bool(anneal) or all(
-            isinstance(f, schedulers.ConstantScheduler) for f in fns)
-        self.shared = all(f is fns[0] for f in fns)
+        self.annealing = anneal[0] if anneal else None
+        self._fns = fns
+        self.constant = all(isinstance(f, schedulers.ConstantScheduler) for f in fns)
         self.initial = self.values()
         if min(self.initial) < self.lowest:
             raise ValueError(
@@ -115,14 +113,15 @@ class Target:
         """Write the scheduled targets into ``buffer`` for the next update (constants stay):
         ``fill_`` from host floats, no copy that would wait for a GPU."""
         self.updates += 1
-        if self.constant:
+        if self.constant or self.annealing:
             return
         values = self.values(counting=True)
         with torch.no_grad():
             if self.shared:
                 buffer.fill_(values[0])
-            for k, value in enumerate(values if not self.shared else ()):
-                buffer.view(-1)[k].fill_(value)
+            else:
+                for k, value in enumerate(values):
+                    buffer.view(-1)[k].fill_(value)
 
     def values(self, counting=False):
         """The targets now, one per member (``counting``: for an update)."""
