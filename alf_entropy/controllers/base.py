@@ -40,6 +40,7 @@ class EntropyController(AlfSubAlgorithm, nn.Module):
     SUMMARY = summary  # alf_entropy's summaries, or (a subclass's) ALF's
     CLAMPED = True  # alpha stays in [min_alpha, max_alpha] (not a fixed coefficient)
     ZERO_ALPHA = False  # alpha may be 0 (a log-space rule cannot start there)
+    STAGE = 1  # the stage of a rule without stages (a fixed coefficient's: -1)
 
     def __init__(self, action_spec: Any, target_entropy: Any = None, initial_alpha: float = 0.1,
                  min_alpha: float = 1e-4, max_alpha: Optional[float] = None,
@@ -143,8 +144,8 @@ class EntropyController(AlfSubAlgorithm, nn.Module):
 
     @property
     def stage(self) -> torch.Tensor:
-        """The stage (int32; ``describe_stage``; 1 for an unstaged rule)."""
-        return torch.ones_like(self.driver.count, dtype=torch.int32)
+        """The stage (int32; ``describe_stage``; ``STAGE`` for a rule without stages)."""
+        return torch.full_like(self.driver.count, self.STAGE, dtype=torch.int32)
 
     @property
     def unreachable_target(self) -> torch.Tensor:

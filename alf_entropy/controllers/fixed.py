@@ -31,6 +31,7 @@ class FixedEntropyCoefficient(EntropyController):
 
     CLAMPED = False
     ZERO_ALPHA = True
+    STAGE = -1
 
     def __init__(self, action_spec: Any, initial_alpha: float = 0.1, target_entropy: Any = None,
                  min_alpha: float = 1e-4, max_alpha: Optional[float] = None,
@@ -48,11 +49,6 @@ class FixedEntropyCoefficient(EntropyController):
     def _constants(self, s, lo, hi):
         alpha = check_real("alpha", s["alpha"], minimum=0.0)
         return math.log(alpha) if alpha > 0 else LOG_ZERO
-
-    @property
-    def stage(self) -> torch.Tensor:
-        """-1: alpha is fixed."""
-        return torch.full_like(self.driver.count, -1, dtype=torch.int32)
 
     def configure(self, **changes: Any) -> None:
         """Change ``alpha`` (at once) or the bounds."""
