@@ -51,7 +51,7 @@ class NestedEntropyTargetAlgorithm(AlfSubAlgorithm, nn.Module):
         shared.update(leaf_settings)
         targets = self._per_leaf(target_entropy, "target_entropy")
         maxima = self._per_leaf(max_entropy, "max_entropy")
-        # Keyed by path ("." is not allowed in module names): "_leaves.arm/grip._log_alpha".
+        # Keyed by path ("." is not allowed in module names): "_leaves.arm/grip.driver.log_alpha".
         self._leaves = nn.ModuleDict(
             (path.replace(".", "/") or "action",
              leaf_cls(spec, target_entropy=t, name=f"{name}/{path}",
@@ -124,7 +124,7 @@ class NestedEntropyTargetAlgorithm(AlfSubAlgorithm, nn.Module):
         return entropy_with_fallback(distribution, return_sum=False, action_spec=self.action_spec)
 
     def _zip(self, *nests):
-        return list(zip(self._leaves.values(), *(self._per_leaf(n) for n in nests)))
+        return zip(self._leaves.values(), *(self._per_leaf(n) for n in nests))
 
     def adjust_alpha(self, entropy: Any) -> torch.Tensor:
         """Each leaf advances once with its own entropy (a nest); the mean ``alpha``."""
