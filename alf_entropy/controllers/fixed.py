@@ -54,4 +54,4 @@ class FixedEntropyCoefficient(EntropyController):
         """Change ``alpha`` (at once) or the bounds."""
         super().configure(**changes)
         with torch.no_grad():
-            self.driver.log_alpha.fill_(self._constants(self.settings, 0.0, 0.0))
+            self.driver.log_alpha.fill_(self.consts.rule)
