@@ -67,9 +67,8 @@ def _show(value):
 def report(c: Any, count: Optional[torch.Tensor] = None) -> None:
     """A controller's summaries after an update of ``count`` entropies (an empty ``step``
     writes none); its warnings where reading costs nothing (the host path, a summary step)."""
-    record = c.SUMMARY.should_record_summaries()
-    if record and count is not None:
-        record = bool((count > 0).any())  # a summary step reads the values anyway
+    # a summary step reads the values anyway
+    record = c.SUMMARY.should_record_summaries() and (count is None or bool((count > 0).any()))
     if record:
         values = {"unreachable_target": c.unreachable_target}
         if c.debug_summaries:
