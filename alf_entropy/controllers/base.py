@@ -9,13 +9,14 @@ from alf_entropy.controllers.alf import AlfSubAlgorithm
 from alf_entropy.controllers.driver import (
     LOG_ZERO,
     MAX_ALPHA,
+    MIN_LOG_ALPHA,
+    NO_SPAN,
     UPDATE_MODES,
     Consts,
     Driver,
-    bounds,
     state_type,
 )
-from alf_entropy.controllers.ops import member_mean
+from alf_entropy.controllers.ops import f32, member_mean
 from alf_entropy.controllers.target import Target
 from alf_entropy.controllers.watch import WINDUP_WINDOW, WarnOnce, anneal_of, report, scalars
 from alf_entropy.data_structures import LossInfo
@@ -75,19 +76,22 @@ class EntropyController(AlfSubAlgorithm, nn.Module):
 
     def make_state(self, **own: Any) -> None:
         """Make the state (a rule's constructor calls it once): the shared fields, then the
-        rule's ``own`` from tensors or numbers (float32, int64)."""
-        own = {k: v if torch.is_tensor(v) else self._full(v) for k, v in own.items()}
-        self.driver = Driver(self.State, self._full(self._initial_log_alpha),
-                             self._full(self._target.initial), self._mode, **own)
-
-    def _full(self, value):
-        """``value`` (one, or one a member) of ``batch_shape`` (the ``Driver`` copies it)."""
-        value = torch.as_tensor(value).reshape(-1)
-        return value.expand(math.prod(self.batch_shape)).reshape(self.batch_shape)
+        rule's ``own`` (``Driver``'s)."""
+        self.driver = Driver(self.State, self.batch_shape, self._mode, self._initial_log_alpha,
+                             self._target.initial, **own)
 
     def _configure(self, settings):
-        """Check and take ``settings``."""
-        lo, hi, span = bounds(settings, self.ZERO_ALPHA)
+        """Check and take ``settings``: ``log_alpha``'s floor (ALF's ``exp(-100)`` for
+        ``min_alpha <= 0``; 0 for a ``ZERO_ALPHA`` rule), ceiling (None: ``MAX_ALPHA``), span."""
+        low = check_real("min_alpha", settings["min_alpha"])
+        high = check_real("max_alpha", settings["max_alpha"], positive=True, allow_none=True)
+        if high is not None and high < low:
+            raise ValueError(f"min_alpha ({low}) must be <= max_alpha ({high})")
+        change = check_real("max_alpha_change_per_iteration",
+                            settings["max_alpha_change_per_iteration"], above=1.0, allow_none=True)
+        lo = f32(math.log(low)) if low > 0 else (LOG_ZERO if self.ZERO_ALPHA else MIN_LOG_ALPHA)
+        hi = f32(math.log(high or MAX_ALPHA))
+        span = NO_SPAN if change is None else math.log(change)
         rule = self._constants(settings, lo, hi)
         if not self.CLAMPED:
             lo, hi = -math.inf, math.inf
