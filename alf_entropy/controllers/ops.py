@@ -69,16 +69,16 @@ class TensorOps:
 
     where, abs, isfinite, clip = torch.where, torch.abs, torch.isfinite, torch.clamp
     # of float32 values, in float64: torch's float32 sqrt is not correctly rounded
-    sqrt = staticmethod(lambda t: torch.sqrt(t.to(torch.float64)).to(torch.float32))
-    log = staticmethod(lambda t: torch.log(t.to(torch.float64)).to(torch.float32))
+    sqrt = staticmethod(lambda t: torch.sqrt(t.double()).float())
+    log = staticmethod(lambda t: torch.log(t.double()).float())
     # of a tensor and a tensor or a number (a rule's first argument is always a tensor)
     maximum = staticmethod(lambda a, b: torch.maximum(a, b) if torch.is_tensor(b)
                            else torch.clamp(a, min=b))
     minimum = staticmethod(lambda a, b: torch.minimum(a, b) if torch.is_tensor(b)
                            else torch.clamp(a, max=b))
-    f32 = staticmethod(lambda t: t.to(torch.float32))
-    f64 = staticmethod(lambda t: t.to(torch.float64) if torch.is_tensor(t) else t)
-    i32 = staticmethod(lambda t: t.to(torch.int32))
+    f32 = staticmethod(lambda t: t.float())
+    f64 = staticmethod(lambda t: t.double() if torch.is_tensor(t) else t)
+    i32 = staticmethod(lambda t: t.int())
     via_torch = staticmethod(lambda fn, *args: fn(*args))
 
     @staticmethod
