@@ -55,8 +55,9 @@ class WarnOnce:
         if key in self.said:
             return
         self.said.add(key)
-        logging.warning(f"{self.name}: {message}")
-        warnings.warn(f"{self.name}: {message}", stacklevel=5)
+        message = f"{self.name}: {message}"
+        logging.warning(message)
+        warnings.warn(message, stacklevel=5)
 
 
 def _show(value):
