@@ -20,18 +20,14 @@ from alf_entropy.controllers.watch import watch_rule
 from alf_entropy.utils import distributed
 
 __all__ = ["Driver", "Inputs", "Consts", "device_step", "state_type", "SHARED_FIELDS",
-           "UPDATE_MODES", "NO_SPAN", "MAX_ALPHA", "MIN_LOG_ALPHA", "LOG_ZERO"]
+           "UPDATE_MODES", "MAX_ALPHA", "LOG_ZERO"]
 
 UPDATE_MODES = ("auto", "tensor", "host", "compiled")
 """``"host"``: NumPy over CPU state; ``"tensor"``: no host read; ``"compiled"``: the tensor
 step as one ``torch.compile`` graph (on CUDA also a CUDA graph); ``"auto"``: host on the CPU
 with NumPy >= 2 (``WEAK_SCALARS``: the same bits as tensor ops), else tensor."""
-NO_SPAN = 1e30
-"""The span of ``log_alpha`` between two ``step()`` calls when there is no limit (finite)."""
 MAX_ALPHA = 1e6
 """The ceiling of ``alpha`` when ``max_alpha`` is None: alpha stays finite on any plant."""
-MIN_LOG_ALPHA = -100.0
-"""The floor of ``log_alpha`` for ``min_alpha <= 0`` (ALF's ``exp(-100)``)."""
 LOG_ZERO = -110.0
 """``log_alpha`` of an ``alpha`` of 0 (its ``exp`` is 0 in float32), for rules that reach 0."""
 
@@ -110,7 +106,7 @@ class Driver(nn.Module):
         with torch.no_grad():
             self.acc_sum.zero_()
             self.acc_count.zero_()
-        return (total / count.clamp(min=1)).to(torch.float32), count
+        return (total / count.clamp(min=1)).float(), count
 
     @property
     def state(self) -> Any:

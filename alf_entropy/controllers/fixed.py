@@ -5,7 +5,7 @@ from typing import Any, Optional, Sequence
 import torch
 
 from alf_entropy.controllers.base import EntropyController, arguments
-from alf_entropy.controllers.driver import LOG_ZERO
+from alf_entropy.controllers.driver import LOG_ZERO, state_type
 from alf_entropy.utils.checks import check_real
 
 __all__ = ["FixedEntropyCoefficient"]
@@ -29,6 +29,7 @@ class FixedEntropyCoefficient(EntropyController):
         tensor([-0.0500, -0.0500, -0.0500, -0.0500])
     """
 
+    State = state_type("State")
     CLAMPED = False
     ZERO_ALPHA = True
     STAGE = -1
@@ -45,6 +46,11 @@ class FixedEntropyCoefficient(EntropyController):
             initial_alpha = alpha
         super().__init__(**arguments(locals(), "alpha"), alpha=initial_alpha)
         self.make_state()
+
+    @staticmethod
+    def rule(x: Any, s: Any, entropy: Any, c: float) -> Any:
+        """The state as it is (``configure`` sets ``log_alpha``)."""
+        return s
 
     def _constants(self, s, lo, hi):
         alpha = check_real("alpha", s["alpha"], minimum=0.0)

@@ -6,8 +6,8 @@ from typing import Any, Dict, Optional, Sequence
 import numpy as np
 import torch
 
-from alf_entropy.controllers.base import EntropyController, arguments
-from alf_entropy.controllers.driver import MIN_LOG_ALPHA, state_type
+from alf_entropy.controllers.base import MIN_LOG_ALPHA, EntropyController, arguments
+from alf_entropy.controllers.driver import state_type
 from alf_entropy.controllers.ops import TensorOps, window_average, window_mean
 from alf_entropy.utils.checks import check_int, check_real
 
@@ -79,7 +79,7 @@ def describe_stage(stage: Any) -> str:
 
 def _alf_rate(rate):
     """ALF's ``torch.tensor(rate)``: float32 from a Python float, float64 from ``np.log(2)``."""
-    return float(torch.tensor(rate).to(torch.float64))
+    return float(torch.tensor(rate).double())
 
 
 class EntropyTargetAlgorithm(EntropyController):

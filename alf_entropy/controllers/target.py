@@ -6,6 +6,7 @@ import math
 import torch
 from absl import logging
 
+from alf_entropy.tensor_specs import TensorSpec
 from alf_entropy.utils import dist_utils, nest, schedulers
 from alf_entropy.utils.checks import check_real, is_real
 
@@ -20,6 +21,8 @@ class Target:
 
     def __init__(self, target_entropy, action_spec, batch_shape, warn):
         leaves = nest.flatten(action_spec)
+        if not leaves or not all(isinstance(s, TensorSpec) for s in leaves):
+            raise TypeError(f"action_spec must be a non-empty nest of TensorSpec: {action_spec!r}")
         self.reachable = float(sum(map(dist_utils.calc_max_possible_entropy, leaves)))
         self.discrete = all(s.is_discrete for s in leaves)
         self._spec = action_spec
