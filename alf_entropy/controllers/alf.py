@@ -32,10 +32,14 @@ class AlfSubAlgorithm:
         """``cls(from_gym_space(space), **kwargs)`` for a gymnasium space or a TorchRL spec."""
         return cls(from_gym_space(space), **kwargs)
 
+    NESTED = False
+    """Whether the entropies are one a leaf, nested like the spec (else summed)."""
+
     def entropy(self, distribution: Any) -> Tuple[Any, Any]:
         """``(entropy, entropy_for_gradient)`` of the policy's distribution, as
         ``entropy_loss`` takes them."""
-        return entropy_with_fallback(distribution, action_spec=self.action_spec)
+        return entropy_with_fallback(distribution, return_sum=not self.NESTED,
+                                     action_spec=self.action_spec)
 
     def leaf_algorithms(self) -> Dict[str, Any]:
         """The per-action controllers by path in the spec (``{"": self}`` unless nested)."""

@@ -6,40 +6,35 @@ import torch
 import torch.nn as nn
 
 from alf_entropy.controllers.alf import AlfSubAlgorithm
-from alf_entropy.controllers.driver import (
-    LOG_ZERO,
-    MAX_ALPHA,
-    UPDATE_MODES,
-    Consts,
-    Driver,
-    bounds,
-    state_type,
-)
-from alf_entropy.controllers.ops import member_mean
+from alf_entropy.controllers.driver import LOG_ZERO, MAX_ALPHA, UPDATE_MODES, Consts, Driver
+from alf_entropy.controllers.ops import f32, member_mean
 from alf_entropy.controllers.target import Target
 from alf_entropy.controllers.watch import WINDUP_WINDOW, WarnOnce, anneal_of, report, scalars
 from alf_entropy.data_structures import LossInfo
-from alf_entropy.tensor_specs import TensorSpec
-from alf_entropy.utils import distributed, nest, summary
+from alf_entropy.utils import distributed, summary
 from alf_entropy.utils.checks import check_choice, check_int, check_real
 
-__all__ = ["EntropyController", "arguments"]
+__all__ = ["EntropyController", "arguments", "NO_SPAN", "MIN_LOG_ALPHA"]
+
+NO_SPAN = 1e30
+"""The span of ``log_alpha`` between two ``step()`` calls when there is no limit (finite)."""
+MIN_LOG_ALPHA = -100.0
+"""The floor of ``log_alpha`` for ``min_alpha <= 0`` (ALF's ``exp(-100)``)."""
 
 
 def arguments(local_vars: Dict[str, Any], *construction: str) -> Dict[str, Any]:
-    """A rule's constructor's arguments (its ``locals()``) for ``EntropyController``: the
-    shared ones and the settings, not ``construction`` (what only builds the state)."""
+    """A rule constructor's ``locals()`` for ``EntropyController``, less ``construction``."""
     return {k: v for k, v in local_vars.items() if k not in ("self", "__class__", *construction)}
 
 
 class EntropyController(AlfSubAlgorithm, nn.Module):
     """The shared arguments of every controller (docs/controllers.md), checked at construction;
-    ``action_spec``, ``name``, ``batch_shape`` and ``debug_summaries`` as given."""
+    a rule gives ``State``, ``rule`` and ``_constants`` and calls ``make_state`` once."""
 
-    State = state_type("State")
     SUMMARY = summary  # alf_entropy's summaries, or (a subclass's) ALF's
     CLAMPED = True  # alpha stays in [min_alpha, max_alpha] (not a fixed coefficient)
     ZERO_ALPHA = False  # alpha may be 0 (a log-space rule cannot start there)
+    STAGE = 1  # the stage of a rule without stages (a fixed coefficient's: -1)
 
     def __init__(self, action_spec: Any, target_entropy: Any = None, initial_alpha: float = 0.1,
                  min_alpha: float = 1e-4, max_alpha: Optional[float] = None,
@@ -48,9 +43,6 @@ class EntropyController(AlfSubAlgorithm, nn.Module):
                  debug_summaries: bool = False, name: str = "EntropyController",
                  **settings: Any):
         super().__init__()
-        specs = nest.flatten(action_spec)
-        if not specs or not all(isinstance(s, TensorSpec) for s in specs):
-            raise TypeError(f"action_spec must be a non-empty nest of TensorSpec: {action_spec!r}")
         if not isinstance(batch_shape, (tuple, list)) or len(batch_shape) > 1:
             raise ValueError(f"batch_shape must be () or (K,), got {batch_shape!r}")
         if not isinstance(name, str) or not name:
@@ -73,38 +65,27 @@ class EntropyController(AlfSubAlgorithm, nn.Module):
         self._initial_log_alpha = math.log(alpha) if alpha > 0 else LOG_ZERO
 
     def make_state(self, **own: Any) -> None:
-        """Make the state (a rule's constructor calls it once): the shared fields, then the
-        rule's ``own`` from tensors or numbers (float32, int64)."""
-        own = {k: v if torch.is_tensor(v) else self._full(v, torch.tensor(v).dtype)
-               for k, v in own.items()}
-        self.driver = Driver(self.State, self._full(self._initial_log_alpha),
-                             self._full(self._target.initial), self._mode, **own)
-
-    def _full(self, value, dtype=torch.float32):
-        """``value`` (one, or one a member) of ``batch_shape`` on the state's device."""
-        driver = getattr(self, "driver", None)
-        device = None if driver is None else driver.log_alpha.device
-        value = torch.as_tensor(value, dtype=dtype, device=device).reshape(-1)
-        return value.expand(math.prod(self.batch_shape)).reshape(self.batch_shape).clone()
+        """Make the state: the shared fields, then the rule's ``own`` (as ``Driver`` takes them)."""
+        self.driver = Driver(self.State, self.batch_shape, self._mode, self._initial_log_alpha,
+                             self._target.initial, **own)
 
     def _configure(self, settings):
-        """Check and take ``settings``."""
-        lo, hi, span = bounds(settings, self.ZERO_ALPHA)
+        """Check and take ``settings``: ``log_alpha``'s floor, ceiling and span from them."""
+        low = check_real("min_alpha", settings["min_alpha"])
+        high = check_real("max_alpha", settings["max_alpha"], positive=True, allow_none=True)
+        if high is not None and high < low:
+            raise ValueError(f"min_alpha ({low}) must be <= max_alpha ({high})")
+        change = check_real("max_alpha_change_per_iteration",
+                            settings["max_alpha_change_per_iteration"], above=1.0, allow_none=True)
+        lo = f32(math.log(low)) if low > 0 else (LOG_ZERO if self.ZERO_ALPHA else MIN_LOG_ALPHA)
+        hi = f32(math.log(high or MAX_ALPHA))
+        span = NO_SPAN if change is None else math.log(change)
         rule = self._constants(settings, lo, hi)
         if not self.CLAMPED:
             lo, hi = -math.inf, math.inf
         self._settings = settings
         self.consts = Consts(rule, lo, hi, span, anneal_of(self._target.annealing))
-        self.scheduled_target = not self._target.constant or self._target.annealing is not None
-
-    def _constants(self, settings, lo, hi):
-        """Check the rule's settings; its constants (``lo``, ``hi``: ``log_alpha``'s bounds)."""
-        return ()
-
-    @staticmethod
-    def rule(x: Any, s: Any, entropy: Any, c: Any) -> Any:
-        """The control law: the new state (``x``: the ops; ``c``: the constants)."""
-        return s
+        self.scheduled_target = not self._target.constant
 
     @property
     def updates(self) -> int:
@@ -146,8 +127,8 @@ class EntropyController(AlfSubAlgorithm, nn.Module):
 
     @property
     def stage(self) -> torch.Tensor:
-        """The stage (int32; ``describe_stage``; 1 for an unstaged rule)."""
-        return torch.ones_like(self.driver.count, dtype=torch.int32)
+        """The stage (int32; ``describe_stage``; ``STAGE`` for a rule without stages)."""
+        return torch.full_like(self.driver.count, self.STAGE, dtype=torch.int32)
 
     @property
     def unreachable_target(self) -> torch.Tensor:
@@ -191,8 +172,7 @@ class EntropyController(AlfSubAlgorithm, nn.Module):
 
     def accumulate(self, entropy: torch.Tensor, mask: Optional[torch.Tensor] = None) -> None:
         """Add a micro-batch's entropies (as ``entropy_loss``'s) to the next ``step``'s."""
-        entropy = entropy.detach().to(torch.float64)
-        self.driver.accumulate(*member_mean(entropy, mask, len(self.batch_shape)))
+        self.driver.accumulate(*member_mean(entropy.detach().double(), mask, len(self.batch_shape)))
 
     def step(self) -> torch.Tensor:
         """One update from what was accumulated, pooled over ranks; an iteration's end."""

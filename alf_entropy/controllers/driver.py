@@ -9,30 +9,25 @@ bits.
 import functools
 import math
 from collections import namedtuple
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 import torch
 import torch.nn as nn
 
 from alf_entropy import accel
-from alf_entropy.controllers.ops import WEAK_SCALARS, ArrayOps, ScalarOps, TensorOps, f32, gate
+from alf_entropy.controllers.ops import WEAK_SCALARS, ArrayOps, ScalarOps, TensorOps, gate
 from alf_entropy.controllers.watch import watch_rule
 from alf_entropy.utils import distributed
-from alf_entropy.utils.checks import check_real
 
-__all__ = ["Driver", "Inputs", "Consts", "bounds", "device_step", "state_type", "SHARED_FIELDS",
-           "UPDATE_MODES", "NO_SPAN", "MAX_ALPHA", "MIN_LOG_ALPHA", "LOG_ZERO"]
+__all__ = ["Driver", "Inputs", "Consts", "device_step", "state_type", "SHARED_FIELDS",
+           "UPDATE_MODES", "MAX_ALPHA", "LOG_ZERO"]
 
 UPDATE_MODES = ("auto", "tensor", "host", "compiled")
 """``"host"``: NumPy over CPU state; ``"tensor"``: no host read; ``"compiled"``: the tensor
 step as one ``torch.compile`` graph (on CUDA also a CUDA graph); ``"auto"``: host on the CPU
 with NumPy >= 2 (``WEAK_SCALARS``: the same bits as tensor ops), else tensor."""
-NO_SPAN = 1e30
-"""The span of ``log_alpha`` between two ``step()`` calls when there is no limit (finite)."""
 MAX_ALPHA = 1e6
 """The ceiling of ``alpha`` when ``max_alpha`` is None: alpha stays finite on any plant."""
-MIN_LOG_ALPHA = -100.0
-"""The floor of ``log_alpha`` for ``min_alpha <= 0`` (ALF's ``exp(-100)``)."""
 LOG_ZERO = -110.0
 """``log_alpha`` of an ``alpha`` of 0 (its ``exp`` is 0 in float32), for rules that reach 0."""
 
@@ -66,25 +61,9 @@ def device_step(x: Any, rule: Callable, c: Consts, s: Any, inputs: Inputs) -> An
     new = new._replace(span_lo=x.minimum(s.span_lo, log_alpha),
                        span_hi=x.maximum(s.span_hi, log_alpha))
     new = gate(x, finite & has_data, new, s)
-    new = new._replace(nonfinite=s.nonfinite + x.where(has_data & ~finite, 1, 0),
-                       span_lo=x.where(inputs.restart, new.log_alpha, new.span_lo),
-                       span_hi=x.where(inputs.restart, new.log_alpha, new.span_hi))
-    return new
-
-
-def bounds(settings: Dict[str, Any], zero_alpha: bool) -> Tuple[float, float, float]:
-    """``log_alpha``'s floor, ceiling and span from the shared settings, checked:
-    ``min_alpha <= 0`` is ALF's ``exp(-100)`` (0 for a rule that reaches it), ``max_alpha``
-    None is ``MAX_ALPHA``."""
-    low = check_real("min_alpha", settings["min_alpha"])
-    high = check_real("max_alpha", settings["max_alpha"], positive=True, allow_none=True)
-    if high is not None and high < low:
-        raise ValueError(f"min_alpha ({low}) must be <= max_alpha ({high})")
-    change = check_real("max_alpha_change_per_iteration",
-                        settings["max_alpha_change_per_iteration"], above=1.0, allow_none=True)
-    floor = LOG_ZERO if zero_alpha else MIN_LOG_ALPHA
-    return (f32(math.log(low)) if low > 0 else floor, f32(math.log(high or MAX_ALPHA)),
-            NO_SPAN if change is None else math.log(change))
+    return new._replace(nonfinite=s.nonfinite + x.where(has_data & ~finite, 1, 0),
+                        span_lo=x.where(inputs.restart, new.log_alpha, new.span_lo),
+                        span_hi=x.where(inputs.restart, new.log_alpha, new.span_hi))
 
 
 class Driver(nn.Module):
@@ -93,18 +72,22 @@ class Driver(nn.Module):
 
     Args:
         state_type: the state (``state_type``); the shared fields start from ``log_alpha`` and
-            ``target`` (tensors of the batch's shape), the rule's from ``own``.
+            ``target``, the rule's from ``own``: tensors, or numbers (or one a member) that
+            become ``batch_shape``'s in their own dtype.
     """
 
-    def __init__(self, state_type: type, log_alpha: torch.Tensor, target: torch.Tensor,
-                 mode: str, **own: torch.Tensor):
+    def __init__(self, state_type: type, batch_shape: Tuple[int, ...], mode: str,
+                 log_alpha: float, target: Any, **own: Any):
         super().__init__()
-        zero, count = torch.zeros_like(log_alpha), torch.zeros_like(log_alpha, dtype=torch.int64)
-        shared = dict(log_alpha=log_alpha, target=target, ema=zero, stalled_for=count,
-                      count=count, settled=count, nonfinite=count, span_lo=log_alpha,
-                      span_hi=log_alpha, acc_sum=zero.double(), acc_count=zero.double())
+        acc = torch.zeros(batch_shape, dtype=torch.float64)
+        fields = dict(log_alpha=log_alpha, target=target, ema=0.0, stalled_for=0, count=0,
+                      settled=0, nonfinite=0, span_lo=log_alpha, span_hi=log_alpha, acc_sum=acc,
+                      acc_count=acc, **own)
         self._type = state_type
-        for field, value in {**shared, **own}.items():
+        for field, value in fields.items():
+            if not torch.is_tensor(value):
+                value = torch.as_tensor(value).reshape(-1).expand(math.prod(batch_shape))
+                value = value.reshape(batch_shape)
             self.register_buffer(field, value.clone())
         self.mode = mode
         self._cache = ((), [])
@@ -123,18 +106,12 @@ class Driver(nn.Module):
         with torch.no_grad():
             self.acc_sum.zero_()
             self.acc_count.zero_()
-        return (total / count.clamp(min=1)).to(torch.float32), count
+        return (total / count.clamp(min=1)).float(), count
 
     @property
     def state(self) -> Any:
         """The buffers as the state's named tuple."""
         return self._type._make(accel.buffers(self))
-
-    def write(self, state: Any) -> None:
-        """Copy ``state`` into the buffers."""
-        with torch.no_grad():
-            for buffer, value in zip(self.state, state):
-                buffer.copy_(value)
 
     def on_host(self) -> bool:
         """Whether updates run as NumPy over the CPU buffers."""
@@ -145,8 +122,11 @@ class Driver(nn.Module):
         return cpu and (self.mode == "host" or (self.mode == "auto" and WEAK_SCALARS))
 
     def step(self, rule: Callable, consts: Consts, inputs: Inputs) -> None:
-        """One ``device_step`` as tensor ops on the buffers."""
-        self.write(device_step(TensorOps, rule, consts, self.state, inputs))
+        """One ``device_step`` as tensor ops, copied into the buffers."""
+        state = self.state
+        with torch.no_grad():
+            for buffer, value in zip(state, device_step(TensorOps, rule, consts, state, inputs)):
+                buffer.copy_(value)
 
     def _views(self):
         """NumPy views of the CPU buffers, made again when any buffer's memory changed (an

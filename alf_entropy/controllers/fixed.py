@@ -5,7 +5,7 @@ from typing import Any, Optional, Sequence
 import torch
 
 from alf_entropy.controllers.base import EntropyController, arguments
-from alf_entropy.controllers.driver import LOG_ZERO
+from alf_entropy.controllers.driver import LOG_ZERO, state_type
 from alf_entropy.utils.checks import check_real
 
 __all__ = ["FixedEntropyCoefficient"]
@@ -29,8 +29,10 @@ class FixedEntropyCoefficient(EntropyController):
         tensor([-0.0500, -0.0500, -0.0500, -0.0500])
     """
 
+    State = state_type("State")
     CLAMPED = False
     ZERO_ALPHA = True
+    STAGE = -1
 
     def __init__(self, action_spec: Any, initial_alpha: float = 0.1, target_entropy: Any = None,
                  min_alpha: float = 1e-4, max_alpha: Optional[float] = None,
@@ -45,17 +47,17 @@ class FixedEntropyCoefficient(EntropyController):
         super().__init__(**arguments(locals(), "alpha"), alpha=initial_alpha)
         self.make_state()
 
+    @staticmethod
+    def rule(x: Any, s: Any, entropy: Any, c: float) -> Any:
+        """The state as it is (``configure`` sets ``log_alpha``)."""
+        return s
+
     def _constants(self, s, lo, hi):
         alpha = check_real("alpha", s["alpha"], minimum=0.0)
         return math.log(alpha) if alpha > 0 else LOG_ZERO
-
-    @property
-    def stage(self) -> torch.Tensor:
-        """-1: alpha is fixed."""
-        return torch.full_like(self.driver.count, -1, dtype=torch.int32)
 
     def configure(self, **changes: Any) -> None:
         """Change ``alpha`` (at once) or the bounds."""
         super().configure(**changes)
         with torch.no_grad():
-            self.driver.log_alpha.fill_(self._constants(self.settings, 0.0, 0.0))
+            self.driver.log_alpha.fill_(self.consts.rule)

@@ -1,6 +1,6 @@
 """One controller per action of a nested action spec (ALF's ``NestedEntropyTargetAlgorithm``)."""
 import functools
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence
 
 import torch
 import torch.nn as nn
@@ -11,7 +11,6 @@ from alf_entropy.controllers.staged import EntropyTargetAlgorithm
 from alf_entropy.data_structures import LossInfo
 from alf_entropy.utils import nest
 from alf_entropy.utils.checks import is_real
-from alf_entropy.utils.dist_utils import entropy_with_fallback
 
 __all__ = ["NestedEntropyTargetAlgorithm"]
 
@@ -30,6 +29,8 @@ class NestedEntropyTargetAlgorithm(AlfSubAlgorithm, nn.Module):
         **leaf_settings: the leaf controller's own settings, shared.
     """
 
+    NESTED = True
+
     def __init__(self, action_spec: Any,
                  leaf_cls: Callable[..., EntropyController] = EntropyTargetAlgorithm,
                  target_entropy: Any = None, max_entropy: Any = None, initial_alpha: float = 0.1,
@@ -43,20 +44,20 @@ class NestedEntropyTargetAlgorithm(AlfSubAlgorithm, nn.Module):
         self.batch_shape = tuple(batch_shape)
         self.name = name
         self.debug_summaries = debug_summaries
-        self._paths = [p for p, _ in nest.flatten_with_path(action_spec)]
-        if is_real(max_entropy):
-            max_entropy = [max_entropy] * len(self._paths)
         shared = arguments(locals(), "action_spec", "leaf_cls", "target_entropy", "max_entropy",
                            "name", "leaf_settings")
         shared.update(leaf_settings)
+        self._paths, specs = zip(*nest.flatten_with_path(action_spec))
+        if is_real(max_entropy):
+            max_entropy = [max_entropy] * len(self._paths)
         targets = self._per_leaf(target_entropy, "target_entropy")
         maxima = self._per_leaf(max_entropy, "max_entropy")
-        # Keyed by path ("." is not allowed in module names): "_leaves.arm/grip._log_alpha".
+        # Keyed by path ("." is not allowed in module names): "_leaves.arm/grip.driver.log_alpha".
         self._leaves = nn.ModuleDict(
             (path.replace(".", "/") or "action",
              leaf_cls(spec, target_entropy=t, name=f"{name}/{path}",
                       **(shared if m is None else dict(shared, max_entropy=m))))
-            for path, spec, t, m in zip(self._paths, nest.flatten(action_spec), targets, maxima))
+            for path, spec, t, m in zip(self._paths, specs, targets, maxima))
 
     def _per_leaf(self, value, arg_name='entropy'):
         """``value`` as one entry per leaf: None, a nest like the spec, or a flat list."""
@@ -119,12 +120,8 @@ class NestedEntropyTargetAlgorithm(AlfSubAlgorithm, nn.Module):
         """Change every leaf's settings."""
         self._each(lambda c: c.configure(**changes))
 
-    def entropy(self, distribution: Any) -> Tuple[Any, Any]:
-        """Each leaf's ``(entropy, entropy_for_gradient)``, nests like the spec."""
-        return entropy_with_fallback(distribution, return_sum=False, action_spec=self.action_spec)
-
     def _zip(self, *nests):
-        return list(zip(self._leaves.values(), *(self._per_leaf(n) for n in nests)))
+        return zip(self._leaves.values(), *(self._per_leaf(n) for n in nests))
 
     def adjust_alpha(self, entropy: Any) -> torch.Tensor:
         """Each leaf advances once with its own entropy (a nest); the mean ``alpha``."""

@@ -25,7 +25,7 @@ def _f32(v):
 
 def _log64(v):
     with np.errstate(divide="ignore"):  # log(0) = -inf, as torch's
-        return np.log(np.float64(v) if np.ndim(v) == 0 else np.asarray(v, np.float64))
+        return np.log(np.asarray(v, np.float64))
 
 
 def f32(v: float) -> float:
@@ -46,9 +46,8 @@ class ScalarOps:
     @staticmethod
     def push(window, seen, value):
         """``window`` with ``value`` at slot ``seen % len``."""
-        window = window.copy()
-        window[..., seen % window.shape[-1]] = value
-        return window
+        hit = np.arange(window.shape[-1]) == (seen % window.shape[-1])[..., None]
+        return np.where(hit, np.asarray(value, window.dtype)[..., None], window)
 
     @staticmethod
     def via_torch(fn, *args):
@@ -64,31 +63,22 @@ class ArrayOps(ScalarOps):
     clip = staticmethod(np.clip)
     where = staticmethod(lambda cond, a, b: np.where(cond, _f32(a), _f32(b)))
 
-    @staticmethod
-    def push(window, seen, value):
-        hit = np.arange(window.shape[-1]) == (seen % window.shape[-1])[..., None]
-        return np.where(hit, np.asarray(value, window.dtype)[..., None], window)
-
-
-def _bound(fn, clamp_arg):
-    def op(a: Any, b: Any) -> torch.Tensor:
-        if not torch.is_tensor(b):
-            return torch.clamp(a, **{clamp_arg: b})
-        return torch.clamp(b, **{clamp_arg: a}) if not torch.is_tensor(a) else fn(a, b)
-    return staticmethod(op)
-
 
 class TensorOps:
     """Tensors on any device: never reads a value on the host."""
 
     where, abs, isfinite, clip = torch.where, torch.abs, torch.isfinite, torch.clamp
     # of float32 values, in float64: torch's float32 sqrt is not correctly rounded
-    sqrt = staticmethod(lambda t: torch.sqrt(t.to(torch.float64)).to(torch.float32))
-    log = staticmethod(lambda t: torch.log(t.to(torch.float64)).to(torch.float32))
-    maximum, minimum = _bound(torch.maximum, "min"), _bound(torch.minimum, "max")
-    f32 = staticmethod(lambda t: t.to(torch.float32))
-    f64 = staticmethod(lambda t: t.to(torch.float64) if torch.is_tensor(t) else t)
-    i32 = staticmethod(lambda t: t.to(torch.int32))
+    sqrt = staticmethod(lambda t: torch.sqrt(t.double()).float())
+    log = staticmethod(lambda t: torch.log(t.double()).float())
+    # of a tensor and a tensor or a number (a rule's first argument is always a tensor)
+    maximum = staticmethod(lambda a, b: torch.maximum(a, b) if torch.is_tensor(b)
+                           else torch.clamp(a, min=b))
+    minimum = staticmethod(lambda a, b: torch.minimum(a, b) if torch.is_tensor(b)
+                           else torch.clamp(a, max=b))
+    f32 = staticmethod(lambda t: t.float())
+    f64 = staticmethod(lambda t: t.double() if torch.is_tensor(t) else t)
+    i32 = staticmethod(lambda t: t.int())
     via_torch = staticmethod(lambda fn, *args: fn(*args))
 
     @staticmethod

@@ -24,9 +24,9 @@ def adam_step(lr: float, log_alpha: torch.Tensor, m: torch.Tensor, v: torch.Tens
     t = t + 1
     m = torch.lerp(m, grad, 1 - 0.9)
     v = torch.addcmul(v * 0.999, grad, grad, value=1 - 0.999)
-    steps = t.to(torch.float64)
-    neg_step = (-lr / (1 - torch.pow(0.9, steps))).to(torch.float32)
-    denom = torch.sqrt(v) / torch.sqrt(1 - torch.pow(0.999, steps)).to(torch.float32) + 1e-8
+    steps = t.double()
+    neg_step = (-lr / (1 - torch.pow(0.9, steps))).float()
+    denom = torch.sqrt(v) / torch.sqrt(1 - torch.pow(0.999, steps)).float() + 1e-8
     return log_alpha + neg_step * m / denom, m, v, t
 
 
@@ -34,13 +34,13 @@ def sgd_rule(x: Any, s: SGDState, entropy: Any, c: SGDConsts) -> SGDState:
     """A step down the gradient ``H - target`` of ``log_alpha * (H - target)``."""
     _, avg, window, seen = window_average(x, s.window, s.seen, entropy)
     grad = x.f32(avg - s.target)
+    new = s._replace(window=window, seen=seen)
     if c.adam:
         log_alpha, m, v, t = x.via_torch(functools.partial(adam_step, c.lr), s.log_alpha,
                                          s.exp_avg, s.exp_avg_sq, s.adam_step, grad)
-        return s._replace(log_alpha=log_alpha, window=window, seen=seen, exp_avg=m,
-                          exp_avg_sq=v, adam_step=t)
-    log_alpha = x.via_torch(functools.partial(torch.add, alpha=-c.lr), s.log_alpha, grad)
-    return s._replace(log_alpha=log_alpha, window=window, seen=seen)
+        return new._replace(log_alpha=log_alpha, exp_avg=m, exp_avg_sq=v, adam_step=t)
+    step = functools.partial(torch.add, alpha=-c.lr)
+    return new._replace(log_alpha=x.via_torch(step, s.log_alpha, grad))
 
 
 class SGDEntropyTargetAlgorithm(EntropyController):
@@ -81,8 +81,8 @@ class SGDEntropyTargetAlgorithm(EntropyController):
                     exp_avg_sq=0.0, adam_step=0)
 
     def _constants(self, s, lo, hi):
-        check_choice("optimizer", s["optimizer"], ("adam", "sgd"))
-        return SGDConsts(check_real("lr", s["lr"], minimum=0.0), s["optimizer"] == "adam")
+        adam = check_choice("optimizer", s["optimizer"], ("adam", "sgd")) == "adam"
+        return SGDConsts(check_real("lr", s["lr"], minimum=0.0), adam)
 
     def debug_values(self) -> Dict[str, torch.Tensor]:
         return {"entropy": window_mean(TensorOps, self.driver.window, self.driver.seen)}

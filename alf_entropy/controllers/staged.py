@@ -6,8 +6,8 @@ from typing import Any, Dict, Optional, Sequence
 import numpy as np
 import torch
 
-from alf_entropy.controllers.base import EntropyController, arguments
-from alf_entropy.controllers.driver import MIN_LOG_ALPHA, state_type
+from alf_entropy.controllers.base import MIN_LOG_ALPHA, EntropyController, arguments
+from alf_entropy.controllers.driver import state_type
 from alf_entropy.controllers.ops import TensorOps, window_average, window_mean
 from alf_entropy.utils.checks import check_int, check_real
 
@@ -67,7 +67,8 @@ def describe_stage(stage: Any) -> str:
         stage = int(stage)
     if isinstance(stage, bool) or not isinstance(stage, (int, np.integer)):
         raise TypeError(f"stage must be an int or a 0-d integer tensor, got {stage!r}")
-    stage, left, side = int(stage), -2 - int(stage), "above" if stage > 0 else "at or below"
+    stage = int(stage)
+    left, side = -2 - stage, "above" if stage > 0 else "at or below"
     what = (f"estimating max_entropy ({left} more update{'s' if left > 1 else ''}), then init, "
             "free and adjust" if stage < -2 else
             "init (alpha moves until the average entropy is below max_entropy)" if stage == -2
@@ -78,7 +79,7 @@ def describe_stage(stage: Any) -> str:
 
 def _alf_rate(rate):
     """ALF's ``torch.tensor(rate)``: float32 from a Python float, float64 from ``np.log(2)``."""
-    return float(torch.tensor(rate).to(torch.float64))
+    return float(torch.tensor(rate).double())
 
 
 class EntropyTargetAlgorithm(EntropyController):
@@ -123,11 +124,9 @@ class EntropyTargetAlgorithm(EntropyController):
         super().__init__(**arguments(locals(), "skip_free_stage", "max_entropy", "average_window"))
         window = check_int("average_window", average_window, minimum=1)
         stage = 1 if skip_free_stage else (-2 - window if max_entropy is None else -2)
-        self.make_state(stage=torch.full(self.batch_shape, stage, dtype=torch.int32),
-                    update_rate=float(np.float32(fast_update_rate)),
-                    max_entropy=float(max_entropy or 0.0),
-                    ref_target=0.0,
-                    window=torch.zeros(self.batch_shape + (window,)), seen=0)
+        self.make_state(stage=np.int32(stage), update_rate=np.float32(fast_update_rate),
+                        max_entropy=float(max_entropy or 0.0), ref_target=0.0,
+                        window=torch.zeros(self.batch_shape + (window,)), seen=0)
         self.driver.ref_target.copy_(self.driver.target)
         top = float(self.driver.target.max())  # both in float32
         if max_entropy is not None and top > np.float32(check_real("max_entropy", max_entropy)):

@@ -2,11 +2,11 @@
 the host, before each update).  One known to exceed the spec's largest entropy is refused, any
 other callable clamped to it (one warning)."""
 import math
-from typing import Callable, List, Optional
 
 import torch
 from absl import logging
 
+from alf_entropy.tensor_specs import TensorSpec
 from alf_entropy.utils import dist_utils, nest, schedulers
 from alf_entropy.utils.checks import check_real, is_real
 
@@ -21,8 +21,10 @@ class Target:
 
     def __init__(self, target_entropy, action_spec, batch_shape, warn):
         leaves = nest.flatten(action_spec)
+        if not leaves or not all(isinstance(s, TensorSpec) for s in leaves):
+            raise TypeError(f"action_spec must be a non-empty nest of TensorSpec: {action_spec!r}")
         self.reachable = float(sum(map(dist_utils.calc_max_possible_entropy, leaves)))
-        self.lowest = 0.0 if all(s.is_discrete for s in leaves) else -math.inf
+        self.discrete = all(s.is_discrete for s in leaves)
         self._spec = action_spec
         self._batch = batch_shape
         self._warn = warn
@@ -40,16 +42,16 @@ class Target:
         else:
             fns = [self._one(target_entropy)] * members
         anneal = [f for f in fns if isinstance(f, schedulers.SettledAnnealing)]
-        if anneal and (len(anneal) < len(fns) or any(a is not anneal[0] for a in anneal)):
+        shared = all(f is fns[0] for f in fns)
+        if anneal and not shared:
             raise ValueError("a SettledAnnealing target must be shared by every "
                              "member of the batch")
-        self.annealing: Optional[schedulers.SettledAnnealing] = anneal[0] if anneal else None
-        self._fns: List[Callable[[], float]] = fns
-        self.constant = bool(anneal) or all(
-            isinstance(f, schedulers.ConstantScheduler) for f in fns)
-        self.shared = all(f is fns[0] for f in fns)
+        self.annealing = anneal[0] if anneal else None
+        self._fns = fns
+        self.shared = shared
+        self.constant = all(isinstance(f, schedulers.ConstantScheduler) for f in fns)
         self.initial = self.values()
-        if min(self.initial) < self.lowest:
+        if self.discrete and min(self.initial) < 0:
             raise ValueError(
                 f"target_entropy {min(self.initial)} is below 0 for a discrete action space (a "
                 "discrete entropy is never negative, so alpha would fall forever); negative "
@@ -60,10 +62,12 @@ class Target:
 
     def now(self, buffer):
         """The target now: a float, or a tensor for a batch (an annealed one is ``buffer``)."""
-        if self.annealing is None and buffer.dim() == 0:
-            return self.values()[0]
-        values = buffer if self.annealing else torch.tensor(self.values(), device=buffer.device)
-        return float(values) if buffer.dim() == 0 else values.reshape(buffer.shape).clone()
+        if self.annealing:
+            return float(buffer) if buffer.dim() == 0 else buffer.clone()
+        values = self.values()
+        if buffer.dim() == 0:
+            return values[0]
+        return torch.tensor(values, device=buffer.device).reshape(buffer.shape)
 
     def _one(self, target):
         if target is None:
@@ -82,9 +86,8 @@ class Target:
         except (AttributeError, NotImplementedError):
             known_max = None
         if known_max is not None and known_max > self.reachable:
-            continuous = any(s.is_continuous for s in nest.flatten(self._spec))
-            whence = ("from the bounds of the continuous actions" if continuous
-                      else "log N for N discrete actions")
+            whence = ("log N for N discrete actions" if self.discrete
+                      else "from the bounds of the continuous actions")
             raise ValueError(
                 f"target_entropy reaches {known_max:.4g}, above the largest entropy "
                 f"the action spec allows ({self.reachable:.4g}, {whence}); the "
@@ -115,14 +118,15 @@ class Target:
         """Write the scheduled targets into ``buffer`` for the next update (constants stay):
         ``fill_`` from host floats, no copy that would wait for a GPU."""
         self.updates += 1
-        if self.constant:
+        if self.constant or self.annealing:
             return
         values = self.values(counting=True)
         with torch.no_grad():
             if self.shared:
                 buffer.fill_(values[0])
-            for k, value in enumerate(values if not self.shared else ()):
-                buffer.view(-1)[k].fill_(value)
+            else:
+                for k, value in enumerate(values):
+                    buffer.view(-1)[k].fill_(value)
 
     def values(self, counting=False):
         """The targets now, one per member (``counting``: for an update)."""

@@ -13,7 +13,7 @@ import torch
 from absl import logging
 
 __all__ = ["WINDUP_WINDOW", "WATCH_EMA", "Anneal", "anneal_of", "watch_rule", "WarnOnce",
-           "unreachable_message", "report", "scalars"]
+           "report", "scalars"]
 
 WINDUP_WINDOW = 500
 """Net updates below the target with ``alpha`` at its ceiling: then the target is unreachable."""
@@ -55,8 +55,9 @@ class WarnOnce:
         if key in self.said:
             return
         self.said.add(key)
-        logging.warning(f"{self.name}: {message}")
-        warnings.warn(f"{self.name}: {message}", stacklevel=5)
+        message = f"{self.name}: {message}"
+        logging.warning(message)
+        warnings.warn(message, stacklevel=5)
 
 
 def _show(value):
@@ -64,22 +65,11 @@ def _show(value):
     return values[0] if len(values) == 1 else "[" + ", ".join(values) + "]"
 
 
-def unreachable_message(ema: torch.Tensor, target: torch.Tensor, stalled_for: torch.Tensor,
-                        alpha: torch.Tensor) -> str:
-    """What a controller that found its target unreachable says."""
-    return (f"the entropy ({_show(ema)}) has stayed below the target ({_show(target)}) for "
-            f"{_show(stalled_for)} updates with alpha at its ceiling ({_show(alpha)}); the target "
-            "looks unreachable for this policy. Lower target_entropy (e.g. "
-            "greedy_probability_target or SettledAnnealing), or raise max_alpha if a larger "
-            "coefficient is sensible.")
-
-
 def report(c: Any, count: Optional[torch.Tensor] = None) -> None:
     """A controller's summaries after an update of ``count`` entropies (an empty ``step``
     writes none); its warnings where reading costs nothing (the host path, a summary step)."""
-    record = c.SUMMARY.should_record_summaries()
-    if record and count is not None:
-        record = bool((count > 0).any())  # a summary step reads the values anyway
+    # a summary step reads the values anyway
+    record = c.SUMMARY.should_record_summaries() and (count is None or bool((count > 0).any()))
     if record:
         values = {"unreachable_target": c.unreachable_target}
         if c.debug_summaries:
@@ -92,7 +82,11 @@ def report(c: Any, count: Optional[torch.Tensor] = None) -> None:
         return
     if "unreachable" not in c.warn.said and bool(c.unreachable_target.any()):
         s = c.driver.state
-        c.warn("unreachable", unreachable_message(s.ema, s.target, s.stalled_for, c.alpha))
+        c.warn("unreachable", f"the entropy ({_show(s.ema)}) has stayed below the target "
+               f"({_show(s.target)}) for {_show(s.stalled_for)} updates with alpha at its ceiling "
+               f"({_show(c.alpha)}); the target looks unreachable for this policy. Lower "
+               "target_entropy (e.g. greedy_probability_target or SettledAnnealing), or raise "
+               "max_alpha if a larger coefficient is sensible.")
     c.check_progress()
 
 
