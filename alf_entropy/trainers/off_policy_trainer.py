@@ -100,8 +100,8 @@ class OffPolicyTrainer(Trainer):
         n = check_int("initial_collect_steps", initial_collect_steps, minimum=0)
         if n > limits.total_iterations * num_envs:
             raise ValueError(f"initial_collect_steps ({n}) must be <= the env steps the run "
-                             f"takes ({limits.total_iterations * num_envs}: num_iterations="
-                             f"{num_iterations}, num_env_steps={num_env_steps}, num_envs="
+                             f"takes ({limits.total_iterations * num_envs}: num_iterations = "
+                             f"{num_iterations}, num_env_steps = {num_env_steps}, num_envs = "
                              f"{num_envs}): it would end before learning starts")
         self._initial_collect_steps = n
         self._learning_starts = max(1, min(n // distributed.env_world_size(),
@@ -126,7 +126,7 @@ class OffPolicyTrainer(Trainer):
     def _build_algorithm(self, algorithm_ctor: Callable[..., Algorithm], observation_spec: Any,
                          action_spec: Any) -> Algorithm:
         """Check the action spec; make the buffer and the random actions' bounds."""
-        if nest.is_nested(action_spec) or not isinstance(action_spec, BoundedTensorSpec):
+        if not isinstance(action_spec, BoundedTensorSpec):  # a nest is none
             raise TypeError("OffPolicyTrainer: the environment must have a single bounded "
                             f"action space (Box or Discrete), got {action_spec!r}")
         self.replay_buffer = ReplayBuffer(self._buffer_length, device=self.device)
@@ -168,9 +168,9 @@ class OffPolicyTrainer(Trainer):
         return self._limits.steps_per_iteration  # all ranks' env steps
 
     def _extra_state(self) -> Dict[str, Any]:
-        if not self._checkpoint_replay_buffer:
-            return {}
-        return {"replay_buffer": self.replay_buffer.state_dict()}
+        if self._checkpoint_replay_buffer:
+            return {"replay_buffer": self.replay_buffer.state_dict()}
+        return {}
 
     def _load_extra_state(self, state: Dict[str, Any]) -> None:
         if "replay_buffer" not in state:
