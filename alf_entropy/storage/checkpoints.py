@@ -25,7 +25,7 @@ from alf_entropy.utils.seeding import rng_state, set_rng_state
 
 __all__ = ["CheckpointError", "Checkpointer", "REQUIRED_KEYS", "atomic_write_bytes",
            "checkpoints_newest_first", "bytes_to_tensor", "latest_checkpoint", "load_checkpoint",
-           "remove_partial_checkpoints", "tensor_to_bytes"]
+           "tensor_to_bytes"]
 
 REQUIRED_KEYS = ("iteration", "env_steps", "progress", "algorithm", "optimizers", "rng")
 """The keys every checkpoint written by a trainer holds."""
@@ -50,14 +50,6 @@ def atomic_write_bytes(path: str, write: Callable[[Any], None]) -> None:
     finally:
         if os.path.exists(tmp):  # the write failed
             os.remove(tmp)
-
-
-def remove_partial_checkpoints(checkpoint_dir: str) -> List[str]:
-    """Delete (and return) the temp files of killed checkpoint writes (the run's own dir only)."""
-    stale = glob.glob(os.path.join(checkpoint_dir, ".ckpt-*.tmp"))
-    for path in stale:
-        os.remove(path)
-    return stale
 
 
 def checkpoints_newest_first(checkpoint_dir: str) -> List[str]:
@@ -99,9 +91,7 @@ def bytes_to_tensor(data: bytes) -> torch.Tensor:
 
 
 def tensor_to_bytes(tensor: torch.Tensor) -> bytes:
-    """The bytes :func:`bytes_to_tensor` stored; ``TypeError`` if not a ``uint8`` tensor."""
-    if not isinstance(tensor, torch.Tensor) or tensor.dtype != torch.uint8:
-        raise TypeError(f"tensor must be a uint8 tensor, got {tensor!r:.80}")
+    """The bytes :func:`bytes_to_tensor` stored."""
     return tensor.cpu().numpy().tobytes()
 
 
@@ -119,13 +109,6 @@ def _move_aside(path):
     except OSError as e:  # it stays counted, but the run goes on
         return f"{path} (not moved: {e.strerror or e})"
     return target
-
-
-def _any_rank(flag):
-    """Whether ``flag`` is set on any rank (``flag`` itself in one process)."""
-    if not distributed.is_distributed():
-        return flag
-    return bool(distributed.broadcast_object(any(distributed.gather_object(flag) or [])))
 
 
 class Checkpointer:
@@ -223,10 +206,7 @@ class Checkpointer:
             try:
                 state = load_checkpoint(path)
             except CheckpointError as e:
-                error = str(e)
-        error = distributed.broadcast_object(error)
-        if error is not None:
-            raise CheckpointError(error)
+                state = e  # raised on every rank
         state = self._share(path, state)
         stateful = [algorithm, *algorithm.optimizers()]
         saved = [copy.deepcopy(obj.state_dict()) for obj in stateful]
@@ -239,7 +219,8 @@ class Checkpointer:
             load_own(state)  # last: a replay buffer is swapped in only if all else fits
         except Exception as e:  # any failure: a damaged or foreign checkpoint
             error = f"{path} does not match this run: {' '.join(str(e).split())[:300]}"
-        if _any_rank(error is not None):  # a rank's own part (its buffer) may fail alone
+        # A rank's own part (its buffer) may fail alone: every rank rolls back if any failed.
+        if distributed.broadcast_object(any(distributed.gather_object(error) or [])):
             for obj, obj_state in zip(stateful, saved):
                 obj.load_state_dict(obj_state)
             raise CheckpointError(error or f"{path}: another rank could not restore its part")
@@ -251,9 +232,10 @@ class Checkpointer:
     @staticmethod
     def _share(path, state):
         """Rank 0's ``state`` on every rank, each with its own part (none from a
-        checkpoint of another number of ranks: fresh RNGs, episodes restart)."""
+        checkpoint of another number of ranks: fresh RNGs, episodes restart); rank 0's
+        ``CheckpointError`` raised on every rank."""
         per_rank, world = None, distributed.world_size()
-        if state is not None:  # rank 0
+        if isinstance(state, dict):  # rank 0's, read
             per_rank = [{k: state.pop(k, None) for k in _RANK_KEYS}] + state.pop("rank_states", [])
             if state.pop("world_size", 1) != world:
                 logging.warning(
@@ -263,5 +245,7 @@ class Checkpointer:
                 )
                 per_rank = [{"rng": None, "env": {}, "extra": {}}] * world
         state = distributed.broadcast_object(state)
+        if isinstance(state, CheckpointError):
+            raise state
         state.update(distributed.scatter_object(per_rank))
         return state

@@ -10,6 +10,7 @@ differs from the directory's ``operative_config.gin`` beyond
 ``torchrun`` rank 0 alone touches the directory; every rank raises its errors.
 """
 import contextlib
+import glob
 import os
 import shutil
 import socket
@@ -131,7 +132,8 @@ class RunDir:
             try:
                 self._lock = _take_lock(self.path)
                 if check_config:
-                    for stale in ckpt.remove_partial_checkpoints(self.checkpoint_dir):
+                    for stale in glob.glob(os.path.join(self.checkpoint_dir, ".ckpt-*.tmp")):
+                        os.remove(stale)  # a checkpoint write that was killed
                         logging.info("Removed %s, left by a checkpoint write that was killed",
                                      stale)
                     self._check_config()

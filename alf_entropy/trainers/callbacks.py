@@ -75,11 +75,10 @@ def control_line(logs: Logs) -> str:
     for tag, label, fmt in (("eval/return", "eval return", ".2f"), ("alpha", "alpha", ".4g"),
                             ("entropy", "entropy", ".4g"), ("target_entropy", "target", ".4g")):
         values = [v for v in logs.get(tag) or [] if v is not None]
-        if len(values) == 1:
-            parts.append(f"{label} {values[0]:{fmt}}")
-        elif values:
-            stats = (min(values), float(np.mean(values)), max(values))
-            parts.append(f"{label} min/mean/max " + "/".join(f"{v:{fmt}}" for v in stats))
+        if len(values) > 1:
+            label, values = f"{label} min/mean/max", (min(values), np.mean(values), max(values))
+        if values:
+            parts.append(f"{label} " + "/".join(f"{v:{fmt}}" for v in values))
     return " ".join(parts)
 
 

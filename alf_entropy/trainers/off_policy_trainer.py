@@ -100,10 +100,11 @@ class OffPolicyTrainer(Trainer):
         n = check_int("initial_collect_steps", initial_collect_steps, minimum=0)
         if n > limits.total_iterations * num_envs:
             raise ValueError(f"initial_collect_steps ({n}) must be <= the env steps the run "
-                             f"takes (num_iterations={num_iterations}, num_env_steps="
-                             f"{num_env_steps}: {limits.total_iterations} iterations x {num_envs}"
-                             f" envs = {limits.total_iterations * num_envs}): it would end "
-                             "before learning starts")
+                             f"takes ({limits.total_iterations * num_envs}: num_iterations="
+                             f"{num_iterations}, num_env_steps={num_env_steps}, num_envs="
+                             f"{num_envs}): it would end before learning starts; e.g. "
+                             f"--gin_param '{name}.initial_collect_steps = "
+                             f"{limits.total_iterations * num_envs}'")
         self._initial_collect_steps = n
         self._learning_starts = max(1, min(n // distributed.env_world_size(),
                                            self._buffer_length))
@@ -124,16 +125,16 @@ class OffPolicyTrainer(Trainer):
             summary_flush_secs=summary_flush_secs, stop_eval_return=stop_eval_return,
             callbacks=callbacks)
 
-    def _build_algorithm(self, algorithm_ctor: Callable[..., Algorithm], observation_spec: Any,
-                         action_spec: Any) -> Algorithm:
+    def _build_algorithm(self, algorithm_ctor: Callable[..., Algorithm]) -> Algorithm:
         """Check the action spec; make the buffer and the random actions' bounds."""
-        if nest.is_nested(action_spec) or not isinstance(action_spec, BoundedTensorSpec):
+        action_spec = self._action_spec
+        if not isinstance(action_spec, BoundedTensorSpec):  # a nest is none
             raise TypeError("OffPolicyTrainer: the environment must have a single bounded "
                             f"action space (Box or Discrete), got {action_spec!r}")
         self.replay_buffer = ReplayBuffer(self._buffer_length, device=self.device)
         self._random_low = torch.as_tensor(action_spec.minimum, device=self.device)
         self._random_high = torch.as_tensor(action_spec.maximum, device=self.device)
-        return algorithm_ctor(observation_spec, action_spec)
+        return super()._build_algorithm(algorithm_ctor)
 
     def _random_action(self, generator):
         """Uniform random actions ``[B, ...]`` from ``generator`` (None: torch's)."""
@@ -169,9 +170,9 @@ class OffPolicyTrainer(Trainer):
         return self._limits.steps_per_iteration  # all ranks' env steps
 
     def _extra_state(self) -> Dict[str, Any]:
-        if not self._checkpoint_replay_buffer:
-            return {}
-        return {"replay_buffer": self.replay_buffer.state_dict()}
+        if self._checkpoint_replay_buffer:
+            return {"replay_buffer": self.replay_buffer.state_dict()}
+        return {}
 
     def _load_extra_state(self, state: Dict[str, Any]) -> None:
         if "replay_buffer" not in state:

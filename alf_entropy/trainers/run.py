@@ -98,8 +98,7 @@ class Run:
         self._observation_spec, self._action_spec = probe.observation_spec, probe.action_spec
         probe.close()
         self.algorithm = self._build_algorithm(
-            agents.algorithm_ctor(self.agent_batch, algorithm_ctor, self.device),
-            self._observation_spec, self._action_spec)
+            agents.algorithm_ctor(self.agent_batch, algorithm_ctor, self.device))
         self.algorithm.to(self.device)
         self.device = distributed.init_from_env(self.device)
         if distributed.is_distributed():
@@ -117,10 +116,10 @@ class Run:
             self._run_dir.write_operative_config(self.iteration)
             self._agents.write_configs(self.root_dir, type(self).__name__, self.algorithm)
 
-    def _build_algorithm(self, algorithm_ctor: Callable[..., Algorithm], observation_spec: Any,
-                         action_spec: Any) -> Algorithm:
-        """Build the algorithm (K agents: their batch); override to check the specs."""
-        return algorithm_ctor(observation_spec, action_spec)
+    def _build_algorithm(self, algorithm_ctor: Callable[..., Algorithm]) -> Algorithm:
+        """Build the algorithm (K agents: their batch) for the env's specs; override to check
+        them."""
+        return algorithm_ctor(self._observation_spec, self._action_spec)
 
     def _extra_state(self) -> Dict[str, Any]:
         """More checkpoint state of a subclass (tensors and plain values)."""

@@ -66,7 +66,8 @@ def test_halfcheetah_without_mujoco_fails_in_one_line(tmp_path):
         ("sac_pendulum", ["OffPolicyTrainer.replay_buffer_length = 100"],
          "mini_batch_size (256) must be <= replay_buffer_length (100)"),
         ("sac_pendulum", ["OffPolicyTrainer.num_env_steps = 500"],
-         "initial_collect_steps (1000) must be <= the env steps the run takes (num_iterations=None, num_env_steps=500: 500 iterations x 1 envs = 500)"),
+         "initial_collect_steps (1000) must be <= the env steps the run takes "
+         "(500: num_iterations=None, num_env_steps=500"),
         # SAC's continuous target (-1) given the discrete CartPole action
         ("sac_cartpole", ["SacAlgorithm.entropy_target_cls = @SGDEntropyTargetAlgorithm"],
          "below 0 for a discrete action"),

@@ -14,7 +14,7 @@ from alf_entropy.config.loading import parse_gin_config
 from alf_entropy.environments import GymVectorEnv
 from alf_entropy.storage.checkpoints import atomic_write_bytes, latest_checkpoint
 from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer, stack_experiences
-from alf_entropy.trainers.trainer import resolve_device
+from alf_entropy.trainers.ranks import resolve_device
 from alf_entropy.utils import schedulers
 
 pytestmark = pytest.mark.usefixtures("one_thread")
