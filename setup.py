@@ -1,4 +1,5 @@
 """Packaging for alf_entropy: ALF's EntropyTargetAlgorithm for any PyTorch RL code."""
+
 from setuptools import find_packages, setup
 
 setup(
@@ -68,6 +69,6 @@ setup(
             "alf-entropy-train=alf_entropy.bin.train:main",
             "alf-entropy-report=alf_entropy.bin.report:main",
             "alf-entropy-sweep=alf_entropy.bin.sweep:main",
-        ],
+        ]
     },
 )

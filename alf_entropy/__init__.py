@@ -19,6 +19,7 @@ Examples:
     >>> sorted(set(ae.__all__) - set(dir(ae)))
     []
 """
+
 # gin-config 0.5.0 calls ``importlib.util.find_spec`` when an ``include`` names
 # a missing file, but only imports ``importlib``; on Python 3.11 that raises
 # ``AttributeError: module 'importlib' has no attribute 'util'`` instead of a

@@ -47,6 +47,7 @@ path then runs everywhere.  Any other value, or none, leaves them on.
 Seeded runs draw the same actions either way; log-probabilities may differ
 in the last bits.
 """
+
 import itertools
 import operator
 import os
@@ -57,8 +58,15 @@ import torch.nn as nn
 from torch.nn.modules import module as _torch_module
 from torch.optim import optimizer as _torch_optimizer
 
-__all__ = ["ENABLED", "buffers", "categorical_sample_with_log_prob", "forward_only",
-           "fused_adam_step", "relu_mlp", "unwrapped_step"]
+__all__ = [
+    "ENABLED",
+    "buffers",
+    "categorical_sample_with_log_prob",
+    "forward_only",
+    "fused_adam_step",
+    "relu_mlp",
+    "unwrapped_step",
+]
 
 ENABLED: bool = os.environ.get("ALF_ENTROPY_ACCEL", "1").strip() != "0"
 """Whether the fast paths are on (``ALF_ENTROPY_ACCEL=0`` turns them off)."""
@@ -152,19 +160,30 @@ def unwrapped_step(optimizer: torch.optim.Optimizer) -> bool:
         torch did not wrap, or one the instance overrides (an LR scheduler's, which counts it).
     """
     step = type(optimizer).step
-    if (not ENABLED or "step" in optimizer.__dict__ or not getattr(step, "hooked", False)
-            or not hasattr(step, "__wrapped__")
-            or optimizer._optimizer_step_pre_hooks or optimizer._optimizer_step_post_hooks
-            or _torch_optimizer._global_optimizer_pre_hooks
-            or _torch_optimizer._global_optimizer_post_hooks
-            or torch._C._autograd._profiler_enabled()):
+    if (
+        not ENABLED
+        or "step" in optimizer.__dict__
+        or not getattr(step, "hooked", False)
+        or not hasattr(step, "__wrapped__")
+        or optimizer._optimizer_step_pre_hooks
+        or optimizer._optimizer_step_post_hooks
+        or _torch_optimizer._global_optimizer_pre_hooks
+        or _torch_optimizer._global_optimizer_post_hooks
+        or torch._C._autograd._profiler_enabled()
+    ):
         return False
     step.__wrapped__(optimizer)
     return True
 
 
-_ADAM_OPTIONS = ("fused", "amsgrad", "maximize", "capturable", "differentiable",
-                 "decoupled_weight_decay")
+_ADAM_OPTIONS = (
+    "fused",
+    "amsgrad",
+    "maximize",
+    "capturable",
+    "differentiable",
+    "decoupled_weight_decay",
+)
 _PLAIN_ADAM = (True, False, False, False, False, False)
 _PLAIN_ADAMS = (_PLAIN_ADAM, _PLAIN_ADAM[:-1] + (None,))  # torch < 2.6 lacks the last option
 _NONES = itertools.repeat(None)
@@ -185,8 +204,11 @@ def fused_adam_step(optimizer: torch.optim.Adam) -> bool:
         ``_PLAIN_ADAM``, a tensor ``lr`` or betas, a parameter without a gradient or without
         state (its first step), or a group's parameters on several devices or dtypes.
     """
-    if (not ENABLED or getattr(optimizer, "grad_scale", None) is not None
-            or getattr(optimizer, "found_inf", None) is not None):
+    if (
+        not ENABLED
+        or getattr(optimizer, "grad_scale", None) is not None
+        or getattr(optimizer, "found_inf", None) is not None
+    ):
         return False
     plan = optimizer.__dict__.get("_accel_adam")
     if plan is None or not _adam_plan_holds(plan, optimizer):
@@ -197,18 +219,33 @@ def fused_adam_step(optimizer: torch.optim.Adam) -> bool:
     calls = []
     for group, (params, *state) in zip(optimizer.param_groups, plan[2]):
         grads = [p.grad for p in params]
-        if (any(map(operator.is_, grads, _NONES)) or type(group["lr"]) is not float
-                or tuple(map(group.get, _ADAM_OPTIONS)) not in _PLAIN_ADAMS):
+        if (
+            any(map(operator.is_, grads, _NONES))
+            or type(group["lr"]) is not float
+            or tuple(map(group.get, _ADAM_OPTIONS)) not in _PLAIN_ADAMS
+        ):
             return False
         calls.append((group, params, grads, *state))
     with torch.no_grad():
         for group, params, grads, exp_avgs, exp_avg_sqs, steps in calls:
             torch._foreach_add_(steps, 1)
             torch._fused_adam_(
-                params, grads, exp_avgs, exp_avg_sqs, [], steps, amsgrad=False, lr=group["lr"],
-                beta1=group["betas"][0], beta2=group["betas"][1],
-                weight_decay=group["weight_decay"], eps=group["eps"], maximize=False,
-                grad_scale=None, found_inf=None)
+                params,
+                grads,
+                exp_avgs,
+                exp_avg_sqs,
+                [],
+                steps,
+                amsgrad=False,
+                lr=group["lr"],
+                beta1=group["betas"][0],
+                beta2=group["betas"][1],
+                weight_decay=group["weight_decay"],
+                eps=group["eps"],
+                maximize=False,
+                grad_scale=None,
+                found_inf=None,
+            )
     return True
 
 
@@ -217,8 +254,12 @@ def _adam_plan_holds(plan: tuple, optimizer: torch.optim.Adam) -> bool:
     if plan[0] is not optimizer.state or len(plan[1]) != len(groups):
         return False
     for group, (same, params, n, betas) in zip(groups, plan[1]):
-        if group is not same or group["params"] is not params or len(params) != n or (
-                group["betas"] is not betas):
+        if (
+            group is not same
+            or group["params"] is not params
+            or len(params) != n
+            or (group["betas"] is not betas)
+        ):
             return False
     return True
 
@@ -230,8 +271,12 @@ def _adam_plan(optimizer: torch.optim.Adam) -> Optional[tuple]:
     for group in optimizer.param_groups:
         params = list(group["params"])
         states = [optimizer.state.get(p) for p in params]
-        if (not params or not all(states) or len({(p.device, p.dtype) for p in params}) > 1
-                or not all(type(b) is float for b in group["betas"])):
+        if (
+            not params
+            or not all(states)
+            or len({(p.device, p.dtype) for p in params}) > 1
+            or not all(type(b) is float for b in group["betas"])
+        ):
             return None
         lists.append((params, *([s[k] for s in states] for k in ("exp_avg", "exp_avg_sq", "step"))))
     keys = [(g, g["params"], len(g["params"]), g["betas"]) for g in optimizer.param_groups]

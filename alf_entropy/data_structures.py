@@ -6,6 +6,7 @@
 fields default to ``()`` (an empty nest), so a caller only fills what it has,
 exactly as in ALF.
 """
+
 import collections
 from typing import Any, Dict, Optional, Sequence, Union
 
@@ -48,9 +49,7 @@ def namedtuple(
     if isinstance(default_values, dict):
         unknown = set(default_values) - set(fields)
         if unknown:
-            raise ValueError(
-                f"default_values names unknown fields {sorted(unknown)} of {typename}"
-            )
+            raise ValueError(f"default_values names unknown fields {sorted(unknown)} of {typename}")
         defaults.update(default_values)
     elif default_values is not None:
         default_values = list(default_values)
@@ -117,9 +116,7 @@ AlgStep = namedtuple("AlgStep", ["output", "state", "info"], default_value=())
 recurrent state, ``info`` whatever ``calc_loss`` later needs.
 """
 
-LossInfo = namedtuple(
-    "LossInfo", ["loss", "scalar_loss", "extra", "priority"], default_value=()
-)
+LossInfo = namedtuple("LossInfo", ["loss", "scalar_loss", "extra", "priority"], default_value=())
 """Result of ``calc_loss``.
 
 ``loss`` is a per-step loss (shape ``[T, B]`` or ``[B]``) that
@@ -128,9 +125,7 @@ LossInfo = namedtuple(
 """
 
 Experience = namedtuple(
-    "Experience",
-    ["step_type", "time_step", "action", "rollout_info", "state"],
-    default_value=(),
+    "Experience", ["step_type", "time_step", "action", "rollout_info", "state"], default_value=()
 )
 """One step of data kept for training.
 

@@ -6,6 +6,7 @@ choices; a float one is continuous.  ``from_gym_space`` converts gymnasium
 spaces (``Box``, ``Discrete``, ``MultiDiscrete``, ``Dict``, ``Tuple``) and
 TorchRL specs into nests of specs.
 """
+
 import math
 from typing import Any, Optional, Sequence, Tuple, Union
 
@@ -82,8 +83,7 @@ class TensorSpec:
             TensorSpec: the new spec.
         """
         return TensorSpec(
-            self._shape if shape is None else shape,
-            self._dtype if dtype is None else dtype,
+            self._shape if shape is None else shape, self._dtype if dtype is None else dtype
         )
 
     def _key(self) -> tuple:
@@ -129,13 +129,9 @@ class BoundedTensorSpec(TensorSpec):
             lo = np.broadcast_to(np.asarray(minimum, dtype=np_dtype), self._shape)
             hi = np.broadcast_to(np.asarray(maximum, dtype=np_dtype), self._shape)
         except ValueError as e:
-            raise ValueError(
-                f"minimum/maximum must broadcast to shape {self._shape}: {e}"
-            ) from e
+            raise ValueError(f"minimum/maximum must broadcast to shape {self._shape}: {e}") from e
         if np.any(lo > hi):
-            raise ValueError(
-                f"minimum must be <= maximum, got minimum={minimum} maximum={maximum}"
-            )
+            raise ValueError(f"minimum must be <= maximum, got minimum={minimum} maximum={maximum}")
         self._minimum = np.array(minimum, dtype=np_dtype)
         self._maximum = np.array(maximum, dtype=np_dtype)
 
@@ -238,8 +234,9 @@ class BoundedTensorSpec(TensorSpec):
 
     def _key(self) -> tuple:
         """The bounds broadcast to ``shape``: scalar and full bounds compare equal."""
-        return super()._key() + tuple(np.broadcast_to(b, self._shape).tobytes()
-                                      for b in (self._minimum, self._maximum))
+        return super()._key() + tuple(
+            np.broadcast_to(b, self._shape).tobytes() for b in (self._minimum, self._maximum)
+        )
 
     def __repr__(self) -> str:
         return (
@@ -277,7 +274,7 @@ def from_gym_space(space: Any) -> Any:
     except ImportError as e:
         raise ImportError(
             f"from_gym_space/from_space needs gymnasium to read {type(space).__name__}: "
-            "pip install gymnasium (any version from 0.29), or pip install -e \".[train]\" "
+            'pip install gymnasium (any version from 0.29), or pip install -e ".[train]" '
             "(in a checkout of alf_entropy); "
             "without gymnasium, build the spec yourself, "
             "e.g. BoundedTensorSpec((), torch.int64, 0, n - 1)"
@@ -328,5 +325,6 @@ def _from_torchrl_spec(spec: Any) -> Any:
     dtype = torch.float32 if spec.dtype.is_floating_point else spec.dtype
     if isinstance(spec, Unbounded):
         return TensorSpec(shape, dtype)
-    return BoundedTensorSpec(shape, dtype, spec.space.low.cpu().numpy(),
-                             spec.space.high.cpu().numpy())
+    return BoundedTensorSpec(
+        shape, dtype, spec.space.low.cpu().numpy(), spec.space.high.cpu().numpy()
+    )

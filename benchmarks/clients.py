@@ -36,6 +36,7 @@ Each run is single-threaded (``torch.set_num_threads(1)``); ``--jobs N`` runs N 
 a time.  A 10k-step run takes 5-6 min on a busy core (~35 ms an update in either
 client): the default 18 runs take ~1 h with ``--jobs 2`` on 2 free cores.
 """
+
 import argparse
 import multiprocessing
 import sys
@@ -65,13 +66,22 @@ BATCH = 256
 RULES: Dict[str, Callable[[object], Optional[EntropyController]]] = {
     "own": lambda space: None,
     "pid": lambda space: PIDEntropyTargetAlgorithm.from_space(
-        space, target_entropy=TARGET, initial_alpha=INITIAL_ALPHA),
+        space, target_entropy=TARGET, initial_alpha=INITIAL_ALPHA
+    ),
     "staged": lambda space: EntropyTargetAlgorithm.from_space(
-        space, target_entropy=TARGET, initial_alpha=INITIAL_ALPHA, skip_free_stage=True,
-        slow_update_rate=4 * TEMPERATURE_LR, fast_update_rate=4 * TEMPERATURE_LR),
+        space,
+        target_entropy=TARGET,
+        initial_alpha=INITIAL_ALPHA,
+        skip_free_stage=True,
+        slow_update_rate=4 * TEMPERATURE_LR,
+        fast_update_rate=4 * TEMPERATURE_LR,
+    ),
 }
-RULE_NAMES = {"own": "the client's own (Adam 3e-4 on log alpha)", "pid": "PID (defaults)",
-              "staged": "staged, skip_free_stage, rates 1.2e-3"}
+RULE_NAMES = {
+    "own": "the client's own (Adam 3e-4 on log alpha)",
+    "pid": "PID (defaults)",
+    "staged": "staged, skip_free_stage, rates 1.2e-3",
+}
 
 
 def torchrl_sac(rule: str, seed: int, steps: int, random_steps: int) -> Dict[str, List[float]]:
@@ -92,27 +102,35 @@ def torchrl_sac(rule: str, seed: int, steps: int, random_steps: int) -> Dict[str
     env.set_seed(seed)
     spec = env.action_spec_unbatched
     actor = ProbabilisticActor(
-        TensorDictModule(nn.Sequential(MLP(num_cells=HIDDEN, out_features=2),
-                                       NormalParamExtractor()),
-                         in_keys=["observation"], out_keys=["loc", "scale"]),
-        in_keys=["loc", "scale"], spec=spec, distribution_class=TanhNormal,
-        distribution_kwargs={"low": spec.space.low, "high": spec.space.high})
-    qvalue = ValueOperator(MLP(num_cells=HIDDEN, out_features=1),
-                           in_keys=["observation", "action"])
+        TensorDictModule(
+            nn.Sequential(MLP(num_cells=HIDDEN, out_features=2), NormalParamExtractor()),
+            in_keys=["observation"],
+            out_keys=["loc", "scale"],
+        ),
+        in_keys=["loc", "scale"],
+        spec=spec,
+        distribution_class=TanhNormal,
+        distribution_kwargs={"low": spec.space.low, "high": spec.space.high},
+    )
+    qvalue = ValueOperator(MLP(num_cells=HIDDEN, out_features=1), in_keys=["observation", "action"])
     with torch.no_grad():
         qvalue(actor(env.reset()))
-    loss = SACLoss(actor, qvalue, alpha_init=INITIAL_ALPHA, target_entropy=TARGET,
-                   loss_function="l2")
+    loss = SACLoss(
+        actor, qvalue, alpha_init=INITIAL_ALPHA, target_entropy=TARGET, loss_function="l2"
+    )
     loss.make_value_estimator(gamma=0.99)
     controller = RULES[rule](spec)
     alpha_step = None if controller is None else control_alpha(loss, controller)
     updater = SoftUpdate(loss, eps=0.995)
-    optimizers = [torch.optim.Adam(list(p.flatten_keys().values()), lr=3e-4)
-                  for p in (loss.actor_network_params, loss.qvalue_network_params)]
+    optimizers = [
+        torch.optim.Adam(list(p.flatten_keys().values()), lr=3e-4)
+        for p in (loss.actor_network_params, loss.qvalue_network_params)
+    ]
     optimizers.append(torch.optim.Adam([loss.log_alpha], lr=TEMPERATURE_LR))
     buffer = ReplayBuffer(storage=LazyTensorStorage(steps), batch_size=BATCH)
-    collector = Collector(env, actor, frames_per_batch=100, total_frames=steps,
-                          init_random_frames=random_steps)
+    collector = Collector(
+        env, actor, frames_per_batch=100, total_frames=steps, init_random_frames=random_steps
+    )
     out = {"entropy": [], "alpha": [], "returns": []}
     for data in collector:
         buffer.extend(data.reshape(-1))
@@ -155,13 +173,18 @@ def tianshou_sac(rule: str, seed: int, steps: int, random_steps: int) -> Dict[st
     envs = DummyVectorEnv([lambda: gym.make("Pendulum-v1")])
     envs.seed(seed)
     obs, act = env.observation_space.shape, env.action_space.shape
-    critics = [ContinuousCritic(preprocess_net=Net(state_shape=obs, action_shape=act,
-                                                   hidden_sizes=HIDDEN, concat=True))
-               for _ in range(2)]
+    critics = [
+        ContinuousCritic(
+            preprocess_net=Net(state_shape=obs, action_shape=act, hidden_sizes=HIDDEN, concat=True)
+        )
+        for _ in range(2)
+    ]
     controller = RULES[rule](squashed_space(env.action_space))
-    alpha = AutoAlpha(TARGET, float(np.log(INITIAL_ALPHA)),
-                      AdamOptimizerFactory(lr=TEMPERATURE_LR)) if controller is None \
+    alpha = (
+        AutoAlpha(TARGET, float(np.log(INITIAL_ALPHA)), AdamOptimizerFactory(lr=TEMPERATURE_LR))
+        if controller is None
         else ControllerAlpha(controller)
+    )
     out = {"entropy": [], "alpha": [], "returns": []}
     update = alpha.update
 
@@ -173,13 +196,24 @@ def tianshou_sac(rule: str, seed: int, steps: int, random_steps: int) -> Dict[st
 
     alpha.update = recorded
     algorithm = SAC(
-        policy=SACPolicy(actor=ContinuousActorProbabilistic(
-            preprocess_net=Net(state_shape=obs, hidden_sizes=HIDDEN), action_shape=act,
-            unbounded=True), action_space=env.action_space),
-        policy_optim=AdamOptimizerFactory(lr=1e-3), critic=critics[0],
-        critic_optim=AdamOptimizerFactory(lr=1e-3), critic2=critics[1],
-        critic2_optim=AdamOptimizerFactory(lr=1e-3), tau=0.005, gamma=0.99, alpha=alpha,
-        n_step_return_horizon=3)
+        policy=SACPolicy(
+            actor=ContinuousActorProbabilistic(
+                preprocess_net=Net(state_shape=obs, hidden_sizes=HIDDEN),
+                action_shape=act,
+                unbounded=True,
+            ),
+            action_space=env.action_space,
+        ),
+        policy_optim=AdamOptimizerFactory(lr=1e-3),
+        critic=critics[0],
+        critic_optim=AdamOptimizerFactory(lr=1e-3),
+        critic2=critics[1],
+        critic2_optim=AdamOptimizerFactory(lr=1e-3),
+        tau=0.005,
+        gamma=0.99,
+        alpha=alpha,
+        n_step_return_horizon=3,
+    )
     buffer = VectorReplayBuffer(steps, 1)
     collector = Collector[CollectStats](algorithm, envs, buffer)
     with policy_within_training_step(algorithm.policy):
@@ -219,8 +253,11 @@ def run_one(client: str, rule: str, seed: int, steps: int, random_steps: int) ->
     started = time.time()
     result = metrics(CLIENTS[client](rule, seed, steps, random_steps))
     result["seconds"] = time.time() - started
-    print(f"{client} | {rule} | seed {seed}: { {k: round(v, 4) for k, v in result.items()} }",
-          file=sys.stderr, flush=True)
+    print(
+        f"{client} | {rule} | seed {seed}: { {k: round(v, 4) for k, v in result.items()} }",
+        file=sys.stderr,
+        flush=True,
+    )
     return result
 
 
@@ -247,8 +284,12 @@ def main(argv=None) -> Dict:
     if not 0 < args.random_steps < args.steps:
         parser.error("need 0 < --random_steps < --steps")
     started = time.time()
-    runs = [(c, r, s, args.steps, args.random_steps)
-            for c in args.clients for r in args.rules for s in args.seeds]
+    runs = [
+        (c, r, s, args.steps, args.random_steps)
+        for c in args.clients
+        for r in args.rules
+        for s in args.seeds
+    ]
     if args.jobs > 1:
         with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
             results = pool.starmap(run_one, runs)
@@ -257,22 +298,30 @@ def main(argv=None) -> Dict:
     tables: Dict = {}
     for (client, rule, *_), result in zip(runs, results):
         tables.setdefault(client, {}).setdefault(rule, []).append(result)
-    print(f"SAC on Pendulum-v1 in each client, {args.steps} env steps "
-          f"({args.random_steps} random), target {TARGET:g}, alpha from {INITIAL_ALPHA:g}, "
-          f"seeds {args.seeds}; "
-          f"{stamp(['torchrl', 'tensordict', 'tianshou', 'gymnasium'])}")
+    print(
+        f"SAC on Pendulum-v1 in each client, {args.steps} env steps "
+        f"({args.random_steps} random), target {TARGET:g}, alpha from {INITIAL_ALPHA:g}, "
+        f"seeds {args.seeds}; "
+        f"{stamp(['torchrl', 'tensordict', 'tianshou', 'gymnasium'])}"
+    )
     for client, rows in tables.items():
         print(f"\n{client}\n")
-        print("| rule | steps to ±10 % band | RMSE (2nd half) | median abs(Δ log α) (2nd half) "
-              "| alpha 1 -> end | return, last 10 episodes |")
+        print(
+            "| rule | steps to ±10 % band | RMSE (2nd half) | median abs(Δ log α) (2nd half) "
+            "| alpha 1 -> end | return, last 10 episodes |"
+        )
         print("| --- | --- | --- | --- | --- | --- |")
         for rule, seeds in rows.items():
             column = {k: [r[k] for r in seeds] for k in seeds[0]}
-            print(f"| {RULE_NAMES[rule]} | {_cell(column['to_band'], '.0f')} "
-                  f"| {_cell(column['rmse'], '.3f')} | {_cell(column['d_log_alpha'], '.2g')} "
-                  f"| {_cell(column['alpha_end'], '.3g')} | {_cell(column['return'], '.0f')} |")
-    print(f"\nThe benchmark took {time.time() - started:.0f} s "
-          f"({np.mean([r['seconds'] for r in results]):.0f} s a run).")
+            print(
+                f"| {RULE_NAMES[rule]} | {_cell(column['to_band'], '.0f')} "
+                f"| {_cell(column['rmse'], '.3f')} | {_cell(column['d_log_alpha'], '.2g')} "
+                f"| {_cell(column['alpha_end'], '.3g')} | {_cell(column['return'], '.0f')} |"
+            )
+    print(
+        f"\nThe benchmark took {time.time() - started:.0f} s "
+        f"({np.mean([r['seconds'] for r in results]):.0f} s a run)."
+    )
     return tables
 
 

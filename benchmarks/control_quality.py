@@ -43,6 +43,7 @@ settling time after the step, largest alpha change within one iteration
 Means over seeds are printed as a Markdown table; the figure of (a) (seed 0)
 is written to ``<out_dir>/control_quality.png``.
 """
+
 import argparse
 import functools
 import inspect
@@ -183,22 +184,30 @@ def benchmark_synthetic(seeds, out_dir, only=None):
             mean["settled"] = f"{len(settled)}/{len(ms)}"
             rows.append((task, name, mean))
             print(f"  {task:14s} {name:30s} rmse {mean['rmse']:.3f}", file=sys.stderr)
-    print(f"\n(a) synthetic collapsing policy, mean over seeds {list(seeds)} "
-          "(95% bootstrap interval in brackets); alpha change: the worst seed\n")
-    print(f"| task | controller | tracking RMSE | RMSE after update {LATE} | frac >5% below | "
-          "settle (updates) | largest alpha change / update | final alpha |")
+    print(
+        f"\n(a) synthetic collapsing policy, mean over seeds {list(seeds)} "
+        "(95% bootstrap interval in brackets); alpha change: the worst seed\n"
+    )
+    print(
+        f"| task | controller | tracking RMSE | RMSE after update {LATE} | frac >5% below | "
+        "settle (updates) | largest alpha change / update | final alpha |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for task, name, m in rows:
-        settle = "–" if not task.startswith("step") else (
-            f"{_fmt(m['settle'], 4)} ({m['settled']} settled)"
+        settle = (
+            "–"
+            if not task.startswith("step")
+            else (f"{_fmt(m['settle'], 4)} ({m['settled']} settled)")
         )
         below = f"{m['below']:.2f}"
         if task.startswith("step"):
             below += f" (2nd half {m['below_2nd_half']:.2f})"
         lo, hi = m["rmse_ci"]
-        print(f"| {task} | {name} | {m['rmse']:.3f} [{lo:.3f}, {hi:.3f}] | {m['rmse_late']:.4f} | "
-              f"{below} | {settle} | "
-              f"×{m['alpha_x']:.2f} | {_fmt(m['final_alpha'])} |")
+        print(
+            f"| {task} | {name} | {m['rmse']:.3f} [{lo:.3f}, {hi:.3f}] | {m['rmse_late']:.4f} | "
+            f"{below} | {settle} | "
+            f"×{m['alpha_x']:.2f} | {_fmt(m['final_alpha'])} |"
+        )
     _plot_synthetic(curves, targets, ctrls, os.path.join(out_dir, "control_quality.png"))
 
 
@@ -250,7 +259,7 @@ PPO_SGD = [
 def _group_table(markdown_path):
     """The across-seed table alf-entropy-report wrote (mean [95% bootstrap interval])."""
     text = open(markdown_path, encoding="utf-8").read()
-    return text[text.index("Across seeds"):] if "Across seeds" in text else ""
+    return text[text.index("Across seeds") :] if "Across seeds" in text else ""
 
 
 def _last_evals(run_dir, k=3):
@@ -267,8 +276,13 @@ def _run_sweeps(sweeps, out_dir, jobs):
     dirs = []
     for name, spec in sweeps.items():
         start = time.time()
-        result = run_sweep(spec, os.path.join(out_dir, name), jobs=jobs, report=False,
-                           log=lambda s: print(s, file=sys.stderr))
+        result = run_sweep(
+            spec,
+            os.path.join(out_dir, name),
+            jobs=jobs,
+            report=False,
+            log=lambda s: print(s, file=sys.stderr),
+        )
         print(f"  {name}: {time.time() - start:.0f}s, failed {result['failed']}", file=sys.stderr)
         dirs += [r.root_dir for r in result["runs"]]
     return dirs
@@ -283,30 +297,44 @@ def benchmark_ppo(seeds, out_dir, jobs, only=None):
         "pid": dict(base, gin_file=["ppo_cartpole_pid.gin"], gin_param=PPO_COMMON),
         "staged": dict(base, gin_param=PPO_COMMON),
         # ALF's defaults: init and free stages, no cap on alpha's moves.
-        "staged_alf": dict(base, gin_param=PPO_COMMON + [
-            "EntropyTargetAlgorithm.skip_free_stage = False",
-            "EntropyTargetAlgorithm.max_alpha_change_per_iteration = None",
-        ]),
-        "sac_rule": dict(base, gin_param=PPO_COMMON + sgd,
-                         parameters={"SGDEntropyTargetAlgorithm.lr": [3e-4, 3e-3, 3e-2]}),
+        "staged_alf": dict(
+            base,
+            gin_param=PPO_COMMON
+            + [
+                "EntropyTargetAlgorithm.skip_free_stage = False",
+                "EntropyTargetAlgorithm.max_alpha_change_per_iteration = None",
+            ],
+        ),
+        "sac_rule": dict(
+            base,
+            gin_param=PPO_COMMON + sgd,
+            parameters={"SGDEntropyTargetAlgorithm.lr": [3e-4, 3e-3, 3e-2]},
+        ),
         # Adam with lr 0 never moves log_alpha: a fixed alpha (0.1) whose
         # summaries still carry the target.
-        "fixed": dict(base, gin_param=PPO_COMMON + sgd,
-                      parameters={"SGDEntropyTargetAlgorithm.lr": [0.0]}),
+        "fixed": dict(
+            base, gin_param=PPO_COMMON + sgd, parameters={"SGDEntropyTargetAlgorithm.lr": [0.0]}
+        ),
     }
     if only:
         sweeps = {k: v for k, v in sweeps.items() if k in only}
     dirs = _run_sweeps(sweeps, os.path.join(out_dir, "ppo"), jobs)
     rep = write_report(dirs, os.path.join(out_dir, "ppo", "report"))
-    print(f"\n(b) PPO CartPole, scheduled target 0.68 -> 0.58 over 100k env steps, "
-          f"seeds {list(seeds)}\n")
-    print("| run | tracking RMSE | frac >5% below | largest alpha change in one iteration | "
-          "final eval return |")
+    print(
+        f"\n(b) PPO CartPole, scheduled target 0.68 -> 0.58 over 100k env steps, "
+        f"seeds {list(seeds)}\n"
+    )
+    print(
+        "| run | tracking RMSE | frac >5% below | largest alpha change in one iteration | "
+        "final eval return |"
+    )
     print("| --- | --- | --- | --- | --- |")
     for row in rep["rows"]:
-        print(f"| {row['run']} | {row['tracking_rmse']:.3f} | {row['frac_5pct_below']:.2f} | "
-              f"×{row['max_alpha_change_x']:.3g} ({row['max_alpha_change']}) | "
-              f"{row['final_eval_return']:.1f} |")
+        print(
+            f"| {row['run']} | {row['tracking_rmse']:.3f} | {row['frac_5pct_below']:.2f} | "
+            f"×{row['max_alpha_change_x']:.3g} ({row['max_alpha_change']}) | "
+            f"{row['final_eval_return']:.1f} |"
+        )
     print("\n" + _group_table(rep["markdown"]))
 
 
@@ -315,29 +343,33 @@ def benchmark_main_job(seeds, out_dir, jobs):
     from alf_entropy.experiments.report import write_report
 
     quiet = ["OnPolicyTrainer.progress_bar = False"]
-    sweeps = {name: {"gin_file": [gin], "seeds": list(seeds), "gin_param": quiet}
-              for name, gin in (("main_staged", "ppo_cartpole.gin"),
-                                ("main_pid", "ppo_cartpole_pid.gin"))}
+    sweeps = {
+        name: {"gin_file": [gin], "seeds": list(seeds), "gin_param": quiet}
+        for name, gin in (("main_staged", "ppo_cartpole.gin"), ("main_pid", "ppo_cartpole_pid.gin"))
+    }
     dirs = _run_sweeps(sweeps, os.path.join(out_dir, "main"), jobs)
     rep = write_report(dirs, os.path.join(out_dir, "main", "report"))
-    print(f"\n(e) the main job as shipped (200k env steps, target 0.68 -> 0.52), "
-          f"seeds {list(seeds)}\n")
-    print("| run | mean of the last 3 evals | tracking RMSE | frac >5% below | "
-          "largest alpha change in one iteration |")
+    print(
+        f"\n(e) the main job as shipped (200k env steps, target 0.68 -> 0.52), "
+        f"seeds {list(seeds)}\n"
+    )
+    print(
+        "| run | mean of the last 3 evals | tracking RMSE | frac >5% below | "
+        "largest alpha change in one iteration |"
+    )
     print("| --- | --- | --- | --- | --- |")
     common = os.path.commonpath([os.path.abspath(d) for d in dirs])
     for row in rep["rows"]:
         last = _last_evals(os.path.join(common, row["run"]))
-        print(f"| {row['run']} | {last:.1f} | {row['tracking_rmse']:.3f} | "
-              f"{row['frac_5pct_below']:.2f} | "
-              f"×{row['max_alpha_change_x']:.3g} |")
+        print(
+            f"| {row['run']} | {last:.1f} | {row['tracking_rmse']:.3f} | "
+            f"{row['frac_5pct_below']:.2f} | "
+            f"×{row['max_alpha_change_x']:.3g} |"
+        )
     print("\n" + _group_table(rep["markdown"]))
 
 
-SAC_COMMON = [
-    "OffPolicyTrainer.summary_interval = 1",
-    "OffPolicyTrainer.progress_bar = False",
-]
+SAC_COMMON = ["OffPolicyTrainer.summary_interval = 1", "OffPolicyTrainer.progress_bar = False"]
 
 
 def benchmark_sac(seeds, out_dir, jobs, steps=10000, only=None):
@@ -349,31 +381,47 @@ def benchmark_sac(seeds, out_dir, jobs, steps=10000, only=None):
     sweeps = {
         "pid": dict(base, gin_file=["sac_pendulum_pid.gin"], gin_param=common),
         "staged": dict(base, gin_file=["sac_pendulum_staged.gin"], gin_param=common),
-        "sac_rule": dict(base, gin_file=["sac_pendulum.gin"], gin_param=common,
-                         parameters={"SGDEntropyTargetAlgorithm.lr": [3e-4, 3e-3, 3e-2]}),
+        "sac_rule": dict(
+            base,
+            gin_file=["sac_pendulum.gin"],
+            gin_param=common,
+            parameters={"SGDEntropyTargetAlgorithm.lr": [3e-4, 3e-3, 3e-2]},
+        ),
         # Adam with lr 0 never moves log_alpha: a fixed alpha whose summaries
         # still carry the target.
-        "fixed": dict(base, gin_file=["sac_pendulum.gin"], gin_param=common + [
-            "SGDEntropyTargetAlgorithm.initial_alpha = 0.05",
-            "SGDEntropyTargetAlgorithm.lr = 0.0",
-        ]),
+        "fixed": dict(
+            base,
+            gin_file=["sac_pendulum.gin"],
+            gin_param=common
+            + [
+                "SGDEntropyTargetAlgorithm.initial_alpha = 0.05",
+                "SGDEntropyTargetAlgorithm.lr = 0.0",
+            ],
+        ),
     }
     if only:
         sweeps = {k: v for k, v in sweeps.items() if k in only}
     dirs = []
     for name, spec in sweeps.items():
         start = time.time()
-        result = run_sweep(spec, os.path.join(out_dir, "sac", name), jobs=jobs, report=False,
-                           log=lambda s: print(s, file=sys.stderr))
+        result = run_sweep(
+            spec,
+            os.path.join(out_dir, "sac", name),
+            jobs=jobs,
+            report=False,
+            log=lambda s: print(s, file=sys.stderr),
+        )
         print(f"  {name}: {time.time() - start:.0f}s, failed {result['failed']}", file=sys.stderr)
         dirs += [r.root_dir for r in result["runs"]]
     from alf_entropy.experiments.report import load_run
 
     rep = write_report(dirs, os.path.join(out_dir, "sac", "report"), dpi=60)
     print(f"\n(c) SAC Pendulum, target entropy -1, {steps} env steps, seeds {list(seeds)}\n")
-    print("| controller | reaches target (env step) | tracking RMSE | frac >5% below | "
-          "mean entropy, last 1k steps | largest alpha change in one iteration | final alpha | "
-          "final eval return |")
+    print(
+        "| controller | reaches target (env step) | tracking RMSE | frac >5% below | "
+        "mean entropy, last 1k steps | largest alpha change in one iteration | final alpha | "
+        "final eval return |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     common = os.path.commonpath([os.path.abspath(d) for d in dirs])
     for row in rep["rows"]:
@@ -381,13 +429,15 @@ def benchmark_sac(seeds, out_dir, jobs, steps=10000, only=None):
         ent_steps, ent = run.get("entropy")
         alpha = run.get("alpha")[1]
         last = ent[ent_steps > ent_steps[-1] - 1000] if ent.size else ent
-        print(f"| {row['run']} | {_fmt(row['tracking_from_env_step'], 5)} | "
-              f"{_fmt(row['tracking_rmse'], nan='–')} | "
-              f"{_fmt(row['frac_5pct_below'], 2, '–')} | "
-              f"{_fmt(float(np.mean(last)) if last.size else math.nan, nan='–')} | "
-              f"×{row['max_alpha_change_x']:.4f} ({row['max_alpha_change']}) | "
-              f"{_fmt(float(alpha[-1]) if alpha.size else math.nan)} | "
-              f"{row['final_eval_return']:.1f} |")
+        print(
+            f"| {row['run']} | {_fmt(row['tracking_from_env_step'], 5)} | "
+            f"{_fmt(row['tracking_rmse'], nan='–')} | "
+            f"{_fmt(row['frac_5pct_below'], 2, '–')} | "
+            f"{_fmt(float(np.mean(last)) if last.size else math.nan, nan='–')} | "
+            f"×{row['max_alpha_change_x']:.4f} ({row['max_alpha_change']}) | "
+            f"{_fmt(float(alpha[-1]) if alpha.size else math.nan)} | "
+            f"{row['final_eval_return']:.1f} |"
+        )
     fig = os.path.join(out_dir, "control_quality_sac.png")
     shutil.copy(os.path.join(rep["out_dir"], "overview.png"), fig)
     print(f"\nreport: {rep['out_dir']}; figure: {fig}")
@@ -398,29 +448,51 @@ def benchmark_discrete_sac(seeds, out_dir, jobs, steps=18000, only=None):
     from alf_entropy.experiments.report import load_run, write_report
 
     target = 0.98 * math.log(2)
-    common = SAC_COMMON + [f"OffPolicyTrainer.num_env_steps = {steps}",
-                           "OffPolicyTrainer.summary_interval = 100"]
-    base = {"seeds": list(seeds), "seed_binding": "OffPolicyTrainer.seed",
-            "gin_file": ["sac_cartpole.gin"]}
+    common = SAC_COMMON + [
+        f"OffPolicyTrainer.num_env_steps = {steps}",
+        "OffPolicyTrainer.summary_interval = 100",
+    ]
+    base = {
+        "seeds": list(seeds),
+        "seed_binding": "OffPolicyTrainer.seed",
+        "gin_file": ["sac_cartpole.gin"],
+    }
     sweeps = {
-        "pid": dict(base, gin_param=common + [
-            "SacAlgorithm.entropy_target_cls = @PIDEntropyTargetAlgorithm",
-            f"PIDEntropyTargetAlgorithm.target_entropy = {target}",
-            "PIDEntropyTargetAlgorithm.initial_alpha = 0.1"]),
-        "sac_rule": dict(base, gin_param=common + [
-            "SacAlgorithm.entropy_target_cls = @SGDEntropyTargetAlgorithm",
-            f"SGDEntropyTargetAlgorithm.target_entropy = {target}",
-            "SGDEntropyTargetAlgorithm.initial_alpha = 0.1"]),
-        "staged": dict(base, gin_param=common + [
-            f"EntropyTargetAlgorithm.target_entropy = {target}",
-            "EntropyTargetAlgorithm.initial_alpha = 0.1"]),
+        "pid": dict(
+            base,
+            gin_param=common
+            + [
+                "SacAlgorithm.entropy_target_cls = @PIDEntropyTargetAlgorithm",
+                f"PIDEntropyTargetAlgorithm.target_entropy = {target}",
+                "PIDEntropyTargetAlgorithm.initial_alpha = 0.1",
+            ],
+        ),
+        "sac_rule": dict(
+            base,
+            gin_param=common
+            + [
+                "SacAlgorithm.entropy_target_cls = @SGDEntropyTargetAlgorithm",
+                f"SGDEntropyTargetAlgorithm.target_entropy = {target}",
+                "SGDEntropyTargetAlgorithm.initial_alpha = 0.1",
+            ],
+        ),
+        "staged": dict(
+            base,
+            gin_param=common
+            + [
+                f"EntropyTargetAlgorithm.target_entropy = {target}",
+                "EntropyTargetAlgorithm.initial_alpha = 0.1",
+            ],
+        ),
     }
     if only:
         sweeps = {k: v for k, v in sweeps.items() if k in only}
     dirs = _run_sweeps(sweeps, os.path.join(out_dir, "dsac"), jobs)
     rep = write_report(dirs, os.path.join(out_dir, "dsac", "report"), dpi=60)
-    print(f"\n(d) discrete SAC CartPole, target 0.98 log 2 = {target:.4f}, no max_alpha, "
-          f"{steps} env steps, seeds {list(seeds)}\n")
+    print(
+        f"\n(d) discrete SAC CartPole, target 0.98 log 2 = {target:.4f}, no max_alpha, "
+        f"{steps} env steps, seeds {list(seeds)}\n"
+    )
     print("| run | largest alpha | final alpha | unreachable-target flag | final eval return |")
     print("| --- | --- | --- | --- | --- |")
     common_dir = os.path.commonpath([os.path.abspath(d) for d in dirs])
@@ -429,8 +501,10 @@ def benchmark_discrete_sac(seeds, out_dir, jobs, steps=18000, only=None):
         alpha = run.get("alpha")[1]
         flags = [v for tag, (_, v) in run.scalars.items() if tag.endswith("unreachable_target")]
         flagged = "yes" if flags and max(float(f.max()) for f in flags) > 0 else "no"
-        print(f"| {row['run']} | {float(alpha.max()):.3g} | {float(alpha[-1]):.3g} | {flagged} | "
-              f"{row['final_eval_return']:.1f} |")
+        print(
+            f"| {row['run']} | {float(alpha.max()):.3g} | {float(alpha[-1]):.3g} | {flagged} | "
+            f"{row['final_eval_return']:.1f} |"
+        )
 
 
 def benchmark_annealing(seeds, out_dir, jobs, steps=100000):
@@ -438,18 +512,28 @@ def benchmark_annealing(seeds, out_dir, jobs, steps=100000):
     from alf_entropy.experiments.report import load_run
 
     target = 0.98 * math.log(2)
-    sweeps = {"pid_annealed": {
-        "seeds": list(seeds), "seed_binding": "OffPolicyTrainer.seed",
-        "gin_file": ["sac_cartpole.gin"],
-        "gin_param": SAC_COMMON + [
-            f"OffPolicyTrainer.num_env_steps = {steps}", "OffPolicyTrainer.summary_interval = 1000",
-            "SacAlgorithm.entropy_target_cls = @PIDEntropyTargetAlgorithm",
-            "PIDEntropyTargetAlgorithm.target_entropy = @SettledAnnealing()",
-            f"SettledAnnealing.initial = {target}", "SettledAnnealing.final = 0.2",
-            "PIDEntropyTargetAlgorithm.initial_alpha = 0.1"]}}
+    sweeps = {
+        "pid_annealed": {
+            "seeds": list(seeds),
+            "seed_binding": "OffPolicyTrainer.seed",
+            "gin_file": ["sac_cartpole.gin"],
+            "gin_param": SAC_COMMON
+            + [
+                f"OffPolicyTrainer.num_env_steps = {steps}",
+                "OffPolicyTrainer.summary_interval = 1000",
+                "SacAlgorithm.entropy_target_cls = @PIDEntropyTargetAlgorithm",
+                "PIDEntropyTargetAlgorithm.target_entropy = @SettledAnnealing()",
+                f"SettledAnnealing.initial = {target}",
+                "SettledAnnealing.final = 0.2",
+                "PIDEntropyTargetAlgorithm.initial_alpha = 0.1",
+            ],
+        }
+    }
     dirs = _run_sweeps(sweeps, os.path.join(out_dir, "anneal"), jobs)
-    print(f"\n(d') discrete SAC CartPole, SettledAnnealing from {target:.4f} (final 0.2), "
-          f"up to {steps} env steps (stops at eval 475), seeds {list(seeds)}\n")
+    print(
+        f"\n(d') discrete SAC CartPole, SettledAnnealing from {target:.4f} (final 0.2), "
+        f"up to {steps} env steps (stops at eval 475), seeds {list(seeds)}\n"
+    )
     print("| run | env steps to eval >= 475 | last target | largest alpha |")
     print("| --- | --- | --- | --- |")
     for d in dirs:
@@ -457,8 +541,10 @@ def benchmark_annealing(seeds, out_dir, jobs, steps=100000):
         steps_, evals = run.get("eval/return_vs_env_steps")
         solved = [s for s, v in zip(steps_, evals) if v >= 475]
         target_now = run.get("target_entropy")[1]
-        print(f"| {os.path.basename(d)} | {int(solved[0]) if solved else 'not solved'} | "
-              f"{float(target_now[-1]):.3f} | {float(run.get('alpha')[1].max()):.3g} |")
+        print(
+            f"| {os.path.basename(d)} | {int(solved[0]) if solved else 'not solved'} | "
+            f"{float(target_now[-1]):.3f} | {float(run.get('alpha')[1].max()):.3g} |"
+        )
 
 
 NOISY_TARGET, NOISY_ALPHA, NOISY_SLOPE = -1.0, 0.2, 0.5
@@ -482,14 +568,17 @@ def run_noisy_plant(make_ctrl, sigma, lag, alpha0, seed, updates=3000):
 def noisy_metrics(entropy, alpha, alpha0):
     """The goals of the SAC-cadence issue: 2nd-half median |d log alpha|, share within x1.5 of
     the equilibrium, entropy RMSE; first update in the 10 % band; overshoot on the way in."""
-    late = np.log(alpha[alpha.size // 2:])
+    late = np.log(alpha[alpha.size // 2 :])
     band = np.abs(entropy - NOISY_TARGET) <= 0.1 * abs(NOISY_TARGET)
-    return {"dlog": float(np.median(np.abs(np.diff(late)))),
-            "within": float(np.mean(np.abs(late - math.log(NOISY_ALPHA)) <= math.log(1.5))),
-            "rmse": float(np.sqrt(np.mean((entropy[entropy.size // 2:] - NOISY_TARGET) ** 2))),
-            "band": int(np.argmax(band)) if band.any() else math.nan,
-            "over": float(alpha.max() / NOISY_ALPHA if alpha0 < NOISY_ALPHA
-                          else NOISY_ALPHA / alpha.min())}
+    return {
+        "dlog": float(np.median(np.abs(np.diff(late)))),
+        "within": float(np.mean(np.abs(late - math.log(NOISY_ALPHA)) <= math.log(1.5))),
+        "rmse": float(np.sqrt(np.mean((entropy[entropy.size // 2 :] - NOISY_TARGET) ** 2))),
+        "band": int(np.argmax(band)) if band.any() else math.nan,
+        "over": float(
+            alpha.max() / NOISY_ALPHA if alpha0 < NOISY_ALPHA else NOISY_ALPHA / alpha.min()
+        ),
+    }
 
 
 def benchmark_noisy(seeds):
@@ -497,30 +586,45 @@ def benchmark_noisy(seeds):
     spec = BoundedTensorSpec((1,), torch.float32, -1.0, 1.0)
     ctrls = {
         "PID (defaults)": lambda a: PIDEntropyTargetAlgorithm(
-            spec, target_entropy=NOISY_TARGET, initial_alpha=a),
+            spec, target_entropy=NOISY_TARGET, initial_alpha=a
+        ),
         "SAC rule, lr 3e-4": lambda a: SGDEntropyTargetAlgorithm(
-            spec, target_entropy=NOISY_TARGET, initial_alpha=a),
+            spec, target_entropy=NOISY_TARGET, initial_alpha=a
+        ),
         "staged, SAC settings": lambda a: EntropyTargetAlgorithm(
-            spec, target_entropy=NOISY_TARGET, initial_alpha=a, skip_free_stage=True,
-            slow_update_rate=1.2e-3, fast_update_rate=1.2e-3),
+            spec,
+            target_entropy=NOISY_TARGET,
+            initial_alpha=a,
+            skip_free_stage=True,
+            slow_update_rate=1.2e-3,
+            fast_update_rate=1.2e-3,
+        ),
     }
-    print(f"\n(f) noisy plants at SAC's cadence, 3,000 updates, mean over seeds {list(seeds)} "
-          "(band: the slowest seed; overshoot: the worst)\n")
-    print("| controller | noise (nats) | lag (updates) | alpha0 | median abs d log alpha "
-          "(2nd half) | within x1.5 of 0.2 | entropy RMSE (2nd half) | in the 10 % band at | "
-          "overshoot |")
+    print(
+        f"\n(f) noisy plants at SAC's cadence, 3,000 updates, mean over seeds {list(seeds)} "
+        "(band: the slowest seed; overshoot: the worst)\n"
+    )
+    print(
+        "| controller | noise (nats) | lag (updates) | alpha0 | median abs d log alpha "
+        "(2nd half) | within x1.5 of 0.2 | entropy RMSE (2nd half) | in the 10 % band at | "
+        "overshoot |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for name, make in ctrls.items():
         for sigma in (0.05, 0.1, 0.3):
             for lag in (1, 20, 50):
                 for alpha0 in (1.0, 1e-3):
-                    ms = [noisy_metrics(*run_noisy_plant(make, sigma, lag, alpha0, seed), alpha0)
-                          for seed in seeds]
+                    ms = [
+                        noisy_metrics(*run_noisy_plant(make, sigma, lag, alpha0, seed), alpha0)
+                        for seed in seeds
+                    ]
                     m = {k: float(np.mean([x[k] for x in ms])) for k in ("dlog", "within", "rmse")}
                     band = max(x["band"] for x in ms)
-                    print(f"| {name} | {sigma} | {lag} | {alpha0:g} | {m['dlog']:.4f} | "
-                          f"{m['within']:.2f} | {m['rmse']:.3f} | {_fmt(band, 4)} | "
-                          f"×{max(x['over'] for x in ms):.3g} |")
+                    print(
+                        f"| {name} | {sigma} | {lag} | {alpha0:g} | {m['dlog']:.4f} | "
+                        f"{m['within']:.2f} | {m['rmse']:.3f} | {_fmt(band, 4)} | "
+                        f"×{max(x['over'] for x in ms):.3g} |"
+                    )
 
 
 def sac_cadence_metrics(run, min_alpha=1e-4):
@@ -530,14 +634,18 @@ def sac_cadence_metrics(run, min_alpha=1e-4):
     steps, alpha = run.get("alpha")
     ent_steps, entropy = run.get("entropy")
     target = run.get("target_entropy")[1]
-    settled = float(np.median(alpha[-alpha.size // 4:]))
+    settled = float(np.median(alpha[-alpha.size // 4 :]))
     lo, hi = float(alpha.min()), float(alpha.max())
     over = hi / settled if alpha[0] < settled else settled / lo
-    band = np.abs(entropy - target[:entropy.size]) <= 0.1 * np.abs(target[:entropy.size])
-    return {"dlog": float(np.median(np.abs(np.diff(np.log(alpha[alpha.size // 2:]))))),
-            "floor": float(np.mean(alpha <= 1.05 * min_alpha)), "over": over,
-            "band": float(ent_steps[np.argmax(band)]) if band.any() else math.nan,
-            "ret": float(run.get("eval/return")[1][-1]), "settled": settled}
+    band = np.abs(entropy - target[: entropy.size]) <= 0.1 * np.abs(target[: entropy.size])
+    return {
+        "dlog": float(np.median(np.abs(np.diff(np.log(alpha[alpha.size // 2 :]))))),
+        "floor": float(np.mean(alpha <= 1.05 * min_alpha)),
+        "over": over,
+        "band": float(ent_steps[np.argmax(band)]) if band.any() else math.nan,
+        "ret": float(run.get("eval/return")[1][-1]),
+        "settled": settled,
+    }
 
 
 def benchmark_sac_cadence(seeds, out_dir, jobs, steps=10000):
@@ -545,37 +653,57 @@ def benchmark_sac_cadence(seeds, out_dir, jobs, steps=10000):
     0.98 log 2), the PID and SAC's own rule, from alpha 1 and 1e-3 (no max_alpha)."""
     from alf_entropy.experiments.report import load_run
 
-    tasks = {"Pendulum": ("sac_pendulum.gin", -1.0),
-             "CartPole (discrete)": ("sac_cartpole.gin", 0.98 * math.log(2))}
-    rules = {"PID (defaults)": "PIDEntropyTargetAlgorithm",
-             "SAC rule, lr 3e-4": "SGDEntropyTargetAlgorithm"}
-    common = SAC_COMMON + [f"OffPolicyTrainer.num_env_steps = {steps}",
-                           "OffPolicyTrainer.eval_interval = 1000"]
+    tasks = {
+        "Pendulum": ("sac_pendulum.gin", -1.0),
+        "CartPole (discrete)": ("sac_cartpole.gin", 0.98 * math.log(2)),
+    }
+    rules = {
+        "PID (defaults)": "PIDEntropyTargetAlgorithm",
+        "SAC rule, lr 3e-4": "SGDEntropyTargetAlgorithm",
+    }
+    common = SAC_COMMON + [
+        f"OffPolicyTrainer.num_env_steps = {steps}",
+        "OffPolicyTrainer.eval_interval = 1000",
+    ]
     runs = {}
     for task, (gin, target) in tasks.items():
         for rule, cls in rules.items():
             for alpha0 in (1.0, 1e-3):
-                spec = {"seeds": list(seeds), "seed_binding": "OffPolicyTrainer.seed",
-                        "gin_file": [gin], "gin_param": common + [
-                            f"SacAlgorithm.entropy_target_cls = @{cls}",
-                            f"{cls}.target_entropy = {target}", f"{cls}.initial_alpha = {alpha0}"]}
+                spec = {
+                    "seeds": list(seeds),
+                    "seed_binding": "OffPolicyTrainer.seed",
+                    "gin_file": [gin],
+                    "gin_param": common
+                    + [
+                        f"SacAlgorithm.entropy_target_cls = @{cls}",
+                        f"{cls}.target_entropy = {target}",
+                        f"{cls}.initial_alpha = {alpha0}",
+                    ],
+                }
                 name = f"{gin[:-4]}_{cls[:3].lower()}_{alpha0:g}"
                 runs[(task, rule, alpha0)] = _run_sweeps(
-                    {name: spec}, os.path.join(out_dir, "sac_cadence"), jobs)
-    print(f"\n(g) SAC's cadence, {steps} env steps, one update per step, mean over seeds "
-          f"{list(seeds)} (overshoot: the worst seed)\n")
-    print("| task | controller | alpha0 | median abs d log alpha (2nd half) | updates at the "
-          "floor | overshoot of settled alpha | settled alpha | in the 10 % band at (env step) "
-          "| final eval return |")
+                    {name: spec}, os.path.join(out_dir, "sac_cadence"), jobs
+                )
+    print(
+        f"\n(g) SAC's cadence, {steps} env steps, one update per step, mean over seeds "
+        f"{list(seeds)} (overshoot: the worst seed)\n"
+    )
+    print(
+        "| task | controller | alpha0 | median abs d log alpha (2nd half) | updates at the "
+        "floor | overshoot of settled alpha | settled alpha | in the 10 % band at (env step) "
+        "| final eval return |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for key, dirs in runs.items():
         ms = [sac_cadence_metrics(load_run(d)) for d in dirs]
         m = {k: float(np.mean([x[k] for x in ms])) for k in ("dlog", "floor", "settled")}
         rets, bands = [x["ret"] for x in ms], [x["band"] for x in ms]
         band = max(bands)  # the slowest seed (nan if one never got there)
-        print(f"| {key[0]} | {key[1]} | {key[2]:g} | {m['dlog']:.4f} | {m['floor']:.2f} | "
-              f"×{max(x['over'] for x in ms):.3g} | {m['settled']:.3g} | {_fmt(band, 5)} | "
-              f"{np.mean(rets):.1f} ({min(rets):.1f}..{max(rets):.1f}) |")
+        print(
+            f"| {key[0]} | {key[1]} | {key[2]:g} | {m['dlog']:.4f} | {m['floor']:.2f} | "
+            f"×{max(x['over'] for x in ms):.3g} | {m['settled']:.3g} | {_fmt(band, 5)} | "
+            f"{np.mean(rets):.1f} ({min(rets):.1f}..{max(rets):.1f}) |"
+        )
 
 
 def main():
@@ -585,24 +713,42 @@ def main():
     parser.add_argument("--ppo", action="store_true", help="also run (b), PPO CartPole")
     parser.add_argument("--sac", action="store_true", help="also run (c), SAC Pendulum")
     parser.add_argument("--sac_steps", type=int, default=10000, help="(c): env steps per run")
-    parser.add_argument("--sac_only", nargs="+", default=None,
-                        help="(c): only these sweeps (pid, staged, sac_rule, fixed)")
+    parser.add_argument(
+        "--sac_only",
+        nargs="+",
+        default=None,
+        help="(c): only these sweeps (pid, staged, sac_rule, fixed)",
+    )
     parser.add_argument("--dsac", action="store_true", help="also run (d), discrete SAC CartPole")
-    parser.add_argument("--dsac_only", nargs="+", default=None,
-                        help="(d): only these (pid, sac_rule, staged)")
-    parser.add_argument("--main_job", action="store_true",
-                        help="also run (e), the main job as shipped")
-    parser.add_argument("--anneal", action="store_true",
-                        help="also run (d'), discrete SAC annealed")
+    parser.add_argument(
+        "--dsac_only", nargs="+", default=None, help="(d): only these (pid, sac_rule, staged)"
+    )
+    parser.add_argument(
+        "--main_job", action="store_true", help="also run (e), the main job as shipped"
+    )
+    parser.add_argument(
+        "--anneal", action="store_true", help="also run (d'), discrete SAC annealed"
+    )
     parser.add_argument("--no_synthetic", action="store_true", help="skip (a)")
     parser.add_argument("--noisy", action="store_true", help="also run (f), noisy plants")
-    parser.add_argument("--sac_cadence", action="store_true",
-                        help="also run (g), SAC's cadence on Pendulum and discrete CartPole")
+    parser.add_argument(
+        "--sac_cadence",
+        action="store_true",
+        help="also run (g), SAC's cadence on Pendulum and discrete CartPole",
+    )
     parser.add_argument("--jobs", type=int, default=2, help="parallel PPO runs")
-    parser.add_argument("--only", nargs="+", default=None,
-                        help="(a): only controllers whose name contains one of these")
-    parser.add_argument("--ppo_only", nargs="+", default=None,
-                        help="(b): only these sweeps (pid, staged, staged_alf, sac_rule, fixed)")
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        default=None,
+        help="(a): only controllers whose name contains one of these",
+    )
+    parser.add_argument(
+        "--ppo_only",
+        nargs="+",
+        default=None,
+        help="(b): only these sweeps (pid, staged, staged_alf, sac_rule, fixed)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     os.makedirs(args.out_dir, exist_ok=True)

@@ -24,6 +24,7 @@ best of each), with the ratio now / then.
 Usage: ``python benchmarks/controller_overhead.py [--iters N] [--device cpu|cuda|all]
 [--compare REV]``
 """
+
 import argparse
 import contextlib
 import functools
@@ -143,7 +144,8 @@ def _inputs(T: int, B: int, device: torch.device, seed: int = 0):
         step_type[-1, : max(B // 4, 1)] = StepType.LAST  # some episode ends
     return EntropyTargetInfo(
         step_type=step_type,
-        loss=LossInfo(loss=neg.clone(), extra=EntropyTargetLossInfo(neg_entropy=neg)))
+        loss=LossInfo(loss=neg.clone(), extra=EntropyTargetLossInfo(neg_entropy=neg)),
+    )
 
 
 def _time_interleaved(
@@ -216,22 +218,34 @@ def run(device: torch.device, iters: int) -> List[Dict[str, object]]:
 def run_batches(device: torch.device, iters: int) -> List[Dict[str, object]]:
     """``adjust_alpha`` of every rule for K = 1 and K = 8 members, host and tensor paths."""
     spec = BoundedTensorSpec((), torch.int64, 0, 3)
-    rules = {"staged": functools.partial(EntropyTargetAlgorithm, skip_free_stage=True),
-             "pid": PIDEntropyTargetAlgorithm, "sgd": SGDEntropyTargetAlgorithm}
+    rules = {
+        "staged": functools.partial(EntropyTargetAlgorithm, skip_free_stage=True),
+        "pid": PIDEntropyTargetAlgorithm,
+        "sgd": SGDEntropyTargetAlgorithm,
+    }
     modes = ["tensor"] + (["auto"] if device.type == "cpu" else [])
     fns, rows = {}, []
     for rule, cls in rules.items():
         for mode in modes:
             for k in (1, 8):
                 shape = () if k == 1 else (k,)
-                ctrl = cls(spec, target_entropy=0.6, batch_shape=shape, update_mode=mode,
-                           max_alpha=1.0)
+                ctrl = cls(
+                    spec, target_entropy=0.6, batch_shape=shape, update_mode=mode, max_alpha=1.0
+                )
                 entropy = torch.full(shape, 0.5).to(device)
                 fns[(rule, mode, k)] = functools.partial(ctrl.to(device).adjust_alpha, entropy)
     timings = _time_interleaved(fns, max(iters // 7, 10), device)
     for (rule, mode, k), us in timings.items():
-        rows.append(dict(device=device.type, rule=rule, mode=mode, k=k, us=us,
-                         ratio=us / timings[(rule, mode, 1)]))
+        rows.append(
+            dict(
+                device=device.type,
+                rule=rule,
+                mode=mode,
+                k=k,
+                us=us,
+                ratio=us / timings[(rule, mode, 1)],
+            )
+        )
     return rows
 
 
@@ -245,24 +259,30 @@ def compare(rev: str, iters: int, rounds: int = 3) -> None:
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     old = tempfile.mkdtemp(prefix="alf_entropy_rev_")
-    archive = subprocess.run(["git", "-C", root, "archive", rev, "alf_entropy"],
-                             check=True, capture_output=True).stdout
+    archive = subprocess.run(
+        ["git", "-C", root, "archive", rev, "alf_entropy"], check=True, capture_output=True
+    ).stdout
     subprocess.run(["tar", "-x", "-C", old], input=archive, check=True)
     best: Dict[str, Dict[tuple, float]] = {"now": {}, "then": {}}
     for _ in range(rounds):
         for who, path in (("then", old), ("now", root)):
             out = subprocess.run(
                 [sys.executable, __file__, "--batches_json", "--iters", str(iters)],
-                env={**os.environ, "PYTHONPATH": path}, check=True, capture_output=True,
-                text=True).stdout
+                env={**os.environ, "PYTHONPATH": path},
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
             for r in json.loads(out.splitlines()[-1]):
                 key = (r["rule"], r["mode"], r["k"])
                 best[who][key] = min(best[who].get(key, float("inf")), r["us"])
     print(f"\nadjust_alpha on the CPU, this checkout (now) and {rev} (then), best of {rounds}")
     print(f"{'rule':7} {'path':7} {'K':>3} {'now us':>8} {'then us':>8} {'now/then':>9}")
     for key, us in sorted(best["now"].items()):
-        print(f"{key[0]:7} {key[1]:7} {key[2]:3d} {us:8.1f} {best['then'][key]:8.1f} "
-              f"{us / best['then'][key]:9.2f}")
+        print(
+            f"{key[0]:7} {key[1]:7} {key[2]:3d} {us:8.1f} {best['then'][key]:8.1f} "
+            f"{us / best['then'][key]:9.2f}"
+        )
 
 
 def main() -> None:
@@ -279,17 +299,21 @@ def main() -> None:
     absl_logging.set_verbosity(absl_logging.ERROR)
     if args.batches_json:  # one side of --compare
         import json
+
         print(json.dumps(run_batches(torch.device("cpu"), args.iters)))
         return
     devices = [torch.device("cpu")]
     if args.device == "cuda" or (args.device == "all" and torch.cuda.is_available()):
-        devices = ([torch.device("cuda")] if args.device == "cuda"
-                   else devices + [torch.device("cuda")])
+        devices = (
+            [torch.device("cuda")] if args.device == "cuda" else devices + [torch.device("cuda")]
+        )
     elif args.device == "cpu":
         devices = [torch.device("cpu")]
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, iters {args.iters}")
-    header = (f"{'device':6} {'T x B':>9} {'impl':14} {'us/call':>9} {'vs branchy':>10} "
-              f"{'host reads/call':>15}")
+    header = (
+        f"{'device':6} {'T x B':>9} {'impl':14} {'us/call':>9} {'vs branchy':>10} "
+        f"{'host reads/call':>15}"
+    )
     print(header)
     print("-" * len(header))
     for device in devices:
@@ -305,8 +329,10 @@ def main() -> None:
     print(f"\n{'device':6} {'rule':7} {'path':7} {'K':>3} {'us/update':>10} {'vs K=1':>7}")
     for device in devices:
         for r in run_batches(device, args.iters):
-            print(f"{r['device']:6} {r['rule']:7} {r['mode']:7} {r['k']:3d} {r['us']:10.1f} "
-                  f"{r['ratio']:7.2f}")
+            print(
+                f"{r['device']:6} {r['rule']:7} {r['mode']:7} {r['k']:3d} {r['us']:10.1f} "
+                f"{r['ratio']:7.2f}"
+            )
     if args.compare:
         compare(args.compare, args.iters)
 

@@ -59,6 +59,7 @@ seconds per update over the step's (on the toy task the callback's whole
 the worst seed's overshoot) are printed as Markdown, stamped with date,
 commit, versions and machine.
 """
+
 import argparse
 import contextlib
 import math
@@ -80,8 +81,12 @@ from alf_entropy.utils import schedulers
 from alf_entropy.utils.schedulers import LinearScheduler
 
 CONTROLLERS = ("none", "trl_0.005", "trl_0.05", "lm", "pid", "staged")
-PID_SETTINGS = ("initial_alpha", *PIDEntropyTargetAlgorithm(
-    BoundedTensorSpec((), torch.int64, 0, 1), target_entropy=0.5).settings)
+PID_SETTINGS = (
+    "initial_alpha",
+    *PIDEntropyTargetAlgorithm(
+        BoundedTensorSpec((), torch.int64, 0, 1), target_entropy=0.5
+    ).settings,
+)
 """What ``pid:name=value`` may change: the PID's constructor settings."""
 LM_NAMES = ("initial_alpha", *lm_controller(2, 0.5).settings)
 """What ``lm:name=value`` may change: the linear PID's constructor settings."""
@@ -90,8 +95,7 @@ LM_NAMES = ("initial_alpha", *lm_controller(2, 0.5).settings)
 class TRLRule:
     """TRL 1.16's adaptive entropy rule (``GRPOTrainer._compute_loss``), on floats."""
 
-    def __init__(self, delta: float, target, coef: float = 0.0, lo: float = 0.0,
-                 hi: float = 1.0):
+    def __init__(self, delta: float, target, coef: float = 0.0, lo: float = 0.0, hi: float = 1.0):
         self.delta, self.target, self.coef, self.lo, self.hi = delta, target, coef, lo, hi
         self.last = math.inf
 
@@ -124,7 +128,8 @@ def controller_kind(text: str) -> str:
         raise argparse.ArgumentTypeError(
             f"{text!r}: one of {CONTROLLERS}, or pid:name=value,... (lm:name=value,...) with "
             f"names of PIDEntropyTargetAlgorithm's (LinearPIDEntropyTargetAlgorithm's) "
-            f"settings, e.g. pid:kp=12,kd=5")
+            f"settings, e.g. pid:kp=12,kd=5"
+        )
     return text
 
 
@@ -153,19 +158,34 @@ def summarize(entropies, targets, rewards, step_s, ctl_s) -> Dict[str, float]:
     reached = start < len(e)
     nan = math.nan
     rmse = control_metrics.tracking_rmse(e, t, start) if reached else nan
-    return {"rmse": rmse, "rel_rmse": rmse / float(np.mean(t[start:])) if reached else nan,
-            "overshoot": float(np.max(e[start:] / t[start:])) if reached else nan,
-            "below10": control_metrics.fraction_below(e, t, 0.10, start) if reached else nan,
-            "floor": control_metrics.minimum_variance_floor(e, t, start) if reached else nan,
-            # the readings' noise: second differences of white noise have 6x its variance
-            "noise": float(np.sqrt(np.mean(np.diff(e[start:], 2) ** 2) / 6)) if reached else nan,
-            "reached": float(reached), "reward": float(np.mean(rewards[int(0.8 * len(e)):])),
-            "final_h": float(np.mean(e[-20:])),
-            "step_s": float(np.median(step_s)), "ctl_s": float(np.median(ctl_s))}
+    return {
+        "rmse": rmse,
+        "rel_rmse": rmse / float(np.mean(t[start:])) if reached else nan,
+        "overshoot": float(np.max(e[start:] / t[start:])) if reached else nan,
+        "below10": control_metrics.fraction_below(e, t, 0.10, start) if reached else nan,
+        "floor": control_metrics.minimum_variance_floor(e, t, start) if reached else nan,
+        # the readings' noise: second differences of white noise have 6x its variance
+        "noise": float(np.sqrt(np.mean(np.diff(e[start:], 2) ** 2) / 6)) if reached else nan,
+        "reached": float(reached),
+        "reward": float(np.mean(rewards[int(0.8 * len(e)) :])),
+        "final_h": float(np.mean(e[-20:])),
+        "step_s": float(np.median(step_s)),
+        "ctl_s": float(np.median(ctl_s)),
+    }
 
 
-def run_probe(kind: str, vocab: int, lr: float, seed: int, steps: int, target_value: float,
-              scheduled: bool, positions: int, group: int, logit_std: float) -> Dict[str, float]:
+def run_probe(
+    kind: str,
+    vocab: int,
+    lr: float,
+    seed: int,
+    steps: int,
+    target_value: float,
+    scheduled: bool,
+    positions: int,
+    group: int,
+    logit_std: float,
+) -> Dict[str, float]:
     """One synthetic-probe run; returns its metrics."""
     gen = torch.Generator().manual_seed(seed)
     logits = torch.nn.Parameter(torch.randn(positions, vocab, generator=gen) * logit_std)
@@ -207,9 +227,18 @@ def run_probe(kind: str, vocab: int, lr: float, seed: int, steps: int, target_va
     return summarize(entropies, targets, rewards, step_s, ctl_s)
 
 
-def run_toy(kind: str, lr: float, seed: int, steps: int, target_value: float,
-            scheduled: bool, batch: int, out_dir: str, task: str = "letter",
-            shuffled: bool = False) -> Dict[str, float]:
+def run_toy(
+    kind: str,
+    lr: float,
+    seed: int,
+    steps: int,
+    target_value: float,
+    scheduled: bool,
+    batch: int,
+    out_dir: str,
+    task: str = "letter",
+    shuffled: bool = False,
+) -> Dict[str, float]:
     """One GRPO run of TRL's ``GRPOTrainer`` on the toy task; returns its metrics.
 
     The package's controllers go in through ``add_entropy_control``; TRL's own
@@ -237,23 +266,45 @@ def run_toy(kind: str, lr: float, seed: int, steps: int, target_value: float,
     transformers.logging.set_verbosity_error()
     tokenizer = char_tokenizer() if task == "letter" else char_tokenizer(LETTERS)
     target = make_target(target_value, 1.1 * target_value, steps, scheduled)
-    controller = make_controller(kind, BoundedTensorSpec((), torch.int64, 0, len(tokenizer) - 1),
-                                 target)
+    controller = make_controller(
+        kind, BoundedTensorSpec((), torch.int64, 0, len(tokenizer) - 1), target
+    )
     if controller is not None:
         extra = grpo_config_kwargs(controller)
     elif kind.startswith("trl"):
-        extra = dict(use_adaptive_entropy=True, entropy_coef_delta=float(kind.split("_")[1]),
-                     entropy_target=float(target()), entropy_coef=0.0)
+        extra = dict(
+            use_adaptive_entropy=True,
+            entropy_coef_delta=float(kind.split("_")[1]),
+            entropy_target=float(target()),
+            entropy_coef=0.0,
+        )
     else:
         extra = {}
     config = GRPOConfig(
-        output_dir=out_dir, max_steps=steps, learning_rate=lr, lr_scheduler_type="constant",
-        per_device_train_batch_size=batch, num_generations=4, max_completion_length=8,
-        logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, seed=seed,
-        data_seed=seed, disable_tqdm=True, shuffle_dataset=shuffled, **extra)
-    trainer = GRPOTrainer(model=tiny_causal_lm(seed, len(tokenizer)),
-                          reward_funcs=toy_reward if task == "letter" else vowel_reward,
-                          args=config, train_dataset=toy_dataset(), processing_class=tokenizer)
+        output_dir=out_dir,
+        max_steps=steps,
+        learning_rate=lr,
+        lr_scheduler_type="constant",
+        per_device_train_batch_size=batch,
+        num_generations=4,
+        max_completion_length=8,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        seed=seed,
+        data_seed=seed,
+        disable_tqdm=True,
+        shuffle_dataset=shuffled,
+        **extra,
+    )
+    trainer = GRPOTrainer(
+        model=tiny_causal_lm(seed, len(tokenizer)),
+        reward_funcs=toy_reward if task == "letter" else vowel_reward,
+        args=config,
+        train_dataset=toy_dataset(),
+        processing_class=tokenizer,
+    )
     trainer.remove_callback(PrinterCallback)
     targets, ctl_s = [], []
 
@@ -279,20 +330,27 @@ def run_toy(kind: str, lr: float, seed: int, steps: int, target_value: float,
         callback.on_step_end = timed
     trainer.train()
     logs = [log for log in trainer.state.log_history if "entropy" in log]
-    return summarize([log["entropy"] for log in logs], targets[:len(logs)],
-                     [log["reward"] for log in logs], [log["step_time"] for log in logs],
-                     ctl_s or [0.0])
+    return summarize(
+        [log["entropy"] for log in logs],
+        targets[: len(logs)],
+        [log["reward"] for log in logs],
+        [log["step_time"] for log in logs],
+        ctl_s or [0.0],
+    )
 
 
-HEADER = ("| task | target | lr | controller | RMSE [seeds' range] | noise | RMSE / mean target "
-          "| max H / target (worst seed) | steps >10% below | floor | reached | reward | final H "
-          "| s / step | controller s / step s |\n"
-          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+HEADER = (
+    "| task | target | lr | controller | RMSE [seeds' range] | noise | RMSE / mean target "
+    "| max H / target (worst seed) | steps >10% below | floor | reached | reward | final H "
+    "| s / step | controller s / step s |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+)
 
 
 def row(task: str, target: str, lr: float, kind: str, rows: List[Dict[str, float]]) -> str:
     """A table row: the means over seeds (of the seeds that reached the target), with the
     seeds' range of the RMSE and the worst seed's overshoot."""
+
     def values(key):
         return [r[key] for r in rows if not math.isnan(r[key])]
 
@@ -303,13 +361,15 @@ def row(task: str, target: str, lr: float, kind: str, rows: List[Dict[str, float
     rmse = values("rmse")
     spread = f" [{min(rmse):.2f}, {max(rmse):.2f}]" if rmse else ""
     worst = f" ({max(values('overshoot')):.2f})" if rmse else ""
-    return (f"| {task} | {target} | {lr:g} | {kind} | {mean('rmse'):.3f}{spread} | "
-            f"{mean('noise'):.3f} | "
-            f"{mean('rel_rmse'):.1%} | {mean('overshoot'):.2f}{worst} | {mean('below10'):.1%} | "
-            f"{mean('floor'):.3f} | "
-            f"{sum(r['reached'] for r in rows):.0f}/{len(rows)} | {mean('reward'):.2f} | "
-            f"{mean('final_h'):.3f} | {mean('step_s'):.3g} | "
-            f"{mean('ctl_s') / mean('step_s'):.2%} |")
+    return (
+        f"| {task} | {target} | {lr:g} | {kind} | {mean('rmse'):.3f}{spread} | "
+        f"{mean('noise'):.3f} | "
+        f"{mean('rel_rmse'):.1%} | {mean('overshoot'):.2f}{worst} | {mean('below10'):.1%} | "
+        f"{mean('floor'):.3f} | "
+        f"{sum(r['reached'] for r in rows):.0f}/{len(rows)} | {mean('reward'):.2f} | "
+        f"{mean('final_h'):.3f} | {mean('step_s'):.3g} | "
+        f"{mean('ctl_s') / mean('step_s'):.2%} |"
+    )
 
 
 def _call(run: tuple) -> Dict[str, float]:
@@ -321,19 +381,30 @@ def main(argv: List[str] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tasks", nargs="+", default=["toy", "probe"], choices=["toy", "probe"])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--controllers", nargs="+", default=list(CONTROLLERS),
-                        type=controller_kind)
+    parser.add_argument("--controllers", nargs="+", default=list(CONTROLLERS), type=controller_kind)
     parser.add_argument("--no_schedule", action="store_true")
     parser.add_argument("--toy_lrs", type=float, nargs="+", default=[1e-3, 3e-3, 1e-2])
     parser.add_argument("--toy_steps", type=int, default=300)
     parser.add_argument("--toy_target", type=float, default=3.0)
-    parser.add_argument("--toy_task", default="letter", choices=["letter", "vowel"],
-                        help="the reward: the prompt's first letter (39 tokens), or vowels (a "
-                        "second task: 28 tokens, another order)")
-    parser.add_argument("--toy_batch", type=int, default=32, help="completions per step (4 per "
-                        "prompt: 32 is 8 prompts)")
-    parser.add_argument("--toy_shuffled", action="store_true", help="draw each step's prompts "
-                        "at random (the toy before 2026-12-04): the prompt mix adds noise")
+    parser.add_argument(
+        "--toy_task",
+        default="letter",
+        choices=["letter", "vowel"],
+        help="the reward: the prompt's first letter (39 tokens), or vowels (a "
+        "second task: 28 tokens, another order)",
+    )
+    parser.add_argument(
+        "--toy_batch",
+        type=int,
+        default=32,
+        help="completions per step (4 per prompt: 32 is 8 prompts)",
+    )
+    parser.add_argument(
+        "--toy_shuffled",
+        action="store_true",
+        help="draw each step's prompts "
+        "at random (the toy before 2026-12-04): the prompt mix adds noise",
+    )
     parser.add_argument("--vocab", type=int, nargs="+", default=[32_000, 150_000])
     parser.add_argument("--lrs", type=float, nargs="+", default=[0.03, 0.1, 0.3])
     parser.add_argument("--steps", type=int, default=300)
@@ -341,23 +412,36 @@ def main(argv: List[str] = None) -> None:
     parser.add_argument("--positions", type=int, default=8)
     parser.add_argument("--group", type=int, default=16)
     parser.add_argument("--logit_std", type=float, default=4.0)
-    parser.add_argument("--jobs", type=int, default=1, help="runs at a time, each in its own "
-                        "process of one torch thread (the rows are the same as with 1)")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="runs at a time, each in its own "
+        "process of one torch thread (the rows are the same as with 1)",
+    )
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
     torch.set_num_threads(1)
     schedules = [False] if args.no_schedule else [False, True]
-    print(f"LLM entropy control ({stamp(['trl', 'transformers'])}); seeds {args.seeds}"
-          f"{f', {args.jobs} processes' if args.jobs > 1 else ''}\n")
+    print(
+        f"LLM entropy control ({stamp(['trl', 'transformers'])}); seeds {args.seeds}"
+        f"{f', {args.jobs} processes' if args.jobs > 1 else ''}\n"
+    )
     print(HEADER)
     pids = [kind for kind in args.controllers if kind.partition(":")[0] in ("pid", "lm")]
     best = []  # per (task, target, lr): each seed's lowest RMSE among the PID rows
     cells = []  # (task, target's name, lr, [(fn, kind, *args) per controller and seed])
 
     def add_cell(task, name, lr, fn, seed_args):
-        cells.append((task, name, lr, [(fn, kind, *seed_args(s)) for kind in args.controllers
-                                       for s in args.seeds]))
+        cells.append(
+            (
+                task,
+                name,
+                lr,
+                [(fn, kind, *seed_args(s)) for kind in args.controllers for s in args.seeds],
+            )
+        )
 
     with tempfile.TemporaryDirectory() as out_dir:
         if "toy" in args.tasks:
@@ -365,40 +449,79 @@ def main(argv: List[str] = None) -> None:
                 t = args.toy_target
                 name = f"{1.1 * t:g} -> {t:g}" if scheduled else f"{t:g}"
                 for lr in args.toy_lrs:
-                    add_cell(f"tiny GPT-2, {args.toy_task}", name, lr, run_toy, lambda s: (
-                        lr, s, args.toy_steps, t, scheduled, args.toy_batch, out_dir,
-                        args.toy_task, args.toy_shuffled))
+                    add_cell(
+                        f"tiny GPT-2, {args.toy_task}",
+                        name,
+                        lr,
+                        run_toy,
+                        lambda s: (
+                            lr,
+                            s,
+                            args.toy_steps,
+                            t,
+                            scheduled,
+                            args.toy_batch,
+                            out_dir,
+                            args.toy_task,
+                            args.toy_shuffled,
+                        ),
+                    )
         if "probe" in args.tasks:
             for vocab in args.vocab:
                 for scheduled in schedules:
                     t = args.target
                     name = f"{1.5 * t:g} -> {t:g}" if scheduled else f"{t:g}"
                     for lr in args.lrs:
-                        add_cell(f"probe V={vocab}", name, lr, run_probe, lambda s: (
-                            vocab, lr, s, args.steps, t, scheduled, args.positions,
-                            args.group, args.logit_std))
-        with (multiprocessing.get_context("spawn").Pool(args.jobs, torch.set_num_threads, (1,))
-              if args.jobs > 1 else contextlib.nullcontext()) as pool:
+                        add_cell(
+                            f"probe V={vocab}",
+                            name,
+                            lr,
+                            run_probe,
+                            lambda s: (
+                                vocab,
+                                lr,
+                                s,
+                                args.steps,
+                                t,
+                                scheduled,
+                                args.positions,
+                                args.group,
+                                args.logit_std,
+                            ),
+                        )
+        with (
+            multiprocessing.get_context("spawn").Pool(args.jobs, torch.set_num_threads, (1,))
+            if args.jobs > 1
+            else contextlib.nullcontext()
+        ) as pool:
             # in order, as they complete: each cell's rows print once its runs are in
             results = (pool.imap if pool else map)(_call, [r for *_, runs in cells for r in runs])
             for task, name, lr, runs in cells:
                 done = [next(results) for _ in runs]
-                by_kind = {k: done[i * len(args.seeds):(i + 1) * len(args.seeds)]
-                           for i, k in enumerate(args.controllers)}
+                by_kind = {
+                    k: done[i * len(args.seeds) : (i + 1) * len(args.seeds)]
+                    for i, k in enumerate(args.controllers)
+                }
                 for kind, rows in by_kind.items():
                     print(row(task, name, lr, kind, rows), flush=True)
                 if len(pids) > 1:
                     per_seed = zip(*([r["rmse"] for r in by_kind[k]] for k in pids))
-                    lowest = [min(v for v in rmses if not math.isnan(v)) for rmses in per_seed
-                              if not all(math.isnan(v) for v in rmses)]
+                    lowest = [
+                        min(v for v in rmses if not math.isnan(v))
+                        for rmses in per_seed
+                        if not all(math.isnan(v) for v in rmses)
+                    ]
                     spread = f" [{min(lowest):.2f}, {max(lowest):.2f}]" if lowest else ""
-                    best.append(f"| {task} | {name} | {lr:g} | "
-                                f"{float(np.mean(lowest)) if lowest else math.nan:.3f}{spread} | "
-                                f"{len(lowest)}/{len(args.seeds)} |")
+                    best.append(
+                        f"| {task} | {name} | {lr:g} | "
+                        f"{float(np.mean(lowest)) if lowest else math.nan:.3f}{spread} | "
+                        f"{len(lowest)}/{len(args.seeds)} |"
+                    )
     if best:
         print(f"\nEach seed's lowest RMSE among {', '.join(pids)} (chosen after the run):\n")
         print("| task | target | lr | RMSE [seeds' range] | reached |\n|---|---|---|---|---|")
         print("\n".join(best))
+
 
 if __name__ == "__main__":
     main(sys.argv[1:])

@@ -59,6 +59,7 @@ Another controller (e.g. a prototype) is a new entry of ``PPO_CONTROLLERS``
 (``key: (name, factory(space, target, initial_alpha), per_minibatch)``) set
 before calling ``main``.
 """
+
 import argparse
 import copy
 import functools
@@ -86,19 +87,22 @@ from alf_entropy.utils.schedulers import reset_progress, update_progress
 MakeController = Callable[[gym.Space], EntropyController]
 
 
-def ppo_cartpole(make_controller: MakeController, seed: int, total_steps: int,
-                 per_minibatch: bool = False) -> Dict[str, object]:
+def ppo_cartpole(
+    make_controller: MakeController, seed: int, total_steps: int, per_minibatch: bool = False
+) -> Dict[str, object]:
     """The docs' PPO loop for ``total_steps`` env steps (``per_minibatch``:
     the controller advances after every minibatch instead of once per rollout)."""
     torch.manual_seed(seed)
     envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 4)
-    actor = nn.Sequential(nn.Linear(4, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(),
-                          nn.Linear(64, 2))
-    critic = nn.Sequential(nn.Linear(4, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(),
-                           nn.Linear(64, 1))
+    actor = nn.Sequential(
+        nn.Linear(4, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 2)
+    )
+    critic = nn.Sequential(
+        nn.Linear(4, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 1)
+    )
     params = [*actor.parameters(), *critic.parameters()]
     optimizer = torch.optim.Adam(params, lr=2.5e-4, eps=1e-5)
-    controller = make_controller(envs.single_action_space)                                     # (1)
+    controller = make_controller(envs.single_action_space)  # (1)
     initial_alpha = controller.alpha.item()
 
     num_steps, num_minibatches, update_epochs, gamma, lam = 128, 4, 4, 0.99, 0.95
@@ -136,8 +140,8 @@ def ppo_cartpole(make_controller: MakeController, seed: int, total_steps: int,
             advantages.insert(0, gae)
             next_value = v
         b_obs, b_act, b_logp, b_adv, b_val, b_valid = (
-            torch.stack(x).flatten(0, 1)
-            for x in (b_obs, b_act, b_logp, advantages, b_val, b_valid))
+            torch.stack(x).flatten(0, 1) for x in (b_obs, b_act, b_logp, advantages, b_val, b_valid)
+        )
         b_ret = b_adv + b_val
         entropies = []
         for _ in range(update_epochs):
@@ -149,7 +153,7 @@ def ppo_cartpole(make_controller: MakeController, seed: int, total_steps: int,
                 adv = (adv - (adv * valid).sum() / valid.sum()) / (adv[b_valid[mb]].std() + 1e-8)
                 ratio = (dist.log_prob(b_act[mb]) - b_logp[mb]).exp()
                 pg_loss = -torch.min(ratio * adv, ratio.clamp(0.8, 1.2) * adv)
-                entropies.append((entropy.detach() * valid).sum() / valid.sum())             # (2)
+                entropies.append((entropy.detach() * valid).sum() / valid.sum())  # (2)
                 loss = pg_loss + 0.5 * (value - b_ret[mb]) ** 2 - controller.alpha * entropy  # (3)
                 optimizer.zero_grad()
                 ((loss * valid).sum() / valid.sum()).backward()
@@ -166,15 +170,21 @@ def ppo_cartpole(make_controller: MakeController, seed: int, total_steps: int,
     return _result(initial_alpha, history, targets, alphas, returns_done)
 
 
-def sac_pendulum(make_controller: MakeController, seed: int, total_steps: int,
-                 learning_starts: int = 1000) -> Dict[str, object]:
+def sac_pendulum(
+    make_controller: MakeController, seed: int, total_steps: int, learning_starts: int = 1000
+) -> Dict[str, object]:
     """The docs' SAC loop for ``total_steps`` env steps."""
     torch.manual_seed(seed)
     env = gym.make("Pendulum-v1")
-    actor = nn.Sequential(nn.Linear(3, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
-                          nn.Linear(256, 2))
-    qf = nn.ModuleList(nn.Sequential(nn.Linear(4, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
-                                     nn.Linear(256, 1)) for _ in range(2))
+    actor = nn.Sequential(
+        nn.Linear(3, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 2)
+    )
+    qf = nn.ModuleList(
+        nn.Sequential(
+            nn.Linear(4, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 1)
+        )
+        for _ in range(2)
+    )
     qf_target = copy.deepcopy(qf)
     q_opt = torch.optim.Adam(qf.parameters(), lr=1e-3)
     a_opt = torch.optim.Adam(actor.parameters(), lr=3e-4)
@@ -233,8 +243,13 @@ def sac_pendulum(make_controller: MakeController, seed: int, total_steps: int,
     return _result(initial_alpha, history, targets, alphas, returns_done)
 
 
-def _result(initial_alpha: float, history: List[float], targets: List[float],
-            alphas: List[float], returns: List[float]) -> Dict[str, object]:
+def _result(
+    initial_alpha: float,
+    history: List[float],
+    targets: List[float],
+    alphas: List[float],
+    returns: List[float],
+) -> Dict[str, object]:
     """The metrics of one run (see the module docstring)."""
     half = len(history) // 2
     entropy, target = np.array(history[half:]), np.array(targets[half:])
@@ -254,8 +269,7 @@ Factory = Callable[[gym.Space, float, float], EntropyController]
 
 
 def pid(space, target, alpha):
-    return PIDEntropyTargetAlgorithm.from_space(space, target_entropy=target,
-                                                initial_alpha=alpha)
+    return PIDEntropyTargetAlgorithm.from_space(space, target_entropy=target, initial_alpha=alpha)
 
 
 def staged(space, target, alpha):
@@ -263,15 +277,23 @@ def staged(space, target, alpha):
 
 
 def staged_sac(space, target, alpha):  # as sac_pendulum_staged.gin: rates 4 x CleanRL's 1e-3
-    return EntropyTargetAlgorithm.from_space(space, target_entropy=target, initial_alpha=alpha,
-                                             skip_free_stage=True, slow_update_rate=4e-3,
-                                             fast_update_rate=4e-3)
+    return EntropyTargetAlgorithm.from_space(
+        space,
+        target_entropy=target,
+        initial_alpha=alpha,
+        skip_free_stage=True,
+        slow_update_rate=4e-3,
+        fast_update_rate=4e-3,
+    )
 
 
 def sgd(space, target, alpha, lr=3e-4):
     return SGDEntropyTargetAlgorithm.from_space(
-        space, target_entropy=target, initial_alpha=alpha,
-        optimizer=functools.partial(torch.optim.Adam, lr=lr))
+        space,
+        target_entropy=target,
+        initial_alpha=alpha,
+        optimizer=functools.partial(torch.optim.Adam, lr=lr),
+    )
 
 
 def fixed(space, target, alpha):
@@ -291,15 +313,19 @@ PPO_CONTROLLERS: Dict[str, Tuple[str, Factory, bool]] = {  # key: (name, factory
 SAC_CONTROLLERS: Dict[str, Tuple[str, Factory, bool]] = {
     "pid": ("PID (defaults)", pid, False),
     "staged": ("staged, skip_free_stage, rates 4e-3", staged_sac, False),
-    "sgd": ("SAC's rule (Adam 1e-3, CleanRL's autotune lr)", functools.partial(sgd, lr=1e-3),
-            False),
+    "sgd": (
+        "SAC's rule (Adam 1e-3, CleanRL's autotune lr)",
+        functools.partial(sgd, lr=1e-3),
+        False,
+    ),
     "fixed": ("fixed alpha", fixed, False),
 }
 
 
 # ----------------------------------------------------------------- the grid
-def run_one(task: str, key: str, target: float, alpha: float, seed: int,
-            steps: int) -> Dict[str, object]:
+def run_one(
+    task: str, key: str, target: float, alpha: float, seed: int, steps: int
+) -> Dict[str, object]:
     """One run of ``task`` ("ppo" or "sac") with controller ``key``; its metrics."""
     torch.set_num_threads(1)
     _, factory, per_minibatch = (PPO_CONTROLLERS if task == "ppo" else SAC_CONTROLLERS)[key]
@@ -313,9 +339,12 @@ def run_one(task: str, key: str, target: float, alpha: float, seed: int,
         else:
             result = sac_pendulum(make, seed, steps)
     result["unreachable"] = any("unreachable" in str(w.message) for w in caught)
-    print(f"{task} | {key} | target {target} | alpha {alpha} | seed {seed}: "
-          f"{ {k: round(v, 4) for k, v in result.items()} } ({time.time() - start:.0f} s)",
-          file=sys.stderr, flush=True)
+    print(
+        f"{task} | {key} | target {target} | alpha {alpha} | seed {seed}: "
+        f"{ {k: round(v, 4) for k, v in result.items()} } ({time.time() - start:.0f} s)",
+        file=sys.stderr,
+        flush=True,
+    )
     return result
 
 
@@ -330,42 +359,65 @@ def _span(values: List[float], fmt: str) -> str:
 
 def _table(title: str, rows: Dict[Tuple[str, float, float], List[Dict[str, object]]]) -> None:
     print(f"\n{title}\n")
-    print("| controller | target | > 5 % below (2nd half) | RMSE (2nd half) "
-          "| alpha start -> end (peak) | return, last 20 episodes | unreachable | goals met |")
+    print(
+        "| controller | target | > 5 % below (2nd half) | RMSE (2nd half) "
+        "| alpha start -> end (peak) | return, last 20 episodes | unreachable | goals met |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for (name, target, alpha), results in rows.items():
         met = sum(r["below"] <= 0.10 and r["rmse"] <= 0.02 for r in results)
-        print(f"| {name} | {target:g} | {_span([r['below'] for r in results], '.0%')} "
-              f"| {_span([r['rmse'] for r in results], '.3f')} "
-              f"| {alpha:g} -> {_span([r['alpha_end'] for r in results], '.3g')} "
-              f"({max(r['alpha_peak'] for r in results):.3g}) "
-              f"| {_span([r['return'] for r in results], '.0f')} "
-              f"| {sum(r['unreachable'] for r in results)}/{len(results)} "
-              f"| {met}/{len(results)} |")
+        print(
+            f"| {name} | {target:g} | {_span([r['below'] for r in results], '.0%')} "
+            f"| {_span([r['rmse'] for r in results], '.3f')} "
+            f"| {alpha:g} -> {_span([r['alpha_end'] for r in results], '.3g')} "
+            f"({max(r['alpha_peak'] for r in results):.3g}) "
+            f"| {_span([r['return'] for r in results], '.0f')} "
+            f"| {sum(r['unreachable'] for r in results)}/{len(results)} "
+            f"| {met}/{len(results)} |"
+        )
 
 
 def main(argv=None) -> Dict[str, Dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tasks", nargs="+", default=["ppo", "sac"], choices=["ppo", "sac"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--alphas", nargs="+", type=float, default=[1e-3, 1e-2, 0.1],
-                        help="initial alphas")
-    parser.add_argument("--ppo_controllers", nargs="+", default=["pid", "pid_mb", "staged", "sgd"],
-                        help=f"of {list(PPO_CONTROLLERS)}")
+    parser.add_argument(
+        "--alphas", nargs="+", type=float, default=[1e-3, 1e-2, 0.1], help="initial alphas"
+    )
+    parser.add_argument(
+        "--ppo_controllers",
+        nargs="+",
+        default=["pid", "pid_mb", "staged", "sgd"],
+        help=f"of {list(PPO_CONTROLLERS)}",
+    )
     parser.add_argument("--ppo_targets", nargs="+", type=float, default=[0.6, 0.5])
     parser.add_argument("--ppo_steps", type=int, default=100_000)
-    parser.add_argument("--sac_controllers", nargs="+", default=["pid", "staged", "sgd"],
-                        help=f"of {list(SAC_CONTROLLERS)}")
+    parser.add_argument(
+        "--sac_controllers",
+        nargs="+",
+        default=["pid", "staged", "sgd"],
+        help=f"of {list(SAC_CONTROLLERS)}",
+    )
     parser.add_argument("--sac_targets", nargs="+", type=float, default=[-1.0])
     parser.add_argument("--sac_steps", type=int, default=10_000)
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time (processes)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     tasks = {
-        "ppo": (f"PPO CartPole-v1, {args.ppo_steps} env steps, seeds {args.seeds}",
-                PPO_CONTROLLERS, args.ppo_controllers, args.ppo_targets, args.ppo_steps),
-        "sac": (f"SAC Pendulum-v1, {args.sac_steps} env steps, seeds {args.seeds}",
-                SAC_CONTROLLERS, args.sac_controllers, args.sac_targets, args.sac_steps),
+        "ppo": (
+            f"PPO CartPole-v1, {args.ppo_steps} env steps, seeds {args.seeds}",
+            PPO_CONTROLLERS,
+            args.ppo_controllers,
+            args.ppo_targets,
+            args.ppo_steps,
+        ),
+        "sac": (
+            f"SAC Pendulum-v1, {args.sac_steps} env steps, seeds {args.seeds}",
+            SAC_CONTROLLERS,
+            args.sac_controllers,
+            args.sac_targets,
+            args.sac_steps,
+        ),
     }
     tables = {}
     for task in args.tasks:
@@ -374,8 +426,11 @@ def main(argv=None) -> Dict[str, Dict]:
         if unknown:
             parser.error(f"unknown {task} controllers {sorted(unknown)}; of {list(controllers)}")
         grid = [(key, target, alpha) for key in keys for target in targets for alpha in args.alphas]
-        runs = [(task, key, target, alpha, seed, steps)
-                for key, target, alpha in grid for seed in args.seeds]
+        runs = [
+            (task, key, target, alpha, seed, steps)
+            for key, target, alpha in grid
+            for seed in args.seeds
+        ]
         if args.jobs > 1:
             with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
                 results = pool.starmap(run_one, runs)

@@ -42,6 +42,7 @@ Usage::
     python benchmarks/sac_speed.py [--seeds 0 1] [--steps 6000] [--threads 1] [--device cpu]
     python benchmarks/sac_speed.py --updates_only [--batch_sizes 256 8]  # updates alone
 """
+
 import argparse
 import multiprocessing
 import os
@@ -66,8 +67,9 @@ def _evaluate(policy_fn: Callable[[Any], Any], args: argparse.Namespace) -> floa
     )
 
 
-def _ours(root: str, seed: int, args: argparse.Namespace, num_env_steps: int,
-          compile_update: bool = False) -> Any:
+def _ours(
+    root: str, seed: int, args: argparse.Namespace, num_env_steps: int, compile_update: bool = False
+) -> Any:
     """An ``OffPolicyTrainer`` for ``sac_pendulum.gin`` with the matched settings."""
     import gin
 
@@ -195,10 +197,14 @@ def time_updates(args: argparse.Namespace) -> None:
         args: the parsed command line.
     """
     torch.set_num_threads(args.threads)
-    print(f"SAC updates alone, {args.device}, {args.threads} torch thread(s), "
-          f"{args.rounds} rounds of {args.updates}, alternating; median ms per update")
-    print("| batch | ours ms/update | SB3 ms/update | ratio | ours products ms | SB3 products ms "
-          "| products ratio | compiled ms/update | compiled ratio to SB3 | compile s |")
+    print(
+        f"SAC updates alone, {args.device}, {args.threads} torch thread(s), "
+        f"{args.rounds} rounds of {args.updates}, alternating; median ms per update"
+    )
+    print(
+        "| batch | ours ms/update | SB3 ms/update | ratio | ours products ms | SB3 products ms "
+        "| products ratio | compiled ms/update | compiled ratio to SB3 | compile s |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for batch in args.batch_sizes:
         with tempfile.TemporaryDirectory() as root:
@@ -210,8 +216,9 @@ def time_updates(args: argparse.Namespace) -> None:
             compiled, compile_s = [], 0.0
             if args.compile_update:
                 start = time.perf_counter()
-                trainer_c = _ours(os.path.join(root, "c"), 0, args, args.learning_starts + 1,
-                                  compile_update=True)
+                trainer_c = _ours(
+                    os.path.join(root, "c"), 0, args, args.learning_starts + 1, compile_update=True
+                )
                 trainer_c.train()
                 compile_s = time.perf_counter() - start - eager_s
                 alg_c, buffer_c = trainer_c.algorithm, trainer_c.replay_buffer
@@ -241,15 +248,20 @@ def time_updates(args: argparse.Namespace) -> None:
                     compiled.append((time.perf_counter() - start) / args.updates * 1e3)
             # The matrix products' own time (the profiler's, CPU only): the part of an
             # update no overhead trimming can remove.
-            po = _products_ms(lambda: [alg.train_step(buffer.sample(batch))
-                                       for _ in range(args.updates)], args)
-            pb = _products_ms(lambda: model.train(gradient_steps=args.updates,
-                                                  batch_size=batch), args)
+            po = _products_ms(
+                lambda: [alg.train_step(buffer.sample(batch)) for _ in range(args.updates)], args
+            )
+            pb = _products_ms(
+                lambda: model.train(gradient_steps=args.updates, batch_size=batch), args
+            )
         o, b = statistics.median(ours), statistics.median(sb3)
-        products = (f"{po:.2f} | {pb:.2f} | {pb / po:.2f}x" if po else "n/a | n/a | n/a")
+        products = f"{po:.2f} | {pb:.2f} | {pb / po:.2f}x" if po else "n/a | n/a | n/a"
         c = statistics.median(compiled) if compiled else float("nan")
-        print(f"| {batch} | {o:.2f} | {b:.2f} | {b / o:.2f}x | {products} | {c:.2f} | "
-              f"{b / c:.2f}x | {compile_s:.1f} |", flush=True)
+        print(
+            f"| {batch} | {o:.2f} | {b:.2f} | {b / o:.2f}x | {products} | {c:.2f} | "
+            f"{b / c:.2f}x | {compile_s:.1f} |",
+            flush=True,
+        )
 
 
 def _products_ms(run: Callable[[], Any], args: argparse.Namespace) -> float:
@@ -262,7 +274,8 @@ def _products_ms(run: Callable[[], Any], args: argparse.Namespace) -> float:
         run()
     names = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"}
     return sum(e.self_cpu_time_total for e in prof.events() if e.name in names) / (
-        args.updates * 1e3)
+        args.updates * 1e3
+    )
 
 
 def _worker(name: str, seed: int, args: argparse.Namespace) -> Dict[str, Any]:
@@ -280,12 +293,16 @@ def main() -> None:
     parser.add_argument("--eval_episodes", type=int, default=10)
     parser.add_argument("--threads", type=int, default=1, help="torch threads of each")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    parser.add_argument("--updates_only", action="store_true",
-                        help="time gradient updates alone (see time_updates)")
+    parser.add_argument(
+        "--updates_only", action="store_true", help="time gradient updates alone (see time_updates)"
+    )
     parser.add_argument("--batch_sizes", type=int, nargs="+", default=[256, 8])
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--compile_update", action="store_true",
-                        help="--updates_only: also time SacAlgorithm(compile_update=True)")
+    parser.add_argument(
+        "--compile_update",
+        action="store_true",
+        help="--updates_only: also time SacAlgorithm(compile_update=True)",
+    )
     parser.add_argument("--updates", type=int, default=300)
     args = parser.parse_args()
     for name in ("threads", "rounds", "updates"):

@@ -16,6 +16,7 @@ Usage::
     python benchmarks/shipped_configs.py --configs sac_halfcheetah \
         --gin_param "OffPolicyTrainer.num_env_steps = 100000"   # a shorter run
 """
+
 import argparse
 import os
 import sys
@@ -36,8 +37,13 @@ CONFIGS = {
     "sac_cartpole": ("sac_cartpole.gin", "OffPolicyTrainer.seed"),
     "sac_halfcheetah": ("sac_halfcheetah.gin", "OffPolicyTrainer.seed"),
 }
-DEFAULT = ["ac_cartpole", "ppo_cartpole_scheduled_target", "ppo_pendulum", "sac_pendulum",
-           "sac_pendulum_staged"]
+DEFAULT = [
+    "ac_cartpole",
+    "ppo_cartpole_scheduled_target",
+    "ppo_pendulum",
+    "sac_pendulum",
+    "sac_pendulum_staged",
+]
 
 
 def train_seconds(run_dir: str) -> float:
@@ -59,9 +65,13 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--jobs", type=int, default=2, help="parallel runs")
     parser.add_argument("--out_dir", default="shipped_configs_out")
-    parser.add_argument("--gin_param", action="append", default=[],
-                        help="a binding added to every run (e.g. a shorter num_env_steps); "
-                             "the table's title lists them")
+    parser.add_argument(
+        "--gin_param",
+        action="append",
+        default=[],
+        help="a binding added to every run (e.g. a shorter num_env_steps); "
+        "the table's title lists them",
+    )
     args = parser.parse_args()
 
     dirs = []
@@ -69,11 +79,19 @@ def main() -> None:
         gin_file, seed_binding = CONFIGS[name]
         start = time.time()
         trainer = seed_binding.split(".")[0]
-        spec = {"gin_file": [gin_file],
-                "gin_param": [f"{trainer}.progress_bar = False", *args.gin_param],
-                "seeds": list(args.seeds), "seed_binding": seed_binding}
-        result = run_sweep(spec, os.path.join(args.out_dir, name), jobs=args.jobs, report=False,
-                           log=lambda s: print(s, file=sys.stderr))
+        spec = {
+            "gin_file": [gin_file],
+            "gin_param": [f"{trainer}.progress_bar = False", *args.gin_param],
+            "seeds": list(args.seeds),
+            "seed_binding": seed_binding,
+        }
+        result = run_sweep(
+            spec,
+            os.path.join(args.out_dir, name),
+            jobs=args.jobs,
+            report=False,
+            log=lambda s: print(s, file=sys.stderr),
+        )
         if result["failed"]:
             raise SystemExit(f"{name}: runs failed: {result['errors']}")
         print(f"  {name}: {time.time() - start:.0f}s", file=sys.stderr)
@@ -81,10 +99,11 @@ def main() -> None:
 
     rep = write_report(dirs, os.path.join(args.out_dir, "report"), dpi=60)
     how = f"with {'; '.join(args.gin_param)}" if args.gin_param else "as shipped"
-    print(f"\nShipped configs {how}, seeds {list(args.seeds)}, {args.jobs} at a time; "
-          f"{stamp()}\n")
-    print("| run | env steps | first eval | best eval | mean of last 3 evals | final eval | "
-          "final alpha | final entropy (target) | training s |")
+    print(f"\nShipped configs {how}, seeds {list(args.seeds)}, {args.jobs} at a time; {stamp()}\n")
+    print(
+        "| run | env steps | first eval | best eval | mean of last 3 evals | final eval | "
+        "final alpha | final entropy (target) | training s |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     common = os.path.commonpath([os.path.abspath(d) for d in dirs])
     for row in rep["rows"]:
@@ -93,15 +112,20 @@ def main() -> None:
         alpha = run.get("alpha")[1]
         entropy = run.get("entropy")[1]
         target = run.get("target_entropy")[1]
-        first, best, last3 = ((f"{evals[0]:.1f}", f"{np.max(evals):.1f}",
-                               f"{np.mean(evals[-3:]):.1f}") if evals.size else ("–",) * 3)
+        first, best, last3 = (
+            (f"{evals[0]:.1f}", f"{np.max(evals):.1f}", f"{np.mean(evals[-3:]):.1f}")
+            if evals.size
+            else ("–",) * 3
+        )
         tail = f"{entropy[-1]:.3g} ({target[-1]:.3g})" if entropy.size and target.size else "–"
-        print(f"| {row['run']} | {row['env_steps']} | {first} | {best} | {last3} | "
-              f"{row['final_eval_return']:.1f} | "
-              f"{alpha[-1]:.3g} | {tail} | {train_seconds(run.run_dir):.0f} |")
+        print(
+            f"| {row['run']} | {row['env_steps']} | {first} | {best} | {last3} | "
+            f"{row['final_eval_return']:.1f} | "
+            f"{alpha[-1]:.3g} | {tail} | {train_seconds(run.run_dir):.0f} |"
+        )
     text = open(rep["markdown"], encoding="utf-8").read()
     if "Across seeds" in text:
-        print("\n" + text[text.index("Across seeds"):])
+        print("\n" + text[text.index("Across seeds") :])
 
 
 if __name__ == "__main__":

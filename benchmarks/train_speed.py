@@ -35,6 +35,7 @@ With ``--repeats N`` the two implementations alternate N times (so machine
 load hits both alike) and the ratio of their steps/s is printed per run and
 as a mean.
 """
+
 import argparse
 import contextlib
 import tempfile
@@ -127,6 +128,7 @@ def _summed_calls(pieces: List[Any], inside_first: bool = False) -> Iterator[Dic
                 spent[label][0] += time.perf_counter() - start
                 spent[label][1] += 1
                 inside[0] = was
+
         return call
 
     for k, ((label, cls, name), (_, _, fn)) in enumerate(zip(pieces, saved)):
@@ -146,23 +148,35 @@ def breakdown(args: argparse.Namespace) -> None:
     from alf_entropy.environments import GymVectorEnv
     from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
 
-    pieces = [("iteration", OnPolicyTrainer, "_train_iteration"),
-              ("acting (rollout_step)", ActorCriticAlgorithm, "rollout_step"),
-              ("environment (step)", GymVectorEnv, "step"),
-              ("values and GAE", ActorCriticAlgorithm, "preprocess_experience"),
-              ("minibatch split", ActorCriticAlgorithm, "_minibatches"),
-              ("forward (train_step)", ActorCriticAlgorithm, "train_step"),
-              ("losses + controller", ActorCriticAlgorithm, "calc_loss"),
-              ("backward, clip, Adam", Algorithm, "update_with_gradient")]
+    pieces = [
+        ("iteration", OnPolicyTrainer, "_train_iteration"),
+        ("acting (rollout_step)", ActorCriticAlgorithm, "rollout_step"),
+        ("environment (step)", GymVectorEnv, "step"),
+        ("values and GAE", ActorCriticAlgorithm, "preprocess_experience"),
+        ("minibatch split", ActorCriticAlgorithm, "_minibatches"),
+        ("forward (train_step)", ActorCriticAlgorithm, "train_step"),
+        ("losses + controller", ActorCriticAlgorithm, "calc_loss"),
+        ("backward, clip, Adam", Algorithm, "update_with_gradient"),
+    ]
     with _summed_calls(pieces, inside_first=True) as spent:  # not the evaluations' calls
-        run_ours(argparse.Namespace(**{**vars(args), "max_steps": 60 * NUM_ENVS * N_STEPS,
-                                       "threshold": 1e9, "eval_every": 10**9}))
+        run_ours(
+            argparse.Namespace(
+                **{
+                    **vars(args),
+                    "max_steps": 60 * NUM_ENVS * N_STEPS,
+                    "threshold": 1e9,
+                    "eval_every": 10**9,
+                }
+            )
+        )
     iterations = spent["iteration"][1]
     print(f"{'piece':<24} {'ms/iteration':>12} {'us/call':>9} {'calls/iteration':>16}")
     for label, *_ in pieces:
         seconds, calls = spent[label]
-        print(f"{label:<24} {seconds / iterations * 1e3:>12.2f} "
-              f"{seconds / calls * 1e6 if calls else 0:>9.1f} {calls / iterations:>16.1f}")
+        print(
+            f"{label:<24} {seconds / iterations * 1e3:>12.2f} "
+            f"{seconds / calls * 1e6 if calls else 0:>9.1f} {calls / iterations:>16.1f}"
+        )
 
 
 def phases(args: argparse.Namespace) -> None:
@@ -174,23 +188,38 @@ def phases(args: argparse.Namespace) -> None:
     from alf_entropy.algorithms.actor_critic_algorithm import ActorCriticAlgorithm
     from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
 
-    short = argparse.Namespace(**{**vars(args), "max_steps": 60 * NUM_ENVS * N_STEPS,
-                                  "threshold": 1e9, "eval_every": 10**9})
-    print(f"{'round':>5} {'ours collect':>13} {'ours train':>11} {'SB3 collect':>12} "
-          f"{'SB3 train':>10} {'collect SB3/ours':>17} {'train SB3/ours':>15} {'ratio':>6}")
+    short = argparse.Namespace(
+        **{
+            **vars(args),
+            "max_steps": 60 * NUM_ENVS * N_STEPS,
+            "threshold": 1e9,
+            "eval_every": 10**9,
+        }
+    )
+    print(
+        f"{'round':>5} {'ours collect':>13} {'ours train':>11} {'SB3 collect':>12} "
+        f"{'SB3 train':>10} {'collect SB3/ours':>17} {'train SB3/ours':>15} {'ratio':>6}"
+    )
     for k in range(args.repeats):
-        with _summed_calls([("iteration", OnPolicyTrainer, "_train_iteration"),
-                            ("train", ActorCriticAlgorithm, "train_from_unroll")]) as ours:
+        with _summed_calls(
+            [
+                ("iteration", OnPolicyTrainer, "_train_iteration"),
+                ("train", ActorCriticAlgorithm, "train_from_unroll"),
+            ]
+        ) as ours:
             run_ours(short)
-        with _summed_calls([("collect", OnPolicyAlgorithm, "collect_rollouts"),
-                            ("train", PPO, "train")]) as sb3:
+        with _summed_calls(
+            [("collect", OnPolicyAlgorithm, "collect_rollouts"), ("train", PPO, "train")]
+        ) as sb3:
             run_sb3(short)
         o_train = ours["train"][0] / ours["train"][1] * 1e3
         o_collect = ours["iteration"][0] / ours["iteration"][1] * 1e3 - o_train
         s_collect, s_train = (sb3[p][0] / sb3[p][1] * 1e3 for p in ("collect", "train"))
-        print(f"{k + 1:>5} {o_collect:>13.2f} {o_train:>11.2f} {s_collect:>12.2f} "
-              f"{s_train:>10.2f} {s_collect / o_collect:>16.2f}x {s_train / o_train:>14.2f}x "
-              f"{(s_collect + s_train) / (o_collect + o_train):>5.2f}x")
+        print(
+            f"{k + 1:>5} {o_collect:>13.2f} {o_train:>11.2f} {s_collect:>12.2f} "
+            f"{s_train:>10.2f} {s_collect / o_collect:>16.2f}x {s_train / o_train:>14.2f}x "
+            f"{(s_collect + s_train) / (o_collect + o_train):>5.2f}x"
+        )
 
 
 def run_sb3(args: argparse.Namespace) -> Optional[Dict[str, Any]]:
@@ -290,15 +319,26 @@ def main() -> None:
     parser.add_argument("--threshold", type=float, default=475.0)
     parser.add_argument("--eval_every", type=int, default=10_240, help="env steps between evals")
     parser.add_argument("--eval_episodes", type=int, default=10)
-    parser.add_argument("--repeats", type=int, default=1,
-                        help="run each implementation this many times, alternating")
-    parser.add_argument("--fixed_entropy", action="store_true",
-                        help="ours with a fixed entropy coefficient 0.01 instead of the controller")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="run each implementation this many times, alternating",
+    )
+    parser.add_argument(
+        "--fixed_entropy",
+        action="store_true",
+        help="ours with a fixed entropy coefficient 0.01 instead of the controller",
+    )
     parser.add_argument("--skip_sb3", action="store_true")
-    parser.add_argument("--breakdown", action="store_true",
-                        help="print where one iteration of ours goes, then stop")
-    parser.add_argument("--phases", action="store_true",
-                        help="each implementation's ms per iteration collecting and training")
+    parser.add_argument(
+        "--breakdown", action="store_true", help="print where one iteration of ours goes, then stop"
+    )
+    parser.add_argument(
+        "--phases",
+        action="store_true",
+        help="each implementation's ms per iteration collecting and training",
+    )
     args = parser.parse_args()
     np.random.seed(args.seed)
     if args.breakdown:
@@ -314,8 +354,10 @@ def main() -> None:
         sb3 = None if args.skip_sb3 else run_sb3(args)
         if sb3 is not None:
             sb3_runs.append(sb3)
-    header = (f"{'implementation':<22} {'steps/s':>10} {'steps':>10} {'wall s':>9} {'eval':>9}  "
-              f"reached {args.threshold:g}")
+    header = (
+        f"{'implementation':<22} {'steps/s':>10} {'steps':>10} {'wall s':>9} {'eval':>9}  "
+        f"reached {args.threshold:g}"
+    )
     print(header)
     print("-" * len(header))
     label = "alf_entropy PPO" + (" (fixed)" if args.fixed_entropy else "")
@@ -324,21 +366,28 @@ def main() -> None:
     for r in sb3_runs:
         print(_row("stable-baselines3 PPO", r, args.threshold))
     if not sb3_runs:
-        print("SB3 rows skipped: " + ("--skip_sb3" if args.skip_sb3 else
-              "stable-baselines3 not installed (pip install stable-baselines3 --no-deps)"))
+        print(
+            "SB3 rows skipped: "
+            + (
+                "--skip_sb3"
+                if args.skip_sb3
+                else "stable-baselines3 not installed (pip install stable-baselines3 --no-deps)"
+            )
+        )
         return
     ours_sps = [r["steps_per_sec"] for r in ours_runs]
     sb3_sps = [r["steps_per_sec"] for r in sb3_runs]
     ratios = [a / b for a, b in zip(ours_sps, sb3_sps)]
     print(f"seed {args.seed}, {args.repeats} run(s) each, mean (largest deviation from it):")
     print(f"  steps/s: ours {_mean_spread(ours_sps)}, SB3 {_mean_spread(sb3_sps)}")
-    print(f"  ratio ours/SB3 steps/s: x{np.mean(ratios):.2f} "
-          f"(per run: {', '.join(f'x{r:.2f}' for r in ratios)})")
-    wall_ratio = (np.mean([r["wall_time"] for r in ours_runs])
-                  / np.mean([r["wall_time"] for r in sb3_runs]))
-    print(f"  wall time to threshold ours/SB3: "
-          f"x{wall_ratio:.2f} "
-          "(lower is better)")
+    print(
+        f"  ratio ours/SB3 steps/s: x{np.mean(ratios):.2f} "
+        f"(per run: {', '.join(f'x{r:.2f}' for r in ratios)})"
+    )
+    wall_ratio = np.mean([r["wall_time"] for r in ours_runs]) / np.mean(
+        [r["wall_time"] for r in sb3_runs]
+    )
+    print(f"  wall time to threshold ours/SB3: x{wall_ratio:.2f} (lower is better)")
 
 
 if __name__ == "__main__":

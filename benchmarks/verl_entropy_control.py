@@ -36,6 +36,7 @@ without the worker group's update (for ``lm`` the controller's whole cost) over 
 A second table gives the goals: the default's RMSE over the better of the fixed
 coefficients' and the ±Δ rule's, and its mean entropy of the last half over the target.
 """
+
 import argparse
 import contextlib
 import math
@@ -64,8 +65,12 @@ class ToyActorGroup:
 
         actor = config.actor_rollout_ref.actor
         self.model, self.grad_clip, self.data, self.update_s = model, actor.grad_clip, None, 0.0
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=tuple(
-            actor.optim.betas), weight_decay=actor.optim.weight_decay)
+        self.optimizer = torch.optim.AdamW(
+            model.parameters(),
+            lr=lr,
+            betas=tuple(actor.optim.betas),
+            weight_decay=actor.optim.weight_decay,
+        )
         # what verl's worker builds (EntropyControlTrainer swaps it in on_init_end)
         self.loss_fn = partial(ppo_loss, config=omega_conf_to_dataclass(actor))
 
@@ -82,10 +87,16 @@ class ToyActorGroup:
         data = self.data.clone()
         for key, value in batch.extra_info.items():  # as verl's TransferQueue bridge does
             tu.assign_non_tensor_data(data, key, value)
-        tu.assign_non_tensor(data, dp_size=1, batch_num_tokens=int(data["response_mask"].sum()),
-                             micro_batch_size_per_gpu=PROMPTS, use_dynamic_bsz=False)
-        iterator = [tu.pop(data, key) for key in ("mini_batch_size", "epochs", "seed",
-                                                   "dataloader_kwargs")]
+        tu.assign_non_tensor(
+            data,
+            dp_size=1,
+            batch_num_tokens=int(data["response_mask"].sum()),
+            micro_batch_size_per_gpu=PROMPTS,
+            use_dynamic_bsz=False,
+        )
+        iterator = [
+            tu.pop(data, key) for key in ("mini_batch_size", "epochs", "seed", "dataloader_kwargs")
+        ]
         for mini in tu.make_iterator(data, *iterator):
             for micro in prepare_micro_batches(mini)[0]:
                 loss, _ = self.loss_fn(model_output=model_output(self.model, micro), data=micro)
@@ -104,8 +115,10 @@ def model_output(model, data):
     ids = torch.cat([data["prompts"], data["responses"]], 1)
     logits = model(input_ids=ids, attention_mask=data["attention_mask"]).logits
     next_ids = torch.cat([ids[:, 1:], ids[:, :1]], 1)
-    return {"log_probs": logprobs_from_logits(logits, next_ids).reshape(-1),
-            "entropy": entropy_from_logits(logits).reshape(-1)}
+    return {
+        "log_probs": logprobs_from_logits(logits, next_ids).reshape(-1),
+        "entropy": entropy_from_logits(logits).reshape(-1),
+    }
 
 
 def verl_config(kind: str, target: float):
@@ -114,16 +127,21 @@ def verl_config(kind: str, target: float):
     from hydra import compose, initialize_config_dir
 
     coeff = float(kind.split("_")[1]) if kind.startswith("fixed") else 0.0
-    overrides = ["algorithm.adv_estimator=grpo", f"actor_rollout_ref.rollout.n={GROUP}",
-                 f"actor_rollout_ref.actor.ppo_mini_batch_size={PROMPTS}",
-                 f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={PROMPTS}",
-                 f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={PROMPTS}",
-                 f"actor_rollout_ref.actor.entropy_coeff={coeff}",
-                 f"actor_rollout_ref.actor.calculate_entropy={kind != 'none'}",
-                 "trainer.resume_mode=disable"]
+    overrides = [
+        "algorithm.adv_estimator=grpo",
+        f"actor_rollout_ref.rollout.n={GROUP}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={PROMPTS}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={PROMPTS}",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={PROMPTS}",
+        f"actor_rollout_ref.actor.entropy_coeff={coeff}",
+        f"actor_rollout_ref.actor.calculate_entropy={kind != 'none'}",
+        "trainer.resume_mode=disable",
+    ]
     if kind == "lm":
-        overrides += ["trainer.v1.trainer_mode=entropy_control",
-                      f"+entropy_control.target={target}"]
+        overrides += [
+            "trainer.v1.trainer_mode=entropy_control",
+            f"+entropy_control.target={target}",
+        ]
     config_dir = os.path.join(os.path.dirname(verl.trainer.__file__), "config")
     with initialize_config_dir(config_dir=config_dir, version_base=None):
         return compose("ppo_trainer", overrides=overrides)
@@ -200,8 +218,15 @@ def run(kind: str, lr: float, seed: int, steps: int, target: float) -> Dict[str,
         prompt_ids, responses = rollout(model, prompts, gen)
         mask = torch.ones_like(responses)
         ones = torch.ones(len(responses), 2 + LENGTH, dtype=torch.long)
-        data = TensorDict({"prompts": prompt_ids, "responses": responses, "response_mask": mask,
-                           "attention_mask": ones}, batch_size=[len(responses)])
+        data = TensorDict(
+            {
+                "prompts": prompt_ids,
+                "responses": responses,
+                "response_mask": mask,
+                "attention_mask": ones,
+            },
+            batch_size=[len(responses)],
+        )
         with torch.no_grad():
             out = model_output(model, data)
         width = 2 + LENGTH
@@ -212,7 +237,8 @@ def run(kind: str, lr: float, seed: int, steps: int, target: float) -> Dict[str,
         scores = torch.zeros_like(responses, dtype=torch.float32)
         scores[:, -1] = reward
         data["advantages"], _ = compute_grpo_outcome_advantage(
-            scores, mask, np.arange(len(responses)) // GROUP)
+            scores, mask, np.arange(len(responses)) // GROUP
+        )
         group.data = data
         trainer.global_steps = step
         t1 = time.perf_counter()
@@ -222,15 +248,17 @@ def run(kind: str, lr: float, seed: int, steps: int, target: float) -> Dict[str,
         entropies.append(metrics["actor/entropy"])
         rewards.append(float(reward.mean()))
     result = summarize(entropies, [target] * steps, rewards, step_s, hook_s)
-    late = np.asarray(entropies[steps // 2:])
+    late = np.asarray(entropies[steps // 2 :])
     result["rmse2"] = float(np.sqrt(np.mean((late - target) ** 2)))
     result["mean2"] = float(np.mean(late))
     return result
 
 
-HEADER = ("| lr | controller | RMSE [seeds' range] | reached | RMSE, 2nd half [seeds' range] "
-          "| noise | floor | mean H, 2nd half | final H | reward | s / step | hook s / step s |\n"
-          "|---|---|---|---|---|---|---|---|---|---|---|---|")
+HEADER = (
+    "| lr | controller | RMSE [seeds' range] | reached | RMSE, 2nd half [seeds' range] "
+    "| noise | floor | mean H, 2nd half | final H | reward | s / step | hook s / step s |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|"
+)
 
 
 def mean(rows, key):
@@ -244,12 +272,14 @@ def spread(rows, key):
 
 
 def row(lr: float, kind: str, rows: List[Dict[str, float]]) -> str:
-    return (f"| {lr:g} | {kind} | {spread(rows, 'rmse')} | "
-            f"{sum(r['reached'] for r in rows):.0f}/{len(rows)} | {spread(rows, 'rmse2')} | "
-            f"{mean(rows, 'noise'):.3f} | {mean(rows, 'floor'):.3f} | "
-            f"{mean(rows, 'mean2'):.3f} | {mean(rows, 'final_h'):.3f} | "
-            f"{mean(rows, 'reward'):.2f} | {mean(rows, 'step_s'):.3g} | "
-            f"{mean(rows, 'ctl_s') / mean(rows, 'step_s'):.2%} |")
+    return (
+        f"| {lr:g} | {kind} | {spread(rows, 'rmse')} | "
+        f"{sum(r['reached'] for r in rows):.0f}/{len(rows)} | {spread(rows, 'rmse2')} | "
+        f"{mean(rows, 'noise'):.3f} | {mean(rows, 'floor'):.3f} | "
+        f"{mean(rows, 'mean2'):.3f} | {mean(rows, 'final_h'):.3f} | "
+        f"{mean(rows, 'reward'):.2f} | {mean(rows, 'step_s'):.3g} | "
+        f"{mean(rows, 'ctl_s') / mean(rows, 'step_s'):.2%} |"
+    )
 
 
 def _call(args: tuple) -> Dict[str, float]:
@@ -259,24 +289,37 @@ def _call(args: tuple) -> Dict[str, float]:
 def main(argv: List[str] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--controllers", nargs="+", default=list(CONTROLLERS),
-                        choices=CONTROLLERS)
+    parser.add_argument("--controllers", nargs="+", default=list(CONTROLLERS), choices=CONTROLLERS)
     parser.add_argument("--lrs", type=float, nargs="+", default=[3e-3, 1e-2])
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--target", type=float, default=2.5)
-    parser.add_argument("--jobs", type=int, default=1, help="runs at a time, each in its own "
-                        "process of one torch thread (the rows are the same as with 1)")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="runs at a time, each in its own "
+        "process of one torch thread (the rows are the same as with 1)",
+    )
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
     torch.set_num_threads(1)
-    print(f"verl entropy control ({stamp(['verl', 'transformers'])}); seeds {args.seeds}, "
-          f"{args.steps} steps, target {args.target}\n")
+    print(
+        f"verl entropy control ({stamp(['verl', 'transformers'])}); seeds {args.seeds}, "
+        f"{args.steps} steps, target {args.target}\n"
+    )
     print(HEADER)
-    runs = [(k, lr, s, args.steps, args.target) for lr in args.lrs for k in args.controllers
-            for s in args.seeds]
-    with (multiprocessing.get_context("spawn").Pool(args.jobs, torch.set_num_threads, (1,))
-          if args.jobs > 1 else contextlib.nullcontext()) as pool:
+    runs = [
+        (k, lr, s, args.steps, args.target)
+        for lr in args.lrs
+        for k in args.controllers
+        for s in args.seeds
+    ]
+    with (
+        multiprocessing.get_context("spawn").Pool(args.jobs, torch.set_num_threads, (1,))
+        if args.jobs > 1
+        else contextlib.nullcontext()
+    ) as pool:
         results = iter((pool.imap if pool else map)(_call, runs))
         table = {}
         for lr in args.lrs:
@@ -285,12 +328,17 @@ def main(argv: List[str] = None) -> None:
                 print(row(lr, kind, table[lr, kind]), flush=True)
     if "lm" not in args.controllers:
         return
-    print("\nGoals: the default's RMSE over the better baseline's (fixed coefficients and the "
-          "±Δ rule; the tracking RMSE where every seed reached the target, else the 2nd "
-          "half's), its mean entropy of the 2nd half over the target:\n")
-    print("| lr | better baseline | its RMSE | lm RMSE | ratio (goal <= 0.5) | "
-          "lm mean H / target (goal 0.9-1.1) |\n|---|---|---|---|---|---|")
+    print(
+        "\nGoals: the default's RMSE over the better baseline's (fixed coefficients and the "
+        "±Δ rule; the tracking RMSE where every seed reached the target, else the 2nd "
+        "half's), its mean entropy of the 2nd half over the target:\n"
+    )
+    print(
+        "| lr | better baseline | its RMSE | lm RMSE | ratio (goal <= 0.5) | "
+        "lm mean H / target (goal 0.9-1.1) |\n|---|---|---|---|---|---|"
+    )
     for lr in args.lrs:
+
         def rmse(kind):
             rows = table[lr, kind]
             key = "rmse" if all(r["reached"] for r in rows) else "rmse2"
@@ -300,8 +348,10 @@ def main(argv: List[str] = None) -> None:
         best = min(baselines, key=lambda k: rmse(k)[0])
         base, key = rmse(best)
         lm = mean(table[lr, "lm"], key)
-        print(f"| {lr:g} | {best} | {base:.3f} ({key}) | {lm:.3f} | {lm / base:.2f} | "
-              f"{mean(table[lr, 'lm'], 'mean2') / args.target:.3f} |")
+        print(
+            f"| {lr:g} | {best} | {base:.3f} ({key}) | {lm:.3f} | {lm / base:.2f} | "
+            f"{mean(table[lr, 'lm'], 'mean2') / args.target:.3f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ The package's gin configurables are registered (``alf_entropy.config.configurabl
 the shipped configs import) for every test, as in a process that parsed a config; what
 importing the package alone registers (nothing) is tested in a fresh process.
 """
+
 import os
 import subprocess
 import sys
@@ -54,11 +55,15 @@ def run_train() -> Callable[..., subprocess.CompletedProcess]:
     of its stderr (``""`` if none)."""
 
     def run(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-        env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH",
-                                                                                 ""))
-        proc = subprocess.run([sys.executable, "-m", "alf_entropy.bin.train", *args],
-                              capture_output=True, text=True, timeout=timeout, env=env,
-                              cwd=REPO_ROOT)
+        env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        proc = subprocess.run(
+            [sys.executable, "-m", "alf_entropy.bin.train", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            cwd=REPO_ROOT,
+        )
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
         proc.error_line = lines[-1] if lines else ""
         return proc
@@ -86,8 +91,9 @@ def hold_run_lock() -> Iterator[Callable[..., subprocess.Popen]]:
 
     def hold(root) -> subprocess.Popen:
         os.makedirs(root, exist_ok=True)
-        proc = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(root)],
-                                stdout=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _HOLD_LOCK, str(root)], stdout=subprocess.PIPE, text=True
+        )
         procs.append(proc)
         assert proc.stdout.readline().strip() == "locked"
         return proc

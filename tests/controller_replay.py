@@ -6,6 +6,7 @@ that differ in the last bits: each update's entropy gap times the controller's g
 update calls; :func:`assert_log_alpha_close` replays them (issue 63: a fixed ``rtol`` held on
 one CPU's kernels and not on another's).
 """
+
 import copy
 import math
 from typing import Any, List, Optional, Tuple
@@ -34,8 +35,7 @@ class Recording:
 
 
 def _detached(x: Any) -> Any:
-    return nest.map_structure(
-        lambda t: t.detach().clone() if isinstance(t, torch.Tensor) else t, x)
+    return nest.map_structure(lambda t: t.detach().clone() if isinstance(t, torch.Tensor) else t, x)
 
 
 def _entropy(name: str, args: tuple) -> torch.Tensor:
@@ -61,16 +61,24 @@ def record_updates(monkeypatch: pytest.MonkeyPatch) -> None:
             if "recording" not in self.__dict__:
                 self.__dict__["recording"] = Recording(self)
             if self.__dict__["recording"] is not None:
-                self.recording.calls.append((_name, tuple(map(_detached, args)),
-                                             {k: _detached(v) for k, v in kwargs.items()}))
+                self.recording.calls.append(
+                    (
+                        _name,
+                        tuple(map(_detached, args)),
+                        {k: _detached(v) for k, v in kwargs.items()},
+                    )
+                )
             return _method(self, *args, **kwargs)
 
         monkeypatch.setattr(EntropyController, name, recorded)
 
 
 def _entropy_updates(recording: Recording) -> List[int]:
-    return [t for t, (name, _, kwargs) in enumerate(recording.calls)
-            if name in WITH_ENTROPY and kwargs.get("update", True)]
+    return [
+        t
+        for t, (name, _, kwargs) in enumerate(recording.calls)
+        if name in WITH_ENTROPY and kwargs.get("update", True)
+    ]
 
 
 def replay(recording: Recording, shift: Optional[Tuple[int, float]] = None) -> torch.Tensor:

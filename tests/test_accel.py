@@ -1,4 +1,5 @@
 """``alf_entropy.accel``: the fast paths that need torch internals, and their switch."""
+
 import os
 import subprocess
 import sys
@@ -30,8 +31,9 @@ def test_switch_is_read_at_import():
     )
     for value, expected in (("0", "False False"), ("1", "True True")):
         env = dict(os.environ, ALF_ENTROPY_ACCEL=value)
-        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                             text=True, check=True).stdout.strip()
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        ).stdout.strip()
         assert out == expected
 
 
@@ -58,9 +60,7 @@ def test_categorical_sample_with_log_prob_is_sample_and_log_prob_of_the_distribu
     action = dist.sample()
     log_prob = dist.log_prob(action)
     torch.manual_seed(3)
-    fast_action, fast_log_prob = accel.categorical_sample_with_log_prob(
-        logits, sample_categorical
-    )
+    fast_action, fast_log_prob = accel.categorical_sample_with_log_prob(logits, sample_categorical)
     assert torch.equal(fast_action, action)
     torch.testing.assert_close(fast_log_prob, log_prob)
 
@@ -162,8 +162,9 @@ def test_log_prob_and_entropy_are_forwards_with_their_gradients():
     fast = net.log_prob_and_entropy(obs, action)
     for a, b in zip(fast, slow):
         assert torch.equal(a, b)
-        grads = [torch.autograd.grad(x.sum(), list(net.parameters()), retain_graph=True)
-                 for x in (a, b)]
+        grads = [
+            torch.autograd.grad(x.sum(), list(net.parameters()), retain_graph=True) for x in (a, b)
+        ]
         assert all(torch.equal(g, h) for g, h in zip(*grads))
     assert net.log_prob_and_entropy(obs, action[:3]) is None  # not one action a row
     handle = net._heads[0].register_forward_hook(lambda *args: None)

@@ -1,4 +1,5 @@
 """Every shipped .gin file parses, and the documented defaults are the real ones."""
+
 import glob
 import inspect
 import os
@@ -44,8 +45,12 @@ def test_every_shipped_gin_file_parses(path):
 def test_entropy_target_defaults_file_states_the_true_defaults():
     parse_gin_config([os.path.join(CONFIG_DIR, "entropy_target_defaults.gin")], [])
     checked = 0
-    for cls in (EntropyTargetAlgorithm, NestedEntropyTargetAlgorithm, SGDEntropyTargetAlgorithm,
-                FixedEntropyCoefficient):
+    for cls in (
+        EntropyTargetAlgorithm,
+        NestedEntropyTargetAlgorithm,
+        SGDEntropyTargetAlgorithm,
+        FixedEntropyCoefficient,
+    ):
         params = inspect.signature(cls.__init__).parameters
         for name, param in params.items():
             try:
@@ -67,8 +72,11 @@ def test_main_job_anneals_learning_rate_and_clip_range_to_zero():
     (opt,) = alg.optimizers()  # the default optimiser, so default_optimizer.lr still binds
     assert isinstance(opt, FusedAdam)
     controller = alg.entropy_target_algorithm
-    for percent, lr, clip, target in ((0.0, 1e-3, 0.2, 0.68), (0.5, 5e-4, 0.1, 0.63),
-                                      (1.0, 0.0, 0.0, 0.58)):
+    for percent, lr, clip, target in (
+        (0.0, 1e-3, 0.2, 0.68),
+        (0.5, 5e-4, 0.1, 0.63),
+        (1.0, 0.0, 0.0, 0.58),
+    ):
         update_progress("percent", percent)
         assert alg.importance_ratio_clipping == pytest.approx(clip)
         assert float(controller.target_entropy) == pytest.approx(target)

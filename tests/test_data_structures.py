@@ -1,4 +1,5 @@
 """Tests for alf_entropy.data_structures (namedtuples, StepType, experiences)."""
+
 import pytest
 import torch
 

@@ -5,6 +5,7 @@ gymnasium from 0.29 (CleanRL's pin) or none; the trainers need the ``train``
 extra (``gymnasium>=1.1``, ``tqdm``) and say so in one line.  ``.ci/run`` also
 runs this file in a venv with gymnasium 0.29.1.
 """
+
 import os
 import pathlib
 import subprocess
@@ -20,8 +21,14 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 
 def _python(code: str, *args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO)] + [p for p in sys.path if p]))
-    return subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 # ``sys.modules[name] = None`` is how Python spells "not installed": importing it
@@ -81,18 +88,23 @@ def test_the_controller_works_without_gymnasium():
 
 @pytest.mark.slow
 def test_import_alf_entropy_is_light():
-    proc = _python("import sys, alf_entropy\n"
-                   "print(sorted(m for m in ('torch', 'gin', 'gymnasium',\n"
-                   "                         'alf_entropy.algorithms') if m in sys.modules))")
+    proc = _python(
+        "import sys, alf_entropy\n"
+        "print(sorted(m for m in ('torch', 'gin', 'gymnasium',\n"
+        "                         'alf_entropy.algorithms') if m in sys.modules))"
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]", proc.stdout
 
 
-@pytest.mark.parametrize("found, problem", [
-    (None, "gymnasium>=1.1, which is not installed"),
-    ("0.29.1", "gymnasium>=1.1 (AutoresetMode), found gymnasium 0.29.1"),
-    ("1.0.0", "found gymnasium 1.0.0"),
-])
+@pytest.mark.parametrize(
+    "found, problem",
+    [
+        (None, "gymnasium>=1.1, which is not installed"),
+        ("0.29.1", "gymnasium>=1.1 (AutoresetMode), found gymnasium 0.29.1"),
+        ("1.0.0", "found gymnasium 1.0.0"),
+    ],
+)
 def test_require_train_extra_names_what_to_install(monkeypatch, found, problem):
     monkeypatch.setattr(requirements, "gymnasium_version", lambda: found)
     with pytest.raises(MissingDependencyError, match=r"pip install -e \"\.\[train\]\"") as info:
@@ -110,12 +122,14 @@ def test_require_train_extra_accepts_new_gymnasium(monkeypatch, version):
 @pytest.mark.slow
 def test_cli_with_old_gymnasium_prints_one_line_and_exits_2(tmp_path):
     # Simulated (this interpreter's gymnasium may be new): the check reads the version.
-    code = ("import sys\n"
-            "import alf_entropy.utils.requirements as r\n"
-            "r.gymnasium_version = lambda: '0.29.1'\n"
-            "from alf_entropy.bin.train import main\n"
-            "sys.argv = ['alf-entropy-train', '--root_dir', sys.argv[1]]\n"
-            "main()\n")
+    code = (
+        "import sys\n"
+        "import alf_entropy.utils.requirements as r\n"
+        "r.gymnasium_version = lambda: '0.29.1'\n"
+        "from alf_entropy.bin.train import main\n"
+        "sys.argv = ['alf-entropy-train', '--root_dir', sys.argv[1]]\n"
+        "main()\n"
+    )
     proc = _python(code, str(tmp_path / "run"))
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = proc.stderr.strip().splitlines()
@@ -126,13 +140,20 @@ def test_cli_with_old_gymnasium_prints_one_line_and_exits_2(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(requirements.gymnasium_version() is None
-                    or requirements.version_tuple(requirements.gymnasium_version()) >= (1, 1),
-                    reason="needs a gymnasium older than 1.1 installed (.ci/run's 0.29.1 venv)")
+@pytest.mark.skipif(
+    requirements.gymnasium_version() is None
+    or requirements.version_tuple(requirements.gymnasium_version()) >= (1, 1),
+    reason="needs a gymnasium older than 1.1 installed (.ci/run's 0.29.1 venv)",
+)
 def test_cli_with_the_installed_old_gymnasium_exits_2(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "alf_entropy.bin.train", "--root_dir",
-                           str(tmp_path / "run")], cwd=REPO, capture_output=True, text=True,
-                          timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    proc = subprocess.run(
+        [sys.executable, "-m", "alf_entropy.bin.train", "--root_dir", str(tmp_path / "run")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.strip().count("\n") == 0, proc.stderr
     assert f"found gymnasium {requirements.gymnasium_version()}" in proc.stderr
@@ -157,10 +178,16 @@ def setup_kwargs() -> dict:
     import ast
 
     tree = ast.parse((REPO / "setup.py").read_text(encoding="utf-8"))
-    call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call)
-                and getattr(n.func, "id", None) == "setup")
-    return {k.arg: ast.literal_eval(k.value) for k in call.keywords
-            if k.arg in ("install_requires", "extras_require")}
+    call = next(
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "setup"
+    )
+    return {
+        k.arg: ast.literal_eval(k.value)
+        for k in call.keywords
+        if k.arg in ("install_requires", "extras_require")
+    }
 
 
 def test_setup_keeps_gymnasium_out_of_the_core_and_agrees_on_the_minimum():
@@ -177,7 +204,8 @@ def test_setup_keeps_gymnasium_out_of_the_core_and_agrees_on_the_minimum():
 
 
 def test_report_without_matplotlib_writes_the_tables_and_one_line_naming_the_extra(
-        tmp_path, monkeypatch, capsys):
+    tmp_path, monkeypatch, capsys
+):
     """The metrics table needs no figures: without matplotlib it is written and printed,
     and one line says the figures need the extra (exit 0)."""
     from torch.utils.tensorboard import SummaryWriter
@@ -186,8 +214,11 @@ def test_report_without_matplotlib_writes_the_tables_and_one_line_naming_the_ext
 
     writer = SummaryWriter(str(tmp_path / "run" / "train"))
     for step, entropy in enumerate([0.69, 0.6, 0.5]):
-        for tag, value in (("entropy", entropy), ("target_entropy", 0.5),
-                           ("env_steps", 100.0 * (step + 1))):
+        for tag, value in (
+            ("entropy", entropy),
+            ("target_entropy", 0.5),
+            ("env_steps", 100.0 * (step + 1)),
+        ):
             writer.add_scalar(tag, value, step)
     writer.close()
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # not installed
@@ -198,4 +229,5 @@ def test_report_without_matplotlib_writes_the_tables_and_one_line_naming_the_ext
     assert err.splitlines() == [
         f"alf-entropy-report: wrote the metrics to {tmp_path / 'run' / 'report'}, no figures: "
         "the report's figures need matplotlib, which is not installed: "
-        'pip install -e ".[report]"']
+        'pip install -e ".[report]"'
+    ]

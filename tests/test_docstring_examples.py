@@ -1,4 +1,5 @@
 """The ``Examples:`` blocks of the public classes run as written (doctest)."""
+
 import doctest
 import importlib
 
@@ -24,8 +25,7 @@ MODULES = [
 def test_examples_run(name):
     # An example may move the global progress: the autouse fixture resets it.
     result = doctest.testmod(
-        importlib.import_module(name),
-        optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE,
+        importlib.import_module(name), optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
     )
     assert result.attempted > 0, f"{name}: no examples found"
     assert result.failed == 0, f"{name}: {result.failed} example(s) failed (see stdout)"

@@ -1,4 +1,5 @@
 """Packaging checks: the gin guard in ``alf_entropy/__init__.py`` and package data."""
+
 import os
 import pathlib
 import shutil
@@ -22,7 +23,11 @@ def _clean_python(code: str) -> subprocess.CompletedProcess:
     env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in sys.path if p])
     return subprocess.run(
         [sys.executable, "-S", "-c", code],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -66,9 +71,23 @@ def test_gin_configs_are_package_data(tmp_path):
             shutil.copy2(REPO / optional, src / optional)
     wheel_dir = tmp_path / "wheels"
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", ".", "--no-deps", "--no-build-isolation",
-         "--no-index", "-q", "-w", str(wheel_dir)],
-        cwd=src, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            ".",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-q",
+            "-w",
+            str(wheel_dir),
+        ],
+        cwd=src,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     wheels = list(wheel_dir.glob("alf_entropy-*.whl"))

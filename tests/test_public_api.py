@@ -1,4 +1,5 @@
 """``alf_entropy``'s top-level exports."""
+
 import importlib
 
 import pytest
@@ -6,11 +7,26 @@ import pytest
 import alf_entropy
 
 EXPECTED = {
-    "EntropyTargetAlgorithm", "SGDEntropyTargetAlgorithm", "NestedEntropyTargetAlgorithm",
-    "FixedEntropyCoefficient", "EntropyController", "PPOAlgorithm", "ActorCriticAlgorithm",
-    "SacAlgorithm", "Scheduler", "ConstantScheduler", "StepScheduler", "LinearScheduler",
-    "ExponentialScheduler", "CyclicalScheduler", "update_progress", "TensorSpec",
-    "BoundedTensorSpec", "from_gym_space", "PIDEntropyTargetAlgorithm", "SettledAnnealing",
+    "EntropyTargetAlgorithm",
+    "SGDEntropyTargetAlgorithm",
+    "NestedEntropyTargetAlgorithm",
+    "FixedEntropyCoefficient",
+    "EntropyController",
+    "PPOAlgorithm",
+    "ActorCriticAlgorithm",
+    "SacAlgorithm",
+    "Scheduler",
+    "ConstantScheduler",
+    "StepScheduler",
+    "LinearScheduler",
+    "ExponentialScheduler",
+    "CyclicalScheduler",
+    "update_progress",
+    "TensorSpec",
+    "BoundedTensorSpec",
+    "from_gym_space",
+    "PIDEntropyTargetAlgorithm",
+    "SettledAnnealing",
     "greedy_probability_target",
 }
 
@@ -56,10 +72,17 @@ def test_alfs_module_paths_resolve_for_every_name_the_package_mirrors():
     names = {
         "algorithms.algorithm": ["Algorithm"],
         "algorithms.entropy_target_algorithm": [
-            "EntropyTargetAlgorithm", "NestedEntropyTargetAlgorithm", "SGDEntropyTargetAlgorithm",
-            "EntropyTargetInfo", "EntropyTargetLossInfo"],
-        "utils.dist_utils": ["calc_default_target_entropy", "entropy_with_fallback",
-                             "estimated_entropy"],
+            "EntropyTargetAlgorithm",
+            "NestedEntropyTargetAlgorithm",
+            "SGDEntropyTargetAlgorithm",
+            "EntropyTargetInfo",
+            "EntropyTargetLossInfo",
+        ],
+        "utils.dist_utils": [
+            "calc_default_target_entropy",
+            "entropy_with_fallback",
+            "estimated_entropy",
+        ],
         "data_structures": ["AlgStep", "LossInfo", "TimeStep", "StepType", "namedtuple"],
         "utils.schedulers": ["ConstantScheduler", "LinearScheduler", "StepScheduler"],
         "tensor_specs": ["TensorSpec", "BoundedTensorSpec"],

@@ -5,6 +5,7 @@ APIs (hook registries, private kernels, ``__wrapped__``, private attributes
 of distributions or optimisers).  The fast paths that need them live in one
 module, ``alf_entropy/accel.py``, behind ``ALF_ENTROPY_ACCEL=0``.
 """
+
 import pathlib
 import re
 

@@ -6,6 +6,7 @@ as Python by mkdocs' superfences), not run: keep those for what needs CUDA,
 torchrun or a long training.  Pages whose examples a
 dedicated test runs (and checks more closely) are listed in DEDICATED.
 """
+
 import json
 import pathlib
 import re
@@ -48,8 +49,9 @@ def test_python_blocks_run(path, one_thread):
 def test_dedicated_tests_exist_and_read_their_pages():
     for page, test in DEDICATED.items():
         assert python_blocks(page), f"{page} has no python example"
-        assert page in (ROOT / test).read_text(encoding="utf-8") or \
-            pathlib.Path(page).name in (ROOT / test).read_text(encoding="utf-8")
+        assert page in (ROOT / test).read_text(encoding="utf-8") or pathlib.Path(page).name in (
+            ROOT / test
+        ).read_text(encoding="utf-8")
 
 
 def blocks(path):
@@ -64,8 +66,9 @@ def blocks(path):
             continue
         end = lines.index("```", i + 1)
         reason = re.match(r"^<!-- not run: (.+) -->$", lines[i - 1]) if i else None
-        found.append((fence.group(1), "\n".join(lines[i + 1:end]) + "\n",
-                      reason and reason.group(1)))
+        found.append(
+            (fence.group(1), "\n".join(lines[i + 1 : end]) + "\n", reason and reason.group(1))
+        )
         i = end + 1
     return found
 
@@ -86,9 +89,15 @@ def test_every_block_runs_in_the_suite_or_says_why_not(path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", [p for p in PAGES if any(
-    lang == "gin" and not reason for lang, _, reason in blocks(p)) and (p, "gin")
-    not in RUN_ELSEWHERE])
+@pytest.mark.parametrize(
+    "path",
+    [
+        p
+        for p in PAGES
+        if any(lang == "gin" and not reason for lang, _, reason in blocks(p))
+        and (p, "gin") not in RUN_ELSEWHERE
+    ],
+)
 def test_gin_blocks_build_their_run(path, tmp_path, one_thread):
     """Each gin block, on the shipped config it speaks of (its own ``include``, else SAC's for
     SAC or off-policy bindings, else the main job), builds its run: every binding is taken."""
@@ -125,8 +134,9 @@ def test_every_python_fence_is_run_or_marked_no_run():
         for fence in re.findall(r"^\s*```(.*)$", (ROOT / path).read_text(encoding="utf-8"), re.M):
             if "py" in fence.lower():
                 # {.python .verl}: run by tests/integrations/test_verl_docs.py in verl's venv
-                assert fence in ("python", "{.python .no-run}", "{.python .verl}"), \
+                assert fence in ("python", "{.python .no-run}", "{.python .verl}"), (
                     f"{path}: ```{fence}"
+                )
                 no_run += fence == "{.python .no-run}"
     assert no_run <= 3
 

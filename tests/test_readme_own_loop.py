@@ -1,5 +1,6 @@
 """``docs/own_loop.md``'s examples (the controller in your own loop) run as pasted
 and move alpha."""
+
 import os
 import re
 

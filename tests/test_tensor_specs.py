@@ -1,4 +1,5 @@
 """Tests for alf_entropy.tensor_specs (specs and gymnasium conversion)."""
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -35,8 +36,13 @@ def test_tensor_spec_bad_dtype_and_shape():
 
 @pytest.mark.parametrize(
     "dtype,discrete",
-    [(torch.float32, False), (torch.float64, False), (torch.int64, True), (torch.int32, True),
-     (torch.bool, True)],
+    [
+        (torch.float32, False),
+        (torch.float64, False),
+        (torch.int64, True),
+        (torch.int32, True),
+        (torch.bool, True),
+    ],
 )
 def test_is_discrete_is_continuous(dtype, discrete):
     spec = TensorSpec((), dtype)
@@ -77,10 +83,7 @@ def test_bounded_spec_bounds_that_do_not_broadcast_raise():
         BoundedTensorSpec((3,), torch.float32, [0.0, 0.0], 1.0)
 
 
-@pytest.mark.parametrize(
-    "minimum,maximum",
-    [(1.0, 0.0), ([0.0, 5.0], [1.0, 4.0])],
-)
+@pytest.mark.parametrize("minimum,maximum", [(1.0, 0.0), ([0.0, 5.0], [1.0, 4.0])])
 def test_bounded_spec_minimum_above_maximum_raises(minimum, maximum):
     with pytest.raises(ValueError, match="minimum must be <= maximum"):
         BoundedTensorSpec((2,), torch.float32, minimum, maximum)

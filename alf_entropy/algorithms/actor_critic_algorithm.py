@@ -4,6 +4,7 @@ controller: ``train_from_unroll`` runs ``num_epochs`` x ``num_minibatches`` shuf
 loss; truncated episodes bootstrap.  K agents (``batch_shape=(K,)``): the same code on
 ``[K, ...]`` tensors, every mean, normalisation, clip and skip per agent.
 """
+
 import functools
 import operator
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
@@ -34,18 +35,20 @@ from alf_entropy.utils.math_ops import masked_mean
 from alf_entropy.utils.optimizers import default_optimizer
 from alf_entropy.utils.seeding import per_member
 
-__all__ = ["ActorCriticInfo", "ActorCriticLossInfo", "ActorCriticAlgorithm",
-           "default_optimizer"]
+__all__ = ["ActorCriticInfo", "ActorCriticLossInfo", "ActorCriticAlgorithm", "default_optimizer"]
 
-ActorCriticInfo = namedtuple("ActorCriticInfo", [
-    "value", "log_prob", "advantages", "returns", "entropy", "entropy_for_gradient"],
-    default_value=())
+ActorCriticInfo = namedtuple(
+    "ActorCriticInfo",
+    ["value", "log_prob", "advantages", "returns", "entropy", "entropy_for_gradient"],
+    default_value=(),
+)
 """Per step: ``value`` V(o), ``log_prob``; GAE ``advantages`` and ``returns``
 (``preprocess_experience``); ``entropy`` and ``entropy_for_gradient`` (``train_step``; nests
 like the action spec for a nested controller)."""
 
-ActorCriticLossInfo = namedtuple("ActorCriticLossInfo", ["pg_loss", "td_loss", "entropy"],
-                                 default_value=())
+ActorCriticLossInfo = namedtuple(
+    "ActorCriticLossInfo", ["pg_loss", "td_loss", "entropy"], default_value=()
+)
 """Per-step loss terms (``LossInfo.extra`` of ``calc_loss``)."""
 
 
@@ -89,27 +92,45 @@ class ActorCriticAlgorithm(Algorithm):
     """
 
     def __init__(
-        self, observation_spec: Any, action_spec: Any,
+        self,
+        observation_spec: Any,
+        action_spec: Any,
         actor_network_ctor: Callable[..., nn.Module] = ActorDistributionNetwork,
         value_network_ctor: Callable[..., nn.Module] = ValueNetwork,
-        optimizer: OptimizerArg = None, gamma: float = 0.99, td_lambda: float = 0.95,
-        normalize_advantages: bool = False, td_loss_weight: float = 0.5, reward_scale: float = 1.0,
+        optimizer: OptimizerArg = None,
+        gamma: float = 0.99,
+        td_lambda: float = 0.95,
+        normalize_advantages: bool = False,
+        td_loss_weight: float = 0.5,
+        reward_scale: float = 1.0,
         entropy_regularization: Optional[Union[float, Callable[[], float]]] = None,
-        enforce_entropy_target: bool = False, entropy_target_cls: Optional[Callable] = None,
+        enforce_entropy_target: bool = False,
+        entropy_target_cls: Optional[Callable] = None,
         entropy_target_update: str = "per_minibatch",
-        max_grad_norm: Optional[float] = 0.5, num_epochs: int = 1, num_minibatches: int = 1,
-        fast_acting: bool = True, debug_summaries: bool = False,
-        name: str = "ActorCriticAlgorithm", batch_shape: Tuple[int, ...] = (),
+        max_grad_norm: Optional[float] = 0.5,
+        num_epochs: int = 1,
+        num_minibatches: int = 1,
+        fast_acting: bool = True,
+        debug_summaries: bool = False,
+        name: str = "ActorCriticAlgorithm",
+        batch_shape: Tuple[int, ...] = (),
     ):
-        super().__init__(optimizer=default_optimizer if optimizer is None else optimizer,
-                         debug_summaries=debug_summaries, name=name, batch_shape=batch_shape)
+        super().__init__(
+            optimizer=default_optimizer if optimizer is None else optimizer,
+            debug_summaries=debug_summaries,
+            name=name,
+            batch_shape=batch_shape,
+        )
         check_callable("actor_network_ctor", actor_network_ctor)
         check_callable("value_network_ctor", value_network_ctor)
-        check_choice("entropy_target_update", entropy_target_update,
-                     ("per_minibatch", "per_iteration"))
+        check_choice(
+            "entropy_target_update", entropy_target_update, ("per_minibatch", "per_iteration")
+        )
         if enforce_entropy_target and entropy_regularization is not None:
-            raise ValueError("entropy_regularization must be None when enforce_entropy_target "
-                             "is True (the entropy controller sets the coefficient)")
+            raise ValueError(
+                "entropy_regularization must be None when enforce_entropy_target "
+                "is True (the entropy controller sets the coefficient)"
+            )
         if entropy_regularization is not None and not callable(entropy_regularization):
             check_real("entropy_regularization", entropy_regularization, minimum=0.0)
         self._settings = dict(
@@ -118,38 +139,54 @@ class ActorCriticAlgorithm(Algorithm):
             reward_scale=check_real("reward_scale", reward_scale, positive=True),
             normalize_advantages=bool(normalize_advantages),
             td_loss_weight=check_real("td_loss_weight", td_loss_weight, minimum=0.0),
-            max_grad_norm=check_real("max_grad_norm", max_grad_norm, positive=True,
-                                     allow_none=True), entropy_target_update=entropy_target_update,
+            max_grad_norm=check_real(
+                "max_grad_norm", max_grad_norm, positive=True, allow_none=True
+            ),
+            entropy_target_update=entropy_target_update,
             num_epochs=check_int("num_epochs", num_epochs, minimum=1),
-            num_minibatches=check_int("num_minibatches", num_minibatches, minimum=1))
+            num_minibatches=check_int("num_minibatches", num_minibatches, minimum=1),
+        )
         self._observation_spec, self._action_spec = observation_spec, action_spec
-        self._entropy_regularization = (None if entropy_regularization is None
-                                        else schedulers.as_scheduler(entropy_regularization))
+        self._entropy_regularization = (
+            None
+            if entropy_regularization is None
+            else schedulers.as_scheduler(entropy_regularization)
+        )
         self._actor_network = actor_network_ctor(observation_spec, action_spec)
         self._value_network = value_network_ctor(observation_spec)
         self._entropy_target_algorithm: Optional[EntropyController] = None
         self.entropy_target_cls = entropy_target_cls or (
-            NestedEntropyTargetAlgorithm if nest.is_nested(action_spec) else EntropyTargetAlgorithm)
+            NestedEntropyTargetAlgorithm if nest.is_nested(action_spec) else EntropyTargetAlgorithm
+        )
         if enforce_entropy_target:
             self._entropy_target_algorithm = self.entropy_target_cls(
-                action_spec, debug_summaries=debug_summaries)
+                action_spec, debug_summaries=debug_summaries
+            )
         self._fast_acting = fast_acting and hasattr(self._actor_network, "sample_with_log_prob")
         own_entropy = getattr(type(self._entropy_target_algorithm), "entropy", None)
-        self._fast_training = fast_acting and hasattr(self._actor_network, "log_prob_and_entropy") \
+        self._fast_training = (
+            fast_acting
+            and hasattr(self._actor_network, "log_prob_and_entropy")
             and own_entropy in (None, EntropyController.entropy)
+        )
         # One agent's count is not saved: its checkpoints keep their layout.
-        self.register_buffer("_num_skipped", torch.zeros(self.batch_shape, dtype=torch.int64),
-                             persistent=bool(self.batch_shape))
+        self.register_buffer(
+            "_num_skipped",
+            torch.zeros(self.batch_shape, dtype=torch.int64),
+            persistent=bool(self.batch_shape),
+        )
         self.optimizers()  # made now, so that a checkpoint can restore their state at once
 
     observation_spec = property(lambda self: self._observation_spec, doc="The observation spec.")
     action_spec = property(lambda self: self._action_spec, doc="The action spec.")
     actor_network = property(lambda self: self._actor_network, doc="The policy network.")
     value_network = property(lambda self: self._value_network, doc="The value network.")
-    entropy_target_algorithm = property(lambda self: self._entropy_target_algorithm,
-                                        doc="The entropy controller, or ``None``.")
-    num_skipped_updates = property(lambda self: self._num_skipped,
-                                   doc="Updates skipped as not finite (``batch_shape`` int64).")
+    entropy_target_algorithm = property(
+        lambda self: self._entropy_target_algorithm, doc="The entropy controller, or ``None``."
+    )
+    num_skipped_updates = property(
+        lambda self: self._num_skipped, doc="Updates skipped as not finite (``batch_shape`` int64)."
+    )
 
     @property
     def settings(self) -> Dict[str, Any]:
@@ -182,7 +219,8 @@ class ActorCriticAlgorithm(Algorithm):
         """Sample an action, keep its ``log_prob`` (under ``torch.no_grad()``)."""
         gens = self.generators
         drawn = self._fast_acting and self._actor_network.sample_with_log_prob(
-            inputs.observation, categorical_sampler(gens))
+            inputs.observation, categorical_sampler(gens)
+        )
         if not drawn:
             dist = self._actor_network(inputs.observation)
             action = nest.map_structure(lambda d: draw(d, gens), dist)
@@ -193,35 +231,48 @@ class ActorCriticAlgorithm(Algorithm):
         """Recompute a flat minibatch's distribution, entropy and value, with gradients."""
         observation, controller = inputs.time_step.observation, self._entropy_target_algorithm
         fast = self._fast_training and self._actor_network.log_prob_and_entropy(
-            observation, inputs.action)  # the same bits, without the distribution object
+            observation, inputs.action
+        )  # the same bits, without the distribution object
         if fast:
             log_prob, entropy = fast
             for_gradient = entropy
         else:
             dist = self._actor_network(observation)
             log_prob = self._log_prob(dist, inputs.action)
-            entropy_of = dist_utils.entropy_with_fallback if controller is None else (
-                controller.entropy)
+            entropy_of = (
+                dist_utils.entropy_with_fallback if controller is None else (controller.entropy)
+            )
             entropy, for_gradient = entropy_of(dist)
-        return AlgStep(output=(), state=state, info=ActorCriticInfo(
-            value=self._value_network(observation), log_prob=log_prob, entropy=entropy,
-            entropy_for_gradient=for_gradient))
+        return AlgStep(
+            output=(),
+            state=state,
+            info=ActorCriticInfo(
+                value=self._value_network(observation),
+                log_prob=log_prob,
+                entropy=entropy,
+                entropy_for_gradient=for_gradient,
+            ),
+        )
 
-    def preprocess_experience(self, experience: Experience,
-                              final_time_step: TimeStep) -> Experience:
+    def preprocess_experience(
+        self, experience: Experience, final_time_step: TimeStep
+    ) -> Experience:
         """Values, advantages and returns; ``[T, *batch_shape, B]`` -> ``[*batch_shape, T*B]``."""
         nb = len(self.batch_shape)
         with torch.no_grad():
             t, b = experience.step_type.shape[0], experience.step_type.shape[-1]
             observations = nest.map_structure(  # all T + 1 in one forward pass
                 lambda x, y: _time_into_rows(torch.cat([x, y.unsqueeze(0)]), nb),
-                experience.time_step.observation, final_time_step.observation)
+                experience.time_step.observation,
+                final_time_step.observation,
+            )
             values = self._value_network(observations).unflatten(nb, (t + 1, b)).movedim(nb, 0)
             experience = self.with_advantages(experience, final_time_step, values)
             return nest.map_structure(lambda x: _time_into_rows(x, nb), experience)
 
-    def with_advantages(self, experience: Experience, final_time_step: TimeStep,
-                        values: torch.Tensor) -> Experience:
+    def with_advantages(
+        self, experience: Experience, final_time_step: TimeStep, values: torch.Tensor
+    ) -> Experience:
         """The unroll with ``value``, GAE ``advantages`` and ``returns`` from ``values``
         ``[T + 1, ...]`` (the last bootstraps)."""
         time_step, s = experience.time_step, self._settings
@@ -231,16 +282,22 @@ class ActorCriticAlgorithm(Algorithm):
 
         advantages = value_ops.generalized_advantage_estimation(
             _with_final(time_step.reward, final_time_step.reward).to(values.dtype)
-            * s["reward_scale"], values,
+            * s["reward_scale"],
+            values,
             _with_final(experience.step_type, final_time_step.step_type),
-            _with_final(time_step.discount, final_time_step.discount).to(values.dtype)
-            * s["gamma"], td_lambda=s["td_lambda"])
+            _with_final(time_step.discount, final_time_step.discount).to(values.dtype) * s["gamma"],
+            td_lambda=s["td_lambda"],
+        )
         value = values[:-1]
-        return experience._replace(rollout_info=experience.rollout_info._replace(
-            value=value, advantages=advantages, returns=advantages + value))
+        return experience._replace(
+            rollout_info=experience.rollout_info._replace(
+                value=value, advantages=advantages, returns=advantages + value
+            )
+        )
 
-    def _policy_gradient_loss(self, experience: Experience, train_info: ActorCriticInfo,
-                              advantages: torch.Tensor) -> torch.Tensor:
+    def _policy_gradient_loss(
+        self, experience: Experience, train_info: ActorCriticInfo, advantages: torch.Tensor
+    ) -> torch.Tensor:
         """Per-step policy-gradient loss ``-advantage * log_prob`` (A2C)."""
         return -advantages * train_info.log_prob
 
@@ -250,8 +307,9 @@ class ActorCriticAlgorithm(Algorithm):
         rollout_info = experience.rollout_info
         advantages = rollout_info.advantages
         if self._settings["normalize_advantages"]:
-            advantages = value_ops.normalize_advantages(advantages, mask,
-                                                        batch_ndim=len(self.batch_shape))
+            advantages = value_ops.normalize_advantages(
+                advantages, mask, batch_ndim=len(self.batch_shape)
+            )
         pg_loss = self._policy_gradient_loss(experience, train_info, advantages)
         td_loss = (train_info.value - rollout_info.returns).square()
         loss = pg_loss + self._settings["td_loss_weight"] * td_loss
@@ -262,11 +320,18 @@ class ActorCriticAlgorithm(Algorithm):
             per_minibatch = self._settings["entropy_target_update"] == "per_minibatch"
             if not per_minibatch:  # one update an iteration, from all its entropies
                 controller.accumulate(train_info.entropy, mask)
-            loss = loss + controller.entropy_loss(train_info.entropy, mask,
-                                                  train_info.entropy_for_gradient,
-                                                  per_minibatch).loss
-        return LossInfo(loss=loss, extra=ActorCriticLossInfo(
-            pg_loss=pg_loss, td_loss=td_loss, entropy=_sum_leaves(train_info.entropy)))
+            loss = (
+                loss
+                + controller.entropy_loss(
+                    train_info.entropy, mask, train_info.entropy_for_gradient, per_minibatch
+                ).loss
+            )
+        return LossInfo(
+            loss=loss,
+            extra=ActorCriticLossInfo(
+                pg_loss=pg_loss, td_loss=td_loss, entropy=_sum_leaves(train_info.entropy)
+            ),
+        )
 
     @staticmethod
     def valid_mask(experience: Experience) -> torch.Tensor:
@@ -280,17 +345,24 @@ class ActorCriticAlgorithm(Algorithm):
         if k == 1 and self._settings["num_epochs"] == 1:
             return [exp]  # the whole unroll, unshuffled
         if n < k:
-            raise ValueError(f"{self.name}: an unroll of {n} steps cannot be split into "
-                             f"num_minibatches={k}")
-        perm = per_member(lambda g: torch.randperm(n, device=exp.step_type.device, generator=g),
-                          self.generators)
-        shuffled = nest.map_structure(lambda x: x.gather(nb, perm.reshape(
-            perm.shape + (1,) * (x.dim() - nb - 1)).expand(x.shape)), exp)
+            raise ValueError(
+                f"{self.name}: an unroll of {n} steps cannot be split into num_minibatches={k}"
+            )
+        perm = per_member(
+            lambda g: torch.randperm(n, device=exp.step_type.device, generator=g), self.generators
+        )
+        shuffled = nest.map_structure(
+            lambda x: x.gather(
+                nb, perm.reshape(perm.shape + (1,) * (x.dim() - nb - 1)).expand(x.shape)
+            ),
+            exp,
+        )
         splits = [x.tensor_split(k, dim=nb) for x in nest.flatten(shuffled)]
         return [nest.pack_sequence_as(shuffled, leaves) for leaves in zip(*splits)]
 
-    def train_from_unroll(self, experience: Experience, final_time_step: TimeStep
-                          ) -> Tuple[LossInfo, ActorCriticInfo, torch.Tensor]:
+    def train_from_unroll(
+        self, experience: Experience, final_time_step: TimeStep
+    ) -> Tuple[LossInfo, ActorCriticInfo, torch.Tensor]:
         """All updates of an unroll; the last's ``(loss_info, train_info, valid_mask)``."""
         exp = self.preprocess_experience(experience, final_time_step)
         with self.fixed_tree():
@@ -300,8 +372,11 @@ class ActorCriticAlgorithm(Algorithm):
                     loss_info = self.calc_loss(batch, train_info)
                     mask = self.valid_mask(batch)
                     loss_info, _ = self.update_with_gradient(
-                        loss_info, valid_masks=mask, max_grad_norm=self._settings[
-                            "max_grad_norm"], skipped_counter=self._num_skipped)
+                        loss_info,
+                        valid_masks=mask,
+                        max_grad_norm=self._settings["max_grad_norm"],
+                        skipped_counter=self._num_skipped,
+                    )
                     self.after_update()
                     last_batch = batch
         if self._entropy_target_algorithm is not None:
@@ -310,8 +385,13 @@ class ActorCriticAlgorithm(Algorithm):
             self.summarize_train(last_batch, loss_info, train_info, mask)
         return loss_info, train_info, mask
 
-    def summarize_train(self, experience: Experience, loss_info: LossInfo,
-                        train_info: ActorCriticInfo, mask: torch.Tensor) -> None:
+    def summarize_train(
+        self,
+        experience: Experience,
+        loss_info: LossInfo,
+        train_info: ActorCriticInfo,
+        mask: torch.Tensor,
+    ) -> None:
         """Each agent's ``alpha``, ``entropy``, ``target_entropy``, ``stage`` (nested: also
         per leaf), ``loss/total|pg|td``; debug: advantage, value, explained variance."""
         main = loss_info.extra

@@ -18,6 +18,7 @@ otherwise; ``tests/many_agents`` holds the first iteration within 1e-5).
 Not yet: several ranks and nested action specs are refused; a free (state-independent)
 ``log_std`` cannot be stacked (``StackedModule`` says so).
 """
+
 import functools
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -52,8 +53,7 @@ def agent_dir(seed: int, target: Any = None) -> str:
     return f"{own}seed={seed}"
 
 
-def check_agent_seeds(seeds: Sequence[int], targets: Optional[Sequence[Any]] = None
-                      ) -> List[int]:
+def check_agent_seeds(seeds: Sequence[int], targets: Optional[Sequence[Any]] = None) -> List[int]:
     """The agents' seeds, checked: a non-empty sequence of ints in ``[0, MAX_SEED)``, one
     per target if ``targets``, no two agents of one name (:func:`agent_dir`).
 
@@ -72,9 +72,11 @@ def check_agent_seeds(seeds: Sequence[int], targets: Optional[Sequence[Any]] = N
     names = [agent_dir(s, t) for s, t in zip(seeds, targets or [None] * len(seeds))]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
-        raise ValueError(f"seeds must be distinct unless target_entropies gives each agent "
-                         f"distinct (target, seed) pairs, got {twice[0]} twice (seeds {seeds}, "
-                         f"target_entropies {targets})")
+        raise ValueError(
+            f"seeds must be distinct unless target_entropies gives each agent "
+            f"distinct (target, seed) pairs, got {twice[0]} twice (seeds {seeds}, "
+            f"target_entropies {targets})"
+        )
     return seeds
 
 
@@ -82,25 +84,39 @@ def _batched_adam_like(opt: torch.optim.Optimizer) -> Callable[..., BatchedAdam]
     group = opt.param_groups[0]
     # AdamW subclasses Adam; its decoupled decay, amsgrad, maximize or a second group
     # would silently become another optimiser in the batch.
-    if (not isinstance(opt, torch.optim.Adam) or isinstance(opt, torch.optim.AdamW)
-            or len(opt.param_groups) != 1 or group.get("amsgrad")
-            or group.get("maximize") or group.get("decoupled_weight_decay")):
-        raise TypeError(f"the batch needs agents optimised by Adam (FusedAdam) with one "
-                        f"parameter group and no amsgrad/maximize/decoupled decay, got "
-                        f"{type(opt).__name__} with {len(opt.param_groups)} group(s)")
+    if (
+        not isinstance(opt, torch.optim.Adam)
+        or isinstance(opt, torch.optim.AdamW)
+        or len(opt.param_groups) != 1
+        or group.get("amsgrad")
+        or group.get("maximize")
+        or group.get("decoupled_weight_decay")
+    ):
+        raise TypeError(
+            f"the batch needs agents optimised by Adam (FusedAdam) with one "
+            f"parameter group and no amsgrad/maximize/decoupled decay, got "
+            f"{type(opt).__name__} with {len(opt.param_groups)} group(s)"
+        )
     return functools.partial(
-        BatchedAdam, lr=group.get("initial_lr", group["lr"]), betas=group["betas"],
-        eps=group["eps"], weight_decay=group["weight_decay"],
-        lr_schedule=getattr(opt, "lr_schedule", None))
+        BatchedAdam,
+        lr=group.get("initial_lr", group["lr"]),
+        betas=group["betas"],
+        eps=group["eps"],
+        weight_decay=group["weight_decay"],
+        lr_schedule=getattr(opt, "lr_schedule", None),
+    )
 
 
 def _check_same_start(singles: List[Any], batched: Any) -> None:
     """The batch's controller (its target aside) starts as the agents' controllers."""
-    advice = ("give the batch the agents' controller (entropy_target_cls) or bind its "
-              "arguments in gin")
+    advice = (
+        "give the batch the agents' controller (entropy_target_cls) or bind its arguments in gin"
+    )
     if batched.settings != singles[0].settings:
-        raise ValueError(f"the batch's controller has settings {batched.settings}, the agents' "
-                         f"{singles[0].settings}: {advice}")
+        raise ValueError(
+            f"the batch's controller has settings {batched.settings}, the agents' "
+            f"{singles[0].settings}: {advice}"
+        )
     state = batched.state_dict()
     for k, single in enumerate(singles):
         for name, value in single.state_dict().items():
@@ -109,13 +125,16 @@ def _check_same_start(singles: List[Any], batched: Any) -> None:
             mine = state[name]
             mine = mine[k] if mine.shape == (len(singles), *value.shape) else mine
             if not torch.equal(mine, value.to(mine.device)):
-                raise ValueError(f"the batch's controller starts with {name} = {mine.tolist()} "
-                                 f"for agent {k}, the agent's controller with "
-                                 f"{value.tolist()}: {advice}")
+                raise ValueError(
+                    f"the batch's controller starts with {name} = {mine.tolist()} "
+                    f"for agent {k}, the agent's controller with "
+                    f"{value.tolist()}: {advice}"
+                )
 
 
-def agent_state_dict(single: nn.Module, batched: nn.Module, k: int, num_agents: int
-                     ) -> Dict[str, Any]:
+def agent_state_dict(
+    single: nn.Module, batched: nn.Module, k: int, num_agents: int
+) -> Dict[str, Any]:
     """Member ``k`` of ``batched`` in ``single``'s ``state_dict`` layout.
 
     A value with a leading ``num_agents`` more than ``single``'s gives its ``[k]`` (also
@@ -171,60 +190,89 @@ class AgentBatch(Algorithm):
     agent_cls: type = Algorithm
     """The class the agents must be."""
 
-    def __init__(self, observation_spec: Any, action_spec: Any, seeds: Sequence[int],
-                 algorithm_ctor: Callable[..., Any],
-                 target_entropies: Optional[Sequence[Any]] = None,
-                 entropy_target_cls: Optional[Callable[..., Any]] = None, device: Any = "cpu"):
+    def __init__(
+        self,
+        observation_spec: Any,
+        action_spec: Any,
+        seeds: Sequence[int],
+        algorithm_ctor: Callable[..., Any],
+        target_entropies: Optional[Sequence[Any]] = None,
+        entropy_target_cls: Optional[Callable[..., Any]] = None,
+        device: Any = "cpu",
+    ):
         seeds = check_agent_seeds(seeds, target_entropies)
-        super().__init__(optimizer=None, debug_summaries=False, name=type(self).__name__,
-                         batch_shape=(max(len(seeds), 1),))
+        super().__init__(
+            optimizer=None,
+            debug_summaries=False,
+            name=type(self).__name__,
+            batch_shape=(max(len(seeds), 1),),
+        )
         device = torch.device(device)
-        agents = self._build_agents(observation_spec, action_spec, seeds, algorithm_ctor,
-                                    target_entropies, device)
+        agents = self._build_agents(
+            observation_spec, action_spec, seeds, algorithm_ctor, target_entropies, device
+        )
         self._seeds, self._template = seeds, (agents[0],)  # agent 0 as built: the layout
         self._alg = algorithm_ctor(
-            observation_spec, action_spec, batch_shape=self.batch_shape,
+            observation_spec,
+            action_spec,
+            batch_shape=self.batch_shape,
             entropy_target_cls=self._controller_cls(agents, entropy_target_cls, target_entropies),
             optimizer=_batched_adam_like(agents[0].optimizers()[0]),
-            **self._stacked(agents)).to(device)
+            **self._stacked(agents),
+        ).to(device)
         self._after_build(agents)
         self.use_generators(self._generators)
 
-    def _build_agents(self, observation_spec: Any, action_spec: Any, seeds: List[int],
-                      algorithm_ctor: Callable[..., Any], targets: Optional[Sequence[Any]],
-                      device: torch.device) -> List[Any]:
+    def _build_agents(
+        self,
+        observation_spec: Any,
+        action_spec: Any,
+        seeds: List[int],
+        algorithm_ctor: Callable[..., Any],
+        targets: Optional[Sequence[Any]],
+        device: torch.device,
+    ) -> List[Any]:
         """Agent ``k`` as a single run with ``seeds[k]`` builds it; keeps its generator."""
         name = type(self).__name__
         if nest.is_nested(action_spec):
             raise ValueError(f"{name} does not take a nested action_spec yet")
         if distributed.env_world_size() > 1:
-            raise ValueError(f"{name} does not run data-parallel (several ranks, WORLD_SIZE > "
-                             "1): run the K agents in one process, or one agent per rank")
+            raise ValueError(
+                f"{name} does not run data-parallel (several ranks, WORLD_SIZE > "
+                "1): run the K agents in one process, or one agent per rank"
+            )
         agents, generators = [], []
         for seed in seeds:
             seed_all(seed)
             agent = algorithm_ctor(observation_spec, action_spec)
             if not isinstance(agent, self.agent_cls):
-                raise TypeError(f"algorithm_ctor must build an {self.agent_cls.__name__}, got "
-                                f"{type(agent).__name__}")
+                raise TypeError(
+                    f"algorithm_ctor must build an {self.agent_cls.__name__}, got "
+                    f"{type(agent).__name__}"
+                )
             agents.append(agent.to(device))
             generators.append(agent_generator(seed, device))
         self._generators = generators
         return agents
 
-    def _controller_cls(self, agents: List[Any], cls: Optional[Callable[..., Any]],
-                        targets: Optional[Sequence[Any]]) -> Optional[Callable[..., Any]]:
+    def _controller_cls(
+        self, agents: List[Any], cls: Optional[Callable[..., Any]], targets: Optional[Sequence[Any]]
+    ) -> Optional[Callable[..., Any]]:
         """The batch's controller factory; checks that it starts as the agents' do."""
         controller = agents[0].entropy_target_algorithm
         if controller is None:
             if targets is not None:
-                raise ValueError("target_entropies needs agents with an entropy controller "
-                                 "(enforce_entropy_target=True)")
+                raise ValueError(
+                    "target_entropies needs agents with an entropy controller "
+                    "(enforce_entropy_target=True)"
+                )
             return None
         cls = cls or getattr(agents[0], "entropy_target_cls", None) or type(controller)
         cls = functools.partial(cls, batch_shape=self.batch_shape)
-        _check_same_start([a.entropy_target_algorithm for a in agents],
-                          cls(agents[0].action_spec, debug_summaries=controller.debug_summaries))
+        _check_same_start(
+            [a.entropy_target_algorithm for a in agents],
+            cls(agents[0].action_spec, debug_summaries=controller.debug_summaries),
+        )
         return cls if targets is None else functools.partial(cls, target_entropy=list(targets))
 
     def _stacked(self, agents: List[Any]) -> Dict[str, Callable[..., nn.Module]]:
@@ -245,8 +293,9 @@ class AgentBatch(Algorithm):
     def set_extra_state(self, state: torch.Tensor) -> None:
         """Restore :meth:`get_extra_state`."""
         if state.shape[0] != len(self._generators):
-            raise ValueError(f"it holds the generators of {state.shape[0]} agents, not "
-                             f"{len(self._generators)}")
+            raise ValueError(
+                f"it holds the generators of {state.shape[0]} agents, not {len(self._generators)}"
+            )
         for generator, s in zip(self._generators, state):
             generator.set_state(s.clone())
 

@@ -17,6 +17,7 @@ one gradient step of both: per member the masked mean of the loss, the gradient 
 clipping and the skip of a non-finite update, without waiting for a GPU
 (:func:`~alf_entropy.utils.optimizers.masked_optimizer_step`).
 """
+
 import contextlib
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
@@ -157,8 +158,7 @@ class Algorithm(nn.Module):
         on_policy = bool(on_policy)
         if self._on_policy is not None and self._on_policy != on_policy:
             raise ValueError(
-                f"{self._name}: on_policy is already {self._on_policy}; it can be "
-                "set only once"
+                f"{self._name}: on_policy is already {self._on_policy}; it can be set only once"
             )
         self._on_policy = on_policy
         for alg in self.sub_algorithms():
@@ -337,8 +337,7 @@ class Algorithm(nn.Module):
                 # invalid row still reaches the weight gradients, so the loss must be
                 # non-finite too and the update skipped.
                 mask = valid_masks.to(loss.dtype)
-                loss = ((loss * mask).flatten(nb).sum(-1)
-                        / mask.flatten(nb).sum(-1).clamp(min=1.0))
+                loss = (loss * mask).flatten(nb).sum(-1) / mask.flatten(nb).sum(-1).clamp(min=1.0)
             else:
                 loss = loss.flatten(nb).mean(-1)
         else:

@@ -5,6 +5,7 @@ ALF runs every update eager; here the same update (the losses, their gradient by
 ``torch.func.vjp``, the controller's device step, Adam by ``torch.optim.adam.adam``) is
 one ``torch.compile(fullgraph=True)`` graph, and on CUDA one CUDA graph.
 """
+
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
@@ -50,19 +51,32 @@ class CompiledUpdate:
     load, ``.to``) or the inputs' shapes changed.
     """
 
-    def __init__(self, alg: nn.Module, terms: Callable, coefficient: Optional[Callable],
-                 max_grad_norm: Optional[float], controller: Any = None,
-                 after: Callable[[], None] = lambda: None,
-                 refresh: Callable[[], None] = lambda: None):
+    def __init__(
+        self,
+        alg: nn.Module,
+        terms: Callable,
+        coefficient: Optional[Callable],
+        max_grad_norm: Optional[float],
+        controller: Any = None,
+        after: Callable[[], None] = lambda: None,
+        refresh: Callable[[], None] = lambda: None,
+    ):
         self._alg, self._terms, self._coefficient = alg, terms, coefficient
-        self._clip, self._controller, self._after, self._refresh = (max_grad_norm, controller,
-                                                                     after, refresh)
+        self._clip, self._controller, self._after, self._refresh = (
+            max_grad_norm,
+            controller,
+            after,
+            refresh,
+        )
         for opt in alg.optimizers():
             if not isinstance(opt, torch.optim.Adam) or any(
-                    g["amsgrad"] or g["maximize"] for g in opt.param_groups):
-                raise TypeError(f"{alg.name}: compile_update needs Adam optimisers (FusedAdam, "
-                                f"torch.optim.Adam or AdamW) without amsgrad or maximize, got "
-                                f"{type(opt).__name__}")
+                g["amsgrad"] or g["maximize"] for g in opt.param_groups
+            ):
+                raise TypeError(
+                    f"{alg.name}: compile_update needs Adam optimisers (FusedAdam, "
+                    f"torch.optim.Adam or AdamW) without amsgrad or maximize, got "
+                    f"{type(opt).__name__}"
+                )
         self._call = _Call(alg, terms)
         self._fn = torch.compile(self._step, fullgraph=True, dynamic=False)
         self.scalars: Dict[Any, torch.Tensor] = {}
@@ -72,17 +86,23 @@ class CompiledUpdate:
     def __call__(self, inputs: Any, skipped: torch.Tensor) -> Tuple[torch.Tensor, Any]:
         """One update on ``inputs``; ``skipped`` counts the skipped ones; ``(loss, extra)``."""
         if distributed.is_distributed():
-            raise RuntimeError(f"{self._alg.name}: compile_update=True is for one process "
-                               "(its gradients are not all-reduced); use compile_update=False")
+            raise RuntimeError(
+                f"{self._alg.name}: compile_update=True is for one process "
+                "(its gradients are not all-reduced); use compile_update=False"
+            )
         controller, self._device = self._controller, skipped.device
         if controller is not None:  # a scheduled target: fill_ from host floats
             controller.refresh_target()
         self._refresh()
         plan = self._plan()
-        held = [t for t in nest.flatten((plan, list(self._alg.buffers())))
-                if isinstance(t, torch.Tensor)]
-        key = [t.data_ptr() for t in held] + [(x.shape, x.dtype, x.device)
-                                              for x in nest.flatten(inputs)]
+        held = [
+            t
+            for t in nest.flatten((plan, list(self._alg.buffers())))
+            if isinstance(t, torch.Tensor)
+        ]
+        key = [t.data_ptr() for t in held] + [
+            (x.shape, x.dtype, x.device) for x in nest.flatten(inputs)
+        ]
         if self._static is None or key != self._key:
             self._static = nest.map_structure(torch.clone, inputs)
             self._graph, self._key, self._calls = None, key, 0
@@ -118,10 +138,17 @@ class CompiledUpdate:
             for group in opt.param_groups:
                 params = [p for p in group["params"] if p.requires_grad]
                 states = [_adam_state(opt, group, p) for p in params]
-                plan.append((params, *([s[k] for s in states] for k in (
-                    "exp_avg", "exp_avg_sq", "step")), self.set(id(group), group["lr"]),
-                    group["betas"], group["eps"],
-                    group["weight_decay"], bool(group.get("decoupled_weight_decay"))))
+                plan.append(
+                    (
+                        params,
+                        *([s[k] for s in states] for k in ("exp_avg", "exp_avg_sq", "step")),
+                        self.set(id(group), group["lr"]),
+                        group["betas"],
+                        group["eps"],
+                        group["weight_decay"],
+                        bool(group.get("decoupled_weight_decay")),
+                    )
+                )
         return plan
 
     def set(self, key: Any, value: float) -> torch.Tensor:
@@ -138,7 +165,8 @@ class CompiledUpdate:
 
         def means(ps):
             out = torch.func.functional_call(
-                self._call, {names[id(p)]: q for p, q in zip(params, ps)}, (inputs,))
+                self._call, {names[id(p)]: q for p, q in zip(params, ps)}, (inputs,)
+            )
             rows, for_gradient, entropy, mask, extra = out
             mask = mask.to(rows.dtype)
             count = mask.flatten(nb).sum(-1).clamp(min=1.0)
@@ -147,7 +175,8 @@ class CompiledUpdate:
             return (a, b), (entropy.detach(), mask, extra)
 
         (a, b), pullback, (entropy, mask, extra) = torch.func.vjp(
-            means, [p.detach() for p in params], has_aux=True)
+            means, [p.detach() for p in params], has_aux=True
+        )
         alpha, loss = torch.zeros_like(a), a
         if self._coefficient is not None:
             alpha, extra = self._coefficient(entropy, mask, extra)
@@ -156,14 +185,23 @@ class CompiledUpdate:
         ok = torch.isfinite(loss)
         with torch.no_grad():
             if self._clip is not None:
-                norms = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(
-                    g, dim=tuple(range(nb, g.dim())) if nb else None) for g in grads]), dim=0)
+                norms = torch.linalg.vector_norm(
+                    torch.stack(
+                        [
+                            torch.linalg.vector_norm(
+                                g, dim=tuple(range(nb, g.dim())) if nb else None
+                            )
+                            for g in grads
+                        ]
+                    ),
+                    dim=0,
+                )
                 ok = ok & torch.isfinite(norms)
                 coef = (self._clip / (norms + 1e-6)).clamp(max=1.0)
                 grads = [g * coef.reshape(coef.shape + (1,) * (g.dim() - nb)) for g in grads]
             start = 0
             for group in plan:
-                _masked_adam(*group, grads[start:start + len(group[0])], ok, nb)
+                _masked_adam(*group, grads[start : start + len(group[0])], ok, nb)
                 start += len(group[0])
             skipped.add_((~ok).to(skipped.dtype))
             self._after()
@@ -175,8 +213,9 @@ def device_update(controller: Any, entropy: torch.Tensor, mask: torch.Tensor) ->
     (``entropy_loss``'s without the target's refresh and the report, which stay outside)."""
     mean, count = member_mean(entropy.detach(), mask, len(controller.batch_shape))
     restart = torch.zeros_like(count, dtype=torch.bool)
-    controller.driver.step(controller.rule, controller.consts,
-                           Inputs(mean.to(torch.float32), count, restart))
+    controller.driver.step(
+        controller.rule, controller.consts, Inputs(mean.to(torch.float32), count, restart)
+    )
     return controller.driver.log_alpha.exp()
 
 
@@ -194,17 +233,32 @@ def _adam_state(opt: torch.optim.Optimizer, group: dict, p: torch.Tensor) -> dic
     return state
 
 
-def _masked_adam(params, exp_avgs, exp_avg_sqs, steps, lr, betas, eps, weight_decay, decoupled,
-                 grads, ok, nb):
+def _masked_adam(
+    params, exp_avgs, exp_avg_sqs, steps, lr, betas, eps, weight_decay, decoupled, grads, ok, nb
+):
     """``torch.optim.adam.adam`` (per member for K), each member's values kept where not ``ok``."""
     state = [params, exp_avgs, exp_avg_sqs, steps]
     old = [[x.clone() for x in xs] for xs in state]
     for m in range(ok.shape[0]) if nb else [None]:
-        lists = [[x.detach() if m is None else x.detach()[m] for x in xs]
-                 for xs in (params, grads, exp_avgs, exp_avg_sqs, steps)]
-        adam(*lists[:4], [], lists[4], foreach=False, capturable=True,
-             decoupled_weight_decay=decoupled, amsgrad=False, beta1=betas[0], beta2=betas[1],
-             lr=lr, weight_decay=weight_decay, eps=eps, maximize=False)
+        lists = [
+            [x.detach() if m is None else x.detach()[m] for x in xs]
+            for xs in (params, grads, exp_avgs, exp_avg_sqs, steps)
+        ]
+        adam(
+            *lists[:4],
+            [],
+            lists[4],
+            foreach=False,
+            capturable=True,
+            decoupled_weight_decay=decoupled,
+            amsgrad=False,
+            beta1=betas[0],
+            beta2=betas[1],
+            lr=lr,
+            weight_decay=weight_decay,
+            eps=eps,
+            maximize=False,
+        )
     for xs, olds in zip(state, old):
         for x, x_old in zip(xs, olds):
             x.detach().copy_(torch.where(ok.reshape(ok.shape + (1,) * (x.dim() - nb)), x, x_old))

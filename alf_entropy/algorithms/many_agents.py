@@ -6,6 +6,7 @@ each ``nn.Linear`` of the K agents becomes one batched product for all K.  GAE, 
 minibatch permutations, advantage normalisation, the loss's mean, gradient clipping,
 the skip of a non-finite update and Adam's state are each agent's own.
 """
+
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch.nn as nn
@@ -24,13 +25,28 @@ class ManyAgents(AgentBatch):
 
     agent_cls = ActorCriticAlgorithm
 
-    def __init__(self, observation_spec: Any, action_spec: Any, seeds: Sequence[int],
-                 algorithm_ctor: Callable[..., ActorCriticAlgorithm] = PPOAlgorithm,
-                 target_entropies: Optional[Sequence[Any]] = None,
-                 entropy_target_cls: Optional[Callable[..., Any]] = None, device: Any = "cpu"):
-        super().__init__(observation_spec, action_spec, seeds, algorithm_ctor,
-                         target_entropies, entropy_target_cls, device)
+    def __init__(
+        self,
+        observation_spec: Any,
+        action_spec: Any,
+        seeds: Sequence[int],
+        algorithm_ctor: Callable[..., ActorCriticAlgorithm] = PPOAlgorithm,
+        target_entropies: Optional[Sequence[Any]] = None,
+        entropy_target_cls: Optional[Callable[..., Any]] = None,
+        device: Any = "cpu",
+    ):
+        super().__init__(
+            observation_spec,
+            action_spec,
+            seeds,
+            algorithm_ctor,
+            target_entropies,
+            entropy_target_cls,
+            device,
+        )
 
     def _stacked(self, agents: List[Any]) -> Dict[str, Callable[..., nn.Module]]:
-        return dict(actor_network_ctor=lambda *a: StackedModule([g.actor_network for g in agents]),
-                    value_network_ctor=lambda *a: StackedModule([g.value_network for g in agents]))
+        return dict(
+            actor_network_ctor=lambda *a: StackedModule([g.actor_network for g in agents]),
+            value_network_ctor=lambda *a: StackedModule([g.value_network for g in agents]),
+        )

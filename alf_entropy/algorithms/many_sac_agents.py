@@ -6,6 +6,7 @@ their target copies are :class:`~alf_entropy.networks.critic_networks.StackedCri
 Agent ``k`` draws its actions and its losses' samples from its own generator, and -- in
 ``OffPolicyTrainer`` -- its random actions before learning starts and its replay rows.
 """
+
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch.nn as nn
@@ -24,18 +25,33 @@ class ManySacAgents(AgentBatch):
 
     agent_cls = SacAlgorithm
 
-    def __init__(self, observation_spec: Any, action_spec: Any, seeds: Sequence[int],
-                 algorithm_ctor: Callable[..., SacAlgorithm] = SacAlgorithm,
-                 target_entropies: Optional[Sequence[Any]] = None,
-                 entropy_target_cls: Optional[Callable[..., Any]] = None, device: Any = "cpu"):
-        super().__init__(observation_spec, action_spec, seeds, algorithm_ctor,
-                         target_entropies, entropy_target_cls, device)
+    def __init__(
+        self,
+        observation_spec: Any,
+        action_spec: Any,
+        seeds: Sequence[int],
+        algorithm_ctor: Callable[..., SacAlgorithm] = SacAlgorithm,
+        target_entropies: Optional[Sequence[Any]] = None,
+        entropy_target_cls: Optional[Callable[..., Any]] = None,
+        device: Any = "cpu",
+    ):
+        super().__init__(
+            observation_spec,
+            action_spec,
+            seeds,
+            algorithm_ctor,
+            target_entropies,
+            entropy_target_cls,
+            device,
+        )
 
     def _stacked(self, agents: List[Any]) -> Dict[str, Callable[..., nn.Module]]:
         return dict(
             actor_network_ctor=lambda *a: StackedModule([g.actor_network for g in agents]),
-            critic_network_ctor=lambda *a: StackedCritics([g.critic_networks for g in agents]))
+            critic_network_ctor=lambda *a: StackedCritics([g.critic_networks for g in agents]),
+        )
 
     def _after_build(self, agents: List[Any]) -> None:
         self._alg.target_critic_networks.load_state_dict(
-            StackedCritics([g.target_critic_networks for g in agents]).state_dict())
+            StackedCritics([g.target_critic_networks for g in agents]).state_dict()
+        )

@@ -24,6 +24,7 @@ linearly to 0 (with the learning rate: see ``FusedAdam.lr_schedule``)::
 With an entropy controller its ``calc_loss`` runs, and adjusts ``alpha``, once
 per minibatch.
 """
+
 from typing import Any, Callable, Optional, Tuple, Union
 
 import torch
@@ -72,31 +73,63 @@ class PPOAlgorithm(ActorCriticAlgorithm):
     """
 
     def __init__(
-        self, observation_spec: Any, action_spec: Any, *,
+        self,
+        observation_spec: Any,
+        action_spec: Any,
+        *,
         actor_network_ctor: Callable[..., nn.Module] = ActorDistributionNetwork,
         value_network_ctor: Callable[..., nn.Module] = ValueNetwork,
-        optimizer: OptimizerArg = None, gamma: float = 0.99, td_lambda: float = 0.95,
-        normalize_advantages: bool = True, td_loss_weight: float = 0.5, reward_scale: float = 1.0,
+        optimizer: OptimizerArg = None,
+        gamma: float = 0.99,
+        td_lambda: float = 0.95,
+        normalize_advantages: bool = True,
+        td_loss_weight: float = 0.5,
+        reward_scale: float = 1.0,
         entropy_regularization: Optional[Union[float, Callable[[], float]]] = None,
-        enforce_entropy_target: bool = False, entropy_target_cls: Optional[Callable] = None,
+        enforce_entropy_target: bool = False,
+        entropy_target_cls: Optional[Callable] = None,
         entropy_target_update: str = "per_minibatch",
-        max_grad_norm: Optional[float] = 0.5, num_epochs: int = 4, num_minibatches: int = 4,
-        fast_acting: bool = True, debug_summaries: bool = False, name: str = "PPOAlgorithm",
+        max_grad_norm: Optional[float] = 0.5,
+        num_epochs: int = 4,
+        num_minibatches: int = 4,
+        fast_acting: bool = True,
+        debug_summaries: bool = False,
+        name: str = "PPOAlgorithm",
         batch_shape: Tuple[int, ...] = (),
         importance_ratio_clipping: Union[float, Callable[[], float]] = 0.2,
     ):
         if callable(importance_ratio_clipping):
             self._clip_schedule = importance_ratio_clipping
         else:
-            self._clip_schedule = schedulers.ConstantScheduler(check_real(
-                "importance_ratio_clipping", importance_ratio_clipping, above=0.0, below=1.0))
+            self._clip_schedule = schedulers.ConstantScheduler(
+                check_real(
+                    "importance_ratio_clipping", importance_ratio_clipping, above=0.0, below=1.0
+                )
+            )
         # Every argument passed on: ActorCriticAlgorithm's gin bindings stay A2C's.
         super().__init__(
-            observation_spec, action_spec, actor_network_ctor, value_network_ctor, optimizer,
-            gamma, td_lambda, normalize_advantages, td_loss_weight, reward_scale,
-            entropy_regularization, enforce_entropy_target, entropy_target_cls,
-            entropy_target_update, max_grad_norm, num_epochs,
-            num_minibatches, fast_acting, debug_summaries, name, batch_shape)
+            observation_spec,
+            action_spec,
+            actor_network_ctor,
+            value_network_ctor,
+            optimizer,
+            gamma,
+            td_lambda,
+            normalize_advantages,
+            td_loss_weight,
+            reward_scale,
+            entropy_regularization,
+            enforce_entropy_target,
+            entropy_target_cls,
+            entropy_target_update,
+            max_grad_norm,
+            num_epochs,
+            num_minibatches,
+            fast_acting,
+            debug_summaries,
+            name,
+            batch_shape,
+        )
 
     @property
     def importance_ratio_clipping(self) -> float:
@@ -106,8 +139,9 @@ class PPOAlgorithm(ActorCriticAlgorithm):
             ValueError: if a scheduled value is outside ``[0, 1)``.
         """
         # A host-side float: reading a scheduler touches no tensor.
-        return check_real("importance_ratio_clipping (scheduled)", self._clip_schedule(),
-                          minimum=0.0, below=1.0)
+        return check_real(
+            "importance_ratio_clipping (scheduled)", self._clip_schedule(), minimum=0.0, below=1.0
+        )
 
     def _policy_gradient_loss(
         self, experience: Experience, train_info: ActorCriticInfo, advantages: torch.Tensor

@@ -30,6 +30,7 @@ algorithm, and counted in ``num_skipped_updates``, without reading the flag on
 the host on a GPU (see
 :func:`~alf_entropy.utils.optimizers.masked_optimizer_step`).
 """
+
 import copy
 from typing import Any, Callable, List, Optional, Tuple
 
@@ -53,16 +54,22 @@ from alf_entropy.utils.seeding import per_member
 
 __all__ = ["SacAlgorithm", "SacLossInfo"]
 
-SacLossInfo = namedtuple("SacLossInfo", ["critic", "actor", "entropy", "q", "alpha"],
-                         default_value=())
+SacLossInfo = namedtuple(
+    "SacLossInfo", ["critic", "actor", "entropy", "q", "alpha"], default_value=()
+)
 """``LossInfo.extra`` of an update, for summaries: detached per-row ``[N]``
 tensors, and ``alpha`` (0-d)."""
 
 
 def _default_actor(observation_spec: Any, action_spec: Any) -> nn.Module:
-    return ActorDistributionNetwork(observation_spec, action_spec, fc_layer_params=(256, 256),
-                                    activation=nn.ReLU, squash_to_spec=True,
-                                    state_dependent_std=True)
+    return ActorDistributionNetwork(
+        observation_spec,
+        action_spec,
+        fc_layer_params=(256, 256),
+        activation=nn.ReLU,
+        squash_to_spec=True,
+        state_dependent_std=True,
+    )
 
 
 def _default_optimizer(params: List[nn.Parameter], lr: float = 3e-4) -> torch.optim.Optimizer:
@@ -148,20 +155,29 @@ class SacAlgorithm(Algorithm):
         batch_shape: Tuple[int, ...] = (),
         compile_update: bool = False,
     ):
-        super().__init__(optimizer=_default_optimizer if optimizer is None else optimizer,
-                         debug_summaries=debug_summaries, name=name, batch_shape=batch_shape)
+        super().__init__(
+            optimizer=_default_optimizer if optimizer is None else optimizer,
+            debug_summaries=debug_summaries,
+            name=name,
+            batch_shape=batch_shape,
+        )
         if nest.is_nested(action_spec) or not isinstance(action_spec, BoundedTensorSpec):
-            raise TypeError("SacAlgorithm: action_spec must be a single BoundedTensorSpec (one "
-                            f"discrete or one continuous action), got {action_spec!r}")
+            raise TypeError(
+                "SacAlgorithm: action_spec must be a single BoundedTensorSpec (one "
+                f"discrete or one continuous action), got {action_spec!r}"
+            )
         if action_spec.is_discrete and action_spec.shape != ():
-            raise ValueError("SacAlgorithm: a discrete action must be scalar (gymnasium "
-                             f"Discrete), got shape {action_spec.shape}")
+            raise ValueError(
+                "SacAlgorithm: a discrete action must be scalar (gymnasium "
+                f"Discrete), got shape {action_spec.shape}"
+            )
         self._gamma = check_real("gamma", gamma, minimum=0.0, maximum=1.0)
         self._tau = check_real("target_update_tau", target_update_tau, above=0.0, maximum=1.0)
         self._target_update_period = check_int("target_update_period", target_update_period, 1)
         self._reward_scale = check_real("reward_scale", reward_scale, positive=True)
-        self._max_grad_norm = check_real("max_grad_norm", max_grad_norm, positive=True,
-                                         allow_none=True)
+        self._max_grad_norm = check_real(
+            "max_grad_norm", max_grad_norm, positive=True, allow_none=True
+        )
         check_callable("actor_network_ctor", actor_network_ctor)
         check_callable("critic_network_ctor", critic_network_ctor)
 
@@ -173,13 +189,15 @@ class SacAlgorithm(Algorithm):
         self._critic_networks = critic_network_ctor(observation_spec, action_spec)
         # One explicit choice: a continuous action drawn by our actor network
         # in closed form (see _sample); anything else goes through the distribution.
-        self._closed_form = not self._discrete and isinstance(self._actor_network,
-                                                              ActorDistributionNetwork)
+        self._closed_form = not self._discrete and isinstance(
+            self._actor_network, ActorDistributionNetwork
+        )
         self._target_critic_networks = copy.deepcopy(self._critic_networks)
         self._target_critic_networks.requires_grad_(False)
         self.entropy_target_cls = entropy_target_cls or SGDEntropyTargetAlgorithm
-        self._entropy_target_algorithm = self.entropy_target_cls(action_spec,
-                                                                 debug_summaries=debug_summaries)
+        self._entropy_target_algorithm = self.entropy_target_cls(
+            action_spec, debug_summaries=debug_summaries
+        )
         self.register_buffer("_num_skipped", torch.zeros(self.batch_shape, dtype=torch.int64))
         self.optimizers()  # fails now, not at the first update, if a parameter has none
         self._target_pairs: Optional[tuple] = None
@@ -189,12 +207,19 @@ class SacAlgorithm(Algorithm):
         if compile_update:
             controller = self._entropy_target_algorithm
             if len(controller.leaf_algorithms()) != 1:
-                raise ValueError("SacAlgorithm: compile_update=True needs a controller with "
-                                 f"one alpha, got {type(controller).__name__}")
+                raise ValueError(
+                    "SacAlgorithm: compile_update=True needs a controller with "
+                    f"one alpha, got {type(controller).__name__}"
+                )
             self._compiled = CompiledUpdate(
-                self, self._terms, self._coefficient, self._max_grad_norm, controller,
+                self,
+                self._terms,
+                self._coefficient,
+                self._max_grad_norm,
+                controller,
                 after=lambda: self._lerp_targets(self._compiled.scalars["tau"]),
-                refresh=self._refresh)
+                refresh=self._refresh,
+            )
 
     # ------------------------------------------------------------ properties
     @property
@@ -295,10 +320,14 @@ class SacAlgorithm(Algorithm):
         if self._discrete:
             return ()
         a = batch.action
-        shape = a.shape[len(self.batch_shape):]
-        return tuple(per_member(lambda g: torch.randn(shape, dtype=torch.float32,
-                                                      device=a.device, generator=g),
-                                self.generators) for _ in range(2))
+        shape = a.shape[len(self.batch_shape) :]
+        return tuple(
+            per_member(
+                lambda g: torch.randn(shape, dtype=torch.float32, device=a.device, generator=g),
+                self.generators,
+            )
+            for _ in range(2)
+        )
 
     def _losses(self, batch: Transition, noise: Any = ()) -> tuple:
         """Per row: the critic loss, ``min_i Q_i(o, a~)``, the entropy, the critics' ``q``;
@@ -317,8 +346,10 @@ class SacAlgorithm(Algorithm):
             else:
                 target_q = targets(batch.next_observation, next_a).min(dim=0).values
                 next_v = target_q - a * next_logp
-            y = (self._reward_scale * batch.reward
-                 + self._gamma * batch.discount.to(next_v.dtype) * next_v)
+            y = (
+                self._reward_scale * batch.reward
+                + self._gamma * batch.discount.to(next_v.dtype) * next_v
+            )
         if self._discrete:
             q_all = critics(batch.observation)  # [n, N, A]
             index = batch.action.long().unsqueeze(-1).expand(*q_all.shape[:-1], 1)
@@ -347,22 +378,39 @@ class SacAlgorithm(Algorithm):
         critic_loss, q_pi, entropy, q, alpha = self._losses(batch)
         li = self._entropy_target_algorithm.entropy_loss(entropy, mask=batch.valid)
         actor_loss = -q_pi + li.loss
-        return LossInfo(loss=critic_loss + actor_loss,
-                        extra=SacLossInfo(critic=critic_loss.detach(), actor=actor_loss.detach(),
-                                          entropy=entropy.detach(), q=q.detach().mean(0),
-                                          alpha=alpha))
+        return LossInfo(
+            loss=critic_loss + actor_loss,
+            extra=SacLossInfo(
+                critic=critic_loss.detach(),
+                actor=actor_loss.detach(),
+                entropy=entropy.detach(),
+                q=q.detach().mean(0),
+                alpha=alpha,
+            ),
+        )
 
     def _terms(self, inputs: tuple) -> tuple:
         """``CompiledUpdate``'s terms: ``calc_loss`` but the entropy term (``actor`` is
         ``-min Q`` until ``_coefficient``)."""
         batch, noise = inputs
         critic_loss, q_pi, entropy, q, alpha = self._losses(batch, noise)
-        return critic_loss - q_pi, entropy, entropy, batch.valid, SacLossInfo(
-            critic=critic_loss.detach(), actor=-q_pi.detach(), entropy=entropy.detach(),
-            q=q.detach().mean(0), alpha=alpha)
+        return (
+            critic_loss - q_pi,
+            entropy,
+            entropy,
+            batch.valid,
+            SacLossInfo(
+                critic=critic_loss.detach(),
+                actor=-q_pi.detach(),
+                entropy=entropy.detach(),
+                q=q.detach().mean(0),
+                alpha=alpha,
+            ),
+        )
 
-    def _coefficient(self, entropy: torch.Tensor, mask: torch.Tensor, extra: SacLossInfo
-                     ) -> Tuple[torch.Tensor, SacLossInfo]:
+    def _coefficient(
+        self, entropy: torch.Tensor, mask: torch.Tensor, extra: SacLossInfo
+    ) -> Tuple[torch.Tensor, SacLossInfo]:
         """In the graph: the controller's device step; the new alpha and the actor loss."""
         alpha = device_update(self._entropy_target_algorithm, entropy, mask)
         nb = len(self.batch_shape)
@@ -373,8 +421,9 @@ class SacAlgorithm(Algorithm):
         """Outside the graph: the target networks' weight now (0 between periods)."""
         self._host_updates += 1
         self._pairs()  # the pairs' list built outside the graph (else a guard recompiles)
-        self._compiled.set("tau", 0.0 if self._host_updates % self._target_update_period
-                           else self._tau)
+        self._compiled.set(
+            "tau", 0.0 if self._host_updates % self._target_update_period else self._tau
+        )
 
     def train_step(self, inputs: Transition, state: Any = (), rollout_info: Any = ()) -> AlgStep:
         """One gradient update on a batch (see the module docstring).
@@ -392,8 +441,11 @@ class SacAlgorithm(Algorithm):
             loss_info = LossInfo(loss=loss, extra=extra)
         else:
             loss_info, _ = self.update_with_gradient(
-                self.calc_loss(inputs), valid_masks=inputs.valid,
-                max_grad_norm=self._max_grad_norm, skipped_counter=self._num_skipped)
+                self.calc_loss(inputs),
+                valid_masks=inputs.valid,
+                max_grad_norm=self._max_grad_norm,
+                skipped_counter=self._num_skipped,
+            )
             self.update_target_networks()
         if summary.should_record_summaries():
             self._summarize(loss_info, inputs.valid)
@@ -416,8 +468,10 @@ class SacAlgorithm(Algorithm):
     def _pairs(self) -> tuple:
         """The target critics' parameters and the critics'."""
         if self._target_pairs is None:
-            self._target_pairs = (list(self._target_critic_networks.parameters()),
-                                  list(self._critic_networks.parameters()))
+            self._target_pairs = (
+                list(self._target_critic_networks.parameters()),
+                list(self._critic_networks.parameters()),
+            )
         return self._target_pairs
 
     def get_extra_state(self) -> Any:

@@ -1,4 +1,5 @@
 """``alf-entropy-report``: the command; the tool is :mod:`alf_entropy.experiments.report`."""
+
 import sys
 
 from alf_entropy.experiments.report import main, write_report

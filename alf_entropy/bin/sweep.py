@@ -1,4 +1,5 @@
 """``alf-entropy-sweep``: the command; the tool is :mod:`alf_entropy.experiments.sweep`."""
+
 import sys
 
 from alf_entropy.experiments.sweep import main, run_sweep

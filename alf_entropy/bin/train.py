@@ -39,6 +39,7 @@ alf_entropy.bin.train ...``) every rank runs this command and trains data-parall
 (see ``docs/distributed.md``); if another rank dies or hangs,
 each survivor exits with status 1 and one error line.
 """
+
 import os
 import signal
 import sys
@@ -59,7 +60,8 @@ flags.DEFINE_enum(
     "device", "auto", ["auto", "cpu", "cuda"], "Where to train ('auto': cuda if available)."
 )
 flags.DEFINE_bool(
-    "allow_config_change", False,
+    "allow_config_change",
+    False,
     "Resume a --root_dir whose operative_config.gin differs from this configuration "
     "(logged; the old config is kept).",
 )
@@ -146,8 +148,11 @@ def _run(argv: List[str]) -> Optional[int]:
         # peer still talks over gloo can abort that peer at exit.
         distributed.barrier()
     except (KeyboardInterrupt, _Terminated) as e:
-        _stopped("before training started: nothing to resume was written yet; run the "
-                 "same command to start", getattr(e, "signum", signal.SIGINT))
+        _stopped(
+            "before training started: nothing to resume was written yet; run the "
+            "same command to start",
+            getattr(e, "signum", signal.SIGINT),
+        )
     except distributed.DistributedError as e:
         _fail(one_line(e), status=1)
     finally:
@@ -173,11 +178,15 @@ def _train(device_flag: str) -> Optional[int]:
         logging.info("gin files: %s", paths)
         cls = configured_trainer()  # a class, or GinConfigError
         if not issubclass(cls, Trainer):
-            raise GinConfigError(f"{TRAINER_BINDING} must be a trainer class (@OnPolicyTrainer "
-                                 f"or @OffPolicyTrainer), got {cls!r}")
+            raise GinConfigError(
+                f"{TRAINER_BINDING} must be a trainer class (@OnPolicyTrainer "
+                f"or @OffPolicyTrainer), got {cls!r}"
+            )
         kwargs = {"root_dir": FLAGS.root_dir}
-        for name, value in (("device", device_flag),  # the trainer resolves and checks it
-                            ("allow_config_change", FLAGS.allow_config_change)):
+        for name, value in (
+            ("device", device_flag),  # the trainer resolves and checks it
+            ("allow_config_change", FLAGS.allow_config_change),
+        ):
             if not _is_bound(f"{cls.__name__}.{name}"):
                 kwargs[name] = value
             elif FLAGS[name].present:  # both: one of them would be ignored
@@ -198,8 +207,10 @@ def _train(device_flag: str) -> Optional[int]:
         result = trainer.train()
     except KeyboardInterrupt:  # where the trainer could not install its handlers
         where = "the last checkpoint" if distributed.is_distributed() else "its checkpoint"
-        _stopped(f"while training; run the same command to resume from {where} in "
-                 f"{trainer.root_dir}", signal.SIGINT)
+        _stopped(
+            f"while training; run the same command to resume from {where} in {trainer.root_dir}",
+            signal.SIGINT,
+        )
     except TrainingAborted as e:  # a second signal: "stopped at once by a second ..."
         _stopped(f"(a second signal): {str(e).split(': ', 1)[-1]}", e.signum)
     except OSError as e:  # the disk: CheckpointError is a ValueError, not this
@@ -209,16 +220,20 @@ def _train(device_flag: str) -> Optional[int]:
     except MemoryError as e:
         _fail(
             f"out of memory while training ({one_line(e)}): lower the sizes in the config "
-            "(num_envs, unroll_length, replay_buffer_length, ...)", status=1,
+            "(num_envs, unroll_length, replay_buffer_length, ...)",
+            status=1,
         )
     finally:
         trainer.close()
     if result["stopped_by"] is not None:  # not finished: whoever waits must not count it done
         signum = signal.Signals[result["stopped_by"]]
         if distributed.is_main_process():
-            print(f"{PROG}: stopped by {signum.name} at iteration {result['iteration']} "
-                  f"({result['env_steps']} env steps); checkpoint {result['checkpoint']}; run "
-                  "the same command to resume", file=sys.stderr)
+            print(
+                f"{PROG}: stopped by {signum.name} at iteration {result['iteration']} "
+                f"({result['env_steps']} env steps); checkpoint {result['checkpoint']}; run "
+                "the same command to resume",
+                file=sys.stderr,
+            )
         return 128 + signum
     if not distributed.is_main_process():
         return None  # rank 0 reports
@@ -249,8 +264,9 @@ def main() -> None:
     # named by sys.argv[0]; as a console script both are the generated wrapper's.
     main_module = sys.modules.get("__main__")
     if main_module is not None and main_module.__doc__ in (None, "", __doc__):
-        main_module.__doc__ = (f"{__doc__}\nShipped configs (--gin_file NAME): "
-                               f"{', '.join(list_configs())}\n")
+        main_module.__doc__ = (
+            f"{__doc__}\nShipped configs (--gin_file NAME): {', '.join(list_configs())}\n"
+        )
     for name in ("gin_file", "gin_param", "root_dir", "device", "allow_config_change"):
         FLAGS.register_key_flag_for_module(sys.argv[0], FLAGS[name])
     try:

@@ -1,5 +1,6 @@
 """Configs: the package's gin configurables, registered in one module (``configurables``),
 and loading configs as ``alf-entropy-train`` does (``loading``)."""
+
 import os
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")

@@ -13,6 +13,7 @@ function is replaced by gin's wrapper in every module of the package that holds 
 Without the ``train`` extra (gymnasium<1.1, as CleanRL pins) the controllers, algorithms,
 networks and schedulers are registered, the environments and trainers are not.
 """
+
 import sys
 import warnings
 from typing import Any, Callable, Optional
@@ -47,14 +48,31 @@ __all__ = ["CLASSES", "FUNCTIONS", "trainer_binding"]
 
 
 CLASSES = [
-    Algorithm, ActorCriticAlgorithm, PPOAlgorithm, sac_algorithm.SacAlgorithm, ManyAgents,
-    ManySacAgents, optimizers.FusedAdam, BatchedAdam, EncodingNetwork, ActorDistributionNetwork,
-    CategoricalProjectionNetwork, NormalProjectionNetwork, ValueNetwork, CriticNetworks,
-    schedulers.ConstantScheduler, schedulers.SettledAnnealing,
-    schedulers.StepScheduler, schedulers.LinearScheduler, schedulers.ExponentialScheduler,
-    schedulers.CyclicalScheduler, controllers.EntropyTargetAlgorithm,
-    controllers.PIDEntropyTargetAlgorithm, controllers.LinearPIDEntropyTargetAlgorithm,
-    controllers.SGDEntropyTargetAlgorithm, controllers.NestedEntropyTargetAlgorithm,
+    Algorithm,
+    ActorCriticAlgorithm,
+    PPOAlgorithm,
+    sac_algorithm.SacAlgorithm,
+    ManyAgents,
+    ManySacAgents,
+    optimizers.FusedAdam,
+    BatchedAdam,
+    EncodingNetwork,
+    ActorDistributionNetwork,
+    CategoricalProjectionNetwork,
+    NormalProjectionNetwork,
+    ValueNetwork,
+    CriticNetworks,
+    schedulers.ConstantScheduler,
+    schedulers.SettledAnnealing,
+    schedulers.StepScheduler,
+    schedulers.LinearScheduler,
+    schedulers.ExponentialScheduler,
+    schedulers.CyclicalScheduler,
+    controllers.EntropyTargetAlgorithm,
+    controllers.PIDEntropyTargetAlgorithm,
+    controllers.LinearPIDEntropyTargetAlgorithm,
+    controllers.SGDEntropyTargetAlgorithm,
+    controllers.NestedEntropyTargetAlgorithm,
     controllers.FixedEntropyCoefficient,
 ]
 try:  # the `sb3` extra (Stable-Baselines3 and its gymnasium)
@@ -68,10 +86,12 @@ _BATCHED = (Algorithm, ActorCriticAlgorithm, PPOAlgorithm, sac_algorithm.SacAlgo
 """Their ``batch_shape`` is the K-agent batch's to set, not gin's."""
 
 FUNCTIONS = [
-    (optimizers.default_optimizer, None), (sac_algorithm._default_optimizer,
-                                           "sac_default_optimizer"),
-    (dist_utils.greedy_probability_target, None), (dist_utils.calc_default_target_entropy, None),
-    (dist_utils.calc_default_max_entropy, None), (dist_utils.estimated_entropy, None),
+    (optimizers.default_optimizer, None),
+    (sac_algorithm._default_optimizer, "sac_default_optimizer"),
+    (dist_utils.greedy_probability_target, None),
+    (dist_utils.calc_default_target_entropy, None),
+    (dist_utils.calc_default_max_entropy, None),
+    (dist_utils.estimated_entropy, None),
 ]
 try:  # the `train` extra: environments and trainers (a CleanRL user's gymnasium 0.29 has none)
     require_train_extra()
@@ -85,9 +105,14 @@ else:
     from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
 
     CLASSES += [
-        GymVectorEnv, callbacks.SummaryCallback, callbacks.ProgressBarCallback,
-        callbacks.EvaluationCallback, callbacks.CheckpointCallback, callbacks.TimeBudgetCallback,
-        OnPolicyTrainer, OffPolicyTrainer,
+        GymVectorEnv,
+        callbacks.SummaryCallback,
+        callbacks.ProgressBarCallback,
+        callbacks.EvaluationCallback,
+        callbacks.CheckpointCallback,
+        callbacks.TimeBudgetCallback,
+        OnPolicyTrainer,
+        OffPolicyTrainer,
     ]
     FUNCTIONS.append((evaluation.evaluate, None))
 

@@ -5,6 +5,7 @@
 path too), finds ``--gin_file ppo_cartpole`` by name, and turns a missing file or a bad
 binding into one :class:`GinConfigError` line.
 """
+
 import contextlib
 import logging as py_logging
 import os
@@ -15,9 +16,17 @@ import gin
 from alf_entropy.config import CONFIG_DIR
 from alf_entropy.storage.bindings import TRAINER_BINDING, GinConfigError, note_sources
 
-__all__ = ["CONFIG_DIR", "DEFAULT_GIN_FILE", "GinConfigError", "TRAINER_BINDING",
-           "configured_trainer", "find_gin_file", "list_configs", "one_line",
-           "parse_gin_config"]
+__all__ = [
+    "CONFIG_DIR",
+    "DEFAULT_GIN_FILE",
+    "GinConfigError",
+    "TRAINER_BINDING",
+    "configured_trainer",
+    "find_gin_file",
+    "list_configs",
+    "one_line",
+    "parse_gin_config",
+]
 
 DEFAULT_GIN_FILE = "ppo_cartpole.gin"
 """The config run when no ``--gin_file`` is given."""
@@ -86,6 +95,7 @@ def find_gin_file(name: str) -> str:
 def _quiet_include_search() -> Iterator[None]:
     """Drop the "Path not found" line gin's resource reader logs (through the root logger)
     for each search-path entry that lacks an included file the next entry has."""
+
     def quiet(record: py_logging.LogRecord) -> bool:
         return record.module != "resource_reader"
 

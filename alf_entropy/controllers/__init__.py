@@ -1,6 +1,7 @@
 """The entropy controllers, each a named state and a pure rule (``staged``, ``pid``,
 ``linear_pid``, ``sgd``, ``fixed``; ``nested`` composes them) run by one driver (``driver``,
 ``ops``, ``target``, ``watch``); ``base`` is their interface, ``alf`` ALF's protocol."""
+
 from alf_entropy.controllers.alf import EntropyTargetInfo, EntropyTargetLossInfo
 from alf_entropy.controllers.base import EntropyController
 from alf_entropy.controllers.driver import MAX_ALPHA, UPDATE_MODES
@@ -13,8 +14,21 @@ from alf_entropy.controllers.staged import STUCK_UPDATES, EntropyTargetAlgorithm
 from alf_entropy.controllers.target import PROGRESS_GRACE
 from alf_entropy.controllers.watch import WATCH_EMA, WINDUP_WINDOW
 
-__all__ = ["EntropyController", "EntropyTargetAlgorithm", "PIDEntropyTargetAlgorithm",
-           "SGDEntropyTargetAlgorithm", "NestedEntropyTargetAlgorithm", "FixedEntropyCoefficient",
-           "LinearPIDEntropyTargetAlgorithm",
-           "EntropyTargetInfo", "EntropyTargetLossInfo", "UPDATE_MODES", "WINDUP_WINDOW",
-           "WATCH_EMA", "PROGRESS_GRACE", "STUCK_UPDATES", "MAX_ALPHA", "describe_stage"]
+__all__ = [
+    "EntropyController",
+    "EntropyTargetAlgorithm",
+    "PIDEntropyTargetAlgorithm",
+    "SGDEntropyTargetAlgorithm",
+    "NestedEntropyTargetAlgorithm",
+    "FixedEntropyCoefficient",
+    "LinearPIDEntropyTargetAlgorithm",
+    "EntropyTargetInfo",
+    "EntropyTargetLossInfo",
+    "UPDATE_MODES",
+    "WINDUP_WINDOW",
+    "WATCH_EMA",
+    "PROGRESS_GRACE",
+    "STUCK_UPDATES",
+    "MAX_ALPHA",
+    "describe_stage",
+]

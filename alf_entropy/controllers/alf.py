@@ -1,5 +1,6 @@
 """ALF's sub-algorithm protocol, as ALF's ``Agent`` calls it: the one place where the entropy
 travels negated (``neg_entropy``, as ALF's infos hold it)."""
+
 import functools
 from typing import Any, Dict, Optional, Tuple
 
@@ -38,8 +39,9 @@ class AlfSubAlgorithm:
     def entropy(self, distribution: Any) -> Tuple[Any, Any]:
         """``(entropy, entropy_for_gradient)`` of the policy's distribution, as
         ``entropy_loss`` takes them."""
-        return entropy_with_fallback(distribution, return_sum=not self.NESTED,
-                                     action_spec=self.action_spec)
+        return entropy_with_fallback(
+            distribution, return_sum=not self.NESTED, action_spec=self.action_spec
+        )
 
     def leaf_algorithms(self) -> Dict[str, Any]:
         """The per-action controllers by path in the spec (``{"": self}`` unless nested)."""
@@ -57,23 +59,27 @@ class AlfSubAlgorithm:
         """``train_step`` when training on-policy, else an empty ``AlgStep``."""
         return self.train_step(inputs) if self.on_policy else AlgStep()
 
-    def train_step(self, inputs: Tuple[Any, torch.Tensor], state: Any = None,
-                   rollout_info: Any = None) -> AlgStep:
+    def train_step(
+        self, inputs: Tuple[Any, torch.Tensor], state: Any = None, rollout_info: Any = None
+    ) -> AlgStep:
         """``inputs = (distribution, step_type)``: the info ``calc_loss`` takes."""
         distribution, step_type = inputs
         entropy, for_gradient = self.entropy(distribution)
         loss = LossInfo(loss=_neg(for_gradient), extra=EntropyTargetLossInfo(_neg(entropy)))
         return AlgStep(output=(), state=(), info=EntropyTargetInfo(step_type, loss))
 
-    def calc_loss(self, info: EntropyTargetInfo,
-                  valid_mask: Optional[torch.Tensor] = None) -> LossInfo:
+    def calc_loss(
+        self, info: EntropyTargetInfo, valid_mask: Optional[torch.Tensor] = None
+    ) -> LossInfo:
         """One update from the entropy of the valid steps not ``LAST``; ``-alpha * entropy``."""
         mask = info.step_type != StepType.LAST
         if valid_mask is not None:
             try:
                 mask = mask & (valid_mask != 0)
             except RuntimeError as e:
-                raise ValueError(f"valid_mask of shape {tuple(valid_mask.shape)} does not "
-                                 f"broadcast with step_type of shape {tuple(mask.shape)}") from e
+                raise ValueError(
+                    f"valid_mask of shape {tuple(valid_mask.shape)} does not "
+                    f"broadcast with step_type of shape {tuple(mask.shape)}"
+                ) from e
         loss = self.entropy_loss(_neg(info.loss.extra.neg_entropy), mask, _neg(info.loss.loss))
         return loss._replace(extra=info.loss.extra)

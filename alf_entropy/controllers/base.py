@@ -1,4 +1,5 @@
 """``EntropyController``: the shared arguments and the interface of every controller."""
+
 import math
 from typing import Any, Dict, Optional, Sequence, Union
 
@@ -36,12 +37,20 @@ class EntropyController(AlfSubAlgorithm, nn.Module):
     ZERO_ALPHA = False  # alpha may be 0 (a log-space rule cannot start there)
     STAGE = 1  # the stage of a rule without stages (a fixed coefficient's: -1)
 
-    def __init__(self, action_spec: Any, target_entropy: Any = None, initial_alpha: float = 0.1,
-                 min_alpha: float = 1e-4, max_alpha: Optional[float] = None,
-                 max_alpha_change_per_iteration: Optional[float] = None,
-                 update_mode: str = "auto", batch_shape: Sequence[int] = (),
-                 debug_summaries: bool = False, name: str = "EntropyController",
-                 **settings: Any):
+    def __init__(
+        self,
+        action_spec: Any,
+        target_entropy: Any = None,
+        initial_alpha: float = 0.1,
+        min_alpha: float = 1e-4,
+        max_alpha: Optional[float] = None,
+        max_alpha_change_per_iteration: Optional[float] = None,
+        update_mode: str = "auto",
+        batch_shape: Sequence[int] = (),
+        debug_summaries: bool = False,
+        name: str = "EntropyController",
+        **settings: Any,
+    ):
         super().__init__()
         if not isinstance(batch_shape, (tuple, list)) or len(batch_shape) > 1:
             raise ValueError(f"batch_shape must be () or (K,), got {batch_shape!r}")
@@ -54,20 +63,34 @@ class EntropyController(AlfSubAlgorithm, nn.Module):
         self._mode = check_choice("update_mode", update_mode, UPDATE_MODES)
         self.warn = WarnOnce(name)
         self._target = Target(target_entropy, action_spec, self.batch_shape, self.warn)
-        self._configure(dict(min_alpha=min_alpha, max_alpha=max_alpha,
-                             max_alpha_change_per_iteration=max_alpha_change_per_iteration,
-                             **settings))
-        alpha = check_real("initial_alpha", initial_alpha, positive=not self.ZERO_ALPHA,
-                           minimum=0.0)
+        self._configure(
+            dict(
+                min_alpha=min_alpha,
+                max_alpha=max_alpha,
+                max_alpha_change_per_iteration=max_alpha_change_per_iteration,
+                **settings,
+            )
+        )
+        alpha = check_real(
+            "initial_alpha", initial_alpha, positive=not self.ZERO_ALPHA, minimum=0.0
+        )
         if self.CLAMPED and not min_alpha <= alpha <= (max_alpha or MAX_ALPHA):
-            raise ValueError(f"initial_alpha ({initial_alpha}) must be in [min_alpha, max_alpha] "
-                             f"= [{min_alpha}, {max_alpha or MAX_ALPHA}]")
+            raise ValueError(
+                f"initial_alpha ({initial_alpha}) must be in [min_alpha, max_alpha] "
+                f"= [{min_alpha}, {max_alpha or MAX_ALPHA}]"
+            )
         self._initial_log_alpha = math.log(alpha) if alpha > 0 else LOG_ZERO
 
     def make_state(self, **own: Any) -> None:
         """Make the state: the shared fields, then the rule's ``own`` (as ``Driver`` takes them)."""
-        self.driver = Driver(self.State, self.batch_shape, self._mode, self._initial_log_alpha,
-                             self._target.initial, **own)
+        self.driver = Driver(
+            self.State,
+            self.batch_shape,
+            self._mode,
+            self._initial_log_alpha,
+            self._target.initial,
+            **own,
+        )
 
     def _configure(self, settings):
         """Check and take ``settings``: ``log_alpha``'s floor, ceiling and span from them."""
@@ -75,8 +98,12 @@ class EntropyController(AlfSubAlgorithm, nn.Module):
         high = check_real("max_alpha", settings["max_alpha"], positive=True, allow_none=True)
         if high is not None and high < low:
             raise ValueError(f"min_alpha ({low}) must be <= max_alpha ({high})")
-        change = check_real("max_alpha_change_per_iteration",
-                            settings["max_alpha_change_per_iteration"], above=1.0, allow_none=True)
+        change = check_real(
+            "max_alpha_change_per_iteration",
+            settings["max_alpha_change_per_iteration"],
+            above=1.0,
+            allow_none=True,
+        )
         lo = f32(math.log(low)) if low > 0 else (LOG_ZERO if self.ZERO_ALPHA else MIN_LOG_ALPHA)
         hi = f32(math.log(high or MAX_ALPHA))
         span = NO_SPAN if change is None else math.log(change)
@@ -121,8 +148,10 @@ class EntropyController(AlfSubAlgorithm, nn.Module):
         """Change settings mid-run, checked as at construction (an error changes nothing)."""
         unknown = sorted(set(changes) - set(self._settings))
         if unknown:
-            raise TypeError(f"{self.name}: {unknown} are not settings; the settings are "
-                            f"{sorted(self._settings)}")
+            raise TypeError(
+                f"{self.name}: {unknown} are not settings; the settings are "
+                f"{sorted(self._settings)}"
+            )
         self._configure({**self._settings, **changes})
 
     @property
@@ -149,15 +178,21 @@ class EntropyController(AlfSubAlgorithm, nn.Module):
             except (TypeError, ValueError, RuntimeError) as e:
                 raise TypeError(f"entropy must be a number or a tensor, got {entropy!r}") from e
         if entropy.numel() not in (1, members):
-            raise ValueError(f"entropy must be a number or a tensor of {members} element(s), "
-                             f"got shape {tuple(entropy.shape)}")
+            raise ValueError(
+                f"entropy must be a number or a tensor of {members} element(s), "
+                f"got shape {tuple(entropy.shape)}"
+            )
         entropy = entropy.detach().to(self.log_alpha.device, torch.float32).reshape(-1)
         entropy = entropy.expand(members).reshape(self.batch_shape)
         return self._update(distributed.all_reduce_masked_mean(entropy, None)[0], None)
 
-    def entropy_loss(self, entropy: torch.Tensor, mask: Optional[torch.Tensor] = None,
-                     entropy_for_gradient: Optional[torch.Tensor] = None,
-                     update: bool = True) -> LossInfo:
+    def entropy_loss(
+        self,
+        entropy: torch.Tensor,
+        mask: Optional[torch.Tensor] = None,
+        entropy_for_gradient: Optional[torch.Tensor] = None,
+        update: bool = True,
+    ) -> LossInfo:
         """One update from the masked mean of ``entropy``: ``-alpha * entropy_for_gradient``."""
         grad = entropy if entropy_for_gradient is None else entropy_for_gradient
         alpha = self.alpha

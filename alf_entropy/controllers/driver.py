@@ -6,6 +6,7 @@ batch.  ``Driver`` holds the state as registered buffers and runs the step as Nu
 of CPU buffers (``x = ScalarOps``/``ArrayOps``) or as tensor ops (``TensorOps``), with the same
 bits.
 """
+
 import functools
 import math
 from collections import namedtuple
@@ -19,8 +20,17 @@ from alf_entropy.controllers.ops import WEAK_SCALARS, ArrayOps, ScalarOps, Tenso
 from alf_entropy.controllers.watch import watch_rule
 from alf_entropy.utils import distributed
 
-__all__ = ["Driver", "Inputs", "Consts", "device_step", "state_type", "SHARED_FIELDS",
-           "UPDATE_MODES", "MAX_ALPHA", "LOG_ZERO"]
+__all__ = [
+    "Driver",
+    "Inputs",
+    "Consts",
+    "device_step",
+    "state_type",
+    "SHARED_FIELDS",
+    "UPDATE_MODES",
+    "MAX_ALPHA",
+    "LOG_ZERO",
+]
 
 UPDATE_MODES = ("auto", "tensor", "host", "compiled")
 """``"host"``: NumPy over CPU state; ``"tensor"``: no host read; ``"compiled"``: the tensor
@@ -34,8 +44,19 @@ LOG_ZERO = -110.0
 # target: the target in force; ema .. settled: the watch; nonfinite: updates with a NaN/inf
 # entropy; span_lo/span_hi: log_alpha's range since the last step(); acc_sum/acc_count: the
 # entropies accumulated for the next step().
-SHARED_FIELDS = ("log_alpha", "target", "ema", "stalled_for", "count", "settled", "nonfinite",
-                 "span_lo", "span_hi", "acc_sum", "acc_count")
+SHARED_FIELDS = (
+    "log_alpha",
+    "target",
+    "ema",
+    "stalled_for",
+    "count",
+    "settled",
+    "nonfinite",
+    "span_lo",
+    "span_hi",
+    "acc_sum",
+    "acc_count",
+)
 
 Inputs = namedtuple("Inputs", "entropy count restart")
 """One update's inputs: the mean entropy, how many elements it is the mean of (0: none), and
@@ -58,12 +79,15 @@ def device_step(x: Any, rule: Callable, c: Consts, s: Any, inputs: Inputs) -> An
     log_alpha = x.minimum(x.maximum(new.log_alpha, c.lo), c.hi)
     log_alpha = x.minimum(x.maximum(log_alpha, s.span_hi - c.span), s.span_lo + c.span)
     new = watch_rule(x, new._replace(log_alpha=log_alpha), entropy, c.anneal, c.hi)
-    new = new._replace(span_lo=x.minimum(s.span_lo, log_alpha),
-                       span_hi=x.maximum(s.span_hi, log_alpha))
+    new = new._replace(
+        span_lo=x.minimum(s.span_lo, log_alpha), span_hi=x.maximum(s.span_hi, log_alpha)
+    )
     new = gate(x, finite & has_data, new, s)
-    return new._replace(nonfinite=s.nonfinite + x.where(has_data & ~finite, 1, 0),
-                        span_lo=x.where(inputs.restart, new.log_alpha, new.span_lo),
-                        span_hi=x.where(inputs.restart, new.log_alpha, new.span_hi))
+    return new._replace(
+        nonfinite=s.nonfinite + x.where(has_data & ~finite, 1, 0),
+        span_lo=x.where(inputs.restart, new.log_alpha, new.span_lo),
+        span_hi=x.where(inputs.restart, new.log_alpha, new.span_hi),
+    )
 
 
 class Driver(nn.Module):
@@ -76,13 +100,31 @@ class Driver(nn.Module):
             become ``batch_shape``'s in their own dtype.
     """
 
-    def __init__(self, state_type: type, batch_shape: Tuple[int, ...], mode: str,
-                 log_alpha: float, target: Any, **own: Any):
+    def __init__(
+        self,
+        state_type: type,
+        batch_shape: Tuple[int, ...],
+        mode: str,
+        log_alpha: float,
+        target: Any,
+        **own: Any,
+    ):
         super().__init__()
         acc = torch.zeros(batch_shape, dtype=torch.float64)
-        fields = dict(log_alpha=log_alpha, target=target, ema=0.0, stalled_for=0, count=0,
-                      settled=0, nonfinite=0, span_lo=log_alpha, span_hi=log_alpha, acc_sum=acc,
-                      acc_count=acc, **own)
+        fields = dict(
+            log_alpha=log_alpha,
+            target=target,
+            ema=0.0,
+            stalled_for=0,
+            count=0,
+            settled=0,
+            nonfinite=0,
+            span_lo=log_alpha,
+            span_hi=log_alpha,
+            acc_sum=acc,
+            acc_count=acc,
+            **own,
+        )
         self._type = state_type
         for field, value in fields.items():
             if not torch.is_tensor(value):
@@ -102,7 +144,8 @@ class Driver(nn.Module):
     def pooled(self) -> Tuple[torch.Tensor, torch.Tensor]:
         """The accumulated entropies' mean and count over every rank; the sums start again."""
         total, count = distributed.all_reduce_sum(
-            torch.stack([self.acc_sum, self.acc_count]), "all_reduce of the entropy").unbind()
+            torch.stack([self.acc_sum, self.acc_count]), "all_reduce of the entropy"
+        ).unbind()
         with torch.no_grad():
             self.acc_sum.zero_()
             self.acc_count.zero_()
@@ -117,8 +160,10 @@ class Driver(nn.Module):
         """Whether updates run as NumPy over the CPU buffers."""
         cpu = self.log_alpha.device.type == "cpu"
         if self.mode == "host" and not cpu:
-            raise ValueError(f"update_mode='host' needs the controller on the CPU, it is on "
-                             f"{self.log_alpha.device}; use 'tensor' or 'auto'")
+            raise ValueError(
+                f"update_mode='host' needs the controller on the CPU, it is on "
+                f"{self.log_alpha.device}; use 'tensor' or 'auto'"
+            )
         return cpu and (self.mode == "host" or (self.mode == "auto" and WEAK_SCALARS))
 
     def step(self, rule: Callable, consts: Consts, inputs: Inputs) -> None:
@@ -138,8 +183,14 @@ class Driver(nn.Module):
             self._cache = (key, [buffer.numpy() for buffer in buffers])
         return self._cache[1]
 
-    def update(self, rule: Callable, consts: Consts, entropy: torch.Tensor,
-               count: Optional[torch.Tensor] = None, restart: bool = False) -> torch.Tensor:
+    def update(
+        self,
+        rule: Callable,
+        consts: Consts,
+        entropy: torch.Tensor,
+        count: Optional[torch.Tensor] = None,
+        restart: bool = False,
+    ) -> torch.Tensor:
         """One ``device_step`` from the mean ``entropy`` of ``count`` elements (None: one);
         ``restart``: a new span of ``log_alpha`` starts; the new alpha."""
         entropy = entropy.detach().to(self.log_alpha.device, torch.float32)
@@ -168,6 +219,8 @@ def _compiled(device_type):
 
 def _refuse_pending_accumulation(driver, prefix, keep_vars):
     if distributed.is_distributed() and bool((driver.acc_count > 0).any()):
-        raise RuntimeError("state_dict() between accumulate() and step() in a multi-rank run "
-                           "would save one rank's partial entropy sum; call step() first (save "
-                           "between optimizer steps)")
+        raise RuntimeError(
+            "state_dict() between accumulate() and step() in a multi-rank run "
+            "would save one rank's partial entropy sum; call step() first (save "
+            "between optimizer steps)"
+        )

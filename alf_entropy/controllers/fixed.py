@@ -1,4 +1,5 @@
 """A fixed coefficient: "no adjustment" as a controller."""
+
 import math
 from typing import Any, Optional, Sequence
 
@@ -34,12 +35,20 @@ class FixedEntropyCoefficient(EntropyController):
     ZERO_ALPHA = True
     STAGE = -1
 
-    def __init__(self, action_spec: Any, initial_alpha: float = 0.1, target_entropy: Any = None,
-                 min_alpha: float = 1e-4, max_alpha: Optional[float] = None,
-                 max_alpha_change_per_iteration: Optional[float] = None,
-                 update_mode: str = "auto", batch_shape: Sequence[int] = (),
-                 alpha: Optional[float] = None, debug_summaries: bool = False,
-                 name: str = "FixedEntropyCoefficient"):
+    def __init__(
+        self,
+        action_spec: Any,
+        initial_alpha: float = 0.1,
+        target_entropy: Any = None,
+        min_alpha: float = 1e-4,
+        max_alpha: Optional[float] = None,
+        max_alpha_change_per_iteration: Optional[float] = None,
+        update_mode: str = "auto",
+        batch_shape: Sequence[int] = (),
+        alpha: Optional[float] = None,
+        debug_summaries: bool = False,
+        name: str = "FixedEntropyCoefficient",
+    ):
         if alpha is not None:
             if initial_alpha != 0.1:
                 raise TypeError("give the coefficient as initial_alpha or as alpha, not both")

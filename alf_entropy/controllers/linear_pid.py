@@ -1,5 +1,6 @@
 """PID control of the coefficient itself (Stooke et al. 2020's PID-Lagrangian form), for a
 one-sided actuator: a log-space rule nears 0 only by decades, this one reaches 0 and holds it."""
+
 from collections import namedtuple
 from typing import Any, Dict, Optional, Sequence
 
@@ -17,8 +18,7 @@ LinearPIDState = state_type("LinearPIDState", "integral level")
 LinearPIDConsts = namedtuple("LinearPIDConsts", "kp ki kd beta lo hi g0 gslope")
 
 
-def linear_pid_rule(x: Any, s: LinearPIDState, entropy: Any,
-                    c: LinearPIDConsts) -> LinearPIDState:
+def linear_pid_rule(x: Any, s: LinearPIDState, entropy: Any, c: LinearPIDConsts) -> LinearPIDState:
     """``coef = clip(I + g (kp e - kd d(level)))``, ``I = clip(I + ki e)``, ``e = target - H``;
     ``g = min(1, g0 + gslope I)`` scales the kicks with the coefficient's level."""
     first = s.count == 0
@@ -61,13 +61,25 @@ class LinearPIDEntropyTargetAlgorithm(EntropyController):
     rule = staticmethod(linear_pid_rule)
     ZERO_ALPHA = True
 
-    def __init__(self, action_spec: Any, initial_alpha: float = 0.1, target_entropy: Any = None,
-                 kp: float = 0.3, ki: float = 0.05, kd: float = 3.0, trend_ema: float = 0.5,
-                 gain_alpha: float = 0.0, min_gain: float = 1 / 3,
-                 min_alpha: float = 1e-4, max_alpha: Optional[float] = None,
-                 max_alpha_change_per_iteration: Optional[float] = None,
-                 update_mode: str = "auto", batch_shape: Sequence[int] = (),
-                 debug_summaries: bool = False, name: str = "LinearPIDEntropyTargetAlgorithm"):
+    def __init__(
+        self,
+        action_spec: Any,
+        initial_alpha: float = 0.1,
+        target_entropy: Any = None,
+        kp: float = 0.3,
+        ki: float = 0.05,
+        kd: float = 3.0,
+        trend_ema: float = 0.5,
+        gain_alpha: float = 0.0,
+        min_gain: float = 1 / 3,
+        min_alpha: float = 1e-4,
+        max_alpha: Optional[float] = None,
+        max_alpha_change_per_iteration: Optional[float] = None,
+        update_mode: str = "auto",
+        batch_shape: Sequence[int] = (),
+        debug_summaries: bool = False,
+        name: str = "LinearPIDEntropyTargetAlgorithm",
+    ):
         super().__init__(**arguments(locals()))
         self.make_state(integral=float(initial_alpha), level=0.0)
 
@@ -78,9 +90,21 @@ class LinearPIDEntropyTargetAlgorithm(EntropyController):
         check_real("min_gain", s["min_gain"], above=0.0, maximum=1.0)
         g0, ga = s["min_gain"], s["gain_alpha"]
         g0, gslope = (g0, (1.0 - g0) / ga) if ga > 0 else (1.0, 0.0)
-        return LinearPIDConsts(*map(f32, (s["kp"], s["ki"], s["kd"], s["trend_ema"],
-                                          max(s["min_alpha"], 0.0), s["max_alpha"] or MAX_ALPHA,
-                                          g0, gslope)))
+        return LinearPIDConsts(
+            *map(
+                f32,
+                (
+                    s["kp"],
+                    s["ki"],
+                    s["kd"],
+                    s["trend_ema"],
+                    max(s["min_alpha"], 0.0),
+                    s["max_alpha"] or MAX_ALPHA,
+                    g0,
+                    gslope,
+                ),
+            )
+        )
 
     @property
     def integral(self) -> torch.Tensor:

@@ -1,4 +1,5 @@
 """One controller per action of a nested action spec (ALF's ``NestedEntropyTargetAlgorithm``)."""
+
 import functools
 from typing import Any, Callable, Dict, Optional, Sequence
 
@@ -31,21 +32,36 @@ class NestedEntropyTargetAlgorithm(AlfSubAlgorithm, nn.Module):
 
     NESTED = True
 
-    def __init__(self, action_spec: Any,
-                 leaf_cls: Callable[..., EntropyController] = EntropyTargetAlgorithm,
-                 target_entropy: Any = None, max_entropy: Any = None, initial_alpha: float = 0.1,
-                 min_alpha: float = 1e-4, max_alpha: Optional[float] = None,
-                 max_alpha_change_per_iteration: Optional[float] = None,
-                 update_mode: str = "auto", batch_shape: Sequence[int] = (),
-                 debug_summaries: bool = False, name: str = "NestedEntropyTargetAlgorithm",
-                 **leaf_settings: Any):
+    def __init__(
+        self,
+        action_spec: Any,
+        leaf_cls: Callable[..., EntropyController] = EntropyTargetAlgorithm,
+        target_entropy: Any = None,
+        max_entropy: Any = None,
+        initial_alpha: float = 0.1,
+        min_alpha: float = 1e-4,
+        max_alpha: Optional[float] = None,
+        max_alpha_change_per_iteration: Optional[float] = None,
+        update_mode: str = "auto",
+        batch_shape: Sequence[int] = (),
+        debug_summaries: bool = False,
+        name: str = "NestedEntropyTargetAlgorithm",
+        **leaf_settings: Any,
+    ):
         super().__init__()
         self.action_spec = action_spec
         self.batch_shape = tuple(batch_shape)
         self.name = name
         self.debug_summaries = debug_summaries
-        shared = arguments(locals(), "action_spec", "leaf_cls", "target_entropy", "max_entropy",
-                           "name", "leaf_settings")
+        shared = arguments(
+            locals(),
+            "action_spec",
+            "leaf_cls",
+            "target_entropy",
+            "max_entropy",
+            "name",
+            "leaf_settings",
+        )
         shared.update(leaf_settings)
         self._paths, specs = zip(*nest.flatten_with_path(action_spec))
         if is_real(max_entropy):
@@ -54,12 +70,19 @@ class NestedEntropyTargetAlgorithm(AlfSubAlgorithm, nn.Module):
         maxima = self._per_leaf(max_entropy, "max_entropy")
         # Keyed by path ("." is not allowed in module names): "_leaves.arm/grip.driver.log_alpha".
         self._leaves = nn.ModuleDict(
-            (path.replace(".", "/") or "action",
-             leaf_cls(spec, target_entropy=t, name=f"{name}/{path}",
-                      **(shared if m is None else dict(shared, max_entropy=m))))
-            for path, spec, t, m in zip(self._paths, specs, targets, maxima))
+            (
+                path.replace(".", "/") or "action",
+                leaf_cls(
+                    spec,
+                    target_entropy=t,
+                    name=f"{name}/{path}",
+                    **(shared if m is None else dict(shared, max_entropy=m)),
+                ),
+            )
+            for path, spec, t, m in zip(self._paths, specs, targets, maxima)
+        )
 
-    def _per_leaf(self, value, arg_name='entropy'):
+    def _per_leaf(self, value, arg_name="entropy"):
         """``value`` as one entry per leaf: None, a nest like the spec, or a flat list."""
         if value is None:
             return [None] * len(self._paths)
@@ -68,8 +91,10 @@ class NestedEntropyTargetAlgorithm(AlfSubAlgorithm, nn.Module):
         except ValueError as e:
             if isinstance(value, (list, tuple)) and len(value) == len(self._paths):
                 return list(value)
-            raise ValueError(f"{arg_name} must be None, a nest shaped like action_spec or a list "
-                             f"with one entry per action ({len(self._paths)}): {e}") from e
+            raise ValueError(
+                f"{arg_name} must be None, a nest shaped like action_spec or a list "
+                f"with one entry per action ({len(self._paths)}): {e}"
+            ) from e
 
     def leaf_algorithms(self) -> Dict[str, EntropyController]:
         """The per-leaf controllers keyed by their path in the action spec."""
@@ -137,10 +162,16 @@ class NestedEntropyTargetAlgorithm(AlfSubAlgorithm, nn.Module):
         self._each(lambda c: c.step())
         return self.alpha
 
-    def entropy_loss(self, entropy: Any, mask: Optional[torch.Tensor] = None,
-                     entropy_for_gradient: Any = None, update: bool = True) -> LossInfo:
+    def entropy_loss(
+        self,
+        entropy: Any,
+        mask: Optional[torch.Tensor] = None,
+        entropy_for_gradient: Any = None,
+        update: bool = True,
+    ) -> LossInfo:
         """Each leaf's ``entropy_loss`` on its own entropy (nests like the spec); summed."""
         grads = entropy if entropy_for_gradient is None else entropy_for_gradient
-        losses = [leaf.entropy_loss(e, mask, g, update).loss
-                  for leaf, e, g in self._zip(entropy, grads)]
+        losses = [
+            leaf.entropy_loss(e, mask, g, update).loss for leaf, e, g in self._zip(entropy, grads)
+        ]
         return LossInfo(loss=functools.reduce(torch.add, losses))

@@ -4,6 +4,7 @@ on a value (each decision an ``x.where``), so it runs on CPU state as NumPy (``S
 bits.  Bit traps: Python-float constants are weak scalars on both (NumPy >= 2) and float32 when
 ``where`` chooses them; a number divided by a tensor only as ``1.0 / t`` (torch's ``c / t`` is
 ``c * (1 / t)``); sqrt and log in float64, then cast."""
+
 from typing import Any, Tuple
 
 import numpy as np
@@ -11,8 +12,17 @@ import torch
 
 from alf_entropy.utils.math_ops import masked_mean
 
-__all__ = ["ScalarOps", "ArrayOps", "TensorOps", "f32", "gate", "window_mean", "window_average",
-           "member_mean", "WEAK_SCALARS"]
+__all__ = [
+    "ScalarOps",
+    "ArrayOps",
+    "TensorOps",
+    "f32",
+    "gate",
+    "window_mean",
+    "window_average",
+    "member_mean",
+    "WEAK_SCALARS",
+]
 
 WEAK_SCALARS = np.lib.NumpyVersion(np.__version__) >= "2.0.0"
 """NumPy >= 2 keeps a Python float beside a float32 in float32 (NEP 50), as torch does; NumPy 1
@@ -72,10 +82,12 @@ class TensorOps:
     sqrt = staticmethod(lambda t: torch.sqrt(t.double()).float())
     log = staticmethod(lambda t: torch.log(t.double()).float())
     # of a tensor and a tensor or a number (a rule's first argument is always a tensor)
-    maximum = staticmethod(lambda a, b: torch.maximum(a, b) if torch.is_tensor(b)
-                           else torch.clamp(a, min=b))
-    minimum = staticmethod(lambda a, b: torch.minimum(a, b) if torch.is_tensor(b)
-                           else torch.clamp(a, max=b))
+    maximum = staticmethod(
+        lambda a, b: torch.maximum(a, b) if torch.is_tensor(b) else torch.clamp(a, min=b)
+    )
+    minimum = staticmethod(
+        lambda a, b: torch.minimum(a, b) if torch.is_tensor(b) else torch.clamp(a, max=b)
+    )
     f32 = staticmethod(lambda t: t.float())
     f64 = staticmethod(lambda t: t.double() if torch.is_tensor(t) else t)
     i32 = staticmethod(lambda t: t.int())
@@ -92,8 +104,12 @@ def gate(x: Any, valid: Any, new: Any, old: Any) -> Any:
     """The state ``new`` where ``valid``, else ``old``, field by field."""
     if isinstance(valid, np.bool_) or (isinstance(valid, np.ndarray) and valid.all()):
         return new if valid.all() else old
-    return type(new)(*(x.where(valid.reshape(valid.shape + (1,) * (n.ndim - valid.ndim)), n, o)
-                       for n, o in zip(new, old)))
+    return type(new)(
+        *(
+            x.where(valid.reshape(valid.shape + (1,) * (n.ndim - valid.ndim)), n, o)
+            for n, o in zip(new, old)
+        )
+    )
 
 
 def window_mean(x: Any, window: Any, seen: Any) -> Any:

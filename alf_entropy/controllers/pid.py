@@ -1,5 +1,6 @@
 """A PID controller of ``log_alpha`` that holds the entropy at its target: rate-limited,
 bounded, anti-windup, bumpless; why and how: docs/pid_controller.md."""
+
 import math
 from collections import namedtuple
 from typing import Any, Dict, Optional, Sequence, Tuple
@@ -20,10 +21,14 @@ NOISE_EMA = 0.99
 # fast, slow: EMAs of the level (the trend: their difference); gain: the integral rate's growth
 # (+ below the target, - above); level: the entropy filtered by k; noise: the readings' noise
 # variance; reading, before: the last two readings; slowdown: the last sqrt(k), on every gain.
-PIDState = state_type("PIDState", "integral err_ema fast slow gain level noise reading before "
-                      "slowdown")
-PIDConsts = namedtuple("PIDConsts", "inv_scale kp ki kd err_beta fast_beta slow_beta deadband "
-                       "max_step gain_growth max_gain gain_band noise_step noise_beta lo hi")
+PIDState = state_type(
+    "PIDState", "integral err_ema fast slow gain level noise reading before slowdown"
+)
+PIDConsts = namedtuple(
+    "PIDConsts",
+    "inv_scale kp ki kd err_beta fast_beta slow_beta deadband "
+    "max_step gain_growth max_gain gain_band noise_step noise_beta lo hi",
+)
 
 
 def pid_rule(x: Any, s: PIDState, entropy: Any, c: PIDConsts) -> PIDState:
@@ -59,10 +64,19 @@ def pid_rule(x: Any, s: PIDState, entropy: Any, c: PIDConsts) -> PIDState:
     bounded = x.minimum(x.maximum(wanted, c.lo), c.hi)
     integral = integral + (bounded - wanted)
     log_alpha = x.minimum(x.maximum(bounded, s.log_alpha - c.max_step), s.log_alpha + c.max_step)
-    return s._replace(log_alpha=log_alpha, integral=integral, err_ema=err_ema, fast=fast,
-                      slow=slow, gain=x.where(below, gain, -gain),
-                      level=level, noise=noise, reading=entropy,
-                      before=x.where(first, entropy, s.reading), slowdown=g)
+    return s._replace(
+        log_alpha=log_alpha,
+        integral=integral,
+        err_ema=err_ema,
+        fast=fast,
+        slow=slow,
+        gain=x.where(below, gain, -gain),
+        level=level,
+        noise=noise,
+        reading=entropy,
+        before=x.where(first, entropy, s.reading),
+        slowdown=g,
+    )
 
 
 class PIDEntropyTargetAlgorithm(EntropyController):
@@ -97,23 +111,53 @@ class PIDEntropyTargetAlgorithm(EntropyController):
     State = PIDState
     rule = staticmethod(pid_rule)
 
-    def __init__(self, action_spec: Any, initial_alpha: float = 0.1, target_entropy: Any = None,
-                 kp: float = 2.0, ki: float = 0.05, kd: float = 0.5, integral_growth: float = 1.1,
-                 max_integral_gain: float = 30.0, growth_band: float = 0.01, error_ema: float = 0.3,
-                 trend_emas: Tuple[float, float] = (0.6, 0.9), deadband: float = 0.0,
-                 max_alpha_change: float = 1.25, min_alpha: float = 1e-4,
-                 max_alpha: Optional[float] = None, error_scale: Optional[float] = None,
-                 noise_step: float = 0.05,
-                 max_alpha_change_per_iteration: Optional[float] = None,
-                 update_mode: str = "auto", batch_shape: Sequence[int] = (),
-                 debug_summaries: bool = False, name: str = "PIDEntropyTargetAlgorithm"):
+    def __init__(
+        self,
+        action_spec: Any,
+        initial_alpha: float = 0.1,
+        target_entropy: Any = None,
+        kp: float = 2.0,
+        ki: float = 0.05,
+        kd: float = 0.5,
+        integral_growth: float = 1.1,
+        max_integral_gain: float = 30.0,
+        growth_band: float = 0.01,
+        error_ema: float = 0.3,
+        trend_emas: Tuple[float, float] = (0.6, 0.9),
+        deadband: float = 0.0,
+        max_alpha_change: float = 1.25,
+        min_alpha: float = 1e-4,
+        max_alpha: Optional[float] = None,
+        error_scale: Optional[float] = None,
+        noise_step: float = 0.05,
+        max_alpha_change_per_iteration: Optional[float] = None,
+        update_mode: str = "auto",
+        batch_shape: Sequence[int] = (),
+        debug_summaries: bool = False,
+        name: str = "PIDEntropyTargetAlgorithm",
+    ):
         super().__init__(**arguments(locals()))
-        self.make_state(integral=math.log(initial_alpha), err_ema=0.0, fast=0.0, slow=0.0, gain=1.0,
-                    level=0.0, noise=0.0, reading=0.0, before=0.0, slowdown=1.0)
+        self.make_state(
+            integral=math.log(initial_alpha),
+            err_ema=0.0,
+            fast=0.0,
+            slow=0.0,
+            gain=1.0,
+            level=0.0,
+            noise=0.0,
+            reading=0.0,
+            before=0.0,
+            slowdown=1.0,
+        )
 
     def _constants(self, s, lo, hi):
-        for arg, least in (("kp", 0.0), ("ki", 0.0), ("kd", 0.0), ("integral_growth", 1.0),
-                           ("max_integral_gain", 1.0)):
+        for arg, least in (
+            ("kp", 0.0),
+            ("ki", 0.0),
+            ("kd", 0.0),
+            ("integral_growth", 1.0),
+            ("max_integral_gain", 1.0),
+        ):
             check_real(arg, s[arg], minimum=least)
         for arg in ("error_ema", "growth_band"):
             check_real(arg, s[arg], minimum=0.0, below=1.0)
@@ -126,10 +170,29 @@ class PIDEntropyTargetAlgorithm(EntropyController):
         check_real("deadband", s["deadband"], minimum=0.0, maximum=0.99)
         check_real("max_alpha_change", s["max_alpha_change"], above=1.0)
         noise_step = check_real("noise_step", s["noise_step"], positive=True, finite=False)
-        return PIDConsts(*map(f32, (
-            1.0 / self._error_scale(s), s["kp"], s["ki"], s["kd"], s["error_ema"], fast, slow,
-            s["deadband"], math.log(s["max_alpha_change"]), s["integral_growth"],
-            s["max_integral_gain"], s["growth_band"], noise_step, NOISE_EMA, lo, hi)))
+        return PIDConsts(
+            *map(
+                f32,
+                (
+                    1.0 / self._error_scale(s),
+                    s["kp"],
+                    s["ki"],
+                    s["kd"],
+                    s["error_ema"],
+                    fast,
+                    slow,
+                    s["deadband"],
+                    math.log(s["max_alpha_change"]),
+                    s["integral_growth"],
+                    s["max_integral_gain"],
+                    s["growth_band"],
+                    noise_step,
+                    NOISE_EMA,
+                    lo,
+                    hi,
+                ),
+            )
+        )
 
     def _error_scale(self, s):
         if s["error_scale"] is None:
@@ -148,5 +211,8 @@ class PIDEntropyTargetAlgorithm(EntropyController):
 
     def debug_values(self) -> Dict[str, torch.Tensor]:
         s = self.driver.state
-        return {"integral": s.integral, "error": s.err_ema,
-                "trend": (s.fast - s.slow) / self.error_scale}
+        return {
+            "integral": s.integral,
+            "error": s.err_ema,
+            "trend": (s.fast - s.slow) / self.error_scale,
+        }

@@ -1,5 +1,6 @@
 """SAC's gradient rule for ``alpha`` (ALF's ``SGDEntropyTargetAlgorithm``) as a pure rule: Adam
 (its moments buffers) or plain steps down ``log_alpha * (H - target)``, in torch's kernels."""
+
 import functools
 from collections import namedtuple
 from typing import Any, Dict, Optional, Sequence
@@ -18,8 +19,14 @@ SGDState = state_type("SGDState", "window seen exp_avg exp_avg_sq adam_step")
 SGDConsts = namedtuple("SGDConsts", "lr adam")
 
 
-def adam_step(lr: float, log_alpha: torch.Tensor, m: torch.Tensor, v: torch.Tensor,
-              t: torch.Tensor, grad: torch.Tensor) -> tuple:
+def adam_step(
+    lr: float,
+    log_alpha: torch.Tensor,
+    m: torch.Tensor,
+    v: torch.Tensor,
+    t: torch.Tensor,
+    grad: torch.Tensor,
+) -> tuple:
     """``torch.optim.Adam``'s step, bit for bit (betas 0.9, 0.999, eps 1e-8): ``(p, m, v, t)``."""
     t = t + 1
     m = torch.lerp(m, grad, 1 - 0.9)
@@ -36,8 +43,14 @@ def sgd_rule(x: Any, s: SGDState, entropy: Any, c: SGDConsts) -> SGDState:
     grad = x.f32(avg - s.target)
     new = s._replace(window=window, seen=seen)
     if c.adam:
-        log_alpha, m, v, t = x.via_torch(functools.partial(adam_step, c.lr), s.log_alpha,
-                                         s.exp_avg, s.exp_avg_sq, s.adam_step, grad)
+        log_alpha, m, v, t = x.via_torch(
+            functools.partial(adam_step, c.lr),
+            s.log_alpha,
+            s.exp_avg,
+            s.exp_avg_sq,
+            s.adam_step,
+            grad,
+        )
         return new._replace(log_alpha=log_alpha, exp_avg=m, exp_avg_sq=v, adam_step=t)
     step = functools.partial(torch.add, alpha=-c.lr)
     return new._replace(log_alpha=x.via_torch(step, s.log_alpha, grad))
@@ -69,16 +82,31 @@ class SGDEntropyTargetAlgorithm(EntropyController):
     State = SGDState
     rule = staticmethod(sgd_rule)
 
-    def __init__(self, action_spec: Any, initial_alpha: float = 0.1, target_entropy: Any = None,
-                 window_size: int = 1, lr: float = 3e-4, optimizer: str = "adam",
-                 min_alpha: float = 1e-4, max_alpha: Optional[float] = None,
-                 max_alpha_change_per_iteration: Optional[float] = None,
-                 update_mode: str = "auto", batch_shape: Sequence[int] = (),
-                 debug_summaries: bool = False, name: str = "SGDEntropyTargetAlgorithm"):
+    def __init__(
+        self,
+        action_spec: Any,
+        initial_alpha: float = 0.1,
+        target_entropy: Any = None,
+        window_size: int = 1,
+        lr: float = 3e-4,
+        optimizer: str = "adam",
+        min_alpha: float = 1e-4,
+        max_alpha: Optional[float] = None,
+        max_alpha_change_per_iteration: Optional[float] = None,
+        update_mode: str = "auto",
+        batch_shape: Sequence[int] = (),
+        debug_summaries: bool = False,
+        name: str = "SGDEntropyTargetAlgorithm",
+    ):
         super().__init__(**arguments(locals(), "window_size"))
         window = check_int("window_size", window_size, minimum=1)
-        self.make_state(window=torch.zeros(self.batch_shape + (window,)), seen=0, exp_avg=0.0,
-                    exp_avg_sq=0.0, adam_step=0)
+        self.make_state(
+            window=torch.zeros(self.batch_shape + (window,)),
+            seen=0,
+            exp_avg=0.0,
+            exp_avg_sq=0.0,
+            adam_step=0,
+        )
 
     def _constants(self, s, lo, hi):
         adam = check_choice("optimizer", s["optimizer"], ("adam", "sgd")) == "adam"

@@ -1,4 +1,5 @@
 """ALF's staged controller (``EntropyTargetAlgorithm``), step for step."""
+
 import math
 from collections import namedtuple
 from typing import Any, Dict, Optional, Sequence
@@ -19,24 +20,30 @@ TARGET_MOVE = 0.05  # track_target_changes: a larger relative move restarts adju
 
 # ref_target: the target when adjusting last (re)started; window: the last entropies
 StagedState = state_type("StagedState", "stage update_rate max_entropy ref_target window seen")
-StagedConsts = namedtuple("StagedConsts", "very_slow_update_rate slow_update_rate "
-                          "fast_update_rate min_log_alpha retarget_rate track")
+StagedConsts = namedtuple(
+    "StagedConsts",
+    "very_slow_update_rate slow_update_rate fast_update_rate min_log_alpha retarget_rate track",
+)
 
 
 def staged_rule(x: Any, s: StagedState, entropy: Any, c: StagedConsts) -> StagedState:
     """ALF's ``adjust_alpha``, each ``if`` a select (one update may cascade through stages as
     in ALF); ALF's dtypes: float32 state, float64 ``log_alpha`` steps, floor and rates."""
     prev_avg, avg, window, seen = window_average(x, s.window, s.seen, entropy)
-    log_alpha, stage, rate, max_entropy, target = (s.log_alpha, s.stage, s.update_rate,
-                                                   s.max_entropy, s.target)
+    log_alpha, stage, rate, max_entropy, target = (
+        s.log_alpha,
+        s.stage,
+        s.update_rate,
+        s.max_entropy,
+        s.target,
+    )
     decreasing = avg < prev_avg
     estimating = stage < -2
     max_entropy = x.where(estimating, x.minimum(0.8 * avg, avg / 0.8), max_entropy)
     stage = stage + estimating
     init = stage == -2  # down while the entropy rises, up by half while it falls
     step = x.where(decreasing, 0.5, -1.0) * c.very_slow_update_rate
-    log_alpha = x.where(init, x.f32(x.maximum(x.f64(log_alpha + step), c.min_log_alpha)),
-                        log_alpha)
+    log_alpha = x.where(init, x.f32(x.maximum(x.f64(log_alpha + step), c.min_log_alpha)), log_alpha)
     stage = stage + (init & (avg < max_entropy))
     stage = stage + ((stage == -1) & (avg < target))  # free: wait for the target
     adjust = stage >= 0
@@ -49,11 +56,15 @@ def staged_rule(x: Any, s: StagedState, entropy: Any, c: StagedConsts) -> Staged
     new_rate = x.where(fast, x.f64(c.fast_update_rate), new_rate)
     coef = x.where(above, x.where(decreasing, 0.5, -1.0), x.where(decreasing, 1.0, -0.5))
     new_log_alpha = x.f32(x.maximum(x.f64(log_alpha) + coef * new_rate, c.min_log_alpha))
-    return s._replace(log_alpha=x.where(adjust, new_log_alpha, log_alpha),
-                      stage=x.where(adjust, x.i32(above), stage),
-                      update_rate=x.where(adjust, x.f32(new_rate), rate),
-                      max_entropy=max_entropy, ref_target=x.where(moved, target, s.ref_target),
-                      window=window, seen=seen)
+    return s._replace(
+        log_alpha=x.where(adjust, new_log_alpha, log_alpha),
+        stage=x.where(adjust, x.i32(above), stage),
+        update_rate=x.where(adjust, x.f32(new_rate), rate),
+        max_entropy=max_entropy,
+        ref_target=x.where(moved, target, s.ref_target),
+        window=window,
+        seen=seen,
+    )
 
 
 def describe_stage(stage: Any) -> str:
@@ -69,11 +80,16 @@ def describe_stage(stage: Any) -> str:
         raise TypeError(f"stage must be an int or a 0-d integer tensor, got {stage!r}")
     stage = int(stage)
     left, side = -2 - stage, "above" if stage > 0 else "at or below"
-    what = (f"estimating max_entropy ({left} more update{'s' if left > 1 else ''}), then init, "
-            "free and adjust" if stage < -2 else
-            "init (alpha moves until the average entropy is below max_entropy)" if stage == -2
-            else "free (alpha frozen until the entropy falls below the target)" if stage == -1
-            else f"adjust (the average entropy is {side} the target)")
+    what = (
+        f"estimating max_entropy ({left} more update{'s' if left > 1 else ''}), then init, "
+        "free and adjust"
+        if stage < -2
+        else "init (alpha moves until the average entropy is below max_entropy)"
+        if stage == -2
+        else "free (alpha frozen until the entropy falls below the target)"
+        if stage == -1
+        else f"adjust (the average entropy is {side} the target)"
+    )
     return f"stage {stage}: {what}"
 
 
@@ -111,22 +127,38 @@ class EntropyTargetAlgorithm(EntropyController):
     State = StagedState
     rule = staticmethod(staged_rule)
 
-    def __init__(self, action_spec: Any, initial_alpha: float = 0.1, skip_free_stage: bool = False,
-                 max_entropy: Optional[float] = None, target_entropy: Any = None,
-                 very_slow_update_rate: float = 0.001, slow_update_rate: float = 0.01,
-                 fast_update_rate: float = np.log(2), min_alpha: float = 1e-4,
-                 average_window: int = 2, update_mode: str = "auto",
-                 track_target_changes: bool = False, retarget_update_rate: float = 0.1,
-                 max_alpha: Optional[float] = None,
-                 max_alpha_change_per_iteration: Optional[float] = None,
-                 batch_shape: Sequence[int] = (), debug_summaries: bool = False,
-                 name: str = "EntropyTargetAlgorithm"):
+    def __init__(
+        self,
+        action_spec: Any,
+        initial_alpha: float = 0.1,
+        skip_free_stage: bool = False,
+        max_entropy: Optional[float] = None,
+        target_entropy: Any = None,
+        very_slow_update_rate: float = 0.001,
+        slow_update_rate: float = 0.01,
+        fast_update_rate: float = np.log(2),
+        min_alpha: float = 1e-4,
+        average_window: int = 2,
+        update_mode: str = "auto",
+        track_target_changes: bool = False,
+        retarget_update_rate: float = 0.1,
+        max_alpha: Optional[float] = None,
+        max_alpha_change_per_iteration: Optional[float] = None,
+        batch_shape: Sequence[int] = (),
+        debug_summaries: bool = False,
+        name: str = "EntropyTargetAlgorithm",
+    ):
         super().__init__(**arguments(locals(), "skip_free_stage", "max_entropy", "average_window"))
         window = check_int("average_window", average_window, minimum=1)
         stage = 1 if skip_free_stage else (-2 - window if max_entropy is None else -2)
-        self.make_state(stage=np.int32(stage), update_rate=np.float32(fast_update_rate),
-                        max_entropy=float(max_entropy or 0.0), ref_target=0.0,
-                        window=torch.zeros(self.batch_shape + (window,)), seen=0)
+        self.make_state(
+            stage=np.int32(stage),
+            update_rate=np.float32(fast_update_rate),
+            max_entropy=float(max_entropy or 0.0),
+            ref_target=0.0,
+            window=torch.zeros(self.batch_shape + (window,)),
+            seen=0,
+        )
         self.driver.ref_target.copy_(self.driver.target)
         top = float(self.driver.target.max())  # both in float32
         if max_entropy is not None and top > np.float32(check_real("max_entropy", max_entropy)):
@@ -136,17 +168,26 @@ class EntropyTargetAlgorithm(EntropyController):
         self._stuck_checked = False
 
     def _constants(self, s, lo, hi):
-        for arg in ("very_slow_update_rate", "slow_update_rate", "fast_update_rate",
-                    "retarget_update_rate"):
+        for arg in (
+            "very_slow_update_rate",
+            "slow_update_rate",
+            "fast_update_rate",
+            "retarget_update_rate",
+        ):
             check_real(arg, s[arg], positive=True)
         if not isinstance(s["track_target_changes"], bool):
-            raise TypeError("track_target_changes must be a bool, got "
-                            f"{type(s['track_target_changes']).__name__}")
+            raise TypeError(
+                "track_target_changes must be a bool, got "
+                f"{type(s['track_target_changes']).__name__}"
+            )
         return StagedConsts(
-            s["very_slow_update_rate"], _alf_rate(s["slow_update_rate"]),
+            s["very_slow_update_rate"],
+            _alf_rate(s["slow_update_rate"]),
             _alf_rate(s["fast_update_rate"]),
             math.log(s["min_alpha"]) if s["min_alpha"] > 0 else MIN_LOG_ALPHA,
-            s["retarget_update_rate"], float(s["track_target_changes"]))
+            s["retarget_update_rate"],
+            float(s["track_target_changes"]),
+        )
 
     @property
     def stage(self) -> torch.Tensor:
@@ -179,11 +220,17 @@ class EntropyTargetAlgorithm(EntropyController):
         stage = int(self.stage.min())
         if stage < 0:
             given = "given" if self._max_entropy_given else "estimated from the first entropies"
-            self.warn("stuck", (
-                f"is still in its {describe_stage(stage).split()[2]} stage after {self.updates} "
-                f"updates (the average entropy ({float(self.avg_entropy.min()):.3f}), "
-                f"max_entropy {float(self.max_entropy.min()):.3f} ({given}), the target "
-                f"({float(self.driver.target.min()):.3f}), {int(self.num_nonfinite_entropy.max())}"
-                " NaN/inf entropies). To make it act: give max_entropy (a little above the "
-                "target), set skip_free_stage=True, or start from a smaller initial_alpha (alpha "
-                f"{float(self.alpha.min()):.3g})."))
+            self.warn(
+                "stuck",
+                (
+                    f"is still in its {describe_stage(stage).split()[2]} stage after "
+                    f"{self.updates} updates (the average entropy "
+                    f"({float(self.avg_entropy.min()):.3f}), max_entropy "
+                    f"{float(self.max_entropy.min()):.3f} ({given}), the target "
+                    f"({float(self.driver.target.min()):.3f}), "
+                    f"{int(self.num_nonfinite_entropy.max())} NaN/inf entropies). To make it "
+                    "act: give max_entropy (a little above the target), set "
+                    "skip_free_stage=True, or start from a smaller initial_alpha (alpha "
+                    f"{float(self.alpha.min()):.3g})."
+                ),
+            )

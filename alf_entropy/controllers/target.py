@@ -1,6 +1,7 @@
 """The target entropy, per member of a batch: the only place it is evaluated (callables on
 the host, before each update).  One known to exceed the spec's largest entropy is refused, any
 other callable clamped to it (one warning)."""
+
 import math
 
 import torch
@@ -36,16 +37,19 @@ class Target:
         members = math.prod(self._batch)
         if isinstance(target_entropy, (list, tuple)) and self._batch:
             if len(target_entropy) != members:
-                raise ValueError(f"target_entropy has {len(target_entropy)} "
-                                 f"entries for a batch of {members} controllers")
+                raise ValueError(
+                    f"target_entropy has {len(target_entropy)} "
+                    f"entries for a batch of {members} controllers"
+                )
             fns = [self._one(t) for t in target_entropy]
         else:
             fns = [self._one(target_entropy)] * members
         anneal = [f for f in fns if isinstance(f, schedulers.SettledAnnealing)]
         shared = all(f is fns[0] for f in fns)
         if anneal and not shared:
-            raise ValueError("a SettledAnnealing target must be shared by every "
-                             "member of the batch")
+            raise ValueError(
+                "a SettledAnnealing target must be shared by every member of the batch"
+            )
         self.annealing = anneal[0] if anneal else None
         self._fns = fns
         self.shared = shared
@@ -55,7 +59,8 @@ class Target:
             raise ValueError(
                 f"target_entropy {min(self.initial)} is below 0 for a discrete action space (a "
                 "discrete entropy is never negative, so alpha would fall forever); negative "
-                "targets such as -dim(A) are for continuous actions")
+                "targets such as -dim(A) are for continuous actions"
+            )
         if buffer is not None:
             with torch.no_grad():
                 buffer.copy_(torch.tensor(self.initial).reshape(buffer.shape))
@@ -71,13 +76,16 @@ class Target:
 
     def _one(self, target):
         if target is None:
-            target = float(sum(map(dist_utils.calc_default_target_entropy,
-                                   nest.flatten(self._spec))))
+            target = float(
+                sum(map(dist_utils.calc_default_target_entropy, nest.flatten(self._spec)))
+            )
             logging.info("target_entropy=%s (the action spec's default)", target)
         if not (isinstance(target, schedulers.SettledAnnealing) or callable(target)):
             if not is_real(target):
-                raise TypeError(f"target_entropy must be a number or a zero-argument callable"
-                                f"{' (or a list of these)' if self._batch else ''}, got {target!r}")
+                raise TypeError(
+                    f"target_entropy must be a number or a zero-argument callable"
+                    f"{' (or a list of these)' if self._batch else ''}, got {target!r}"
+                )
             if isinstance(target, dist_utils.GreedyProbabilityTarget):
                 target.check(self._spec, "target_entropy")
             target = schedulers.ConstantScheduler(check_real("target_entropy", target))
@@ -86,12 +94,16 @@ class Target:
         except (AttributeError, NotImplementedError):
             known_max = None
         if known_max is not None and known_max > self.reachable:
-            whence = ("log N for N discrete actions" if self.discrete
-                      else "from the bounds of the continuous actions")
+            whence = (
+                "log N for N discrete actions"
+                if self.discrete
+                else "from the bounds of the continuous actions"
+            )
             raise ValueError(
                 f"target_entropy reaches {known_max:.4g}, above the largest entropy "
                 f"the action spec allows ({self.reachable:.4g}, {whence}); the "
-                "controller would push alpha up forever")
+                "controller would push alpha up forever"
+            )
         return target
 
     def _value(self, fn, counting):
@@ -101,17 +113,28 @@ class Target:
         if not is_real(value) or not math.isfinite(value):
             raise ValueError(
                 f"target_entropy must be a number or a zero-argument callable returning a finite "
-                f"number; {fn!r} returned {type(value).__name__}: {value!r}")
+                f"number; {fn!r} returned {type(value).__name__}: {value!r}"
+            )
         if value > self.reachable:
-            self._warn("clamp", f"target_entropy {value:.4g} is above the largest entropy the "
-                       f"action spec allows ({self.reachable:.4g}); clamped to it")
+            self._warn(
+                "clamp",
+                f"target_entropy {value:.4g} is above the largest entropy the "
+                f"action spec allows ({self.reachable:.4g}); clamped to it",
+            )
             value = self.reachable
         progress_type = getattr(fn, "progress_type", None)
-        if counting and progress_type is not None and not schedulers.progress_was_fed(
-                progress_type) and self.updates >= PROGRESS_GRACE:
-            self._warn("progress", f"the target's progress {progress_type!r} was never fed in "
-                       f"{self.updates} updates, so the target stays at its first value; call "
-                       f"alf_entropy.utils.schedulers.update_progress({progress_type!r}, value)")
+        if (
+            counting
+            and progress_type is not None
+            and not schedulers.progress_was_fed(progress_type)
+            and self.updates >= PROGRESS_GRACE
+        ):
+            self._warn(
+                "progress",
+                f"the target's progress {progress_type!r} was never fed in "
+                f"{self.updates} updates, so the target stays at its first value; call "
+                f"alf_entropy.utils.schedulers.update_progress({progress_type!r}, value)",
+            )
         return float(value)
 
     def refresh(self, buffer):
@@ -133,4 +156,3 @@ class Target:
         if self.shared:
             return [self._value(self._fns[0], counting)] * len(self._fns)
         return [self._value(f, counting) for f in self._fns]
-

@@ -4,6 +4,7 @@ warnings (each once).
 An update below the target with ``alpha`` at its ceiling counts ``stalled_for`` up, any other
 update counts it down (not below 0): noise cannot hide an unreachable target.
 """
+
 import math
 import warnings
 from collections import namedtuple
@@ -12,8 +13,16 @@ from typing import Any, Optional
 import torch
 from absl import logging
 
-__all__ = ["WINDUP_WINDOW", "WATCH_EMA", "Anneal", "anneal_of", "watch_rule", "WarnOnce",
-           "report", "scalars"]
+__all__ = [
+    "WINDUP_WINDOW",
+    "WATCH_EMA",
+    "Anneal",
+    "anneal_of",
+    "watch_rule",
+    "WarnOnce",
+    "report",
+    "scalars",
+]
 
 WINDUP_WINDOW = 500
 """Net updates below the target with ``alpha`` at its ceiling: then the target is unreachable."""
@@ -40,8 +49,13 @@ def watch_rule(x: Any, s: Any, entropy: Any, w: Anneal, max_log_alpha: float) ->
     fire = settled >= w.window
     lowered = x.maximum(s.target - w.drop * x.abs(s.target), w.final)
     stalled_for = x.where(stalled, s.stalled_for + 1, x.maximum(s.stalled_for - 1, 0))
-    return s._replace(ema=ema, stalled_for=stalled_for, count=s.count + 1,
-                      settled=x.where(fire, 0, settled), target=x.where(fire, lowered, s.target))
+    return s._replace(
+        ema=ema,
+        stalled_for=stalled_for,
+        count=s.count + 1,
+        settled=x.where(fire, 0, settled),
+        target=x.where(fire, lowered, s.target),
+    )
 
 
 class WarnOnce:
@@ -73,8 +87,9 @@ def report(c: Any, count: Optional[torch.Tensor] = None) -> None:
     if record:
         values = {"unreachable_target": c.unreachable_target}
         if c.debug_summaries:
-            values.update(alpha=c.alpha, nonfinite_entropy=c.num_nonfinite_entropy,
-                          **c.debug_values())
+            values.update(
+                alpha=c.alpha, nonfinite_entropy=c.num_nonfinite_entropy, **c.debug_values()
+            )
         if c.scheduled_target:
             values["target_entropy"] = c.driver.target
         scalars(c, **values)
@@ -82,11 +97,14 @@ def report(c: Any, count: Optional[torch.Tensor] = None) -> None:
         return
     if "unreachable" not in c.warn.said and bool(c.unreachable_target.any()):
         s = c.driver.state
-        c.warn("unreachable", f"the entropy ({_show(s.ema)}) has stayed below the target "
-               f"({_show(s.target)}) for {_show(s.stalled_for)} updates with alpha at its ceiling "
-               f"({_show(c.alpha)}); the target looks unreachable for this policy. Lower "
-               "target_entropy (e.g. greedy_probability_target or SettledAnnealing), or raise "
-               "max_alpha if a larger coefficient is sensible.")
+        c.warn(
+            "unreachable",
+            f"the entropy ({_show(s.ema)}) has stayed below the target "
+            f"({_show(s.target)}) for {_show(s.stalled_for)} updates with alpha at its ceiling "
+            f"({_show(c.alpha)}); the target looks unreachable for this policy. Lower "
+            "target_entropy (e.g. greedy_probability_target or SettledAnnealing), or raise "
+            "max_alpha if a larger coefficient is sensible.",
+        )
     c.check_progress()
 
 

@@ -7,6 +7,7 @@ under the same actions.  It speaks ``GymVectorEnv``'s protocol with leaves ``[K,
 ``bytes``), ``close``; ``pop_episode_statistics`` gives each agent's.  Stepping costs K
 vector-env calls: for cheap environments (CartPole) the part of acting that grows with K.
 """
+
 import pickle
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
@@ -35,8 +36,14 @@ class AgentEnvs:
         ValueError: if ``seeds`` is empty or ``num_envs < 1``.
     """
 
-    def __init__(self, env_id: str, num_envs: int, seeds: Sequence[int], device: Any = "cpu",
-                 env_ctor: Callable[..., Any] = GymVectorEnv):
+    def __init__(
+        self,
+        env_id: str,
+        num_envs: int,
+        seeds: Sequence[int],
+        device: Any = "cpu",
+        env_ctor: Callable[..., Any] = GymVectorEnv,
+    ):
         check_int("num_envs", num_envs, minimum=1)
         seeds = [check_int("seeds[i]", s, minimum=0) for s in seeds]
         if not seeds:
@@ -71,8 +78,12 @@ class AgentEnvs:
         """Step agent ``k``'s environments with ``action[k]`` (a nest of ``[K, N, ...]``)."""
         # One copy to the host for all K (on a GPU, K copies would each wait for it).
         action = nest.map_structure(lambda a: a.cpu() if torch.is_tensor(a) else a, action)
-        return _stack([env.step(nest.map_structure(lambda a, k=k: a[k], action))
-                       for k, env in enumerate(self._envs)])
+        return _stack(
+            [
+                env.step(nest.map_structure(lambda a, k=k: a[k], action))
+                for k, env in enumerate(self._envs)
+            ]
+        )
 
     def pop_episode_statistics(self) -> List[Tuple[List[float], List[int]]]:
         """Each agent's finished episodes (returns, lengths) since the last call."""
@@ -94,8 +105,9 @@ class AgentEnvs:
         except Exception as e:
             raise ValueError(f"state is not an AgentEnvs state: {e}") from e
         if not isinstance(states, list) or len(states) != len(self._envs):
-            raise ValueError(f"state does not hold one state for each of {len(self._envs)} "
-                             "sets of environments")
+            raise ValueError(
+                f"state does not hold one state for each of {len(self._envs)} sets of environments"
+            )
         for env, s in zip(self._envs, states):
             env.set_state(s)
 
@@ -106,12 +118,14 @@ class AgentEnvs:
 
 
 def _stack(time_steps):
-    return nest.map_structure(lambda *x: torch.stack(x),
-                              *[t._replace(env_info=()) for t in time_steps])
+    return nest.map_structure(
+        lambda *x: torch.stack(x), *[t._replace(env_info=()) for t in time_steps]
+    )
 
 
-def agent_env_ctor(env_ctor: Callable[..., Any], seeds: Optional[Sequence[int]],
-                   seed: int) -> Callable[..., Any]:
+def agent_env_ctor(
+    env_ctor: Callable[..., Any], seeds: Optional[Sequence[int]], seed: int
+) -> Callable[..., Any]:
     """A trainer's ``env_ctor`` for its agents: ``env_ctor`` itself for one agent
     (``seeds`` None); for K an ``AgentEnvs`` ctor that gives agent ``k``, for a trainer's
     ``seed=seed + d``, the seed ``seeds[k] + d`` (as its single run numbers them)."""

@@ -6,6 +6,7 @@ environment's state holds is found: NumPy arrays and generators, gymnasium's and
 env's own classes, ``collections.deque`` and ``functools.partial`` (Python's "restricting
 globals" recipe); anything else is an ``UnpicklingError``.
 """
+
 import io
 import pickle
 import pickletools
@@ -14,9 +15,14 @@ from typing import Any, Iterable
 __all__ = ["check_pickle", "load_env_state"]
 
 _NAMES = {
-    ("numpy", "dtype"), ("numpy", "ndarray"), ("collections", "deque"), ("functools", "partial"),
-    ("numpy._core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "scalar"),
-    ("numpy.core.multiarray", "_reconstruct"), ("numpy.core.multiarray", "scalar"),  # NumPy 1
+    ("numpy", "dtype"),
+    ("numpy", "ndarray"),
+    ("collections", "deque"),
+    ("functools", "partial"),
+    ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "scalar"),
+    ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy.core.multiarray", "scalar"),  # NumPy 1
     ("alf_entropy.environments.gym_vector_env", "_make_env"),
 }
 

@@ -6,6 +6,7 @@ only each env's *first* episode, so short episodes are not over-represented.
 ``evaluate`` returns the mean return.  Not on the training path: it checks for finished
 episodes on the host every step.
 """
+
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
@@ -57,8 +58,11 @@ def run_episodes(
     """
     check_int("num_episodes", num_episodes, minimum=1)
     check_int("max_steps", max_steps, minimum=1)
-    options = {k: v for k, v in (("env_kwargs", env_kwargs),
-                                 ("max_episode_steps", max_episode_steps)) if v is not None}
+    options = {
+        k: v
+        for k, v in (("env_kwargs", env_kwargs), ("max_episode_steps", max_episode_steps))
+        if v is not None
+    }
     env = env_ctor(env_id, num_envs=num_episodes, seed=seed, device=device, **options)
     try:
         time_step = env.reset()
@@ -102,6 +106,16 @@ def evaluate(
     Raises:
         ValueError: if ``num_episodes`` or ``max_steps`` is not positive.
     """
-    returns, _ = run_episodes(env_id, policy_fn, num_episodes, seed, device, env_kwargs,
-                              max_episode_steps, pass_time_step, max_steps, env_ctor)
+    returns, _ = run_episodes(
+        env_id,
+        policy_fn,
+        num_episodes,
+        seed,
+        device,
+        env_kwargs,
+        max_episode_steps,
+        pass_time_step,
+        max_steps,
+        env_ctor,
+    )
     return float(sum(returns) / len(returns))

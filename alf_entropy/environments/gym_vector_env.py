@@ -8,6 +8,7 @@ ignored).  The first ``reset()`` seeds env ``i`` with ``seed + i`` and every spa
 (``docs/benchmarks/ppo_speed.md``); :meth:`GymVectorEnv.get_state` pickles the whole
 vector env for an exact resume.  Only the actions are moved to the host.
 """
+
 import collections
 import functools
 import pickle
@@ -53,14 +54,18 @@ def _make_vector_env(env_id, num_envs, mode, max_episode_steps, env_kwargs):
         kwargs = dict(env_kwargs)
         if max_episode_steps is not None:
             kwargs["max_episode_steps"] = max_episode_steps
-        env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="vector_entry_point",
-                           **kwargs)
+        env = gym.make_vec(
+            env_id, num_envs=num_envs, vectorization_mode="vector_entry_point", **kwargs
+        )
         if env.metadata.get("autoreset_mode") != AutoresetMode.NEXT_STEP:
-            raise ValueError(f"{env_id}'s vector env does not use NEXT_STEP autoreset; use "
-                             "vectorization_mode='sync'")
+            raise ValueError(
+                f"{env_id}'s vector env does not use NEXT_STEP autoreset; use "
+                "vectorization_mode='sync'"
+            )
         return env
-    env_fns = [functools.partial(_make_env, env_id, max_episode_steps, env_kwargs)
-               for _ in range(num_envs)]
+    env_fns = [
+        functools.partial(_make_env, env_id, max_episode_steps, env_kwargs) for _ in range(num_envs)
+    ]
     cls = AsyncVectorEnv if mode == "async" else SyncVectorEnv
     return cls(env_fns, copy=False, autoreset_mode=AutoresetMode.NEXT_STEP)
 
@@ -96,13 +101,24 @@ class GymVectorEnv:
         TypeError: if ``env_kwargs`` is not a dict or a space is unsupported.
     """
 
-    def __init__(self, env_id: str, num_envs: int = 8, seed: Optional[int] = 0,
-                 device: Any = "cpu", vectorization_mode: str = "auto",
-                 env_kwargs: Optional[Dict[str, Any]] = None,
-                 max_episode_steps: Optional[int] = None):
+    def __init__(
+        self,
+        env_id: str,
+        num_envs: int = 8,
+        seed: Optional[int] = 0,
+        device: Any = "cpu",
+        vectorization_mode: str = "auto",
+        env_kwargs: Optional[Dict[str, Any]] = None,
+        max_episode_steps: Optional[int] = None,
+    ):
         check_int("num_envs", num_envs, minimum=1)
-        check_int("max_episode_steps", max_episode_steps, minimum=1, allow_none=True,
-                  none_means="the env's own limit")
+        check_int(
+            "max_episode_steps",
+            max_episode_steps,
+            minimum=1,
+            allow_none=True,
+            none_means="the env's own limit",
+        )
         env_kwargs = {} if env_kwargs is None else env_kwargs
         if not isinstance(env_kwargs, dict):
             raise TypeError(f"env_kwargs must be a dict, got {type(env_kwargs).__name__}")
@@ -110,8 +126,9 @@ class GymVectorEnv:
         check_choice("vectorization_mode", vectorization_mode, _VECTORIZATION_MODES)
         self.env_id, self.num_envs, self.device = env_id, num_envs, torch.device(device)
         try:
-            self.gym_env = _make_vector_env(env_id, num_envs, vectorization_mode,
-                                            max_episode_steps, dict(env_kwargs))
+            self.gym_env = _make_vector_env(
+                env_id, num_envs, vectorization_mode, max_episode_steps, dict(env_kwargs)
+            )
         except gym.error.Error as e:
             raise ValueError(f"env_id {env_id!r}: gymnasium cannot make it: {e}") from e
         # Each env's running return (float64, as gymnasium's) and length; finished episodes.
@@ -128,7 +145,8 @@ class GymVectorEnv:
         self._autoreset = np.zeros(num_envs, dtype=bool)
         self._env_ids_np = np.arange(num_envs, dtype=np.int64)
         self._zero_actions = nest.map_structure(
-            lambda s: s.zeros((num_envs,), device=self.device), self.action_spec)
+            lambda s: s.zeros((num_envs,), device=self.device), self.action_spec
+        )
         # ``step``'s fast paths: no nest walking for one spec, no ``.to`` on the CPU.
         self._action_is_leaf = not nest.is_nested(self.action_spec)
         self._observation_is_leaf = not nest.is_nested(self.observation_spec)
@@ -140,8 +158,12 @@ class GymVectorEnv:
         state, part of :meth:`get_state`, is then the same for two envs of one seed."""
         seen = set()
         for layer in self._env_chain():
-            for name in ("single_observation_space", "single_action_space",
-                         "observation_space", "action_space"):
+            for name in (
+                "single_observation_space",
+                "single_action_space",
+                "observation_space",
+                "action_space",
+            ):
                 space = getattr(layer, name, None)
                 if isinstance(space, gym.spaces.Space) and id(space) not in seen:
                     seen.add(id(space))
@@ -170,8 +192,10 @@ class GymVectorEnv:
             array = np.asarray(action)
         expected = (self.num_envs,) + spec.shape
         if array.shape != expected:
-            raise ValueError(f"action must have shape {expected} (num_envs, "
-                             f"*action_spec.shape), got {array.shape}")
+            raise ValueError(
+                f"action must have shape {expected} (num_envs, "
+                f"*action_spec.shape), got {array.shape}"
+            )
         if spec.is_discrete:
             if array.dtype.kind not in "iu":  # not an integer dtype
                 rounded = np.rint(array)
@@ -181,20 +205,27 @@ class GymVectorEnv:
             # No copy: gymnasium only reads it; prev_action is built from a fresh array.
             array = array.astype(np.int64, copy=False)
             if np.count_nonzero((array < spec.minimum) | (array > spec.maximum)):
-                raise ValueError(f"discrete action must be in [{spec.minimum.tolist()}, "
-                                 f"{spec.maximum.tolist()}], got {array.tolist()}")
+                raise ValueError(
+                    f"discrete action must be in [{spec.minimum.tolist()}, "
+                    f"{spec.maximum.tolist()}], got {array.tolist()}"
+                )
             return array
         # (gymnasium's spaces are bounded specs: from_gym_space)
-        return np.clip(array.astype(np.float32), spec.minimum, spec.maximum).astype(np.float32,
-                                                                                    copy=False)
+        return np.clip(array.astype(np.float32), spec.minimum, spec.maximum).astype(
+            np.float32, copy=False
+        )
 
     def _time_step(self, step_type, reward, discount, obs, prev_action):
         """Build the ``TimeStep``; the three arrays are fresh (owned, not copied)."""
-        return TimeStep(step_type=self._tensor(step_type.astype(np.int64, copy=False)),
-                        reward=self._tensor(reward.astype(np.float32, copy=False)),
-                        discount=self._tensor(discount.astype(np.float32, copy=False)),
-                        observation=self._convert_observation(obs), prev_action=prev_action,
-                        env_id=self._tensor(self._env_ids_np.copy()), env_info={})
+        return TimeStep(
+            step_type=self._tensor(step_type.astype(np.int64, copy=False)),
+            reward=self._tensor(reward.astype(np.float32, copy=False)),
+            discount=self._tensor(discount.astype(np.float32, copy=False)),
+            observation=self._convert_observation(obs),
+            prev_action=prev_action,
+            env_id=self._tensor(self._env_ids_np.copy()),
+            env_info={},
+        )
 
     def _check_open(self) -> None:
         if self._closed:
@@ -214,9 +245,13 @@ class GymVectorEnv:
         self._episode_lengths[:] = 0
         self._started = True
         b = self.num_envs
-        return self._time_step(np.full(b, StepType.FIRST, dtype=np.int64),
-                               np.zeros(b, dtype=np.float32), np.ones(b, dtype=np.float32), obs,
-                               nest.map_structure(torch.clone, self._zero_actions))
+        return self._time_step(
+            np.full(b, StepType.FIRST, dtype=np.int64),
+            np.zeros(b, dtype=np.float32),
+            np.ones(b, dtype=np.float32),
+            obs,
+            nest.map_structure(torch.clone, self._zero_actions),
+        )
 
     def step(self, action: Any) -> TimeStep:
         """Step every env with ``action`` (``[B, *action_spec.shape]`` or a nest, any device).
@@ -257,8 +292,11 @@ class GymVectorEnv:
         if self._action_is_leaf:
             prev_action = self._prev_action(np_action, first, self._action_np_dtypes)
         else:
-            prev_action = nest.map_structure(lambda a, dtype: self._prev_action(a, first, dtype),
-                                             np_action, self._action_np_dtypes)
+            prev_action = nest.map_structure(
+                lambda a, dtype: self._prev_action(a, first, dtype),
+                np_action,
+                self._action_np_dtypes,
+            )
         return self._time_step(step_type, reward, discount, obs, prev_action)
 
     def _record_episodes(self, reward, not_first, done):
@@ -295,11 +333,21 @@ class GymVectorEnv:
         toy text; subprocesses) or they cannot be pickled."""
         self._check_open()
         if isinstance(self.gym_env, AsyncVectorEnv) or any(
-                isinstance(env, EzPickle) for env in self._env_chain()):
+            isinstance(env, EzPickle) for env in self._env_chain()
+        ):
             return None  # pickling these does not capture their state
         try:
-            return pickle.dumps((self.gym_env, self._autoreset, self._seeded, self._started,
-                                 self._episode_returns, self._episode_lengths, self._finished))
+            return pickle.dumps(
+                (
+                    self.gym_env,
+                    self._autoreset,
+                    self._seeded,
+                    self._started,
+                    self._episode_returns,
+                    self._episode_lengths,
+                    self._finished,
+                )
+            )
         except Exception:  # pickling can fail with any error type (Box2D: AssertionError)
             return None
 
@@ -319,12 +367,14 @@ class GymVectorEnv:
         self._check_open()
         try:  # only what an env state holds: a crafted checkpoint runs nothing
             env, autoreset, seeded, started, returns, lengths, finished = load_env_state(
-                state, {type(env).__module__ for env in self._env_chain()})  # the live env's
+                state, {type(env).__module__ for env in self._env_chain()}
+            )  # the live env's
         except Exception as e:
             raise ValueError(f"state is not a GymVectorEnv state: {e}") from e
         if not isinstance(env, gym.vector.VectorEnv) or env.num_envs != self.num_envs:
-            raise ValueError(f"state holds {getattr(env, 'num_envs', '?')} envs, this env "
-                             f"has {self.num_envs}")
+            raise ValueError(
+                f"state holds {getattr(env, 'num_envs', '?')} envs, this env has {self.num_envs}"
+            )
         self.gym_env.close()
         self.gym_env = env
         self._autoreset, self._seeded, self._started = autoreset, seeded, started
@@ -332,8 +382,9 @@ class GymVectorEnv:
 
     def sample_random_action(self) -> Any:
         """Uniformly random actions ``[B, ...]`` (seeded by ``seed``) on ``device``."""
-        return nest.map_structure(self._to_device, self.gym_env.action_space.sample(),
-                                  self._action_np_dtypes)
+        return nest.map_structure(
+            self._to_device, self.gym_env.action_space.sample(), self._action_np_dtypes
+        )
 
     def close(self) -> None:
         """Close the environments (idempotent)."""

@@ -7,6 +7,7 @@ benchmarks use them, so each metric is defined once, here.  Tracking starts
 (before it the policy is more random than asked, which the controller
 allows).  Bands are relative to ``|target|``, so negative targets work.
 """
+
 import math
 from typing import NamedTuple, Optional, Sequence, Tuple
 
@@ -14,9 +15,18 @@ import numpy as np
 
 from alf_entropy.utils.checks import check_int, check_real
 
-__all__ = ["AlphaChange", "warmup_end", "tracking_rmse", "fraction_below",
-           "minimum_variance_floor", "target_changes", "settling_times", "largest_alpha_change",
-           "final_value", "bootstrap_ci"]
+__all__ = [
+    "AlphaChange",
+    "warmup_end",
+    "tracking_rmse",
+    "fraction_below",
+    "minimum_variance_floor",
+    "target_changes",
+    "settling_times",
+    "largest_alpha_change",
+    "final_value",
+    "bootstrap_ci",
+]
 
 
 def _series(values, finite=False):
@@ -62,8 +72,13 @@ def fraction_below(
     return float(below.mean()) if below.size else math.nan
 
 
-def minimum_variance_floor(entropy: Sequence[float], target: Sequence[float], start: int = 0,
-                           delay: int = 2, order: int = 4) -> float:
+def minimum_variance_floor(
+    entropy: Sequence[float],
+    target: Sequence[float],
+    start: int = 0,
+    delay: int = 2,
+    order: int = 4,
+) -> float:
     """The RMS error no controller acting ``delay`` samples late could remove.
 
     Harris's minimum-variance bound (Harris, "Assessment of closed-loop
@@ -81,7 +96,7 @@ def minimum_variance_floor(entropy: Sequence[float], target: Sequence[float], st
     if y.size < 2 * order + delay:
         return math.nan
     y = y - y.mean()
-    lags = np.column_stack([y[order - k:y.size - k] for k in range(1, order + 1)])
+    lags = np.column_stack([y[order - k : y.size - k] for k in range(1, order + 1)])
     coef = np.linalg.lstsq(lags, y[order:], rcond=None)[0]
     residual = y[order:] - lags @ coef
     s2 = float(residual @ residual) / (residual.size - order)
@@ -100,8 +115,13 @@ def target_changes(target: Sequence[float], min_change: float = 0.05) -> np.ndar
     return np.nonzero(jump)[0].astype(np.int64) + 1
 
 
-def settling_times(entropy: Sequence[float], target: Sequence[float], tol: float = 0.05,
-                   min_change: float = 0.05, x: Optional[Sequence[float]] = None) -> list:
+def settling_times(
+    entropy: Sequence[float],
+    target: Sequence[float],
+    tol: float = 0.05,
+    min_change: float = 0.05,
+    x: Optional[Sequence[float]] = None,
+) -> list:
     """For each target jump (:func:`target_changes`), the time until the entropy stays
     within ``tol * |target|`` until the next jump or the end: a difference of ``x``
     (e.g. env steps; default: sample numbers), NaN if it never settled."""
@@ -166,8 +186,9 @@ def final_value(values: Sequence[float]) -> float:
     return float(v[-1]) if v.size else math.nan
 
 
-def bootstrap_ci(values: Sequence[float], confidence: float = 0.95, resamples: int = 10000,
-                 seed: int = 0) -> Tuple[float, float, float]:
+def bootstrap_ci(
+    values: Sequence[float], confidence: float = 0.95, resamples: int = 10000, seed: int = 0
+) -> Tuple[float, float, float]:
     """``(mean, low, high)`` of ``values`` (NaNs dropped; all NaN if none is finite) with
     the middle ``confidence`` of ``resamples`` bootstrap means (seeded: reproducible); an
     interval needs 2 values (``low``, ``high`` NaN from one).  With 3 seeds it is wide and

@@ -4,6 +4,7 @@ runs that differ only in the seed as one curve (mean ± one standard deviation).
 A run here is :class:`~alf_entropy.experiments.report.RunData` (its ``get`` and
 ``env_steps``).
 """
+
 import os
 from typing import Any, List
 
@@ -44,8 +45,14 @@ def _plot(ax, runs, tag, color, label, log=False, style="-", step=False):
         return
     x, mean, std, n = band
     # (a step line is what ax.step(where="post") draws)
-    ax.plot(x, mean, color=color, linestyle=style, label=label,
-            drawstyle="steps-post" if step else "default")
+    ax.plot(
+        x,
+        mean,
+        color=color,
+        linestyle=style,
+        label=label,
+        drawstyle="steps-post" if step else "default",
+    )
     if n > 1:
         lo, hi = mean - std, mean + std
         if log:
@@ -88,8 +95,9 @@ def _draw(ax, name, groups, labels):
         ax.legend(fontsize=7)
 
 
-def write_figures(groups: List[List[Any]], labels: List[str], out_dir: str,
-                  dpi: int = 80) -> List[str]:
+def write_figures(
+    groups: List[List[Any]], labels: List[str], out_dir: str, dpi: int = 80
+) -> List[str]:
     """Write ``<panel>.png`` of each of :data:`PANELS` and ``overview.png`` (all four).
 
     Returns:
@@ -111,8 +119,11 @@ def write_figures(groups: List[List[Any]], labels: List[str], out_dir: str,
     figures = []
     for name in [*PANELS, "overview"]:
         panels = list(PANELS) if name == "overview" else [name]
-        fig, axes = plt.subplots(*((2, 2) if len(panels) > 1 else (1, 1)), squeeze=False,
-                                 figsize=(11, 6.5) if len(panels) > 1 else (6, 3.6))
+        fig, axes = plt.subplots(
+            *((2, 2) if len(panels) > 1 else (1, 1)),
+            squeeze=False,
+            figsize=(11, 6.5) if len(panels) > 1 else (6, 3.6),
+        )
         for ax, panel in zip(axes.flat, panels):
             _draw(ax, panel, groups, labels)
         fig.tight_layout()

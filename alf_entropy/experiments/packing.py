@@ -4,6 +4,7 @@ The runs of a configuration that differ only in the seed (and, with targets,
 the controller's target entropy) train as one ``<trainer>.seeds`` process whose
 agent directories are links to the runs' own root dirs: see :func:`pack_seeds`.
 """
+
 import json
 import math
 import os
@@ -19,16 +20,17 @@ PACKED_DIR = "_packed"
 """Under ``sweep_dir``: the root dirs of packed processes (``--pack_seeds``)."""
 PACKED_SEED_BINDINGS = ("OnPolicyTrainer.seed", "OffPolicyTrainer.seed")
 """The seed bindings whose trainers train several agents in one process (``<trainer>.seeds``)."""
-_K_AGENT_BINDING = re.compile(
-    r"\b(?:On|Off)PolicyTrainer\.(num_agents|seeds|target_entropies)\b")
+_K_AGENT_BINDING = re.compile(r"\b(?:On|Off)PolicyTrainer\.(num_agents|seeds|target_entropies)\b")
 
 
 def _why_not_packed(spec):
     """Why the spec's seeds cannot be packed into one process (None: they can)."""
     if spec["seed_binding"] not in PACKED_SEED_BINDINGS:
-        return (f"seed_binding is {spec['seed_binding']}; only "
-                f"{' and '.join(PACKED_SEED_BINDINGS)} (PPO/A2C, SAC) train several agents "
-                "in one process")
+        return (
+            f"seed_binding is {spec['seed_binding']}; only "
+            f"{' and '.join(PACKED_SEED_BINDINGS)} (PPO/A2C, SAC) train several agents "
+            "in one process"
+        )
     for text in list(spec["gin_param"]) + list(spec["parameters"]):
         if _K_AGENT_BINDING.search(text):
             return f"the spec binds {_K_AGENT_BINDING.search(text).group(0)} itself"
@@ -48,15 +50,20 @@ def _target_axis(spec):
     if binding.rpartition(".")[0] not in names:
         return None, f"{binding} is no controller's unscoped target_entropy"
     values = spec["parameters"][binding]
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-               for v in values):
+    if not all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values
+    ):
         return None, f"{binding} takes values other than finite numbers ({values!r})"
     return binding, ""
 
 
 def pack_seeds(
-    runs: List[SweepRun], spec: Dict[str, Any], sweep_dir: str,
-    device: Optional[str] = None, log=print, targets: bool = False,
+    runs: List[SweepRun],
+    spec: Dict[str, Any],
+    sweep_dir: str,
+    device: Optional[str] = None,
+    log=print,
+    targets: bool = False,
 ) -> List[SweepRun]:
     """Pack the runs of each configuration that differ only in the seed into one process.
 
@@ -103,8 +110,9 @@ def pack_seeds(
     short = short_names(list(spec["parameters"]) + [spec["seed_binding"]])
     by_group = {}
     for run in runs:
-        by_group.setdefault("\n".join(b for b in run.bindings if _name_of(b) != target),
-                            []).append(run)
+        by_group.setdefault("\n".join(b for b in run.bindings if _name_of(b) != target), []).append(
+            run
+        )
     trainer = spec["seed_binding"].rpartition(".")[0]
     out = []
     for members in by_group.values():
@@ -120,18 +128,28 @@ def pack_seeds(
         values = values if len(set(values)) > 1 else []  # one target: seeds alone
         bindings = [b for b in members[0].bindings if not values or _name_of(b) != target]
         params = bindings + [f"{trainer}.seeds = {seeds!r}"]
-        parts = [f"{short[b]}={dir_safe(v)}" for b, v in _pairs(members[0])
-                 if not values or b != target]
+        parts = [
+            f"{short[b]}={dir_safe(v)}" for b, v in _pairs(members[0]) if not values or b != target
+        ]
         tail = "seeds=" + "_".join(map(str, seeds))
         if values:  # agent 0's target bound too: the agents' configs are the runs' own
-            params += [f"{target} = {values[0]}",
-                       f"{trainer}.target_entropies = [{', '.join(values)}]"]
+            params += [
+                f"{target} = {values[0]}",
+                f"{trainer}.target_entropies = [{', '.join(values)}]",
+            ]
             tail = _agents_name(short[target], values, seeds)
         name = "+".join(parts + [tail])
         root_dir = os.path.join(sweep_dir, PACKED_DIR, name)
         targets = [json.loads(v) for v in values] if values else [None] * len(members)
-        out += alone + [SweepRun(name, root_dir, train_command(spec, device, root_dir, params),
-                                 members=members, targets=targets)]
+        out += alone + [
+            SweepRun(
+                name,
+                root_dir,
+                train_command(spec, device, root_dir, params),
+                members=members,
+                targets=targets,
+            )
+        ]
     return out
 
 
@@ -140,8 +158,9 @@ def _agents_name(short, values, seeds):
     every target with every seed (in that order), else ``<short>_seed=T1=S1_T2=S2...``."""
     targets, unique_seeds = list(dict.fromkeys(values)), list(dict.fromkeys(seeds))
     if list(zip(values, seeds)) == [(t, s) for t in targets for s in unique_seeds]:
-        return (f"{short}={'_'.join(map(dir_safe, targets))}+seeds="
-                + "_".join(map(str, unique_seeds)))
+        return f"{short}={'_'.join(map(dir_safe, targets))}+seeds=" + "_".join(
+            map(str, unique_seeds)
+        )
     return f"{short}_seed=" + "_".join(f"{dir_safe(t)}={s}" for t, s in zip(values, seeds))
 
 
@@ -172,6 +191,8 @@ def link_agent_dirs(task: SweepRun) -> None:
         if os.path.islink(link) and os.path.realpath(link) == os.path.realpath(run.root_dir):
             continue
         if os.path.lexists(link):
-            raise ValueError(f"{link} exists and is not a link to {run.root_dir}: move it "
-                             "away or run without --pack_seeds")
+            raise ValueError(
+                f"{link} exists and is not a link to {run.root_dir}: move it "
+                "away or run without --pack_seeds"
+            )
         os.symlink(target_dir, link, target_is_directory=True)

@@ -24,6 +24,7 @@ per seed) and one row of the across-seeds table.
 The figures need matplotlib (``pip install -e ".[report]"``); without it the
 tables are written alone, with one line saying so.
 """
+
 import argparse
 import csv
 import math
@@ -44,9 +45,21 @@ __all__ = ["RunData", "find_runs", "load_run", "run_metrics", "write_report", "m
 PROG = "alf-entropy-report"
 TOL = 0.05
 _SEED_NAME = re.compile(r"(^|[+,_/-])seed=?\d+")
-METRIC_COLUMNS = ["run", "group", "seed", "env_steps", "tracking_from_env_step", "tracking_rmse",
-                  "frac_5pct_below", "settle_env_steps", "max_alpha_change_x", "max_alpha_change",
-                  "final_eval_return", "final_return", "note"]
+METRIC_COLUMNS = [
+    "run",
+    "group",
+    "seed",
+    "env_steps",
+    "tracking_from_env_step",
+    "tracking_rmse",
+    "frac_5pct_below",
+    "settle_env_steps",
+    "max_alpha_change_x",
+    "max_alpha_change",
+    "final_eval_return",
+    "final_return",
+    "note",
+]
 NOT_REACHED = "target not reached in this run"
 """The ``note`` of a run whose entropy never came within the band or below it."""
 STOPPED_EARLY = "stopped before its limit"
@@ -60,8 +73,9 @@ class RunData:
     ``operative_config.gin`` text (``''`` if missing): its ``seed`` (None if unbound) and
     ``group`` (equal for runs that differ only in the seed)."""
 
-    def __init__(self, run_dir: str, scalars: Dict[str, Tuple[np.ndarray, np.ndarray]],
-                 config: str):
+    def __init__(
+        self, run_dir: str, scalars: Dict[str, Tuple[np.ndarray, np.ndarray]], config: str
+    ):
         self.run_dir = run_dir
         self.name = os.path.basename(os.path.normpath(run_dir))
         self.scalars = scalars
@@ -101,9 +115,11 @@ def find_runs(paths: Sequence[str]) -> List[str]:
         if os.path.isdir(os.path.join(path, "train")):
             runs.append(path)
             continue
-        subs = sorted(os.path.join(path, d) for d in (os.listdir(path) if os.path.isdir(path)
-                                                      else [])
-                      if os.path.isdir(os.path.join(path, d, "train")))
+        subs = sorted(
+            os.path.join(path, d)
+            for d in (os.listdir(path) if os.path.isdir(path) else [])
+            if os.path.isdir(os.path.join(path, d, "train"))
+        )
         if not subs:
             raise ValueError(f"no run (a directory with train/ TensorBoard events) in {path!r}")
         runs.extend(subs)
@@ -114,16 +130,19 @@ def load_run(run_dir: str) -> RunData:
     """Read all scalar summaries (and the config) of a trainer's root dir."""
     from tensorboard.backend.event_processing import event_accumulator as ea
 
-    acc = ea.EventAccumulator(os.path.join(run_dir, "train"), size_guidance={ea.SCALARS: 0},
-                              purge_orphaned_data=True)
+    acc = ea.EventAccumulator(
+        os.path.join(run_dir, "train"), size_guidance={ea.SCALARS: 0}, purge_orphaned_data=True
+    )
     acc.Reload()
     scalars = {}
     for tag in acc.Tags()["scalars"]:
         # In step order: a run resumed within the same second as its last write has two
         # event files whose names may sort either way.
         events = sorted(acc.Scalars(tag), key=lambda e: e.step)
-        scalars[tag] = (np.array([e.step for e in events], dtype=np.float64),
-                        np.array([e.value for e in events], dtype=np.float64))
+        scalars[tag] = (
+            np.array([e.step for e in events], dtype=np.float64),
+            np.array([e.value for e in events], dtype=np.float64),
+        )
     config_path = os.path.join(run_dir, "operative_config.gin")
     config = ""
     if os.path.exists(config_path):
@@ -136,8 +155,11 @@ def _aligned(run, a, b):
     """Steps logged for both ``a`` and ``b`` and their values there (last per step)."""
     da, db = dict(zip(*run.get(a))), dict(zip(*run.get(b)))
     steps = sorted(set(da) & set(db))
-    return (np.array(steps, dtype=np.float64), np.array([da[s] for s in steps]),
-            np.array([db[s] for s in steps]))
+    return (
+        np.array(steps, dtype=np.float64),
+        np.array([da[s] for s in steps]),
+        np.array([db[s] for s in steps]),
+    )
 
 
 def run_metrics(run: RunData, tol: float = TOL) -> Dict[str, Any]:
@@ -149,8 +171,9 @@ def run_metrics(run: RunData, tol: float = TOL) -> Dict[str, Any]:
     nan = math.nan
     env = run.get("env_steps")[1]
     row = dict.fromkeys(METRIC_COLUMNS, nan)
-    row.update(run=run.name, group="", seed=run.seed, env_steps=int(env[-1]) if env.size else nan,
-               note="")
+    row.update(
+        run=run.name, group="", seed=run.seed, env_steps=int(env[-1]) if env.size else nan, note=""
+    )
     if steps.size:
         start = cm.warmup_end(entropy, target, tol)
         row["tracking_from_env_step"] = int(round(float(x[start]))) if start < x.size else nan
@@ -159,15 +182,17 @@ def run_metrics(run: RunData, tol: float = TOL) -> Dict[str, Any]:
         settle = cm.settling_times(entropy, target, tol=tol, x=x)
         row["settle_env_steps"] = ";".join("never" if math.isnan(s) else f"{s:.0f}" for s in settle)
         if start == steps.size:  # its tracking metrics are empty: say why
-            row["note"] = (f"{NOT_REACHED} (final entropy {entropy[-1]:.3g}, "
-                           f"target {target[-1]:.3g})")
+            row["note"] = (
+                f"{NOT_REACHED} (final entropy {entropy[-1]:.3g}, target {target[-1]:.3g})"
+            )
     row["note"] = "; ".join(n for n in (row["note"], limit_note(run)) if n)
     groups, alpha = run.controller_alpha()
     if alpha.size:
         change = cm.largest_alpha_change(alpha, groups)
         row["max_alpha_change_x"] = change.factor
-        row["max_alpha_change"] = (f"{change.before:.3g} -> {change.after:.3g} in iteration "
-                                   f"{change.group:.0f}")
+        row["max_alpha_change"] = (
+            f"{change.before:.3g} -> {change.after:.3g} in iteration {change.group:.0f}"
+        )
     row["final_eval_return"] = cm.final_value(run.get("eval/return")[1])
     row["final_return"] = cm.final_value(run.get("return")[1])
     return row
@@ -184,11 +209,14 @@ def limit_note(run: RunData) -> str:
         return ""
     iterations = int(it[-1]) + 1  # the step is the iteration's index
     most = iterations + values.get("summary_interval", 1) - 1  # done, at most
-    if (most >= limits.get("num_iterations", math.inf)
-            or env[-1] / iterations * most >= limits.get("num_env_steps", math.inf)):
+    if most >= limits.get("num_iterations", math.inf) or env[-1] / iterations * most >= limits.get(
+        "num_env_steps", math.inf
+    ):
         return ""
-    return (f"{STOPPED_EARLY} ({', '.join(f'{k} = {v}' for k, v in limits.items())}): "
-            f"{iterations} iterations, {env[-1]:.0f} env steps logged")
+    return (
+        f"{STOPPED_EARLY} ({', '.join(f'{k} = {v}' for k, v in limits.items())}): "
+        f"{iterations} iterations, {env[-1]:.0f} env steps logged"
+    )
 
 
 def _fmt(value: Any, column: str = "") -> str:
@@ -212,15 +240,18 @@ def _write_tables(rows, out_dir):
     md_path = os.path.join(out_dir, "metrics.md")
     table = _markdown(METRIC_COLUMNS, [[_fmt(r[c], c) for c in METRIC_COLUMNS] for r in rows])
     with open(md_path, "w", encoding="utf-8") as f:
-        f.write(f"Control metrics (band ±{TOL:.0%} of the target; computed on the logged "
-                "iterations; tracking starts when the entropy first comes within the band "
-                f"or below it).\n\n{table}\n" + _group_table(rows))
+        f.write(
+            f"Control metrics (band ±{TOL:.0%} of the target; computed on the logged "
+            "iterations; tracking starts when the entropy first comes within the band "
+            f"or below it).\n\n{table}\n" + _group_table(rows)
+        )
     return csv_path, md_path
 
 
 def _markdown(header, rows):
-    return "\n".join("| " + " | ".join(map(str, r)) + " |"
-                     for r in [header, ["---"] * len(header), *rows])
+    return "\n".join(
+        "| " + " | ".join(map(str, r)) + " |" for r in [header, ["---"] * len(header), *rows]
+    )
 
 
 GROUP_COLUMNS = ("tracking_rmse", "frac_5pct_below", "max_alpha_change_x", "final_eval_return")
@@ -248,8 +279,11 @@ def _group_table(rows):
     for rs in groups:
         cells = [_group_cell([r[col] for r in rs]) for col in GROUP_COLUMNS]
         lines.append([rs[0]["group"], len(rs), *cells])
-    return ("\nAcross seeds: mean [95% bootstrap interval] per group.\n\n"
-            + _markdown(["group", "seeds", *GROUP_COLUMNS], lines) + "\n")
+    return (
+        "\nAcross seeds: mean [95% bootstrap interval] per group.\n\n"
+        + _markdown(["group", "seeds", *GROUP_COLUMNS], lines)
+        + "\n"
+    )
 
 
 def _group_label(runs, parent):
@@ -293,15 +327,24 @@ def write_report(
     os.makedirs(out_dir, exist_ok=True)
     groups = _grouped(runs, lambda run: run.group)
     labels = [_group_label(runs_of_group, parent) for runs_of_group in groups]
-    rows = [{**run_metrics(run), "group": label}
-            for runs_of_group, label in zip(groups, labels) for run in runs_of_group]
+    rows = [
+        {**run_metrics(run), "group": label}
+        for runs_of_group, label in zip(groups, labels)
+        for run in runs_of_group
+    ]
     csv_path, md_path = _write_tables(rows, out_dir)
     try:
         figures, no_figures = write_figures(groups, labels, out_dir, dpi), None
     except MissingDependencyError as e:  # the tables need no figures
         figures, no_figures = [], str(e)
-    return {"out_dir": out_dir, "figures": figures, "no_figures": no_figures, "csv": csv_path,
-            "markdown": md_path, "rows": rows}
+    return {
+        "out_dir": out_dir,
+        "figures": figures,
+        "no_figures": no_figures,
+        "csv": csv_path,
+        "markdown": md_path,
+        "rows": rows,
+    }
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -309,8 +352,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     matplotlib), 2 for bad input, 130 when stopped by Ctrl-C."""
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run dirs or dirs of runs")
-    parser.add_argument("--out_dir",
-                        help="output dir (default: <common parent>/report)")
+    parser.add_argument("--out_dir", help="output dir (default: <common parent>/report)")
     parser.add_argument("--dpi", type=int, default=80, help="PNG resolution")
     args = parser.parse_args(argv)
     try:
@@ -319,17 +361,19 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # asked for: one line, not an error or a traceback
-        print(f"{PROG}: stopped by SIGINT; run the same command to write the report",
-              file=sys.stderr)
+        print(
+            f"{PROG}: stopped by SIGINT; run the same command to write the report", file=sys.stderr
+        )
         return 130
     with open(result["markdown"], encoding="utf-8") as f:
         print(f.read())
     if result["no_figures"]:
-        print(f"{PROG}: wrote the metrics to {result['out_dir']}, no figures: "
-              f"{result['no_figures']}", file=sys.stderr)
+        print(
+            f"{PROG}: wrote the metrics to {result['out_dir']}, no figures: {result['no_figures']}",
+            file=sys.stderr,
+        )
     else:
-        print(f"{PROG}: wrote {len(result['figures'])} figures and metrics to "
-              f"{result['out_dir']}")
+        print(f"{PROG}: wrote {len(result['figures'])} figures and metrics to {result['out_dir']}")
     return 0
 
 

@@ -48,6 +48,7 @@ Runs are ``--jobs`` local processes, or with ``--ray_address`` (an address,
 ``auto``, or ``local`` for a private instance) one-CPU Ray tasks on a cluster
 sharing ``sweep_dir``'s file system (``pip install -e .[ray]``).
 """
+
 import argparse
 import json
 import os
@@ -59,8 +60,8 @@ from alf_entropy.experiments.sweep_runs import ALREADY_RUNNING, DONE_FILE, run_l
 from alf_entropy.experiments.sweep_spec import PROG, SweepRun, check_spec, expand_spec, load_spec
 from alf_entropy.utils.checks import check_int
 
-__all__ = ["DONE_FILE", "SweepRun", "load_spec", "expand_spec", "pack_seeds", "run_sweep",
-           "main"]
+__all__ = ["DONE_FILE", "SweepRun", "load_spec", "expand_spec", "pack_seeds", "run_sweep", "main"]
+
 
 def _recorded_arguments(run):
     """The :func:`_arguments` of the command in the run's done marker: ``None`` if it has
@@ -82,7 +83,7 @@ def _arguments(command):
     args = command[1:]
     while "--root_dir" in args:
         i = args.index("--root_dir")
-        args = args[:i] + args[i + 2:]
+        args = args[:i] + args[i + 2 :]
     return args
 
 
@@ -123,8 +124,11 @@ def run_sweep(
     check_int("jobs", jobs, minimum=1)
     runs = expand_spec(spec, sweep_dir, device)
     recorded = [_recorded_arguments(r) for r in runs]  # None: not done
-    stale = [(r, old) for r, old in zip(runs, recorded)
-             if old is not None and old != _arguments(r.command)]
+    stale = [
+        (r, old)
+        for r, old in zip(runs, recorded)
+        if old is not None and old != _arguments(r.command)
+    ]
     if stale:
         run, old = stale[0]
         new = _arguments(run.command)
@@ -141,13 +145,18 @@ def run_sweep(
     todo = [r for r, old in zip(runs, recorded) if old is None]
     skipped = [r.name for r, old in zip(runs, recorded) if old is not None]
     log(f"{PROG}: {len(runs)} runs, {len(skipped)} already done, {len(todo)} to run")
-    tasks = (pack_seeds(todo, spec, sweep_dir, device, log, targets=pack_targets)
-             if pack or pack_targets else todo)
+    tasks = (
+        pack_seeds(todo, spec, sweep_dir, device, log, targets=pack_targets)
+        if pack or pack_targets
+        else todo
+    )
     for task in tasks:
         if task.members:
             link_agent_dirs(task)
-            log(f"{PROG}: packing {', '.join(r.name for r in task.members)} into one "
-                f"process ({task.root_dir})")
+            log(
+                f"{PROG}: packing {', '.join(r.name for r in task.members)} into one "
+                f"process ({task.root_dir})"
+            )
     outcomes = run_ray(tasks, ray_address, log) if ray_address else run_local(tasks, jobs, log)
     status, errors, logs = {}, {}, {}
     for task, (rc, error) in outcomes.items():
@@ -157,8 +166,12 @@ def run_sweep(
     running = sorted(n for n, rc in status.items() if rc and ALREADY_RUNNING in errors[n])
     failed = sorted(n for n, rc in status.items() if rc != 0 and n not in running)
     result = {
-        "runs": runs, "skipped": skipped, "failed": failed, "running": running,
-        "status": status, "errors": {n: e for n, e in errors.items() if status[n]},
+        "runs": runs,
+        "skipped": skipped,
+        "failed": failed,
+        "running": running,
+        "status": status,
+        "errors": {n: e for n, e in errors.items() if status[n]},
         "report": None,
     }
     with_events = [r.root_dir for r in runs if os.path.isdir(os.path.join(r.root_dir, "train"))]
@@ -167,8 +180,10 @@ def run_sweep(
 
         result["report"] = write_report(with_events, os.path.join(sweep_dir, "report"))
         no_figures = result["report"]["no_figures"]
-        log(f"{PROG}: report in {result['report']['out_dir']}"
-            + (f" (tables only, no figures: {no_figures})" if no_figures else ""))
+        log(
+            f"{PROG}: report in {result['report']['out_dir']}"
+            + (f" (tables only, no figures: {no_figures})" if no_figures else "")
+        )
     for name in running:
         log(f"{PROG}: already running: {name} (another process trains in its directory)")
     for name in failed:
@@ -183,35 +198,44 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--spec", required=True, help="the sweep's JSON spec")
     parser.add_argument("--sweep_dir", required=True, help="parent dir of the runs")
     parser.add_argument("--jobs", type=int, default=1, help="parallel local runs")
-    parser.add_argument(
-        "--ray_address", help="run as Ray tasks: an address, 'auto' or 'local'"
-    )
+    parser.add_argument("--ray_address", help="run as Ray tasks: an address, 'auto' or 'local'")
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--no_report", action="store_true", help="skip the final report")
     parser.add_argument(
-        "--pack_seeds", action="store_true",
+        "--pack_seeds",
+        action="store_true",
         help="train the seeds of each configuration in one process (OnPolicyTrainer.seeds, "
-             "OffPolicyTrainer.seeds)",
+        "OffPolicyTrainer.seeds)",
     )
     parser.add_argument(
-        "--pack_targets", action="store_true",
+        "--pack_targets",
+        action="store_true",
         help="as --pack_seeds, and the configurations that differ only in the controller's "
-             "target entropy (a grid binding <controller>.target_entropy of numbers) in one "
-             "process too (<trainer>.target_entropies); the seeds alone where the spec has "
-             "no such axis",
+        "target entropy (a grid binding <controller>.target_entropy of numbers) in one "
+        "process too (<trainer>.target_entropies); the seeds alone where the spec has "
+        "no such axis",
     )
     args = parser.parse_args(argv)
     try:
-        result = run_sweep(load_spec(args.spec), args.sweep_dir, jobs=args.jobs,
-                           ray_address=args.ray_address, device=args.device,
-                           report=not args.no_report, pack=args.pack_seeds,
-                           pack_targets=args.pack_targets)
+        result = run_sweep(
+            load_spec(args.spec),
+            args.sweep_dir,
+            jobs=args.jobs,
+            ray_address=args.ray_address,
+            device=args.device,
+            report=not args.no_report,
+            pack=args.pack_seeds,
+            pack_targets=args.pack_targets,
+        )
     except ValueError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # asked for: one line, not an error or a traceback
-        print(f"{PROG}: stopped by SIGINT; run the same command to continue (finished runs "
-              "are skipped, interrupted ones resume from their checkpoints)", file=sys.stderr)
+        print(
+            f"{PROG}: stopped by SIGINT; run the same command to continue (finished runs "
+            "are skipped, interrupted ones resume from their checkpoints)",
+            file=sys.stderr,
+        )
         return 130
     return 1 if result["failed"] else 0
 

@@ -1,6 +1,7 @@
 """A sweep's training processes: each run's ``alf-entropy-train`` (its output in
 ``<run dir>/train.log``, ``sweep_done.json`` when it exits 0), ``jobs`` at a time here or
 as Ray tasks; Ctrl-C starts no more and stops the running ones with a checkpoint."""
+
 import concurrent.futures
 import json
 import os
@@ -17,8 +18,10 @@ __all__ = ["DONE_FILE", "ALREADY_RUNNING", "Launcher", "execute_run", "run_local
 
 DONE_FILE = "sweep_done.json"
 _ERROR_PREFIX = "alf-entropy-train: error:"
-STOPPING = (f"{PROG}: SIGINT: no run starts any more; the running ones write a checkpoint "
-            "and stop (Ctrl-C again: at once, without one)")
+STOPPING = (
+    f"{PROG}: SIGINT: no run starts any more; the running ones write a checkpoint "
+    "and stop (Ctrl-C again: at once, without one)"
+)
 ALREADY_RUNNING = "already in use by another run"
 """Part of ``alf-entropy-train``'s error line for a locked run directory."""
 
@@ -57,8 +60,9 @@ class Launcher:
             # A Ray worker blocks SIGINT and a child inherits the mask: not the run's.
             mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
             try:
-                proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                        start_new_session=True)
+                proc = subprocess.Popen(
+                    command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                )
             finally:
                 signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             self._running.add(proc)
@@ -177,15 +181,22 @@ def run_ray(runs: List[SweepRun], address: str, log) -> Outcomes:
         # Workers import alf_entropy like this process does.
         env = {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         try:
-            ray.init(address=None if address == "local" else address,
-                     runtime_env={"env_vars": env}, include_dashboard=False, log_to_driver=False)
+            ray.init(
+                address=None if address == "local" else address,
+                runtime_env={"env_vars": env},
+                include_dashboard=False,
+                log_to_driver=False,
+            )
         except (ConnectionError, RuntimeError, ValueError) as e:
             raise ValueError(f"cannot connect to Ray at --ray_address={address!r}: {e}") from e
     try:
         task = ray.remote(num_cpus=1)(execute_run)
         refs = {task.remote(r): r for r in runs}
-        return _collect({ref.future(): r for ref, r in refs.items()}, log,
-                        lambda: [ray.cancel(ref) for ref in refs])
+        return _collect(
+            {ref.future(): r for ref, r in refs.items()},
+            log,
+            lambda: [ray.cancel(ref) for ref in refs],
+        )
     finally:
         if started:
             ray.shutdown()

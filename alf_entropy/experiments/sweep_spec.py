@@ -3,6 +3,7 @@
 See :mod:`alf_entropy.experiments.sweep` for the spec's keys; :func:`expand_spec`
 gives one :class:`SweepRun` per configuration and seed.
 """
+
 import collections
 import dataclasses
 import itertools
@@ -13,11 +14,20 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from alf_entropy.utils.run_names import dir_safe
 
-__all__ = ["PROG", "SweepRun", "gin_literal", "load_spec", "check_spec",
-           "short_names", "expand_spec", "train_command"]
+__all__ = [
+    "PROG",
+    "SweepRun",
+    "gin_literal",
+    "load_spec",
+    "check_spec",
+    "short_names",
+    "expand_spec",
+    "train_command",
+]
 
 PROG = "alf-entropy-sweep"
 _SPEC_KEYS = {"gin_file", "gin_param", "parameters", "seeds", "seed_binding"}
+
 
 @dataclasses.dataclass(eq=False)  # a run is itself, not its fields (a dict key)
 class SweepRun:
@@ -97,9 +107,12 @@ def check_spec(spec: Any) -> Dict[str, Any]:
             f"got {params!r}"
         )
     seeds = out["seeds"]
-    if not isinstance(seeds, list) or not seeds or not all(
-        isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds
-    ) or len(set(seeds)) != len(seeds):
+    if (
+        not isinstance(seeds, list)
+        or not seeds
+        or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)
+        or len(set(seeds)) != len(seeds)
+    ):
         raise ValueError(f"seeds must be a non-empty list of distinct ints >= 0, got {seeds!r}")
     if not isinstance(out["seed_binding"], str) or "." not in out["seed_binding"]:
         raise ValueError(f"seed_binding must be a 'Class.arg' string, got {out['seed_binding']!r}")
@@ -113,8 +126,9 @@ def short_names(bindings: Sequence[str]) -> Dict[str, str]:
     return {b: (s if counts[s] == 1 else b) for b, s in last.items()}
 
 
-def expand_spec(spec: Dict[str, Any], sweep_dir: str, device: Optional[str] = None
-                ) -> List[SweepRun]:
+def expand_spec(
+    spec: Dict[str, Any], sweep_dir: str, device: Optional[str] = None
+) -> List[SweepRun]:
     """The runs of a checked spec under ``sweep_dir``: its grid in order, seeds innermost
     (``device``: every run's ``--device``)."""
     bindings = list(spec["parameters"])
@@ -126,13 +140,21 @@ def expand_spec(spec: Dict[str, Any], sweep_dir: str, device: Optional[str] = No
             name = "+".join(f"{short[b]}={dir_safe(gin_literal(v))}" for b, v in pairs)
             root_dir = os.path.join(sweep_dir, name)
             params = [f"{b} = {gin_literal(v)}" for b, v in pairs]
-            runs.append(SweepRun(name, root_dir, train_command(spec, device, root_dir, params),
-                                 seed=seed, bindings=params[:-1]))
+            runs.append(
+                SweepRun(
+                    name,
+                    root_dir,
+                    train_command(spec, device, root_dir, params),
+                    seed=seed,
+                    bindings=params[:-1],
+                )
+            )
     return runs
 
 
-def train_command(spec: Dict[str, Any], device: Optional[str], root_dir: str,
-                  params: List[str]) -> List[str]:
+def train_command(
+    spec: Dict[str, Any], device: Optional[str], root_dir: str, params: List[str]
+) -> List[str]:
     """The command line of a run (or packed process) of the spec: its files and bindings,
     ``device``, ``root_dir``, then ``params`` (more ``--gin_param`` bindings)."""
     flags = [("--gin_file", f) for f in spec["gin_file"]]

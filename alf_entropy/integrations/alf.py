@@ -8,6 +8,7 @@ checkpoint of ALF's own ``EntropyTargetAlgorithm`` loads into ``AlfEntropyTarget
 
 This module imports ``alf`` (ALF is not on the package registry: use the ALF you have).
 """
+
 import inspect
 from typing import Any, Dict
 
@@ -19,18 +20,29 @@ from alf_entropy import controllers
 from alf_entropy.tensor_specs import BoundedTensorSpec, TensorSpec
 from alf_entropy.utils import nest
 
-__all__ = ["AlfEntropyTargetAlgorithm", "AlfPIDEntropyTargetAlgorithm",
-           "AlfLinearPIDEntropyTargetAlgorithm", "AlfSGDEntropyTargetAlgorithm",
-           "AlfFixedEntropyCoefficient", "AlfNestedEntropyTargetAlgorithm"]
+__all__ = [
+    "AlfEntropyTargetAlgorithm",
+    "AlfPIDEntropyTargetAlgorithm",
+    "AlfLinearPIDEntropyTargetAlgorithm",
+    "AlfSGDEntropyTargetAlgorithm",
+    "AlfFixedEntropyCoefficient",
+    "AlfNestedEntropyTargetAlgorithm",
+]
 
 # ALF's EntropyTargetAlgorithm's buffers -> the staged controller's state fields.
-ALF_STAGED_STATE = {"_log_alpha": "log_alpha", "_stage": "stage", "_update_rate": "update_rate",
-                    "_max_entropy": "max_entropy", "_avg_entropy._buf._buffer0": "window",
-                    "_avg_entropy._buf._current_pos": "seen"}
+ALF_STAGED_STATE = {
+    "_log_alpha": "log_alpha",
+    "_stage": "stage",
+    "_update_rate": "update_rate",
+    "_max_entropy": "max_entropy",
+    "_avg_entropy._buf._buffer0": "window",
+    "_avg_entropy._buf._current_pos": "seen",
+}
 
 
 def _ours(spec: Any) -> Any:
     """An ALF spec nest as the package's."""
+
     def one(s: Any) -> TensorSpec:
         if hasattr(s, "minimum"):
             return BoundedTensorSpec(s.shape, s.dtype, s.minimum, s.maximum)
@@ -77,13 +89,19 @@ def _alf(cls: type, **defaults: Any) -> type:
             self.register_load_state_dict_pre_hook(_from_alf)
 
     signature = inspect.signature(cls.__init__)
-    __init__.__signature__ = signature.replace(parameters=[
-        p.replace(default=defaults.get(name, p.default))
-        for name, p in signature.parameters.items()])
+    __init__.__signature__ = signature.replace(
+        parameters=[
+            p.replace(default=defaults.get(name, p.default))
+            for name, p in signature.parameters.items()
+        ]
+    )
     name = "Alf" + cls.__name__
     doc = f"``{cls.__name__}`` as an ALF sub-algorithm."
-    return type(name, (_AlfSide, cls), dict(__init__=__init__, __module__=__name__,
-                                            __qualname__=name, __doc__=doc))
+    return type(
+        name,
+        (_AlfSide, cls),
+        dict(__init__=__init__, __module__=__name__, __qualname__=name, __doc__=doc),
+    )
 
 
 class AlfEntropyTargetAlgorithm(_alf(controllers.EntropyTargetAlgorithm)):
@@ -103,8 +121,10 @@ class AlfEntropyTargetAlgorithm(_alf(controllers.EntropyTargetAlgorithm)):
 AlfEntropyTargetAlgorithm = alf.configurable(AlfEntropyTargetAlgorithm)
 AlfPIDEntropyTargetAlgorithm = alf.configurable(_alf(controllers.PIDEntropyTargetAlgorithm))
 AlfLinearPIDEntropyTargetAlgorithm = alf.configurable(
-    _alf(controllers.LinearPIDEntropyTargetAlgorithm))
+    _alf(controllers.LinearPIDEntropyTargetAlgorithm)
+)
 AlfSGDEntropyTargetAlgorithm = alf.configurable(_alf(controllers.SGDEntropyTargetAlgorithm))
 AlfFixedEntropyCoefficient = alf.configurable(_alf(controllers.FixedEntropyCoefficient))
-AlfNestedEntropyTargetAlgorithm = alf.configurable(_alf(
-    controllers.NestedEntropyTargetAlgorithm, leaf_cls=AlfEntropyTargetAlgorithm))
+AlfNestedEntropyTargetAlgorithm = alf.configurable(
+    _alf(controllers.NestedEntropyTargetAlgorithm, leaf_cls=AlfEntropyTargetAlgorithm)
+)

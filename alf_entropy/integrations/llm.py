@@ -26,6 +26,7 @@ count arrive as numbers, or as one-element tensors on the trainer's device,
 which ``update`` reads once (after reducing them there with
 ``all_reduce=True``: NCCL reduces CUDA tensors only).
 """
+
 import math
 import numbers
 from collections.abc import Mapping
@@ -41,11 +42,26 @@ from alf_entropy.tensor_specs import BoundedTensorSpec
 from alf_entropy.utils import distributed, schedulers
 from alf_entropy.utils.checks import check_int, check_real, is_real
 
-__all__ = ["StepEntropyControl", "lm_controller", "LM_SETTINGS", "controller_alpha_bounds",
-           "encode_state", "decode_state"]
+__all__ = [
+    "StepEntropyControl",
+    "lm_controller",
+    "LM_SETTINGS",
+    "controller_alpha_bounds",
+    "encode_state",
+    "decode_state",
+]
 
-LM_SETTINGS = dict(kp=0.5, ki=0.05, kd=6.0, trend_ema=0.5, gain_alpha=0.2, min_gain=0.5,
-                   initial_alpha=0.0, min_alpha=0.0, max_alpha=1.0)
+LM_SETTINGS = dict(
+    kp=0.5,
+    ki=0.05,
+    kd=6.0,
+    trend_ema=0.5,
+    gain_alpha=0.2,
+    min_gain=0.5,
+    initial_alpha=0.0,
+    min_alpha=0.0,
+    max_alpha=1.0,
+)
 """``lm_controller``'s settings of ``LinearPIDEntropyTargetAlgorithm`` (per nat per token)."""
 
 Target = Union[float, Callable[[], float]]
@@ -75,22 +91,31 @@ def check_step_controller(controller: Any) -> EntropyController:
         ValueError: if its state is not on the CPU.
     """
     if isinstance(controller, NestedEntropyTargetAlgorithm):
-        raise TypeError("controller must drive one coefficient: a nested controller has one per "
-                        "action leaf; build it for BoundedTensorSpec((), torch.int64, 0, V - 1)")
+        raise TypeError(
+            "controller must drive one coefficient: a nested controller has one per "
+            "action leaf; build it for BoundedTensorSpec((), torch.int64, 0, V - 1)"
+        )
     if not isinstance(controller, EntropyController):
-        raise TypeError("controller must be an EntropyController (e.g. "
-                        f"PIDEntropyTargetAlgorithm(...)), got {controller!r}")
+        raise TypeError(
+            "controller must be an EntropyController (e.g. "
+            f"PIDEntropyTargetAlgorithm(...)), got {controller!r}"
+        )
     if tuple(controller.batch_shape) != ():
-        raise TypeError("controller must drive one coefficient: batch_shape must be (), got "
-                        f"{tuple(controller.batch_shape)}")
+        raise TypeError(
+            "controller must drive one coefficient: batch_shape must be (), got "
+            f"{tuple(controller.batch_shape)}"
+        )
     if controller.alpha.device.type != "cpu":
-        raise ValueError("controller must be on the CPU (the entropy arrives as a host float; "
-                         f"a {controller.alpha.device} controller would sync every step)")
+        raise ValueError(
+            "controller must be on the CPU (the entropy arrives as a host float; "
+            f"a {controller.alpha.device} controller would sync every step)"
+        )
     return controller
 
 
-def lm_controller(vocabulary: Any, target_entropy: Target,
-                  **changes: Any) -> LinearPIDEntropyTargetAlgorithm:
+def lm_controller(
+    vocabulary: Any, target_entropy: Target, **changes: Any
+) -> LinearPIDEntropyTargetAlgorithm:
     """The recommended controller of an LLM's entropy bonus, for every learning rate.
 
     A bonus can raise an LM's entropy, and only its absence lets it fall: above the target the
@@ -110,10 +135,12 @@ def lm_controller(vocabulary: Any, target_entropy: Target,
         (0.0, True)
     """
     if isinstance(vocabulary, numbers.Integral) and not isinstance(vocabulary, bool):
-        vocabulary = BoundedTensorSpec((), torch.int64, 0, check_int(
-            "vocabulary", vocabulary, minimum=2) - 1)
-    return LinearPIDEntropyTargetAlgorithm(vocabulary, target_entropy=target_entropy,
-                                           **{**LM_SETTINGS, **changes})
+        vocabulary = BoundedTensorSpec(
+            (), torch.int64, 0, check_int("vocabulary", vocabulary, minimum=2) - 1
+        )
+    return LinearPIDEntropyTargetAlgorithm(
+        vocabulary, target_entropy=target_entropy, **{**LM_SETTINGS, **changes}
+    )
 
 
 def encode_state(value: Any) -> Any:
@@ -123,7 +150,7 @@ def encode_state(value: Any) -> Any:
     if torch.is_tensor(value):
         t = value.detach().cpu()
         flat = [t.tolist()] if t.dim() == 0 else t.reshape(-1).tolist()
-        return {"__tensor__": flat, "dtype": str(t.dtype)[len("torch."):], "shape": list(t.shape)}
+        return {"__tensor__": flat, "dtype": str(t.dtype)[len("torch.") :], "shape": list(t.shape)}
     if isinstance(value, Mapping):
         return {"__dict__": [[encode_state(k), encode_state(v)] for k, v in value.items()]}
     if isinstance(value, (list, tuple)):
@@ -150,8 +177,9 @@ def decode_state(value: Any) -> Any:
     return value
 
 
-def _read_sum_and_count(entropy_sum: Number, token_count: Number, all_reduce: bool,
-                        device: torch.device) -> Tuple[float, float]:
+def _read_sum_and_count(
+    entropy_sum: Number, token_count: Number, all_reduce: bool, device: torch.device
+) -> Tuple[float, float]:
     """The step's entropy sum and token count as floats, summed over the ranks first if
     ``all_reduce`` (in float64 on the device of whichever is a tensor, ``device`` if
     neither), with one read on the host."""
@@ -159,17 +187,24 @@ def _read_sum_and_count(entropy_sum: Number, token_count: Number, all_reduce: bo
     for name, value in (("entropy_sum", entropy_sum), ("token_count", token_count)):
         if isinstance(value, torch.Tensor):
             if value.numel() != 1:
-                raise ValueError(f"{name} must be a number or a one-element tensor, got shape "
-                                 f"{tuple(value.shape)}")
+                raise ValueError(
+                    f"{name} must be a number or a one-element tensor, got shape "
+                    f"{tuple(value.shape)}"
+                )
             on = value.device
         elif not is_real(value):
-            raise TypeError(f"{name} must be a number or a one-element tensor, got "
-                            f"{type(value).__name__}")
+            raise TypeError(
+                f"{name} must be a number or a one-element tensor, got {type(value).__name__}"
+            )
     if on is None and not all_reduce:
         return float(entropy_sum), float(token_count)
     on = device if on is None else on
-    pair = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=on).reshape(())
-                        for v in (entropy_sum, token_count)]).detach()
+    pair = torch.stack(
+        [
+            torch.as_tensor(v, dtype=torch.float64, device=on).reshape(())
+            for v in (entropy_sum, token_count)
+        ]
+    ).detach()
     if all_reduce:
         pair = distributed.all_reduce_sum(pair, "all_reduce of the step's entropy")
     entropy_sum, token_count = pair.tolist()
@@ -220,8 +255,14 @@ class StepEntropyControl:
         """The entropy of the last update (nats per token; NaN before the first)."""
         return self._entropy
 
-    def update(self, entropy_sum: Number, token_count: Number, step: int,
-               total_steps: Optional[int] = None, all_reduce: bool = False) -> float:
+    def update(
+        self,
+        entropy_sum: Number,
+        token_count: Number,
+        step: int,
+        total_steps: Optional[int] = None,
+        all_reduce: bool = False,
+    ) -> float:
         """Advance the controller once from optimizer step ``step``'s entropy.
 
         Args:
@@ -249,7 +290,8 @@ class StepEntropyControl:
         if total_steps is not None:
             total_steps = check_int("total_steps", total_steps, minimum=1)
         entropy_sum, token_count = _read_sum_and_count(
-            entropy_sum, token_count, all_reduce, self._controller.log_alpha.device)
+            entropy_sum, token_count, all_reduce, self._controller.log_alpha.device
+        )
         check_real("token_count", token_count, positive=True)
         schedulers.update_progress("iterations", step)
         if total_steps is not None:
@@ -269,10 +311,14 @@ class StepEntropyControl:
             (``state/<name>``, e.g. ``state/integral`` for the PID).
         """
         c = self._controller
-        logs = {"coef": self.coefficient, "target": float(c.target_entropy),
-                "entropy": self._entropy, "stage": float(c.stage),
-                "unreachable_target": float(c.unreachable_target),
-                "nonfinite_entropy": float(c.num_nonfinite_entropy)}
+        logs = {
+            "coef": self.coefficient,
+            "target": float(c.target_entropy),
+            "entropy": self._entropy,
+            "stage": float(c.stage),
+            "unreachable_target": float(c.unreachable_target),
+            "nonfinite_entropy": float(c.num_nonfinite_entropy),
+        }
         for name, value in c.driver.state._asdict().items():
             if (name == "log_alpha" or name not in SHARED_FIELDS) and value.dim() == 0:
                 logs[f"state/{name}"] = float(value)
@@ -280,8 +326,11 @@ class StepEntropyControl:
 
     def state_dict(self) -> Dict[str, Any]:
         """JSON-able state: the controller's ``state_dict``, the step, the last entropy."""
-        return {"step": self._step, "entropy": self._entropy,
-                "controller": encode_state(self._controller.state_dict())}
+        return {
+            "step": self._step,
+            "entropy": self._entropy,
+            "controller": encode_state(self._controller.state_dict()),
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned.

@@ -18,6 +18,7 @@ Schedules get SB3's progress before each update (``"percent"``,
 ``target_entropy`` and ``stage`` go to SB3's logger.  This module imports
 ``stable_baselines3`` (``pip install -e ".[sb3]"``); the guide is ``docs/sb3.md``.
 """
+
 from typing import Any, Dict, Optional, Type, Union
 
 import numpy as np
@@ -29,7 +30,7 @@ try:
     from stable_baselines3.common.utils import obs_as_tensor
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError(
-        "alf_entropy.integrations.sb3 needs Stable-Baselines3: pip install -e \".[sb3]\" "
+        'alf_entropy.integrations.sb3 needs Stable-Baselines3: pip install -e ".[sb3]" '
         "(in a checkout of alf_entropy)"
     ) from e
 
@@ -58,8 +59,13 @@ class _SavedState:
 
     def __reduce__(self) -> Any:
         c = self.callback
-        return dict, ([("controller", type(c.controller).__name__),
-                       ("state", c.controller.state_dict()), ("updates", c.num_updates)],)
+        return dict, (
+            [
+                ("controller", type(c.controller).__name__),
+                ("state", c.controller.state_dict()),
+                ("updates", c.num_updates),
+            ],
+        )
 
 
 def _probe_spec(kwargs: Dict[str, Any]) -> BoundedTensorSpec:
@@ -128,11 +134,14 @@ class EntropyControllerCallback(BaseCallback):
         True
     """
 
-    def __init__(self,
-                 controller: Union[EntropyController,
-                                   Type[EntropyController]] = EntropyTargetAlgorithm,
-                 batch_size: Optional[int] = None, log_prefix: str = "entropy_controller",
-                 verbose: int = 0, **controller_kwargs: Any):
+    def __init__(
+        self,
+        controller: Union[EntropyController, Type[EntropyController]] = EntropyTargetAlgorithm,
+        batch_size: Optional[int] = None,
+        log_prefix: str = "entropy_controller",
+        verbose: int = 0,
+        **controller_kwargs: Any,
+    ):
         super().__init__(verbose=verbose)
         if isinstance(controller, EntropyController):
             if controller_kwargs:
@@ -168,8 +177,10 @@ class EntropyControllerCallback(BaseCallback):
             RuntimeError: if a class was given and training has not started.
         """
         if self._controller is None:
-            raise RuntimeError("the controller is built from the model's action space when "
-                               "training starts (model.learn(..., callback=this))")
+            raise RuntimeError(
+                "the controller is built from the model's action space when "
+                "training starts (model.learn(..., callback=this))"
+            )
         return self._controller
 
     @property
@@ -197,8 +208,10 @@ class EntropyControllerCallback(BaseCallback):
         saved = model.__dict__.get(SAVED)
         if isinstance(saved, dict):  # a loaded model: continue from the saved controller
             if saved["controller"] != type(self.controller).__name__:
-                raise ValueError(f"this model was saved with a {saved['controller']}; the "
-                                 f"callback's controller is a {type(self.controller).__name__}")
+                raise ValueError(
+                    f"this model was saved with a {saved['controller']}; the "
+                    f"callback's controller is a {type(self.controller).__name__}"
+                )
             self.controller.load_state_dict(saved["state"])
             self._updates = saved["updates"]
         model.__dict__[SAVED] = _SavedState(self)
@@ -207,8 +220,10 @@ class EntropyControllerCallback(BaseCallback):
             # optimiser gone, train() (and save()) use ent_coef_tensor.
             model.ent_coef_optimizer = None
             if self.verbose >= 1:
-                print("EntropyControllerCallback: SAC's ent_coef='auto' rule is off; "
-                      f"{type(self.controller).__name__} sets ent_coef_tensor")
+                print(
+                    "EntropyControllerCallback: SAC's ent_coef='auto' rule is off; "
+                    f"{type(self.controller).__name__} sets ent_coef_tensor"
+                )
         self._apply(float(self.controller.alpha))
 
     def _apply(self, alpha: float) -> None:
@@ -232,8 +247,10 @@ class EntropyControllerCallback(BaseCallback):
             batch = obs_as_tensor(_slice(obs, start, start + chunk), model.device)
             entropy = model.policy.get_distribution(batch).entropy()
             if entropy is None:
-                raise TypeError(f"{type(model.policy.action_dist).__name__} has no closed-form "
-                                "entropy; EntropyControllerCallback needs one for PPO/A2C")
+                raise TypeError(
+                    f"{type(model.policy.action_dist).__name__} has no closed-form "
+                    "entropy; EntropyControllerCallback needs one for PPO/A2C"
+                )
             total += entropy.sum(dtype=torch.float64)
         return (total / max(n, 1)).to(torch.float32)
 
@@ -275,7 +292,9 @@ class EntropyControllerCallback(BaseCallback):
 
     def _record(self, entropy: float, alpha: float) -> Dict[str, float]:
         controller = self.controller
-        return {"alpha": alpha, "entropy": entropy,
-                "target_entropy": float(controller.target_entropy),
-                "stage": int(controller.stage)}
-
+        return {
+            "alpha": alpha,
+            "entropy": entropy,
+            "target_entropy": float(controller.target_entropy),
+            "stage": int(controller.stage),
+        }

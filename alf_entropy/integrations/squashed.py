@@ -5,6 +5,7 @@ to the env's bounds outside the distribution, so their entropies are those of
 a ``Box(-1, 1)`` action: a controller's default target and its reachable
 maximum (``log 2`` per dimension) must come from that box, not the env's.
 """
+
 from typing import Any
 
 import numpy as np
@@ -35,9 +36,13 @@ def check_squashed(action_spec: Any) -> None:
         ValueError: naming the first spec with other bounds.
     """
     for spec in nest.flatten(action_spec):
-        if (isinstance(spec, BoundedTensorSpec) and spec.is_continuous
-                and not (np.all(spec.minimum == -1.0) and np.all(spec.maximum == 1.0))):
+        if (
+            isinstance(spec, BoundedTensorSpec)
+            and spec.is_continuous
+            and not (np.all(spec.minimum == -1.0) and np.all(spec.maximum == 1.0))
+        ):
             raise ValueError(
                 f"the controller's action spec {spec} is not [-1, 1]: a tanh-squashed SAC's "
                 "log_prob is in [-1, 1] units, so build it from Box(-1, 1) of the action shape "
-                "(pass the controller class and the env's action space to have that done)")
+                "(pass the controller class and the env's action space to have that done)"
+            )

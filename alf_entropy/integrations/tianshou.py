@@ -18,6 +18,7 @@ so a CPU controller costs no device sync beyond the entropy's copy per update.
 This module imports ``tianshou`` (``pip install -e ".[tianshou]"``); the user
 guide is ``docs/tianshou.md``.
 """
+
 from typing import Any, Optional, Type, Union
 
 import torch
@@ -26,8 +27,10 @@ try:
     from gymnasium import spaces
     from tianshou.algorithm.modelfree.sac import Alpha
 except ImportError as e:  # pragma: no cover - depends on the environment
-    raise ImportError("alf_entropy.integrations.tianshou needs Tianshou 2: pip install -e "
-                      "\".[tianshou]\" (in a checkout of alf_entropy)") from e
+    raise ImportError(
+        "alf_entropy.integrations.tianshou needs Tianshou 2: pip install -e "
+        '".[tianshou]" (in a checkout of alf_entropy)'
+    ) from e
 
 from alf_entropy.controllers import EntropyController
 from alf_entropy.integrations.squashed import check_squashed, squashed_space
@@ -56,26 +59,38 @@ class ControllerAlpha(torch.nn.Module, Alpha):
             bounds are not ``[-1, 1]``.
     """
 
-    def __init__(self, controller: Union[EntropyController, Type[EntropyController]],
-                 action_space: Optional[Any] = None, **controller_kwargs: Any):
+    def __init__(
+        self,
+        controller: Union[EntropyController, Type[EntropyController]],
+        action_space: Optional[Any] = None,
+        **controller_kwargs: Any,
+    ):
         super().__init__()
         if isinstance(controller, EntropyController):
             if action_space is not None or controller_kwargs:
-                raise TypeError("action_space and controller arguments are for a controller "
-                                f"class; got an instance ({type(controller).__name__})")
+                raise TypeError(
+                    "action_space and controller arguments are for a controller "
+                    f"class; got an instance ({type(controller).__name__})"
+                )
             check_squashed(controller.action_spec)
         elif isinstance(controller, type) and issubclass(controller, EntropyController):
             if action_space is None:
                 raise TypeError(f"{controller.__name__} needs the env's action_space to be built")
-            space = squashed_space(action_space) if isinstance(action_space, spaces.Box) \
+            space = (
+                squashed_space(action_space)
+                if isinstance(action_space, spaces.Box)
                 else action_space
+            )
             controller = controller.from_space(space, **controller_kwargs)
         else:
-            raise TypeError(f"controller must be an EntropyController or a controller class, "
-                            f"got {controller!r}")
+            raise TypeError(
+                f"controller must be an EntropyController or a controller class, got {controller!r}"
+            )
         if controller.batch_shape != ():
-            raise ValueError(f"Tianshou's SAC has one alpha; the controller is a batch "
-                             f"(batch_shape={controller.batch_shape})")
+            raise ValueError(
+                f"Tianshou's SAC has one alpha; the controller is a batch "
+                f"(batch_shape={controller.batch_shape})"
+            )
         self.controller = controller
 
     @property

@@ -20,6 +20,7 @@ in ``_alpha``, refused here), ``fixed_alpha``, ``reduction`` and
 ``scalar_output_mode``.  This module imports
 ``torchrl`` (``pip install -e ".[torchrl]"``); the user guide is ``docs/torchrl.md``.
 """
+
 import math
 from typing import Union
 
@@ -29,8 +30,10 @@ try:
     import torchrl
     from torchrl.objectives import DiscreteSACLoss, SACLoss
 except ImportError as e:  # pragma: no cover - depends on the environment
-    raise ImportError("alf_entropy.integrations.torchrl needs TorchRL: pip install -e "
-                      "\".[torchrl]\" (in a checkout of alf_entropy)") from e
+    raise ImportError(
+        "alf_entropy.integrations.torchrl needs TorchRL: pip install -e "
+        '".[torchrl]" (in a checkout of alf_entropy)'
+    ) from e
 
 from alf_entropy.controllers import EntropyController
 
@@ -42,8 +45,15 @@ SUPPORTED_TORCHRL = "==0.14.1"
 CONTROLLER_NAME = "alpha_controller"
 """The controller's submodule name in the loss (its ``state_dict`` prefix)."""
 
-_LOSS_ATTRIBUTES = ("log_alpha", "alpha_init", "min_log_alpha", "max_log_alpha", "fixed_alpha",
-                    "reduction", "scalar_output_mode")
+_LOSS_ATTRIBUTES = (
+    "log_alpha",
+    "alpha_init",
+    "min_log_alpha",
+    "max_log_alpha",
+    "fixed_alpha",
+    "reduction",
+    "scalar_output_mode",
+)
 
 
 class AlphaStep:
@@ -54,8 +64,7 @@ class AlphaStep:
         controller: its controller.
     """
 
-    def __init__(self, loss_module: Union[SACLoss, DiscreteSACLoss],
-                 controller: EntropyController):
+    def __init__(self, loss_module: Union[SACLoss, DiscreteSACLoss], controller: EntropyController):
         self.loss_module, self.controller = loss_module, controller
 
     def __call__(self, entropy: Union[float, torch.Tensor]) -> torch.Tensor:
@@ -69,17 +78,20 @@ class AlphaStep:
         """
         log_alpha = self.loss_module.log_alpha
         if log_alpha.is_cuda and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError("AlphaStep runs on the host between updates (schedules, the "
-                               "host-side rule state): call it after the CUDA-graph/compiled "
-                               "update returns, with its loss_td['entropy']")
+            raise RuntimeError(
+                "AlphaStep runs on the host between updates (schedules, the "
+                "host-side rule state): call it after the CUDA-graph/compiled "
+                "update returns, with its loss_td['entropy']"
+            )
         alpha = self.controller.adjust_alpha(entropy)
         with torch.no_grad():
             log_alpha.copy_(self.controller.log_alpha)
         return alpha
 
 
-def control_alpha(loss_module: Union[SACLoss, DiscreteSACLoss],
-                  controller: EntropyController) -> AlphaStep:
+def control_alpha(
+    loss_module: Union[SACLoss, DiscreteSACLoss], controller: EntropyController
+) -> AlphaStep:
     """Make ``loss_module`` use ``controller``'s ``alpha`` (module docstring).
 
     Args:
@@ -98,33 +110,45 @@ def control_alpha(loss_module: Union[SACLoss, DiscreteSACLoss],
             ``entropy`` output, or is wired already, or the controller is a batch.
     """
     if not isinstance(loss_module, (SACLoss, DiscreteSACLoss)):
-        raise TypeError(f"loss_module must be a TorchRL SACLoss or DiscreteSACLoss, got "
-                        f"{type(loss_module).__name__}")
+        raise TypeError(
+            f"loss_module must be a TorchRL SACLoss or DiscreteSACLoss, got "
+            f"{type(loss_module).__name__}"
+        )
     missing = [a for a in _LOSS_ATTRIBUTES if not hasattr(loss_module, a)]
     if missing:
-        raise TypeError(f"{type(loss_module).__name__} lacks {missing}: "
-                        f"alf_entropy.integrations.torchrl supports TorchRL {SUPPORTED_TORCHRL}, "
-                        f"this is TorchRL {torchrl.__version__}")
+        raise TypeError(
+            f"{type(loss_module).__name__} lacks {missing}: "
+            f"alf_entropy.integrations.torchrl supports TorchRL {SUPPORTED_TORCHRL}, "
+            f"this is TorchRL {torchrl.__version__}"
+        )
     if not isinstance(controller, EntropyController):
         raise TypeError(f"controller must be an EntropyController, got {type(controller).__name__}")
     if controller.batch_shape != ():
-        raise ValueError(f"the loss has one alpha; the controller is a batch "
-                         f"(batch_shape={controller.batch_shape})")
+        raise ValueError(
+            f"the loss has one alpha; the controller is a batch "
+            f"(batch_shape={controller.batch_shape})"
+        )
     if hasattr(loss_module, CONTROLLER_NAME):
         raise ValueError(f"loss_module is wired already (it has {CONTROLLER_NAME})")
     if loss_module.min_log_alpha is not None or loss_module.max_log_alpha is not None:
-        raise ValueError("the loss was built with min_alpha/max_alpha, which SACLoss._alpha "
-                         "clamps log_alpha to: the loss could use another alpha than the "
-                         "controller; build it without them and give the controller min_alpha/"
-                         "max_alpha instead")
+        raise ValueError(
+            "the loss was built with min_alpha/max_alpha, which SACLoss._alpha "
+            "clamps log_alpha to: the loss could use another alpha than the "
+            "controller; build it without them and give the controller min_alpha/"
+            "max_alpha instead"
+        )
     init, alpha = float(loss_module.alpha_init), float(controller.alpha)
     if not math.isclose(init, alpha, rel_tol=1e-5):
-        raise ValueError(f"the loss's alpha_init ({init:g}) differs from the controller's alpha "
-                         f"({alpha:g}); build them with the same start (alpha_init= or "
-                         "initial_alpha=)")
+        raise ValueError(
+            f"the loss's alpha_init ({init:g}) differs from the controller's alpha "
+            f"({alpha:g}); build them with the same start (alpha_init= or "
+            "initial_alpha=)"
+        )
     if loss_module.reduction == "none" and loss_module.scalar_output_mode != "non_tensor":
-        raise ValueError("with reduction='none' the loss outputs no 'entropy' unless "
-                         "scalar_output_mode='non_tensor'")
+        raise ValueError(
+            "with reduction='none' the loss outputs no 'entropy' unless "
+            "scalar_output_mode='non_tensor'"
+        )
     device = loss_module.log_alpha.device
     controller.to(device)
     # TorchRL's fixed_alpha=True form: a buffer no optimiser steps (a parameter already

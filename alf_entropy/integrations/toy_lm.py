@@ -13,6 +13,7 @@
 This module imports ``transformers``, ``tokenizers`` and ``datasets`` (all
 installed with ``pip install -e ".[trl]"``).
 """
+
 from typing import Any, List
 
 import torch
@@ -22,11 +23,20 @@ try:
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 except ImportError as e:  # pragma: no cover - depends on the environment
-    raise ImportError("alf_entropy.integrations.toy_lm needs transformers, tokenizers and "
-                      "datasets: pip install -e \".[trl]\" (in a checkout of alf_entropy)") from e
+    raise ImportError(
+        "alf_entropy.integrations.toy_lm needs transformers, tokenizers and "
+        'datasets: pip install -e ".[trl]" (in a checkout of alf_entropy)'
+    ) from e
 
-__all__ = ["CHARACTERS", "LETTERS", "char_tokenizer", "tiny_causal_lm", "toy_dataset",
-           "toy_reward", "vowel_reward"]
+__all__ = [
+    "CHARACTERS",
+    "LETTERS",
+    "char_tokenizer",
+    "tiny_causal_lm",
+    "toy_dataset",
+    "toy_reward",
+    "vowel_reward",
+]
 
 CHARACTERS = "abcdefghijklmnopqrstuvwxyz0123456789 "
 """The tokenizer's characters (after ``<pad>`` and ``<eos>``)."""
@@ -51,8 +61,16 @@ def tiny_causal_lm(seed: int = 0, vocab_size: int = len(CHARACTERS) + 2) -> GPT2
         seed: the seed of its weights (the global torch RNG is left as it was).
         vocab_size: the vocabulary size (that of :func:`char_tokenizer` by default).
     """
-    config = GPT2Config(vocab_size=vocab_size, n_layer=2, n_embd=64, n_head=2, n_positions=64,
-                        bos_token_id=1, eos_token_id=1, pad_token_id=0)
+    config = GPT2Config(
+        vocab_size=vocab_size,
+        n_layer=2,
+        n_embd=64,
+        n_head=2,
+        n_positions=64,
+        bos_token_id=1,
+        eos_token_id=1,
+        pad_token_id=0,
+    )
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         return GPT2LMHeadModel(config)

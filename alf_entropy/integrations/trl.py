@@ -37,6 +37,7 @@ target stated for those.  A non-finite entropy leaves the controller as it was
 This module imports ``trl`` (``pip install -e ".[trl]"``); the rest of
 the package never imports it.  The user guide is ``docs/llm_rl.md``.
 """
+
 import math
 import warnings
 from typing import Any, Dict, Optional
@@ -46,8 +47,9 @@ try:
     from transformers import TrainerCallback
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError(
-        "alf_entropy.integrations.trl needs TRL: pip install -e \".[trl]\" "
-        "(in a checkout of alf_entropy)") from e
+        'alf_entropy.integrations.trl needs TRL: pip install -e ".[trl]" '
+        "(in a checkout of alf_entropy)"
+    ) from e
 
 from alf_entropy.controllers.base import EntropyController
 from alf_entropy.integrations.llm import (
@@ -58,9 +60,17 @@ from alf_entropy.integrations.llm import (
     lm_controller,
 )
 
-__all__ = ["EntropyControlCallback", "add_entropy_control", "grpo_config_kwargs",
-           "check_grpo_config", "check_trl_internals", "lm_controller", "LM_SETTINGS",
-           "SUPPORTED_TRL", "STATE_KEY"]
+__all__ = [
+    "EntropyControlCallback",
+    "add_entropy_control",
+    "grpo_config_kwargs",
+    "check_grpo_config",
+    "check_trl_internals",
+    "lm_controller",
+    "LM_SETTINGS",
+    "SUPPORTED_TRL",
+    "STATE_KEY",
+]
 
 SUPPORTED_TRL = ">=1.16,<1.17"
 """The TRL versions whose internals this module was checked against (the ``trl`` extra)."""
@@ -68,10 +78,22 @@ SUPPORTED_TRL = ">=1.16,<1.17"
 STATE_KEY = "alf_entropy.EntropyControlCallback"
 """Where the controller's state goes in ``TrainerState.stateful_callbacks``."""
 
-_TRAINER_ATTRIBUTES = ("_last_world_entropy", "entropy_coef", "_entropy_bonus_enabled",
-                       "_metrics", "use_adaptive_entropy")
-_CONFIG_FIELDS = ("use_adaptive_entropy", "entropy_coef", "entropy_coef_delta", "entropy_target",
-                  "entropy_coef_min", "entropy_coef_max", "top_entropy_quantile")
+_TRAINER_ATTRIBUTES = (
+    "_last_world_entropy",
+    "entropy_coef",
+    "_entropy_bonus_enabled",
+    "_metrics",
+    "use_adaptive_entropy",
+)
+_CONFIG_FIELDS = (
+    "use_adaptive_entropy",
+    "entropy_coef",
+    "entropy_coef_delta",
+    "entropy_target",
+    "entropy_coef_min",
+    "entropy_coef_max",
+    "top_entropy_quantile",
+)
 
 
 def grpo_config_kwargs(controller: EntropyController) -> Dict[str, Any]:
@@ -89,12 +111,19 @@ def grpo_config_kwargs(controller: EntropyController) -> Dict[str, Any]:
     """
     check_step_controller(controller)
     _, hi = controller_alpha_bounds(controller)
-    return dict(use_adaptive_entropy=True, entropy_coef_delta=0.0, entropy_target=math.inf,
-                entropy_coef=float(controller.alpha), entropy_coef_min=0.0, entropy_coef_max=hi)
+    return dict(
+        use_adaptive_entropy=True,
+        entropy_coef_delta=0.0,
+        entropy_target=math.inf,
+        entropy_coef=float(controller.alpha),
+        entropy_coef_min=0.0,
+        entropy_coef_max=hi,
+    )
 
 
-def check_grpo_config(args: Any, controller: EntropyController,
-                      allow_top_entropy_quantile: bool = False) -> None:
+def check_grpo_config(
+    args: Any, controller: EntropyController, allow_top_entropy_quantile: bool = False
+) -> None:
     """Check that a ``GRPOConfig`` lets ``controller`` set the coefficient, unclipped.
 
     Args:
@@ -113,25 +142,37 @@ def check_grpo_config(args: Any, controller: EntropyController,
     lo, hi = controller_alpha_bounds(controller)
     fix = "use GRPOConfig(..., **grpo_config_kwargs(controller))"
     if not args.use_adaptive_entropy:
-        raise ValueError("use_adaptive_entropy must be True (TRL then measures each step's "
-                         f"entropy over all micro-batches and ranks); {fix}")
+        raise ValueError(
+            "use_adaptive_entropy must be True (TRL then measures each step's "
+            f"entropy over all micro-batches and ranks); {fix}"
+        )
     if args.entropy_coef_delta != 0:
-        raise ValueError(f"entropy_coef_delta must be 0 (got {args.entropy_coef_delta}): TRL's "
-                         f"own rule would move the coefficient too; {fix}")
+        raise ValueError(
+            f"entropy_coef_delta must be 0 (got {args.entropy_coef_delta}): TRL's "
+            f"own rule would move the coefficient too; {fix}"
+        )
     if args.entropy_target != math.inf:
-        raise ValueError(f"entropy_target must be inf (got {args.entropy_target}): TRL turns the "
-                         "bonus off while the entropy is above it; state the target in the "
-                         f"controller; {fix}")
+        raise ValueError(
+            f"entropy_target must be inf (got {args.entropy_target}): TRL turns the "
+            "bonus off while the entropy is above it; state the target in the "
+            f"controller; {fix}"
+        )
     if args.entropy_coef_max < hi:
-        raise ValueError(f"entropy_coef_max ({args.entropy_coef_max}) must be >= the "
-                         f"controller's max_alpha ({hi}): TRL clips the coefficient to it; {fix}")
+        raise ValueError(
+            f"entropy_coef_max ({args.entropy_coef_max}) must be >= the "
+            f"controller's max_alpha ({hi}): TRL clips the coefficient to it; {fix}"
+        )
     if args.entropy_coef_min > lo:
-        raise ValueError(f"entropy_coef_min ({args.entropy_coef_min}) must be <= the "
-                         f"controller's min_alpha ({lo}); {fix}")
+        raise ValueError(
+            f"entropy_coef_min ({args.entropy_coef_min}) must be <= the "
+            f"controller's min_alpha ({lo}); {fix}"
+        )
     if args.top_entropy_quantile < 1.0 and not allow_top_entropy_quantile:
-        raise ValueError(f"top_entropy_quantile is {args.top_entropy_quantile} (< 1): TRL then "
-                         "measures only the high-entropy tokens' entropy; set it to 1.0, or pass "
-                         "allow_top_entropy_quantile=True with a target for those tokens")
+        raise ValueError(
+            f"top_entropy_quantile is {args.top_entropy_quantile} (< 1): TRL then "
+            "measures only the high-entropy tokens' entropy; set it to 1.0, or pass "
+            "allow_top_entropy_quantile=True with a target for those tokens"
+        )
 
 
 def check_trl_internals(trainer: Any) -> None:
@@ -144,13 +185,17 @@ def check_trl_internals(trainer: Any) -> None:
     """
     missing = [a for a in _TRAINER_ATTRIBUTES if not hasattr(trainer, a)]
     if missing or not isinstance(getattr(trainer, "_metrics", None), dict):
-        raise TypeError(f"{type(trainer).__name__} lacks {missing or ['_metrics (a dict)']}: "
-                        f"alf_entropy.integrations.trl supports TRL {SUPPORTED_TRL}'s "
-                        f"GRPOTrainer, this is TRL {trl.__version__}")
+        raise TypeError(
+            f"{type(trainer).__name__} lacks {missing or ['_metrics (a dict)']}: "
+            f"alf_entropy.integrations.trl supports TRL {SUPPORTED_TRL}'s "
+            f"GRPOTrainer, this is TRL {trl.__version__}"
+        )
     if not trainer._entropy_bonus_enabled:
-        raise ValueError("the entropy bonus was not enabled when the trainer was built "
-                         "(GRPOTrainer freezes _entropy_bonus_enabled at construction): build it "
-                         "with GRPOConfig(..., **grpo_config_kwargs(controller))")
+        raise ValueError(
+            "the entropy bonus was not enabled when the trainer was built "
+            "(GRPOTrainer freezes _entropy_bonus_enabled at construction): build it "
+            "with GRPOConfig(..., **grpo_config_kwargs(controller))"
+        )
 
 
 class EntropyControlCallback(TrainerCallback):
@@ -170,8 +215,12 @@ class EntropyControlCallback(TrainerCallback):
         ValueError: if the controller is not on the CPU.
     """
 
-    def __init__(self, controller: EntropyController, log_prefix: str = "entropy_control",
-                 allow_top_entropy_quantile: bool = False):
+    def __init__(
+        self,
+        controller: EntropyController,
+        log_prefix: str = "entropy_control",
+        allow_top_entropy_quantile: bool = False,
+    ):
         self._control = StepEntropyControl(controller)
         if not isinstance(log_prefix, str) or not log_prefix:
             raise TypeError(f"log_prefix must be a non-empty str, got {log_prefix!r}")
@@ -205,8 +254,10 @@ class EntropyControlCallback(TrainerCallback):
 
     def _bound(self) -> Any:
         if self._trainer is None:
-            raise RuntimeError("EntropyControlCallback is not bound to a trainer: use "
-                               "add_entropy_control(trainer, controller)")
+            raise RuntimeError(
+                "EntropyControlCallback is not bound to a trainer: use "
+                "add_entropy_control(trainer, controller)"
+            )
         return self._trainer
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -217,13 +268,18 @@ class EntropyControlCallback(TrainerCallback):
         if saved is not None and state.global_step > 0:
             self._control.load_state_dict(saved)
             if self._control.step != state.global_step:
-                raise ValueError(f"the checkpoint's controller state is of step "
-                                 f"{self._control.step}, its trainer state of step "
-                                 f"{state.global_step}")
+                raise ValueError(
+                    f"the checkpoint's controller state is of step "
+                    f"{self._control.step}, its trainer state of step "
+                    f"{state.global_step}"
+                )
         elif state.global_step > 0 and self._control.step != state.global_step:
-            warnings.warn(f"resuming at step {state.global_step} from a checkpoint without "
-                          "controller state: the controller continues from its own state "
-                          f"(step {self._control.step})", stacklevel=2)
+            warnings.warn(
+                f"resuming at step {state.global_step} from a checkpoint without "
+                "controller state: the controller continues from its own state "
+                f"(step {self._control.step})",
+                stacklevel=2,
+            )
         trainer.entropy_coef = self._control.coefficient
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -231,9 +287,11 @@ class EntropyControlCallback(TrainerCallback):
         trainer = self._bound()
         entropy = trainer._last_world_entropy
         if entropy == math.inf:
-            raise RuntimeError("GRPOTrainer measured no entropy this step (_last_world_entropy "
-                               "is inf): is use_adaptive_entropy on and TRL "
-                               f"{SUPPORTED_TRL}? (TRL {trl.__version__})")
+            raise RuntimeError(
+                "GRPOTrainer measured no entropy this step (_last_world_entropy "
+                "is inf): is use_adaptive_entropy on and TRL "
+                f"{SUPPORTED_TRL}? (TRL {trl.__version__})"
+            )
         applied = float(trainer.entropy_coef)
         total = state.max_steps if state.max_steps and state.max_steps > 0 else None
         coef = self._control.update(float(entropy), 1.0, state.global_step, total)
@@ -243,17 +301,26 @@ class EntropyControlCallback(TrainerCallback):
         metrics = trainer._metrics["train"]
         for key, value in record.items():
             metrics[f"{self._prefix}/{key}"].append(value)
-        self.history.append({"step": state.global_step, "coef_applied": applied,
-                             "entropy": record["entropy"], "target": record["target"],
-                             "coef_next": coef})
+        self.history.append(
+            {
+                "step": state.global_step,
+                "coef_applied": applied,
+                "entropy": record["entropy"],
+                "target": record["target"],
+                "coef_next": coef,
+            }
+        )
         # Saved into trainer_state.json by any checkpoint of this step (only
         # process 0 writes it; every rank holds the same state).
         state.stateful_callbacks[STATE_KEY] = self._control.state_dict()
 
 
-def add_entropy_control(trainer: Any, controller: EntropyController,
-                        log_prefix: str = "entropy_control",
-                        allow_top_entropy_quantile: bool = False) -> EntropyControlCallback:
+def add_entropy_control(
+    trainer: Any,
+    controller: EntropyController,
+    log_prefix: str = "entropy_control",
+    allow_top_entropy_quantile: bool = False,
+) -> EntropyControlCallback:
     """Let ``controller`` set a ``GRPOTrainer``'s entropy coefficient at every step.
 
     Args:

@@ -27,6 +27,7 @@ silently break control.  The user guide is ``docs/llm_rl.md``.
 
 This module imports ``verl`` (``pip install -e ".[verl]"``).
 """
+
 import dataclasses
 import json
 import os
@@ -42,15 +43,25 @@ try:
     from verl.utils.config import omega_conf_to_dataclass
     from verl.workers.utils.losses import ppo_loss
 except ImportError as e:  # pragma: no cover - depends on the environment
-    raise ImportError("alf_entropy.integrations.verl needs verl: pip install -e \".[verl]\" "
-                      "(in a checkout of alf_entropy)") from e
+    raise ImportError(
+        'alf_entropy.integrations.verl needs verl: pip install -e ".[verl]" '
+        "(in a checkout of alf_entropy)"
+    ) from e
 
 from alf_entropy.controllers.base import EntropyController
 from alf_entropy.integrations.llm import StepEntropyControl, lm_controller
 
-__all__ = ["EntropyControlTrainer", "controlled_ppo_loss", "check_verl_config",
-           "make_controller", "register", "SUPPORTED_VERL", "TRAINER_MODE", "COEFF_KEY",
-           "STATE_FILE"]
+__all__ = [
+    "EntropyControlTrainer",
+    "controlled_ppo_loss",
+    "check_verl_config",
+    "make_controller",
+    "register",
+    "SUPPORTED_VERL",
+    "TRAINER_MODE",
+    "COEFF_KEY",
+    "STATE_FILE",
+]
 
 SUPPORTED_VERL = "==0.9.1"
 """The verl versions whose trainer internals this module was checked against (the extra)."""
@@ -63,8 +74,9 @@ STATE_FILE = "alf_entropy_control.json"
 PER_TOKEN_MODES: Tuple[str, ...] = ("token-mean", "seq-mean-token-mean")
 
 
-def controlled_ppo_loss(config: Any, model_output: Any, data: Any,
-                        dp_group: Any = None) -> Tuple[Any, Dict[str, Any]]:
+def controlled_ppo_loss(
+    config: Any, model_output: Any, data: Any, dp_group: Any = None
+) -> Tuple[Any, Dict[str, Any]]:
     """verl's ``ppo_loss`` with ``entropy_coeff`` taken from ``data``'s metadata (``COEFF_KEY``).
 
     Raises:
@@ -72,10 +84,11 @@ def controlled_ppo_loss(config: Any, model_output: Any, data: Any,
     """
     coeff = tu.get_non_tensor_data(data, COEFF_KEY, default=None)
     if coeff is None:
-        raise RuntimeError(f"the batch has no {COEFF_KEY!r}: controlled_ppo_loss is the loss "
-                           f"of trainer.v1.trainer_mode={TRAINER_MODE} only")
-    return ppo_loss(dataclasses.replace(config, entropy_coeff=coeff), model_output, data,
-                    dp_group)
+        raise RuntimeError(
+            f"the batch has no {COEFF_KEY!r}: controlled_ppo_loss is the loss "
+            f"of trainer.v1.trainer_mode={TRAINER_MODE} only"
+        )
+    return ppo_loss(dataclasses.replace(config, entropy_coeff=coeff), model_output, data, dp_group)
 
 
 def check_verl_config(config: Any) -> None:
@@ -87,24 +100,34 @@ def check_verl_config(config: Any) -> None:
     actor = config.actor_rollout_ref.actor
     control = config.get("entropy_control") or {}
     if not actor.calculate_entropy:
-        raise ValueError("actor_rollout_ref.actor.calculate_entropy must be True: verl computes "
-                         "the entropy in the update only if it is set or entropy_coeff != 0, so a "
-                         "coefficient from the controller would regularise nothing")
+        raise ValueError(
+            "actor_rollout_ref.actor.calculate_entropy must be True: verl computes "
+            "the entropy in the update only if it is set or entropy_coeff != 0, so a "
+            "coefficient from the controller would regularise nothing"
+        )
     if actor.entropy_coeff != 0:
-        raise ValueError(f"actor_rollout_ref.actor.entropy_coeff must be 0 (got "
-                         f"{actor.entropy_coeff}): the controller sets the coefficient")
+        raise ValueError(
+            f"actor_rollout_ref.actor.entropy_coeff must be 0 (got "
+            f"{actor.entropy_coeff}): the controller sets the coefficient"
+        )
     if actor.loss_agg_mode not in PER_TOKEN_MODES and not control.get("allow_loss_agg_mode"):
-        raise ValueError(f"actor_rollout_ref.actor.loss_agg_mode is {actor.loss_agg_mode!r}: its "
-                         f"actor/entropy is not nats per token ({' or '.join(PER_TOKEN_MODES)}); "
-                         "set +entropy_control.allow_loss_agg_mode=True with a target in its units")
+        raise ValueError(
+            f"actor_rollout_ref.actor.loss_agg_mode is {actor.loss_agg_mode!r}: its "
+            f"actor/entropy is not nats per token ({' or '.join(PER_TOKEN_MODES)}); "
+            "set +entropy_control.allow_loss_agg_mode=True with a target in its units"
+        )
     if config.algorithm.get("rollout_correction", {}).get("bypass_mode"):
-        raise ValueError("algorithm.rollout_correction.bypass_mode must be False: verl then skips "
-                         "_compute_old_log_prob, which measures the step's entropy")
+        raise ValueError(
+            "algorithm.rollout_correction.bypass_mode must be False: verl then skips "
+            "_compute_old_log_prob, which measures the step's entropy"
+        )
     if is_distillation_enabled(config.get("distillation")):
         raise ValueError("distillation.enabled must be False: its loss is not ppo_loss")
     if (control.get("target") is None) == (control.get("controller") is None):
-        raise ValueError("entropy_control needs one of target (+entropy_control.target=2.5) and "
-                         "controller (+entropy_control.controller=module.function)")
+        raise ValueError(
+            "entropy_control needs one of target (+entropy_control.target=2.5) and "
+            "controller (+entropy_control.controller=module.function)"
+        )
 
 
 def make_controller(config: Any, vocabulary: int) -> EntropyController:
@@ -145,20 +168,27 @@ class EntropyControlTrainer(PPOTrainerSync):
         if self.global_steps == 0:
             return
         trainer = self.config.trainer
-        folder = (trainer.resume_from_path if trainer.resume_mode == "resume_path" else
-                  os.path.join(trainer.default_local_dir, f"global_step_{self.global_steps}"))
+        folder = (
+            trainer.resume_from_path
+            if trainer.resume_mode == "resume_path"
+            else os.path.join(trainer.default_local_dir, f"global_step_{self.global_steps}")
+        )
         path = os.path.join(folder, STATE_FILE)
         if not os.path.exists(path):
-            warnings.warn(f"resuming at step {self.global_steps} from a checkpoint without "
-                          f"{STATE_FILE}: the controller starts afresh", stacklevel=2)
+            warnings.warn(
+                f"resuming at step {self.global_steps} from a checkpoint without "
+                f"{STATE_FILE}: the controller starts afresh",
+                stacklevel=2,
+            )
             return
         with open(path, encoding="utf-8") as f:
             self.control.load_state_dict(json.load(f))
 
     def _save_checkpoint(self) -> None:
         # before verl's, which marks the checkpoint complete (latest_checkpointed_iteration.txt)
-        folder = os.path.join(self.config.trainer.default_local_dir,
-                              f"global_step_{self.global_steps}")
+        folder = os.path.join(
+            self.config.trainer.default_local_dir, f"global_step_{self.global_steps}"
+        )
         os.makedirs(folder, exist_ok=True)
         with open(os.path.join(folder, STATE_FILE), "w", encoding="utf-8") as f:
             json.dump(self.control.state_dict(), f)
@@ -167,8 +197,9 @@ class EntropyControlTrainer(PPOTrainerSync):
     def _update_actor(self, batch: Any, metrics: Dict[str, Any]) -> Any:
         if "actor/entropy" not in metrics:
             raise RuntimeError("verl measured no actor/entropy this step (_compute_old_log_prob)")
-        coeff = self.control.update(metrics["actor/entropy"], 1.0, self.global_steps,
-                                    self.total_training_steps)
+        coeff = self.control.update(
+            metrics["actor/entropy"], 1.0, self.global_steps, self.total_training_steps
+        )
         batch.extra_info[COEFF_KEY] = coeff
         for key, value in self.control.record().items():
             metrics[f"entropy_control/{key}"] = value

@@ -1,4 +1,5 @@
 """Networks: encoders, actor distribution networks, value and critic networks."""
+
 from alf_entropy.networks.actor_distribution_network import ActorDistributionNetwork
 from alf_entropy.networks.critic_networks import CriticNetworks
 from alf_entropy.networks.distributions import StableTanh, mode_of

@@ -20,6 +20,7 @@ closed form; for PPO's acting step,
 :meth:`ActorDistributionNetwork.sample_with_log_prob` draws a categorical
 action and its log-probability without the distribution object.
 """
+
 from typing import Any, Callable, Optional, Sequence, Tuple
 
 import torch
@@ -174,8 +175,9 @@ class ActorDistributionNetwork(nn.Module):
         logits = self._fast_logits(observation)
         return None if logits is None else accel.categorical_sample_with_log_prob(logits, sample)
 
-    def log_prob_and_entropy(self, observation: Any, action: torch.Tensor
-                             ) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
+    def log_prob_and_entropy(
+        self, observation: Any, action: torch.Tensor
+    ) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
         """``(dist.log_prob(action), dist.entropy())`` of ``dist = self(observation)``, the same
         bits, without building ``dist``; None where ``sample_with_log_prob`` is."""
         logits = self._fast_logits(observation)

@@ -9,6 +9,7 @@ the kernel: nothing read on the host, and member ``k`` is ``FusedAdam`` bit for 
 Without a fused CPU kernel (torch < 2.4) it is torch's single-tensor Adam, and a skipped
 member is not stepped (a CPU flag: reading it costs no device sync).
 """
+
 from typing import Callable, Iterable, Optional, Tuple
 
 import torch
@@ -37,15 +38,24 @@ class BatchedAdam(FusedAdam):
 
     takes_found_inf = True
 
-    def __init__(self, params: Iterable[torch.Tensor], lr: float = 1e-3,
-                 betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 0.0, lr_schedule: Optional[Callable[[], float]] = None):
-        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
-                         lr_schedule=lr_schedule)
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor],
+        lr: float = 1e-3,
+        betas: Tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        lr_schedule: Optional[Callable[[], float]] = None,
+    ):
+        super().__init__(
+            params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, lr_schedule=lr_schedule
+        )
         sizes = {p.shape[0] if p.dim() else None for g in self.param_groups for p in g["params"]}
         if len(sizes) != 1 or None in sizes:
-            raise ValueError("BatchedAdam needs parameters with one common leading dimension K, "
-                             f"got leading sizes {sorted(map(str, sizes))}")
+            raise ValueError(
+                "BatchedAdam needs parameters with one common leading dimension K, "
+                f"got leading sizes {sorted(map(str, sizes))}"
+            )
         self.num_members = sizes.pop()
 
     @torch.no_grad()
@@ -75,9 +85,11 @@ class BatchedAdam(FusedAdam):
                 state["exp_avg"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
                 state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
             elif state["exp_avg"].shape != p.shape or state["step"].shape != (k,):
-                raise ValueError("BatchedAdam: the optimiser state does not fit the parameters "
-                                 f"(a moment of shape {tuple(state['exp_avg'].shape)} for a "
-                                 f"parameter of shape {tuple(p.shape)})")
+                raise ValueError(
+                    "BatchedAdam: the optimiser state does not fit the parameters "
+                    f"(a moment of shape {tuple(state['exp_avg'].shape)} for a "
+                    f"parameter of shape {tuple(p.shape)})"
+                )
             states.append(state)
         grads = [p.grad if p.grad.is_contiguous() else p.grad.contiguous() for p in params]
         beta1, beta2 = group["betas"]
@@ -85,9 +97,22 @@ class BatchedAdam(FusedAdam):
         for m in range(k):
             if not fused and skip is not None and bool(skip[m]):
                 continue  # CPU without the fused kernel: a host read, no device sync
-            adam([p.detach()[m] for p in params], [g[m] for g in grads],
-                 [s["exp_avg"][m] for s in states], [s["exp_avg_sq"][m] for s in states], [],
-                 [s["step"][m] for s in states], fused=fused, foreach=False,
-                 grad_scale=None, found_inf=None if skip is None or not fused else skip[m],
-                 amsgrad=False, beta1=beta1, beta2=beta2, lr=group["lr"],
-                 weight_decay=group["weight_decay"], eps=group["eps"], maximize=False)
+            adam(
+                [p.detach()[m] for p in params],
+                [g[m] for g in grads],
+                [s["exp_avg"][m] for s in states],
+                [s["exp_avg_sq"][m] for s in states],
+                [],
+                [s["step"][m] for s in states],
+                fused=fused,
+                foreach=False,
+                grad_scale=None,
+                found_inf=None if skip is None or not fused else skip[m],
+                amsgrad=False,
+                beta1=beta1,
+                beta2=beta2,
+                lr=group["lr"],
+                weight_decay=group["weight_decay"],
+                eps=group["eps"],
+                maximize=False,
+            )

@@ -27,6 +27,7 @@ plain ops.
 one shape) as one module on inputs ``[K, B, ...]``: every layer is one
 batched product over the ``K * n`` critics.
 """
+
 import math
 from typing import Any, Optional, Sequence
 
@@ -130,10 +131,7 @@ class CriticNetworks(nn.Module):
         return self._num_critics
 
     def forward(
-        self,
-        observation: Any,
-        action: Optional[torch.Tensor] = None,
-        detach_params: bool = False,
+        self, observation: Any, action: Optional[torch.Tensor] = None, detach_params: bool = False
     ) -> torch.Tensor:
         """Evaluate every critic.
 
@@ -177,8 +175,9 @@ class StackedCritics(nn.Module):
         if not all(type(c) is CriticNetworks for c in critics):
             raise TypeError("critics must be CriticNetworks instances")
         first = critics[0]
-        signatures = {(c._discrete, type(c._activation), *(p.shape for p in c.parameters()))
-                      for c in critics}
+        signatures = {
+            (c._discrete, type(c._activation), *(p.shape for p in c.parameters())) for c in critics
+        }
         if len(signatures) != 1:
             raise ValueError("critics must all have the same shapes and activation")
         self.num_members = len(critics)
@@ -186,13 +185,16 @@ class StackedCritics(nn.Module):
         self._num_critics, self._act, self._fused = first._num_critics, first._act, first._fused
         self.weights = nn.ParameterList(
             nn.Parameter(torch.stack([c.weights[i].detach() for c in critics]).clone())
-            for i in range(len(first.weights)))
+            for i in range(len(first.weights))
+        )
         self.biases = nn.ParameterList(
             nn.Parameter(torch.stack([c.biases[i].detach() for c in critics]).clone())
-            for i in range(len(first.biases)))
+            for i in range(len(first.biases))
+        )
 
-    def forward(self, observation: Any, action: Optional[torch.Tensor] = None,
-                detach_params: bool = False) -> torch.Tensor:
+    def forward(
+        self, observation: Any, action: Optional[torch.Tensor] = None, detach_params: bool = False
+    ) -> torch.Tensor:
         """Evaluate every agent's critics on its own rows.
 
         Args:
@@ -254,6 +256,7 @@ def _mlp_forward(x, params, act):
     # path on the CPU; per-critic ones do not.
     # (unbind, not h[k]: the backward of n selects would zero-fill n full-size gradients)
     w, b = params[-2], params[-1]
-    out = torch.stack([torch.addmm(bk, hk, wk) for bk, hk, wk in zip(b.unbind(0), h.unbind(0),
-                                                                    w.unbind(0))])
+    out = torch.stack(
+        [torch.addmm(bk, hk, wk) for bk, hk, wk in zip(b.unbind(0), h.unbind(0), w.unbind(0))]
+    )
     return out, inputs

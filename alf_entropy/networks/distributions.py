@@ -16,6 +16,7 @@
 
 Nothing here reads tensor values on the host, so both are safe on CUDA.
 """
+
 from typing import Any, Sequence, Tuple
 
 import torch
@@ -23,8 +24,14 @@ import torch.distributions as td
 
 from alf_entropy.utils import nest
 
-__all__ = ["Categorical", "StableTanh", "categorical_from_uniform",
-           "categorical_log_prob_and_entropy", "mode_of", "sample_categorical"]
+__all__ = [
+    "Categorical",
+    "StableTanh",
+    "categorical_from_uniform",
+    "categorical_log_prob_and_entropy",
+    "mode_of",
+    "sample_categorical",
+]
 
 
 class Categorical(td.Categorical):
@@ -67,8 +74,9 @@ def sample_categorical(probs: torch.Tensor, sample_shape: Sequence[int] = ()) ->
     """
     # A plain tuple: torch parses it faster than a ``torch.Size``.
     shape = (*sample_shape, *probs.shape[:-1], 1)
-    return categorical_from_uniform(probs, torch.rand(shape, dtype=probs.dtype,
-                                                      device=probs.device))
+    return categorical_from_uniform(
+        probs, torch.rand(shape, dtype=probs.dtype, device=probs.device)
+    )
 
 
 def categorical_from_uniform(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -89,8 +97,9 @@ def categorical_from_uniform(probs: torch.Tensor, u: torch.Tensor) -> torch.Tens
     return torch.searchsorted(cdf, u).squeeze(-1).clamp_(max=probs.shape[-1] - 1)
 
 
-def categorical_log_prob_and_entropy(logits: torch.Tensor, action: torch.Tensor
-                                     ) -> Tuple[torch.Tensor, torch.Tensor]:
+def categorical_log_prob_and_entropy(
+    logits: torch.Tensor, action: torch.Tensor
+) -> Tuple[torch.Tensor, torch.Tensor]:
     """``(log_prob(action), entropy())`` of ``Categorical(logits=logits)`` with torch's ops,
     so the same bits, without the distribution object (``[..., n]`` logits, ``[...]`` action)."""
     logits = logits - logits.logsumexp(dim=-1, keepdim=True)

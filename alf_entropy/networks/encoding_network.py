@@ -12,6 +12,7 @@ a name (``"tanh"``, ``"relu"``, ...), so a gin file can say
 This module also holds the helpers that turn a (nest of) observation
 tensor(s) ``[B, ...]`` into one flat ``[B, N]`` float input.
 """
+
 import math
 from typing import Any, Callable, Optional, Sequence, Union
 
@@ -74,8 +75,10 @@ def get_activation(activation: ActivationArg) -> nn.Module:
     factory = callable(activation) and not isinstance(activation, nn.Module)
     module = activation() if factory else None
     if not isinstance(module, nn.Module):
-        raise TypeError("activation must be a name or a factory of an nn.Module (e.g. "
-                        f"torch.nn.Tanh, not torch.nn.Tanh()), got {activation!r}")
+        raise TypeError(
+            "activation must be a name or a factory of an nn.Module (e.g. "
+            f"torch.nn.Tanh, not torch.nn.Tanh()), got {activation!r}"
+        )
     return module
 
 
@@ -144,8 +147,7 @@ def _flatten_leaf(spec, x, dtype):
         raise TypeError(f"observation leaves must be tensors, got {type(x).__name__}")
     if tuple(x.shape[1:]) != spec.shape or x.dim() != len(spec.shape) + 1:
         raise ValueError(
-            f"observation leaf has shape {tuple(x.shape)}, expected "
-            f"[B, *{spec.shape}]"
+            f"observation leaf has shape {tuple(x.shape)}, expected [B, *{spec.shape}]"
         )
     return x.reshape(x.shape[0], -1).to(dtype)
 
@@ -189,8 +191,9 @@ class EncodingNetwork(nn.Module):
         check_int("input_size", input_size, 1)
         fc_layer_params = [check_int("fc_layer_params", h, 1) for h in fc_layer_params or ()]
         check_int("last_layer_size", last_layer_size, 1, allow_none=True, none_means="none")
-        scale = check_real("last_layer_init_scale", last_layer_init_scale, minimum=0,
-                           allow_none=True)
+        scale = check_real(
+            "last_layer_init_scale", last_layer_init_scale, minimum=0, allow_none=True
+        )
         layers = []
         size = input_size
         for h in fc_layer_params:

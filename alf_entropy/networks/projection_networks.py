@@ -17,6 +17,7 @@ Mirrors ALF's ``projection_networks``:
 Every distribution is created with ``validate_args=False``: argument
 validation would read tensors on the host (a GPU sync) at every step.
 """
+
 import math
 from typing import Optional, Tuple
 
@@ -149,9 +150,7 @@ class NormalProjectionNetwork(nn.Module):
         super().__init__()
         check_int("input_size", input_size, 1)
         if not isinstance(action_spec, BoundedTensorSpec) or not action_spec.is_continuous:
-            raise TypeError(
-                f"action_spec must be a float BoundedTensorSpec, got {action_spec!r}"
-            )
+            raise TypeError(f"action_spec must be a float BoundedTensorSpec, got {action_spec!r}")
         if not min_log_std < max_log_std:
             raise ValueError(
                 f"min_log_std must be < max_log_std, got {min_log_std} and {max_log_std}"
@@ -189,9 +188,7 @@ class NormalProjectionNetwork(nn.Module):
                     f"minimum={action_spec.minimum.tolist()} "
                     f"maximum={action_spec.maximum.tolist()}"
                 )
-            self.register_buffer(
-                "_action_loc", torch.as_tensor((hi + lo) / 2, dtype=torch.float32)
-            )
+            self.register_buffer("_action_loc", torch.as_tensor((hi + lo) / 2, dtype=torch.float32))
             self.register_buffer(
                 "_action_scale", torch.as_tensor((hi - lo) / 2, dtype=torch.float32)
             )
@@ -273,4 +270,3 @@ class NormalProjectionNetwork(nn.Module):
                 validate_args=False,
             )
         return dist
-

@@ -22,6 +22,7 @@ state-independent ``log_std``) is refused with a ``ValueError`` naming it.
 Nothing mixes members: every operation is per row or per member, so a
 non-finite value in member ``k`` stays in member ``k``.
 """
+
 import copy
 import functools
 from typing import Any, Callable, Optional, Sequence, Tuple
@@ -37,8 +38,15 @@ from alf_entropy.networks.distributions import (
 )
 from alf_entropy.utils import nest
 
-__all__ = ["StackedLinear", "StackedModule", "categorical_sampler", "draw",
-           "reshape_distribution", "sample_categorical_members", "sample_members"]
+__all__ = [
+    "StackedLinear",
+    "StackedModule",
+    "categorical_sampler",
+    "draw",
+    "reshape_distribution",
+    "sample_categorical_members",
+    "sample_members",
+]
 
 
 class StackedLinear(nn.Module):
@@ -55,16 +63,23 @@ class StackedLinear(nn.Module):
     def __init__(self, linears: Sequence[nn.Linear]):
         super().__init__()
         linears = list(linears)
-        if not all(isinstance(m, nn.Linear) for m in linears) or len(
-                {(m.in_features, m.out_features, m.bias is None) for m in linears}) != 1:
-            raise ValueError("linears must be one or more nn.Linear layers with the same "
-                             f"in/out features and bias, got {linears}")
+        if (
+            not all(isinstance(m, nn.Linear) for m in linears)
+            or len({(m.in_features, m.out_features, m.bias is None) for m in linears}) != 1
+        ):
+            raise ValueError(
+                "linears must be one or more nn.Linear layers with the same "
+                f"in/out features and bias, got {linears}"
+            )
         first = linears[0]
         self.in_features, self.out_features = first.in_features, first.out_features
         self.num_members = len(linears)
         self.weight = nn.Parameter(torch.stack([m.weight.detach() for m in linears]).clone())
-        self.bias = None if first.bias is None else nn.Parameter(
-            torch.stack([m.bias.detach() for m in linears]).clone())
+        self.bias = (
+            None
+            if first.bias is None
+            else nn.Parameter(torch.stack([m.bias.detach() for m in linears]).clone())
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Apply member ``k``'s layer to the ``k``-th of K equal blocks of rows.
@@ -85,8 +100,10 @@ class StackedLinear(nn.Module):
         return y.reshape(*lead, self.out_features)
 
     def extra_repr(self) -> str:
-        return (f"num_members={self.num_members}, in_features={self.in_features}, "
-                f"out_features={self.out_features}, bias={self.bias is not None}")
+        return (
+            f"num_members={self.num_members}, in_features={self.in_features}, "
+            f"out_features={self.out_features}, bias={self.bias is not None}"
+        )
 
 
 def reshape_distribution(dist: td.Distribution, batch_shape: Sequence[int]) -> td.Distribution:
@@ -108,7 +125,8 @@ def reshape_distribution(dist: td.Distribution, batch_shape: Sequence[int]) -> t
         # The base's batch dims start with the outer distribution's.
         base_dist = dist.base_dist
         base = reshape_distribution(
-            base_dist, shape + tuple(base_dist.batch_shape[len(dist.batch_shape):]))
+            base_dist, shape + tuple(base_dist.batch_shape[len(dist.batch_shape) :])
+        )
         if isinstance(dist, td.Independent):
             return td.Independent(base, dist.reinterpreted_batch_ndims, validate_args=False)
         return td.TransformedDistribution(base, dist.transforms, validate_args=False)
@@ -122,8 +140,10 @@ def reshape_distribution(dist: td.Distribution, batch_shape: Sequence[int]) -> t
         return new
     if isinstance(dist, td.Normal):
         return td.Normal(dist.loc.reshape(shape), dist.scale.reshape(shape), validate_args=False)
-    raise TypeError(f"cannot reshape a {type(dist).__name__}; stackable are Categorical, Normal, "
-                    "Independent and TransformedDistribution")
+    raise TypeError(
+        f"cannot reshape a {type(dist).__name__}; stackable are Categorical, Normal, "
+        "Independent and TransformedDistribution"
+    )
 
 
 class StackedModule(nn.Module):
@@ -145,8 +165,10 @@ class StackedModule(nn.Module):
         networks = list(networks)
         if not networks:
             raise ValueError("networks must hold at least one network")
-        if not all(isinstance(n, nn.Module) for n in networks) or len(
-                {type(n) for n in networks}) != 1:
+        if (
+            not all(isinstance(n, nn.Module) for n in networks)
+            or len({type(n) for n in networks}) != 1
+        ):
             raise TypeError("networks must be nn.Module instances of one class")
         self.num_members = len(networks)
         inner = copy.deepcopy(networks[0])
@@ -155,17 +177,24 @@ class StackedModule(nn.Module):
             parent_name, _, attr = name.rpartition(".")
             parent = inner.get_submodule(parent_name)  # "": inner itself
             setattr(parent, attr, StackedLinear([n.get_submodule(name) for n in networks]))
-        stray = [name for name, _ in inner.named_parameters()
-                 if not isinstance(inner.get_submodule(name.rpartition(".")[0]), StackedLinear)]
+        stray = [
+            name
+            for name, _ in inner.named_parameters()
+            if not isinstance(inner.get_submodule(name.rpartition(".")[0]), StackedLinear)
+        ]
         if stray:
-            raise ValueError(f"cannot stack {type(networks[0]).__name__}: parameters {stray} are "
-                             "not in an nn.Linear (e.g. a state-independent log_std); use a "
-                             "network whose parameters all live in nn.Linear layers")
+            raise ValueError(
+                f"cannot stack {type(networks[0]).__name__}: parameters {stray} are "
+                "not in an nn.Linear (e.g. a state-independent log_std); use a "
+                "network whose parameters all live in nn.Linear layers"
+            )
         buffers = [dict(n.named_buffers()) for n in networks]
         for name, buf in inner.named_buffers():
             if not all(torch.equal(b[name], buf) for b in buffers):
-                raise ValueError(f"cannot stack {type(networks[0]).__name__}: buffer {name!r} "
-                                 "differs between the networks")
+                raise ValueError(
+                    f"cannot stack {type(networks[0]).__name__}: buffer {name!r} "
+                    "differs between the networks"
+                )
         self.inner = inner
 
     def _rows(self, inputs: Tuple[Any, ...]) -> Tuple[Any, int]:
@@ -204,8 +233,9 @@ class StackedModule(nn.Module):
             return out.reshape(self.num_members, m, *out.shape[1:])
         return nest.map_structure(lambda y: _unflatten(y, self.num_members, m), out)
 
-    def sample_with_log_prob(self, observation: Any, sample: Callable[[torch.Tensor],
-                                                                   torch.Tensor]) -> Any:
+    def sample_with_log_prob(
+        self, observation: Any, sample: Callable[[torch.Tensor], torch.Tensor]
+    ) -> Any:
         """The stacked network's ``sample_with_log_prob`` (its fast acting path) on the
         members' rows: ``(action, log_prob)`` ``[K, M]``, or None where it has none."""
         fast = getattr(self.inner, "sample_with_log_prob", None)
@@ -224,8 +254,11 @@ def _unflatten(y, k, m):
     return y.reshape(k, m, *y.shape[1:])
 
 
-def draw(dist: td.Distribution, generators: Optional[Sequence[torch.Generator]],
-         reparameterize: bool = False) -> torch.Tensor:
+def draw(
+    dist: td.Distribution,
+    generators: Optional[Sequence[torch.Generator]],
+    reparameterize: bool = False,
+) -> torch.Tensor:
     """``dist.sample()`` (``rsample``) for one agent (``generators`` None: torch's own
     draws); each member's from its own generator for K (:func:`sample_members`)."""
     if generators is None:
@@ -233,8 +266,9 @@ def draw(dist: td.Distribution, generators: Optional[Sequence[torch.Generator]],
     return sample_members(dist, generators, reparameterize)
 
 
-def categorical_sampler(generators: Optional[Sequence[torch.Generator]]
-                        ) -> Callable[[torch.Tensor], torch.Tensor]:
+def categorical_sampler(
+    generators: Optional[Sequence[torch.Generator]],
+) -> Callable[[torch.Tensor], torch.Tensor]:
     """Draws from probabilities ``[K * B, n]`` as ``Categorical.sample`` does, each
     member's rows from its generator (``generators`` None: one agent, torch's)."""
     if generators is None:
@@ -242,8 +276,9 @@ def categorical_sampler(generators: Optional[Sequence[torch.Generator]]
     return functools.partial(sample_categorical_members, generators=generators)
 
 
-def sample_members(dist: td.Distribution, generators: Sequence[torch.Generator],
-                   reparameterize: bool = False) -> torch.Tensor:
+def sample_members(
+    dist: td.Distribution, generators: Sequence[torch.Generator], reparameterize: bool = False
+) -> torch.Tensor:
     """A draw for each of K members from its own generator.
 
     Member ``k`` (the ``k``-th of K equal blocks of the first batch dim:
@@ -281,17 +316,24 @@ def sample_members(dist: td.Distribution, generators: Sequence[torch.Generator],
         loc = dist.loc.expand(shape).reshape(k, -1, *shape[1:])
         scale = dist.scale.expand(shape).reshape(k, -1, *shape[1:])
         if not reparameterize:
-            return torch.cat([torch.normal(loc[i], scale[i], generator=g)
-                              for i, g in enumerate(generators)])
-        eps = torch.stack([torch.randn(loc.shape[1:], dtype=loc.dtype, device=loc.device,
-                                       generator=g) for g in generators])
+            return torch.cat(
+                [torch.normal(loc[i], scale[i], generator=g) for i, g in enumerate(generators)]
+            )
+        eps = torch.stack(
+            [
+                torch.randn(loc.shape[1:], dtype=loc.dtype, device=loc.device, generator=g)
+                for g in generators
+            ]
+        )
         return (loc + eps * scale).reshape(shape)  # td.Normal.rsample's arithmetic
-    raise TypeError(f"cannot {'rsample' if reparameterize else 'sample'} a "
-                    f"{type(dist).__name__} per member")
+    raise TypeError(
+        f"cannot {'rsample' if reparameterize else 'sample'} a {type(dist).__name__} per member"
+    )
 
 
-def sample_categorical_members(probs: torch.Tensor, generators: Sequence[torch.Generator]
-                               ) -> torch.Tensor:
+def sample_categorical_members(
+    probs: torch.Tensor, generators: Sequence[torch.Generator]
+) -> torch.Tensor:
     """``sample_categorical`` on ``[K * B, n]`` probabilities, member ``k``'s rows from
     ``generators[k]``.
 
@@ -303,6 +345,5 @@ def sample_categorical_members(probs: torch.Tensor, generators: Sequence[torch.G
         torch.Tensor: int64 indices ``[K * B]``.
     """
     shape = (probs.shape[0] // len(generators), 1)
-    u = [torch.rand(shape, dtype=probs.dtype, device=probs.device, generator=g)
-         for g in generators]
+    u = [torch.rand(shape, dtype=probs.dtype, device=probs.device, generator=g) for g in generators]
     return categorical_from_uniform(probs, torch.cat(u))

@@ -3,6 +3,7 @@
 An ``EncodingNetwork`` with a one-unit output layer initialised with
 orthogonal gain 1.0 (the PPO standard for value heads).
 """
+
 from typing import Any, Sequence
 
 import torch

@@ -6,6 +6,7 @@ built what it builds, before it writes anything) refuses bindings nothing used. 
 each binding was written (a file, ``--gin_param``) is what the config loader
 (:mod:`alf_entropy.config`) noted with :func:`note_sources`.
 """
+
 import inspect
 import os
 from typing import Any, Dict, List, Sequence, Tuple
@@ -14,9 +15,17 @@ import gin
 from absl import logging
 from gin import config_parser
 
-__all__ = ["GinConfigError", "LATE_CONFIGURABLES", "TRAINER_BINDING", "binding_statements",
-           "check_bindings_used",
-           "note_sources", "read_bindings", "split_key", "write_bindings"]
+__all__ = [
+    "GinConfigError",
+    "LATE_CONFIGURABLES",
+    "TRAINER_BINDING",
+    "binding_statements",
+    "check_bindings_used",
+    "note_sources",
+    "read_bindings",
+    "split_key",
+    "write_bindings",
+]
 
 TRAINER_BINDING = "train.trainer"
 """Names the trainer a config runs (``@OnPolicyTrainer`` or ``@OffPolicyTrainer``)."""
@@ -47,8 +56,11 @@ class _AsWritten(config_parser.ParserDelegate):
 def binding_statements(text: str) -> List[config_parser.BindingStatement]:
     """The binding statements of gin text, by gin's parser (includes are not followed;
     a reference or macro's value is its text, ``@Adam``, ``%LR``)."""
-    return [s for s in config_parser.ConfigParser(text, _AsWritten())
-            if isinstance(s, config_parser.BindingStatement)]
+    return [
+        s
+        for s in config_parser.ConfigParser(text, _AsWritten())
+        if isinstance(s, config_parser.BindingStatement)
+    ]
 
 
 def read_bindings(text: str) -> Dict[str, str]:
@@ -88,11 +100,14 @@ def note_sources(paths: Sequence[str], params: Sequence[str]) -> None:
     where: Dict[Tuple[str, str, str], str] = {}
     for path in paths:
         with open(path, encoding="utf-8") as f:
-            where.update((split_key(k), f"{k} (in {os.path.basename(path)})")
-                         for k in read_bindings(f.read()))
+            where.update(
+                (split_key(k), f"{k} (in {os.path.basename(path)})")
+                for k in read_bindings(f.read())
+            )
     for param in params:
-        where.update((split_key(k), f"{' '.join(param.split())} (--gin_param)")
-                     for k in read_bindings(param))
+        where.update(
+            (split_key(k), f"{' '.join(param.split())} (--gin_param)") for k in read_bindings(param)
+        )
     _SOURCES.update(config=gin.config_str(), where=where)
 
 
@@ -105,8 +120,13 @@ def _dropped(key, built, family, bound):
     except ValueError:  # a macro
         return False
     cls = type(built)
-    return (isinstance(found, type) and issubclass(found, family) and found is not cls
-            and param in inspect.signature(cls).parameters and (cls.__name__, param) not in bound)
+    return (
+        isinstance(found, type)
+        and issubclass(found, family)
+        and found is not cls
+        and param in inspect.signature(cls).parameters
+        and (cls.__name__, param) not in bound
+    )
 
 
 def check_bindings_used(constructing: str, built: Any, family: type) -> None:
@@ -151,22 +171,29 @@ def check_bindings_used(constructing: str, built: Any, family: type) -> None:
         else:
             alternatives.append(text)
     if alternatives:
-        logging.warning("gin bindings of classes this run does not build (left unused): %s",
-                        ", ".join(alternatives))
+        logging.warning(
+            "gin bindings of classes this run does not build (left unused): %s",
+            ", ".join(alternatives),
+        )
     if dropped:
         name = type(built).__name__
         raise GinConfigError(
             f"the run builds {name}, so these bindings of another class would be dropped: "
             f"{', '.join(dropped)}; bind each parameter for {name} too ({name}.<parameter> = "
-            "the value, or its default if you mean that)")
+            "the value, or its default if you mean that)"
+        )
     if errors:
         if any(".lr" in e or "Adam" in e for e in errors):
-            hint = ("the algorithms' default optimiser takes its learning rate from "
-                    "default_optimizer.lr (A2C/PPO) or sac_default_optimizer.lr (SAC); bind "
-                    "<Algorithm>.optimizer = @torch.optim.Adam to use torch.optim.Adam's bindings")
+            hint = (
+                "the algorithms' default optimiser takes its learning rate from "
+                "default_optimizer.lr (A2C/PPO) or sac_default_optimizer.lr (SAC); bind "
+                "<Algorithm>.optimizer = @torch.optim.Adam to use torch.optim.Adam's bindings"
+            )
         else:
-            hint = ("check the configurable's name and that the run builds it "
-                    "(see operative_config.gin)")
+            hint = (
+                "check the configurable's name and that the run builds it "
+                "(see operative_config.gin)"
+            )
         raise GinConfigError(
             f"binding(s) this run never uses: {', '.join(errors)}: nothing reads that parameter "
             "here (another class, or one whose value the code passes itself); " + hint

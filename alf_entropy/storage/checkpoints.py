@@ -9,6 +9,7 @@ leaves the old file or the new one) and read with
 ``torch.load(weights_only=True)`` (RNG states and pickled environments are
 stored as tensors and plain values).
 """
+
 import copy
 import glob
 import os
@@ -23,9 +24,17 @@ from alf_entropy.utils import distributed, nest, schedulers
 from alf_entropy.utils.checks import check_int
 from alf_entropy.utils.seeding import rng_state, set_rng_state
 
-__all__ = ["CheckpointError", "Checkpointer", "REQUIRED_KEYS", "atomic_write_bytes",
-           "checkpoints_newest_first", "bytes_to_tensor", "latest_checkpoint", "load_checkpoint",
-           "tensor_to_bytes"]
+__all__ = [
+    "CheckpointError",
+    "Checkpointer",
+    "REQUIRED_KEYS",
+    "atomic_write_bytes",
+    "checkpoints_newest_first",
+    "bytes_to_tensor",
+    "latest_checkpoint",
+    "load_checkpoint",
+    "tensor_to_bytes",
+]
 
 REQUIRED_KEYS = ("iteration", "env_steps", "progress", "algorithm", "optimizers", "rng")
 """The keys every checkpoint written by a trainer holds."""
@@ -71,8 +80,10 @@ def load_checkpoint(path: str) -> Dict[str, Any]:
             of :data:`REQUIRED_KEYS`.
     """
     if os.path.isfile(path) and not zipfile.is_zipfile(path):  # what torch.save writes
-        raise CheckpointError(f"{path} cannot be read: it is not a checkpoint (not a whole "
-                              "archive as torch.save writes one: truncated, or another file)")
+        raise CheckpointError(
+            f"{path} cannot be read: it is not a checkpoint (not a whole "
+            "archive as torch.save writes one: truncated, or another file)"
+        )
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # torch.load raises many types for a damaged file
@@ -136,27 +147,36 @@ class Checkpointer:
         Raises:
             CheckpointError: if it cannot be written (the earlier ones are intact).
         """
-        own = nest.map_structure(lambda x: x.cpu() if isinstance(x, torch.Tensor) else x,
-                                 dict(own, rng=rng_state()))
+        own = nest.map_structure(
+            lambda x: x.cpu() if isinstance(x, torch.Tensor) else x, dict(own, rng=rng_state())
+        )
         ranks, path = distributed.gather_object(own), self.path(iteration)
         if not distributed.is_main_process():
             return path
-        state = dict(iteration=iteration, env_steps=env_steps,
-                     progress=schedulers.get_all_progress(), algorithm=algorithm.state_dict(),
-                     optimizers=[opt.state_dict() for opt in algorithm.optimizers()],
-                     **ranks[0], world_size=len(ranks), rank_states=ranks[1:])
+        state = dict(
+            iteration=iteration,
+            env_steps=env_steps,
+            progress=schedulers.get_all_progress(),
+            algorithm=algorithm.state_dict(),
+            optimizers=[opt.state_dict() for opt in algorithm.optimizers()],
+            **ranks[0],
+            world_size=len(ranks),
+            rank_states=ranks[1:],
+        )
         try:  # what torch.load(weights_only=True) reads
             atomic_write_bytes(path, lambda f: torch.save(state, f))
         except OSError as e:
             raise CheckpointError(
                 f"cannot write checkpoint {path}: {e.strerror or e} (errno {e.errno}); the "
-                f"earlier checkpoints in {self.checkpoint_dir} are intact") from e
-        for old in checkpoints_newest_first(self.checkpoint_dir)[self._max_to_keep:]:
+                f"earlier checkpoints in {self.checkpoint_dir} are intact"
+            ) from e
+        for old in checkpoints_newest_first(self.checkpoint_dir)[self._max_to_keep :]:
             os.remove(old)
         return path
 
-    def restore_newest(self, algorithm: Any, load_own: Callable[[Dict[str, Any]], None]
-                       ) -> Optional[Tuple[str, Dict[str, Any]]]:
+    def restore_newest(
+        self, algorithm: Any, load_own: Callable[[Dict[str, Any]], None]
+    ) -> Optional[Tuple[str, Dict[str, Any]]]:
         """Restore the newest checkpoint that loads and fits (``load_own`` loads this
         rank's ``env`` and ``extra`` or raises); the newer ones are named and moved aside.
 
@@ -167,8 +187,9 @@ class Checkpointer:
             CheckpointError: if there are checkpoints and none can be restored (none moved).
         """
         main = distributed.is_main_process()
-        paths = distributed.broadcast_object(checkpoints_newest_first(self.checkpoint_dir)
-                                             if main else [])
+        paths = distributed.broadcast_object(
+            checkpoints_newest_first(self.checkpoint_dir) if main else []
+        )
         skipped = []
         for path in paths:
             try:
@@ -178,10 +199,14 @@ class Checkpointer:
                 continue
             if skipped:
                 # Out of the ckpt-*.pt pattern: kept as evidence, not among max_to_keep.
-                moved = [_move_aside(p) for p in paths[:len(skipped)]] if main else []
+                moved = [_move_aside(p) for p in paths[: len(skipped)]] if main else []
                 logging.warning(
                     "Skipped %d damaged checkpoint(s) (moved aside: %s): %s; resumed from %s "
-                    "instead", len(skipped), ", ".join(moved), " | ".join(skipped), path,
+                    "instead",
+                    len(skipped),
+                    ", ".join(moved),
+                    " | ".join(skipped),
+                    path,
                 )
             return path, state
         if skipped:
@@ -191,8 +216,9 @@ class Checkpointer:
             )
         return None
 
-    def restore(self, path: str, algorithm: Any, load_own: Callable[[Dict[str, Any]], None]
-                ) -> Dict[str, Any]:
+    def restore(
+        self, path: str, algorithm: Any, load_own: Callable[[Dict[str, Any]], None]
+    ) -> Dict[str, Any]:
         """Restore ``path`` on every rank, all or nothing: the algorithm, its optimisers,
         the rank's own part (``load_own``), then the progress and RNGs.  Returns this
         rank's state.
@@ -212,8 +238,9 @@ class Checkpointer:
         saved = [copy.deepcopy(obj.state_dict()) for obj in stateful]
         try:
             if len(stateful) != 1 + len(state["optimizers"]):
-                raise ValueError(f"{len(state['optimizers'])} optimizers saved, "
-                                 f"{len(stateful) - 1} now")
+                raise ValueError(
+                    f"{len(state['optimizers'])} optimizers saved, {len(stateful) - 1} now"
+                )
             for obj, obj_state in zip(stateful, [state["algorithm"], *state["optimizers"]]):
                 obj.load_state_dict(obj_state)
             load_own(state)  # last: a replay buffer is swapped in only if all else fits
@@ -241,7 +268,10 @@ class Checkpointer:
                 logging.warning(
                     "%s was written by %d rank(s), this run has %d: networks, optimisers, "
                     "controllers and progress are restored, the ranks' RNG and environment "
-                    "state are not (episodes restart; not bit-exact).", path, len(per_rank), world,
+                    "state are not (episodes restart; not bit-exact).",
+                    path,
+                    len(per_rank),
+                    world,
                 )
                 per_rank = [{"rng": None, "env": {}, "extra": {}}] * world
         state = distributed.broadcast_object(state)

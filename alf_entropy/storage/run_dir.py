@@ -9,6 +9,7 @@ differs from the directory's ``operative_config.gin`` beyond
 :data:`RESULT_NEUTRAL_PARAMETERS`; writes the config in force.  Under
 ``torchrun`` rank 0 alone touches the directory; every rank raises its errors.
 """
+
 import contextlib
 import glob
 import os
@@ -24,21 +25,35 @@ from alf_entropy.storage import checkpoints as ckpt
 from alf_entropy.storage.bindings import TRAINER_BINDING, read_bindings
 from alf_entropy.utils import distributed
 
-__all__ = ["LOCK_FILE", "RESULT_NEUTRAL_PARAMETERS", "RunDir", "RunDirLocked",
-           "config_differences"]
+__all__ = ["LOCK_FILE", "RESULT_NEUTRAL_PARAMETERS", "RunDir", "RunDirLocked", "config_differences"]
 
 LOCK_FILE = ".run.lock"
 """The lock file's name inside a run directory."""
 
-RESULT_NEUTRAL_PARAMETERS = frozenset({
-    "num_iterations", "num_env_steps", "summary_interval", "checkpoint_interval",
-    "eval_interval", "num_eval_episodes", "max_checkpoints", "progress_bar",
-    "summary_flush_secs", "stop_eval_return", "num_threads", "debug_summaries",
-    "allow_config_change", "device", "callbacks", "max_seconds",
-})
+RESULT_NEUTRAL_PARAMETERS = frozenset(
+    {
+        "num_iterations",
+        "num_env_steps",
+        "summary_interval",
+        "checkpoint_interval",
+        "eval_interval",
+        "num_eval_episodes",
+        "max_checkpoints",
+        "progress_bar",
+        "summary_flush_secs",
+        "stop_eval_return",
+        "num_threads",
+        "debug_summaries",
+        "allow_config_change",
+        "device",
+        "callbacks",
+        "max_seconds",
+    }
+)
 """Parameters (of any configurable) a resumed run may change: when or how much it
 trains, reports or saves, or where (``device``: not bit-exactly), not what one
 iteration computes."""
+
 
 class RunDirLocked(ValueError):
     """Another process holds the run directory's lock."""
@@ -64,24 +79,29 @@ def _take_lock(root_dir):
         ) from None
     if lock.lock_counter > 1:  # the singleton is re-entrant: another holder in this process
         lock.release()
-        raise RunDirLocked(f"root_dir {root_dir} is already in use by another trainer in this "
-                           "process: train() it to its end (or close() it) first, or use "
-                           "another root_dir")
+        raise RunDirLocked(
+            f"root_dir {root_dir} is already in use by another trainer in this "
+            "process: train() it to its end (or close() it) first, or use "
+            "another root_dir"
+        )
     with open(path, "w", encoding="utf-8") as f:
         f.write(f"{os.getpid()} {socket.gethostname()}\n")
     return lock
 
 
-def config_differences(
-    saved: str, current: str
-) -> List[Tuple[str, Optional[str], Optional[str]]]:
+def config_differences(saved: str, current: str) -> List[Tuple[str, Optional[str], Optional[str]]]:
     """``(binding, saved value or None, current value or None)`` of each binding two
     configs' texts disagree on, changed values first (they say more than parameters of
     classes one side lacks), then by binding; :data:`RESULT_NEUTRAL_PARAMETERS` and the
     trainer binding (only the command line reads it) left out."""
     old, new = read_bindings(saved), read_bindings(current)
-    keys = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)
-            and k != TRAINER_BINDING and k.rsplit(".", 1)[-1] not in RESULT_NEUTRAL_PARAMETERS]
+    keys = [
+        k
+        for k in sorted(set(old) | set(new))
+        if old.get(k) != new.get(k)
+        and k != TRAINER_BINDING
+        and k.rsplit(".", 1)[-1] not in RESULT_NEUTRAL_PARAMETERS
+    ]
     return sorted([(k, old.get(k), new.get(k)) for k in keys], key=lambda d: None in d)
 
 
@@ -105,8 +125,10 @@ class RunDir:
             path = os.path.dirname(path)
         if not os.path.isdir(path):
             where = "" if path == self.path else f" ({path} is a file)"
-            raise ValueError(f"root_dir {self.path} is not a directory{where}: give the path "
-                             "of a directory (existing or to be created)")
+            raise ValueError(
+                f"root_dir {self.path} is not a directory{where}: give the path "
+                "of a directory (existing or to be created)"
+            )
         if not os.access(path, os.W_OK | os.X_OK):
             raise ValueError(f"root_dir {self.path}: {path} is not writable")
         self.checkpoint_dir = os.path.join(self.path, "checkpoints")
@@ -134,8 +156,9 @@ class RunDir:
                 if check_config:
                     for stale in glob.glob(os.path.join(self.checkpoint_dir, ".ckpt-*.tmp")):
                         os.remove(stale)  # a checkpoint write that was killed
-                        logging.info("Removed %s, left by a checkpoint write that was killed",
-                                     stale)
+                        logging.info(
+                            "Removed %s, left by a checkpoint write that was killed", stale
+                        )
                     self._check_config()
             except ValueError as e:
                 error = (type(e), str(e))
@@ -199,7 +222,10 @@ class RunDir:
             logging.warning(
                 "allow_config_change: resuming %s at iteration %d with a changed configuration "
                 "(%s); the previous config is kept as %s",
-                self.path, iteration, self._config_change, keep,
+                self.path,
+                iteration,
+                self._config_change,
+                keep,
             )
         text = gin.operative_config_str().encode("utf-8")
         ckpt.atomic_write_bytes(self._config_path, lambda f: f.write(text))

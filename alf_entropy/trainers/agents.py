@@ -5,6 +5,7 @@ each one's target and run directory (one agent: ``root_dir`` itself), the algori
 (one agent's, or the batch's, which checks the seeds and targets) and each agent's
 ``operative_config.gin``.
 """
+
 import functools
 import os
 from typing import Any, Callable, List, Optional, Sequence
@@ -26,8 +27,7 @@ BATCH_CONFIGURABLES = frozenset({"ManyAgents", "ManySacAgents", "BatchedAdam"})
 """The configurables of a batch of agents, which a single run does not build."""
 
 
-def agent_operative_config(text: str, trainer: str, seed: int, controller: str,
-                           target: Any) -> str:
+def agent_operative_config(text: str, trainer: str, seed: int, controller: str, target: Any) -> str:
     """An agent's ``operative_config.gin``: the batch's ``text`` as the single run of the
     agent has it -- the ``trainer``'s ``seed`` the agent's, ``num_agents``, ``seeds`` and
     ``target_entropies`` a single run's, the batch's own configurables
@@ -35,12 +35,17 @@ def agent_operative_config(text: str, trainer: str, seed: int, controller: str,
     ``target`` (a number as a binding, anything else as a comment); so the report reads
     its seed and groups it with that run.  The bindings are found by gin's parser, the
     configurables' sections by the comment gin writes above each."""
-    own = {f"{trainer}.seed": f"{seed}", f"{trainer}.num_agents": "1",
-           f"{trainer}.seeds": "None", f"{trainer}.target_entropies": "None"}
+    own = {
+        f"{trainer}.seed": f"{seed}",
+        f"{trainer}.num_agents": "1",
+        f"{trainer}.seeds": "None",
+        f"{trainer}.target_entropies": "None",
+    }
     if target is not None:
         number = isinstance(target, (int, float)) and not isinstance(target, bool)
         own[f"{controller}.target_entropy"] = (
-            repr(target) if number else f"# {controller}.target_entropy: {target} (this agent's)")
+            repr(target) if number else f"# {controller}.target_entropy: {target} (this agent's)"
+        )
     lines = text.splitlines()
     statements = binding_statements(text)
     starts = [s.location.line_num - 1 for s in statements] + [len(lines)]
@@ -58,12 +63,15 @@ def agent_operative_config(text: str, trainer: str, seed: int, controller: str,
     out, dropped = [], False
     for line in lines:
         if line is not None and line.startswith(_SECTION):  # gin's comment above a section
-            name = line[len(_SECTION):].rstrip(":").replace("/", ".").rsplit(".", 1)[-1]
+            name = line[len(_SECTION) :].rstrip(":").replace("/", ".").rsplit(".", 1)[-1]
             dropped = name in BATCH_CONFIGURABLES
         if line is not None and not dropped:
             out.append(line)
-    missing = [_line(k, v) for k, v in own.items()
-               if k not in found and k.endswith((".seed", ".target_entropy"))]
+    missing = [
+        _line(k, v)
+        for k, v in own.items()
+        if k not in found and k.endswith((".seed", ".target_entropy"))
+    ]
     out += ["", "# The agent's own bindings:"] + missing if missing else []
     return "\n".join(out) + "\n"
 
@@ -83,8 +91,13 @@ class Agents:
             ``seeds``, or ``target_entropies`` for one agent (the batch checks the rest).
     """
 
-    def __init__(self, num_agents: int, seeds: Optional[Sequence[int]],
-                 target_entropies: Optional[Sequence[Any]], seed: int):
+    def __init__(
+        self,
+        num_agents: int,
+        seeds: Optional[Sequence[int]],
+        target_entropies: Optional[Sequence[Any]],
+        seed: int,
+    ):
         self.seed = check_int("seed", seed, minimum=0, below=MAX_SEED)
         num_agents = check_int("num_agents", num_agents, minimum=1)
         if seeds is None and num_agents > 1:
@@ -92,28 +105,46 @@ class Agents:
             seeds = list(range(seed, seed + num_agents))
         elif hasattr(seeds, "__len__"):  # not a sequence: the batch says so
             if len(seeds) < 2:
-                raise ValueError(f"seeds must be at least two seeds (for one agent use seed), "
-                                 f"got {seeds}")
+                raise ValueError(
+                    f"seeds must be at least two seeds (for one agent use seed), got {seeds}"
+                )
             if num_agents not in (1, len(seeds)):
                 raise ValueError(f"num_agents is {num_agents} but seeds has {len(seeds)} entries")
         if seeds is None and target_entropies is not None:
-            raise ValueError("target_entropies needs num_agents > 1 (or seeds); for one agent "
-                             "bind the controller's target_entropy")
+            raise ValueError(
+                "target_entropies needs num_agents > 1 (or seeds); for one agent "
+                "bind the controller's target_entropy"
+            )
         self.seeds, self.targets = seeds, target_entropies
 
     @property
     def dirs(self) -> List[str]:
         """Each agent's run directory, relative to ``root_dir`` (one agent: ``[""]``)."""
-        return [""] if self.seeds is None else [
-            agent_dir(s, t) for s, t in zip(self.seeds, self.targets or [None] * len(self.seeds))]
+        return (
+            [""]
+            if self.seeds is None
+            else [
+                agent_dir(s, t)
+                for s, t in zip(self.seeds, self.targets or [None] * len(self.seeds))
+            ]
+        )
 
-    def algorithm_ctor(self, batch_cls: Callable[..., Any], algorithm_ctor: Callable[..., Any],
-                       device: torch.device) -> Callable[..., Any]:
+    def algorithm_ctor(
+        self,
+        batch_cls: Callable[..., Any],
+        algorithm_ctor: Callable[..., Any],
+        device: torch.device,
+    ) -> Callable[..., Any]:
         """``algorithm_ctor`` for one agent, else a ctor of ``batch_cls`` of the K agents."""
         if self.seeds is None:
             return algorithm_ctor
-        return functools.partial(batch_cls, seeds=self.seeds, algorithm_ctor=algorithm_ctor,
-                                 target_entropies=self.targets, device=device)
+        return functools.partial(
+            batch_cls,
+            seeds=self.seeds,
+            algorithm_ctor=algorithm_ctor,
+            target_entropies=self.targets,
+            device=device,
+        )
 
     def write_configs(self, root_dir: str, trainer: str, algorithm: Any) -> None:
         """Each agent's ``operative_config.gin`` in its directory (one agent: none but the
@@ -122,8 +153,11 @@ class Agents:
             return
         controller = type(algorithm.entropy_target_algorithm).__name__
         text = gin.operative_config_str()
-        for name, seed, target in zip(self.dirs, self.seeds,
-                                      self.targets or [None] * len(self.seeds)):
+        for name, seed, target in zip(
+            self.dirs, self.seeds, self.targets or [None] * len(self.seeds)
+        ):
             config = agent_operative_config(text, trainer, seed, controller, target).encode()
-            ckpt.atomic_write_bytes(os.path.join(root_dir, name, "operative_config.gin"),
-                                    lambda f, config=config: f.write(config))
+            ckpt.atomic_write_bytes(
+                os.path.join(root_dir, name, "operative_config.gin"),
+                lambda f, config=config: f.write(config),
+            )

@@ -6,6 +6,7 @@ and asks through ``trainer.control`` (``False`` from ``on_iteration_end`` stops 
 calls no trainer method.  The trainer builds the built-in ones from its arguments and
 runs ``callbacks=[...]`` after them; all but ``SignalCallback`` are gin-configurable.
 """
+
 import contextlib
 import dataclasses
 import logging as py_logging
@@ -28,9 +29,18 @@ require_train_extra()  # gymnasium>=1.1 and tqdm: the `train` extra
 from tqdm import tqdm  # noqa: E402  (after the requirement check)
 from tqdm.contrib.logging import logging_redirect_tqdm  # noqa: E402
 
-__all__ = ["Callback", "CheckpointCallback", "EvaluationCallback", "ProgressBarCallback",
-           "SignalCallback", "SummaryCallback", "TimeBudgetCallback", "TrainerControl",
-           "TrainingAborted", "control_line"]
+__all__ = [
+    "Callback",
+    "CheckpointCallback",
+    "EvaluationCallback",
+    "ProgressBarCallback",
+    "SignalCallback",
+    "SummaryCallback",
+    "TimeBudgetCallback",
+    "TrainerControl",
+    "TrainingAborted",
+    "control_line",
+]
 
 Logs = Dict[str, List[Optional[float]]]
 
@@ -72,8 +82,12 @@ class Callback:
 def control_line(logs: Logs) -> str:
     """``eval return 187.30 alpha 0.125 entropy 0.68 target 0.68`` (K: ``min/mean/max``)."""
     parts = []
-    for tag, label, fmt in (("eval/return", "eval return", ".2f"), ("alpha", "alpha", ".4g"),
-                            ("entropy", "entropy", ".4g"), ("target_entropy", "target", ".4g")):
+    for tag, label, fmt in (
+        ("eval/return", "eval return", ".2f"),
+        ("alpha", "alpha", ".4g"),
+        ("entropy", "entropy", ".4g"),
+        ("target_entropy", "target", ".4g"),
+    ):
         values = [v for v in logs.get(tag) or [] if v is not None]
         if len(values) > 1:
             label, values = f"{label} min/mean/max", (min(values), np.mean(values), max(values))
@@ -91,9 +105,16 @@ class SummaryCallback(Callback):
         self.flush_secs = check_real("summary_flush_secs", flush_secs, positive=True)
 
     def on_training_start(self, trainer: Any) -> None:
-        summary.set_default_writer([summary.create_summary_writer(
-            os.path.join(trainer.root_dir, name, "train"), flush_secs=self.flush_secs)
-            for name in trainer.agent_dirs] if distributed.is_main_process() else None)
+        summary.set_default_writer(
+            [
+                summary.create_summary_writer(
+                    os.path.join(trainer.root_dir, name, "train"), flush_secs=self.flush_secs
+                )
+                for name in trainer.agent_dirs
+            ]
+            if distributed.is_main_process()
+            else None
+        )
 
     def on_iteration_start(self, trainer: Any) -> None:
         trainer.control.should_log = trainer.iteration % self.interval == 0
@@ -106,8 +127,7 @@ class SummaryCallback(Callback):
     def on_evaluate(self, trainer: Any, logs: Logs) -> None:
         with summary.record_if(lambda: True):
             summary.scalar("eval/return", logs["eval/return"], step=trainer.iteration)
-            summary.scalar("eval/return_vs_env_steps", logs["eval/return"],
-                           step=trainer.env_steps)
+            summary.scalar("eval/return_vs_env_steps", logs["eval/return"], step=trainer.env_steps)
 
     def on_training_end(self, trainer: Any) -> None:
         summary.close()  # flushed
@@ -121,9 +141,15 @@ class ProgressBarCallback(Callback):
         self._open = contextlib.ExitStack()  # the bar and the redirection
 
     def on_training_start(self, trainer: Any) -> None:
-        self._bar = self._open.enter_context(tqdm(
-            total=trainer.total_iterations, initial=trainer.iteration, unit="it",
-            dynamic_ncols=True, disable=None if distributed.is_main_process() else True))
+        self._bar = self._open.enter_context(
+            tqdm(
+                total=trainer.total_iterations,
+                initial=trainer.iteration,
+                unit="it",
+                dynamic_ncols=True,
+                disable=None if distributed.is_main_process() else True,
+            )
+        )
         if not self._bar.disable:
             root = py_logging.getLogger()
             self._open.callback(setattr, root, "handlers", root.handlers)
@@ -149,9 +175,11 @@ class TrainingAborted(Exception):
 
     def __init__(self, signum: int):
         self.signum = signum
-        super().__init__(f"stopped at once by a second {signal.Signals(signum).name}: no "
-                         "checkpoint written; run the same command to resume from the last "
-                         "checkpoint")
+        super().__init__(
+            f"stopped at once by a second {signal.Signals(signum).name}: no "
+            "checkpoint written; run the same command to resume from the last "
+            "checkpoint"
+        )
 
 
 class SignalCallback(Callback):
@@ -168,21 +196,25 @@ class SignalCallback(Callback):
         if self._signum is not None:
             raise TrainingAborted(signum)
         self._signum = signum
-        logging.warning("%s received: stopping after the current iteration and writing a "
-                        "checkpoint (send it again to stop at once, without one)",
-                        signal.Signals(signum).name)
+        logging.warning(
+            "%s received: stopping after the current iteration and writing a "
+            "checkpoint (send it again to stop at once, without one)",
+            signal.Signals(signum).name,
+        )
 
     def on_training_start(self, trainer: Any) -> None:
         self.stopped_by, self._signum = None, None
         if threading.current_thread() is threading.main_thread():  # else: keep the defaults
-            self._old = {s: signal.signal(s, self._on_signal)
-                         for s in (signal.SIGTERM, signal.SIGINT)}
+            self._old = {
+                s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)
+            }
 
     def on_iteration_end(self, trainer: Any) -> bool:
         signum = self._signum
         if distributed.is_distributed():  # one vote per rank
-            votes = distributed.all_reduce_mean(torch.tensor(
-                [0.0 if signum is None else 1.0], device=trainer.device))
+            votes = distributed.all_reduce_mean(
+                torch.tensor([0.0 if signum is None else 1.0], device=trainer.device)
+            )
             if float(votes) > 0 and signum is None:
                 signum = int(signal.SIGTERM)  # another rank's signal
         if signum is not None:
@@ -194,8 +226,12 @@ class SignalCallback(Callback):
             signal.signal(signum, handler)
         self._old = {}
         if self.stopped_by is not None:
-            logging.warning("Stopped by %s at iteration %d; saved %s",
-                            self.stopped_by, trainer.iteration, trainer.last_checkpoint)
+            logging.warning(
+                "Stopped by %s at iteration %d; saved %s",
+                self.stopped_by,
+                trainer.iteration,
+                trainer.last_checkpoint,
+            )
 
 
 class EvaluationCallback(Callback):
@@ -211,13 +247,15 @@ class EvaluationCallback(Callback):
         trainer.control.should_evaluate |= trainer.iteration == 0  # the curve's start
 
     def on_iteration_end(self, trainer: Any) -> bool:
-        trainer.control.should_evaluate |= (trainer.iteration % self._interval == 0
-                                            or trainer.limit_reached is not None)
+        trainer.control.should_evaluate |= (
+            trainer.iteration % self._interval == 0 or trainer.limit_reached is not None
+        )
         return True
 
     def on_evaluate(self, trainer: Any, logs: Logs) -> None:
-        logging.info("iteration %d env_steps %d %s", trainer.iteration, trainer.env_steps,
-                     control_line(logs))
+        logging.info(
+            "iteration %d env_steps %d %s", trainer.iteration, trainer.env_steps, control_line(logs)
+        )
         lowest = min(logs["eval/return"])
         if self._stop_return is not None and trainer.iteration > 0 and lowest >= self._stop_return:
             logging.info("eval return %.2f >= stop_eval_return: stopping", lowest)
@@ -246,7 +284,10 @@ class TimeBudgetCallback(Callback):
 
     def on_iteration_end(self, trainer: Any) -> bool:
         if distributed.broadcast_object(time.time() - self._start >= self._max_seconds):
-            logging.info("time budget of %.0f s spent: stopping at iteration %d",
-                         self._max_seconds, trainer.iteration)
+            logging.info(
+                "time budget of %.0f s spent: stopping at iteration %d",
+                self._max_seconds,
+                trainer.iteration,
+            )
             return False
         return True

@@ -18,6 +18,7 @@ random actions: a resumed run continues bit for bit.  K agents
 K agents' transitions of one env step; each agent draws its random actions and rows
 from its own generator (``algorithm.generators``).
 """
+
 from typing import Any, Callable, Dict, Optional, Sequence
 
 import torch
@@ -72,21 +73,38 @@ class OffPolicyTrainer(Trainer):
 
     agent_batch = ManySacAgents
 
-    def __init__(self, root_dir: str, *, env_id: str = "Pendulum-v1", num_envs: int = 1,
-                 algorithm_ctor: Callable[..., Algorithm] = SacAlgorithm,
-                 initial_collect_steps: int = 1000, replay_buffer_length: int = 1_000_000,
-                 mini_batch_size: int = 256, num_updates_per_train_iter: int = 1,
-                 checkpoint_replay_buffer: bool = True, num_iterations: Optional[int] = None,
-                 num_env_steps: Optional[int] = None, seed: int = 0, num_agents: int = 1,
-                 seeds: Optional[Sequence[int]] = None,
-                 target_entropies: Optional[Sequence[Any]] = None,
-                 env_ctor: Callable[..., Any] = GymVectorEnv, device: Any = "auto",
-                 num_threads: Optional[int] = None, max_checkpoints: int = 3,
-                 allow_config_change: bool = False, summary_interval: int = 1000,
-                 checkpoint_interval: Optional[int] = 10000, eval_interval: Optional[int] = None,
-                 num_eval_episodes: int = 10, progress_bar: bool = True,
-                 summary_flush_secs: float = 10.0, stop_eval_return: Optional[float] = None,
-                 callbacks: Sequence[Callback] = ()):
+    def __init__(
+        self,
+        root_dir: str,
+        *,
+        env_id: str = "Pendulum-v1",
+        num_envs: int = 1,
+        algorithm_ctor: Callable[..., Algorithm] = SacAlgorithm,
+        initial_collect_steps: int = 1000,
+        replay_buffer_length: int = 1_000_000,
+        mini_batch_size: int = 256,
+        num_updates_per_train_iter: int = 1,
+        checkpoint_replay_buffer: bool = True,
+        num_iterations: Optional[int] = None,
+        num_env_steps: Optional[int] = None,
+        seed: int = 0,
+        num_agents: int = 1,
+        seeds: Optional[Sequence[int]] = None,
+        target_entropies: Optional[Sequence[Any]] = None,
+        env_ctor: Callable[..., Any] = GymVectorEnv,
+        device: Any = "auto",
+        num_threads: Optional[int] = None,
+        max_checkpoints: int = 3,
+        allow_config_change: bool = False,
+        summary_interval: int = 1000,
+        checkpoint_interval: Optional[int] = 10000,
+        eval_interval: Optional[int] = None,
+        num_eval_episodes: int = 10,
+        progress_bar: bool = True,
+        summary_flush_secs: float = 10.0,
+        stop_eval_return: Optional[float] = None,
+        callbacks: Sequence[Callback] = (),
+    ):
         run_dir = RunDir(root_dir, allow_config_change)
         name = type(self).__name__
         envs = ranks.per_rank(f"{name}.num_envs", num_envs)
@@ -94,43 +112,61 @@ class OffPolicyTrainer(Trainer):
         self._mini_batch_size = ranks.per_rank(f"{name}.mini_batch_size", mini_batch_size)
         for arg, rows in (("num_envs", num_envs), ("mini_batch_size", mini_batch_size)):
             if rows > replay_buffer_length:  # a step adds num_envs rows
-                raise ValueError(f"{arg} ({rows}) must be <= replay_buffer_length "
-                                 f"({replay_buffer_length})")
+                raise ValueError(
+                    f"{arg} ({rows}) must be <= replay_buffer_length ({replay_buffer_length})"
+                )
         limits = Limits(num_iterations, num_env_steps, num_envs)
         n = check_int("initial_collect_steps", initial_collect_steps, minimum=0)
         if n > limits.total_iterations * num_envs:
-            raise ValueError(f"initial_collect_steps ({n}) must be <= the env steps the run "
-                             f"takes ({limits.total_iterations * num_envs}: num_iterations="
-                             f"{num_iterations}, num_env_steps={num_env_steps}, num_envs="
-                             f"{num_envs}): it would end before learning starts; e.g. "
-                             f"--gin_param '{name}.initial_collect_steps = "
-                             f"{limits.total_iterations * num_envs}'")
+            raise ValueError(
+                f"initial_collect_steps ({n}) must be <= the env steps the run "
+                f"takes ({limits.total_iterations * num_envs}: num_iterations="
+                f"{num_iterations}, num_env_steps={num_env_steps}, num_envs="
+                f"{num_envs}): it would end before learning starts; e.g. "
+                f"--gin_param '{name}.initial_collect_steps = "
+                f"{limits.total_iterations * num_envs}'"
+            )
         self._initial_collect_steps = n
-        self._learning_starts = max(1, min(n // distributed.env_world_size(),
-                                           self._buffer_length))
-        self._num_updates = check_int("num_updates_per_train_iter", num_updates_per_train_iter,
-                                      minimum=1)
+        self._learning_starts = max(1, min(n // distributed.env_world_size(), self._buffer_length))
+        self._num_updates = check_int(
+            "num_updates_per_train_iter", num_updates_per_train_iter, minimum=1
+        )
         self._checkpoint_replay_buffer = bool(checkpoint_replay_buffer)
         if not self._checkpoint_replay_buffer:
-            logging.warning("checkpoint_replay_buffer=False: checkpoints omit the replay "
-                            "buffer, so a resumed run refills it and is only approximately "
-                            "the same as an uninterrupted one")
+            logging.warning(
+                "checkpoint_replay_buffer=False: checkpoints omit the replay "
+                "buffer, so a resumed run refills it and is only approximately "
+                "the same as an uninterrupted one"
+            )
         super().__init__(
-            run_dir=run_dir, env_id=env_id, num_envs=envs, algorithm_ctor=algorithm_ctor,
-            limits=limits, agents=Agents(num_agents, seeds, target_entropies, seed),
-            env_ctor=env_ctor, device=device, num_threads=num_threads,
-            max_checkpoints=max_checkpoints, summary_interval=summary_interval,
-            checkpoint_interval=checkpoint_interval, eval_interval=eval_interval,
-            num_eval_episodes=num_eval_episodes, progress_bar=progress_bar,
-            summary_flush_secs=summary_flush_secs, stop_eval_return=stop_eval_return,
-            callbacks=callbacks)
+            run_dir=run_dir,
+            env_id=env_id,
+            num_envs=envs,
+            algorithm_ctor=algorithm_ctor,
+            limits=limits,
+            agents=Agents(num_agents, seeds, target_entropies, seed),
+            env_ctor=env_ctor,
+            device=device,
+            num_threads=num_threads,
+            max_checkpoints=max_checkpoints,
+            summary_interval=summary_interval,
+            checkpoint_interval=checkpoint_interval,
+            eval_interval=eval_interval,
+            num_eval_episodes=num_eval_episodes,
+            progress_bar=progress_bar,
+            summary_flush_secs=summary_flush_secs,
+            stop_eval_return=stop_eval_return,
+            callbacks=callbacks,
+        )
 
     def _build_algorithm(self, algorithm_ctor: Callable[..., Algorithm]) -> Algorithm:
         """Check the action spec; make the buffer and the random actions' bounds."""
         action_spec = self._action_spec
         if not isinstance(action_spec, BoundedTensorSpec):  # a nest is none
-            raise TypeError("OffPolicyTrainer: the environment must have a single bounded "
-                            f"action space (Box or Discrete), got {action_spec!r}")
+            raise TypeError(
+                "OffPolicyTrainer: the environment must have a single bounded "
+                f"action space (Box or Discrete), got {action_spec!r}"
+            )
         self.replay_buffer = ReplayBuffer(self._buffer_length, device=self.device)
         self._random_low = torch.as_tensor(action_spec.minimum, device=self.device)
         self._random_high = torch.as_tensor(action_spec.maximum, device=self.device)
@@ -158,15 +194,18 @@ class OffPolicyTrainer(Trainer):
         action = action.to(self._action_spec.dtype)
         self._time_step = self.env.step(action)
         transition = Transition(
-            observation=time_step.observation, action=action, reward=self._time_step.reward,
-            discount=self._time_step.discount, next_observation=self._time_step.observation,
-            valid=time_step.step_type != StepType.LAST)
+            observation=time_step.observation,
+            action=action,
+            reward=self._time_step.reward,
+            discount=self._time_step.discount,
+            next_observation=self._time_step.observation,
+            valid=time_step.step_type != StepType.LAST,
+        )
         # A row is one env's step (of every agent: [B, K, ...]).
         self.replay_buffer.add(nest.map_structure(lambda x: x.movedim(nb, 0), transition))
         if self.replay_buffer.size >= self._learning_starts:
             for _ in range(self._num_updates):
-                algorithm.train_step(self.replay_buffer.sample(self._mini_batch_size,
-                                                                generators))
+                algorithm.train_step(self.replay_buffer.sample(self._mini_batch_size, generators))
         return self._limits.steps_per_iteration  # all ranks' env steps
 
     def _extra_state(self) -> Dict[str, Any]:
@@ -176,9 +215,11 @@ class OffPolicyTrainer(Trainer):
 
     def _load_extra_state(self, state: Dict[str, Any]) -> None:
         if "replay_buffer" not in state:
-            logging.warning("The checkpoint holds no replay buffer: it is refilled before "
-                            "updates resume, so this run is not bit-exact with an "
-                            "uninterrupted one.")
+            logging.warning(
+                "The checkpoint holds no replay buffer: it is refilled before "
+                "updates resume, so this run is not bit-exact with an "
+                "uninterrupted one."
+            )
             return
         # Into a new buffer, swapped in once it loaded: a damaged one changes nothing.
         lead = (1, *self.algorithm.batch_shape)

@@ -12,6 +12,7 @@ Everything around it is :class:`~alf_entropy.trainers.trainer.Trainer`'s.  Nothi
 the path reads tensors on the host but the environment step.  K agents are
 :class:`~alf_entropy.algorithms.many_agents.ManyAgents` on ``AgentEnvs``: the same loop.
 """
+
 from typing import Any, Callable, List, Optional, Sequence
 
 import torch
@@ -76,31 +77,57 @@ class OnPolicyTrainer(Trainer):
 
     agent_batch = ManyAgents
 
-    def __init__(self, root_dir: str, *, env_id: str = "CartPole-v1", num_envs: int = 8,
-                 algorithm_ctor: Callable[..., Algorithm] = PPOAlgorithm,
-                 unroll_length: int = 128, num_iterations: Optional[int] = None,
-                 num_env_steps: Optional[int] = None, seed: int = 0, num_agents: int = 1,
-                 seeds: Optional[Sequence[int]] = None,
-                 target_entropies: Optional[Sequence[Any]] = None,
-                 env_ctor: Callable[..., Any] = GymVectorEnv, device: Any = "auto",
-                 num_threads: Optional[int] = None, max_checkpoints: int = 3,
-                 allow_config_change: bool = False, summary_interval: int = 10,
-                 checkpoint_interval: Optional[int] = 100, eval_interval: Optional[int] = None,
-                 num_eval_episodes: int = 10, progress_bar: bool = True,
-                 summary_flush_secs: float = 10.0, stop_eval_return: Optional[float] = None,
-                 callbacks: Sequence[Callback] = ()):
+    def __init__(
+        self,
+        root_dir: str,
+        *,
+        env_id: str = "CartPole-v1",
+        num_envs: int = 8,
+        algorithm_ctor: Callable[..., Algorithm] = PPOAlgorithm,
+        unroll_length: int = 128,
+        num_iterations: Optional[int] = None,
+        num_env_steps: Optional[int] = None,
+        seed: int = 0,
+        num_agents: int = 1,
+        seeds: Optional[Sequence[int]] = None,
+        target_entropies: Optional[Sequence[Any]] = None,
+        env_ctor: Callable[..., Any] = GymVectorEnv,
+        device: Any = "auto",
+        num_threads: Optional[int] = None,
+        max_checkpoints: int = 3,
+        allow_config_change: bool = False,
+        summary_interval: int = 10,
+        checkpoint_interval: Optional[int] = 100,
+        eval_interval: Optional[int] = None,
+        num_eval_episodes: int = 10,
+        progress_bar: bool = True,
+        summary_flush_secs: float = 10.0,
+        stop_eval_return: Optional[float] = None,
+        callbacks: Sequence[Callback] = (),
+    ):
         run_dir = RunDir(root_dir, allow_config_change)
         envs = ranks.per_rank(f"{type(self).__name__}.num_envs", num_envs)
         self._unroll_length = check_int("unroll_length", unroll_length, minimum=1)
         super().__init__(
-            run_dir=run_dir, env_id=env_id, num_envs=envs, algorithm_ctor=algorithm_ctor,
+            run_dir=run_dir,
+            env_id=env_id,
+            num_envs=envs,
+            algorithm_ctor=algorithm_ctor,
             limits=Limits(num_iterations, num_env_steps, unroll_length * num_envs),
-            agents=Agents(num_agents, seeds, target_entropies, seed), env_ctor=env_ctor,
-            device=device, num_threads=num_threads, max_checkpoints=max_checkpoints,
-            summary_interval=summary_interval, checkpoint_interval=checkpoint_interval,
-            eval_interval=eval_interval, num_eval_episodes=num_eval_episodes,
-            progress_bar=progress_bar, summary_flush_secs=summary_flush_secs,
-            stop_eval_return=stop_eval_return, callbacks=callbacks)
+            agents=Agents(num_agents, seeds, target_entropies, seed),
+            env_ctor=env_ctor,
+            device=device,
+            num_threads=num_threads,
+            max_checkpoints=max_checkpoints,
+            summary_interval=summary_interval,
+            checkpoint_interval=checkpoint_interval,
+            eval_interval=eval_interval,
+            num_eval_episodes=num_eval_episodes,
+            progress_bar=progress_bar,
+            summary_flush_secs=summary_flush_secs,
+            stop_eval_return=stop_eval_return,
+            callbacks=callbacks,
+        )
 
     def _train_iteration(self) -> int:
         """Collect ``unroll_length`` steps and train on them; return the env steps."""

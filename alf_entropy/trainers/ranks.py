@@ -1,4 +1,5 @@
 """Where a run computes: the device, the ranks under ``torchrun``, the seeds."""
+
 from typing import Any
 
 import torch
@@ -39,7 +40,9 @@ def per_rank(name: str, total: int) -> int:
     """
     world = distributed.env_world_size()
     if check_int(name, total, minimum=1) % world:
-        raise ValueError(f"{name} ({total}) is the total over all ranks and must be divisible "
-                         f"by the number of ranks ({world}): e.g. --gin_param '{name} = "
-                         f"{-(-total // world) * world}'")
+        raise ValueError(
+            f"{name} ({total}) is the total over all ranks and must be divisible "
+            f"by the number of ranks ({world}): e.g. --gin_param '{name} = "
+            f"{-(-total // world) * world}'"
+        )
     return total // world

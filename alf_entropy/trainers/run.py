@@ -8,6 +8,7 @@ rank's share of the environments.  The run builds the algorithm and environments
 them, holds the counters and its checkpoints (``Checkpointer``): it resumes from the
 newest that fits, environments included.
 """
+
 from typing import Any, Callable, Dict, Optional
 
 import torch
@@ -71,10 +72,19 @@ class Run:
     agent_batch: type = AgentBatch
     """The class that trains K agents of this trainer's algorithms as one."""
 
-    def __init__(self, run_dir: RunDir, env_id: str, num_envs: int,
-                 algorithm_ctor: Callable[..., Algorithm], limits: Limits, agents: Agents,
-                 env_ctor: Callable[..., Any], device: Any, num_threads: Optional[int],
-                 max_checkpoints: int):
+    def __init__(
+        self,
+        run_dir: RunDir,
+        env_id: str,
+        num_envs: int,
+        algorithm_ctor: Callable[..., Algorithm],
+        limits: Limits,
+        agents: Agents,
+        env_ctor: Callable[..., Any],
+        device: Any,
+        num_threads: Optional[int],
+        max_checkpoints: int,
+    ):
         self._run_dir, self._limits, self._agents = run_dir, limits, agents
         self.root_dir, self.agent_dirs = run_dir.path, agents.dirs
         self.seeds = list(agents.seeds or [agents.seed])
@@ -98,16 +108,19 @@ class Run:
         self._observation_spec, self._action_spec = probe.observation_spec, probe.action_spec
         probe.close()
         self.algorithm = self._build_algorithm(
-            agents.algorithm_ctor(self.agent_batch, algorithm_ctor, self.device))
+            agents.algorithm_ctor(self.agent_batch, algorithm_ctor, self.device)
+        )
         self.algorithm.to(self.device)
         self.device = distributed.init_from_env(self.device)
         if distributed.is_distributed():
             distributed.broadcast_module_(self.algorithm)  # the same start everywhere
             ranks.seed_all(seed + distributed.rank() * ranks.RANK_SEED_OFFSET)  # own samples
         self._env_ctor = agent_env_ctor(env_ctor, agents.seeds, seed)  # seeds checked
-        check_bindings_used(type(self).__name__,  # before anything is written
-                            getattr(self.algorithm, "entropy_target_algorithm", None),
-                            EntropyController)
+        check_bindings_used(
+            type(self).__name__,  # before anything is written
+            getattr(self.algorithm, "entropy_target_algorithm", None),
+            EntropyController,
+        )
         with self._run_dir.opening():
             self._run_dir.take()
             found = self._checkpointer.restore_newest(self.algorithm, self._load_own)
@@ -135,20 +148,31 @@ class Run:
 
     def _start_env(self):
         """Build the training envs; restore their saved state or reset them."""
-        env = self._env_ctor(self._env_id, num_envs=self._num_envs, device=self.device,
-                             # Rank r's envs continue the numbering of the global batch.
-                             seed=self._agents.seed + (self.iteration * distributed.world_size()
-                                                       + distributed.rank()) * self._num_envs)
+        env = self._env_ctor(
+            self._env_id,
+            num_envs=self._num_envs,
+            device=self.device,
+            # Rank r's envs continue the numbering of the global batch.
+            seed=self._agents.seed
+            + (self.iteration * distributed.world_size() + distributed.rank()) * self._num_envs,
+        )
         restored, self._restored_env = self._restored_env, None
         if restored:
             env.set_state(ckpt.tensor_to_bytes(restored["state"]))
-            return env, TimeStep(**{k: v.to(self.device) if isinstance(v, torch.Tensor) else v
-                                    for k, v in restored["time_step"].items()})
+            return env, TimeStep(
+                **{
+                    k: v.to(self.device) if isinstance(v, torch.Tensor) else v
+                    for k, v in restored["time_step"].items()
+                }
+            )
         if restored is not None:  # resumed from a checkpoint without env state
-            logging.warning("The checkpoint holds no state of the %s environments (they cannot "
-                            "be pickled, or training was interrupted mid-iteration): their "
-                            "episodes restart, so the resumed run is not bit-exact with an "
-                            "uninterrupted one.", self._env_id)
+            logging.warning(
+                "The checkpoint holds no state of the %s environments (they cannot "
+                "be pickled, or training was interrupted mid-iteration): their "
+                "episodes restart, so the resumed run is not bit-exact with an "
+                "uninterrupted one.",
+                self._env_id,
+            )
         return env, env.reset()
 
     def close(self) -> None:
@@ -161,11 +185,17 @@ class Run:
         self._limits.update_progress(self.iteration, self.env_steps)
         get_state = None if self._in_iteration else getattr(self.env, "get_state", None)
         state = None if get_state is None else get_state()
-        env = {} if state is None else {"state": ckpt.bytes_to_tensor(state),
-                                        "time_step": self._time_step._asdict()}
+        env = (
+            {}
+            if state is None
+            else {"state": ckpt.bytes_to_tensor(state), "time_step": self._time_step._asdict()}
+        )
         self.last_checkpoint = self._checkpointer.save(
-            self.iteration, self.env_steps, self.algorithm,
-            {"env": env, "extra": self._extra_state()})
+            self.iteration,
+            self.env_steps,
+            self.algorithm,
+            {"env": env, "extra": self._extra_state()},
+        )
         return self.last_checkpoint
 
     def load_checkpoint(self, path: str) -> None:

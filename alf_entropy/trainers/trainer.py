@@ -9,6 +9,7 @@ envs, counters, checkpoints -- are :class:`~alf_entropy.trainers.run.Run`'s.  K 
 (``num_agents``/``seeds``) are data, not a mode: each writes to its own run directory.
 Under ``torchrun`` (one agent per rank) rank 0 alone evaluates and writes.
 """
+
 import gc
 import sys
 import time
@@ -60,10 +61,19 @@ class Trainer(Run):
         TypeError: if a callback is not a ``Callback``.
     """
 
-    def __init__(self, *, summary_interval: int, checkpoint_interval: Optional[int],
-                 eval_interval: Optional[int], num_eval_episodes: int, progress_bar: bool,
-                 summary_flush_secs: float, stop_eval_return: Optional[float],
-                 callbacks: Sequence[Callback], **run: Any):
+    def __init__(
+        self,
+        *,
+        summary_interval: int,
+        checkpoint_interval: Optional[int],
+        eval_interval: Optional[int],
+        num_eval_episodes: int,
+        progress_bar: bool,
+        summary_flush_secs: float,
+        stop_eval_return: Optional[float],
+        callbacks: Sequence[Callback],
+        **run: Any,
+    ):
         self._num_eval_episodes = check_int("num_eval_episodes", num_eval_episodes, minimum=1)
         for callback in callbacks:
             if not isinstance(callback, Callback):
@@ -115,21 +125,30 @@ class Trainer(Run):
             gc.freeze()
         try:
             if done:
-                logging.info("Nothing to do: the run in %s is already at %s (iteration %d, %d "
-                             "env steps)", self.root_dir, self.limit_reached, self.iteration,
-                             self.env_steps)
+                logging.info(
+                    "Nothing to do: the run in %s is already at %s (iteration %d, %d env steps)",
+                    self.root_dir,
+                    self.limit_reached,
+                    self.iteration,
+                    self.env_steps,
+                )
             else:
                 self._loop(start)
         finally:
             if freeze:
                 gc.unfreeze()
             self.close()  # the run is over: another process may take the directory
-        return dict(iteration=self.iteration, env_steps=self.env_steps,
-                    last_return=self.metrics.get("return"),
-                    eval_return=self.metrics.get("eval/return"), wall_time=time.time() - start,
-                    eval_time=self._eval_time, already_done=done,
-                    stopped_by=None if done else self._signals.stopped_by,
-                    checkpoint=self.last_checkpoint)
+        return dict(
+            iteration=self.iteration,
+            env_steps=self.env_steps,
+            last_return=self.metrics.get("return"),
+            eval_return=self.metrics.get("eval/return"),
+            wall_time=time.time() - start,
+            eval_time=self._eval_time,
+            already_done=done,
+            stopped_by=None if done else self._signals.stopped_by,
+            checkpoint=self.last_checkpoint,
+        )
 
     def _loop(self, start):
         """Callbacks decide, the loop acts (module docstring)."""
@@ -173,7 +192,7 @@ class Trainer(Run):
                     self.env.close()
                 self.env, self._time_step, self._in_iteration = None, None, False
             running = sys.exc_info()[1] is not None  # the run's own error goes on unhidden
-            for error in errors[0 if running else 1:]:
+            for error in errors[0 if running else 1 :]:
                 logging.error("on_training_end failed", exc_info=error)
             if errors and not running:
                 raise errors[0]
@@ -216,8 +235,10 @@ class Trainer(Run):
         logs = summary.last_scalars()
         controller = getattr(self.algorithm, "entropy_target_algorithm", None)
         coefficient = getattr(self.algorithm, "entropy_coefficient", None)
-        for tag, value in (("alpha", coefficient() if callable(coefficient) else None),
-                           ("target_entropy", getattr(controller, "target_entropy", None))):
+        for tag, value in (
+            ("alpha", coefficient() if callable(coefficient) else None),
+            ("target_entropy", getattr(controller, "target_entropy", None)),
+        ):
             if value is not None:
                 logs[tag] = torch.as_tensor(value, dtype=torch.float32).reshape(-1).tolist()
         return logs
@@ -231,11 +252,14 @@ class Trainer(Run):
         try:
             returns, _ = run_episodes(  # the deterministic policy's
                 self._env_id,
-                lambda observation: self.algorithm.predict_step(
-                    TimeStep(observation=observation)).output,
+                lambda observation: (
+                    self.algorithm.predict_step(TimeStep(observation=observation)).output
+                ),
                 seed=self._agents.seed + EVAL_SEED_OFFSET,
-                num_episodes=num_episodes or self._num_eval_episodes, device=self.device,
-                env_ctor=self._env_ctor)  # the training envs' own ctor, per agent
+                num_episodes=num_episodes or self._num_eval_episodes,
+                device=self.device,
+                env_ctor=self._env_ctor,
+            )  # the training envs' own ctor, per agent
         finally:
             self.algorithm.train()
         per_agent = np.reshape(returns, (self.num_agents, -1)).mean(1).tolist()
@@ -243,4 +267,3 @@ class Trainer(Run):
         self._eval_time += time.time() - start
         self._call("on_evaluate", dict(self._control_logs(), **{"eval/return": per_agent}))
         return min(per_agent)
-

@@ -4,6 +4,7 @@ Each check returns the normalised value (a ``float``/``int``) or raises a
 ``TypeError`` (wrong type) or ``ValueError`` (out of range) that names the
 argument and what is allowed, as the package's standards require.
 """
+
 import math
 import numbers
 import operator
@@ -14,8 +15,9 @@ __all__ = ["is_real", "check_real", "check_int", "check_step", "check_callable",
 
 def is_real(value: Any) -> bool:
     """True for a real number that is not a ``bool`` (numpy scalars included)."""
-    return type(value) in (float, int) or (isinstance(value, numbers.Real)
-                                           and not isinstance(value, bool))
+    return type(value) in (float, int) or (
+        isinstance(value, numbers.Real) and not isinstance(value, bool)
+    )
 
 
 def check_real(
@@ -36,8 +38,10 @@ def check_real(
     if value is None and allow_none:
         return None
     if not is_real(value):
-        raise TypeError(f"{name} must be a real number{' or None' if allow_none else ''}, got "
-                        f"{type(value).__name__}: {value!r}")
+        raise TypeError(
+            f"{name} must be a real number{' or None' if allow_none else ''}, got "
+            f"{type(value).__name__}: {value!r}"
+        )
     v = float(value)
     if (finite and not math.isfinite(v)) or math.isnan(v):
         raise ValueError(f"{name} must be finite, got {value!r}")

@@ -10,6 +10,7 @@ and never reading the device: :func:`estimated_entropy` (Monte Carlo) and
 ``BoundedTensorSpec`` element has inclusive bounds ``[m, M]``: a continuous one
 is an interval of width ``M - m``, a discrete one has ``N = M - m + 1`` choices.
 """
+
 import functools
 import math
 from typing import Any, List, Optional, Sequence, Tuple
@@ -22,9 +23,15 @@ from alf_entropy.tensor_specs import BoundedTensorSpec, TensorSpec
 from alf_entropy.utils import nest
 from alf_entropy.utils.checks import check_int, check_real
 
-__all__ = ["greedy_probability_target", "entropy_per_log_alpha", "calc_default_target_entropy",
-           "calc_default_max_entropy", "calc_max_possible_entropy", "estimated_entropy",
-           "entropy_with_fallback"]
+__all__ = [
+    "greedy_probability_target",
+    "entropy_per_log_alpha",
+    "calc_default_target_entropy",
+    "calc_default_max_entropy",
+    "calc_max_possible_entropy",
+    "estimated_entropy",
+    "entropy_with_fallback",
+]
 
 
 def _spec_leaves(spec: Any, fn_name: str) -> List[TensorSpec]:
@@ -33,12 +40,15 @@ def _spec_leaves(spec: Any, fn_name: str) -> List[TensorSpec]:
         raise TypeError(f"{fn_name}: spec must be a TensorSpec or a nest of them, got None")
     leaves = nest.flatten(spec)
     if not leaves:
-        raise ValueError(f"{fn_name}: spec is an empty nest; it must contain at least one "
-                         "TensorSpec")
+        raise ValueError(
+            f"{fn_name}: spec is an empty nest; it must contain at least one TensorSpec"
+        )
     for leaf in leaves:
         if not isinstance(leaf, TensorSpec):
-            raise TypeError(f"{fn_name}: spec must be a TensorSpec or a nest of them, found a "
-                            f"leaf of type {type(leaf).__name__}: {leaf!r}")
+            raise TypeError(
+                f"{fn_name}: spec must be a TensorSpec or a nest of them, found a "
+                f"leaf of type {type(leaf).__name__}: {leaf!r}"
+            )
     return leaves
 
 
@@ -55,12 +65,16 @@ def _check_bounded(spec: TensorSpec, fn_name: str) -> Tuple[np.ndarray, np.ndarr
     """Bounds of ``spec``; ValueError if unbounded or a continuous element is degenerate."""
     bounds = _element_bounds(spec)
     if bounds is None or not (np.isfinite(bounds[0]).all() and np.isfinite(bounds[1]).all()):
-        raise ValueError(f"{fn_name}: spec must be a BoundedTensorSpec with finite minimum and "
-                         f"maximum, got {spec!r}")
+        raise ValueError(
+            f"{fn_name}: spec must be a BoundedTensorSpec with finite minimum and "
+            f"maximum, got {spec!r}"
+        )
     lo, hi = bounds
     if spec.is_continuous and np.any(hi - lo <= 0):
-        raise ValueError(f"{fn_name}: continuous spec {spec!r} has an element with maximum == "
-                         "minimum; every distribution over it has entropy -inf")
+        raise ValueError(
+            f"{fn_name}: continuous spec {spec!r} has an element with maximum == "
+            "minimum; every distribution over it has entropy -inf"
+        )
     return lo, hi
 
 
@@ -83,13 +97,17 @@ class GreedyProbabilityTarget(float):
         it is one scalar action); ``name`` heads the message."""
         leaves = nest.flatten(spec)
         if any(not leaf.is_discrete for leaf in leaves):
-            raise ValueError(f"{name}: target_entropy is a greedy_probability_target (for "
-                             f"{self.num_actions} discrete actions), but the action spec has "
-                             "continuous actions; state a target in nats")
+            raise ValueError(
+                f"{name}: target_entropy is a greedy_probability_target (for "
+                f"{self.num_actions} discrete actions), but the action spec has "
+                "continuous actions; state a target in nats"
+            )
         n = int(leaves[0].maximum.max() - leaves[0].minimum.min()) + 1
         if len(leaves) == 1 and not leaves[0].shape and n != self.num_actions:
-            raise ValueError(f"{name}: target_entropy is a greedy_probability_target for "
-                             f"{self.num_actions} actions, but the action spec has {n}")
+            raise ValueError(
+                f"{name}: target_entropy is a greedy_probability_target for "
+                f"{self.num_actions} actions, but the action spec has {n}"
+            )
 
 
 def greedy_probability_target(p: float, num_actions: int) -> GreedyProbabilityTarget:
@@ -214,15 +232,18 @@ def estimated_entropy(
         ``(entropy, entropy_for_gradient)``, both of shape ``dist.batch_shape``.
     """
     if not isinstance(dist, td.Distribution):
-        raise TypeError(f"estimated_entropy: dist must be a torch.distributions.Distribution, "
-                        f"got {type(dist).__name__}")
+        raise TypeError(
+            f"estimated_entropy: dist must be a torch.distributions.Distribution, "
+            f"got {type(dist).__name__}"
+        )
     sample_shape = torch.Size([check_int("num_samples", num_samples, minimum=1)])
     x = dist.rsample(sample_shape) if dist.has_rsample else dist.sample(sample_shape)
     reparameterized = dist.has_rsample and x.dtype.is_floating_point
     neg_log_prob = -dist.log_prob(x if reparameterized else x.detach())
     entropy = neg_log_prob.mean(dim=0)
-    entropy_for_gradient = (entropy if reparameterized
-                            else (-0.5 * neg_log_prob.square()).mean(dim=0))
+    entropy_for_gradient = (
+        entropy if reparameterized else (-0.5 * neg_log_prob.square()).mean(dim=0)
+    )
     if check_numerics and not bool(torch.isfinite(neg_log_prob).all()):
         raise ValueError(f"estimated_entropy: non-finite entropy estimate for {dist!r}")
     return entropy, entropy_for_gradient
@@ -233,8 +254,11 @@ def _affine_parts(transforms: Sequence[td.Transform]) -> Optional[List[td.Affine
     or None if a part is not affine."""
     parts: List[td.AffineTransform] = []
     for t in transforms:
-        sub = _affine_parts(t.parts) if isinstance(t, td.ComposeTransform) else (
-            [t] if isinstance(t, td.AffineTransform) else None)
+        sub = (
+            _affine_parts(t.parts)
+            if isinstance(t, td.ComposeTransform)
+            else ([t] if isinstance(t, td.AffineTransform) else None)
+        )
         if sub is None:
             return None
         parts.extend(sub)
@@ -288,16 +312,20 @@ def _reduce_to_spec(
     """Sum per-element entropies over the spec dims not covered by the event shape."""
     where = f" at '{path}'" if path else ""
     if not isinstance(spec, TensorSpec):
-        raise TypeError(f"entropy_with_fallback: action_spec leaves must be TensorSpec, got "
-                        f"{type(spec).__name__}{where}")
+        raise TypeError(
+            f"entropy_with_fallback: action_spec leaves must be TensorSpec, got "
+            f"{type(spec).__name__}{where}"
+        )
     full_shape = tuple(dist.batch_shape + dist.event_shape)
     spec_shape = tuple(spec.shape)
     k = len(spec_shape) - len(dist.event_shape)
-    tail = full_shape[len(full_shape) - len(spec_shape):]
+    tail = full_shape[len(full_shape) - len(spec_shape) :]
     if not 0 <= k <= len(dist.batch_shape) or tail != spec_shape:
-        raise ValueError(f"entropy_with_fallback: distribution{where} with batch_shape "
-                         f"{tuple(dist.batch_shape)} and event_shape {tuple(dist.event_shape)} "
-                         f"does not end with the action_spec shape {spec_shape}")
+        raise ValueError(
+            f"entropy_with_fallback: distribution{where} with batch_shape "
+            f"{tuple(dist.batch_shape)} and event_shape {tuple(dist.event_shape)} "
+            f"does not end with the action_spec shape {spec_shape}"
+        )
     return tuple(_sum_rightmost(e, k) for e in entropies)
 
 
@@ -334,26 +362,35 @@ def entropy_with_fallback(
         return results[0], results[1]
     flat_paths = nest.flatten_with_path(distributions)
     if not flat_paths:
-        raise ValueError("entropy_with_fallback: distributions must contain at least one "
-                         "Distribution")
+        raise ValueError(
+            "entropy_with_fallback: distributions must contain at least one Distribution"
+        )
     for path, dist in flat_paths:
         if not isinstance(dist, td.Distribution):
             where = f" at '{path}'" if path else ""
-            raise TypeError(f"entropy_with_fallback: leaves must be "
-                            f"torch.distributions.Distribution, got {type(dist).__name__}{where}")
+            raise TypeError(
+                f"entropy_with_fallback: leaves must be "
+                f"torch.distributions.Distribution, got {type(dist).__name__}{where}"
+            )
     results = [_leaf_entropy(d) for _, d in flat_paths]
     if action_spec is not None:
         nest.assert_same_structure(distributions, action_spec)
         specs = nest.flatten(action_spec)
-        results = [_reduce_to_spec(path, dist, spec, res)
-                   for (path, dist), spec, res in zip(flat_paths, specs, results)]
+        results = [
+            _reduce_to_spec(path, dist, spec, res)
+            for (path, dist), spec, res in zip(flat_paths, specs, results)
+        ]
     entropies, grads = [r[0] for r in results], [r[1] for r in results]
     if not return_sum:
-        return (nest.pack_sequence_as(distributions, entropies),
-                nest.pack_sequence_as(distributions, grads))
+        return (
+            nest.pack_sequence_as(distributions, entropies),
+            nest.pack_sequence_as(distributions, grads),
+        )
     shapes = {tuple(e.shape) for e in entropies}
     if len(shapes) > 1:
         detail = ", ".join(f"'{p}': {tuple(e.shape)}" for (p, _), e in zip(flat_paths, entropies))
-        raise ValueError(f"entropy_with_fallback: cannot sum entropies of different shapes "
-                         f"({detail}); pass action_spec to reduce them or use return_sum=False")
+        raise ValueError(
+            f"entropy_with_fallback: cannot sum entropies of different shapes "
+            f"({detail}); pass action_spec to reduce them or use return_sum=False"
+        )
     return functools.reduce(torch.add, entropies), functools.reduce(torch.add, grads)

@@ -22,11 +22,29 @@ import torch.nn as nn
 
 from alf_entropy.utils.checks import check_real
 
-__all__ = ["DEFAULT_TIMEOUT_S", "TIMEOUT_ENV", "DistributedError", "env_world_size",
-           "init_from_env", "shutdown", "is_distributed", "world_size", "rank", "rank_device",
-           "local_rank", "is_main_process", "all_reduce_masked_mean", "all_reduce_mean",
-           "all_reduce_sum", "all_reduce_gradients_", "broadcast_module_", "broadcast_object",
-           "gather_object", "scatter_object", "barrier"]
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "TIMEOUT_ENV",
+    "DistributedError",
+    "env_world_size",
+    "init_from_env",
+    "shutdown",
+    "is_distributed",
+    "world_size",
+    "rank",
+    "rank_device",
+    "local_rank",
+    "is_main_process",
+    "all_reduce_masked_mean",
+    "all_reduce_mean",
+    "all_reduce_sum",
+    "all_reduce_gradients_",
+    "broadcast_module_",
+    "broadcast_object",
+    "gather_object",
+    "scatter_object",
+    "barrier",
+]
 
 DEFAULT_TIMEOUT_S = 300.0
 """Seconds a collective waits for the other ranks before failing."""

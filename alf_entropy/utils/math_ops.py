@@ -1,4 +1,5 @@
 """Small tensor helpers shared by algorithms (no host synchronisation)."""
+
 import math
 from typing import Optional, Tuple
 
@@ -8,7 +9,9 @@ __all__ = ["masked_mean"]
 
 
 def masked_mean(
-    x: torch.Tensor, mask: Optional[torch.Tensor] = None, name: str = "mask",
+    x: torch.Tensor,
+    mask: Optional[torch.Tensor] = None,
+    name: str = "mask",
     dim: Optional[Tuple[int, ...]] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Mean of ``x`` over the elements where ``mask`` is non-zero.

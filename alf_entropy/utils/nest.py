@@ -5,6 +5,7 @@ function names, so algorithm code can say ``nest.map_structure(f, info)``
 without caring how the tree is walked.  ``None`` is a leaf, as in ALF
 (``flatten(None) == [None]``); ``()`` is an empty node.
 """
+
 from typing import Any, Callable, List, Tuple
 
 import optree
@@ -92,9 +93,7 @@ def map_structure_with_path(func: Callable[..., Any], *nests: Any) -> Any:
         assert_same_structure(nests[0], other)
     paths = [p for p, _ in flatten_with_path(nests[0])]
     flats = [flatten(n) for n in nests]
-    return pack_sequence_as(
-        nests[0], [func(p, *xs) for p, *xs in zip(paths, *flats)]
-    )
+    return pack_sequence_as(nests[0], [func(p, *xs) for p, *xs in zip(paths, *flats)])
 
 
 def flatten_up_to(shallow: Any, nest: Any) -> List[Any]:

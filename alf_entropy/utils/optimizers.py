@@ -14,6 +14,7 @@ stacked batch of agents; :func:`masked_optimizer_step` steps only where a flag (
 member) says so, without waiting for a GPU.  Together they are the one gradient step of
 every algorithm (``Algorithm.update_with_gradient``), one agent or K.
 """
+
 from typing import Any, Callable, Iterable, List, Optional
 
 import torch
@@ -60,16 +61,28 @@ class FusedAdam(torch.optim.Adam):
         TypeError: if ``lr`` is not a real number or ``lr_schedule`` not callable.
     """
 
-    def __init__(self, params: Iterable[Any], lr: float = 1e-3, betas: tuple = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 0.0,
-                 lr_schedule: Optional[Callable[[], float]] = None):
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float = 1e-3,
+        betas: tuple = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        lr_schedule: Optional[Callable[[], float]] = None,
+    ):
         params = list(params)
         fused = _FUSED_ADAM_ON_CPU or all(p.device.type != "cpu" for p in _flat_params(params))
-        self._lr_factor = None if lr_schedule is None else check_callable("lr_schedule",
-                                                                          lr_schedule)
-        super().__init__(params, lr=check_real("lr", lr, minimum=0.0), betas=betas, eps=eps,
-                         weight_decay=weight_decay,
-                         **({"fused": True} if fused else {"foreach": True}))
+        self._lr_factor = (
+            None if lr_schedule is None else check_callable("lr_schedule", lr_schedule)
+        )
+        super().__init__(
+            params,
+            lr=check_real("lr", lr, minimum=0.0),
+            betas=betas,
+            eps=eps,
+            weight_decay=weight_decay,
+            **({"fused": True} if fused else {"foreach": True}),
+        )
         for group in self.param_groups:  # what lr_schedule scales (kept in checkpoints)
             group.setdefault("initial_lr", group["lr"])
 
@@ -94,16 +107,21 @@ class FusedAdam(torch.optim.Adam):
         return super().step(closure)
 
 
-def default_optimizer(params: List[torch.nn.Parameter], lr: float = 3e-4,
-                      eps: float = 1e-5) -> torch.optim.Optimizer:
+def default_optimizer(
+    params: List[torch.nn.Parameter], lr: float = 3e-4, eps: float = 1e-5
+) -> torch.optim.Optimizer:
     """A2C/PPO's optimiser when none is given: ``FusedAdam(lr=3e-4, eps=1e-5)`` (gin:
     ``default_optimizer.lr = 1e-3``; ``torch.optim.Adam.lr`` is ``@torch.optim.Adam``'s)."""
-    return FusedAdam(params, lr=check_real("default_optimizer.lr", lr, positive=True),
-                     eps=check_real("default_optimizer.eps", eps, minimum=0.0))
+    return FusedAdam(
+        params,
+        lr=check_real("default_optimizer.lr", lr, positive=True),
+        eps=check_real("default_optimizer.eps", eps, minimum=0.0),
+    )
 
 
-def clip_grad_norms_(params: List[torch.Tensor], max_norm: float,
-                     batch_ndim: int = 0) -> torch.Tensor:
+def clip_grad_norms_(
+    params: List[torch.Tensor], max_norm: float, batch_ndim: int = 0
+) -> torch.Tensor:
     """Clip each member's gradient norm to ``max_norm``; return the norms before clipping.
 
     ``torch.nn.utils.clip_grad_norm_``'s arithmetic (the norm of the parameters' norms,
@@ -111,9 +129,17 @@ def clip_grad_norms_(params: List[torch.Tensor], max_norm: float,
     ``batch_ndim``: 0 for one model (a 0-d norm), 1 for K stacked agents (norms ``[K]``).
     """
     grads = [p.grad for p in params if p.grad is not None]
-    norms = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(
-        g, dim=tuple(range(batch_ndim, g.dim())) if batch_ndim else None) for g in grads]),
-        dim=0)
+    norms = torch.linalg.vector_norm(
+        torch.stack(
+            [
+                torch.linalg.vector_norm(
+                    g, dim=tuple(range(batch_ndim, g.dim())) if batch_ndim else None
+                )
+                for g in grads
+            ]
+        ),
+        dim=0,
+    )
     coef = (max_norm / (norms + 1e-6)).clamp(max=1.0)
     views = {}  # coef shaped once per gradient rank (not once per gradient)
     for g in grads:
@@ -135,7 +161,8 @@ def _takes_found_inf(opt: torch.optim.Optimizer) -> bool:
     Adam/AdamW, as ``GradScaler`` uses them; ``BatchedAdam`` per member)."""
     return getattr(opt, "takes_found_inf", False) or (
         isinstance(opt, (torch.optim.Adam, torch.optim.AdamW))
-        and all(g.get("fused") for g in opt.param_groups))
+        and all(g.get("fused") for g in opt.param_groups)
+    )
 
 
 def _keep_steps_on_device(optimizers: List[torch.optim.Optimizer]) -> None:
@@ -152,8 +179,9 @@ def _keep_steps_on_device(optimizers: List[torch.optim.Optimizer]) -> None:
                     state["step"] = state["step"].to(p.device)
 
 
-def masked_optimizer_step(optimizers: List[torch.optim.Optimizer], ok: torch.Tensor,
-                          sync_free: bool) -> None:
+def masked_optimizer_step(
+    optimizers: List[torch.optim.Optimizer], ok: torch.Tensor, sync_free: bool
+) -> None:
     """Step every optimiser where ``ok`` is true: a 0-d flag, or one per member ``[K]``.
 
     ``sync_free=False`` (CPU flags): the flags are read on the host, which waits for no
@@ -184,16 +212,21 @@ def masked_optimizer_step(optimizers: List[torch.optim.Optimizer], ok: torch.Ten
         return
     params = [p for opt in rest for g in opt.param_groups for p in g["params"]]
     _keep_steps_on_device(rest)
-    old_states = [{k: v.clone() for k, v in opt.state.get(p, {}).items() if torch.is_tensor(v)}
-                  for opt in rest for g in opt.param_groups for p in g["params"]]
+    old_states = [
+        {k: v.clone() for k, v in opt.state.get(p, {}).items() if torch.is_tensor(v)}
+        for opt in rest
+        for g in opt.param_groups
+        for p in g["params"]
+    ]
     old_params = [p.detach().clone() for p in params]
     for opt in rest:
         _step(opt)
     with torch.no_grad():
         for p, old in zip(params, old_params):
             p.copy_(torch.where(ok, p, old))
-        states = [opt.state.get(p, {}) for opt in rest for g in opt.param_groups
-                  for p in g["params"]]
+        states = [
+            opt.state.get(p, {}) for opt in rest for g in opt.param_groups for p in g["params"]
+        ]
         for state, old_state in zip(states, old_states):
             for k, v in state.items():
                 if torch.is_tensor(v):

@@ -8,14 +8,25 @@ start and checkpoint it (:func:`get_all_progress`, :func:`set_all_progress`);
 two runs trained at once in one process would share it, so run them as
 processes (as ``alf-entropy-sweep`` does).  Host Python numbers only.
 """
+
 import numbers
 from typing import Any, Dict, Mapping, Tuple
 
 from alf_entropy.utils.checks import check_real, check_step
 
-__all__ = ["PROGRESS_TYPES", "check_progress_type", "update_progress", "get_progress",
-           "progress_was_fed", "reset_progress", "get_all_progress", "set_all_progress",
-           "get_global_counter", "set_global_counter", "increment_global_counter"]
+__all__ = [
+    "PROGRESS_TYPES",
+    "check_progress_type",
+    "update_progress",
+    "get_progress",
+    "progress_was_fed",
+    "reset_progress",
+    "get_all_progress",
+    "set_all_progress",
+    "get_global_counter",
+    "set_global_counter",
+    "increment_global_counter",
+]
 
 PROGRESS_TYPES: Tuple[str, ...] = ("iterations", "env_steps", "percent", "global_counter")
 
@@ -28,8 +39,9 @@ _fed: set = set()
 def check_progress_type(progress_type: Any) -> str:
     """``progress_type``, or ``ValueError`` naming :data:`PROGRESS_TYPES`."""
     if progress_type not in PROGRESS_TYPES:
-        raise ValueError(f"Unknown progress_type {progress_type!r}; must be one of "
-                         f"{list(PROGRESS_TYPES)}")
+        raise ValueError(
+            f"Unknown progress_type {progress_type!r}; must be one of {list(PROGRESS_TYPES)}"
+        )
     return progress_type
 
 
@@ -78,8 +90,10 @@ def set_all_progress(progresses: Mapping[str, numbers.Real]) -> None:
     """Restore :func:`get_all_progress`'s values, all checked before any is set (missing
     types keep theirs)."""
     if not isinstance(progresses, Mapping):
-        raise TypeError(f"progresses must be a mapping from progress type to value, got "
-                        f"{type(progresses).__name__}")
+        raise TypeError(
+            f"progresses must be a mapping from progress type to value, got "
+            f"{type(progresses).__name__}"
+        )
     for key, value in progresses.items():
         check_progress_type(key)
         v = check_real(f"progresses[{key!r}]", value, minimum=0)

@@ -11,6 +11,7 @@ members (K agents' transitions of one step) for each member with its own
 generator.  ``state_dict``/``load_state_dict`` save the filled rows, so a
 checkpoint can resume a run with the same buffer content.
 """
+
 from typing import Any, Dict, List, Optional, Sequence
 
 import torch
@@ -134,8 +135,9 @@ class ReplayBuffer:
         self._pos = end % self._capacity
         self._size = min(self._size + n, self._capacity)
 
-    def sample(self, batch_size: int,
-               generators: Optional[Sequence[torch.Generator]] = None) -> Any:
+    def sample(
+        self, batch_size: int, generators: Optional[Sequence[torch.Generator]] = None
+    ) -> Any:
         """Draw ``batch_size`` rows uniformly (with replacement); with ``generators``
         (rows of K members) each member's: :meth:`sample_members`.
 
@@ -175,8 +177,12 @@ class ReplayBuffer:
         k = len(generators)
         if any(x.dim() < 2 or x.shape[1] != k for x in self._flat):
             raise ValueError(f"ReplayBuffer.sample_members: the rows do not hold {k} members")
-        idx = torch.stack([torch.randint(0, self._size, (batch_size,), device=self._device,
-                                         generator=g) for g in generators])
+        idx = torch.stack(
+            [
+                torch.randint(0, self._size, (batch_size,), device=self._device, generator=g)
+                for g in generators
+            ]
+        )
         member = torch.arange(k, device=self._device).unsqueeze(1)
         return nest.pack_sequence_as(self._storage, [x[idx, member] for x in self._flat])
 
@@ -187,11 +193,7 @@ class ReplayBuffer:
             dict: ``{"pos", "size", "data"}`` with ``data`` a list of the
             leaves' first ``size`` rows (an empty list before the first add).
         """
-        return {
-            "pos": self._pos,
-            "size": self._size,
-            "data": [x[: self._size] for x in self._flat],
-        }
+        return {"pos": self._pos, "size": self._size, "data": [x[: self._size] for x in self._flat]}
 
     def load_state_dict(self, state: Dict[str, Any], example: Any) -> None:
         """Restore a ``state_dict``.

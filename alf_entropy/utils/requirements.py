@@ -12,14 +12,21 @@ Examples:
     >>> version_tuple("0.29.1"), version_tuple("1.1.0rc1")
     ((0, 29, 1), (1, 1, 0))
 """
+
 import importlib
 import importlib.metadata
 import importlib.util
 import re
 from typing import Optional, Tuple
 
-__all__ = ["MIN_GYMNASIUM", "TRAIN_EXTRA", "MissingDependencyError", "gymnasium_version",
-           "require_train_extra", "version_tuple"]
+__all__ = [
+    "MIN_GYMNASIUM",
+    "TRAIN_EXTRA",
+    "MissingDependencyError",
+    "gymnasium_version",
+    "require_train_extra",
+    "version_tuple",
+]
 
 MIN_GYMNASIUM = (1, 1)
 """The oldest gymnasium the trainers run with (``AutoresetMode``; setup.py's ``train`` extra)."""

@@ -3,6 +3,7 @@
 A packed sweep (K agents in one process) must write each agent where the
 unpacked sweep writes that run, so both name directories with :func:`dir_safe`.
 """
+
 import re
 
 __all__ = ["dir_safe"]

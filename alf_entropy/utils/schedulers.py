@@ -16,6 +16,7 @@ arithmetic, never a device sync.  Unlike ALF, ``StepScheduler`` and
 ``LinearScheduler`` bisect instead of caching an index (correct when progress
 goes back after a restore), and bad arguments raise ``ValueError``.
 """
+
 import bisect
 import math
 import numbers
@@ -35,9 +36,20 @@ from alf_entropy.utils.progress import (  # re-exported: the progress schedulers
 )
 
 __all__ = [
-    "PROGRESS_TYPES", "update_progress", "get_progress", "progress_was_fed", "reset_progress",
-    "get_all_progress", "set_all_progress", "Scheduler", "ConstantScheduler", "StepScheduler",
-    "LinearScheduler", "ExponentialScheduler", "CyclicalScheduler", "as_scheduler",
+    "PROGRESS_TYPES",
+    "update_progress",
+    "get_progress",
+    "progress_was_fed",
+    "reset_progress",
+    "get_all_progress",
+    "set_all_progress",
+    "Scheduler",
+    "ConstantScheduler",
+    "StepScheduler",
+    "LinearScheduler",
+    "ExponentialScheduler",
+    "CyclicalScheduler",
+    "as_scheduler",
     "SettledAnnealing",
 ]
 
@@ -138,8 +150,14 @@ class SettledAnnealing:
         final: the lowest target (None: no floor).
     """
 
-    def __init__(self, initial: numbers.Real, factor: float = 0.9, tolerance: float = 0.05,
-                 window: int = 1000, final: Optional[numbers.Real] = None) -> None:
+    def __init__(
+        self,
+        initial: numbers.Real,
+        factor: float = 0.9,
+        tolerance: float = 0.05,
+        window: int = 1000,
+        final: Optional[numbers.Real] = None,
+    ) -> None:
         self.initial = check_real("initial", initial)
         self.factor = check_real("factor", factor, above=0, below=1)
         self.tolerance = check_real("tolerance", tolerance, above=0, below=1)
@@ -153,8 +171,10 @@ class SettledAnnealing:
         return self.initial
 
     def __repr__(self) -> str:
-        return (f"SettledAnnealing(initial={self.initial}, factor={self.factor}, "
-                f"tolerance={self.tolerance}, window={self.window}, final={self.final})")
+        return (
+            f"SettledAnnealing(initial={self.initial}, factor={self.factor}, "
+            f"tolerance={self.tolerance}, window={self.window}, final={self.final})"
+        )
 
 
 class StepScheduler(Scheduler):
@@ -169,8 +189,13 @@ class StepScheduler(Scheduler):
         start: the value is 0 before it.
     """
 
-    def __init__(self, progress_type: str, schedule: Schedule,
-                 warm_up_period: numbers.Real = 0, start: numbers.Real = 0) -> None:
+    def __init__(
+        self,
+        progress_type: str,
+        schedule: Schedule,
+        warm_up_period: numbers.Real = 0,
+        start: numbers.Real = 0,
+    ) -> None:
         super().__init__(progress_type)
         self._progresses, self._values = _check_schedule(schedule, finite_values=False)
         self._warm_up_period = check_real("warm_up_period", warm_up_period, minimum=0)
@@ -198,8 +223,11 @@ class StepScheduler(Scheduler):
         return max(self._values + ramp)
 
     def __repr__(self) -> str:
-        return self._describe(list(zip(self._progresses, self._values)),
-                              warm_up_period=self._warm_up_period, start=self._start)
+        return self._describe(
+            list(zip(self._progresses, self._values)),
+            warm_up_period=self._warm_up_period,
+            start=self._start,
+        )
 
 
 class LinearScheduler(Scheduler):
@@ -254,8 +282,13 @@ class LinearScheduler(Scheduler):
 class ExponentialScheduler(Scheduler):
     """``initial_value * decay_rate ** (progress / decay_time)`` (rate and time > 0)."""
 
-    def __init__(self, progress_type: str, initial_value: numbers.Real,
-                 decay_rate: numbers.Real, decay_time: numbers.Real) -> None:
+    def __init__(
+        self,
+        progress_type: str,
+        initial_value: numbers.Real,
+        decay_rate: numbers.Real,
+        decay_time: numbers.Real,
+    ) -> None:
         super().__init__(progress_type)
         self._initial_value = check_real("initial_value", initial_value)
         self._decay_rate = check_real("decay_rate", decay_rate, positive=True)
@@ -277,8 +310,11 @@ class ExponentialScheduler(Scheduler):
         return max(self._initial_value, self.final_value())
 
     def __repr__(self) -> str:
-        return self._describe(initial_value=self._initial_value, decay_rate=self._decay_rate,
-                              decay_time=self._decay_time)
+        return self._describe(
+            initial_value=self._initial_value,
+            decay_rate=self._decay_rate,
+            decay_time=self._decay_time,
+        )
 
 
 class CyclicalScheduler(Scheduler):
@@ -290,8 +326,14 @@ class CyclicalScheduler(Scheduler):
     ``bound_lr`` for the second; ``"linear"``: a triangle wave between them.
     """
 
-    def __init__(self, progress_type: str, base_lr: numbers.Real, bound_lr: numbers.Real,
-                 half_cycle_size: numbers.Real, switch_mode: str = "step") -> None:
+    def __init__(
+        self,
+        progress_type: str,
+        base_lr: numbers.Real,
+        bound_lr: numbers.Real,
+        half_cycle_size: numbers.Real,
+        switch_mode: str = "step",
+    ) -> None:
         super().__init__(progress_type)
         self._base_lr = check_real("base_lr", base_lr)
         self._bound_lr = check_real("bound_lr", bound_lr)
@@ -322,13 +364,16 @@ class CyclicalScheduler(Scheduler):
         return max(self._base_lr, self._bound_lr)
 
     def __repr__(self) -> str:
-        return self._describe(base_lr=self._base_lr, bound_lr=self._bound_lr,
-                              half_cycle_size=self._half_cycle_size,
-                              switch_mode=self._switch_mode)
+        return self._describe(
+            base_lr=self._base_lr,
+            bound_lr=self._bound_lr,
+            half_cycle_size=self._half_cycle_size,
+            switch_mode=self._switch_mode,
+        )
 
 
 def as_scheduler(
-    value_or_scheduler: Union[numbers.Real, Callable[[], float]]
+    value_or_scheduler: Union[numbers.Real, Callable[[], float]],
 ) -> Callable[[], float]:
     """A number as a :class:`ConstantScheduler`; a callable unchanged; else ``TypeError``."""
     if callable(value_or_scheduler):

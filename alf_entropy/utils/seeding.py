@@ -1,4 +1,5 @@
 """The process's random number generators: seeding, drawing per agent, checkpoint state."""
+
 import random
 from typing import Any, Callable, Dict, Optional, Sequence
 
@@ -18,8 +19,10 @@ def seed_all(seed: int) -> None:
     random.seed(seed)
 
 
-def per_member(draw: Callable[[Optional[torch.Generator]], torch.Tensor],
-               generators: Optional[Sequence[torch.Generator]]) -> torch.Tensor:
+def per_member(
+    draw: Callable[[Optional[torch.Generator]], torch.Tensor],
+    generators: Optional[Sequence[torch.Generator]],
+) -> torch.Tensor:
     """``draw(g)`` for each member's generator, stacked (``[K, ...]``); with ``generators``
     None (one agent) ``draw(None)``: torch's default generator, as a plain call draws."""
     if generators is None:
@@ -33,8 +36,13 @@ def rng_state() -> Dict[str, Any]:
     name, keys, pos, has_gauss, cached = np.random.get_state()
     state = {
         "torch": torch.get_rng_state(),
-        "numpy": (name, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss),
-                  float(cached)),
+        "numpy": (
+            name,
+            torch.from_numpy(keys.astype(np.int64)),
+            int(pos),
+            int(has_gauss),
+            float(cached),
+        ),
         "python": random.getstate(),
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():

@@ -37,6 +37,7 @@ enabled by default (ALF's trainer turns them on explicitly; here setting a
 default writer is enough), and the counter is an ``int`` rather than a numpy
 array.
 """
+
 import numbers
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -76,8 +77,9 @@ _record_if_stack: List[Callable[[], bool]] = [lambda: True]
 _last: Dict[str, List[Optional[float]]] = {}
 
 
-def create_summary_writer(root_dir: str, flush_secs: float = 10,
-                          max_queue: int = 10) -> SummaryWriter:
+def create_summary_writer(
+    root_dir: str, flush_secs: float = 10, max_queue: int = 10
+) -> SummaryWriter:
     """A ``SummaryWriter`` writing event files under ``root_dir`` (not made the default).
 
     Raises:
@@ -102,10 +104,11 @@ def set_default_writer(writer: Union[SummaryWriter, Sequence[SummaryWriter], Non
     """
     global _default_writer
     writers = list(writer) if isinstance(writer, (list, tuple)) else [writer]
-    if writer is not None and not (writers and all(isinstance(w, SummaryWriter)
-                                                   for w in writers)):
-        raise TypeError(f"writer must be a torch.utils.tensorboard.SummaryWriter, a list of "
-                        f"them or None, got {type(writer).__name__}")
+    if writer is not None and not (writers and all(isinstance(w, SummaryWriter) for w in writers)):
+        raise TypeError(
+            f"writer must be a torch.utils.tensorboard.SummaryWriter, a list of "
+            f"them or None, got {type(writer).__name__}"
+        )
     _default_writer = writers if isinstance(writer, (list, tuple)) else writer
     _last.clear()
 
@@ -159,8 +162,9 @@ class record_if:
 
     def __init__(self, cond: Callable[[], bool]) -> None:
         if not callable(cond):
-            raise TypeError(f"cond must be a zero-argument callable returning bool, got "
-                            f"{type(cond).__name__}")
+            raise TypeError(
+                f"cond must be a zero-argument callable returning bool, got {type(cond).__name__}"
+            )
         self._cond = cond
 
     def __enter__(self) -> None:
@@ -205,22 +209,32 @@ def _numbers(tag: str, value: Any, n: int) -> List[Optional[float]]:
     """``value`` as one number per writer (None: that writer writes nothing)."""
     if isinstance(value, torch.Tensor):
         if value.numel() not in (1, n):
-            raise ValueError(f"scalar value for {tag!r} must have exactly one element"
-                             + (f" or {n}, one per writer" if n > 1 else "")
-                             + f", got shape {tuple(value.shape)}")
+            raise ValueError(
+                f"scalar value for {tag!r} must have exactly one element"
+                + (f" or {n}, one per writer" if n > 1 else "")
+                + f", got shape {tuple(value.shape)}"
+            )
         values = value.detach().reshape(-1).float().cpu().tolist()
         return values * n if len(values) == 1 else values
     if isinstance(value, numbers.Real):
         return [float(value)] * n
-    if isinstance(value, (list, tuple)) and len(value) == n and all(
-            v is None or isinstance(v, numbers.Real) for v in value):
+    if (
+        isinstance(value, (list, tuple))
+        and len(value) == n
+        and all(v is None or isinstance(v, numbers.Real) for v in value)
+    ):
         return [None if v is None else float(v) for v in value]
-    raise TypeError(f"scalar value for {tag!r} must be a real number or a one-element tensor "
-                    f"(or one per writer), got {type(value).__name__}")
+    raise TypeError(
+        f"scalar value for {tag!r} must be a real number or a one-element tensor "
+        f"(or one per writer), got {type(value).__name__}"
+    )
 
 
-def scalar(name: str, value: Union[numbers.Real, torch.Tensor, Sequence[Optional[float]]],
-           step: Optional[int] = None) -> None:
+def scalar(
+    name: str,
+    value: Union[numbers.Real, torch.Tensor, Sequence[Optional[float]]],
+    step: Optional[int] = None,
+) -> None:
     """Write a scalar summary (per agent, with one writer per agent).
 
     Does nothing, without touching ``value``, unless :func:`should_record_summaries`;

@@ -21,6 +21,7 @@ The function is a fixed-length loop of tensor operations: no host
 synchronisation, on whatever device the inputs live on (GAE's loop runs in
 NumPy for CPU tensors: the same arithmetic, with less overhead per step).
 """
+
 from typing import Union
 
 import numpy as np
@@ -62,9 +63,7 @@ def _check_inputs(
                 f"shape {tuple(shape)}"
             )
     if shape[0] < 2:
-        raise ValueError(
-            f"need at least 2 time steps (the last one bootstraps), got {shape[0]}"
-        )
+        raise ValueError(f"need at least 2 time steps (the last one bootstraps), got {shape[0]}")
 
     def _expand(x: torch.Tensor) -> torch.Tensor:
         while x.dim() < values.dim():
@@ -75,8 +74,9 @@ def _check_inputs(
     return _expand(rewards.to(values.dtype)), values, is_lasts, _expand(discounts.to(values.dtype))
 
 
-def normalize_advantages(advantages: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8,
-                         batch_ndim: int = 0) -> torch.Tensor:
+def normalize_advantages(
+    advantages: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8, batch_ndim: int = 0
+) -> torch.Tensor:
     """``(x - mean) / (std + eps)`` with the statistics over the masked elements.
 
     Args:
@@ -153,8 +153,10 @@ def generalized_advantage_estimation(
         # whose float32/float64 multiply and add round like torch's (the same
         # bits) at a fraction of torch's per-op cost for a small batch.
         rows = (delta, weighted_discounts, not_lasts)
-        if delta.device.type == "cpu" and all(x.dtype == delta.dtype for x in rows) and (
-            delta.dtype in (torch.float32, torch.float64)
+        if (
+            delta.device.type == "cpu"
+            and all(x.dtype == delta.dtype for x in rows)
+            and (delta.dtype in (torch.float32, torch.float64))
         ):
             deltas, weights, masks = (torch.broadcast_to(x, delta.shape).numpy() for x in rows)
             advs = np.empty(delta.shape, dtype=deltas.dtype)

@@ -1,4 +1,5 @@
 """Tests for alf_entropy.algorithms.actor_critic_algorithm (A2C with GAE)."""
+
 import functools
 
 import pytest
@@ -76,9 +77,7 @@ def test_rollout_and_predict_shapes_discrete_and_squashed():
     alg = _alg(
         action_spec=CONTINUOUS,
         actor_network_ctor=functools.partial(
-            ActorDistributionNetwork,
-            squash_to_spec=True,
-            init_log_std=1.0,
+            ActorDistributionNetwork, squash_to_spec=True, init_log_std=1.0
         ),
     )
     ts = _time_step([M] * 3)
@@ -111,9 +110,7 @@ def test_preprocess_bootstraps_and_matches_value_ops():
         td_lambda=0.8,
     )
     torch.testing.assert_close(flat.rollout_info.advantages, expected.reshape(-1))
-    torch.testing.assert_close(
-        flat.rollout_info.returns, (expected + value).reshape(-1)
-    )
+    torch.testing.assert_close(flat.rollout_info.returns, (expected + value).reshape(-1))
     # The LAST step (t=2, env 0) gets no advantage; the step before it is not
     # bootstrapped (terminated: discount 0).
     adv = flat.rollout_info.advantages.reshape(4, 2)
@@ -138,14 +135,19 @@ def test_last_steps_do_not_affect_the_update():
             is_last = exp.step_type == L
             action = torch.where(is_last, 1 - exp.action, exp.action)
             info = exp.rollout_info._replace(
-                log_prob=torch.where(is_last, torch.full_like(exp.rollout_info.log_prob, -5.0),
-                                     exp.rollout_info.log_prob)
+                log_prob=torch.where(
+                    is_last,
+                    torch.full_like(exp.rollout_info.log_prob, -5.0),
+                    exp.rollout_info.log_prob,
+                )
             )
             exp = exp._replace(action=action, rollout_info=info)
         alg.train_from_unroll(exp, final)
         results.append(
-            ([p.detach().clone() for p in alg.parameters()],
-             alg.entropy_target_algorithm.state_dict())
+            (
+                [p.detach().clone() for p in alg.parameters()],
+                alg.entropy_target_algorithm.state_dict(),
+            )
         )
     for a, b in zip(results[0][0], results[1][0]):
         torch.testing.assert_close(a, b)
@@ -234,8 +236,12 @@ def test_entropy_target_cls_swaps_in_sgd_controller(lr):
     controller = alg.entropy_target_algorithm
     assert isinstance(controller, SGDEntropyTargetAlgorithm)
     assert len(alg.optimizers()) == 1
-    assert not any(p is controller.log_alpha for o in alg.optimizers()
-                   for g in o.param_groups for p in g["params"])
+    assert not any(
+        p is controller.log_alpha
+        for o in alg.optimizers()
+        for g in o.param_groups
+        for p in g["params"]
+    )
     before = controller.log_alpha.clone()
     exp, final = _unroll(alg, [[F, M], [M, M], [M, M]])
     alg.train_from_unroll(exp, final)

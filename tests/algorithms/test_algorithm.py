@@ -1,4 +1,5 @@
 """Tests for alf_entropy.algorithms.algorithm (composition, optimisers, updates)."""
+
 import functools
 
 import pytest
@@ -163,8 +164,11 @@ def test_fixed_tree_walks_once_and_lets_go_after(monkeypatch):
     parent = Parent(optimizer=SGD, child_optimizer=SGD)
     walks = []
     collect = Algorithm._collect_optimizers
-    monkeypatch.setattr(Algorithm, "_collect_optimizers",
-                        lambda self, *a, **k: walks.append(self) or collect(self, *a, **k))
+    monkeypatch.setattr(
+        Algorithm,
+        "_collect_optimizers",
+        lambda self, *a, **k: walks.append(self) or collect(self, *a, **k),
+    )
     with parent.fixed_tree():
         walks.clear()
         opts = parent.optimizers()
@@ -250,7 +254,7 @@ def test_valid_masks_weighting():
     alg = Quadratic([1.0, 2.0, 3.0, 4.0])
     mask = torch.tensor([1.0, 0.0, 1.0, 0.0])
     x0 = alg.x.detach().clone()
-    info, _ = alg.update_with_gradient(LossInfo(loss=alg.x ** 2), valid_masks=mask)
+    info, _ = alg.update_with_gradient(LossInfo(loss=alg.x**2), valid_masks=mask)
     # loss = sum(x^2 * mask) / sum(mask) -> grad = 2 x mask / 2.
     assert torch.allclose(alg.x.grad, torch.tensor([1.0, 0.0, 3.0, 0.0]))
     assert torch.equal(alg.x.detach()[mask == 0], x0[mask == 0])
@@ -260,12 +264,10 @@ def test_valid_masks_weighting():
 
 def test_valid_masks_bool_and_all_masked():
     alg = Quadratic([1.0, 2.0])
-    alg.update_with_gradient(LossInfo(loss=alg.x ** 2), valid_masks=torch.tensor([False, True]))
+    alg.update_with_gradient(LossInfo(loss=alg.x**2), valid_masks=torch.tensor([False, True]))
     assert torch.allclose(alg.x.grad, torch.tensor([0.0, 4.0]))
     alg2 = Quadratic([1.0, 2.0])
-    info, _ = alg2.update_with_gradient(
-        LossInfo(loss=alg2.x ** 2), valid_masks=torch.zeros(2)
-    )
+    info, _ = alg2.update_with_gradient(LossInfo(loss=alg2.x**2), valid_masks=torch.zeros(2))
     assert info.loss.item() == 0.0
     assert torch.equal(alg2.x.detach(), torch.tensor([1.0, 2.0]))
 

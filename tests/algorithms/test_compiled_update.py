@@ -21,6 +21,7 @@ Operator counts: ``TorchDispatchMode`` (``torch.utils._python_dispatch``) is pri
 ``torch.profiler``: the ``aten::`` calls made by the code (the profiler's top-level
 ``aten::`` events, not the ops those call inside), the same counter for eager and compiled.
 """
+
 import copy
 import functools
 
@@ -30,9 +31,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from alf_entropy.algorithms.many_sac_agents import ManySacAgents
 from alf_entropy.algorithms.sac_algorithm import SacAlgorithm
-from alf_entropy.controllers import (
-    SGDEntropyTargetAlgorithm,
-)
+from alf_entropy.controllers import SGDEntropyTargetAlgorithm
 from alf_entropy.controllers.driver import Inputs, _compiled
 from alf_entropy.networks import ActorDistributionNetwork
 from alf_entropy.networks.critic_networks import CriticNetworks
@@ -42,7 +41,7 @@ from alf_entropy.utils.optimizers import FusedAdam
 from alf_entropy.utils.replay_buffer import Transition
 
 BOX = BoundedTensorSpec((1,), torch.float32, -2.0, 2.0)
-U = 2.0 ** -24
+U = 2.0**-24
 LINEAR_ADAM = functools.partial(FusedAdam, lr=1e-3, eps=1.0)
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -51,11 +50,18 @@ def _sac(compile_update, device="cpu", **kwargs):
     torch.manual_seed(0)
     networks = dict(
         actor_network_ctor=lambda o, a: ActorDistributionNetwork(
-            o, a, fc_layer_params=(32, 32), activation=torch.nn.ReLU, squash_to_spec=True,
-            state_dependent_std=True),
-        critic_network_ctor=lambda o, a: CriticNetworks(o, a, fc_layer_params=(32, 32)))
-    return SacAlgorithm(TensorSpec((3,)), BOX, compile_update=compile_update,
-                        **{**networks, **kwargs}).to(device)
+            o,
+            a,
+            fc_layer_params=(32, 32),
+            activation=torch.nn.ReLU,
+            squash_to_spec=True,
+            state_dependent_std=True,
+        ),
+        critic_network_ctor=lambda o, a: CriticNetworks(o, a, fc_layer_params=(32, 32)),
+    )
+    return SacAlgorithm(
+        TensorSpec((3,)), BOX, compile_update=compile_update, **{**networks, **kwargs}
+    ).to(device)
 
 
 def _batch(i, n=64, members=(), device="cpu"):
@@ -64,9 +70,11 @@ def _batch(i, n=64, members=(), device="cpu"):
     batch = Transition(
         observation=torch.randn(shape + (3,), generator=g),
         action=torch.rand(shape + (1,), generator=g) * 4 - 2,
-        reward=torch.randn(shape, generator=g), discount=torch.ones(shape),
+        reward=torch.randn(shape, generator=g),
+        discount=torch.ones(shape),
         next_observation=torch.randn(shape + (3,), generator=g),
-        valid=torch.rand(shape, generator=g) > 0.1)
+        valid=torch.rand(shape, generator=g) > 0.1,
+    )
     return nest.map_structure(lambda x: x.to(device), batch)
 
 
@@ -103,8 +111,9 @@ def _assert_trains_alike(compiled, eager, updates, update, n):
         scale = max(float(p.detach().abs().max()) for p in eager.parameters())
         for p_c, p_e in zip(compiled.parameters(), eager.parameters()):
             torch.testing.assert_close(p_c, p_e, rtol=rtol, atol=rtol * scale)
-        torch.testing.assert_close(compiled.entropy_coefficient(), eager.entropy_coefficient(),
-                                   rtol=rtol, atol=0.0)
+        torch.testing.assert_close(
+            compiled.entropy_coefficient(), eager.entropy_coefficient(), rtol=rtol, atol=0.0
+        )
 
 
 @pytest.fixture(autouse=True)
@@ -147,8 +156,9 @@ def test_the_compiled_controller_step_calls_at_most_two_operators():
         controller.adjust_alpha(0.3)
     inputs = Inputs(torch.tensor(0.3), torch.tensor(1.0), torch.tensor(False))
     step = _compiled("cpu")
-    ops = _top_level_ops(lambda: step(controller.driver, controller.rule, controller.consts,
-                                      inputs))
+    ops = _top_level_ops(
+        lambda: step(controller.driver, controller.rule, controller.consts, inputs)
+    )
     assert ops <= 2, ops  # one fused kernel; the 2 are its guards' reads of CPU buffers
 
 
@@ -158,16 +168,18 @@ def test_sac_compiled_trains_as_eager_over_100_updates():
         torch.manual_seed(1000 + i)  # the policy's draws: the same on both sides
         return alg.train_step(_batch(i)).info.loss
 
-    _assert_trains_alike(_sac(True, optimizer=LINEAR_ADAM), _sac(False, optimizer=LINEAR_ADAM),
-                         100, update, 64)
+    _assert_trains_alike(
+        _sac(True, optimizer=LINEAR_ADAM), _sac(False, optimizer=LINEAR_ADAM), 100, update, 64
+    )
 
 
 @pytest.mark.slow
 def test_k_sac_agents_compiled_train_as_eager():
     def make(compile_update):
         ctor = functools.partial(_sac, compile_update, optimizer=LINEAR_ADAM)
-        return ManySacAgents(TensorSpec((3,)), BOX, seeds=[1, 2],
-                             algorithm_ctor=lambda o, a, **kw: ctor(**kw))
+        return ManySacAgents(
+            TensorSpec((3,)), BOX, seeds=[1, 2], algorithm_ctor=lambda o, a, **kw: ctor(**kw)
+        )
 
     def update(alg, i):
         return alg.train_step(_batch(i, members=(2,))).info.loss  # each agent's generator
@@ -178,8 +190,10 @@ def test_k_sac_agents_compiled_train_as_eager():
 @CUDA
 @pytest.mark.slow
 def test_sac_compile_update_on_cuda_replays_one_graph_and_captures_again_after_a_load():
-    compiled, eager = _sac(True, "cuda", optimizer=LINEAR_ADAM), _sac(False, "cuda",
-                                                                       optimizer=LINEAR_ADAM)
+    compiled, eager = (
+        _sac(True, "cuda", optimizer=LINEAR_ADAM),
+        _sac(False, "cuda", optimizer=LINEAR_ADAM),
+    )
 
     def update(alg, i):
         torch.manual_seed(1000 + i)

@@ -1,4 +1,5 @@
 """Tests for alf_entropy.algorithms.ppo_algorithm (PPO-clip)."""
+
 import functools
 import math
 
@@ -142,8 +143,7 @@ def test_minibatches_partition_each_epoch():
     assert [len(s) for s in seen] == [4, 4, 4, 4, 4, 4]
     for epoch in (seen[:3], seen[3:]):
         torch.testing.assert_close(
-            torch.sort(torch.cat(epoch)).values,
-            torch.sort(flat.rollout_info.advantages).values,
+            torch.sort(torch.cat(epoch)).values, torch.sort(flat.rollout_info.advantages).values
         )
 
 
@@ -189,8 +189,15 @@ def test_summaries_written_only_when_recording(tmp_path, monkeypatch):
     finally:
         summary.set_default_writer(None)
         writer.close()
-    for tag in ("alpha", "entropy", "target_entropy", "stage", "loss/pg", "ppo/approx_kl",
-                "ppo/clip_range"):
+    for tag in (
+        "alpha",
+        "entropy",
+        "target_entropy",
+        "stage",
+        "loss/pg",
+        "ppo/approx_kl",
+        "ppo/clip_range",
+    ):
         assert tag in written
 
 
@@ -206,8 +213,13 @@ class _RecordingController(EntropyTargetAlgorithm):
     """Counts updates and records alpha after each."""
 
     def __init__(self, action_spec, debug_summaries=False):
-        super().__init__(action_spec, target_entropy=0.6, initial_alpha=0.01,
-                         skip_free_stage=True, debug_summaries=debug_summaries)
+        super().__init__(
+            action_spec,
+            target_entropy=0.6,
+            initial_alpha=0.01,
+            skip_free_stage=True,
+            debug_summaries=debug_summaries,
+        )
         self.alphas = []
 
     def _update(self, entropy, count, restart=False):
@@ -225,11 +237,23 @@ def test_entropy_target_update_frequency_on_cartpole(tmp_path):
     alphas = {}
     for frequency in ("per_minibatch", "per_iteration"):
         ctor = functools.partial(
-            PPOAlgorithm, enforce_entropy_target=True, entropy_target_cls=_RecordingController,
-            num_epochs=epochs, num_minibatches=minibatches, entropy_target_update=frequency)
-        trainer = OnPolicyTrainer(str(tmp_path / frequency), algorithm_ctor=ctor, num_envs=2,
-                                  unroll_length=16, num_iterations=iterations, progress_bar=False,
-                                  device="cpu", eval_interval=None)
+            PPOAlgorithm,
+            enforce_entropy_target=True,
+            entropy_target_cls=_RecordingController,
+            num_epochs=epochs,
+            num_minibatches=minibatches,
+            entropy_target_update=frequency,
+        )
+        trainer = OnPolicyTrainer(
+            str(tmp_path / frequency),
+            algorithm_ctor=ctor,
+            num_envs=2,
+            unroll_length=16,
+            num_iterations=iterations,
+            progress_bar=False,
+            device="cpu",
+            eval_interval=None,
+        )
         trainer.train()
         alphas[frequency] = np.array([0.01] + trainer.algorithm.entropy_target_algorithm.alphas)
     # One update per minibatch (ALF's default) or one per unroll.
@@ -260,9 +284,15 @@ def test_gin_bindings_of_actor_critic_do_not_reach_ppo():
 def test_max_alpha_change_per_iteration_bounds_any_controller(cap):
     """ALF's fast rate (log 2 per update) moves alpha x2 per update; the cap
     keeps the spread of alpha over a whole iteration (16 updates) within x1.5."""
-    alg = _ppo(enforce_entropy_target=True, entropy_target_cls=functools.partial(
-        EntropyTargetAlgorithm, target_entropy=0.69, skip_free_stage=True,
-        max_alpha_change_per_iteration=cap))
+    alg = _ppo(
+        enforce_entropy_target=True,
+        entropy_target_cls=functools.partial(
+            EntropyTargetAlgorithm,
+            target_entropy=0.69,
+            skip_free_stage=True,
+            max_alpha_change_per_iteration=cap,
+        ),
+    )
     exp, final = _unroll(alg, [[F] * 4] + [[M] * 4] * 16)
     before = alg.entropy_target_algorithm.alpha.item()
     alg.train_from_unroll(exp, final)

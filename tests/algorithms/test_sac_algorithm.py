@@ -1,5 +1,6 @@
 """SacAlgorithm: learning on one-step bandits with every controller, both action
 kinds; skipped non-finite updates; target updates; summaries; bad input."""
+
 import functools
 
 import pytest
@@ -264,12 +265,18 @@ def test_bad_inputs():
     # A continuous-action target (SAC's -dim(A)) for a discrete action: an
     # entropy is never below 0, so alpha would sink forever.
     with pytest.raises(ValueError, match="discrete"):
-        SacAlgorithm(OBS, DISCRETE, entropy_target_cls=functools.partial(
-            SGDEntropyTargetAlgorithm, target_entropy=-1.0))
+        SacAlgorithm(
+            OBS,
+            DISCRETE,
+            entropy_target_cls=functools.partial(SGDEntropyTargetAlgorithm, target_entropy=-1.0),
+        )
     # A target above the largest entropy the spec allows (log 3 here).
     with pytest.raises(ValueError, match="target_entropy"):
-        SacAlgorithm(OBS, DISCRETE, entropy_target_cls=functools.partial(
-            EntropyTargetAlgorithm, target_entropy=1.2))
+        SacAlgorithm(
+            OBS,
+            DISCRETE,
+            entropy_target_cls=functools.partial(EntropyTargetAlgorithm, target_entropy=1.2),
+        )
 
 
 class _CountingActor(ActorDistributionNetwork):
@@ -289,7 +296,8 @@ def test_closed_form_policy_only_for_an_unmodified_actor():
     plain = _sac(BOX, CONTROLLERS["sgd"])
     assert plain.actor_network.rsample_and_log_prob(batch.observation) is not None
     custom = SacAlgorithm(
-        OBS, BOX,
+        OBS,
+        BOX,
         actor_network_ctor=functools.partial(
             _CountingActor, fc_layer_params=(32,), squash_to_spec=True, state_dependent_std=True
         ),

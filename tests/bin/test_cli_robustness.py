@@ -6,6 +6,7 @@ hypothesis test feeds random bad values for the shipped configs' public
 parameters and expects exit status 2, one error line, no traceback and no
 run directory left behind.
 """
+
 import errno
 import logging
 import os
@@ -137,8 +138,10 @@ def test_config_without_a_trainer_binding_is_one_line(tmp_path, capsys):
     mine = tmp_path / "mine.gin"
     mine.write_text("OnPolicyTrainer.env_id = 'CartPole-v1'\n")
     root = tmp_path / "run"
-    line = _one_error(capsys, cli("--root_dir", str(root), "--device", "cpu",
-                                  "--gin_file", str(mine), *_params(TINY)))
+    line = _one_error(
+        capsys,
+        cli("--root_dir", str(root), "--device", "cpu", "--gin_file", str(mine), *_params(TINY)),
+    )
     assert "train.trainer = @OnPolicyTrainer" in line
     assert not root.exists()
 
@@ -156,15 +159,27 @@ def test_reused_run_directory_is_refused_unless_allowed(tmp_path, capsys, caplog
     assert cli("--root_dir", root, "--device", "cpu", *_params(TINY)) == 0
     config = open(os.path.join(root, "operative_config.gin")).read()
     # The docs' quick PPO run, then SAC on the same directory:
-    line = _one_error(capsys, cli(
-        "--root_dir", root, "--device", "cpu", "--gin_file", "sac_pendulum",
-        "--gin_param", "OffPolicyTrainer.num_iterations = 3000"))
+    line = _one_error(
+        capsys,
+        cli(
+            "--root_dir",
+            root,
+            "--device",
+            "cpu",
+            "--gin_file",
+            "sac_pendulum",
+            "--gin_param",
+            "OffPolicyTrainer.num_iterations = 3000",
+        ),
+    )
     assert "another configuration" in line and "new --root_dir" in line
     assert "OffPolicyTrainer" in line
     # ... and A2C on PPO's directory (it used to resume PPO's checkpoint silently):
     a2c = [p for p in TINY if not p.startswith("PPOAlgorithm")]
-    line = _one_error(capsys, cli("--root_dir", root, "--device", "cpu",
-                                  "--gin_file", "ac_cartpole", *_params(a2c)))
+    line = _one_error(
+        capsys,
+        cli("--root_dir", root, "--device", "cpu", "--gin_file", "ac_cartpole", *_params(a2c)),
+    )
     assert "OnPolicyTrainer.algorithm_ctor: @PPOAlgorithm -> @ActorCriticAlgorithm" in line
     assert open(os.path.join(root, "operative_config.gin")).read() == config
     # A larger limit is not a different run.
@@ -172,29 +187,60 @@ def test_reused_run_directory_is_refused_unless_allowed(tmp_path, capsys, caplog
     assert cli("--root_dir", root, "--device", "cpu", *_params(more)) == 0
     # A change, explicitly allowed, is logged.
     changed = more + ["PPOAlgorithm.gamma = 0.9"]
-    assert cli("--root_dir", root, "--device", "cpu", "--allow_config_change",
-               *_params(changed)) == 0
+    assert (
+        cli("--root_dir", root, "--device", "cpu", "--allow_config_change", *_params(changed)) == 0
+    )
     assert "allow_config_change: resuming" in caplog.text
 
 
 def test_a_binding_nothing_uses_is_one_line(tmp_path, capsys):
     root = tmp_path / "run"
-    line = _one_error(capsys, cli("--root_dir", str(root), "--device", "cpu", *_params(TINY),
-                                  "--gin_param", "torch.optim.Adam.lr = -1e-3"))
+    line = _one_error(
+        capsys,
+        cli(
+            "--root_dir",
+            str(root),
+            "--device",
+            "cpu",
+            *_params(TINY),
+            "--gin_param",
+            "torch.optim.Adam.lr = -1e-3",
+        ),
+    )
     assert "torch.optim.Adam.lr = -1e-3" in line and "default_optimizer.lr" in line
     assert not root.exists()
 
 
 def test_a_binding_the_command_line_overrides_is_one_line(tmp_path, capsys):
-    line = _one_error(capsys, cli("--root_dir", str(tmp_path / "run"), "--device", "cpu",
-                                  *_params(TINY), "--gin_param", "OnPolicyTrainer.device = 'cpu'"))
+    line = _one_error(
+        capsys,
+        cli(
+            "--root_dir",
+            str(tmp_path / "run"),
+            "--device",
+            "cpu",
+            *_params(TINY),
+            "--gin_param",
+            "OnPolicyTrainer.device = 'cpu'",
+        ),
+    )
     assert "--device" in line and "OnPolicyTrainer.device" in line
 
 
 def test_sac_num_iterations_below_initial_collect_steps_is_one_line(tmp_path, capsys):
-    line = _one_error(capsys, cli("--root_dir", str(tmp_path / "run"), "--device", "cpu",
-                                  "--gin_file", "sac_pendulum",
-                                  "--gin_param", "OffPolicyTrainer.num_iterations = 300"))
+    line = _one_error(
+        capsys,
+        cli(
+            "--root_dir",
+            str(tmp_path / "run"),
+            "--device",
+            "cpu",
+            "--gin_file",
+            "sac_pendulum",
+            "--gin_param",
+            "OffPolicyTrainer.num_iterations = 300",
+        ),
+    )
     assert "initial_collect_steps (1000) must be <=" in line and "num_iterations" in line
 
 
@@ -202,8 +248,7 @@ def test_second_writer_is_one_line_naming_the_first(tmp_path, capsys, hold_run_l
     root = tmp_path / "run"
     holder = hold_run_lock(root)
     try:
-        line = _one_error(capsys, cli("--root_dir", str(root), "--device", "cpu",
-                                      *_params(TINY)))
+        line = _one_error(capsys, cli("--root_dir", str(root), "--device", "cpu", *_params(TINY)))
     finally:
         holder.kill()
         holder.wait()
@@ -216,15 +261,32 @@ def test_second_writer_is_one_line_naming_the_first(tmp_path, capsys, hold_run_l
 def test_sigterm_checkpoints_and_exits_143_with_one_line(tmp_path):
     """Stopped before its limit: 128 + 15, never 0 (a sweep or scheduler would count it done)."""
     root = str(tmp_path / "run")
-    args = [sys.executable, "-m", "alf_entropy.bin.train", "--root_dir", root, "--device", "cpu",
-            *_params(p.replace("num_iterations = 2", "num_iterations = 100000") for p in TINY)]
-    proc = subprocess.Popen(args, cwd=REPO_ROOT, env=_subprocess_env(), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    args = [
+        sys.executable,
+        "-m",
+        "alf_entropy.bin.train",
+        "--root_dir",
+        root,
+        "--device",
+        "cpu",
+        *_params(p.replace("num_iterations = 2", "num_iterations = 100000") for p in TINY),
+    ]
+    proc = subprocess.Popen(
+        args,
+        cwd=REPO_ROOT,
+        env=_subprocess_env(),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     # Any checkpoint (the oldest are deleted within milliseconds at this pace).
     checkpoints = os.path.join(root, "checkpoints")
     deadline = time.monotonic() + 120
-    while (not (os.path.isdir(checkpoints) and ckpt.latest_checkpoint(checkpoints))
-           and proc.poll() is None and time.monotonic() < deadline):
+    while (
+        not (os.path.isdir(checkpoints) and ckpt.latest_checkpoint(checkpoints))
+        and proc.poll() is None
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
@@ -290,8 +352,9 @@ def test_a_second_signal_is_a_clean_stop_with_128_plus_n(tmp_path, capsys, monke
 def _bad_ints(minimum):
     return st.one_of(
         st.integers(max_value=minimum - 1).map(str),
-        st.floats(allow_nan=False, allow_infinity=False).filter(
-            lambda x: x != int(x) if abs(x) < 1e15 else True).map(repr),
+        st.floats(allow_nan=False, allow_infinity=False)
+        .filter(lambda x: x != int(x) if abs(x) < 1e15 else True)
+        .map(repr),
         st.sampled_from(["''", "'abc'", "nan", "1e999", "-1e999", "(1, 2)", "True"]),
     )
 
@@ -315,9 +378,14 @@ _CASES = [
     ("ppo_cartpole", "OnPolicyTrainer.seed", st.one_of(_bad_ints(0), _HUGE)),
     ("ppo_cartpole", "PPOAlgorithm.num_epochs", _bad_ints(1)),
     ("ppo_cartpole", "PPOAlgorithm.num_minibatches", _bad_ints(1)),
-    ("ppo_cartpole", "EntropyTargetAlgorithm.target_entropy",
-     st.one_of(st.sampled_from(["''", "'x'", "nan", "1e999", "-1e999"]),
-               st.floats(min_value=0.7, max_value=1e300).map(repr))),
+    (
+        "ppo_cartpole",
+        "EntropyTargetAlgorithm.target_entropy",
+        st.one_of(
+            st.sampled_from(["''", "'x'", "nan", "1e999", "-1e999"]),
+            st.floats(min_value=0.7, max_value=1e300).map(repr),
+        ),
+    ),
     ("ppo_cartpole", "default_optimizer.lr", _bad_reals()),
     ("ac_cartpole", "OnPolicyTrainer.num_envs", _bad_ints(1)),
     ("sac_pendulum", "OffPolicyTrainer.mini_batch_size", st.one_of(_bad_ints(1), _HUGE)),
@@ -326,17 +394,30 @@ _CASES = [
 ]
 
 
-@settings(max_examples=40, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(case=st.sampled_from(range(len(_CASES))).flatmap(
-    lambda i: st.tuples(st.just(i), _CASES[i][2])))
+@settings(
+    max_examples=40,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    case=st.sampled_from(range(len(_CASES))).flatmap(lambda i: st.tuples(st.just(i), _CASES[i][2]))
+)
 def test_random_bad_values_exit_2_with_one_line(tmp_path, capsys, case):
     index, value = case
     config, binding, _ = _CASES[index]
     root = tmp_path / "bad"
     capsys.readouterr()
-    status = cli("--root_dir", str(root), "--device", "cpu", "--gin_file", config,
-                 "--gin_param", f"{binding} = {value}")
+    status = cli(
+        "--root_dir",
+        str(root),
+        "--device",
+        "cpu",
+        "--gin_file",
+        config,
+        "--gin_param",
+        f"{binding} = {value}",
+    )
     line = _one_error(capsys, status)
     assert line.startswith(PREFIX) and len(line) > len(PREFIX) + 5
     assert not root.exists(), f"{binding} = {value} left {sorted(os.listdir(root))}"
@@ -348,8 +429,9 @@ def test_out_of_memory_is_one_line(tmp_path, capsys, monkeypatch):
         raise MemoryError("Unable to allocate 10.9 TiB")
 
     monkeypatch.setattr(OnPolicyTrainer, "_train_iteration", iteration)
-    line = _one_error(capsys, cli("--root_dir", str(tmp_path / "run"), "--device", "cpu",
-                                  *_params(TINY)), 1)
+    line = _one_error(
+        capsys, cli("--root_dir", str(tmp_path / "run"), "--device", "cpu", *_params(TINY)), 1
+    )
     assert "out of memory" in line and "num_envs" in line
 
 
@@ -358,9 +440,12 @@ SWEEP_TINY = [p for p in TINY if "checkpoint_interval" not in p]
 
 
 def _spec(gin_param=SWEEP_TINY, targets=(0.6,)):
-    return {"gin_file": ["ppo_cartpole.gin"], "gin_param": list(gin_param),
-            "parameters": {"EntropyTargetAlgorithm.target_entropy": list(targets)},
-            "seeds": [0]}
+    return {
+        "gin_file": ["ppo_cartpole.gin"],
+        "gin_param": list(gin_param),
+        "parameters": {"EntropyTargetAlgorithm.target_entropy": list(targets)},
+        "seeds": [0],
+    }
 
 
 @pytest.fixture
@@ -379,8 +464,9 @@ def test_sweep_knows_its_runs(tmp_path, _pythonpath, hold_run_lock):
     holder = hold_run_lock(sweep_dir / "target_entropy=0.65+seed=0")
     lines.clear()
     try:
-        result = sweep.run_sweep(_spec(targets=(0.6, 5.0, 0.65)), str(sweep_dir), jobs=2,
-                                 report=False, log=lines.append)
+        result = sweep.run_sweep(
+            _spec(targets=(0.6, 5.0, 0.65)), str(sweep_dir), jobs=2, report=False, log=lines.append
+        )
     finally:
         holder.kill()
         holder.wait()

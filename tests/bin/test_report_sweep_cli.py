@@ -1,4 +1,5 @@
 """alf-entropy-report and -sweep: integer counts in tables, a clean Ctrl-C (issue 22, item 7)."""
+
 import math
 
 import numpy as np
@@ -17,8 +18,14 @@ def _row(**values):
 
 
 def test_env_step_counts_print_as_integers_other_metrics_to_four_digits(tmp_path):
-    rows = [_row(env_steps=12288, tracking_from_env_step=12290.0, tracking_rmse=0.0123456,
-                 max_alpha_change_x=123456.0)]
+    rows = [
+        _row(
+            env_steps=12288,
+            tracking_from_env_step=12290.0,
+            tracking_rmse=0.0123456,
+            max_alpha_change_x=123456.0,
+        )
+    ]
     _, md_path = report._write_tables(rows, str(tmp_path))
     table = open(md_path, encoding="utf-8").read()
     cells = [line for line in table.splitlines() if line.startswith("| r+seed=0 |")][0].split(" | ")
@@ -36,10 +43,12 @@ def test_fmt_of_a_missing_count_is_a_dash():
     assert report._fmt(40960.0, "env_steps") == "40960"
 
 
-@pytest.mark.parametrize("module_name, target", [("report", "write_report"),
-                                                 ("sweep", "run_sweep")])
-def test_ctrl_c_is_one_line_and_status_130_not_an_error(tmp_path, capsys, monkeypatch,
-                                                        module_name, target):
+@pytest.mark.parametrize(
+    "module_name, target", [("report", "write_report"), ("sweep", "run_sweep")]
+)
+def test_ctrl_c_is_one_line_and_status_130_not_an_error(
+    tmp_path, capsys, monkeypatch, module_name, target
+):
     import importlib
 
     module = importlib.import_module(f"alf_entropy.experiments.{module_name}")
@@ -81,14 +90,15 @@ def _synthetic_run(name, seed, entropy, target, stage, config=""):
         "stage": (steps, np.asarray(stage, dtype=np.float64)),
         "env_steps": (steps, 1000.0 * (steps + 1)),
     }
-    return RunData(f"/runs/{name}", scalars,
-                   f"OnPolicyTrainer.seed = {seed}\nX.y = 1\n{config}")
+    return RunData(f"/runs/{name}", scalars, f"OnPolicyTrainer.seed = {seed}\nX.y = 1\n{config}")
 
 
 def test_a_run_whose_entropy_never_reached_the_target_says_so():
     """Two targets never reached: the rows' metrics are empty, and the note says why."""
-    rows = [report.run_metrics(_synthetic_run(f"t{t}", 0, [0.69, 0.68, 0.67], t, [0, 0, 0]))
-            for t in (0.5, 0.6)]
+    rows = [
+        report.run_metrics(_synthetic_run(f"t{t}", 0, [0.69, 0.68, 0.67], t, [0, 0, 0]))
+        for t in (0.5, 0.6)
+    ]
     for row, t in zip(rows, (0.5, 0.6)):
         assert row["note"] == f"{report.NOT_REACHED} (final entropy 0.67, target {t:.3g})"
         assert math.isnan(row["tracking_rmse"]) and math.isnan(row["tracking_from_env_step"])
@@ -105,8 +115,9 @@ def test_the_multi_seed_stage_is_drawn_per_seed_never_averaged():
     from matplotlib.collections import PolyCollection
 
     stages = ([-2, -1, 0, 0, 1], [-2, -1, -1, 1, 1], [-2, 0, 0, 0, 0])
-    runs = [_synthetic_run(f"seed={k}", k, [0.7 + 0.1 * k] * 5, 0.5, s)
-            for k, s in enumerate(stages)]
+    runs = [
+        _synthetic_run(f"seed={k}", k, [0.7 + 0.1 * k] * 5, 0.5, s) for k, s in enumerate(stages)
+    ]
     fig, ax = plt.subplots()
     figures._draw(ax, "stage", [runs], ["g"])
     ys = [line.get_ydata().tolist() for line in ax.get_lines()]
@@ -122,17 +133,24 @@ def test_the_multi_seed_stage_is_drawn_per_seed_never_averaged():
     plt.close(fig)
 
 
-@pytest.mark.parametrize("limits, named", [
-    ("OnPolicyTrainer.num_iterations = 150", "num_iterations = 150"),  # issue 63: 33 of 150
-    ("OnPolicyTrainer.num_iterations = 33", None),
-    ("OnPolicyTrainer.num_iterations = 0\nOnPolicyTrainer.num_env_steps = 153600",
-     "num_env_steps = 153600"),
-    ("OnPolicyTrainer.num_env_steps = 33000", None),
-    ("OnPolicyTrainer.num_iterations = 40\nOnPolicyTrainer.summary_interval = 10", None),
-    ("OnPolicyTrainer.num_iterations = 43\nOnPolicyTrainer.summary_interval = 10",
-     "num_iterations = 43"),
-    ("", None),  # no limits known: no note
-])
+@pytest.mark.parametrize(
+    "limits, named",
+    [
+        ("OnPolicyTrainer.num_iterations = 150", "num_iterations = 150"),  # issue 63: 33 of 150
+        ("OnPolicyTrainer.num_iterations = 33", None),
+        (
+            "OnPolicyTrainer.num_iterations = 0\nOnPolicyTrainer.num_env_steps = 153600",
+            "num_env_steps = 153600",
+        ),
+        ("OnPolicyTrainer.num_env_steps = 33000", None),
+        ("OnPolicyTrainer.num_iterations = 40\nOnPolicyTrainer.summary_interval = 10", None),
+        (
+            "OnPolicyTrainer.num_iterations = 43\nOnPolicyTrainer.summary_interval = 10",
+            "num_iterations = 43",
+        ),
+        ("", None),  # no limits known: no note
+    ],
+)
 def test_a_run_stopped_before_its_limit_has_a_note(limits, named):
     """Logged iterations 0..32 (33,000 env steps): a note where they end before the limit;
     with summary_interval = 10 up to 9 more iterations may have gone unlogged."""
@@ -146,9 +164,11 @@ def test_a_run_stopped_before_its_limit_has_a_note(limits, named):
 
 def test_a_group_value_from_one_seed_has_no_interval(tmp_path):
     """A zero-width interval from one value (issue 63) is the mean, the count and no interval."""
-    rows = [_row(run="g+seed=0", group="g", seed=0, tracking_rmse=0.02, final_eval_return=10.0),
-            _row(run="g+seed=1", group="g", seed=1, final_eval_return=20.0),
-            _row(run="g+seed=2", group="g", seed=2, final_eval_return=30.0)]
+    rows = [
+        _row(run="g+seed=0", group="g", seed=0, tracking_rmse=0.02, final_eval_return=10.0),
+        _row(run="g+seed=1", group="g", seed=1, final_eval_return=20.0),
+        _row(run="g+seed=2", group="g", seed=2, final_eval_return=30.0),
+    ]
     _, md_path = report._write_tables(rows, str(tmp_path))
     line = [ln for ln in open(md_path, encoding="utf-8") if ln.startswith("| g | 3 |")][0]
     cells = dict(zip(report.GROUP_COLUMNS, (c.strip() for c in line.split("|")[3:])))

@@ -4,6 +4,7 @@ A tiny sweep (2 target entropies x 2 seeds, 4 short PPO iterations each)
 runs as real ``alf-entropy-train`` processes; its report is checked against
 the events read independently with ``tbparse``.
 """
+
 import csv
 import json
 import math
@@ -272,15 +273,26 @@ def test_ctrl_c_on_a_sweep_stops_its_run_which_resumes_later(tmp_path):
     import time
 
     spec = _spec(**{"EntropyTargetAlgorithm.target_entropy": [0.67]})
-    spec["gin_param"] = [p.replace("num_iterations = 4", "num_iterations = 1000000")
-                         for p in TINY]
+    spec["gin_param"] = [p.replace("num_iterations = 4", "num_iterations = 1000000") for p in TINY]
     spec_path, sweep_dir = tmp_path / "spec.json", tmp_path / "sweep"
     spec_path.write_text(json.dumps(spec))
     first, second = (sweep_dir / f"target_entropy=0.67+seed={s}" for s in (0, 1))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "alf_entropy.experiments.sweep", "--spec", str(spec_path),
-         "--sweep_dir", str(sweep_dir)], cwd=REPO_ROOT, process_group=0, text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        [
+            sys.executable,
+            "-m",
+            "alf_entropy.experiments.sweep",
+            "--spec",
+            str(spec_path),
+            "--sweep_dir",
+            str(sweep_dir),
+        ],
+        cwd=REPO_ROOT,
+        process_group=0,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + 120
         while not list((first / "checkpoints").glob("ckpt-*.pt")):  # training is under way
@@ -311,8 +323,10 @@ def test_ctrl_c_on_a_sweep_stops_its_run_which_resumes_later(tmp_path):
     assert not (second / "checkpoints").exists()
 
     # The same sweep (to a limit just past the stop) resumes the run from its checkpoint.
-    spec["gin_param"] = [p.replace("num_iterations = 1000000", f"num_iterations = {stopped + 2}")
-                         for p in spec["gin_param"]]
+    spec["gin_param"] = [
+        p.replace("num_iterations = 1000000", f"num_iterations = {stopped + 2}")
+        for p in spec["gin_param"]
+    ]
     lines = []
     result = sweep.run_sweep(spec, str(sweep_dir), report=False, log=lines.append)
     assert result["skipped"] == [] and result["status"] == {first.name: 0, second.name: 0}

@@ -1,4 +1,5 @@
 """End-to-end tests of the ``alf-entropy-train`` command line (subprocesses)."""
+
 import os
 import re
 
@@ -10,14 +11,22 @@ pytestmark = pytest.mark.slow
 
 
 TINY = [
-    "--gin_param", "OnPolicyTrainer.num_env_steps = None",
-    "--gin_param", "OnPolicyTrainer.num_iterations = 3",
-    "--gin_param", "OnPolicyTrainer.unroll_length = 16",
-    "--gin_param", "OnPolicyTrainer.num_envs = 2",
-    "--gin_param", "OnPolicyTrainer.summary_interval = 1",
-    "--gin_param", "OnPolicyTrainer.eval_interval = 3",
-    "--gin_param", "OnPolicyTrainer.num_eval_episodes = 2",
-    "--gin_param", "OnPolicyTrainer.progress_bar = False",
+    "--gin_param",
+    "OnPolicyTrainer.num_env_steps = None",
+    "--gin_param",
+    "OnPolicyTrainer.num_iterations = 3",
+    "--gin_param",
+    "OnPolicyTrainer.unroll_length = 16",
+    "--gin_param",
+    "OnPolicyTrainer.num_envs = 2",
+    "--gin_param",
+    "OnPolicyTrainer.summary_interval = 1",
+    "--gin_param",
+    "OnPolicyTrainer.eval_interval = 3",
+    "--gin_param",
+    "OnPolicyTrainer.num_eval_episodes = 2",
+    "--gin_param",
+    "OnPolicyTrainer.progress_bar = False",
 ]
 
 
@@ -29,8 +38,14 @@ def test_default_config_end_to_end(run_train, tmp_path):
     ea = EventAccumulator(os.path.join(root, "train"), size_guidance={"scalars": 0})
     ea.Reload()
     tags = set(ea.Tags()["scalars"])
-    for tag in ("alpha", "entropy", "target_entropy", "EntropyTargetAlgorithm/alpha",
-                "return", "eval/return"):
+    for tag in (
+        "alpha",
+        "entropy",
+        "target_entropy",
+        "EntropyTargetAlgorithm/alpha",
+        "return",
+        "eval/return",
+    ):
         assert tag in tags, (tag, sorted(tags))
     assert [e.step for e in ea.Scalars("alpha")] == [0, 1, 2]
     assert os.path.isfile(os.path.join(root, "checkpoints", "ckpt-00000003.pt"))
@@ -47,8 +62,9 @@ def test_default_config_end_to_end(run_train, tmp_path):
     assert os.path.isfile(os.path.join(root, "checkpoints", "ckpt-00000004.pt"))
 
 
-@pytest.mark.parametrize("agents", [[], ["--gin_param", "OnPolicyTrainer.seeds = [0, 1]"]],
-                         ids=["one", "two_agents"])
+@pytest.mark.parametrize(
+    "agents", [[], ["--gin_param", "OnPolicyTrainer.seeds = [0, 1]"]], ids=["one", "two_agents"]
+)
 def test_each_periodic_log_line_shows_the_control(run_train, tmp_path, agents):
     """Issue 40 item 8: each evaluation's log line of the main job shows alpha, entropy and
     target beside the eval return; with K agents each as labelled min/mean/max."""
@@ -87,8 +103,14 @@ def test_bad_config_exits_with_one_clear_line(run_train, tmp_path, args, expecte
 def test_quick_run_with_num_iterations_only(run_train, tmp_path):
     """Issue 13: the shipped config binds num_env_steps; num_iterations alone still works."""
     root = str(tmp_path / "quick")
-    args = ["--root_dir", root, "--device", "cpu",
-            "--gin_param", "OnPolicyTrainer.num_iterations = 3"]
+    args = [
+        "--root_dir",
+        root,
+        "--device",
+        "cpu",
+        "--gin_param",
+        "OnPolicyTrainer.num_iterations = 3",
+    ]
     proc = run_train(*args)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "done: 3 iterations, 3072 env steps" in proc.stdout

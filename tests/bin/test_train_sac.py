@@ -1,5 +1,6 @@
 """``alf-entropy-train`` with the SAC configs: one iteration each, and clear
 one-line errors for bad off-policy settings (subprocesses)."""
+
 import os
 import subprocess
 import sys
@@ -12,10 +13,16 @@ pytestmark = pytest.mark.slow
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # One iteration: initial_collect_steps must fit in it (a run that ends before
 # learning starts is refused).
-QUICK = ["--gin_param", "OffPolicyTrainer.num_iterations = 1",
-         "--gin_param", "OffPolicyTrainer.initial_collect_steps = 1",
-         "--gin_param", "OffPolicyTrainer.num_eval_episodes = 2",
-         "--gin_param", "OffPolicyTrainer.progress_bar = False"]
+QUICK = [
+    "--gin_param",
+    "OffPolicyTrainer.num_iterations = 1",
+    "--gin_param",
+    "OffPolicyTrainer.initial_collect_steps = 1",
+    "--gin_param",
+    "OffPolicyTrainer.num_eval_episodes = 2",
+    "--gin_param",
+    "OffPolicyTrainer.progress_bar = False",
+]
 
 
 @pytest.mark.parametrize("config", ["sac_pendulum", "sac_pendulum_staged", "sac_cartpole"])
@@ -34,8 +41,9 @@ def test_halfcheetah_config_runs_one_iteration(run_train, tmp_path):
     # CI installs the mujoco extra (.ci/run), so this runs there.
     pytest.importorskip("mujoco", reason="needs pip install -e .[mujoco]")
     root = tmp_path / "run"
-    proc = run_train("--device", "cpu", "--root_dir", str(root), "--gin_file", "sac_halfcheetah",
-                     *QUICK)
+    proc = run_train(
+        "--device", "cpu", "--root_dir", str(root), "--gin_file", "sac_halfcheetah", *QUICK
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "done: 1 iterations" in proc.stdout and "eval return" in proc.stdout
     assert os.path.isfile(root / "checkpoints" / "ckpt-00000001.pt")
@@ -50,9 +58,23 @@ def test_halfcheetah_without_mujoco_fails_in_one_line(tmp_path):
     )
     env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run(
-        [sys.executable, "-c", code, "--device", "cpu", "--root_dir", str(tmp_path / "run"),
-         "--gin_file", "sac_halfcheetah", *QUICK],
-        capture_output=True, text=True, timeout=180, env=env, cwd=REPO_ROOT,
+        [
+            sys.executable,
+            "-c",
+            code,
+            "--device",
+            "cpu",
+            "--root_dir",
+            str(tmp_path / "run"),
+            "--gin_file",
+            "sac_halfcheetah",
+            *QUICK,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+        cwd=REPO_ROOT,
     )
     assert proc.returncode == 2
     line = [x for x in proc.stderr.splitlines() if x.strip()][-1]
@@ -63,21 +85,36 @@ def test_halfcheetah_without_mujoco_fails_in_one_line(tmp_path):
 @pytest.mark.parametrize(
     "config, params, expected",
     [
-        ("sac_pendulum", ["OffPolicyTrainer.replay_buffer_length = 100"],
-         "mini_batch_size (256) must be <= replay_buffer_length (100)"),
-        ("sac_pendulum", ["OffPolicyTrainer.num_env_steps = 500"],
-         "initial_collect_steps (1000) must be <= the env steps the run takes "
-         "(500: num_iterations=None, num_env_steps=500"),
+        (
+            "sac_pendulum",
+            ["OffPolicyTrainer.replay_buffer_length = 100"],
+            "mini_batch_size (256) must be <= replay_buffer_length (100)",
+        ),
+        (
+            "sac_pendulum",
+            ["OffPolicyTrainer.num_env_steps = 500"],
+            "initial_collect_steps (1000) must be <= the env steps the run takes "
+            "(500: num_iterations=None, num_env_steps=500",
+        ),
         # SAC's continuous target (-1) given the discrete CartPole action
-        ("sac_cartpole", ["SacAlgorithm.entropy_target_cls = @SGDEntropyTargetAlgorithm"],
-         "below 0 for a discrete action"),
+        (
+            "sac_cartpole",
+            ["SacAlgorithm.entropy_target_cls = @SGDEntropyTargetAlgorithm"],
+            "below 0 for a discrete action",
+        ),
         # a target above the largest entropy of Box(-2, 2) (log 4 = 1.39)
-        ("sac_pendulum_staged", ["EntropyTargetAlgorithm.target_entropy = 2.0"],
-         "above the largest entropy"),
+        (
+            "sac_pendulum_staged",
+            ["EntropyTargetAlgorithm.target_entropy = 2.0"],
+            "above the largest entropy",
+        ),
         # a discrete config's target (0.98 log 2) on the continuous env is
         # reachable, but the discrete SAC target on a 2-action env is not:
-        ("sac_cartpole", ["EntropyTargetAlgorithm.target_entropy = 0.7"],
-         "above the largest entropy"),
+        (
+            "sac_cartpole",
+            ["EntropyTargetAlgorithm.target_entropy = 0.7"],
+            "above the largest entropy",
+        ),
     ],
 )
 def test_bad_settings_exit_with_one_clear_line(run_train, tmp_path, config, params, expected):

@@ -1,4 +1,5 @@
 """Tests for alf_entropy.config.loading, the registration and the shipped gin configs."""
+
 import logging
 import os
 
@@ -108,9 +109,7 @@ def test_each_shipped_config_builds_and_trains_one_iteration(name, tmp_path):
     assert trainer.train()["iteration"] == 1
 
 
-@pytest.mark.parametrize(
-    "name", [n for n in list_configs() if n != "entropy_target_defaults.gin"]
-)
+@pytest.mark.parametrize("name", [n for n in list_configs() if n != "entropy_target_defaults.gin"])
 def test_every_shipped_config_names_its_trainer(name):
     """``train.trainer`` is what alf-entropy-train builds: SAC configs off-policy."""
     parse_gin_config([name])
@@ -160,11 +159,17 @@ def test_including_a_shipped_config_logs_no_search_path_errors(tmp_path, monkeyp
 def test_read_bindings_reads_gin_text_with_gins_parser():
     from alf_entropy.storage.bindings import read_bindings, split_key, write_bindings
 
-    text = ("import gin.torch.external_configurables\ninclude 'ppo_cartpole.gin'\n# a comment\n"
-            "LR = 1e-3\nA.x = (1,\n    2)\ns/B.opt = @torch.optim.Adam\nC.f = \\\n"
-            "    [@lr/Lin(), %LR, 'a = b', None]\n")
+    text = (
+        "import gin.torch.external_configurables\ninclude 'ppo_cartpole.gin'\n# a comment\n"
+        "LR = 1e-3\nA.x = (1,\n    2)\ns/B.opt = @torch.optim.Adam\nC.f = \\\n"
+        "    [@lr/Lin(), %LR, 'a = b', None]\n"
+    )
     bindings = read_bindings(text)
-    assert bindings == {"LR": "0.001", "A.x": "(1, 2)", "s/B.opt": "@torch.optim.Adam",
-                        "C.f": "[@lr/Lin(), %LR, 'a = b', None]"}
+    assert bindings == {
+        "LR": "0.001",
+        "A.x": "(1, 2)",
+        "s/B.opt": "@torch.optim.Adam",
+        "C.f": "[@lr/Lin(), %LR, 'a = b', None]",
+    }
     assert read_bindings(write_bindings(bindings)) == bindings
     assert split_key("s/torch.optim.Adam.lr") == ("s", "Adam", "lr")

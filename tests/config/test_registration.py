@@ -4,6 +4,7 @@ In an ALF process, importing any module of the package must leave ALF's gin name
 were (gin resolves a bare name to every configurable registered under it); the package's
 own gin files import the registration themselves.
 """
+
 import inspect
 import json
 import os
@@ -21,8 +22,10 @@ from alf_entropy.tensor_specs import BoundedTensorSpec
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SELECTORS = {c.__name__: f"{c.__module__}.{c.__name__}" for c in configurables.CLASSES}
-SELECTORS.update((name or fn.__name__, f"{fn.__module__}.{name or fn.__name__}")
-                 for fn, name in configurables.FUNCTIONS)
+SELECTORS.update(
+    (name or fn.__name__, f"{fn.__module__}.{name or fn.__name__}")
+    for fn, name in configurables.FUNCTIONS
+)
 NAMES = sorted(SELECTORS)
 
 # A fresh process: ALF's clashing names registered first (as ALF's modules do), then
@@ -75,9 +78,14 @@ print(json.dumps(dict(known={n: known(n) for n in sys.argv[1:]}, parsed=parsed, 
 
 @pytest.fixture(scope="module")
 def fresh():
-    proc = subprocess.run([sys.executable, "-c", _FRESH, *SELECTORS.values()], capture_output=True,
-                          text=True, cwd=REPO_ROOT, timeout=300,
-                          env=dict(os.environ, PYTHONPATH=REPO_ROOT))
+    proc = subprocess.run(
+        [sys.executable, "-c", _FRESH, *SELECTORS.values()],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=REPO_ROOT),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.splitlines()[-1])
 
@@ -87,8 +95,10 @@ def test_importing_the_package_registers_nothing(fresh, name):
     assert not fresh["known"][SELECTORS[name]]
 
 
-@pytest.mark.parametrize("line", ["EntropyTargetAlgorithm.min_alpha = 0.1",
-                                  "calc_default_target_entropy.min_prob = 0.01"])
+@pytest.mark.parametrize(
+    "line",
+    ["EntropyTargetAlgorithm.min_alpha = 0.1", "calc_default_target_entropy.min_prob = 0.01"],
+)
 def test_alfs_own_bindings_stay_unambiguous(fresh, line):
     assert fresh["parsed"][line] == "ok"
 
@@ -103,18 +113,26 @@ def test_the_registration_knows_every_name_and_keeps_the_signatures():
         gin.get_configurable(selector)  # raises if not registered
     for cls in (PPOAlgorithm, EntropyTargetAlgorithm):
         assert {"initial_alpha" if cls is EntropyTargetAlgorithm else "gamma", "name"} <= set(
-            inspect.signature(cls).parameters)
+            inspect.signature(cls).parameters
+        )
     with pytest.raises(ValueError, match="denylisted kwarg 'batch_shape'"):
         gin.parse_config("PPOAlgorithm.batch_shape = (2,)")
 
 
 def test_a_plain_gin_parse_of_a_shipped_config_registers_and_finds_its_includes():
-    code = ("import gin, os, sys; gin.parse_config_file(os.path.join(sys.argv[1], "
-            "'ppo_cartpole_pid.gin')); print(gin.query_parameter('OnPolicyTrainer.env_id'), "
-            "gin.query_parameter('PIDEntropyTargetAlgorithm.initial_alpha'))")
-    proc = subprocess.run([sys.executable, "-c", code, CONFIG_DIR], capture_output=True,
-                          text=True, cwd="/", timeout=300,
-                          env=dict(os.environ, PYTHONPATH=REPO_ROOT))
+    code = (
+        "import gin, os, sys; gin.parse_config_file(os.path.join(sys.argv[1], "
+        "'ppo_cartpole_pid.gin')); print(gin.query_parameter('OnPolicyTrainer.env_id'), "
+        "gin.query_parameter('PIDEntropyTargetAlgorithm.initial_alpha'))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, CONFIG_DIR],
+        capture_output=True,
+        text=True,
+        cwd="/",
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=REPO_ROOT),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split() == ["CartPole-v1", "0.1"]
 
@@ -123,6 +141,7 @@ def test_gin_errors_name_the_configurable_and_python_calls_take_the_bindings():
     gin.parse_config("EntropyTargetAlgorithm.initial_alpha = -1")
     spec = BoundedTensorSpec((), torch.int64, 0, 1)
     with pytest.raises(ValueError, match="initial_alpha must be > 0, got -1") as info:
-        PPOAlgorithm(BoundedTensorSpec((4,), torch.float32, -1.0, 1.0), spec,
-                     enforce_entropy_target=True)
+        PPOAlgorithm(
+            BoundedTensorSpec((4,), torch.float32, -1.0, 1.0), spec, enforce_entropy_target=True
+        )
     assert "In call to configurable 'EntropyTargetAlgorithm'" in str(info.value)

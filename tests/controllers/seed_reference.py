@@ -6,6 +6,7 @@ tensor ops, dtypes and sequential ``if`` checks (Python branching and all), and
 ALF's ``ScalarWindowAverager`` (circular buffer, ``sum * (1 / n)``).  It is test
 code only; the package never branches on tensor values.
 """
+
 from typing import Callable, Union
 
 import numpy as np
@@ -105,9 +106,11 @@ class SeedController:
             below = 1 - above
             decreasing = (avg_entropy < prev_avg_entropy).type(torch.float32)
             increasing = 1 - decreasing
-            log_alpha = self.log_alpha + (
-                (below + 0.5 * above) * decreasing - (above + 0.5 * below) * increasing
-            ) * update_rate
+            log_alpha = (
+                self.log_alpha
+                + ((below + 0.5 * above) * decreasing - (above + 0.5 * below) * increasing)
+                * update_rate
+            )
             log_alpha = torch.max(log_alpha, self.min_log_alpha)
             self.log_alpha.fill_(log_alpha)
         return torch.exp(self.log_alpha)

@@ -3,6 +3,7 @@ break (``fullgraph=True``) and no recompile over 50 updates that include a NaN e
 batch and a scheduled target; the same bits as the eager tensor step (SGD's Adam: inductor's
 ``lerp``/``addcmul`` may round its moments 1 ulp apart, so its state is held to a float32
 tolerance)."""
+
 import warnings
 
 import pytest

@@ -1,5 +1,6 @@
 """The controller contract: one vocabulary, checked at construction; SGD's Adam as a rule equal
 to torch.optim.Adam; copies that never alias; an empty batch that changes nothing."""
+
 import copy
 import inspect
 
@@ -20,10 +21,23 @@ from alf_entropy.controllers import (
 from alf_entropy.tensor_specs import BoundedTensorSpec
 
 FOUR = BoundedTensorSpec((), torch.int64, 0, 3)
-CLASSES = [EntropyTargetAlgorithm, PIDEntropyTargetAlgorithm, SGDEntropyTargetAlgorithm,
-           FixedEntropyCoefficient, LinearPIDEntropyTargetAlgorithm, NestedEntropyTargetAlgorithm]
-SHARED = ("target_entropy", "initial_alpha", "min_alpha", "max_alpha", "update_mode",
-          "batch_shape", "debug_summaries")
+CLASSES = [
+    EntropyTargetAlgorithm,
+    PIDEntropyTargetAlgorithm,
+    SGDEntropyTargetAlgorithm,
+    FixedEntropyCoefficient,
+    LinearPIDEntropyTargetAlgorithm,
+    NestedEntropyTargetAlgorithm,
+]
+SHARED = (
+    "target_entropy",
+    "initial_alpha",
+    "min_alpha",
+    "max_alpha",
+    "update_mode",
+    "batch_shape",
+    "debug_summaries",
+)
 # A real signature: a misspelt argument is Python's own error, naming it.
 
 
@@ -42,27 +56,33 @@ def test_every_controller_takes_the_shared_arguments_with_the_same_defaults(cls)
     assert c.settings["min_alpha"] == 1e-3 and c.settings["max_alpha"] == 2.0
 
 
-@pytest.mark.parametrize("cls, setting, owner", [
-    (PIDEntropyTargetAlgorithm, dict(skip_free_stage=True), "EntropyTargetAlgorithm"),
-    (EntropyTargetAlgorithm, dict(kp=1.0), "PIDEntropyTargetAlgorithm"),
-    (FixedEntropyCoefficient, dict(lr=0.1), "SGDEntropyTargetAlgorithm"),
-    (SGDEntropyTargetAlgorithm, dict(average_window=3), "EntropyTargetAlgorithm"),
-    (NestedEntropyTargetAlgorithm, dict(kd=0.1), "PIDEntropyTargetAlgorithm"),
-])
+@pytest.mark.parametrize(
+    "cls, setting, owner",
+    [
+        (PIDEntropyTargetAlgorithm, dict(skip_free_stage=True), "EntropyTargetAlgorithm"),
+        (EntropyTargetAlgorithm, dict(kp=1.0), "PIDEntropyTargetAlgorithm"),
+        (FixedEntropyCoefficient, dict(lr=0.1), "SGDEntropyTargetAlgorithm"),
+        (SGDEntropyTargetAlgorithm, dict(average_window=3), "EntropyTargetAlgorithm"),
+        (NestedEntropyTargetAlgorithm, dict(kd=0.1), "PIDEntropyTargetAlgorithm"),
+    ],
+)
 def test_another_rules_setting_is_a_type_error_naming_it(cls, setting, owner):
     with pytest.raises(TypeError, match=f"unexpected keyword argument '{next(iter(setting))}'"):
         cls(FOUR, target_entropy=0.5, **setting)
     assert next(iter(setting)) in inspect.signature(getattr(controllers, owner)).parameters
 
 
-@pytest.mark.parametrize("kwargs, error, word", [
-    (dict(lr=-1e-3), ValueError, "lr"),
-    (dict(lr="fast"), TypeError, "lr"),
-    (dict(optimizer="rmsprop"), ValueError, "optimizer"),
-    (dict(optimizer=lambda p: torch.optim.Adam(p)), ValueError, "optimizer"),
-    (dict(min_alpha=0.5, max_alpha=0.2), ValueError, "max_alpha"),
-    (dict(initial_alpha=3.0, max_alpha=2.0), ValueError, "initial_alpha"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, word",
+    [
+        (dict(lr=-1e-3), ValueError, "lr"),
+        (dict(lr="fast"), TypeError, "lr"),
+        (dict(optimizer="rmsprop"), ValueError, "optimizer"),
+        (dict(optimizer=lambda p: torch.optim.Adam(p)), ValueError, "optimizer"),
+        (dict(min_alpha=0.5, max_alpha=0.2), ValueError, "max_alpha"),
+        (dict(initial_alpha=3.0, max_alpha=2.0), ValueError, "initial_alpha"),
+    ],
+)
 def test_settings_that_would_fail_later_fail_at_construction(kwargs, error, word):
     with pytest.raises(error, match=word):
         SGDEntropyTargetAlgorithm(FOUR, target_entropy=0.5, **kwargs)
@@ -82,8 +102,15 @@ def test_sgd_learning_rate_is_a_gin_binding():
 def test_sgd_adam_is_torch_optim_adam_bit_for_bit(batch, mode):
     """The rule's Adam against torch.optim.Adam stepping a parameter with the same gradient
     (H - target) from the same log(alpha), 400 updates (the bounds never reached)."""
-    sgd = SGDEntropyTargetAlgorithm(FOUR, target_entropy=0.5, initial_alpha=0.5, lr=1e-2,
-                                    batch_shape=batch, update_mode=mode, min_alpha=0.0)
+    sgd = SGDEntropyTargetAlgorithm(
+        FOUR,
+        target_entropy=0.5,
+        initial_alpha=0.5,
+        lr=1e-2,
+        batch_shape=batch,
+        update_mode=mode,
+        min_alpha=0.0,
+    )
     param = sgd.log_alpha.clone().requires_grad_(True)
     adam = torch.optim.Adam([param], lr=1e-2)
     g = torch.Generator().manual_seed(3)
@@ -139,8 +166,9 @@ def test_the_loss_uses_alpha_after_the_update_for_every_controller(cls):
 def test_the_linear_pid_reaches_zero_above_the_target_and_rebuilds_from_it(mode):
     """A one-sided actuator: above the target the coefficient is 0 exactly, and the integral,
     clamped at 0, does not wind down below it, so a fall under the target is answered at once."""
-    pid = LinearPIDEntropyTargetAlgorithm(FOUR, target_entropy=1.0, initial_alpha=0.2,
-                                          min_alpha=0.0, max_alpha=1.0, update_mode=mode)
+    pid = LinearPIDEntropyTargetAlgorithm(
+        FOUR, target_entropy=1.0, initial_alpha=0.2, min_alpha=0.0, max_alpha=1.0, update_mode=mode
+    )
     for _ in range(50):
         pid.adjust_alpha(1.3)
     assert float(pid.alpha) == 0.0 and float(pid.integral) == 0.0
@@ -156,10 +184,19 @@ def test_the_linear_pid_reaches_zero_above_the_target_and_rebuilds_from_it(mode)
 def test_the_linear_pids_kicks_shrink_with_the_integral(mode):
     """Below ``gain_alpha`` the P and D terms act at a share falling to ``min_gain`` at an
     integral of 0; from ``gain_alpha`` on, in full, as without the option."""
+
     def first_alpha(integral, **gain):
-        pid = LinearPIDEntropyTargetAlgorithm(FOUR, target_entropy=1.0, initial_alpha=integral,
-                                              kp=1.0, ki=0.0, min_alpha=0.0, max_alpha=1.0,
-                                              update_mode=mode, **gain)
+        pid = LinearPIDEntropyTargetAlgorithm(
+            FOUR,
+            target_entropy=1.0,
+            initial_alpha=integral,
+            kp=1.0,
+            ki=0.0,
+            min_alpha=0.0,
+            max_alpha=1.0,
+            update_mode=mode,
+            **gain,
+        )
         return float(pid.adjust_alpha(0.8))  # e = 0.2: alpha = I + share * kp * e
 
     gain = dict(gain_alpha=0.2, min_gain=0.5)

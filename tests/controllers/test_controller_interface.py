@@ -6,6 +6,7 @@ with no ``isinstance`` checks: ``adjust_alpha`` with a float or a tensor,
 ``predict_step``, the common properties and ``from_space``, on the CPU and
 (where available) on CUDA.
 """
+
 import contextlib
 
 import gin
@@ -29,8 +30,9 @@ FACTORIES = {
     "staged": lambda: EntropyTargetAlgorithm.from_space(
         SPACE, target_entropy=0.5, skip_free_stage=True
     ),
-    "sgd": lambda: SGDEntropyTargetAlgorithm.from_space(SPACE, target_entropy=0.5, optimizer="sgd",
-                                                        lr=0.5),
+    "sgd": lambda: SGDEntropyTargetAlgorithm.from_space(
+        SPACE, target_entropy=0.5, optimizer="sgd", lr=0.5
+    ),
     "nested": lambda: NestedEntropyTargetAlgorithm.from_space(
         gym.spaces.Dict({"a": SPACE}), target_entropy={"a": 0.5}, skip_free_stage=True
     ),
@@ -143,7 +145,10 @@ def test_half_precision_entropies_move_alpha_as_their_float32_values(kind, dtype
 
 def test_sgd_adjust_alpha_steps_its_optimiser_in_the_gradient_direction():
     sgd = SGDEntropyTargetAlgorithm(
-        BoundedTensorSpec((), torch.int64, 0, 3), target_entropy=0.5, optimizer="sgd", lr=0.5,
+        BoundedTensorSpec((), torch.int64, 0, 3),
+        target_entropy=0.5,
+        optimizer="sgd",
+        lr=0.5,
         initial_alpha=1.0,
     )
     sgd.adjust_alpha(1.5)  # loss log_alpha * (1.5 - 0.5): gradient 1, step -0.5

@@ -1,5 +1,6 @@
 """The controller core: one driver over every rule, on the host and tensor paths; a batch of
 controllers; accumulate-then-step; settings changed mid-run."""
+
 import functools
 import warnings
 
@@ -20,17 +21,27 @@ TWO = BoundedTensorSpec((), torch.int64, 0, 1)
 RULES = {
     "staged": functools.partial(EntropyTargetAlgorithm, TWO, skip_free_stage=True, max_alpha=50.0),
     "staged/alf": functools.partial(EntropyTargetAlgorithm, TWO, average_window=3),
-    "staged/track": functools.partial(EntropyTargetAlgorithm, TWO, skip_free_stage=True,
-                                      track_target_changes=True),
+    "staged/track": functools.partial(
+        EntropyTargetAlgorithm, TWO, skip_free_stage=True, track_target_changes=True
+    ),
     "pid": functools.partial(PIDEntropyTargetAlgorithm, TWO, max_alpha=50.0),
-    "sgd": functools.partial(SGDEntropyTargetAlgorithm, TWO, optimizer="sgd", lr=0.05,
-                             max_alpha=50.0),
+    "sgd": functools.partial(
+        SGDEntropyTargetAlgorithm, TWO, optimizer="sgd", lr=0.05, max_alpha=50.0
+    ),
     "sgd/adam": functools.partial(SGDEntropyTargetAlgorithm, TWO, window_size=2),
     "fixed": functools.partial(FixedEntropyCoefficient, TWO),
-    "linear": functools.partial(LinearPIDEntropyTargetAlgorithm, TWO, min_alpha=0.0,
-                                max_alpha=5.0, kd=0.5),
-    "linear/gain": functools.partial(LinearPIDEntropyTargetAlgorithm, TWO, min_alpha=0.0,
-                                     max_alpha=5.0, kd=0.5, gain_alpha=0.2, min_gain=0.5),
+    "linear": functools.partial(
+        LinearPIDEntropyTargetAlgorithm, TWO, min_alpha=0.0, max_alpha=5.0, kd=0.5
+    ),
+    "linear/gain": functools.partial(
+        LinearPIDEntropyTargetAlgorithm,
+        TWO,
+        min_alpha=0.0,
+        max_alpha=5.0,
+        kd=0.5,
+        gain_alpha=0.2,
+        min_gain=0.5,
+    ),
 }
 ADAPTIVE = [k for k in RULES if k != "fixed"]
 
@@ -49,10 +60,15 @@ def _entropy(k, noise):
 def test_host_and_tensor_paths_are_bit_identical_for_every_rule(rule):
     """1,500 updates through a stall, a recovery, NaNs, empty batches, annealing and the span
     limit: every buffer of the host path equals the tensor path's at every step."""
-    kw = {} if rule == "fixed" else dict(
-        target_entropy=SettledAnnealing(0.68, factor=0.9, window=60, final=0.3))
-    pair = [RULES[rule](update_mode=mode, **kw) if rule != "fixed" else RULES[rule]()
-            for mode in ("host", "tensor")]
+    kw = (
+        {}
+        if rule == "fixed"
+        else dict(target_entropy=SettledAnnealing(0.68, factor=0.9, window=60, final=0.3))
+    )
+    pair = [
+        RULES[rule](update_mode=mode, **kw) if rule != "fixed" else RULES[rule]()
+        for mode in ("host", "tensor")
+    ]
     if rule == "fixed":
         pair[1].driver.mode = "tensor"
     noise = torch.randn(1500, generator=torch.Generator().manual_seed(0)) * 0.02
@@ -71,7 +87,8 @@ def test_host_and_tensor_paths_are_bit_identical_for_every_rule(rule):
                 assert torch.equal(host[key], tensor[key]), (k, key)
     assert pair[0].driver.on_host() and not pair[1].driver.on_host()
     assert pair[0].num_nonfinite_entropy.item() == len(
-        [k for k in range(1500) if k % 97 == 5 and k % 89 != 7])
+        [k for k in range(1500) if k % 97 == 5 and k % 89 != 7]
+    )
 
 
 @pytest.mark.parametrize("mode", ["host", "tensor"])
@@ -80,8 +97,7 @@ def test_every_member_of_a_batch_equals_a_scalar_controller(rule, mode):
     """K=3 members with their own targets, fed their own entropies (NaN in one member at a
     time): each member's state equals, bit for bit, a scalar controller's fed the same."""
     targets = [0.6, 0.45, 0.3]
-    kw = (lambda t: {}) if rule == "fixed" else (lambda t: dict(target_entropy=t,
-                                                                update_mode=mode))
+    kw = (lambda t: {}) if rule == "fixed" else (lambda t: dict(target_entropy=t, update_mode=mode))
     batch = RULES[rule](batch_shape=(3,), **kw(targets))
     scalars = [RULES[rule](**kw(t)) for t in targets]
     g = torch.Generator().manual_seed(1)
@@ -150,8 +166,11 @@ def test_accumulate_then_step_is_one_update_on_the_count_weighted_mean(rule):
     before = _tensors(ours)
     ours.accumulate(torch.ones(4), mask=torch.zeros(4))  # nothing counts
     ours.step()
-    assert all(torch.equal(v, _tensors(ours)[k]) for k, v in before.items()
-               if not k.startswith("driver.acc"))
+    assert all(
+        torch.equal(v, _tensors(ours)[k])
+        for k, v in before.items()
+        if not k.startswith("driver.acc")
+    )
     ours.accumulate(torch.full((5,), 0.3))
     resumed = RULES[rule](target_entropy=0.5)
     resumed.load_state_dict(ours.state_dict())
@@ -163,9 +182,11 @@ def test_accumulate_then_step_is_one_update_on_the_count_weighted_mean(rule):
 @pytest.mark.parametrize("rule", ["staged", "pid", "sgd"])
 def test_settings_change_mid_run_without_resetting_the_state(rule):
     """Population-based training: copy a checkpoint, scale the settings, go on."""
-    changes = {"staged": dict(slow_update_rate=0.012, fast_update_rate=0.6, max_alpha=40.0),
-               "pid": dict(kp=2.4, ki=0.04, kd=0.6, max_alpha_change=1.5, min_alpha=2e-4),
-               "sgd": dict(min_alpha=1e-3, max_alpha=40.0)}[rule]
+    changes = {
+        "staged": dict(slow_update_rate=0.012, fast_update_rate=0.6, max_alpha=40.0),
+        "pid": dict(kp=2.4, ki=0.04, kd=0.6, max_alpha_change=1.5, min_alpha=2e-4),
+        "sgd": dict(min_alpha=1e-3, max_alpha=40.0),
+    }[rule]
     source = RULES[rule](target_entropy=0.5)
     for k in range(50):
         source.adjust_alpha(0.3 + 0.004 * k)
@@ -213,8 +234,9 @@ def test_a_batch_takes_a_schedule_per_member_and_writes_summaries_per_member(tmp
     from alf_entropy.utils import schedulers, summary
 
     falling = schedulers.LinearScheduler("iterations", [(0, 0.6), (10, 0.4)])
-    batch = PIDEntropyTargetAlgorithm(TWO, batch_shape=(2,), target_entropy=[falling, 0.3],
-                                      debug_summaries=True, name="pid")
+    batch = PIDEntropyTargetAlgorithm(
+        TWO, batch_shape=(2,), target_entropy=[falling, 0.3], debug_summaries=True, name="pid"
+    )
     summary.set_default_writer(summary.create_summary_writer(str(tmp_path)))
     try:
         for i in range(4):
@@ -230,7 +252,8 @@ def test_a_batch_takes_a_schedule_per_member_and_writes_summaries_per_member(tmp
     tags = set(acc.Tags()["scalars"])
     assert {"pid/alpha/0", "pid/alpha/1", "pid/entropy_std/1", "pid/integral/0"} <= tags, tags
     assert [e.value for e in acc.Scalars("pid/target_entropy/0")] == pytest.approx(
-        [0.6, 0.58, 0.56, 0.54])
+        [0.6, 0.58, 0.56, 0.54]
+    )
     assert [e.value for e in acc.Scalars("pid/target_entropy/1")] == pytest.approx([0.3] * 4)
 
 

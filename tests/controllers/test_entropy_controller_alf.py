@@ -1,5 +1,6 @@
 """ALF behaviours of the controllers (mask broadcasting, nested, SGD) and the
 safety nets of the target (range checks, clamping, unfed progress)."""
+
 import functools
 import math
 import warnings
@@ -31,7 +32,8 @@ CONT1 = BoundedTensorSpec((1,), torch.float32, 0.0, 3.0)
 def _info(alg, neg_entropy):
     """A ``train_step`` info holding ``neg_entropy`` (as for a Categorical)."""
     return EntropyTargetInfo(
-        loss=LossInfo(loss=neg_entropy, extra=EntropyTargetLossInfo(neg_entropy=neg_entropy)))
+        loss=LossInfo(loss=neg_entropy, extra=EntropyTargetLossInfo(neg_entropy=neg_entropy))
+    )
 
 
 # ---------------------------------------------------------- mask broadcasting
@@ -40,15 +42,18 @@ def test_a_scalar_or_batch_step_type_broadcasts_like_the_seed(mode):
     """0-d and [B] step types against [T, B] entropies: the same trajectory as
     the full mask, i.e. the mean over the broadcast steps."""
     rng = np.random.default_rng(0)
-    algs = {k: EntropyTargetAlgorithm(DISCRETE4, target_entropy=0.6, update_mode=mode)
-            for k in ("full", "scalar")}
+    algs = {
+        k: EntropyTargetAlgorithm(DISCRETE4, target_entropy=0.6, update_mode=mode)
+        for k in ("full", "scalar")
+    }
     ref = SeedController(target_entropy=0.6)
     for it in range(25):
         neg = -torch.tensor(rng.uniform(0.2, 1.3, (5, 3)) - it * 0.02, dtype=torch.float32)
         mid = torch.full((5, 3), StepType.MID)
         full = algs["full"].calc_loss(_info(algs["full"], neg)._replace(step_type=mid))
         scalar = algs["scalar"].calc_loss(
-            _info(algs["scalar"], neg)._replace(step_type=torch.tensor(StepType.MID)))
+            _info(algs["scalar"], neg)._replace(step_type=torch.tensor(StepType.MID))
+        )
         ref.calc_loss_entropy(neg, torch.full((5, 3), StepType.MID))
         torch.testing.assert_close(scalar.loss, full.loss)
         assert torch.equal(algs["scalar"].log_alpha, algs["full"].log_alpha)
@@ -91,8 +96,9 @@ def test_alf_style_run_through_every_stage_with_a_normal_policy():
 # ------------------------------------------------------------------- nested
 def test_nested_the_alf_way_one_max_entropy_per_leaf_lists_and_nested_extra():
     spec = {"a": CONT1, "b": DISCRETE4}
-    nested = NestedEntropyTargetAlgorithm(spec, target_entropy=[0.2, 0.5], max_entropy=1.2,
-                                          skip_free_stage=False)
+    nested = NestedEntropyTargetAlgorithm(
+        spec, target_entropy=[0.2, 0.5], max_entropy=1.2, skip_free_stage=False
+    )
     leaves = nested.leaf_algorithms()
     assert [leaves[k].target_entropy for k in ("a", "b")] == [0.2, 0.5]
     assert all(leaves[k].max_entropy.item() == pytest.approx(1.2) for k in ("a", "b"))
@@ -100,7 +106,8 @@ def test_nested_the_alf_way_one_max_entropy_per_leaf_lists_and_nested_extra():
     assert nested.target_entropy == pytest.approx(0.7)
     defaults = NestedEntropyTargetAlgorithm(spec, target_entropy={"a": None, "b": None})
     assert defaults.leaf_algorithms()["b"].target_entropy == pytest.approx(
-        dist_utils.calc_default_target_entropy(DISCRETE4))
+        dist_utils.calc_default_target_entropy(DISCRETE4)
+    )
     entropy = {"a": torch.full((4, 2), 1.0), "b": torch.full((4, 2), 1.3)}
     li = nested.entropy_loss(entropy, torch.ones(4, 2, dtype=torch.bool))
     torch.testing.assert_close(
@@ -116,8 +123,9 @@ def test_nested_the_alf_way_one_max_entropy_per_leaf_lists_and_nested_extra():
 # ---------------------------------------------------------------------- SGD
 def test_sgd_window_size_averages_the_entropy_before_the_gradient():
     # Used alone, entropy_loss steps log_alpha with the gradient H_avg - target.
-    sgd = SGDEntropyTargetAlgorithm(DISCRETE4, target_entropy=0.5, window_size=2, initial_alpha=1.0,
-                                    optimizer="sgd", lr=1.0)
+    sgd = SGDEntropyTargetAlgorithm(
+        DISCRETE4, target_entropy=0.5, window_size=2, initial_alpha=1.0, optimizer="sgd", lr=1.0
+    )
     sgd.entropy_loss(torch.full((3,), 1.0))  # average 1.0: gradient 0.5
     assert sgd.log_alpha.item() == pytest.approx(-0.5)
     sgd.entropy_loss(torch.full((3,), 2.0))  # average (1 + 2) / 2: gradient 1.0
@@ -162,8 +170,9 @@ def test_an_arbitrary_callable_is_clamped_with_one_warning():
     schedulers.reset_progress()
     values = iter([0.5, 0.9, 1.0, 0.2] + [0.9] * 20)
     with pytest.warns(UserWarning, match="largest entropy") as record:
-        alg = EntropyTargetAlgorithm(DISCRETE2, target_entropy=lambda: next(values),
-                                     skip_free_stage=True)
+        alg = EntropyTargetAlgorithm(
+            DISCRETE2, target_entropy=lambda: next(values), skip_free_stage=True
+        )
         targets = []
         for _ in range(20):
             alg.adjust_alpha(0.6)
@@ -205,11 +214,17 @@ def test_actor_critic_computes_the_entropy_once_and_logs_what_it_controls(monkey
     torch.manual_seed(0)
     spec = BoundedTensorSpec((2,), torch.float32, -1.0, 1.0)
     alg = ActorCriticAlgorithm(
-        TensorSpec((3,)), spec, enforce_entropy_target=True,
-        actor_network_ctor=functools.partial(ActorDistributionNetwork, squash_to_spec=True))
-    exp = Experience(time_step=TimeStep(observation=torch.randn(6, 3),
-                                        step_type=torch.ones(6, dtype=torch.int64)),
-                     action=torch.zeros(6, 2))
+        TensorSpec((3,)),
+        spec,
+        enforce_entropy_target=True,
+        actor_network_ctor=functools.partial(ActorDistributionNetwork, squash_to_spec=True),
+    )
+    exp = Experience(
+        time_step=TimeStep(
+            observation=torch.randn(6, 3), step_type=torch.ones(6, dtype=torch.int64)
+        ),
+        action=torch.zeros(6, 2),
+    )
     info = alg.train_step(exp).info
     # tanh-squashed: a sampled estimate, drawn once; the logged and the controlled entropy are
     # the same sample.
@@ -219,8 +234,14 @@ def test_actor_critic_computes_the_entropy_once_and_logs_what_it_controls(monkey
 @pytest.mark.parametrize("mode", ["host", "tensor"])
 def test_init_stage_moves_down_while_the_entropy_rises_and_up_by_half_while_it_falls(mode):
     """docs/controllers.md's description of stage 0 (it once said 'drifts down')."""
-    alg = EntropyTargetAlgorithm(DISCRETE4, initial_alpha=1.0, max_entropy=0.5, target_entropy=0.2,
-                                 very_slow_update_rate=0.01, update_mode=mode)
+    alg = EntropyTargetAlgorithm(
+        DISCRETE4,
+        initial_alpha=1.0,
+        max_entropy=0.5,
+        target_entropy=0.2,
+        very_slow_update_rate=0.01,
+        update_mode=mode,
+    )
     steps = []
     for entropy in (1.2, 1.3, 1.3, 1.1, 1.0):  # rises, holds, falls, falls; all above max
         before = alg.log_alpha.item()
@@ -233,9 +254,10 @@ def test_init_stage_moves_down_while_the_entropy_rises_and_up_by_half_while_it_f
 def test_actor_critic_entropy_equals_the_analytic_one_with_and_without_controller():
     torch.manual_seed(0)
     obs = torch.randn(5, 3)
-    exp = Experience(time_step=TimeStep(observation=obs,
-                                        step_type=torch.ones(5, dtype=torch.int64)),
-                     action=torch.zeros(5, dtype=torch.int64))
+    exp = Experience(
+        time_step=TimeStep(observation=obs, step_type=torch.ones(5, dtype=torch.int64)),
+        action=torch.zeros(5, dtype=torch.int64),
+    )
     infos = []
     for enforce in (False, True):
         torch.manual_seed(1)

@@ -5,6 +5,7 @@ The contract: for any entropy sequence our controller's trajectory of
 (``seed_reference.SeedController``) step for step, in both update modes, with
 no host synchronisation in the tensor mode.
 """
+
 import contextlib
 import math
 
@@ -154,8 +155,10 @@ def _make_pair(cfg, mode, target=None):
     # A continuous spec: the seed's negative targets are allowed (entropy up to 3 log 10);
     # the seed has no ceiling on alpha (ours: 1e6 by default).
     alg = EntropyTargetAlgorithm(
-        BoundedTensorSpec((3,), torch.float32, -5.0, 5.0), update_mode=mode, max_alpha=3e38,
-        **kwargs
+        BoundedTensorSpec((3,), torch.float32, -5.0, 5.0),
+        update_mode=mode,
+        max_alpha=3e38,
+        **kwargs,
     )
     return alg, ref
 
@@ -175,8 +178,15 @@ def test_parity_with_seed_for_any_sequence(mode, cfg, seq):
 @pytest.mark.parametrize("mode", MODES)
 def test_parity_on_a_long_drifting_run_with_min_alpha_floor(mode):
     rng = np.random.default_rng(1)
-    cfg = dict(initial_alpha=0.2, target_entropy=-0.5, average_window=3, skip_free_stage=True,
-               max_entropy_gap=None, rates=(0.001, 0.01, np.log(2)), min_alpha=0.05)
+    cfg = dict(
+        initial_alpha=0.2,
+        target_entropy=-0.5,
+        average_window=3,
+        skip_free_stage=True,
+        max_entropy_gap=None,
+        rates=(0.001, 0.01, np.log(2)),
+        min_alpha=0.05,
+    )
     alg, ref = _make_pair(cfg, mode)
     entropy, floor_hit = 0.0, False
     for i in range(400):
@@ -193,8 +203,15 @@ def test_parity_on_a_long_drifting_run_with_min_alpha_floor(mode):
 @pytest.mark.parametrize("mode", MODES)
 def test_parity_with_a_target_that_changes_every_call(mode):
     sched = schedulers.LinearScheduler("iterations", [(0, 1.2), (50, 0.0)])
-    cfg = dict(initial_alpha=0.1, target_entropy=1.2, average_window=2, skip_free_stage=False,
-               max_entropy_gap=None, rates=(0.001, 0.01, np.log(2)), min_alpha=1e-4)
+    cfg = dict(
+        initial_alpha=0.1,
+        target_entropy=1.2,
+        average_window=2,
+        skip_free_stage=False,
+        max_entropy_gap=None,
+        rates=(0.001, 0.01, np.log(2)),
+        min_alpha=1e-4,
+    )
     alg, ref = _make_pair(cfg, mode, target=sched)
     rng = np.random.default_rng(2)
     entropy = 1.8
@@ -292,7 +309,7 @@ def _forbid_host_sync():
         (torch, "tensor"): None,
         (torch, "as_tensor"): None,
     }
-    for (owner, name) in patched:
+    for owner, name in patched:
         patched[(owner, name)] = getattr(owner, name)
         setattr(owner, name, _boom(name))
     try:
@@ -316,13 +333,19 @@ def test_tensor_mode_never_syncs():
     sched = schedulers.LinearScheduler("iterations", [(0, 1.0), (10, 0.2)])
     algs = [
         EntropyTargetAlgorithm(DISCRETE4, target_entropy=0.5, update_mode="tensor"),
-        EntropyTargetAlgorithm(DISCRETE4, target_entropy=sched, update_mode="tensor",
-                               skip_free_stage=True, max_entropy=1.2),
+        EntropyTargetAlgorithm(
+            DISCRETE4,
+            target_entropy=sched,
+            update_mode="tensor",
+            skip_free_stage=True,
+            max_entropy=1.2,
+        ),
         NestedEntropyTargetAlgorithm({"a": DISCRETE4, "b": CONT2}, update_mode="tensor"),
         # (Adam reads its step count on the host: a CPU tensor unless on a GPU, where the
         # default optimiser is capturable.)
-        SGDEntropyTargetAlgorithm(DISCRETE4, target_entropy=sched, update_mode="tensor",
-                                  optimizer="sgd", lr=0.1),
+        SGDEntropyTargetAlgorithm(
+            DISCRETE4, target_entropy=sched, update_mode="tensor", optimizer="sgd", lr=0.1
+        ),
     ]
     logits = torch.randn(6, 4, 4)
     loc = torch.zeros(6, 4, 2)
@@ -445,8 +468,14 @@ def test_scheduled_target_above_reachable_warns():
 def test_min_alpha_zero_floors_at_exp_minus_100_not_minus_inf():
     for mode in MODES:
         alg = EntropyTargetAlgorithm(
-            DISCRETE4, initial_alpha=1.0, min_alpha=0.0, skip_free_stage=True,
-            target_entropy=0.1, slow_update_rate=30.0, fast_update_rate=30.0, update_mode=mode,
+            DISCRETE4,
+            initial_alpha=1.0,
+            min_alpha=0.0,
+            skip_free_stage=True,
+            target_entropy=0.1,
+            slow_update_rate=30.0,
+            fast_update_rate=30.0,
+            update_mode=mode,
         )
         for e in np.linspace(1.0, 1.3, 10):
             alg.adjust_alpha(torch.tensor(float(e)))  # above and increasing: down
@@ -490,8 +519,15 @@ def test_debug_summaries_write_the_controller_tags(tmp_path):
     acc = EventAccumulator(str(tmp_path))
     acc.Reload()
     tags = set(acc.Tags()["scalars"])
-    for tag in ("alpha", "avg_entropy", "stage", "update_rate", "entropy_std",
-                "target_entropy", "nonfinite_entropy"):
+    for tag in (
+        "alpha",
+        "avg_entropy",
+        "stage",
+        "update_rate",
+        "entropy_std",
+        "target_entropy",
+        "nonfinite_entropy",
+    ):
         assert f"ent/{tag}" in tags, tags
     targets = [e.value for e in acc.Scalars("ent/target_entropy")]
     assert targets == pytest.approx([1.0, 0.95, 0.9, 0.85])

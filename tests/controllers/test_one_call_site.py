@@ -8,6 +8,7 @@ collapsing policy (4-way softmax logits pushed by Adam to one action, as in
 adaptive controller must raise ``alpha`` as the entropy collapses below its target; the fixed
 one must not move.  Add a controller by adding a factory to ``CONTROLLERS``.
 """
+
 import functools
 from typing import Callable, List, NamedTuple
 
@@ -40,23 +41,60 @@ class Factory(NamedTuple):
 
 
 CONTROLLERS: List[Factory] = [
-    Factory("staged", lambda: EntropyTargetAlgorithm.from_space(
-        SPACE, target_entropy=TARGET, initial_alpha=INITIAL_ALPHA), adaptive=True, holds=True),
-    Factory("sgd, own Adam", lambda: SGDEntropyTargetAlgorithm.from_space(
-        SPACE, target_entropy=TARGET, initial_alpha=INITIAL_ALPHA,
-        lr=0.01), adaptive=True),
-    Factory("sgd, built-in Adam(3e-4)", lambda: SGDEntropyTargetAlgorithm.from_space(
-        SPACE, target_entropy=TARGET, initial_alpha=INITIAL_ALPHA), adaptive=True),
-    Factory("nested", lambda: NestedEntropyTargetAlgorithm.from_space(
-        gym.spaces.Dict({"a": SPACE}), target_entropy={"a": TARGET}, initial_alpha=INITIAL_ALPHA),
-        adaptive=True, holds=True),
-    Factory("pid", lambda: PIDEntropyTargetAlgorithm.from_space(
-        SPACE, target_entropy=TARGET, initial_alpha=INITIAL_ALPHA), adaptive=True, holds=True),
-    Factory("nested pid", lambda: NestedEntropyTargetAlgorithm.from_space(
-        gym.spaces.Dict({"a": SPACE}), leaf_cls=PIDEntropyTargetAlgorithm,
-        target_entropy={"a": TARGET}, initial_alpha=INITIAL_ALPHA), adaptive=True, holds=True),
-    Factory("fixed", lambda: FixedEntropyCoefficient.from_space(SPACE, alpha=INITIAL_ALPHA),
-            adaptive=False),
+    Factory(
+        "staged",
+        lambda: EntropyTargetAlgorithm.from_space(
+            SPACE, target_entropy=TARGET, initial_alpha=INITIAL_ALPHA
+        ),
+        adaptive=True,
+        holds=True,
+    ),
+    Factory(
+        "sgd, own Adam",
+        lambda: SGDEntropyTargetAlgorithm.from_space(
+            SPACE, target_entropy=TARGET, initial_alpha=INITIAL_ALPHA, lr=0.01
+        ),
+        adaptive=True,
+    ),
+    Factory(
+        "sgd, built-in Adam(3e-4)",
+        lambda: SGDEntropyTargetAlgorithm.from_space(
+            SPACE, target_entropy=TARGET, initial_alpha=INITIAL_ALPHA
+        ),
+        adaptive=True,
+    ),
+    Factory(
+        "nested",
+        lambda: NestedEntropyTargetAlgorithm.from_space(
+            gym.spaces.Dict({"a": SPACE}), target_entropy={"a": TARGET}, initial_alpha=INITIAL_ALPHA
+        ),
+        adaptive=True,
+        holds=True,
+    ),
+    Factory(
+        "pid",
+        lambda: PIDEntropyTargetAlgorithm.from_space(
+            SPACE, target_entropy=TARGET, initial_alpha=INITIAL_ALPHA
+        ),
+        adaptive=True,
+        holds=True,
+    ),
+    Factory(
+        "nested pid",
+        lambda: NestedEntropyTargetAlgorithm.from_space(
+            gym.spaces.Dict({"a": SPACE}),
+            leaf_cls=PIDEntropyTargetAlgorithm,
+            target_entropy={"a": TARGET},
+            initial_alpha=INITIAL_ALPHA,
+        ),
+        adaptive=True,
+        holds=True,
+    ),
+    Factory(
+        "fixed",
+        lambda: FixedEntropyCoefficient.from_space(SPACE, alpha=INITIAL_ALPHA),
+        adaptive=False,
+    ),
 ]
 
 
@@ -130,7 +168,8 @@ class _Parent(Algorithm):
         super().__init__(optimizer=SGD, name="parent")
         self.w = torch.nn.Parameter(torch.ones(2))
         self.controller = SGDEntropyTargetAlgorithm(
-            DISCRETE4, target_entropy=0.5, initial_alpha=1.0, optimizer="sgd", lr=0.5)
+            DISCRETE4, target_entropy=0.5, initial_alpha=1.0, optimizer="sgd", lr=0.5
+        )
         self.optimizers()
 
 
@@ -144,8 +183,9 @@ def test_sgd_in_a_parent_steps_once_per_update_and_the_parent_does_not_step_it_a
 
 
 def test_sgd_alone_steps_itself_once_even_if_the_caller_also_minimises_the_loss():
-    sgd = SGDEntropyTargetAlgorithm(DISCRETE4, target_entropy=0.5, initial_alpha=1.0,
-                                    optimizer="sgd", lr=0.5)
+    sgd = SGDEntropyTargetAlgorithm(
+        DISCRETE4, target_entropy=0.5, initial_alpha=1.0, optimizer="sgd", lr=0.5
+    )
     assert list(sgd.parameters()) == []  # log_alpha is state: no optimiser of the caller's holds it
     li = sgd.entropy_loss(torch.full((4,), 1.5, requires_grad=True))
     assert sgd.log_alpha.item() == pytest.approx(-0.5)
@@ -155,8 +195,7 @@ def test_sgd_alone_steps_itself_once_even_if_the_caller_also_minimises_the_loss(
 
 def test_sgd_builtin_adam_matches_torch_adam():
     ours = SGDEntropyTargetAlgorithm(DISCRETE4, target_entropy=0.5, initial_alpha=1.0)
-    ref = SGDEntropyTargetAlgorithm(DISCRETE4, target_entropy=0.5, initial_alpha=1.0,
-                                    lr=3e-4)
+    ref = SGDEntropyTargetAlgorithm(DISCRETE4, target_entropy=0.5, initial_alpha=1.0, lr=3e-4)
     for h in (1.5, 0.2, 0.9, 0.1, 3.0):
         ours.entropy_loss(torch.full((3,), h))
         ref.adjust_alpha(h)
@@ -166,8 +205,14 @@ def test_sgd_builtin_adam_matches_torch_adam():
 # ------------------------------------------------------- min_alpha / max_alpha
 def test_sgd_min_and_max_alpha_are_honoured():
     sgd = SGDEntropyTargetAlgorithm(
-        DISCRETE4, optimizer="sgd", lr=1.0, target_entropy=0.5,
-        initial_alpha=0.1, min_alpha=0.05, max_alpha=0.2)
+        DISCRETE4,
+        optimizer="sgd",
+        lr=1.0,
+        target_entropy=0.5,
+        initial_alpha=0.1,
+        min_alpha=0.05,
+        max_alpha=0.2,
+    )
     for _ in range(5):
         sgd.entropy_loss(torch.full((4,), 1.4))  # far above the target: alpha falls ...
     assert sgd.alpha.item() == pytest.approx(0.05)  # ... to min_alpha, not below

@@ -1,4 +1,5 @@
 """PIDEntropyTargetAlgorithm: the rule, its bounds, anti-windup, paths and state."""
+
 import math
 import warnings
 
@@ -18,20 +19,23 @@ FOUR = BoundedTensorSpec((), torch.int64, 0, 3)
 GAUSS6 = BoundedTensorSpec((6,), torch.float32, -1.0, 1.0)
 
 
-@pytest.mark.parametrize("kwargs, arg", [
-    ({"kp": -1.0}, "kp"),
-    ({"ki": -0.1}, "ki"),
-    ({"kd": float("nan")}, "kd"),
-    ({"error_ema": 1.0}, "error_ema"),
-    ({"trend_emas": (0.9, 0.5)}, "trend_emas"),
-    ({"max_alpha_change": 1.0}, "max_alpha_change"),
-    ({"min_alpha": float("inf")}, "min_alpha"),
-    ({"min_alpha": 0.5, "max_alpha": 0.2}, "max_alpha"),
-    ({"initial_alpha": 5.0, "max_alpha": 1.0}, "initial_alpha"),
-    ({"error_scale": 0.0}, "error_scale"),
-    ({"update_mode": "fast"}, "update_mode"),
-    ({"target_entropy": 2.0}, "target_entropy"),  # above log 4
-])
+@pytest.mark.parametrize(
+    "kwargs, arg",
+    [
+        ({"kp": -1.0}, "kp"),
+        ({"ki": -0.1}, "ki"),
+        ({"kd": float("nan")}, "kd"),
+        ({"error_ema": 1.0}, "error_ema"),
+        ({"trend_emas": (0.9, 0.5)}, "trend_emas"),
+        ({"max_alpha_change": 1.0}, "max_alpha_change"),
+        ({"min_alpha": float("inf")}, "min_alpha"),
+        ({"min_alpha": 0.5, "max_alpha": 0.2}, "max_alpha"),
+        ({"initial_alpha": 5.0, "max_alpha": 1.0}, "initial_alpha"),
+        ({"error_scale": 0.0}, "error_scale"),
+        ({"update_mode": "fast"}, "update_mode"),
+        ({"target_entropy": 2.0}, "target_entropy"),  # above log 4
+    ],
+)
 def test_bad_arguments_are_value_errors_naming_them(kwargs, arg):
     with pytest.raises(ValueError, match=arg):
         PIDEntropyTargetAlgorithm(FOUR, **kwargs)
@@ -113,7 +117,7 @@ def _run_slow_plant(pid, alpha, updates=300):
         entropy = _slow_plant(alpha, entropy)
         alpha = pid.adjust_alpha(entropy).item()
         seen.append(entropy)
-    return np.array(seen[updates // 2:])
+    return np.array(seen[updates // 2 :])
 
 
 @pytest.mark.parametrize("initial_alpha", [1e-3, 1e-2, 0.1])
@@ -131,8 +135,9 @@ def test_a_slow_plant_is_held_from_any_initial_alpha_without_a_false_alarm(initi
 
 
 def test_without_the_growing_rate_the_slow_plant_is_not_reached():
-    pid = PIDEntropyTargetAlgorithm(TWO, target_entropy=0.6, initial_alpha=1e-3,
-                                    integral_growth=1.0)
+    pid = PIDEntropyTargetAlgorithm(
+        TWO, target_entropy=0.6, initial_alpha=1e-3, integral_growth=1.0
+    )
     assert np.mean(_run_slow_plant(pid, 1e-3) < 0.95 * 0.6) > 0.9
 
 
@@ -219,8 +224,10 @@ def test_one_setting_holds_a_categorical_and_a_gaussian():
         )
         return dist, log_std.exp().square().sum()  # pushes the std down
 
-    for spec, fn, params, target in ((TWO, categorical, [logits], 0.5),
-                                     (GAUSS6, gaussian, [log_std], 2.0)):
+    for spec, fn, params, target in (
+        (TWO, categorical, [logits], 0.5),
+        (GAUSS6, gaussian, [log_std], 2.0),
+    ):
         entropy = _closed_loop(spec, fn, params, target)
         tail = entropy[-200:]
         assert np.abs(tail - target).max() < 0.05 * abs(target), (spec, tail[-5:])
@@ -228,7 +235,8 @@ def test_one_setting_holds_a_categorical_and_a_gaussian():
 
 def test_nested_per_action_pid_controllers():
     nested = NestedEntropyTargetAlgorithm(
-        {"a": TWO, "b": GAUSS6}, leaf_cls=PIDEntropyTargetAlgorithm,
+        {"a": TWO, "b": GAUSS6},
+        leaf_cls=PIDEntropyTargetAlgorithm,
         target_entropy={"a": 0.5, "b": -3.0},
     )
     leaves = nested.leaf_algorithms()

@@ -1,4 +1,5 @@
 """Tests of the opt-in responsive mode (``track_target_changes``) and ``max_alpha``."""
+
 import math
 
 import numpy as np
@@ -60,17 +61,24 @@ def _drive(mode: str, entropies, targets, **kwargs):
         box["i"] = i
         ctrl.adjust_alpha(torch.tensor(e, dtype=torch.float32))
         trace.append(
-            (ctrl.log_alpha.item(), ctrl.stage.item(), ctrl.update_rate.item(),
-             ctrl.driver.ref_target.item() if kwargs.get("track_target_changes") else 0.0)
+            (
+                ctrl.log_alpha.item(),
+                ctrl.stage.item(),
+                ctrl.update_rate.item(),
+                ctrl.driver.ref_target.item() if kwargs.get("track_target_changes") else 0.0,
+            )
         )
     return trace
 
 
-@pytest.mark.parametrize("kwargs", [
-    dict(track_target_changes=True),
-    dict(track_target_changes=True, max_alpha=0.5),
-    dict(max_alpha=0.3),
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(track_target_changes=True),
+        dict(track_target_changes=True, max_alpha=0.5),
+        dict(max_alpha=0.3),
+    ],
+)
 def test_host_and_tensor_paths_agree_bit_for_bit(kwargs):
     rng = np.random.default_rng(1)
     n = 400
@@ -91,8 +99,9 @@ def test_tracking_restarts_the_adjust_stage_rate_on_a_target_move():
     # entropy crossings decay the rate; a 50% target move restarts it at 0.1
     targets = [0.5] * 60 + [0.75] * 5
     entropies = [0.6, 0.7] + [0.45, 0.55] * 29 + [0.6] * 5
-    trace = _drive("host", entropies, targets, track_target_changes=True, max_entropy=1.0,
-                   average_window=1)
+    trace = _drive(
+        "host", entropies, targets, track_target_changes=True, max_entropy=1.0, average_window=1
+    )
     rate_before = trace[59][2]
     assert rate_before == pytest.approx(0.01)  # decayed to slow_update_rate
     assert trace[60][2] == pytest.approx(0.1 * 0.9, rel=1e-6)  # restarted, then one crossing
@@ -132,12 +141,15 @@ def test_default_state_dict_is_unchanged_and_tracking_state_is_saved():
     assert restored.driver.ref_target.item() == pytest.approx(0.42)
 
 
-@pytest.mark.parametrize("kwargs, error, word", [
-    (dict(track_target_changes=1), TypeError, "track_target_changes"),
-    (dict(retarget_update_rate=0.0), ValueError, "retarget_update_rate"),
-    (dict(max_alpha=0.05, initial_alpha=0.1), ValueError, "max_alpha"),
-    (dict(max_alpha=-1.0), ValueError, "max_alpha"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, word",
+    [
+        (dict(track_target_changes=1), TypeError, "track_target_changes"),
+        (dict(retarget_update_rate=0.0), ValueError, "retarget_update_rate"),
+        (dict(max_alpha=0.05, initial_alpha=0.1), ValueError, "max_alpha"),
+        (dict(max_alpha=-1.0), ValueError, "max_alpha"),
+    ],
+)
 def test_bad_arguments(kwargs, error, word):
     with pytest.raises(error, match=word):
         EntropyTargetAlgorithm(DISCRETE4, target_entropy=0.5, **kwargs)

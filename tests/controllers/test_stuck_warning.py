@@ -1,4 +1,5 @@
 """A staged controller that never reaches its adjust stage says so, once."""
+
 import logging
 import warnings
 
@@ -31,9 +32,16 @@ def test_a_controller_stuck_in_its_init_stage_warns_once_why_and_what_to_do(capl
     assert controller.stage.item() == -2
     assert len(messages) == 1, messages
     (message,) = messages
-    for part in ("init stage", f"after {STUCK_UPDATES} updates", "average entropy (1.000)",
-                 "max_entropy 0.800 (estimated", "target (0.500)",
-                 "give max_entropy", "skip_free_stage=True", "smaller initial_alpha"):
+    for part in (
+        "init stage",
+        f"after {STUCK_UPDATES} updates",
+        "average entropy (1.000)",
+        "max_entropy 0.800 (estimated",
+        "target (0.500)",
+        "give max_entropy",
+        "skip_free_stage=True",
+        "smaller initial_alpha",
+    ):
         assert part in message, (part, message)
     assert [r.getMessage() for r in caplog.records if "init stage" in r.getMessage()] == [message]
 
@@ -44,8 +52,13 @@ def test_a_controller_stuck_in_its_free_stage_warns_once():
     messages = _run(controller, [1.0] * (STUCK_UPDATES + 10))
     assert controller.stage.item() == -1
     assert len(messages) == 1 and "free stage" in messages[0]
-    for part in ("average entropy (1.000)", "target (0.500)", "max_entropy 1.200 (given)",
-                 "skip_free_stage=True", "smaller initial_alpha"):
+    for part in (
+        "average entropy (1.000)",
+        "target (0.500)",
+        "max_entropy 1.200 (given)",
+        "skip_free_stage=True",
+        "smaller initial_alpha",
+    ):
         assert part in messages[0], (part, messages[0])
 
 

@@ -1,5 +1,6 @@
 """Targets users can state, annealing when settled, the windup watch and the
 per-iteration cap on alpha, over every adaptive controller."""
+
 import math
 import warnings
 
@@ -32,11 +33,16 @@ ADAPTIVE = {
 }
 
 
-@pytest.mark.parametrize("n, p, want", [
-    (2, 0.5, math.log(2)), (2, 1.0, 0.0), (4, 0.25, math.log(4)),
-    (4, 0.7, -0.7 * math.log(0.7) - 0.3 * math.log(0.1)),
-    (18, 0.9, -0.9 * math.log(0.9) - 0.1 * math.log(0.1 / 17)),
-])
+@pytest.mark.parametrize(
+    "n, p, want",
+    [
+        (2, 0.5, math.log(2)),
+        (2, 1.0, 0.0),
+        (4, 0.25, math.log(4)),
+        (4, 0.7, -0.7 * math.log(0.7) - 0.3 * math.log(0.1)),
+        (18, 0.9, -0.9 * math.log(0.9) - 0.1 * math.log(0.1 / 17)),
+    ],
+)
 def test_greedy_probability_target(n, p, want):
     assert greedy_probability_target(p, n) == pytest.approx(want)
 
@@ -61,14 +67,20 @@ def test_greedy_probability_target_is_refused_for_another_action_spec(cls):
         cls(BoundedTensorSpec((), torch.int64, 0, 5), target_entropy=target)
     import copy
     import pickle
+
     for twin in (copy.deepcopy(target), pickle.loads(pickle.dumps(target))):
         assert twin == target and twin.num_actions == 4
 
 
-@pytest.mark.parametrize("kwargs, arg", [
-    ({"factor": 1.0}, "factor"), ({"tolerance": 0.0}, "tolerance"),
-    ({"window": 0}, "window"), ({"final": 2.0}, "final"),
-])
+@pytest.mark.parametrize(
+    "kwargs, arg",
+    [
+        ({"factor": 1.0}, "factor"),
+        ({"tolerance": 0.0}, "tolerance"),
+        ({"window": 0}, "window"),
+        ({"final": 2.0}, "final"),
+    ],
+)
 def test_settled_annealing_rejects_bad_arguments(kwargs, arg):
     with pytest.raises(ValueError, match=arg):
         SettledAnnealing(0.6, **kwargs)
@@ -95,8 +107,9 @@ def test_settled_annealing_lowers_the_target_once_settled(kind):
 
 
 def test_annealing_runs_without_host_reads():
-    pid = PIDEntropyTargetAlgorithm(TWO, target_entropy=SettledAnnealing(0.6, window=3),
-                                    update_mode="tensor")
+    pid = PIDEntropyTargetAlgorithm(
+        TWO, target_entropy=SettledAnnealing(0.6, window=3), update_mode="tensor"
+    )
     with _forbid_host_sync():
         for _ in range(10):
             pid.entropy_loss(torch.full((4,), 0.6))
@@ -163,17 +176,18 @@ def test_the_watch_smooths_the_entropy(kind):
     controller.adjust_alpha(1.0)
     controller.adjust_alpha(float("nan"))  # not counted
     assert controller.driver.count.item() == 2
-    assert controller.driver.ema.item() == pytest.approx(
-        WATCH_EMA * 0.5 + (1 - WATCH_EMA) * 1.0
-    )
+    assert controller.driver.ema.item() == pytest.approx(WATCH_EMA * 0.5 + (1 - WATCH_EMA) * 1.0)
 
 
 def test_settled_annealing_steps_down_a_target_out_of_reach():
     """Pinned at 0.3 under a 0.68 target: alpha at its ceiling (a stall) counts as settled,
     so the target steps down to the entropy (then on down, settled)."""
     pid = PIDEntropyTargetAlgorithm(
-        TWO, initial_alpha=0.1, max_alpha=1.0,
-        target_entropy=SettledAnnealing(0.68, factor=0.9, window=100, final=0.2))
+        TWO,
+        initial_alpha=0.1,
+        max_alpha=1.0,
+        target_entropy=SettledAnnealing(0.68, factor=0.9, window=100, final=0.2),
+    )
     with pytest.warns(UserWarning, match="unreachable"):  # once, before it steps down
         alphas = [pid.adjust_alpha(0.3).item() for _ in range(3000)]
     assert 0.2 <= pid.target_entropy < 0.3
@@ -184,9 +198,13 @@ def test_settled_annealing_steps_down_a_target_out_of_reach():
 def test_a_nested_controller_reports_any_leaf_unreachable():
     from alf_entropy.algorithms.entropy_target_algorithm import NestedEntropyTargetAlgorithm
 
-    nested = NestedEntropyTargetAlgorithm({"a": TWO, "b": TWO}, leaf_cls=PIDEntropyTargetAlgorithm,
-                                          target_entropy={"a": 0.68, "b": 0.4},
-                                          initial_alpha=0.01, max_alpha=1.0)
+    nested = NestedEntropyTargetAlgorithm(
+        {"a": TWO, "b": TWO},
+        leaf_cls=PIDEntropyTargetAlgorithm,
+        target_entropy={"a": 0.68, "b": 0.4},
+        initial_alpha=0.01,
+        max_alpha=1.0,
+    )
     with pytest.warns(UserWarning, match="unreachable"):
         for _ in range(2000):  # "a" pinned far below its target, "b" on it
             nested.adjust_alpha({"a": 0.3, "b": 0.4})
@@ -197,11 +215,17 @@ def test_a_nested_controller_reports_any_leaf_unreachable():
     assert nested.num_nonfinite_entropy.item() == 1
 
 
-@pytest.mark.parametrize("spec, hint, not_hint", [
-    (BoundedTensorSpec((2,), torch.float32, -1.0, 1.0), "bounds of the continuous actions",
-     "log N"),
-    (TWO, "log N for N discrete actions", "continuous"),
-])
+@pytest.mark.parametrize(
+    "spec, hint, not_hint",
+    [
+        (
+            BoundedTensorSpec((2,), torch.float32, -1.0, 1.0),
+            "bounds of the continuous actions",
+            "log N",
+        ),
+        (TWO, "log N for N discrete actions", "continuous"),
+    ],
+)
 def test_a_target_over_the_maximum_names_the_bound_of_its_own_action_kind(spec, hint, not_hint):
     with pytest.raises(ValueError, match="above the largest entropy") as info:
         EntropyTargetAlgorithm(spec, target_entropy=5.0)
@@ -222,8 +246,9 @@ def test_the_watch_counts_a_stall_that_noise_keeps_interrupting(share, fires):
     assert runs.max() < WINDUP_WINDOW
     state = state_type("State")(0.0, 0.68, 0.3, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0)
     for at in at_ceiling:
-        state = watch_rule(ScalarOps, state._replace(log_alpha=0.0 if at else -1.0), 0.3,
-                           anneal_of(None), 0.0)
+        state = watch_rule(
+            ScalarOps, state._replace(log_alpha=0.0 if at else -1.0), 0.3, anneal_of(None), 0.0
+        )
     assert (state.stalled_for >= WINDUP_WINDOW) == fires
 
 
@@ -248,11 +273,14 @@ def test_a_plant_that_never_answers_is_flagged_with_alpha_finite_and_at_most_1e6
     assert len([w for w in caught if "unreachable" in str(w.message)]) == 1
 
 
-@pytest.mark.parametrize("cls, kwargs", [
-    (LinearPIDEntropyTargetAlgorithm, dict(min_alpha=0.0, initial_alpha=0.0)),
-    (FixedEntropyCoefficient, dict(alpha=0.0)),
-    (EntropyTargetAlgorithm, dict(min_alpha=0.0, initial_alpha=1e-30, skip_free_stage=True)),
-])
+@pytest.mark.parametrize(
+    "cls, kwargs",
+    [
+        (LinearPIDEntropyTargetAlgorithm, dict(min_alpha=0.0, initial_alpha=0.0)),
+        (FixedEntropyCoefficient, dict(alpha=0.0)),
+        (EntropyTargetAlgorithm, dict(min_alpha=0.0, initial_alpha=1e-30, skip_free_stage=True)),
+    ],
+)
 def test_an_alpha_of_zero_or_at_the_floor_is_a_finite_state(cls, kwargs):
     """A coefficient of exactly 0 is ``log_alpha = LOG_ZERO`` (its exp is 0 in float32), and
     ``min_alpha <= 0`` floors a log-space rule at exp(-100), as ALF documents: never -inf."""

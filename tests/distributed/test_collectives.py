@@ -75,9 +75,7 @@ def test_bad_environment_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", "1")
     monkeypatch.setenv(distributed.TIMEOUT_ENV, "-3")
-    with pytest.raises(
-        ValueError, match=r"ALF_ENTROPY_DIST_TIMEOUT_S \(seconds\) must be > 0"
-    ):
+    with pytest.raises(ValueError, match=r"ALF_ENTROPY_DIST_TIMEOUT_S \(seconds\) must be > 0"):
         distributed.init_from_env(torch.device("cpu"))
     assert not distributed.is_distributed()
 

@@ -33,10 +33,17 @@ def _children(pid):
 
 def test_sigterm_to_one_rank_stops_all_at_one_iteration(tmp_path):
     root = tmp_path / "run"
-    cmd = torchrun_cmd(["-m", "alf_entropy.bin.train", "--root_dir", str(root),
-                        *_gin_args(100_000)])
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=local_env({"ALF_ENTROPY_DIST_TIMEOUT_S": "60"}),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cmd = torchrun_cmd(
+        ["-m", "alf_entropy.bin.train", "--root_dir", str(root), *_gin_args(100_000)]
+    )
+    proc = subprocess.Popen(
+        cmd,
+        cwd=REPO_ROOT,
+        env=local_env({"ALF_ENTROPY_DIST_TIMEOUT_S": "60"}),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 120
         while not glob.glob(str(root / "checkpoints" / "ckpt-*.pt")):  # training is under way
@@ -69,16 +76,43 @@ def test_config_error_is_printed_once_without_rank_tracebacks(tmp_path):
     port = str(free_port())
     procs = []
     for r in range(2):
-        env = local_env({"RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": "2",
-                         "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port})
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "alf_entropy.bin.train", "--root_dir", str(tmp_path / "run"),
-             "--gin_file", "sac_pendulum", "--device", "cpu"],
-            cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        env = local_env(
+            {
+                "RANK": str(r),
+                "LOCAL_RANK": str(r),
+                "WORLD_SIZE": "2",
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": port,
+            }
+        )
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "alf_entropy.bin.train",
+                    "--root_dir",
+                    str(tmp_path / "run"),
+                    "--gin_file",
+                    "sac_pendulum",
+                    "--device",
+                    "cpu",
+                ],
+                cwd=REPO_ROOT,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     results = [p.communicate(timeout=120) + (p.returncode,) for p in procs]
     assert [rc for _, _, rc in results] == [2, 2]
-    errors = [line for _, err, _ in results for line in err.splitlines()
-              if line.startswith("alf-entropy-train: error:")]
+    errors = [
+        line
+        for _, err, _ in results
+        for line in err.splitlines()
+        if line.startswith("alf-entropy-train: error:")
+    ]
     assert len(errors) == 1, results
     assert "num_envs (1)" in errors[0] and "'OffPolicyTrainer.num_envs = 2'" in errors[0]
     assert errors[0] in results[0][1]  # rank 0's

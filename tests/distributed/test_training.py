@@ -174,9 +174,7 @@ def test_torchrun_resumes_a_single_process_checkpoint(tmp_path):
     from alf_entropy.trainers.on_policy_trainer import OnPolicyTrainer
 
     root = tmp_path / "grown"
-    parse_gin_config(
-        ["ppo_cartpole"], workers.PPO_PARAMS + ["OnPolicyTrainer.num_iterations = 2"]
-    )
+    parse_gin_config(["ppo_cartpole"], workers.PPO_PARAMS + ["OnPolicyTrainer.num_iterations = 2"])
     single = OnPolicyTrainer(str(root), device="cpu")
     single.train()
     saved = ckpt.load_checkpoint(root / "checkpoints" / "ckpt-00000002.pt")

@@ -47,9 +47,7 @@ def controllers():
         "pid_tensor": PIDEntropyTargetAlgorithm(spec, target_entropy=0.9, update_mode="tensor"),
         "staged_host": EntropyTargetAlgorithm(spec, target_entropy=0.9, update_mode="host"),
         "staged_tensor": EntropyTargetAlgorithm(spec, target_entropy=0.9, update_mode="tensor"),
-        "sgd": SGDEntropyTargetAlgorithm(
-            spec, target_entropy=0.9, optimizer="sgd", lr=0.5
-        ),
+        "sgd": SGDEntropyTargetAlgorithm(spec, target_entropy=0.9, optimizer="sgd", lr=0.5),
     }
 
 
@@ -89,8 +87,10 @@ def micro_batches(rank: int, step: int):
     """Rank ``rank``'s micro-batches of optimizer step ``step``: per-token entropies of
     unequal lengths (as completions of different lengths are)."""
     g = torch.Generator().manual_seed(100 * step + rank)
-    return [1.4 - 0.15 * step + 0.5 * torch.rand(int(3 + 7 * rank + 5 * m), generator=g)
-            for m in range(MICRO_BATCHES)]
+    return [
+        1.4 - 0.15 * step + 0.5 * torch.rand(int(3 + 7 * rank + 5 * m), generator=g)
+        for m in range(MICRO_BATCHES)
+    ]
 
 
 def step_control_coefficients(rank: Optional[int]) -> Dict[str, list]:
@@ -105,8 +105,10 @@ def step_control_coefficients(rank: Optional[int]) -> Dict[str, list]:
         control = StepEntropyControl(lm_controller(32_000, 2.0))
         coefs = []
         for step in range(ACC_STEPS):
-            tokens = [torch.cat(micro_batches(r, step)).to(torch.float64)
-                      for r in ([0, 1] if rank is None else [rank])]
+            tokens = [
+                torch.cat(micro_batches(r, step)).to(torch.float64)
+                for r in ([0, 1] if rank is None else [rank])
+            ]
             # Rank 0's sum plus rank 1's, as the all_reduce adds them.
             total, count = sum(t.sum() for t in tokens), sum(t.numel() for t in tokens)
             if form == "numbers":

@@ -1,4 +1,5 @@
 """Tests for alf_entropy/environments/evaluation.py."""
+
 import gin
 import gymnasium as gym
 import pytest
@@ -29,12 +30,20 @@ def test_run_episodes_matches_plain_gym():
 def test_evaluate_mean_and_truncation():
     # Pendulum with a 5-step limit: every episode has exactly 5 rewards
     returns, lengths = run_episodes(
-        "Pendulum-v1", lambda obs: torch.zeros(obs.shape[0], 1), num_episodes=2, seed=0,
+        "Pendulum-v1",
+        lambda obs: torch.zeros(obs.shape[0], 1),
+        num_episodes=2,
+        seed=0,
         max_episode_steps=5,
     )
     assert lengths == [5, 5]
-    mean = evaluate("Pendulum-v1", lambda obs: torch.zeros(obs.shape[0], 1), num_episodes=2,
-                    seed=0, max_episode_steps=5)
+    mean = evaluate(
+        "Pendulum-v1",
+        lambda obs: torch.zeros(obs.shape[0], 1),
+        num_episodes=2,
+        seed=0,
+        max_episode_steps=5,
+    )
     assert mean == pytest.approx(sum(returns) / 2)
 
 

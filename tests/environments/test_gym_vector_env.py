@@ -1,4 +1,5 @@
 """Tests for alf_entropy/environments/gym_vector_env.py."""
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -190,7 +191,7 @@ def test_episode_statistics_match_the_time_steps():
             length = torch.where(first, 0, length + 1)
             for i in torch.nonzero(ts.step_type == StepType.LAST).flatten().tolist():
                 finished.append((running[i].item(), length[i].item()))
-        (returns, lengths), = env.pop_episode_statistics()
+        ((returns, lengths),) = env.pop_episode_statistics()
         assert len(finished) > 5
         assert sorted(zip(returns, lengths)) == sorted(finished)
         assert env.pop_episode_statistics() == [([], [])]
@@ -220,7 +221,7 @@ def test_episode_statistics_equal_gymnasiums_wrapper(env_id):
                     action = torch.rand(n, 1, generator=gen) * 4 - 2
                 env.step(action)
                 ref.step(action.numpy())
-            (returns, lengths), = env.pop_episode_statistics()
+            ((returns, lengths),) = env.pop_episode_statistics()
             ours += list(zip(returns, lengths))
         theirs = list(zip(ref.return_queue, ref.length_queue))
         assert len(ours) > 5
@@ -326,7 +327,8 @@ def test_a_state_runs_nothing_it_names_but_an_envs_own_classes(tmp_path):
             a.step(torch.tensor([0, 1]))
         b.set_state(a.get_state())
         for _ in range(60):
-            assert torch.equal(a.step(torch.tensor([1, 0])).reward,
-                               b.step(torch.tensor([1, 0])).reward)
+            assert torch.equal(
+                a.step(torch.tensor([1, 0])).reward, b.step(torch.tensor([1, 0])).reward
+            )
     finally:
         gym.registry.pop("AlfEntropyTestWalk-v0")

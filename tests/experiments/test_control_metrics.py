@@ -1,4 +1,5 @@
 """Tests of the control-quality metrics on synthetic series with known answers."""
+
 import math
 
 import numpy as np
@@ -18,9 +19,7 @@ def test_tracking_rmse_known_value():
     entropy = np.array([2.0, 0.5, 0.6, 0.4, 0.5])
     # after the first sample: errors 0, .1, -.1, 0 -> rmse sqrt(0.02 / 4)
     assert cm.tracking_rmse(entropy, 0.5, start=1) == pytest.approx(math.sqrt(0.005))
-    assert cm.tracking_rmse(entropy, [0.5] * 5) == pytest.approx(
-        math.sqrt((1.5**2 + 0.02) / 5)
-    )
+    assert cm.tracking_rmse(entropy, [0.5] * 5) == pytest.approx(math.sqrt((1.5**2 + 0.02) / 5))
     assert math.isnan(cm.tracking_rmse(entropy, 0.5, start=5))
 
 
@@ -49,11 +48,14 @@ def test_minimum_variance_floor_of_a_known_process(a):
     1 sample ahead 0.1; a target (and an offset) changes nothing."""
     y = _ar1(a, 0.1, 6000)
     assert cm.minimum_variance_floor(3.0 + y, 3.0, delay=2) == pytest.approx(
-        0.1 * math.sqrt(1 + a * a), rel=0.04)
+        0.1 * math.sqrt(1 + a * a), rel=0.04
+    )
     assert cm.minimum_variance_floor(3.2 + y, np.full(y.size, 3.0), delay=1) == pytest.approx(
-        0.1, rel=0.04)
+        0.1, rel=0.04
+    )
     assert cm.minimum_variance_floor(y, 0.0, delay=3, order=1) == pytest.approx(
-        0.1 * math.sqrt(1 + a * a + a ** 4), rel=0.04)
+        0.1 * math.sqrt(1 + a * a + a**4), rel=0.04
+    )
 
 
 def test_minimum_variance_floor_counts_from_start_and_needs_samples():

@@ -1,11 +1,19 @@
 """The experiment tools sit on top of the library: its core never imports them."""
+
 import ast
 import pathlib
 
 import alf_entropy
 
-CORE = ("trainers", "algorithms", "controllers", "utils", "networks", "environments",
-        "integrations")
+CORE = (
+    "trainers",
+    "algorithms",
+    "controllers",
+    "utils",
+    "networks",
+    "environments",
+    "integrations",
+)
 
 
 def _imports(path: pathlib.Path):
@@ -22,8 +30,12 @@ def test_the_core_never_imports_the_experiment_tools():
     files = [f for room in CORE for f in (root / room).rglob("*.py")]
     files += list(root.glob("*.py"))
     assert len(files) > 40
-    offenders = {str(f.relative_to(root)): name for f in files for name in _imports(f)
-                 if name.startswith("alf_entropy.experiments")}
+    offenders = {
+        str(f.relative_to(root)): name
+        for f in files
+        for name in _imports(f)
+        if name.startswith("alf_entropy.experiments")
+    }
     assert offenders == {}
 
 

@@ -4,6 +4,7 @@ The fast tests check which runs are packed and how (no training); the slow one
 runs a tiny sweep packed and unpacked and compares the run directories, the
 report and the first iteration's summaries.
 """
+
 import json
 import os
 
@@ -48,12 +49,16 @@ def test_packs_the_seeds_of_each_configuration(tmp_path):
     sweep_dir = str(tmp_path)
     runs, tasks, notes = _pack(_spec(), sweep_dir)
     assert notes == []
-    assert [t.name for t in tasks] == ["target_entropy=0.67+seeds=0_1",
-                                       "target_entropy=0.69+seeds=0_1"]
+    assert [t.name for t in tasks] == [
+        "target_entropy=0.67+seeds=0_1",
+        "target_entropy=0.69+seeds=0_1",
+    ]
     task = tasks[0]
     assert task.root_dir == os.path.join(sweep_dir, packing.PACKED_DIR, task.name)
-    assert [r.name for r in task.members] == ["target_entropy=0.67+seed=0",
-                                             "target_entropy=0.67+seed=1"]
+    assert [r.name for r in task.members] == [
+        "target_entropy=0.67+seed=0",
+        "target_entropy=0.67+seed=1",
+    ]
     params = [task.command[i + 1] for i, a in enumerate(task.command) if a == "--gin_param"]
     assert "OnPolicyTrainer.seeds = [0, 1]" in params
     assert "EntropyTargetAlgorithm.target_entropy = 0.67" in params
@@ -78,11 +83,17 @@ def test_no_parameters_packs_every_seed(tmp_path):
     assert [r.name for r in tasks[0].members] == ["seed=3", "seed=1", "seed=2"]
 
 
-@pytest.mark.parametrize("extra, why", [
-    ({"seed_binding": "PPOAlgorithm.seed"}, "only OnPolicyTrainer.seed and OffPolicyTrainer"),
-    ({"gin_param": TINY + ["OnPolicyTrainer.num_agents = 2"]}, "binds OnPolicyTrainer.num_agents"),
-    ({"parameters": {"OnPolicyTrainer.target_entropies": [[0.5, 0.6]]}}, "target_entropies"),
-])
+@pytest.mark.parametrize(
+    "extra, why",
+    [
+        ({"seed_binding": "PPOAlgorithm.seed"}, "only OnPolicyTrainer.seed and OffPolicyTrainer"),
+        (
+            {"gin_param": TINY + ["OnPolicyTrainer.num_agents = 2"]},
+            "binds OnPolicyTrainer.num_agents",
+        ),
+        ({"parameters": {"OnPolicyTrainer.target_entropies": [[0.5, 0.6]]}}, "target_entropies"),
+    ],
+)
 def test_falls_back_to_one_process_per_run(tmp_path, extra, why):
     runs, tasks, notes = _pack(_spec(**extra), str(tmp_path))
     assert tasks == runs and all(not t.members for t in tasks)
@@ -97,11 +108,15 @@ def test_single_seeds_and_runs_with_checkpoints_stay_alone(tmp_path):
     os.makedirs(os.path.join(runs[0].root_dir, "checkpoints"))  # interrupted, unpacked
     notes = []
     tasks = packing.pack_seeds(runs, _spec(seeds=[0, 1, 2]), sweep_dir, log=notes.append)
-    assert [t.name for t in tasks] == ["target_entropy=0.67+seed=0",
-                                       "target_entropy=0.67+seeds=1_2",
-                                       "target_entropy=0.69+seeds=0_1_2"]
-    assert notes == [f"{sweep.PROG}: not packing target_entropy=0.67+seed=0: it has "
-                     "checkpoints of its own (resumes alone)"]
+    assert [t.name for t in tasks] == [
+        "target_entropy=0.67+seed=0",
+        "target_entropy=0.67+seeds=1_2",
+        "target_entropy=0.69+seeds=0_1_2",
+    ]
+    assert notes == [
+        f"{sweep.PROG}: not packing target_entropy=0.67+seed=0: it has "
+        "checkpoints of its own (resumes alone)"
+    ]
 
 
 def _scalars(run_dir):
@@ -116,8 +131,9 @@ def test_packed_sweep_is_the_unpacked_sweep(tmp_path, monkeypatch):
     for mode in ("unpacked", "packed"):
         dirs[mode] = str(tmp_path / mode)
         lines = []
-        results[mode] = sweep.run_sweep(spec, dirs[mode], jobs=2, pack=mode == "packed",
-                                        log=lines.append)
+        results[mode] = sweep.run_sweep(
+            spec, dirs[mode], jobs=2, pack=mode == "packed", log=lines.append
+        )
         assert results[mode]["failed"] == [], lines
     names = ["target_entropy=0.67+seed=0", "target_entropy=0.67+seed=1"]
     for mode in ("unpacked", "packed"):
@@ -141,7 +157,8 @@ def test_packed_sweep_is_the_unpacked_sweep(tmp_path, monkeypatch):
         assert all(r["env_steps"] == 2 * 16 * 2 for r in rows[mode])
     # Each agent's operative config is its run's: the same seeds, the same groups.
     assert sorted((r["run"], r["seed"], r["group"]) for r in rows["packed"]) == sorted(
-        (r["run"], r["seed"], r["group"]) for r in rows["unpacked"])
+        (r["run"], r["seed"], r["group"]) for r in rows["unpacked"]
+    )
     assert sorted(r["seed"] for r in rows["packed"]) == [0, 1]
     # Agent k's first iteration is the single run's (float rounding aside).
     for name in names:
@@ -152,16 +169,16 @@ def test_packed_sweep_is_the_unpacked_sweep(tmp_path, monkeypatch):
             assert mine[tag][1][0] == pytest.approx(theirs[tag][1][0], rel=1e-5, abs=1e-5), tag
     # Done is done, whichever way it ran: a rerun (packed or not) skips every run.
     for mode in ("packed", "unpacked"):
-        again = sweep.run_sweep(spec, dirs["packed"], pack=mode == "packed", report=False,
-                                log=lambda line: None)
+        again = sweep.run_sweep(
+            spec, dirs["packed"], pack=mode == "packed", report=False, log=lambda line: None
+        )
         assert sorted(again["skipped"]) == names and again["status"] == {}
     # A packed process that stopped before writing its markers is started again
     # under the same root dir and resumes from its checkpoint (here: the last
     # one, so it only writes the markers; no summaries are written twice).
     for name in names:
         os.remove(os.path.join(dirs["packed"], name, sweep.DONE_FILE))
-    again = sweep.run_sweep(spec, dirs["packed"], pack=True, report=False,
-                            log=lambda line: None)
+    again = sweep.run_sweep(spec, dirs["packed"], pack=True, report=False, log=lambda line: None)
     assert again["status"] == {name: 0 for name in names}
     for name in names:
         assert os.path.isfile(os.path.join(dirs["packed"], name, sweep.DONE_FILE))
@@ -172,8 +189,9 @@ def test_cli_flag_reaches_the_sweep(tmp_path, monkeypatch):
     spec_path = tmp_path / "spec.json"
     spec_path.write_text(json.dumps({"parameters": {}, "seeds": [0, 1]}))
     seen = []
-    monkeypatch.setattr(sweep, "run_sweep",
-                        lambda *args, **kwargs: seen.append(kwargs) or {"failed": []})
+    monkeypatch.setattr(
+        sweep, "run_sweep", lambda *args, **kwargs: seen.append(kwargs) or {"failed": []}
+    )
     base = ["--spec", str(spec_path), "--sweep_dir", str(tmp_path / "s")]
     assert sweep.main(base + ["--pack_seeds"]) == 0 and seen[-1]["pack"] is True
     assert sweep.main(base) == 0 and seen[-1]["pack"] is False

@@ -5,6 +5,7 @@ It imports the ALF modules the gin files import, then ``package``: every module 
 but ``alf_entropy.config.configurables`` (the one that registers gin configurables, which the
 package's own gin files import); ``all``: that one too; ``none``: nothing of the package.
 """
+
 import glob
 import importlib
 import json
@@ -41,8 +42,11 @@ def _statements(path):
     with open(path) as f:
         statements = list(config_parser.ConfigParser(f, refs))
     imports = [s.module for s in statements if isinstance(s, config_parser.ImportStatement)]
-    selectors = {s.selector for s in statements
-                 if isinstance(s, config_parser.BindingStatement) and s.arg_name}
+    selectors = {
+        s.selector
+        for s in statements
+        if isinstance(s, config_parser.BindingStatement) and s.arg_name
+    }
     return imports, selectors | refs.names
 
 
@@ -85,11 +89,14 @@ def main(mode):
                 _import(module.name, failed)
                 imported += [module.name] if module.name in sys.modules else []
     selectors = {f: {s: _resolve(s) for s in sorted(names)} for f, (_, names) in parsed.items()}
-    ambiguous = sorted({s for names in selectors.values() for s, r in names.items()
-                        if r == "ambiguous"})
+    ambiguous = sorted(
+        {s for names in selectors.values() for s, r in names.items() if r == "ambiguous"}
+    )
     # each ambiguous name spelled out as ALF's (what an ALF user writes then)
-    qualified = {s: [m for m in gin.config._REGISTRY.matching_selectors(s)
-                     if m.startswith("alf.")] for s in ambiguous}
+    qualified = {
+        s: [m for m in gin.config._REGISTRY.matching_selectors(s) if m.startswith("alf.")]
+        for s in ambiguous
+    }
     parse = {}
     for f in files:
         gin.clear_config()
@@ -109,9 +116,19 @@ def main(mode):
         except ValueError:
             alf_config[short] = "ambiguous"
     qualified = {s: {m: _resolve(m) for m in ms} for s, ms in qualified.items()}
-    print(json.dumps(dict(imported=imported, failed=failed, selectors=selectors,
-                          qualified=qualified, parse=parse, alf_config=alf_config,
-                          alf_config_names=names)))
+    print(
+        json.dumps(
+            dict(
+                imported=imported,
+                failed=failed,
+                selectors=selectors,
+                qualified=qualified,
+                parse=parse,
+                alf_config=alf_config,
+                alf_config_names=names,
+            )
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 """Fixtures of the integration tests."""
+
 from typing import Iterator
 
 import pytest

@@ -8,6 +8,7 @@ ALF is not on the package registry: these run in the environment that
 trainer runs in subprocesses, as a user runs it, each under its own ``root_dir``, all started
 once (``runs``) and shared by the tests, three at a time.
 """
+
 import functools
 import json
 import os
@@ -22,8 +23,11 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("alf.algorithms.entropy_target_algorithm", reason="ALF is not installed "
-                    "(.ci/run builds its environment with ../shared/clients/alf/make_env.sh)")
+pytest.importorskip(
+    "alf.algorithms.entropy_target_algorithm",
+    reason="ALF is not installed "
+    "(.ci/run builds its environment with ../shared/clients/alf/make_env.sh)",
+)
 
 import alf  # noqa: E402
 import torch  # noqa: E402
@@ -48,7 +52,8 @@ from alf_entropy.integrations import alf as alf_integration  # noqa: E402
 # off), and its projection networks take int() of a 1-element array (NumPy 1.25 deprecates it).
 pytestmark = [
     pytest.mark.filterwarnings(
-        "ignore:Environment variable TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD:UserWarning"),
+        "ignore:Environment variable TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD:UserWarning"
+    ),
     pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0:DeprecationWarning"),
 ]
 
@@ -59,47 +64,79 @@ GIN_BLOCKS = re.findall(r"```gin\n(.*?)```", DOC, re.S)
 CONF = re.findall(r"```python\n(.*?)```", DOC, re.S)[0]
 A2C, PID = GIN_BLOCKS[0], GIN_BLOCKS[1]
 # Only what a test needs: one seed, no evaluation, every summary step, the debug summaries.
-RUN_GIN = ("TrainerConfig.random_seed = 1\nTrainerConfig.evaluate = False\n"
-           "TrainerConfig.debug_summaries = True\nTrainerConfig.summary_interval = 1\n")
-RUN_CONF = ("alf.config('TrainerConfig', random_seed=1, evaluate=False, debug_summaries=True, "
-            "summary_interval=1)\n"
-            # ppo_cart_pole_conf.py spawns its environments' processes (30 s on 2 cores)
-            "alf.config('FastParallelEnvironment', start_method='fork')\n")
+RUN_GIN = (
+    "TrainerConfig.random_seed = 1\nTrainerConfig.evaluate = False\n"
+    "TrainerConfig.debug_summaries = True\nTrainerConfig.summary_interval = 1\n"
+)
+RUN_CONF = (
+    "alf.config('TrainerConfig', random_seed=1, evaluate=False, debug_summaries=True, "
+    "summary_interval=1)\n"
+    # ppo_cart_pole_conf.py spawns its environments' processes (30 s on 2 cores)
+    "alf.config('FastParallelEnvironment', start_method='fork')\n"
+)
 # The PID's run learns faster than ac_cart_pole.gin's (lr 1e-3), so that the entropy reaches
 # the target within the run and the controller has to hold it there.
-PID_GIN = "".join(line for line in A2C.splitlines(keepends=True)
-                  if "AlfEntropyTarget" not in line) + PID + "ac/Adam.lr = 5e-3\n"
+PID_GIN = (
+    "".join(line for line in A2C.splitlines(keepends=True) if "AlfEntropyTarget" not in line)
+    + PID
+    + "ac/Adam.lr = 5e-3\n"
+)
 STAGED = "EntropyTargetAlgorithm/"
-ENV = dict(os.environ, OMP_NUM_THREADS="1",  # this tree, before any installed copy
-           PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+ENV = dict(
+    os.environ,
+    OMP_NUM_THREADS="1",  # this tree, before any installed copy
+    PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+)
 CLASSES = [getattr(alf_integration, name) for name in alf_integration.__all__]
 
 
 def as_alfs(config: str) -> str:
     """``config`` with ALF's own class: the two names docs/alf.md says differ."""
-    return config.replace("alf_entropy.integrations.alf", "alf.algorithms.entropy_target_algorithm"
-                          ).replace("AlfEntropyTargetAlgorithm", "EntropyTargetAlgorithm")
+    return config.replace(
+        "alf_entropy.integrations.alf", "alf.algorithms.entropy_target_algorithm"
+    ).replace("AlfEntropyTargetAlgorithm", "EntropyTargetAlgorithm")
 
 
 def train(root: Path, config: str, iterations: int) -> Path:
     """ALF's trainer on ``config`` (a gin file's text, or a conf's if it imports alf)."""
     conf = config.startswith("import alf\n")
     path = root.parent / f"{root.name}-{iterations}.{'py' if conf else 'gin'}"
-    path.write_text(config + (RUN_CONF + f"alf.config('TrainerConfig', num_iterations="
-                              f"{iterations})\n" if conf else RUN_GIN +
-                              f"TrainerConfig.num_iterations = {iterations}\n"))
+    path.write_text(
+        config
+        + (
+            RUN_CONF + f"alf.config('TrainerConfig', num_iterations={iterations})\n"
+            if conf
+            else RUN_GIN + f"TrainerConfig.num_iterations = {iterations}\n"
+        )
+    )
     done = subprocess.run(
-        [sys.executable, "-m", "alf.bin.train", "--nostore_snapshot", f"--root_dir={root}",
-         f"--{'conf' if conf else 'gin_file'}={path}"],
-        cwd=EXAMPLES, env=ENV, capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "alf.bin.train",
+            "--nostore_snapshot",
+            f"--root_dir={root}",
+            f"--{'conf' if conf else 'gin_file'}={path}",
+        ],
+        cwd=EXAMPLES,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return root
 
 
 def names(mode: str) -> dict:
     """How ALF resolves its gin files' selectors and config names (``alf_names.py``)."""
-    done = subprocess.run([sys.executable, str(Path(__file__).with_name("alf_names.py")), mode],
-                          env=ENV, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("alf_names.py")), mode],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
 
@@ -156,7 +193,7 @@ def scalars(root: Path, tag: str) -> dict:
 def checkpoint(root: Path, step: int) -> dict:
     state = torch.load(root / "train" / "algorithm" / f"ckpt-{step}", weights_only=False)
     prefix = "_entropy_target_algorithm."
-    return {k[len(prefix):]: v for k, v in state["algorithm"].items() if k.startswith(prefix)}
+    return {k[len(prefix) :]: v for k, v in state["algorithm"].items() if k.startswith(prefix)}
 
 
 def test_alfs_own_unit_test_passes_with_the_integrations_classes(monkeypatch):
@@ -166,28 +203,38 @@ def test_alfs_own_unit_test_passes_with_the_integrations_classes(monkeypatch):
         def build(*args, **kwargs):
             built.append(cls)
             return cls(*args, **kwargs)
+
         return build
 
     for name in ("EntropyTargetAlgorithm", "NestedEntropyTargetAlgorithm"):
-        monkeypatch.setattr(entropy_target_algorithm_test, name,
-                            counted(getattr(alf_integration, "Alf" + name)))
+        monkeypatch.setattr(
+            entropy_target_algorithm_test, name, counted(getattr(alf_integration, "Alf" + name))
+        )
     suite = unittest.defaultTestLoader.loadTestsFromModule(entropy_target_algorithm_test)
     result = unittest.TestResult()
     suite.run(result)
     assert (result.testsRun, result.failures, result.errors) == (5, [], [])
     assert sorted(c.__name__ for c in built) == ["AlfEntropyTargetAlgorithm"] * 4 + [
-        "AlfNestedEntropyTargetAlgorithm"]
+        "AlfNestedEntropyTargetAlgorithm"
+    ]
 
 
 def _agent(cls: type) -> Agent:
     action = BoundedTensorSpec((), dtype="int64", minimum=0, maximum=1)
     if cls is alf_integration.AlfNestedEntropyTargetAlgorithm:
         action = dict(a=action, b=BoundedTensorSpec((), dtype="int64", minimum=0, maximum=2))
-    return Agent(observation_spec=TensorSpec((4,)), action_spec=action, reward_spec=TensorSpec(()),
-                 rl_algorithm_cls=functools.partial(
-                     ActorCriticAlgorithm, actor_network_ctor=ActorDistributionNetwork,
-                     value_network_ctor=ValueNetwork),
-                 entropy_target_cls=cls, optimizer=alf.optimizers.Adam(lr=1e-3))
+    return Agent(
+        observation_spec=TensorSpec((4,)),
+        action_spec=action,
+        reward_spec=TensorSpec(()),
+        rl_algorithm_cls=functools.partial(
+            ActorCriticAlgorithm,
+            actor_network_ctor=ActorDistributionNetwork,
+            value_network_ctor=ValueNetwork,
+        ),
+        entropy_target_cls=cls,
+        optimizer=alf.optimizers.Adam(lr=1e-3),
+    )
 
 
 @pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
@@ -198,8 +245,9 @@ def test_alfs_agent_builds_each_class_and_checkpoints_its_state(cls, tmp_path):
     logits = torch.randn(5, 4, 2)
     distribution = torch.distributions.Categorical(logits=logits)
     if cls is alf_integration.AlfNestedEntropyTargetAlgorithm:
-        distribution = dict(a=distribution,
-                            b=torch.distributions.Categorical(logits=torch.randn(5, 4, 3)))
+        distribution = dict(
+            a=distribution, b=torch.distributions.Categorical(logits=torch.randn(5, 4, 3))
+        )
     step_type = torch.full((5, 4), int(StepType.MID))
     step_type[-1] = int(StepType.LAST)
     assert controller.predict_step((distribution, step_type), ()).info == ()
@@ -225,8 +273,9 @@ def test_alfs_agent_builds_each_class_and_checkpoints_its_state(cls, tmp_path):
 
 def test_a_checkpoint_of_alfs_nested_class_is_refused_not_half_loaded(tmp_path):
     spec = dict(a=BoundedTensorSpec((), dtype="int64", minimum=0, maximum=1))
-    Checkpointer(str(tmp_path), alg=NestedEntropyTargetAlgorithm(spec, target_entropy=dict(a=None))
-                 ).save(1)
+    Checkpointer(
+        str(tmp_path), alg=NestedEntropyTargetAlgorithm(spec, target_entropy=dict(a=None))
+    ).save(1)
     ours = alf_integration.AlfNestedEntropyTargetAlgorithm(spec)
     before = {k: v.clone() for k, v in ours.state_dict().items()}
     with pytest.raises(RuntimeError, match="Missing key"):
@@ -264,10 +313,12 @@ def test_a2c_from_the_docs_gin_file_gives_alfs_alpha_at_every_summary_step(runs)
     alfs_tags = {t for t in events.Tags()["scalars"] if t.startswith(STAGED)}
     events = EventAccumulator(str(ours / "train"))
     events.Reload()
-    assert {STAGED + t for t in ("alpha", "stage", "avg_entropy", "update_rate", "entropy_std")
-            } <= alfs_tags
+    assert {
+        STAGED + t for t in ("alpha", "stage", "avg_entropy", "update_rate", "entropy_std")
+    } <= alfs_tags
     assert alfs_tags | {STAGED + "nonfinite_entropy", STAGED + "unreachable_target"} == {
-        t for t in events.Tags()["scalars"] if t.startswith(STAGED)}
+        t for t in events.Tags()["scalars"] if t.startswith(STAGED)
+    }
 
 
 @pytest.mark.slow
@@ -313,8 +364,9 @@ def test_alfs_checkpoint_resumes_with_ours_as_with_alfs_class(runs):
     ours, theirs = checkpoint(migrated, 150), checkpoint(alfs, 150)
     assert "_log_alpha" in checkpoint(migrated, 100)  # it started from ALF's checkpoint
     for alf_name, field in alf_integration.ALF_STAGED_STATE.items():
-        assert torch.equal(ours["driver." + field].flatten().to(theirs[alf_name].dtype),
-                           theirs[alf_name].flatten()), field
+        assert torch.equal(
+            ours["driver." + field].flatten().to(theirs[alf_name].dtype), theirs[alf_name].flatten()
+        ), field
 
 
 @pytest.mark.slow
@@ -323,7 +375,8 @@ def test_alfs_gin_files_resolve_as_without_the_package(runs):
     assert len(package["imported"]) >= 80  # every module whose dependencies ALF's venv has
     assert {m for m in package["failed"] if m.startswith("alf_entropy")} <= {
         f"alf_entropy.integrations.{client}"
-        for client in ("sb3", "tianshou", "torchrl", "toy_lm", "trl", "verl")}
+        for client in ("sb3", "tianshou", "torchrl", "toy_lm", "trl", "verl")
+    }
     assert package["selectors"] == without["selectors"]
     assert package["parse"] == without["parse"]
     assert package["qualified"] == without["qualified"]  # ALF's own ambiguity ('load') only

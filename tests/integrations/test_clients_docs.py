@@ -1,6 +1,7 @@
 """docs/torchrl.md and docs/tianshou.md run as pasted (.ci/run runs this file in a venv with
 both clients, outside tests/test_readme.py's environment): without a warning, printing the
 page's line alone, saving to the system's temp dir (``tempfile``), not a Unix path."""
+
 import tempfile
 import warnings
 
@@ -40,8 +41,9 @@ def test_the_torchrl_page_runs(one_thread, capsys, tmp_path, monkeypatch):
 
 
 def test_the_tianshou_page_runs(one_thread, capsys, tmp_path, monkeypatch):
-    pytest.importorskip("tianshou", reason="Tianshou is not installed (pip install -e "
-                        "'.[tianshou]')")
+    pytest.importorskip(
+        "tianshou", reason="Tianshou is not installed (pip install -e '.[tianshou]')"
+    )
     names = _run("docs/tianshou.md", tmp_path, monkeypatch)
     algorithm, alpha = names["algorithm"], names["alpha"]
     assert algorithm.alpha is alpha and alpha.value < 1.0  # SAC stepped the controller

@@ -1,4 +1,5 @@
 """The trainer-independent part of LLM entropy control (no TRL needed)."""
+
 import json
 import math
 
@@ -29,8 +30,7 @@ def _controllers():
         lm_controller(SPEC, 1.0),
         PIDEntropyTargetAlgorithm(SPEC, target_entropy=1.0),
         EntropyTargetAlgorithm(SPEC, target_entropy=1.0),
-        SGDEntropyTargetAlgorithm(SPEC, target_entropy=1.0,
-                                  lr=1e-2),
+        SGDEntropyTargetAlgorithm(SPEC, target_entropy=1.0, lr=1e-2),
     ]
 
 
@@ -54,7 +54,8 @@ def test_tensors_are_read_once_and_reduced_on_their_own_device(monkeypatch):
     a, b = (StepEntropyControl(lm_controller(SPEC, 1.0)) for _ in range(2))
     for step, (s, n) in enumerate([(33.6, 42), (10.0, 20), (3.0, 1)], 1):
         assert a.update(torch.tensor(s, dtype=torch.float64), torch.tensor(n), step) == b.update(
-            s, n, step)
+            s, n, step
+        )
         assert a.entropy == b.entropy
     seen = []
 
@@ -100,9 +101,12 @@ def test_state_round_trips_through_json_exactly(index):
 
 
 def test_encode_decode_keeps_dtypes_shapes_and_nesting():
-    state = {"a": torch.tensor([[1.5, float("nan")]], dtype=torch.float64),
-             "b": torch.tensor(3, dtype=torch.int64), "c": (1, [2.0, None], "x"),
-             "d": {1: torch.tensor(True)}}
+    state = {
+        "a": torch.tensor([[1.5, float("nan")]], dtype=torch.float64),
+        "b": torch.tensor(3, dtype=torch.int64),
+        "c": (1, [2.0, None], "x"),
+        "d": {1: torch.tensor(True)},
+    }
     back = decode_state(json.loads(json.dumps(encode_state(state))))
     assert back["a"].dtype == torch.float64 and back["a"].shape == (1, 2)
     assert torch.equal(back["a"][:, :1], state["a"][:, :1]) and math.isnan(back["a"][0, 1])
@@ -118,8 +122,15 @@ def test_record_has_the_logged_values():
     control = StepEntropyControl(lm_controller(SPEC, 1.0))
     control.update(0.5, 1, 1)
     rec = control.record()
-    for key in ("coef", "target", "entropy", "stage", "unreachable_target", "state/integral",
-                "state/log_alpha"):
+    for key in (
+        "coef",
+        "target",
+        "entropy",
+        "stage",
+        "unreachable_target",
+        "state/integral",
+        "state/log_alpha",
+    ):
         assert key in rec
     assert rec["entropy"] == 0.5 and rec["coef"] == control.coefficient
 

@@ -8,6 +8,7 @@ wrong): a gradient hook on the entropy (PPO/A2C: ``loss = ... + ent_coef *
 ``ent_coef``) recovers the coefficient of every gradient step.  Short runs
 (CartPole 2048 steps, Pendulum 600), a few seconds each.
 """
+
 import doctest
 import math
 
@@ -86,14 +87,22 @@ def _policy_entropy(model):
 def _on_policy(cls):
     env = gym.make("CartPole-v1")
     if cls is PPO:
-        return PPO("MlpPolicy", env, n_steps=128, batch_size=64, n_epochs=4, learning_rate=3e-3,
-                   seed=0)
+        return PPO(
+            "MlpPolicy", env, n_steps=128, batch_size=64, n_epochs=4, learning_rate=3e-3, seed=0
+        )
     return A2C("MlpPolicy", env, n_steps=16, learning_rate=3e-3, seed=0)
 
 
 def _sac():
-    return SAC("MlpPolicy", gym.make("Pendulum-v1"), learning_starts=100, batch_size=64,
-               learning_rate=1e-3, policy_kwargs=dict(net_arch=[64, 64]), seed=0)  # ent_coef="auto"
+    return SAC(
+        "MlpPolicy",
+        gym.make("Pendulum-v1"),
+        learning_starts=100,
+        batch_size=64,
+        learning_rate=1e-3,
+        policy_kwargs=dict(net_arch=[64, 64]),
+        seed=0,
+    )  # ent_coef="auto"
 
 
 class _Recorder(KVWriter):
@@ -119,8 +128,9 @@ def _train(make, callback, steps, log_interval=1):
 @pytest.mark.parametrize("cls", [PPO, A2C])
 def test_on_policy_coefficient_follows_the_controller_and_raises_the_entropy(cls):
     target = 0.68  # CartPole: log 2 = 0.693 at most; training drives it down
-    callback = EntropyControllerCallback(EntropyTargetAlgorithm, target_entropy=target,
-                                         skip_free_stage=True, initial_alpha=0.01)
+    callback = EntropyControllerCallback(
+        EntropyTargetAlgorithm, target_entropy=target, skip_free_stage=True, initial_alpha=0.01
+    )
     model, calls = _train(lambda: _on_policy(cls), callback, 2048)
     _assert_sb3_used_the_controllers_alpha(calls)
     alphas = [alpha for alpha, _ in calls]
@@ -145,8 +155,13 @@ def test_on_policy_coefficient_follows_the_controller_and_raises_the_entropy(cls
 def test_sac_coefficient_follows_the_controller_and_raises_the_entropy(tmp_path):
     target = 0.3  # nats in SB3's [-1, 1] action coordinates (at most log 2)
     callback = EntropyControllerCallback(
-        EntropyTargetAlgorithm, target_entropy=target, skip_free_stage=True,
-        initial_alpha=0.01, slow_update_rate=0.01, fast_update_rate=0.01)
+        EntropyTargetAlgorithm,
+        target_entropy=target,
+        skip_free_stage=True,
+        initial_alpha=0.01,
+        slow_update_rate=0.01,
+        fast_update_rate=0.01,
+    )
     model, calls = _train(_sac, callback, 600)
     assert model.ent_coef_optimizer is None  # SB3's own "auto" rule is off
     _assert_sb3_used_the_controllers_alpha(calls)
@@ -156,8 +171,9 @@ def test_sac_coefficient_follows_the_controller_and_raises_the_entropy(tmp_path)
     assert callback.controller.action_spec.minimum.tolist() == [-1.0]  # squashed coordinates
     # SB3's own log of the coefficient it used agrees (dumped after every episode).
     logged = [d for d in model.recorder.dumps if "train/ent_coef" in d]
-    assert logged and all(d["train/ent_coef"] == pytest.approx(d["entropy_controller/alpha"])
-                          for d in logged)
+    assert logged and all(
+        d["train/ent_coef"] == pytest.approx(d["entropy_controller/alpha"]) for d in logged
+    )
 
     # save() stores the coefficient SB3 uses, and load() restores it.
     model.save(tmp_path / "sac")
@@ -177,8 +193,9 @@ def test_scheduled_target_follows_sb3s_progress():
     callback = EntropyControllerCallback(EntropyTargetAlgorithm, target_entropy=schedule)
     targets = []
     record = callback._record
-    callback._record = lambda entropy, alpha: targets.append(callback.controller.target_entropy) \
-        or record(entropy, alpha)
+    callback._record = lambda entropy, alpha: (
+        targets.append(callback.controller.target_entropy) or record(entropy, alpha)
+    )
     model = A2C("MlpPolicy", gym.make("CartPole-v1"), n_steps=16, seed=0)
     model.learn(320, callback=callback)
     # Rollout k of 20 ends at 16 k steps: the target at that progress.
@@ -189,7 +206,8 @@ def test_scheduled_target_follows_sb3s_progress():
 def test_a_controller_instance_is_used_and_kept_across_learn_calls():
     controller = SGDEntropyTargetAlgorithm(
         sb3_action_spec := EntropyTargetAlgorithm.from_space(gym.spaces.Discrete(2)).action_spec,
-        target_entropy=0.5)
+        target_entropy=0.5,
+    )
     callback = EntropyControllerCallback(controller)
     model = A2C("MlpPolicy", gym.make("CartPole-v1"), n_steps=8, seed=0)
     model.learn(64, callback=callback)
@@ -203,16 +221,20 @@ def test_bad_arguments_name_the_argument():
     with pytest.raises(TypeError, match="controller must be an EntropyController"):
         EntropyControllerCallback(torch.nn.Linear)
     with pytest.raises(TypeError, match="controller_kwargs are for a controller class"):
-        EntropyControllerCallback(FixedEntropyCoefficient(
-            EntropyTargetAlgorithm.from_space(gym.spaces.Discrete(2)).action_spec),
-            target_entropy=0.3)
+        EntropyControllerCallback(
+            FixedEntropyCoefficient(
+                EntropyTargetAlgorithm.from_space(gym.spaces.Discrete(2)).action_spec
+            ),
+            target_entropy=0.3,
+        )
     with pytest.raises(ValueError, match="batch_size"):
         EntropyControllerCallback(batch_size=0)
     with pytest.raises(RuntimeError, match="when training starts"):
         EntropyControllerCallback().controller
     with pytest.raises(TypeError, match="drives PPO, A2C .* and SAC"):
         DQN("MlpPolicy", gym.make("CartPole-v1"), learning_starts=0).learn(
-            1, callback=EntropyControllerCallback())
+            1, callback=EntropyControllerCallback()
+        )
 
 
 def test_a_sac_controller_for_the_envs_bounds_is_refused_as_tianshou_refuses_it():
@@ -252,9 +274,16 @@ def _state(controller):
 
 
 @pytest.mark.parametrize("algo", [PPO, A2C, SAC], ids=lambda a: a.__name__)
-@pytest.mark.parametrize("cls", [EntropyTargetAlgorithm, PIDEntropyTargetAlgorithm,
-                                 SGDEntropyTargetAlgorithm, FixedEntropyCoefficient],
-                         ids=lambda c: c.__name__)
+@pytest.mark.parametrize(
+    "cls",
+    [
+        EntropyTargetAlgorithm,
+        PIDEntropyTargetAlgorithm,
+        SGDEntropyTargetAlgorithm,
+        FixedEntropyCoefficient,
+    ],
+    ids=lambda c: c.__name__,
+)
 def test_model_save_and_load_carry_the_controller(algo, cls, tmp_path):
     """After model.save() / Algo.load() and a callback built as before, the controller starts
     from every buffer it had at save and SB3 uses its alpha; nothing saved by hand."""
@@ -282,8 +311,11 @@ def test_model_save_and_load_carry_the_controller(algo, cls, tmp_path):
     loaded.learn(64, callback=resumed, reset_num_timesteps=False)
     assert resumed.num_updates > updates
     with pytest.raises(ValueError, match=f"saved with a {cls.__name__}"):
-        other = FixedEntropyCoefficient if cls is not FixedEntropyCoefficient else \
-            EntropyTargetAlgorithm
+        other = (
+            FixedEntropyCoefficient
+            if cls is not FixedEntropyCoefficient
+            else EntropyTargetAlgorithm
+        )
         EntropyControllerCallback(other).init_callback(algo.load(tmp_path / "model", env=env))
 
 

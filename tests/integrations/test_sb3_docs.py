@@ -1,4 +1,5 @@
 """``docs/sb3.md``'s example runs as pasted and the controller drives SB3."""
+
 import pathlib
 import re
 import tempfile
@@ -34,8 +35,9 @@ def test_the_example_runs_and_drives_ent_coef(capsys, one_thread):
 
 
 @pytest.mark.slow
-def test_the_save_and_load_example_continues_the_saved_controller(capsys, one_thread, tmp_path,
-                                                                 monkeypatch):
+def test_the_save_and_load_example_continues_the_saved_controller(
+    capsys, one_thread, tmp_path, monkeypatch
+):
     """It saves to the system's temp dir (``tempfile``; here ``tmp_path``), no warning."""
     blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), re.S)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
@@ -55,8 +57,9 @@ def test_gin_binds_the_callbacks_controller_arguments():
 
     from alf_entropy.integrations.sb3 import EntropyControllerCallback
 
-    gin.parse_config("EntropyControllerCallback.target_entropy = 0.4\n"
-                     "EntropyControllerCallback.batch_size = 128")
+    gin.parse_config(
+        "EntropyControllerCallback.target_entropy = 0.4\nEntropyControllerCallback.batch_size = 128"
+    )
     callback = EntropyControllerCallback()
     assert callback._controller_kwargs == {"target_entropy": 0.4}
     assert callback._batch_size == 128

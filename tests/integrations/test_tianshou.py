@@ -4,6 +4,7 @@ The alpha each actor loss used is recovered from the gradient of the loss with
 respect to the policy's ``log_prob`` (SAC) or entropy (DiscreteSAC), not read
 from ``value``.
 """
+
 import copy
 import inspect
 import io
@@ -11,8 +12,10 @@ import math
 
 import pytest
 
-pytest.importorskip("tianshou", reason="Tianshou is not installed (pip install -e "
-                    "'.[tianshou]'; .ci/run tests it in a venv)")
+pytest.importorskip(
+    "tianshou",
+    reason="Tianshou is not installed (pip install -e '.[tianshou]'; .ci/run tests it in a venv)",
+)
 import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -51,22 +54,46 @@ def _algorithm(alpha, discrete: bool = False, seed: int = 0):
     optim = AdamOptimizerFactory(lr=1e-3)
     if discrete:
         n = int(act.n)
-        policy = DiscreteSACPolicy(actor=DiscreteActor(
-            preprocess_net=Net(state_shape=obs, hidden_sizes=[32]), action_shape=n,
-            softmax_output=False), action_space=act)
-        critics = [DiscreteCritic(preprocess_net=Net(state_shape=obs, hidden_sizes=[32]),
-                                  last_size=n) for _ in range(2)]
+        policy = DiscreteSACPolicy(
+            actor=DiscreteActor(
+                preprocess_net=Net(state_shape=obs, hidden_sizes=[32]),
+                action_shape=n,
+                softmax_output=False,
+            ),
+            action_space=act,
+        )
+        critics = [
+            DiscreteCritic(preprocess_net=Net(state_shape=obs, hidden_sizes=[32]), last_size=n)
+            for _ in range(2)
+        ]
         cls = DiscreteSAC
     else:
-        policy = SACPolicy(actor=ContinuousActorProbabilistic(
-            preprocess_net=Net(state_shape=obs, hidden_sizes=[32]), action_shape=act.shape,
-            unbounded=True), action_space=act)
-        critics = [ContinuousCritic(preprocess_net=Net(state_shape=obs, action_shape=act.shape,
-                                                       hidden_sizes=[32], concat=True))
-                   for _ in range(2)]
+        policy = SACPolicy(
+            actor=ContinuousActorProbabilistic(
+                preprocess_net=Net(state_shape=obs, hidden_sizes=[32]),
+                action_shape=act.shape,
+                unbounded=True,
+            ),
+            action_space=act,
+        )
+        critics = [
+            ContinuousCritic(
+                preprocess_net=Net(
+                    state_shape=obs, action_shape=act.shape, hidden_sizes=[32], concat=True
+                )
+            )
+            for _ in range(2)
+        ]
         cls = SAC
-    return cls(policy=policy, policy_optim=optim, critic=critics[0], critic_optim=optim,
-               critic2=critics[1], critic2_optim=optim, alpha=alpha)
+    return cls(
+        policy=policy,
+        policy_optim=optim,
+        critic=critics[0],
+        critic_optim=optim,
+        critic2=critics[1],
+        critic2_optim=optim,
+        alpha=alpha,
+    )
 
 
 def _filled_buffer(algorithm, discrete: bool, seed: int = 0):
@@ -76,8 +103,9 @@ def _filled_buffer(algorithm, discrete: bool, seed: int = 0):
     buffer = VectorReplayBuffer(1000, 2)
     np.random.seed(seed)
     with policy_within_training_step(algorithm.policy), torch_train_mode(algorithm, False):
-        Collector[CollectStats](algorithm, envs, buffer).collect(n_step=200, random=True,
-                                                                 reset_before_collect=True)
+        Collector[CollectStats](algorithm, envs, buffer).collect(
+            n_step=200, random=True, reset_before_collect=True
+        )
     return buffer
 
 
@@ -109,7 +137,8 @@ def _spy_on_the_actor_loss(algorithm, controller, discrete: bool):
             dist.entropy = hooked_entropy
         else:  # actor_loss = mean(alpha * log_prob - min Q)
             result.log_prob.register_hook(
-                lambda g: seen.append((float(g.flatten()[0]) * g.numel(), alpha_now)))
+                lambda g: seen.append((float(g.flatten()[0]) * g.numel(), alpha_now))
+            )
         return result
 
     policy.forward = hooked
@@ -127,13 +156,16 @@ def test_tianshou_version_and_the_alpha_protocol_relied_on():
     assert "entropy = -obs_result.log_prob.detach()" in sac
     assert "alpha_loss = self.alpha.update(entropy)" in sac
     assert "- self.alpha.value * act_batch.log_prob" in inspect.getsource(
-        SAC._target_q_compute_value)
+        SAC._target_q_compute_value
+    )
     discrete = inspect.getsource(DiscreteSAC._update_with_batch)
     assert "-(self.alpha.value * entropy + (dist.probs * q).sum(dim=-1)).mean()" in discrete
     assert "alpha_loss = self.alpha.update(entropy.detach())" in discrete
     # SAC's log_prob is that of the tanh-squashed action, before rescaling to the env's bounds.
-    assert "log_prob = correct_log_prob_gaussian_tanh(log_prob, squashed_action)" in \
-        inspect.getsource(SACPolicy.forward)
+    assert (
+        "log_prob = correct_log_prob_gaussian_tanh(log_prob, squashed_action)"
+        in inspect.getsource(SACPolicy.forward)
+    )
 
 
 def test_the_tianshou_extra_pins_the_tested_version():
@@ -144,8 +176,9 @@ def test_the_tianshou_extra_pins_the_tested_version():
 
 
 def test_a_class_is_built_for_the_squashed_box_and_a_discrete_space_as_it_is():
-    alpha = ControllerAlpha(PIDEntropyTargetAlgorithm, gym.spaces.Box(-2.0, 2.0, (1,)),
-                            initial_alpha=1.0)
+    alpha = ControllerAlpha(
+        PIDEntropyTargetAlgorithm, gym.spaces.Box(-2.0, 2.0, (1,)), initial_alpha=1.0
+    )
     assert isinstance(alpha, Alpha) and isinstance(alpha, torch.nn.Module)
     spec = alpha.controller.action_spec
     assert spec.minimum.tolist() == [-1.0] and spec.maximum.tolist() == [1.0]
@@ -176,7 +209,9 @@ def test_the_actor_loss_uses_the_controllers_alpha_at_every_gradient_step(discre
     alpha = ControllerAlpha(
         PIDEntropyTargetAlgorithm,
         gym.spaces.Discrete(2) if discrete else gym.spaces.Box(-2.0, 2.0, (1,)),
-        initial_alpha=1.0, **({"target_entropy": 0.5} if discrete else {}))
+        initial_alpha=1.0,
+        **({"target_entropy": 0.5} if discrete else {}),
+    )
     algorithm = _algorithm(alpha, discrete)
     assert algorithm.alpha is alpha
     buffer = _filled_buffer(algorithm, discrete)
@@ -189,10 +224,12 @@ def test_the_actor_loss_uses_the_controllers_alpha_at_every_gradient_step(discre
     assert isinstance(alpha.value, float) and alpha.value == float(alpha.controller.alpha)
 
 
-@pytest.mark.parametrize("discrete,cls", [(False, SGDEntropyTargetAlgorithm),
-                                          (True, PIDEntropyTargetAlgorithm)])
-def test_resume_from_the_algorithms_checkpoint_restores_the_controller_exactly(discrete, cls,
-                                                                              one_thread):
+@pytest.mark.parametrize(
+    "discrete,cls", [(False, SGDEntropyTargetAlgorithm), (True, PIDEntropyTargetAlgorithm)]
+)
+def test_resume_from_the_algorithms_checkpoint_restores_the_controller_exactly(
+    discrete, cls, one_thread
+):
     def build():
         space = gym.spaces.Discrete(2) if discrete else gym.spaces.Box(-2.0, 2.0, (1,))
         return _algorithm(ControllerAlpha(cls, space, initial_alpha=1.0), discrete)
@@ -214,8 +251,9 @@ def test_resume_from_the_algorithms_checkpoint_restores_the_controller_exactly(d
     torch.set_rng_state(state["torch"])
     assert_nests_equal(resumed.alpha.controller.state_dict(), saved, "loaded")
     _updates(resumed, saved_buffer, 5)
-    assert_nests_equal(resumed.alpha.controller.state_dict(),
-                       algorithm.alpha.controller.state_dict(), "resumed")
+    assert_nests_equal(
+        resumed.alpha.controller.state_dict(), algorithm.alpha.controller.state_dict(), "resumed"
+    )
 
 
 def test_the_page_names_the_pins_that_downgrade_a_shared_environment():

@@ -1,4 +1,5 @@
 """TorchRL's SACLoss/DiscreteSACLoss read the controller's alpha; their checkpoint carries it."""
+
 import copy
 import inspect
 import io
@@ -6,8 +7,10 @@ import math
 
 import pytest
 
-pytest.importorskip("torchrl", reason="TorchRL is not installed (pip install -e '.[torchrl]'; "
-                    ".ci/run tests it in a venv)")
+pytest.importorskip(
+    "torchrl",
+    reason="TorchRL is not installed (pip install -e '.[torchrl]'; .ci/run tests it in a venv)",
+)
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from packaging.specifiers import SpecifierSet  # noqa: E402
@@ -55,7 +58,8 @@ from tests.nests import assert_nests_equal  # noqa: E402
 CONTROLLERS = {
     "pid": lambda spec: PIDEntropyTargetAlgorithm.from_space(spec, initial_alpha=1.0),
     "staged": lambda spec: EntropyTargetAlgorithm.from_space(
-        spec, initial_alpha=1.0, skip_free_stage=True),
+        spec, initial_alpha=1.0, skip_free_stage=True
+    ),
     "sgd": lambda spec: SGDEntropyTargetAlgorithm.from_space(spec, initial_alpha=1.0),
 }
 
@@ -70,20 +74,31 @@ def _sac(discrete: bool = False, seed: int = 0, **loss_kwargs):
     if discrete:
         n = spec.space.n
         actor = ProbabilisticActor(
-            TensorDictModule(MLP(num_cells=[32], out_features=n), in_keys=["observation"],
-                             out_keys=["logits"]),
-            in_keys=["logits"], spec=spec, distribution_class=OneHotCategorical)
-        qvalue = TensorDictModule(MLP(num_cells=[32], out_features=n), in_keys=["observation"],
-                                  out_keys=["action_value"])
+            TensorDictModule(
+                MLP(num_cells=[32], out_features=n), in_keys=["observation"], out_keys=["logits"]
+            ),
+            in_keys=["logits"],
+            spec=spec,
+            distribution_class=OneHotCategorical,
+        )
+        qvalue = TensorDictModule(
+            MLP(num_cells=[32], out_features=n), in_keys=["observation"], out_keys=["action_value"]
+        )
     else:
         actor = ProbabilisticActor(
-            TensorDictModule(nn.Sequential(MLP(num_cells=[32], out_features=2),
-                                           NormalParamExtractor()),
-                             in_keys=["observation"], out_keys=["loc", "scale"]),
-            in_keys=["loc", "scale"], spec=spec, distribution_class=TanhNormal,
-            distribution_kwargs={"low": spec.space.low, "high": spec.space.high})
-        qvalue = ValueOperator(MLP(num_cells=[32], out_features=1),
-                               in_keys=["observation", "action"])
+            TensorDictModule(
+                nn.Sequential(MLP(num_cells=[32], out_features=2), NormalParamExtractor()),
+                in_keys=["observation"],
+                out_keys=["loc", "scale"],
+            ),
+            in_keys=["loc", "scale"],
+            spec=spec,
+            distribution_class=TanhNormal,
+            distribution_kwargs={"low": spec.space.low, "high": spec.space.high},
+        )
+        qvalue = ValueOperator(
+            MLP(num_cells=[32], out_features=1), in_keys=["observation", "action"]
+        )
     with torch.no_grad():
         td = actor(env.reset())
         qvalue(td)
@@ -123,8 +138,7 @@ def test_torchrl_version_and_the_seams_relied_on():
         assert "alpha = self.log_alpha.exp()" in source
         assert "if self.min_log_alpha is not None or self.max_log_alpha is not None:" in source
         init = inspect.getsource(cls.__init__)
-        assert 'self.register_buffer("alpha_init", torch.tensor(alpha_init, device=device))' \
-            in init
+        assert 'self.register_buffer("alpha_init", torch.tensor(alpha_init, device=device))' in init
         assert "self.fixed_alpha = fixed_alpha" in init
         forward = inspect.getsource(cls.forward)
         assert 'out["alpha"] = self._alpha' in forward
@@ -138,8 +152,10 @@ def test_torchrl_version_and_the_seams_relied_on():
 def test_the_torchrl_extra_pins_the_tested_versions():
     from tests.test_dependencies import setup_kwargs
 
-    assert setup_kwargs()["extras_require"]["torchrl"] == [f"torchrl{SUPPORTED_TORCHRL}",
-                                                           "tensordict==0.14.3"]
+    assert setup_kwargs()["extras_require"]["torchrl"] == [
+        f"torchrl{SUPPORTED_TORCHRL}",
+        "tensordict==0.14.3",
+    ]
 
 
 def test_from_space_reads_torchrl_specs():
@@ -161,9 +177,11 @@ def test_from_space_reads_torchrl_specs():
             assert np.array_equal(np.broadcast_to(got, shape), np.broadcast_to(want, shape))
     # Four discrete actions have the same default target however TorchRL encodes them.
     assert PIDEntropyTargetAlgorithm.from_space(OneHot(4)).target_entropy == pytest.approx(
-        PIDEntropyTargetAlgorithm.from_space(Categorical(4)).target_entropy)
+        PIDEntropyTargetAlgorithm.from_space(Categorical(4)).target_entropy
+    )
     nested = PIDEntropyTargetAlgorithm.from_space(
-        Composite(move=Bounded(-1.0, 1.0, shape=(2,)), pick=Categorical(3)))
+        Composite(move=Bounded(-1.0, 1.0, shape=(2,)), pick=Categorical(3))
+    )
     assert sorted(nested.action_spec) == ["move", "pick"]
     unbounded = SGDEntropyTargetAlgorithm.from_space(Unbounded(shape=(2,)), target_entropy=-2.0)
     assert type(unbounded.action_spec) is TensorSpec  # no bounds: no default target
@@ -204,8 +222,13 @@ def test_the_loss_uses_the_controllers_alpha_at_every_update(name, one_thread):
         after.step()
         seen.append(float(loss_td["alpha"]))
 
-    _train(loss, alpha_step, [buffer.sample() for _ in range(12)],
-           torch.optim.Adam(loss.parameters(), lr=1e-3), check)
+    _train(
+        loss,
+        alpha_step,
+        [buffer.sample() for _ in range(12)],
+        torch.optim.Adam(loss.parameters(), lr=1e-3),
+        check,
+    )
     assert len(set(seen)) > 5  # alpha moved: the equality above was not of a constant
     assert torch.equal(loss.log_alpha, controller.log_alpha)
 
@@ -233,10 +256,16 @@ def test_the_actor_loss_moves_by_the_change_of_alpha_times_log_prob(one_thread):
 
 def test_the_discrete_loss_uses_the_controllers_alpha_at_every_update(one_thread):
     # fixed_alpha=True (log_alpha a buffer already) and the per-sample output wire alike.
-    env, loss, buffer = _sac(discrete=True, target_entropy=0.5, fixed_alpha=True,
-                             reduction="none", scalar_output_mode="non_tensor")
-    controller = PIDEntropyTargetAlgorithm.from_space(env.action_spec_unbatched,
-                                                      initial_alpha=1.0, target_entropy=0.5)
+    env, loss, buffer = _sac(
+        discrete=True,
+        target_entropy=0.5,
+        fixed_alpha=True,
+        reduction="none",
+        scalar_output_mode="non_tensor",
+    )
+    controller = PIDEntropyTargetAlgorithm.from_space(
+        env.action_spec_unbatched, initial_alpha=1.0, target_entropy=0.5
+    )
     assert controller.action_spec.shape == () and int(controller.action_spec.maximum) == 1
     alpha_step = control_alpha(loss, controller)
     seen = []
@@ -246,14 +275,21 @@ def test_the_discrete_loss_uses_the_controllers_alpha_at_every_update(one_thread
         assert 0.0 <= float(loss_td["entropy"]) <= math.log(2.0) + 1e-6  # the exact entropy
         seen.append(float(loss_td["alpha"]))
 
-    _train(loss, alpha_step, [buffer.sample() for _ in range(8)],
-           torch.optim.Adam(loss.parameters(), lr=1e-3), check, reduce=torch.mean)
+    _train(
+        loss,
+        alpha_step,
+        [buffer.sample() for _ in range(8)],
+        torch.optim.Adam(loss.parameters(), lr=1e-3),
+        check,
+        reduce=torch.mean,
+    )
     assert len(set(seen)) > 4
 
 
 @pytest.mark.parametrize("discrete,name", [(False, "pid"), (False, "sgd"), (True, "staged")])
-def test_resume_from_the_losss_checkpoint_restores_the_controller_exactly(discrete, name,
-                                                                         one_thread):
+def test_resume_from_the_losss_checkpoint_restores_the_controller_exactly(
+    discrete, name, one_thread
+):
     def build():
         env, loss, buffer = _sac(discrete=discrete, seed=0)
         controller = CONTROLLERS[name](env.action_spec_unbatched)
@@ -264,8 +300,14 @@ def test_resume_from_the_losss_checkpoint_restores_the_controller_exactly(discre
     batches = [buffer.sample() for _ in range(10)]
     _train(loss, step, batches[:5], optimizer)
     checkpoint = io.BytesIO()
-    torch.save({"loss": loss.state_dict(), "optimizer": optimizer.state_dict(),
-                "rng": torch.get_rng_state()}, checkpoint)
+    torch.save(
+        {
+            "loss": loss.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "rng": torch.get_rng_state(),
+        },
+        checkpoint,
+    )
     saved = copy.deepcopy(step.controller.state_dict())
     _train(loss, step, batches[5:], optimizer)
 
@@ -279,22 +321,28 @@ def test_resume_from_the_losss_checkpoint_restores_the_controller_exactly(discre
     assert_nests_equal(resumed_step.controller.state_dict(), saved, "loaded")
     assert torch.equal(resumed_loss.log_alpha, resumed_step.controller.log_alpha)
     _train(resumed_loss, resumed_step, batches[5:], resumed_optimizer)
-    assert_nests_equal(resumed_step.controller.state_dict(), step.controller.state_dict(),
-                       "resumed")
+    assert_nests_equal(
+        resumed_step.controller.state_dict(), step.controller.state_dict(), "resumed"
+    )
 
 
-@pytest.mark.parametrize("loss_kwargs,controller_kwargs,error,match", [
-    ({"min_alpha": 0.01}, {}, ValueError, "min_alpha/max_alpha"),
-    ({"max_alpha": 10.0}, {}, ValueError, "min_alpha/max_alpha"),
-    ({}, {"initial_alpha": 0.1}, ValueError, r"alpha_init \(1\) differs .* alpha \(0.1\)"),
-    ({"reduction": "none", "scalar_output_mode": "exclude"}, {}, ValueError, "no 'entropy'"),
-    ({}, {"batch_shape": (2,)}, ValueError, "batch"),
-])
-def test_wiring_refuses_what_would_make_the_loss_use_another_alpha(loss_kwargs,
-                                                                  controller_kwargs, error, match):
+@pytest.mark.parametrize(
+    "loss_kwargs,controller_kwargs,error,match",
+    [
+        ({"min_alpha": 0.01}, {}, ValueError, "min_alpha/max_alpha"),
+        ({"max_alpha": 10.0}, {}, ValueError, "min_alpha/max_alpha"),
+        ({}, {"initial_alpha": 0.1}, ValueError, r"alpha_init \(1\) differs .* alpha \(0.1\)"),
+        ({"reduction": "none", "scalar_output_mode": "exclude"}, {}, ValueError, "no 'entropy'"),
+        ({}, {"batch_shape": (2,)}, ValueError, "batch"),
+    ],
+)
+def test_wiring_refuses_what_would_make_the_loss_use_another_alpha(
+    loss_kwargs, controller_kwargs, error, match
+):
     env, loss, _ = _sac(**loss_kwargs)
     controller = PIDEntropyTargetAlgorithm.from_space(
-        env.action_spec_unbatched, **{"initial_alpha": 1.0, **controller_kwargs})
+        env.action_spec_unbatched, **{"initial_alpha": 1.0, **controller_kwargs}
+    )
     with pytest.raises(error, match=match):
         control_alpha(loss, controller)
     assert isinstance(loss.log_alpha, nn.Parameter)  # left as it was

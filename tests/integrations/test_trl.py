@@ -6,6 +6,7 @@ coefficient each micro-batch's loss used is recovered from the gradient of
 the loss with respect to TRL's per-token entropies, not read from the
 attribute the callback sets.
 """
+
 import inspect
 import math
 import os
@@ -54,16 +55,31 @@ def _controller(target=2.5, **changes):
 
 
 def _trainer(out, steps=3, accumulation=2, save_steps=None, config=None, **overrides):
-    kwargs = dict(output_dir=str(out), max_steps=steps, per_device_train_batch_size=4,
-                  num_generations=4, max_completion_length=8, learning_rate=1e-2,
-                  logging_steps=1, report_to=[], use_cpu=True, seed=0, disable_tqdm=True,
-                  gradient_accumulation_steps=accumulation,
-                  save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500)
+    kwargs = dict(
+        output_dir=str(out),
+        max_steps=steps,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=8,
+        learning_rate=1e-2,
+        logging_steps=1,
+        report_to=[],
+        use_cpu=True,
+        seed=0,
+        disable_tqdm=True,
+        gradient_accumulation_steps=accumulation,
+        save_strategy="steps" if save_steps else "no",
+        save_steps=save_steps or 500,
+    )
     kwargs.update(config or {})
     kwargs.update(overrides)
-    return GRPOTrainer(model=tiny_causal_lm(0), reward_funcs=toy_reward,
-                       args=GRPOConfig(**kwargs), train_dataset=toy_dataset(8),
-                       processing_class=TOKENIZER)
+    return GRPOTrainer(
+        model=tiny_causal_lm(0),
+        reward_funcs=toy_reward,
+        args=GRPOConfig(**kwargs),
+        train_dataset=toy_dataset(8),
+        processing_class=TOKENIZER,
+    )
 
 
 def _spy_on_coefficient(trainer):
@@ -74,8 +90,9 @@ def _spy_on_coefficient(trainer):
     def spy(*args, **kwargs):
         logps, entropies, aux = original(*args, **kwargs)
         if entropies is not None and entropies.requires_grad and trainer.model.training:
-            entropies.register_hook(lambda g: seen.append((trainer.state.global_step,
-                                                           -float(g.sum()))))
+            entropies.register_hook(
+                lambda g: seen.append((trainer.state.global_step, -float(g.sum())))
+            )
         return logps, entropies, aux
 
     trainer._get_per_token_logps_and_entropies = spy
@@ -86,41 +103,55 @@ def test_trl_version_and_internals_are_the_ones_relied_on():
     assert Version(trl.__version__) in SpecifierSet(SUPPORTED_TRL)
     source = inspect.getsource(GRPOTrainer._compute_loss)
     # The measurement, the coefficient applied to every micro-batch, the rule and its clip.
-    for line in ("self._last_world_entropy = world_entropy",
-                 "apply_coef = self.entropy_coef if self._last_world_entropy <= "
-                 "self.args.entropy_target else 0.0",
-                 "self.entropy_coef + self.args.entropy_coef_delta, self.args.entropy_coef_max",
-                 'window_stats = self.accelerator.reduce(self._entropy_window_stats, '
-                 'reduction="sum")',
-                 'self._metrics[mode]["entropy_coef"].append(self.entropy_coef)'):
+    for line in (
+        "self._last_world_entropy = world_entropy",
+        "apply_coef = self.entropy_coef if self._last_world_entropy <= "
+        "self.args.entropy_target else 0.0",
+        "self.entropy_coef + self.args.entropy_coef_delta, self.args.entropy_coef_max",
+        'window_stats = self.accelerator.reduce(self._entropy_window_stats, reduction="sum")',
+        'self._metrics[mode]["entropy_coef"].append(self.entropy_coef)',
+    ):
         assert line in source, line
     init = inspect.getsource(GRPOTrainer.__init__)
-    assert ("self._entropy_bonus_enabled = self.entropy_coef != 0.0 or "
-            "self.use_adaptive_entropy") in init
+    assert (
+        "self._entropy_bonus_enabled = self.entropy_coef != 0.0 or self.use_adaptive_entropy"
+    ) in init
     assert "entropy_ctrl_state.json" in inspect.getsource(GRPOTrainer._save_checkpoint)
 
 
 def test_config_kwargs_and_wrong_settings(tmp_path):
     pid = _controller()
     kwargs = grpo_config_kwargs(pid)
-    assert kwargs == dict(use_adaptive_entropy=True, entropy_coef_delta=0.0,
-                          entropy_target=math.inf, entropy_coef=0.0,
-                          entropy_coef_min=0.0, entropy_coef_max=1.0)
+    assert kwargs == dict(
+        use_adaptive_entropy=True,
+        entropy_coef_delta=0.0,
+        entropy_target=math.inf,
+        entropy_coef=0.0,
+        entropy_coef_min=0.0,
+        entropy_coef_max=1.0,
+    )
     args = GRPOConfig(output_dir=str(tmp_path), report_to=[], use_cpu=True, **kwargs)
     check_grpo_config(args, pid)
-    cases = [(dict(entropy_coef_max=0.5), "entropy_coef_max .*max_alpha"),
-             (dict(use_adaptive_entropy=False), "use_adaptive_entropy"),
-             (dict(entropy_coef_delta=0.005), "entropy_coef_delta"),
-             (dict(entropy_target=0.2), "entropy_target"),
-             (dict(entropy_coef_min=0.01), "entropy_coef_min"),
-             (dict(top_entropy_quantile=0.2), "top_entropy_quantile")]
+    cases = [
+        (dict(entropy_coef_max=0.5), "entropy_coef_max .*max_alpha"),
+        (dict(use_adaptive_entropy=False), "use_adaptive_entropy"),
+        (dict(entropy_coef_delta=0.005), "entropy_coef_delta"),
+        (dict(entropy_target=0.2), "entropy_target"),
+        (dict(entropy_coef_min=0.01), "entropy_coef_min"),
+        (dict(top_entropy_quantile=0.2), "top_entropy_quantile"),
+    ]
     for change, match in cases:
-        bad = GRPOConfig(output_dir=str(tmp_path), report_to=[], use_cpu=True,
-                         **{**kwargs, **change})
+        bad = GRPOConfig(
+            output_dir=str(tmp_path), report_to=[], use_cpu=True, **{**kwargs, **change}
+        )
         with pytest.raises(ValueError, match=match):
             check_grpo_config(bad, pid)
-    quantile = GRPOConfig(output_dir=str(tmp_path), report_to=[], use_cpu=True,
-                          **{**kwargs, "top_entropy_quantile": 0.2})
+    quantile = GRPOConfig(
+        output_dir=str(tmp_path),
+        report_to=[],
+        use_cpu=True,
+        **{**kwargs, "top_entropy_quantile": 0.2},
+    )
     check_grpo_config(quantile, pid, allow_top_entropy_quantile=True)
     # An unbounded controller needs entropy_coef_max=inf (grpo_config_kwargs gives it).
     staged = EntropyTargetAlgorithm(SPEC, target_entropy=2.0)
@@ -164,7 +195,8 @@ def test_every_micro_batch_of_a_step_uses_the_coefficient_of_the_previous_step(t
         assert grad == pytest.approx(history[k // 2]["coef_applied"] / 2, rel=1e-5)
     logs = [entry for entry in trainer.state.log_history if "entropy_coef" in entry]
     assert [entry["entropy_coef"] for entry in logs] == pytest.approx(
-        [h["coef_applied"] for h in history])
+        [h["coef_applied"] for h in history]
+    )
     for entry, h in zip(logs, history):
         assert entry["entropy_control/coef_applied"] == pytest.approx(h["coef_applied"])
         assert entry["entropy_control/entropy"] == pytest.approx(h["entropy"])
@@ -193,9 +225,14 @@ def test_scheduled_target_follows_training_progress(tmp_path):
 def test_resumed_run_equals_uninterrupted(tmp_path):
     def run(out, resume=None, restore_callbacks=False):
         pid = _controller(target=3.66)  # above the entropy: the coefficient moves
-        trainer = _trainer(out, steps=4, accumulation=2, save_steps=2,
-                           config=grpo_config_kwargs(pid),
-                           restore_callback_states_from_checkpoint=restore_callbacks)
+        trainer = _trainer(
+            out,
+            steps=4,
+            accumulation=2,
+            save_steps=2,
+            config=grpo_config_kwargs(pid),
+            restore_callback_states_from_checkpoint=restore_callbacks,
+        )
         callback = add_entropy_control(trainer, pid)
         trainer.train(resume_from_checkpoint=resume)
         assert callback in trainer.callback_handler.callbacks
@@ -210,11 +247,13 @@ def test_resumed_run_equals_uninterrupted(tmp_path):
     assert_nests_equal(resumed_pid.state_dict(), full_pid.state_dict(), "resumed controller")
     # Trainer's own restore of callback states (which re-creates the callbacks it knows) leaves
     # this one, which restores itself, in place and exact.
-    restored, _ = run(tmp_path / "full", resume=str(tmp_path / "full" / "checkpoint-2"),
-                      restore_callbacks=True)
+    restored, _ = run(
+        tmp_path / "full", resume=str(tmp_path / "full" / "checkpoint-2"), restore_callbacks=True
+    )
     assert restored.history == full.history[2:]
     # A checkpoint without controller state resumes with a warning.
     import json
+
     path = tmp_path / "full" / "checkpoint-2" / "trainer_state.json"
     state = json.loads(path.read_text())
     del state["stateful_callbacks"][STATE_KEY]

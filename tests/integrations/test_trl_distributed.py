@@ -17,6 +17,7 @@ history.  The tests check that
 * one process running a fresh controller on each step's pooled entropy sum
   and token count commands the same coefficients.
 """
+
 import importlib.util
 import json
 import math
@@ -53,15 +54,29 @@ def _run_ranks(out_dir, module="tests.integrations.trl_workers", timeout_s=300.0
     port = str(free_port())
     procs, logs = [], []
     for r in range(WORLD_SIZE):
-        env = local_env({"RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(WORLD_SIZE),
-                         "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
-                         "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"})
+        env = local_env(
+            {
+                "RANK": str(r),
+                "LOCAL_RANK": str(r),
+                "WORLD_SIZE": str(WORLD_SIZE),
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": port,
+                "HF_HUB_OFFLINE": "1",
+                "TOKENIZERS_PARALLELISM": "false",
+            }
+        )
         out = open(os.path.join(out_dir, f"rank{r}.out"), "w")
         err = open(os.path.join(out_dir, f"rank{r}.err"), "w")
         logs.append((out, err))
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", module, str(out_dir)],
-            cwd=REPO_ROOT, env=env, stdout=out, stderr=err))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", module, str(out_dir)],
+                cwd=REPO_ROOT,
+                env=env,
+                stdout=out,
+                stderr=err,
+            )
+        )
     deadline = time.monotonic() + timeout_s
     try:
         while True:
@@ -101,10 +116,14 @@ def ranks(tmp_path_factory):
     elapsed = time.monotonic() - start
     failed = [(r, code, err) for r, (code, err) in enumerate(results) if code != 0]
     if failed:
-        pytest.fail("\n\n".join(
-            f"rank {r} " + ("was killed (timeout, or a peer failed)" if code is None
-                            else f"exited {code}") + f"; its stderr ends:\n{err[-4000:]}"
-            for r, code, err in failed))
+        pytest.fail(
+            "\n\n".join(
+                f"rank {r} "
+                + ("was killed (timeout, or a peer failed)" if code is None else f"exited {code}")
+                + f"; its stderr ends:\n{err[-4000:]}"
+                for r, code, err in failed
+            )
+        )
     data = []
     for r in range(WORLD_SIZE):
         with open(out / f"rank{r}.json") as f:
@@ -186,8 +205,9 @@ def test_entropy_is_the_token_weighted_mean_over_micro_batches_and_ranks(ranks):
             # What each rank sent to the reduction is its 4 micro-batches' sums...
             sent = data["reductions"][k]["sent"]
             rank_micro = per_rank[data["rank"]][k]
-            assert sent[0] == pytest.approx(math.fsum(m["entropy_sum"] for m in rank_micro),
-                                            rel=1e-6, abs=0)
+            assert sent[0] == pytest.approx(
+                math.fsum(m["entropy_sum"] for m in rank_micro), rel=1e-6, abs=0
+            )
             assert sent[1] == math.fsum(m["tokens"] for m in rank_micro)
         # ... and both ranks got the same total of both ranks back.
         returned = [data["reductions"][k]["returned"] for data in ranks]
@@ -225,13 +245,15 @@ def test_one_process_fed_the_pooled_sums_commands_the_same_coefficients(ranks):
     pooled = []
     for k in range(steps):
         micro = [m for r in range(WORLD_SIZE) for m in per_rank[r][k]]
-        pooled.append((math.fsum(m["entropy_sum"] for m in micro),
-                       math.fsum(m["tokens"] for m in micro)))
+        pooled.append(
+            (math.fsum(m["entropy_sum"] for m in micro), math.fsum(m["tokens"] for m in micro))
+        )
     _, coefs, entropies = _reference(pooled, steps, ranks[0]["vocab_size"])
     assert entropies == pytest.approx([h["entropy"] for h in history], rel=1e-6, abs=0)
     kp, ki, kd, ema = (LM_SETTINGS[k] for k in ("kp", "ki", "kd", "trend_ema"))
     gslope = (1 - LM_SETTINGS["min_gain"]) / LM_SETTINGS["gain_alpha"]
     kick = kp * max(abs(trl_workers.TARGET - h) for h in entropies) + kd * (1 - ema) * (
-        max(entropies) - min(entropies))
+        max(entropies) - min(entropies)
+    )
     gain = kp + 2 * (1 - ema) * kd + steps * ki * (1 + gslope * kick)
     assert coefs == pytest.approx(trained, rel=0, abs=gain * 1e-6 * max(entropies))

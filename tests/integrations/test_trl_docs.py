@@ -1,4 +1,5 @@
 """docs/llm_rl.md runs as pasted (it needs TRL, so it is not in tests/test_readme.py's loop)."""
+
 import pathlib
 
 import pytest

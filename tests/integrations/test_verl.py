@@ -4,6 +4,7 @@ verl's worker group and rollout servers need a Ray cluster with GPUs: the traine
 run here against a stand-in for the worker group (``ActorGroup``); everything else is verl's
 code (its config, ``ppo_loss``, micro-batching, ``PPOTrainerSync``, checkpoint folders).
 """
+
 import json
 import os
 from types import SimpleNamespace
@@ -30,10 +31,13 @@ from alf_entropy.integrations.llm import lm_controller  # noqa: E402
 from alf_entropy.integrations.toy_lm import tiny_causal_lm  # noqa: E402
 
 CONFIG_DIR = os.path.join(os.path.dirname(verl.trainer.__file__), "config")
-OVERRIDES = ["algorithm.adv_estimator=grpo", "trainer.v1.trainer_mode=entropy_control",
-             "actor_rollout_ref.actor.calculate_entropy=True",
-             "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
-             "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2"]
+OVERRIDES = [
+    "algorithm.adv_estimator=grpo",
+    "trainer.v1.trainer_mode=entropy_control",
+    "actor_rollout_ref.actor.calculate_entropy=True",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
+]
 TARGET = "+entropy_control.target=2.5"
 SCHEDULED = "+entropy_control.controller=tests.integrations.test_verl.scheduled_controller"
 alf_verl.register()  # what Ray's worker_process_setup_hook does in verl's processes
@@ -42,8 +46,7 @@ alf_verl.register()  # what Ray's worker_process_setup_hook does in verl's proce
 def verl_config(*overrides, control=TARGET):
     """verl's own ``ppo_trainer.yaml`` with ``OVERRIDES``, ``control`` and ``overrides``."""
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
-        return compose("ppo_trainer", overrides=[*OVERRIDES, *filter(None, [control]),
-                                                 *overrides])
+        return compose("ppo_trainer", overrides=[*OVERRIDES, *filter(None, [control]), *overrides])
 
 
 def scheduled_controller(vocabulary):
@@ -53,21 +56,32 @@ def scheduled_controller(vocabulary):
 
 # -- the loss -------------------------------------------------------------------------------
 
+
 def micro_batches(coeff):
     """A mini-batch of 8 sequences (prompts of 2 tokens, responses of 2-6) with ``coeff`` in
     its metadata, as the worker gets it, split by verl's iterator and micro-batching."""
     gen = torch.Generator().manual_seed(0)
     lengths = torch.tensor([6, 2, 5, 3, 6, 4, 2, 5])
     mask = (torch.arange(6) < lengths[:, None]).long()
-    data = TensorDict({"prompts": torch.randint(2, 64, (8, 2), generator=gen),
-                       "responses": torch.randint(2, 64, (8, 6), generator=gen) * mask,
-                       "attention_mask": torch.cat([torch.ones(8, 2, dtype=torch.long), mask], 1),
-                       "response_mask": mask,
-                       "old_log_probs": -3 * torch.rand(8, 6, generator=gen),
-                       "advantages": torch.randn(8, 1, generator=gen).expand(8, 6).clone()},
-                      batch_size=[8])
-    tu.assign_non_tensor(data, dp_size=1, batch_num_tokens=int(mask.sum()), global_batch_size=8,
-                         micro_batch_size_per_gpu=2, use_dynamic_bsz=False)
+    data = TensorDict(
+        {
+            "prompts": torch.randint(2, 64, (8, 2), generator=gen),
+            "responses": torch.randint(2, 64, (8, 6), generator=gen) * mask,
+            "attention_mask": torch.cat([torch.ones(8, 2, dtype=torch.long), mask], 1),
+            "response_mask": mask,
+            "old_log_probs": -3 * torch.rand(8, 6, generator=gen),
+            "advantages": torch.randn(8, 1, generator=gen).expand(8, 6).clone(),
+        },
+        batch_size=[8],
+    )
+    tu.assign_non_tensor(
+        data,
+        dp_size=1,
+        batch_num_tokens=int(mask.sum()),
+        global_batch_size=8,
+        micro_batch_size_per_gpu=2,
+        use_dynamic_bsz=False,
+    )
     if coeff is not None:
         tu.assign_non_tensor_data(data, alf_verl.COEFF_KEY, coeff)
     (mini_batch,) = tu.make_iterator(data, mini_batch_size=8, epochs=1, seed=0)
@@ -80,8 +94,10 @@ def model_output(model, data):
     logits = model(input_ids=ids, attention_mask=data["attention_mask"]).logits
     next_ids = torch.cat([ids[:, 1:], ids[:, :1]], 1)
     valid = data["attention_mask"].bool()
-    return {"log_probs": logprobs_from_logits(logits, next_ids)[valid],
-            "entropy": entropy_from_logits(logits)[valid]}
+    return {
+        "log_probs": logprobs_from_logits(logits, next_ids)[valid],
+        "entropy": entropy_from_logits(logits)[valid],
+    }
 
 
 def losses_and_grads(loss_fn, coeff):
@@ -97,8 +113,9 @@ def losses_and_grads(loss_fn, coeff):
 def test_loss_with_the_coefficient_from_the_metadata_is_verls_with_it_in_the_config():
     actor = verl_config().actor_rollout_ref.actor
     controlled = lambda **kw: alf_verl.controlled_ppo_loss(omega_conf_to_dataclass(actor), **kw)  # noqa: E731
-    configured = omega_conf_to_dataclass(verl_config(
-        "actor_rollout_ref.actor.entropy_coeff=0.07").actor_rollout_ref.actor)
+    configured = omega_conf_to_dataclass(
+        verl_config("actor_rollout_ref.actor.entropy_coeff=0.07").actor_rollout_ref.actor
+    )
     verls = lambda **kw: ppo_loss(configured, **kw)  # noqa: E731
     loss, grads = losses_and_grads(controlled, 0.07)
     verl_loss, verl_grads = losses_and_grads(verls, None)
@@ -114,6 +131,7 @@ def test_loss_with_the_coefficient_from_the_metadata_is_verls_with_it_in_the_con
 
 
 # -- the trainer's hooks --------------------------------------------------------------------
+
 
 class ActorGroup:
     """Stands in for verl's remote worker group (a Ray cluster of GPU workers): it records
@@ -178,8 +196,9 @@ ENTROPIES = [3.5, 3.0, 2.4, 2.2, 2.0, 2.3, 2.6, 2.4]
 def test_trainer_sets_the_coefficient_of_each_step_from_the_controller(tmp_path):
     made = trainer(tmp_path)
     assert isinstance(made, PPOTrainerSync) and made.trainer_mode == "sync"
-    assert type(made.replay_buffer) is type(PPOTrainerSync(verl_config(
-        "trainer.v1.trainer_mode=sync")).replay_buffer)  # verl's sync replay buffer
+    assert type(made.replay_buffer) is type(
+        PPOTrainerSync(verl_config("trainer.v1.trainer_mode=sync")).replay_buffer
+    )  # verl's sync replay buffer
     loss_fn = made.actor_rollout_wg.loss_fn
     assert loss_fn.func is alf_verl.controlled_ppo_loss
     assert loss_fn.keywords["config"].loss_agg_mode == "token-mean"
@@ -222,27 +241,45 @@ def test_resume_gives_the_uninterrupted_coefficients_on_a_scheduled_target(tmp_p
     assert afresh.control.step == 0
     # resume_path names the folder
     os.remove(tmp_path / "resumed" / "latest_checkpointed_iteration.txt")
-    by_path = trainer(tmp_path / "whole", "trainer.resume_mode=resume_path",
-                      f"trainer.resume_from_path={tmp_path / 'whole' / 'global_step_4'}",
-                      control=SCHEDULED)
+    by_path = trainer(
+        tmp_path / "whole",
+        "trainer.resume_mode=resume_path",
+        f"trainer.resume_from_path={tmp_path / 'whole' / 'global_step_4'}",
+        control=SCHEDULED,
+    )
     run(by_path, ENTROPIES[4:])
     assert [s[alf_verl.COEFF_KEY] for s in by_path.actor_rollout_wg.sent] == coeffs[4:]
 
 
-@pytest.mark.parametrize("override, control, message", [
-    ("actor_rollout_ref.actor.calculate_entropy=False", TARGET,
-     "actor_rollout_ref.actor.calculate_entropy must be True"),
-    ("actor_rollout_ref.actor.entropy_coeff=0.001", TARGET,
-     r"actor_rollout_ref.actor.entropy_coeff must be 0 \(got 0.001\)"),
-    ("actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum", TARGET,
-     "actor_rollout_ref.actor.loss_agg_mode is 'seq-mean-token-sum'"),
-    ("actor_rollout_ref.actor.loss_agg_mode=token-sum", TARGET, "allow_loss_agg_mode"),
-    ("algorithm.rollout_correction.bypass_mode=True", TARGET,
-     "algorithm.rollout_correction.bypass_mode must be False"),
-    ("distillation.enabled=True", TARGET, "distillation.enabled must be False"),
-    ("trainer.v1.trainer_mode=entropy_control", None, "entropy_control needs one of target"),
-    (SCHEDULED, TARGET, "entropy_control needs one of target"),
-])
+@pytest.mark.parametrize(
+    "override, control, message",
+    [
+        (
+            "actor_rollout_ref.actor.calculate_entropy=False",
+            TARGET,
+            "actor_rollout_ref.actor.calculate_entropy must be True",
+        ),
+        (
+            "actor_rollout_ref.actor.entropy_coeff=0.001",
+            TARGET,
+            r"actor_rollout_ref.actor.entropy_coeff must be 0 \(got 0.001\)",
+        ),
+        (
+            "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum",
+            TARGET,
+            "actor_rollout_ref.actor.loss_agg_mode is 'seq-mean-token-sum'",
+        ),
+        ("actor_rollout_ref.actor.loss_agg_mode=token-sum", TARGET, "allow_loss_agg_mode"),
+        (
+            "algorithm.rollout_correction.bypass_mode=True",
+            TARGET,
+            "algorithm.rollout_correction.bypass_mode must be False",
+        ),
+        ("distillation.enabled=True", TARGET, "distillation.enabled must be False"),
+        ("trainer.v1.trainer_mode=entropy_control", None, "entropy_control needs one of target"),
+        (SCHEDULED, TARGET, "entropy_control needs one of target"),
+    ],
+)
 def test_config_check_names_what_would_silently_break_control(override, control, message):
     config = verl_config(override, control=control)
     with pytest.raises(ValueError, match=message):
@@ -252,16 +289,23 @@ def test_config_check_names_what_would_silently_break_control(override, control,
 def test_config_check_accepts_the_allowed_settings():
     for control in (TARGET, SCHEDULED):
         alf_verl.check_verl_config(verl_config(control=control))
-    alf_verl.check_verl_config(verl_config("actor_rollout_ref.actor.loss_agg_mode=token-sum",
-                                           "+entropy_control.allow_loss_agg_mode=True"))
-    alf_verl.check_verl_config(verl_config(
-        "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean"))  # nats per token too
+    alf_verl.check_verl_config(
+        verl_config(
+            "actor_rollout_ref.actor.loss_agg_mode=token-sum",
+            "+entropy_control.allow_loss_agg_mode=True",
+        )
+    )
+    alf_verl.check_verl_config(
+        verl_config("actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean")
+    )  # nats per token too
 
 
 # -- Ray ------------------------------------------------------------------------------------
 
-HOOK = ("+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook="
-        "alf_entropy.integrations.verl.register")
+HOOK = (
+    "+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook="
+    "alf_entropy.integrations.verl.register"
+)
 
 
 @pytest.mark.slow
@@ -277,10 +321,13 @@ def test_ray_setup_hook_makes_verls_trainer_process_find_the_mode():
         def run(self, config):
             get_trainer_cls(config.trainer.v1.trainer_mode)(config=config)
 
-    config = verl_config("actor_rollout_ref.actor.calculate_entropy=False",
-                         "ray_kwargs.ray_init.num_cpus=1", HOOK,
-                         "+ray_kwargs.ray_init.include_dashboard=False",
-                         "+ray_kwargs.ray_init._node_ip_address=127.0.0.1")
+    config = verl_config(
+        "actor_rollout_ref.actor.calculate_entropy=False",
+        "ray_kwargs.ray_init.num_cpus=1",
+        HOOK,
+        "+ray_kwargs.ray_init.include_dashboard=False",
+        "+ray_kwargs.ray_init._node_ip_address=127.0.0.1",
+    )
     try:
         with pytest.raises(ValueError, match="calculate_entropy must be True"):
             run_ppo(config, task_runner_class=TaskRunner)

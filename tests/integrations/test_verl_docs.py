@@ -1,5 +1,6 @@
 """docs/llm_rl.md's verl section runs as pasted (its blocks are fenced ``{.python .verl}``:
 they need verl, which the TRL environment that runs the page's other blocks lacks)."""
+
 import pathlib
 import re
 import sys
@@ -14,8 +15,7 @@ PAGE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "llm_rl.md"
 
 def test_verl_section_runs(monkeypatch, capsys):
     text = PAGE.read_text(encoding="utf-8")
-    module_block, check_block = re.findall(r"^```\{\.python \.verl\}\n(.*?)^```", text,
-                                           re.S | re.M)
+    module_block, check_block = re.findall(r"^```\{\.python \.verl\}\n(.*?)^```", text, re.S | re.M)
     # the first block is the user's my_entropy.py, which the config names
     my_entropy = types.ModuleType("my_entropy")
     exec(compile(module_block, "my_entropy.py", "exec"), my_entropy.__dict__)

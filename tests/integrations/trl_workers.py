@@ -10,6 +10,7 @@ micro-batch, what it measured and the coefficient its loss read, per window
 reduction what ``accelerator.reduce`` got and returned, and the callback's
 history, for the test (in the parent process) to compare across ranks.
 """
+
 import json
 import os
 import sys
@@ -32,11 +33,7 @@ def main(out_dir: str) -> None:
         toy_dataset,
         toy_reward,
     )
-    from alf_entropy.integrations.trl import (
-        add_entropy_control,
-        grpo_config_kwargs,
-        lm_controller,
-    )
+    from alf_entropy.integrations.trl import add_entropy_control, grpo_config_kwargs, lm_controller
 
     torch.set_num_threads(1)
     transformers.logging.set_verbosity_error()
@@ -52,8 +49,11 @@ def main(out_dir: str) -> None:
             self._current = None
 
         def _compute_loss(self, model, inputs):
-            self._current = {"step": self.state.global_step, "coef": float(self.entropy_coef),
-                             "mask": inputs["completion_mask"]}
+            self._current = {
+                "step": self.state.global_step,
+                "coef": float(self.entropy_coef),
+                "mask": inputs["completion_mask"],
+            }
             try:
                 return super()._compute_loss(model, inputs)
             finally:
@@ -64,24 +64,44 @@ def main(out_dir: str) -> None:
             current = self._current
             if current is not None and entropies is not None and self.model.training:
                 mask = current["mask"]
-                self.micro_batches.append({
-                    "step": current["step"], "coef": current["coef"],
-                    "entropy_sum": float((entropies.detach() * mask).sum()),
-                    "tokens": float(mask.sum()),
-                    "lengths": [int(n) for n in mask.sum(1).tolist()]})
+                self.micro_batches.append(
+                    {
+                        "step": current["step"],
+                        "coef": current["coef"],
+                        "entropy_sum": float((entropies.detach() * mask).sum()),
+                        "tokens": float(mask.sum()),
+                        "lengths": [int(n) for n in mask.sum(1).tolist()],
+                    }
+                )
             return logps, entropies, aux
 
     tokenizer = char_tokenizer()
     spec = BoundedTensorSpec((), torch.int64, 0, len(tokenizer) - 1)
     pid = lm_controller(spec, TARGET)
     config = GRPOConfig(
-        output_dir=os.path.join(out_dir, "trainer"), max_steps=STEPS,
-        per_device_train_batch_size=4, num_generations=4, max_completion_length=8,
-        gradient_accumulation_steps=ACCUMULATION, learning_rate=1e-2,
-        lr_scheduler_type="constant", logging_steps=1, save_strategy="no", report_to=[],
-        use_cpu=True, seed=0, disable_tqdm=True, **grpo_config_kwargs(pid))
-    trainer = RecordingGRPOTrainer(model=tiny_causal_lm(0), reward_funcs=toy_reward, args=config,
-                                   train_dataset=toy_dataset(8), processing_class=tokenizer)
+        output_dir=os.path.join(out_dir, "trainer"),
+        max_steps=STEPS,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=8,
+        gradient_accumulation_steps=ACCUMULATION,
+        learning_rate=1e-2,
+        lr_scheduler_type="constant",
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        seed=0,
+        disable_tqdm=True,
+        **grpo_config_kwargs(pid),
+    )
+    trainer = RecordingGRPOTrainer(
+        model=tiny_causal_lm(0),
+        reward_funcs=toy_reward,
+        args=config,
+        train_dataset=toy_dataset(8),
+        processing_class=tokenizer,
+    )
     callback = add_entropy_control(trainer, pid)
 
     accelerator = trainer.accelerator
@@ -93,22 +113,36 @@ def main(out_dir: str) -> None:
         sent = tensor.tolist() if window else None
         result = original_reduce(tensor, *args, **kwargs)
         if window:
-            reductions.append({"step": trainer.state.global_step, "dtype": str(result.dtype),
-                               "sent": sent, "returned": result.tolist()})
+            reductions.append(
+                {
+                    "step": trainer.state.global_step,
+                    "dtype": str(result.dtype),
+                    "sent": sent,
+                    "returned": result.tolist(),
+                }
+            )
         return result
 
     accelerator.reduce = recording_reduce
     trainer.train()
 
-    result = {"rank": accelerator.process_index, "world_size": accelerator.num_processes,
-              "distributed_type": str(accelerator.distributed_type),
-              "backend": str(torch.distributed.get_backend())
-              if torch.distributed.is_initialized() else None,
-              "vocab_size": len(tokenizer), "max_steps": STEPS, "accumulation": ACCUMULATION,
-              "target": TARGET,
-              "micro_batches": trainer.micro_batches, "reductions": reductions,
-              "history": callback.history, "final_coef": float(trainer.entropy_coef),
-              "controller_state": callback.control.state_dict()}
+    result = {
+        "rank": accelerator.process_index,
+        "world_size": accelerator.num_processes,
+        "distributed_type": str(accelerator.distributed_type),
+        "backend": str(torch.distributed.get_backend())
+        if torch.distributed.is_initialized()
+        else None,
+        "vocab_size": len(tokenizer),
+        "max_steps": STEPS,
+        "accumulation": ACCUMULATION,
+        "target": TARGET,
+        "micro_batches": trainer.micro_batches,
+        "reductions": reductions,
+        "history": callback.history,
+        "final_coef": float(trainer.entropy_coef),
+        "controller_state": callback.control.state_dict(),
+    }
     path = os.path.join(out_dir, f"rank{accelerator.process_index}.json")
     with open(path + ".tmp", "w") as f:
         json.dump(result, f)

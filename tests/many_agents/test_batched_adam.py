@@ -1,4 +1,5 @@
 """BatchedAdam: per member torch's Adam, and members that never touch each other."""
+
 from typing import List
 
 import pytest
@@ -34,8 +35,10 @@ def test_each_member_is_torch_adam(weight_decay: float) -> None:
     stacked = start.clone().requires_grad_()
     batched = BatchedAdam([stacked], lr=3e-4, eps=1e-5, weight_decay=weight_decay)
     singles = [start[k].clone().requires_grad_() for k in range(K)]
-    torch_adams = [torch.optim.Adam([p], lr=3e-4, eps=1e-5, weight_decay=weight_decay,
-                                    foreach=False) for p in singles]
+    torch_adams = [
+        torch.optim.Adam([p], lr=3e-4, eps=1e-5, weight_decay=weight_decay, foreach=False)
+        for p in singles
+    ]
     fused = [start[k].clone().requires_grad_() for k in range(K)]
     fused_adams = [FusedAdam([p], lr=3e-4, eps=1e-5, weight_decay=weight_decay) for p in fused]
     for grad in _grads(30):
@@ -92,8 +95,9 @@ def test_clipping_is_per_member_and_a_group_steps_as_one() -> None:
     b.grad[2, 0] = float("inf")
     norms, ok = _masked_step(adam, torch.ones(K, dtype=torch.bool), max_grad_norm=1.0)
     assert ok.tolist() == [True, True, False]
-    torch.testing.assert_close(norms[:2], torch.tensor([(17 * 1e-4) ** 0.5,
-                                                        (12 * 1e8 + 5 * 1e-4) ** 0.5]))
+    torch.testing.assert_close(
+        norms[:2], torch.tensor([(17 * 1e-4) ** 0.5, (12 * 1e8 + 5 * 1e-4) ** 0.5])
+    )
     assert not b[2].any() and not a[2].any()  # skipped
     # The first Adam step moves every element by lr (m / sqrt(v) = sign): members 0 and 1
     # alike, whatever their (clipped) scale.

@@ -1,4 +1,5 @@
 """K agents in one batch against K single runs: same start, same first updates, no coupling."""
+
 import copy
 import functools
 from typing import Any, Callable, List, Sequence, Tuple
@@ -29,13 +30,20 @@ SEEDS = [3, 5, 7]
 
 PPO = functools.partial(PPOAlgorithm, enforce_entropy_target=True)
 PPO_PID_PER_ITERATION = functools.partial(
-    PPOAlgorithm, enforce_entropy_target=True, entropy_target_cls=PIDEntropyTargetAlgorithm,
-    entropy_target_update="per_iteration")
+    PPOAlgorithm,
+    enforce_entropy_target=True,
+    entropy_target_cls=PIDEntropyTargetAlgorithm,
+    entropy_target_update="per_iteration",
+)
 A2C = functools.partial(ActorCriticAlgorithm, entropy_regularization=0.01)
 PPO_CAPPED_SCHEDULED_LR = functools.partial(
-    PPOAlgorithm, enforce_entropy_target=True, entropy_target_cls=functools.partial(
-        EntropyTargetAlgorithm, max_alpha_change_per_iteration=1.5),
-    optimizer=functools.partial(FusedAdam, lr=2e-3, lr_schedule=lambda: 0.5))
+    PPOAlgorithm,
+    enforce_entropy_target=True,
+    entropy_target_cls=functools.partial(
+        EntropyTargetAlgorithm, max_alpha_change_per_iteration=1.5
+    ),
+    optimizer=functools.partial(FusedAdam, lr=2e-3, lr_schedule=lambda: 0.5),
+)
 
 
 def record_update_losses(alg: Any) -> List[torch.Tensor]:
@@ -52,8 +60,9 @@ def record_update_losses(alg: Any) -> List[torch.Tensor]:
     return losses
 
 
-def _single_run(ctor: Callable[..., Any], seed: int, iterations: int = 1, env_id: str = ENV
-                ) -> Tuple[ActorCriticAlgorithm, torch.Tensor, torch.Tensor]:
+def _single_run(
+    ctor: Callable[..., Any], seed: int, iterations: int = 1, env_id: str = ENV
+) -> Tuple[ActorCriticAlgorithm, torch.Tensor, torch.Tensor]:
     """What OnPolicyTrainer does for a seed: seed, build, reset, unroll, train.
 
     Returns the algorithm, each update's loss and the actions of the unrolls.
@@ -76,13 +85,19 @@ def _single_run(ctor: Callable[..., Any], seed: int, iterations: int = 1, env_id
     return alg, torch.stack(losses), torch.stack(actions)
 
 
-def _batched_run(ctor: Callable[..., Any], seeds: Sequence[int], iterations: int = 1,
-                 before: Callable[[ManyAgents], None] = lambda agents: None, env_id: str = ENV,
-                 **kwargs: Any) -> Tuple[ManyAgents, torch.Tensor, torch.Tensor]:
+def _batched_run(
+    ctor: Callable[..., Any],
+    seeds: Sequence[int],
+    iterations: int = 1,
+    before: Callable[[ManyAgents], None] = lambda agents: None,
+    env_id: str = ENV,
+    **kwargs: Any,
+) -> Tuple[ManyAgents, torch.Tensor, torch.Tensor]:
     """The same for K seeds in one ``ManyAgents``; losses ``[U, K]``, actions ``[T, K, B]``."""
     envs = AgentEnvs(env_id, NUM_ENVS, seeds)
-    agents = ManyAgents(envs.observation_spec, envs.action_spec, seeds, algorithm_ctor=ctor,
-                        **kwargs)
+    agents = ManyAgents(
+        envs.observation_spec, envs.action_spec, seeds, algorithm_ctor=ctor, **kwargs
+    )
     before(agents)
     losses = record_update_losses(agents.algorithm)  # the single agent's, on [K] losses
     time_step, actions = envs.reset(), []
@@ -100,8 +115,9 @@ def _batched_run(ctor: Callable[..., Any], seeds: Sequence[int], iterations: int
 
 
 def _max_param_diff(a: dict, b: dict) -> float:
-    return max(float((a[n].double() - b[n].double()).abs().max()) for n in b
-               if b[n].is_floating_point())
+    return max(
+        float((a[n].double() - b[n].double()).abs().max()) for n in b if b[n].is_floating_point()
+    )
 
 
 def _specs() -> Tuple[TensorSpec, BoundedTensorSpec]:
@@ -119,10 +135,14 @@ def test_agent_k_starts_as_the_single_run_with_seed_k() -> None:
             assert torch.equal(mine[name], value), name
 
 
-@pytest.mark.parametrize("ctor", [PPO, PPO_PID_PER_ITERATION, A2C, PPO_CAPPED_SCHEDULED_LR],
-                         ids=["ppo", "ppo_pid_per_iteration", "a2c", "ppo_capped_scheduled_lr"])
-def test_agent_k_follows_the_single_run_with_seed_k(ctor: Callable[..., Any],
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    "ctor",
+    [PPO, PPO_PID_PER_ITERATION, A2C, PPO_CAPPED_SCHEDULED_LR],
+    ids=["ppo", "ppo_pid_per_iteration", "a2c", "ppo_capped_scheduled_lr"],
+)
+def test_agent_k_follows_the_single_run_with_seed_k(
+    ctor: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     record_updates(monkeypatch)
     agents, losses, actions = _batched_run(ctor, SEEDS)
     for k, seed in enumerate(SEEDS):
@@ -162,24 +182,27 @@ def test_one_agent_matches_the_single_run() -> None:
     obs = torch.randn(1, 32, 4)
     with torch.no_grad():
         assert torch.equal(stacked.value_network(obs)[0], reference.value_network(obs[0]))
-        assert torch.equal(stacked.actor_network(obs).logits[0],
-                           reference.actor_network(obs[0]).logits)
+        assert torch.equal(
+            stacked.actor_network(obs).logits[0], reference.actor_network(obs[0]).logits
+        )
 
 
 def test_per_agent_target_entropies(monkeypatch: pytest.MonkeyPatch) -> None:
     record_updates(monkeypatch)
     targets = [0.2, 0.5]
-    ctor = functools.partial(PPOAlgorithm, enforce_entropy_target=True,
-                             entropy_target_cls=PIDEntropyTargetAlgorithm)
+    ctor = functools.partial(
+        PPOAlgorithm, enforce_entropy_target=True, entropy_target_cls=PIDEntropyTargetAlgorithm
+    )
     agents, losses, _ = _batched_run(ctor, SEEDS[:2], target_entropies=targets)
     assert agents.entropy_target_algorithm.target_entropy.tolist() == pytest.approx(targets)
     for k, (seed, target) in enumerate(zip(SEEDS, targets)):
-        single_ctor = functools.partial(ctor, entropy_target_cls=functools.partial(
-            PIDEntropyTargetAlgorithm, target_entropy=target))
+        single_ctor = functools.partial(
+            ctor,
+            entropy_target_cls=functools.partial(PIDEntropyTargetAlgorithm, target_entropy=target),
+        )
         single, single_losses, _ = _single_run(single_ctor, seed)
         torch.testing.assert_close(losses[:, k], single_losses, rtol=1e-5, atol=1e-5)
-        assert_log_alpha_close(agents.entropy_target_algorithm, k,
-                               single.entropy_target_algorithm)
+        assert_log_alpha_close(agents.entropy_target_algorithm, k, single.entropy_target_algorithm)
 
 
 def test_a_nan_in_one_agent_changes_no_other_agent() -> None:
@@ -227,32 +250,51 @@ def test_argument_errors() -> None:
     with pytest.raises(TypeError, match="ActorCriticAlgorithm"):
         ManyAgents(*_specs(), [1], algorithm_ctor=lambda o, a: torch.nn.Linear(1, 1))
     # The agents' controller factory, its arguments bound, is the batch's too.
-    explicit = functools.partial(PPOAlgorithm, enforce_entropy_target=True,
-                                 entropy_target_cls=functools.partial(EntropyTargetAlgorithm,
-                                                                      initial_alpha=0.5))
-    assert ManyAgents(*_specs(), [1, 2], algorithm_ctor=explicit).entropy_target_algorithm.alpha \
-        .tolist() == pytest.approx([0.5, 0.5])
+    explicit = functools.partial(
+        PPOAlgorithm,
+        enforce_entropy_target=True,
+        entropy_target_cls=functools.partial(EntropyTargetAlgorithm, initial_alpha=0.5),
+    )
+    assert ManyAgents(
+        *_specs(), [1, 2], algorithm_ctor=explicit
+    ).entropy_target_algorithm.alpha.tolist() == pytest.approx([0.5, 0.5])
     with pytest.raises(ValueError, match="log_alpha"):  # another start than the agents'
-        ManyAgents(*_specs(), [1, 2], algorithm_ctor=explicit, entropy_target_cls=(
-            functools.partial(EntropyTargetAlgorithm, initial_alpha=0.2)))
-    agents = ManyAgents(*_specs(), [1, 2], algorithm_ctor=explicit, entropy_target_cls=(
-        functools.partial(EntropyTargetAlgorithm, initial_alpha=0.5)))
+        ManyAgents(
+            *_specs(),
+            [1, 2],
+            algorithm_ctor=explicit,
+            entropy_target_cls=(functools.partial(EntropyTargetAlgorithm, initial_alpha=0.2)),
+        )
+    agents = ManyAgents(
+        *_specs(),
+        [1, 2],
+        algorithm_ctor=explicit,
+        entropy_target_cls=(functools.partial(EntropyTargetAlgorithm, initial_alpha=0.5)),
+    )
     assert agents.entropy_target_algorithm.alpha.tolist() == pytest.approx([0.5, 0.5])
     with pytest.raises(ValueError, match="k must be"):
         agents.agent_state_dict(2)
     # AdamW subclasses Adam: its decoupled decay would silently become L2 in the batch.
-    for opt in (functools.partial(torch.optim.AdamW, lr=1e-3),
-                functools.partial(torch.optim.Adam, lr=1e-3, amsgrad=True)):
+    for opt in (
+        functools.partial(torch.optim.AdamW, lr=1e-3),
+        functools.partial(torch.optim.Adam, lr=1e-3, amsgrad=True),
+    ):
         with pytest.raises(TypeError, match="optimised by Adam"):
             ManyAgents(*_specs(), [1, 2], algorithm_ctor=functools.partial(PPO, optimizer=opt))
 
 
 def test_ppo_summaries_are_each_agents_own(monkeypatch: pytest.MonkeyPatch) -> None:
     from alf_entropy.utils import summary
+
     seen: dict = {}
     monkeypatch.setattr(summary, "should_record_summaries", lambda: True)
-    monkeypatch.setattr(summary, "scalar", lambda name, value, *a, **k: seen.__setitem__(
-        name, torch.as_tensor(value).detach().clone()))
+    monkeypatch.setattr(
+        summary,
+        "scalar",
+        lambda name, value, *a, **k: seen.__setitem__(
+            name, torch.as_tensor(value).detach().clone()
+        ),
+    )
     _batched_run(PPO, SEEDS[:2])
     batched = {name: seen[name] for name in ("ppo/approx_kl", "ppo/clip_fraction")}
     for k, seed in enumerate(SEEDS[:2]):
@@ -270,8 +312,9 @@ def test_stacking_refuses_a_free_log_std() -> None:
         StackedModule(networks)
     # With a state-dependent std every parameter is in an nn.Linear: it stacks, and member
     # k computes network k's distribution.
-    networks = [ActorDistributionNetwork(TensorSpec((3,)), spec, state_dependent_std=True)
-                for _ in range(2)]
+    networks = [
+        ActorDistributionNetwork(TensorSpec((3,)), spec, state_dependent_std=True) for _ in range(2)
+    ]
     stacked = StackedModule(networks)
     obs = torch.randn(2, 5, 3)
     with torch.no_grad():
@@ -322,9 +365,11 @@ def test_acting_without_the_fast_path_draws_the_same(monkeypatch: pytest.MonkeyP
 def test_continuous_actions_follow_the_single_runs() -> None:
     """Pendulum: a state-dependent std (every parameter in an nn.Linear) stacks; agent k
     draws its Normal samples from its own generator as the single run does."""
-    ctor = functools.partial(PPOAlgorithm, enforce_entropy_target=True,
-                             actor_network_ctor=functools.partial(ActorDistributionNetwork,
-                                                                  state_dependent_std=True))
+    ctor = functools.partial(
+        PPOAlgorithm,
+        enforce_entropy_target=True,
+        actor_network_ctor=functools.partial(ActorDistributionNetwork, state_dependent_std=True),
+    )
     agents, losses, actions = _batched_run(ctor, SEEDS[:2], env_id="Pendulum-v1")
     for k, seed in enumerate(SEEDS[:2]):
         single, single_losses, single_actions = _single_run(ctor, seed, env_id="Pendulum-v1")
@@ -339,9 +384,16 @@ def test_agent_k_starts_as_the_trainer_with_seed_k(tmp_path: Any) -> None:
 
     agents = ManyAgents(*_specs(), SEEDS[:2], algorithm_ctor=PPO)
     for k, seed in enumerate(SEEDS[:2]):
-        trainer = OnPolicyTrainer(str(tmp_path / f"seed={seed}"), env_id=ENV,
-                                  num_envs=NUM_ENVS, algorithm_ctor=PPO, num_iterations=1,
-                                  seed=seed, progress_bar=False, device="cpu")
+        trainer = OnPolicyTrainer(
+            str(tmp_path / f"seed={seed}"),
+            env_id=ENV,
+            num_envs=NUM_ENVS,
+            algorithm_ctor=PPO,
+            num_iterations=1,
+            seed=seed,
+            progress_bar=False,
+            device="cpu",
+        )
         single = trainer.algorithm.state_dict()
         mine = agents.agent_state_dict(k)
         for name, value in single.items():
@@ -371,9 +423,13 @@ def test_the_batch_resumes_exactly() -> None:
 
     agents, envs = _build()
     time_step = _iteration(agents, envs, envs.reset())
-    saved = (copy.deepcopy(agents.state_dict()),
-             copy.deepcopy(agents.algorithm.optimizers()[0].state_dict()),
-             [g.get_state() for g in agents.generators], envs.get_state(), time_step)
+    saved = (
+        copy.deepcopy(agents.state_dict()),
+        copy.deepcopy(agents.algorithm.optimizers()[0].state_dict()),
+        [g.get_state() for g in agents.generators],
+        envs.get_state(),
+        time_step,
+    )
     _iteration(agents, envs, time_step)
 
     resumed, resumed_envs = _build()

@@ -1,4 +1,5 @@
 """``alf-entropy-sweep --pack_seeds`` packs SAC seeds (``OffPolicyTrainer.seeds``) too."""
+
 import os
 
 import pytest
@@ -22,9 +23,13 @@ TINY_SAC = [
 
 
 def _spec(**extra):
-    spec = {"gin_file": ["sac_pendulum.gin"], "gin_param": list(TINY_SAC),
-            "parameters": {"SGDEntropyTargetAlgorithm.target_entropy": [-1.0, -0.5]},
-            "seeds": [0, 1], "seed_binding": "OffPolicyTrainer.seed"}
+    spec = {
+        "gin_file": ["sac_pendulum.gin"],
+        "gin_param": list(TINY_SAC),
+        "parameters": {"SGDEntropyTargetAlgorithm.target_entropy": [-1.0, -0.5]},
+        "seeds": [0, 1],
+        "seed_binding": "OffPolicyTrainer.seed",
+    }
     spec.update(extra)
     return sweep_spec.check_spec(spec)
 
@@ -32,16 +37,19 @@ def _spec(**extra):
 def test_sac_seeds_are_packed_as_off_policy_trainer_seeds(tmp_path):
     spec = _spec()
     notes = []
-    tasks = packing.pack_seeds(sweep_spec.expand_spec(spec, str(tmp_path)), spec, str(tmp_path),
-                             log=notes.append)
+    tasks = packing.pack_seeds(
+        sweep_spec.expand_spec(spec, str(tmp_path)), spec, str(tmp_path), log=notes.append
+    )
     assert notes == []
-    assert [t.name for t in tasks] == ["target_entropy=-1.0+seeds=0_1",
-                                       "target_entropy=-0.5+seeds=0_1"]
-    params = [tasks[0].command[i + 1] for i, a in enumerate(tasks[0].command)
-              if a == "--gin_param"]
+    assert [t.name for t in tasks] == [
+        "target_entropy=-1.0+seeds=0_1",
+        "target_entropy=-0.5+seeds=0_1",
+    ]
+    params = [tasks[0].command[i + 1] for i, a in enumerate(tasks[0].command) if a == "--gin_param"]
     assert "OffPolicyTrainer.seeds = [0, 1]" in params
-    assert not any(p.startswith(("OffPolicyTrainer.seed ", "OnPolicyTrainer.seeds"))
-                   for p in params)
+    assert not any(
+        p.startswith(("OffPolicyTrainer.seed ", "OnPolicyTrainer.seeds")) for p in params
+    )
     # A spec binding the K-agent arguments itself still runs one process per run.
     spec = _spec(gin_param=TINY_SAC + ["OffPolicyTrainer.num_agents = 2"])
     runs = sweep_spec.expand_spec(spec, str(tmp_path))

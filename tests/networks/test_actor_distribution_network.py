@@ -1,4 +1,5 @@
 """Tests for alf_entropy/networks/actor_distribution_network.py."""
+
 import gin
 import numpy as np
 import pytest
@@ -75,8 +76,9 @@ def test_dict_and_tuple_nest_share_encoder():
 
 
 def test_gradients_flow_to_every_parameter():
-    net = ActorDistributionNetwork(OBS, {"c": BOX, "d": DISCRETE}, squash_to_spec=True,
-                                   state_dependent_std=True)
+    net = ActorDistributionNetwork(
+        OBS, {"c": BOX, "d": DISCRETE}, squash_to_spec=True, state_dependent_std=True
+    )
     d = net(torch.randn(8, 4))
     a = {k: v.sample() for k, v in d.items()}
     loss = -(d["c"].log_prob(a["c"]) + d["d"].log_prob(a["d"])).mean() - d["d"].entropy().mean()

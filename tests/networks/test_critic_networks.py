@@ -1,4 +1,5 @@
 """CriticNetworks: equal to separate nn.Linear stacks; detached weights; specs."""
+
 import pytest
 import torch
 import torch.nn.functional as F

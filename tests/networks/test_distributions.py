@@ -1,4 +1,5 @@
 """Tests for alf_entropy/networks/distributions.py."""
+
 import pytest
 import torch
 import torch.distributions as td

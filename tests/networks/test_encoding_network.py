@@ -1,4 +1,5 @@
 """Tests for alf_entropy/networks/encoding_network.py."""
+
 import math
 
 import gin
@@ -58,8 +59,9 @@ def test_default_last_scale_is_one():
 
 
 def test_activations():
-    net = EncodingNetwork(3, fc_layer_params=(4,), activation="relu", last_layer_size=2,
-                          last_activation=nn.Sigmoid)
+    net = EncodingNetwork(
+        3, fc_layer_params=(4,), activation="relu", last_layer_size=2, last_activation=nn.Sigmoid
+    )
     mods = list(net.modules())
     assert any(isinstance(m, nn.ReLU) for m in mods)
     assert any(isinstance(m, nn.Sigmoid) for m in mods)

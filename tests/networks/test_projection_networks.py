@@ -1,4 +1,5 @@
 """Tests for alf_entropy/networks/projection_networks.py."""
+
 import numpy as np
 import pytest
 import torch
@@ -47,8 +48,9 @@ def test_normal_state_independent_std():
 
 def test_normal_state_dependent_std_and_clamp():
     spec = BoundedTensorSpec((2,), torch.float32, -1.0, 1.0)
-    net = NormalProjectionNetwork(4, spec, state_dependent_std=True, min_log_std=-1.0,
-                                  max_log_std=0.5, init_log_std=0.0)
+    net = NormalProjectionNetwork(
+        4, spec, state_dependent_std=True, min_log_std=-1.0, max_log_std=0.5, init_log_std=0.0
+    )
     x = torch.randn(3, 4)
     d = net(x)
     assert not torch.allclose(d.base_dist.scale[0], d.base_dist.scale[1])
@@ -61,8 +63,9 @@ def test_scalar_continuous_spec_is_plain_normal():
     net = NormalProjectionNetwork(4, BoundedTensorSpec((), torch.float32, -2.0, 2.0))
     d = net(torch.randn(3, 4))
     assert isinstance(d, td.Normal) and d.batch_shape == (3,) and d.event_shape == ()
-    sq = NormalProjectionNetwork(4, BoundedTensorSpec((), torch.float32, -2.0, 2.0),
-                                 squash_to_spec=True)(torch.randn(3, 4))
+    sq = NormalProjectionNetwork(
+        4, BoundedTensorSpec((), torch.float32, -2.0, 2.0), squash_to_spec=True
+    )(torch.randn(3, 4))
     s = sq.sample((100,))
     assert s.shape == (100, 3) and torch.all(s.abs() <= 2.0)
 
@@ -85,12 +88,14 @@ def test_normal_rejects_bad_arguments():
     with pytest.raises(TypeError, match="action_spec"):
         NormalProjectionNetwork(4, BoundedTensorSpec((), torch.int64, 0, 1))
     with pytest.raises(ValueError, match="finite"):
-        NormalProjectionNetwork(4, BoundedTensorSpec((2,), torch.float32, -np.inf, np.inf),
-                                squash_to_spec=True)
+        NormalProjectionNetwork(
+            4, BoundedTensorSpec((2,), torch.float32, -np.inf, np.inf), squash_to_spec=True
+        )
     with pytest.raises(ValueError, match="finite"):
         NormalProjectionNetwork(4, BoundedTensorSpec((2,), torch.float32), squash_to_spec=True)
     with pytest.raises(ValueError, match="minimum < maximum"):
-        NormalProjectionNetwork(4, BoundedTensorSpec((2,), torch.float32, 1.0, 1.0),
-                                squash_to_spec=True)
+        NormalProjectionNetwork(
+            4, BoundedTensorSpec((2,), torch.float32, 1.0, 1.0), squash_to_spec=True
+        )
     # without squashing unbounded specs are fine
     NormalProjectionNetwork(4, BoundedTensorSpec((2,), torch.float32, -np.inf, np.inf))

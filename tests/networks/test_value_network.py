@@ -1,4 +1,5 @@
 """Tests for alf_entropy/networks/value_network.py."""
+
 import gin
 import pytest
 import torch

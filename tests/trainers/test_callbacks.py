@@ -1,4 +1,5 @@
 """Callbacks: the hooks, a stopping callback, gin binding, and docs/callbacks.md's example."""
+
 import csv
 import gc
 import os
@@ -45,14 +46,21 @@ class Recorder(Callback):
 def test_hooks_run_in_order_around_each_iteration(tmp_path):
     recorder = Recorder()
     _trainer(tmp_path, num_iterations=2, callbacks=[recorder]).train()
-    assert recorder.calls == [("start", 0), ("iteration_start", 0), ("iteration_end", 1),
-                              ("iteration_start", 1), ("iteration_end", 2), ("end", 2)]
+    assert recorder.calls == [
+        ("start", 0),
+        ("iteration_start", 0),
+        ("iteration_end", 1),
+        ("iteration_start", 1),
+        ("iteration_end", 2),
+        ("end", 2),
+    ]
 
 
 def test_false_stops_the_run_with_a_checkpoint_that_resumes(tmp_path):
     recorder = Recorder(stop_at=2)
-    result = _trainer(tmp_path, num_iterations=5, checkpoint_interval=None,
-                      callbacks=[recorder]).train()
+    result = _trainer(
+        tmp_path, num_iterations=5, checkpoint_interval=None, callbacks=[recorder]
+    ).train()
     assert result["iteration"] == 2 and not result["already_done"]
     assert result["stopped_by"] is None  # not a signal
     assert result["checkpoint"] == ckpt.Checkpointer(str(tmp_path / "checkpoints")).path(2)
@@ -89,8 +97,9 @@ def test_a_failing_on_training_end_leaves_the_rest_of_the_cleanup_done(tmp_path,
             closed.append(1)
             super().close()
 
-    trainer = _trainer(tmp_path, num_iterations=1, callbacks=[FailsAtTheEnd(), recorder],
-                       env_ctor=Env)
+    trainer = _trainer(
+        tmp_path, num_iterations=1, callbacks=[FailsAtTheEnd(), recorder], env_ctor=Env
+    )
     with pytest.raises(RuntimeError, match="end failed"):
         trainer.train()
     assert recorder.calls[-1][0] == "end" and closed
@@ -126,8 +135,14 @@ def test_the_episodes_per_evaluation_are_the_trainers_alone(tmp_path, monkeypatc
         EvaluationCallback(5, num_episodes=3)
     asked = []
     real = trainer_module.run_episodes
-    monkeypatch.setattr(trainer_module, "run_episodes", lambda *args, num_episodes, **kwargs: (
-        asked.append(num_episodes), real(*args, num_episodes=num_episodes, **kwargs))[1])
+    monkeypatch.setattr(
+        trainer_module,
+        "run_episodes",
+        lambda *args, num_episodes, **kwargs: (
+            asked.append(num_episodes),
+            real(*args, num_episodes=num_episodes, **kwargs),
+        )[1],
+    )
     _trainer(tmp_path, num_iterations=2, eval_interval=1, num_eval_episodes=3).train()
     assert asked and set(asked) == {3}
 
@@ -146,8 +161,13 @@ class _NoCoefficient(PPOAlgorithm):
 
 
 def test_an_algorithm_without_entropy_coefficient_trains_and_logs(tmp_path):
-    trainer = _trainer(tmp_path, num_iterations=2, eval_interval=1, summary_interval=1,
-                       algorithm_ctor=_NoCoefficient)
+    trainer = _trainer(
+        tmp_path,
+        num_iterations=2,
+        eval_interval=1,
+        summary_interval=1,
+        algorithm_ctor=_NoCoefficient,
+    )
     assert trainer.train()["iteration"] == 2
     assert "alpha" not in trainer.metrics and "steps_per_sec" in trainer.metrics
 
@@ -159,20 +179,30 @@ def test_a_callback_that_is_not_one_is_a_type_error(tmp_path):
 
 
 def test_time_budget_stops_the_run(tmp_path):
-    result = _trainer(tmp_path, num_iterations=50,
-                      callbacks=[TimeBudgetCallback(max_seconds=1e-9)]).train()
+    result = _trainer(
+        tmp_path, num_iterations=50, callbacks=[TimeBudgetCallback(max_seconds=1e-9)]
+    ).train()
     assert result["iteration"] == 1  # the budget is spent after the first iteration
     with pytest.raises(ValueError, match="max_seconds must be > 0"):
         TimeBudgetCallback(max_seconds=0)
 
 
 def test_callbacks_bind_in_gin_and_may_change_on_resume(tmp_path):
-    params = ["OnPolicyTrainer.num_iterations = 3", "OnPolicyTrainer.num_envs = 2",
-              "OnPolicyTrainer.unroll_length = 8", "PPOAlgorithm.num_epochs = 1",
-              "OnPolicyTrainer.progress_bar = False"]
-    parse_gin_config(["ppo_cartpole"], params + [
-        "OnPolicyTrainer.callbacks = [@TimeBudgetCallback()]",
-        "TimeBudgetCallback.max_seconds = 1e-9"])
+    params = [
+        "OnPolicyTrainer.num_iterations = 3",
+        "OnPolicyTrainer.num_envs = 2",
+        "OnPolicyTrainer.unroll_length = 8",
+        "PPOAlgorithm.num_epochs = 1",
+        "OnPolicyTrainer.progress_bar = False",
+    ]
+    parse_gin_config(
+        ["ppo_cartpole"],
+        params
+        + [
+            "OnPolicyTrainer.callbacks = [@TimeBudgetCallback()]",
+            "TimeBudgetCallback.max_seconds = 1e-9",
+        ],
+    )
     assert OnPolicyTrainer(str(tmp_path), device="cpu").train()["iteration"] == 1
     gin.clear_config()
     parse_gin_config(["ppo_cartpole"], params)  # no callbacks now: the same run goes on
@@ -213,8 +243,15 @@ def test_each_evaluation_line_shows_the_control(tmp_path, caplog, agents):
 
     ppo = ft.partial(PPOAlgorithm, enforce_entropy_target=True, num_epochs=1)
     with caplog.at_level(logging.INFO):
-        _trainer(tmp_path, num_iterations=2, eval_interval=1, num_eval_episodes=2,
-                 summary_interval=1, algorithm_ctor=ppo, **agents).train()
+        _trainer(
+            tmp_path,
+            num_iterations=2,
+            eval_interval=1,
+            num_eval_episodes=2,
+            summary_interval=1,
+            algorithm_ctor=ppo,
+            **agents,
+        ).train()
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("iteration ")]
     assert len(lines) == 3, lines  # the start, iterations 1 and 2
     number = r"-?\d+(\.\d+)?(e-?\d+)?"
@@ -228,6 +265,7 @@ def test_each_evaluation_line_shows_the_control(tmp_path, caplog, agents):
 
 def test_the_heap_is_frozen_while_the_loop_runs_and_a_hosts_freeze_is_kept(tmp_path):
     """Full collections skip what existed before the loop (``gc.freeze``), and only then."""
+
     class Frozen(Callback):
         seen = []
 

@@ -5,6 +5,7 @@ never stopped; a kill during a checkpoint write leaves no partial checkpoint.
 Each training runs in a forked child process (fast to start: torch is already
 imported), which is what gets ``SIGKILL``-ed.
 """
+
 import functools
 import glob
 import multiprocessing
@@ -67,8 +68,7 @@ def _latest_iteration(root_dir: str) -> int:
     return -1 if path is None else int(os.path.basename(path)[5:13])
 
 
-def run_killing(train, root_dir: str, kills: int = 0, rng=None,
-                iteration_time: float = 0.0) -> int:
+def run_killing(train, root_dir: str, kills: int = 0, rng=None, iteration_time: float = 0.0) -> int:
     """Run ``train(root_dir)`` in a forked process; ``kills`` times, SIGKILL it and restart.
 
     Each kill waits until the process has written a new checkpoint (so the
@@ -83,8 +83,9 @@ def run_killing(train, root_dir: str, kills: int = 0, rng=None,
         proc.start()
         if done < kills:
             deadline = time.time() + 120
-            while (proc.is_alive() and _latest_iteration(root_dir) <= start
-                   and time.time() < deadline):
+            while (
+                proc.is_alive() and _latest_iteration(root_dir) <= start and time.time() < deadline
+            ):
                 time.sleep(0.005)
             time.sleep(rng.uniform(0.0, iteration_time))
             if proc.is_alive():
@@ -100,8 +101,9 @@ def run_killing(train, root_dir: str, kills: int = 0, rng=None,
         return done
 
 
-def _run_to_completion(root_dir: str, env_id: str, kills: int = 0, rng=None,
-                       iteration_time: float = 0.0) -> int:
+def _run_to_completion(
+    root_dir: str, env_id: str, kills: int = 0, rng=None, iteration_time: float = 0.0
+) -> int:
     """:func:`run_killing` of this file's training run on ``env_id``."""
     train = functools.partial(_train, env_id=env_id)
     return run_killing(train, root_dir, kills, rng, iteration_time)
@@ -116,8 +118,10 @@ def _final_state(root_dir: str) -> dict:
 def assert_same_final_checkpoint(reference_dir: str, killed_dir: str, iterations: int) -> None:
     """The two runs' latest checkpoints are at ``iterations`` and equal bit for bit
     (parameters, optimisers, RNG, the trainer's extra state, the environments' time step)."""
-    expected, got = [ckpt.load_checkpoint(ckpt.latest_checkpoint(os.path.join(d, "checkpoints")))
-                     for d in (reference_dir, killed_dir)]
+    expected, got = [
+        ckpt.load_checkpoint(ckpt.latest_checkpoint(os.path.join(d, "checkpoints")))
+        for d in (reference_dir, killed_dir)
+    ]
     assert got["iteration"] == expected["iteration"] == iterations
     for key in ("algorithm", "optimizers", "rng", "extra"):
         assert_nests_equal(got[key], expected[key])
@@ -156,8 +160,9 @@ def test_sigkill_and_restart_gives_the_uninterrupted_checkpoint(tmp_path, env_id
     iteration_time = (mtimes[-1] - mtimes[0]) / max(len(mtimes) - 1, 1)
 
     interrupted = str(tmp_path / "interrupted")
-    kills = _run_to_completion(interrupted, env_id, kills=3, rng=random.Random(env_id),
-                               iteration_time=iteration_time)
+    kills = _run_to_completion(
+        interrupted, env_id, kills=3, rng=random.Random(env_id), iteration_time=iteration_time
+    )
     assert kills == 3, f"only {kills} kills: the run ended first"
     got = _final_state(interrupted)
     assert_nests_equal(got["algorithm"], expected["algorithm"])
@@ -232,8 +237,12 @@ class _UnpicklableEnv(GymVectorEnv):
 
 def test_unsaveable_envs_restart_episodes_with_one_warning(tmp_path, caplog):
     kwargs = dict(
-        num_envs=2, unroll_length=16, env_ctor=_UnpicklableEnv, progress_bar=False,
-        device="cpu", algorithm_ctor=functools.partial(PPOAlgorithm, num_epochs=1),
+        num_envs=2,
+        unroll_length=16,
+        env_ctor=_UnpicklableEnv,
+        progress_bar=False,
+        device="cpu",
+        algorithm_ctor=functools.partial(PPOAlgorithm, num_epochs=1),
     )
     OnPolicyTrainer(str(tmp_path), num_iterations=2, **kwargs).train()
     assert ckpt.load_checkpoint(ckpt.latest_checkpoint(str(tmp_path / "checkpoints")))["env"] == {}
@@ -247,8 +256,11 @@ def test_unsaveable_envs_restart_episodes_with_one_warning(tmp_path, caplog):
 
 def test_box2d_envs_are_not_saveable_and_classic_control_ones_are():
     pytest.importorskip("Box2D")
-    for env_id, saveable in [("LunarLander-v3", False), ("CartPole-v1", True),
-                             ("Pendulum-v1", True)]:
+    for env_id, saveable in [
+        ("LunarLander-v3", False),
+        ("CartPole-v1", True),
+        ("Pendulum-v1", True),
+    ]:
         with GymVectorEnv(env_id, num_envs=2) as env:
             env.reset()
             assert (env.get_state() is not None) == saveable, env_id

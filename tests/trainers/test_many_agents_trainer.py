@@ -1,4 +1,5 @@
 """OnPolicyTrainer with K agents: agent k is the single run with seed k; each agent is a run."""
+
 import functools
 import os
 import random
@@ -21,8 +22,15 @@ from tests.trainers.test_exact_resume import assert_same_final_checkpoint, run_k
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 PPO = functools.partial(PPOAlgorithm, enforce_entropy_target=True)
-SMALL = dict(env_id="CartPole-v1", num_envs=4, unroll_length=16, algorithm_ctor=PPO,
-             progress_bar=False, device="cpu", checkpoint_interval=None)
+SMALL = dict(
+    env_id="CartPole-v1",
+    num_envs=4,
+    unroll_length=16,
+    algorithm_ctor=PPO,
+    progress_bar=False,
+    device="cpu",
+    checkpoint_interval=None,
+)
 
 
 def _recording_losses(trainer: OnPolicyTrainer) -> List[torch.Tensor]:
@@ -32,8 +40,9 @@ def _recording_losses(trainer: OnPolicyTrainer) -> List[torch.Tensor]:
 
 
 def _max_param_diff(a: dict, b: dict) -> float:
-    return max(float((a[n].double() - b[n].double()).abs().max()) for n in b
-               if b[n].is_floating_point())
+    return max(
+        float((a[n].double() - b[n].double()).abs().max()) for n in b if b[n].is_floating_point()
+    )
 
 
 def _single(tmp_path: Any, seed: int, **kwargs: Any) -> Tuple[OnPolicyTrainer, torch.Tensor]:
@@ -44,8 +53,9 @@ def _single(tmp_path: Any, seed: int, **kwargs: Any) -> Tuple[OnPolicyTrainer, t
 
 
 def test_agent_k_of_a_batch_follows_the_single_trainer_with_seed_k(tmp_path: Any) -> None:
-    trainer = OnPolicyTrainer(str(tmp_path / "batch"), seed=3, num_agents=3, num_iterations=1,
-                              **SMALL)
+    trainer = OnPolicyTrainer(
+        str(tmp_path / "batch"), seed=3, num_agents=3, num_iterations=1, **SMALL
+    )
     assert trainer.num_agents == 3 and trainer.seeds == [3, 4, 5]
     losses = _recording_losses(trainer)
     result = trainer.train()
@@ -55,29 +65,41 @@ def test_agent_k_of_a_batch_follows_the_single_trainer_with_seed_k(tmp_path: Any
         single, single_losses = _single(tmp_path, seed, num_iterations=1)
         assert losses.shape[0] == single_losses.shape[0]  # every update of the iteration
         torch.testing.assert_close(losses[:, k], single_losses, rtol=1e-5, atol=1e-5)
-        assert _max_param_diff(trainer.algorithm.agent_state_dict(k),
-                               single.algorithm.state_dict()) < 1e-6
+        assert (
+            _max_param_diff(trainer.algorithm.agent_state_dict(k), single.algorithm.state_dict())
+            < 1e-6
+        )
 
 
 def test_explicit_seeds_and_targets(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     record_updates(monkeypatch)
-    ctor = functools.partial(PPOAlgorithm, enforce_entropy_target=True,
-                             entropy_target_cls=PIDEntropyTargetAlgorithm)
+    ctor = functools.partial(
+        PPOAlgorithm, enforce_entropy_target=True, entropy_target_cls=PIDEntropyTargetAlgorithm
+    )
     targets = [0.3, 0.6]
-    trainer = OnPolicyTrainer(str(tmp_path / "batch"), seeds=[7, 2], target_entropies=targets,
-                              num_iterations=1, **{**SMALL, "algorithm_ctor": ctor})
+    trainer = OnPolicyTrainer(
+        str(tmp_path / "batch"),
+        seeds=[7, 2],
+        target_entropies=targets,
+        num_iterations=1,
+        **{**SMALL, "algorithm_ctor": ctor},
+    )
     assert trainer.agent_dirs == ["target_entropy=0.3+seed=7", "target_entropy=0.6+seed=2"]
     losses = _recording_losses(trainer)
     trainer.train()
     losses = torch.stack(losses)
     for k, (seed, target) in enumerate(zip([7, 2], targets)):
-        single_ctor = functools.partial(ctor, entropy_target_cls=functools.partial(
-            PIDEntropyTargetAlgorithm, target_entropy=target))
-        single, single_losses = _single(tmp_path, seed, num_iterations=1,
-                                        algorithm_ctor=single_ctor)
+        single_ctor = functools.partial(
+            ctor,
+            entropy_target_cls=functools.partial(PIDEntropyTargetAlgorithm, target_entropy=target),
+        )
+        single, single_losses = _single(
+            tmp_path, seed, num_iterations=1, algorithm_ctor=single_ctor
+        )
         torch.testing.assert_close(losses[:, k], single_losses, rtol=1e-5, atol=1e-5)
-        assert_log_alpha_close(trainer.algorithm.entropy_target_algorithm, k,
-                               single.algorithm.entropy_target_algorithm)
+        assert_log_alpha_close(
+            trainer.algorithm.entropy_target_algorithm, k, single.algorithm.entropy_target_algorithm
+        )
 
 
 def test_argument_errors(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -121,21 +143,28 @@ def test_each_agent_is_a_run_the_report_reads(tmp_path: Any) -> None:
     the single run's."""
     from alf_entropy.experiments.report import find_runs, load_run, run_metrics, write_report
 
-    ctor = functools.partial(PPOAlgorithm, enforce_entropy_target=True,
-                             entropy_target_cls=PIDEntropyTargetAlgorithm)
+    ctor = functools.partial(
+        PPOAlgorithm, enforce_entropy_target=True, entropy_target_cls=PIDEntropyTargetAlgorithm
+    )
     targets, seeds = [0.3, 0.6, 0.6], [1, 2, 3]
     root = tmp_path / "batch"
-    common = dict(SMALL, algorithm_ctor=ctor, num_iterations=4, summary_interval=1,
-                  eval_interval=2, num_eval_episodes=2)
+    common = dict(
+        SMALL,
+        algorithm_ctor=ctor,
+        num_iterations=4,
+        summary_interval=1,
+        eval_interval=2,
+        num_eval_episodes=2,
+    )
     trainer = OnPolicyTrainer(str(root), seeds=seeds, target_entropies=targets, **common)
     result = trainer.train()
     assert not (root / "train").exists()  # no run of its own: K runs below it
     runs = find_runs([str(root)])
-    assert [r[len(str(root)) + 1:] for r in runs] == sorted(trainer.agent_dirs)
+    assert [r[len(str(root)) + 1 :] for r in runs] == sorted(trainer.agent_dirs)
     rows = [run_metrics(load_run(r)) for r in runs]
     # Each agent's operative config gives the report its seed; the seeds of one target
     # are one group (one curve), as a sweep's runs are.
-    by_dir = {r[len(str(root)) + 1:]: load_run(r) for r in runs}
+    by_dir = {r[len(str(root)) + 1 :]: load_run(r) for r in runs}
     assert [by_dir[d].seed for d in trainer.agent_dirs] == seeds
     groups = [by_dir[d].group for d in trainer.agent_dirs]
     assert groups[1] == groups[2] != groups[0]
@@ -146,18 +175,30 @@ def test_each_agent_is_a_run_the_report_reads(tmp_path: Any) -> None:
     evals = []
     for k, seed in enumerate(seeds):
         mine = _scalars(str(root / trainer.agent_dirs[k]))
-        for tag in ("loss/total", "entropy", "alpha", "target_entropy", "env_steps", "return",
-                    "eval/return"):
+        for tag in (
+            "loss/total",
+            "entropy",
+            "alpha",
+            "target_entropy",
+            "env_steps",
+            "return",
+            "eval/return",
+        ):
             assert tag in mine, tag
         assert mine["target_entropy"][1][0] == pytest.approx(targets[k])
         assert list(mine["entropy"][0]) == [0, 1, 2, 3]
         assert list(mine["eval/return"][0]) == [0, 2, 4]
         evals.append(mine["eval/return"][1][-1])
-        single_ctor = functools.partial(ctor, entropy_target_cls=functools.partial(
-            PIDEntropyTargetAlgorithm, target_entropy=targets[k]))
+        single_ctor = functools.partial(
+            ctor,
+            entropy_target_cls=functools.partial(
+                PIDEntropyTargetAlgorithm, target_entropy=targets[k]
+            ),
+        )
         single_dir = tmp_path / f"single{seed}"
-        OnPolicyTrainer(str(single_dir), seed=seed,
-                        **dict(common, algorithm_ctor=single_ctor, num_iterations=1)).train()
+        OnPolicyTrainer(
+            str(single_dir), seed=seed, **dict(common, algorithm_ctor=single_ctor, num_iterations=1)
+        ).train()
         theirs = _scalars(str(single_dir))
         for tag in ("loss/total", "loss/pg", "loss/td", "entropy", "alpha"):
             assert mine[tag][1][0] == pytest.approx(theirs[tag][1][0], rel=1e-5, abs=1e-5), tag
@@ -166,8 +207,9 @@ def test_each_agent_is_a_run_the_report_reads(tmp_path: Any) -> None:
     assert result["eval_return"] == pytest.approx(min(evals))
 
 
-def test_stop_eval_return_waits_for_every_agent(tmp_path: Any,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_stop_eval_return_waits_for_every_agent(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from alf_entropy.trainers import trainer as trainer_module
 
     solved = {1}  # agent seed 1 solves at once, agent seed 2 never
@@ -185,12 +227,16 @@ def test_stop_eval_return_waits_for_every_agent(tmp_path: Any,
 
 
 def _batch(root: Any, num_iterations: int) -> OnPolicyTrainer:
-    ctor = functools.partial(PPOAlgorithm, enforce_entropy_target=True, num_epochs=2,
-                             num_minibatches=2)
-    return OnPolicyTrainer(str(root), seeds=[3, 8], target_entropies=[0.4, 0.5],
-                           num_iterations=num_iterations,
-                           **dict(SMALL, algorithm_ctor=ctor, unroll_length=40,
-                                  summary_interval=1))
+    ctor = functools.partial(
+        PPOAlgorithm, enforce_entropy_target=True, num_epochs=2, num_minibatches=2
+    )
+    return OnPolicyTrainer(
+        str(root),
+        seeds=[3, 8],
+        target_entropies=[0.4, 0.5],
+        num_iterations=num_iterations,
+        **dict(SMALL, algorithm_ctor=ctor, unroll_length=40, summary_interval=1),
+    )
 
 
 def test_the_batch_resumes_exactly(tmp_path: Any) -> None:
@@ -223,8 +269,12 @@ def test_the_batch_resumes_exactly(tmp_path: Any) -> None:
 def test_a_checkpoint_of_other_agents_does_not_load(tmp_path: Any) -> None:
     _batch(tmp_path / "run", 1).train()
     with pytest.raises(ValueError, match="does not match this run"):
-        OnPolicyTrainer(str(tmp_path / "run"), seeds=[3, 8, 9], num_iterations=2,
-                        **dict(SMALL, unroll_length=40, allow_config_change=True))
+        OnPolicyTrainer(
+            str(tmp_path / "run"),
+            seeds=[3, 8, 9],
+            num_iterations=2,
+            **dict(SMALL, unroll_length=40, allow_config_change=True),
+        )
 
 
 _KILL_ITERATIONS = 12
@@ -234,21 +284,31 @@ def _train_batch_child(root_dir: str) -> None:
     """The batch's training "command" in a forked child: always the same arguments."""
     torch.set_num_threads(1)
     gin.clear_config()
-    ctor = functools.partial(PPOAlgorithm, enforce_entropy_target=True, num_epochs=2,
-                             num_minibatches=2)
-    OnPolicyTrainer(root_dir, seeds=[3, 8], num_iterations=_KILL_ITERATIONS,
-                    **dict(SMALL, algorithm_ctor=ctor, unroll_length=40, summary_interval=3,
-                           checkpoint_interval=1)).train()
+    ctor = functools.partial(
+        PPOAlgorithm, enforce_entropy_target=True, num_epochs=2, num_minibatches=2
+    )
+    OnPolicyTrainer(
+        root_dir,
+        seeds=[3, 8],
+        num_iterations=_KILL_ITERATIONS,
+        **dict(
+            SMALL, algorithm_ctor=ctor, unroll_length=40, summary_interval=3, checkpoint_interval=1
+        ),
+    ).train()
 
 
 @pytest.mark.slow
-def test_sigkill_and_restart_of_the_batch_gives_the_uninterrupted_checkpoint(
-        tmp_path: Any) -> None:
+def test_sigkill_and_restart_of_the_batch_gives_the_uninterrupted_checkpoint(tmp_path: Any) -> None:
     run_killing(_train_batch_child, str(tmp_path / "reference"))
-    assert run_killing(_train_batch_child, str(tmp_path / "killed"), 2, random.Random(1),
-                       iteration_time=0.3) == 2
-    assert_same_final_checkpoint(str(tmp_path / "reference"), str(tmp_path / "killed"),
-                                 _KILL_ITERATIONS)
+    assert (
+        run_killing(
+            _train_batch_child, str(tmp_path / "killed"), 2, random.Random(1), iteration_time=0.3
+        )
+        == 2
+    )
+    assert_same_final_checkpoint(
+        str(tmp_path / "reference"), str(tmp_path / "killed"), _KILL_ITERATIONS
+    )
 
 
 def test_each_agent_has_the_operative_config_of_its_single_run(tmp_path: Any) -> None:
@@ -258,22 +318,37 @@ def test_each_agent_has_the_operative_config_of_its_single_run(tmp_path: Any) ->
     from alf_entropy.config.loading import CONFIG_DIR, parse_gin_config
     from alf_entropy.experiments.report import find_runs, write_report
 
-    tiny = ["OnPolicyTrainer.num_env_steps = None", "OnPolicyTrainer.num_iterations = 1",
-            "OnPolicyTrainer.unroll_length = 16", "OnPolicyTrainer.num_envs = 2",
-            "OnPolicyTrainer.progress_bar = False", "OnPolicyTrainer.summary_interval = 1",
-            "OnPolicyTrainer.eval_interval = None", "PPOAlgorithm.num_minibatches = 2",
-            "EntropyTargetAlgorithm.target_entropy = 0.67"]  # not the shipped schedule
+    tiny = [
+        "OnPolicyTrainer.num_env_steps = None",
+        "OnPolicyTrainer.num_iterations = 1",
+        "OnPolicyTrainer.unroll_length = 16",
+        "OnPolicyTrainer.num_envs = 2",
+        "OnPolicyTrainer.progress_bar = False",
+        "OnPolicyTrainer.summary_interval = 1",
+        "OnPolicyTrainer.eval_interval = None",
+        "PPOAlgorithm.num_minibatches = 2",
+        "EntropyTargetAlgorithm.target_entropy = 0.67",
+    ]  # not the shipped schedule
     seeds, targets = [3, 4], [0.5, 0.6]
-    parse_gin_config([f"{CONFIG_DIR}/ppo_cartpole.gin"], tiny + [
-        f"OnPolicyTrainer.seeds = {seeds}", f"OnPolicyTrainer.target_entropies = {targets}"])
+    parse_gin_config(
+        [f"{CONFIG_DIR}/ppo_cartpole.gin"],
+        tiny
+        + [f"OnPolicyTrainer.seeds = {seeds}", f"OnPolicyTrainer.target_entropies = {targets}"],
+    )
     root = tmp_path / "batch"
     batch = OnPolicyTrainer(str(root))
     batch.train()
     configs = [(root / d / "operative_config.gin").read_text() for d in batch.agent_dirs]
     for seed, target, config in zip(seeds, targets, configs):
         gin.clear_config()
-        parse_gin_config([f"{CONFIG_DIR}/ppo_cartpole.gin"], tiny + [
-            f"OnPolicyTrainer.seed = {seed}", f"EntropyTargetAlgorithm.target_entropy = {target}"])
+        parse_gin_config(
+            [f"{CONFIG_DIR}/ppo_cartpole.gin"],
+            tiny
+            + [
+                f"OnPolicyTrainer.seed = {seed}",
+                f"EntropyTargetAlgorithm.target_entropy = {target}",
+            ],
+        )
         single = tmp_path / f"single{seed}"
         OnPolicyTrainer(str(single))
         assert config == (single / "operative_config.gin").read_text()
@@ -300,13 +375,20 @@ def _tags(run_dir: str) -> dict:
 
 
 @pytest.mark.parametrize("k, controller", [(2, False), (3, False), (2, True)])
-def test_each_agents_events_hold_the_single_runs_tags(tmp_path: Any, k: int,
-                                                      controller: bool) -> None:
+def test_each_agents_events_hold_the_single_runs_tags(
+    tmp_path: Any, k: int, controller: bool
+) -> None:
     """Agent j's event file holds the tags of the single run with its seed j, as many
     points each (not every agent's tags: K^2 writes), and the per-member value j + 1."""
-    kwargs = dict(SMALL, algorithm_ctor=functools.partial(
-        PPOAlgorithm, enforce_entropy_target=controller), num_iterations=2, summary_interval=1,
-        eval_interval=2, num_eval_episodes=1, callbacks=[_PerMemberStatistic()])
+    kwargs = dict(
+        SMALL,
+        algorithm_ctor=functools.partial(PPOAlgorithm, enforce_entropy_target=controller),
+        num_iterations=2,
+        summary_interval=1,
+        eval_interval=2,
+        num_eval_episodes=1,
+        callbacks=[_PerMemberStatistic()],
+    )
     batch = OnPolicyTrainer(str(tmp_path / "batch"), num_agents=k, **kwargs)
     batch.train()
     for j, name in enumerate(batch.agent_dirs):

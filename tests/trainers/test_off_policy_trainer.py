@@ -1,5 +1,6 @@
 """OffPolicyTrainer: buffer and limits, checkpoints holding the buffer, exact
 resume after SIGKILL, bad inputs."""
+
 import glob
 import os
 import random
@@ -58,8 +59,11 @@ def test_discrete_actions_and_num_iterations_limit(tmp_path):
     trainer = _trainer(
         tmp_path,
         "sac_cartpole.gin",
-        ["OffPolicyTrainer.num_iterations = 60", "OffPolicyTrainer.initial_collect_steps = 20",
-         "OffPolicyTrainer.stop_eval_return = None"],
+        [
+            "OffPolicyTrainer.num_iterations = 60",
+            "OffPolicyTrainer.initial_collect_steps = 20",
+            "OffPolicyTrainer.stop_eval_return = None",
+        ],
         num_envs=2,
     )
     result = trainer.train()
@@ -100,8 +104,15 @@ def test_bad_arguments(tmp_path, kwargs, match):
 
 
 def _cli(root, extra=()):
-    args = [sys.executable, "-m", "alf_entropy.bin.train", "--root_dir", str(root),
-            "--gin_file", "sac_pendulum.gin"]
+    args = [
+        sys.executable,
+        "-m",
+        "alf_entropy.bin.train",
+        "--root_dir",
+        str(root),
+        "--gin_file",
+        "sac_pendulum.gin",
+    ]
     for p in SMALL + list(extra):
         args += ["--gin_param", p]
     env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -129,8 +140,11 @@ def test_kill_and_restart_gives_the_uninterrupted_final_checkpoint(tmp_path):
         deadline = time.time() + 240
         # wait for a new checkpoint, then kill at a random moment after it
         start = latest_checkpoint(str(ckpt_dir))
-        while (latest_checkpoint(str(ckpt_dir)) == start and proc.poll() is None
-               and time.time() < deadline):
+        while (
+            latest_checkpoint(str(ckpt_dir)) == start
+            and proc.poll() is None
+            and time.time() < deadline
+        ):
             time.sleep(0.05)
         time.sleep(rng.uniform(0.0, 0.5 * between))
         proc.send_signal(signal.SIGKILL)

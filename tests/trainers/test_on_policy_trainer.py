@@ -1,4 +1,5 @@
 """Tests for alf_entropy.trainers.on_policy_trainer (loop, summaries, resume)."""
+
 import copy
 import functools
 import glob
@@ -43,8 +44,14 @@ def _trainer(root_dir, **kwargs):
 
 
 def test_train_writes_summaries_checkpoints_and_config(tmp_path):
-    trainer = _trainer(tmp_path, num_iterations=4, summary_interval=2, checkpoint_interval=2,
-                       eval_interval=4, num_eval_episodes=2)
+    trainer = _trainer(
+        tmp_path,
+        num_iterations=4,
+        summary_interval=2,
+        checkpoint_interval=2,
+        eval_interval=4,
+        num_eval_episodes=2,
+    )
     result = trainer.train()
     assert result["iteration"] == 4 and result["env_steps"] == 4 * 16 * 2
     assert result["eval_return"] is not None
@@ -52,8 +59,15 @@ def test_train_writes_summaries_checkpoints_and_config(tmp_path):
     assert ckpts == ["ckpt-00000002.pt", "ckpt-00000004.pt"]
     assert os.path.isfile(tmp_path / "operative_config.gin")
     scalars = _scalars(str(tmp_path))
-    for tag in ("alpha", "entropy", "target_entropy", "stage", "loss/total", "steps_per_sec",
-                "eval/return"):
+    for tag in (
+        "alpha",
+        "entropy",
+        "target_entropy",
+        "stage",
+        "loss/total",
+        "steps_per_sec",
+        "eval/return",
+    ):
         assert tag in scalars, tag
     # Gated by summary_interval: iterations 0 and 2 only.
     assert [s for s, _ in scalars["alpha"]] == [0, 2]
@@ -65,8 +79,9 @@ def test_train_writes_summaries_checkpoints_and_config(tmp_path):
 
 
 def test_stop_eval_return_stops_early(tmp_path):
-    trainer = _trainer(tmp_path, num_iterations=10, eval_interval=2, num_eval_episodes=2,
-                       stop_eval_return=0.0)
+    trainer = _trainer(
+        tmp_path, num_iterations=10, eval_interval=2, num_eval_episodes=2, stop_eval_return=0.0
+    )
     result = trainer.train()
     assert result["iteration"] == 2 and result["eval_return"] >= 0.0
     assert 0.0 < result["eval_time"] < result["wall_time"]
@@ -126,7 +141,9 @@ def test_resume_after_crash_continues_from_checkpoint(tmp_path, monkeypatch):
     assert list(saved) == [2]
 
     resumed = _trainer(
-        tmp_path, num_iterations=6, checkpoint_interval=2,
+        tmp_path,
+        num_iterations=6,
+        checkpoint_interval=2,
         env_ctor=_crashing_env_ctor(crash_after_steps=None),
     )
     assert resumed.restored_from.endswith("ckpt-00000002.pt")
@@ -285,8 +302,7 @@ def test_seeded_ppo_cartpole_learns(tmp_path):
     trainer = _trainer(
         tmp_path,
         algorithm_ctor=_ppo_ctor(
-            num_epochs=4, num_minibatches=4,
-            optimizer=functools.partial(torch.optim.Adam, lr=3e-3),
+            num_epochs=4, num_minibatches=4, optimizer=functools.partial(torch.optim.Adam, lr=3e-3)
         ),
         num_envs=8,
         unroll_length=64,

@@ -6,6 +6,7 @@ with a checkpoint that resumes exactly, a run directory belongs to one
 configuration and one process, two runs of one configuration write equal
 checkpoints, and bindings nothing uses are refused.  All in-process and tiny.
 """
+
 import copy
 import errno
 import functools
@@ -35,8 +36,12 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _trainer(root_dir, **kwargs):
-    kwargs.setdefault("algorithm_ctor", functools.partial(
-        PPOAlgorithm, enforce_entropy_target=True, num_epochs=1, num_minibatches=2))
+    kwargs.setdefault(
+        "algorithm_ctor",
+        functools.partial(
+            PPOAlgorithm, enforce_entropy_target=True, num_epochs=1, num_minibatches=2
+        ),
+    )
     kwargs.setdefault("num_envs", 2)
     kwargs.setdefault("unroll_length", 8)
     kwargs.setdefault("progress_bar", False)
@@ -78,8 +83,9 @@ def _bad_algorithm_state(path):
     torch.save(state, path)
 
 
-@pytest.mark.parametrize("damage", [_truncate, _not_a_checkpoint, _missing_key,
-                                    _bad_env_state, _bad_algorithm_state])
+@pytest.mark.parametrize(
+    "damage", [_truncate, _not_a_checkpoint, _missing_key, _bad_env_state, _bad_algorithm_state]
+)
 def test_damaged_newest_checkpoint_is_skipped_with_one_warning(tmp_path, damage, caplog):
     _trainer(tmp_path, num_iterations=2).train()
     newest = _ckpt(tmp_path, 2)
@@ -94,8 +100,9 @@ def test_damaged_newest_checkpoint_is_skipped_with_one_warning(tmp_path, damage,
     assert os.path.exists(newest + ".damaged") and newest + ".damaged" in warnings[0]
 
 
-@pytest.mark.parametrize("content", [b"this is not a checkpoint\n", b"", b"\x80\x04K\x01.",
-                                     b"PK\x03\x04 half of a zip"])
+@pytest.mark.parametrize(
+    "content", [b"this is not a checkpoint\n", b"", b"\x80\x04K\x01.", b"PK\x03\x04 half of a zip"]
+)
 def test_a_file_that_is_not_a_checkpoint_is_named_as_such(tmp_path, content):
     """Text, an empty file, a pickle, the start of an archive: one reason, not torch's
     unpickler's ``KeyError: 174812789``."""
@@ -103,8 +110,10 @@ def test_a_file_that_is_not_a_checkpoint_is_named_as_such(tmp_path, content):
     path.write_bytes(content)
     with pytest.raises(CheckpointError) as info:
         ckpt.load_checkpoint(str(path))
-    assert str(info.value) == (f"{path} cannot be read: it is not a checkpoint (not a whole "
-                               "archive as torch.save writes one: truncated, or another file)")
+    assert str(info.value) == (
+        f"{path} cannot be read: it is not a checkpoint (not a whole "
+        "archive as torch.save writes one: truncated, or another file)"
+    )
 
 
 def test_a_skipped_checkpoint_is_moved_aside_not_counted_among_the_kept(tmp_path):
@@ -174,9 +183,7 @@ def test_a_damaged_replay_buffer_restores_nothing(tmp_path):
 
 
 # -------------------------------------------------------------- a full disk
-def test_full_disk_during_a_checkpoint_write_is_clear_and_keeps_the_earlier(
-    tmp_path, monkeypatch
-):
+def test_full_disk_during_a_checkpoint_write_is_clear_and_keeps_the_earlier(tmp_path, monkeypatch):
     real_save = torch.save
     calls = []
 
@@ -200,9 +207,7 @@ def test_full_disk_during_a_checkpoint_write_is_clear_and_keeps_the_earlier(
 
 # ------------------------------------------------------------------ signals
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_stops_after_the_iteration_with_an_exact_checkpoint(
-    tmp_path, monkeypatch, signum
-):
+def test_a_signal_stops_after_the_iteration_with_an_exact_checkpoint(tmp_path, monkeypatch, signum):
     reference = _trainer(tmp_path / "ref", num_iterations=5, checkpoint_interval=None)
     reference.train()
     expected = ckpt.load_checkpoint(_ckpt(tmp_path / "ref", 5))
@@ -222,8 +227,10 @@ def test_a_signal_stops_after_the_iteration_with_an_exact_checkpoint(
     assert result["stopped_by"] == signal.Signals(signum).name
     assert result["iteration"] == 3 and result["checkpoint"] == _ckpt(tmp_path / "run", 3)
     monkeypatch.setattr(OnPolicyTrainer, "_train_iteration", real)
-    assert _trainer(tmp_path / "run", num_iterations=5,
-                    checkpoint_interval=None).train()["iteration"] == 5
+    assert (
+        _trainer(tmp_path / "run", num_iterations=5, checkpoint_interval=None).train()["iteration"]
+        == 5
+    )
     got = ckpt.load_checkpoint(_ckpt(tmp_path / "run", 5))
     for key in ("algorithm", "optimizers", "rng", "progress"):
         assert_nests_equal(got[key], expected[key])
@@ -283,25 +290,48 @@ def test_the_lock_is_released_when_the_holder_dies(tmp_path, hold_run_lock):
 
 # ----------------------------------------------- a directory is one config
 def test_resuming_with_another_configuration_is_refused(tmp_path):
-    parse_gin_config(None, ["OnPolicyTrainer.unroll_length = 8", "OnPolicyTrainer.num_envs = 2",
-                            "OnPolicyTrainer.num_iterations = 1", "PPOAlgorithm.num_epochs = 1"])
+    parse_gin_config(
+        None,
+        [
+            "OnPolicyTrainer.unroll_length = 8",
+            "OnPolicyTrainer.num_envs = 2",
+            "OnPolicyTrainer.num_iterations = 1",
+            "PPOAlgorithm.num_epochs = 1",
+        ],
+    )
     OnPolicyTrainer(str(tmp_path), device="cpu", progress_bar=False).train()
     # Limits and intervals may change ...
-    parse_gin_config(None, ["OnPolicyTrainer.unroll_length = 8", "OnPolicyTrainer.num_envs = 2",
-                            "OnPolicyTrainer.num_iterations = 2", "PPOAlgorithm.num_epochs = 1",
-                            "OnPolicyTrainer.eval_interval = 7"])
-    assert OnPolicyTrainer(str(tmp_path), device="cpu",
-                           progress_bar=False).train()["iteration"] == 2
+    parse_gin_config(
+        None,
+        [
+            "OnPolicyTrainer.unroll_length = 8",
+            "OnPolicyTrainer.num_envs = 2",
+            "OnPolicyTrainer.num_iterations = 2",
+            "PPOAlgorithm.num_epochs = 1",
+            "OnPolicyTrainer.eval_interval = 7",
+        ],
+    )
+    assert (
+        OnPolicyTrainer(str(tmp_path), device="cpu", progress_bar=False).train()["iteration"] == 2
+    )
     saved = open(tmp_path / "operative_config.gin").read()
     # ... what an iteration computes may not.
-    parse_gin_config(None, ["OnPolicyTrainer.unroll_length = 8", "OnPolicyTrainer.num_envs = 2",
-                            "OnPolicyTrainer.num_iterations = 3", "PPOAlgorithm.num_epochs = 2"])
+    parse_gin_config(
+        None,
+        [
+            "OnPolicyTrainer.unroll_length = 8",
+            "OnPolicyTrainer.num_envs = 2",
+            "OnPolicyTrainer.num_iterations = 3",
+            "PPOAlgorithm.num_epochs = 2",
+        ],
+    )
     with pytest.raises(ValueError, match=r"PPOAlgorithm.num_epochs: 1 -> 2.*new --root_dir"):
         OnPolicyTrainer(str(tmp_path), device="cpu", progress_bar=False)
     assert open(tmp_path / "operative_config.gin").read() == saved  # untouched
     # Explicitly allowed: resumed, the old config kept beside the new one.
-    trainer = OnPolicyTrainer(str(tmp_path), device="cpu", progress_bar=False,
-                              allow_config_change=True)
+    trainer = OnPolicyTrainer(
+        str(tmp_path), device="cpu", progress_bar=False, allow_config_change=True
+    )
     assert trainer.train()["iteration"] == 3
     assert "PPOAlgorithm.num_epochs = 1" in open(tmp_path / "operative_config.2.gin").read()
     assert "PPOAlgorithm.num_epochs = 2" in open(tmp_path / "operative_config.gin").read()
@@ -398,27 +428,38 @@ def test_gin_file_bindings_overridden_by_the_code_are_errors_alternatives_warnin
     tmp_path, caplog
 ):
     config = tmp_path / "mine.gin"
-    config.write_text("include 'ppo_cartpole.gin'\nOnPolicyTrainer.num_iterations = 1\n"
-                      "SGDEntropyTargetAlgorithm.target_entropy = 0.3\n")
+    config.write_text(
+        "include 'ppo_cartpole.gin'\nOnPolicyTrainer.num_iterations = 1\n"
+        "SGDEntropyTargetAlgorithm.target_entropy = 0.3\n"
+    )
     parse_gin_config([str(config)], [])
     with caplog.at_level(logging.WARNING):
         OnPolicyTrainer(str(tmp_path / "ok"), device="cpu").close()
     assert "SGDEntropyTargetAlgorithm.target_entropy (in mine.gin)" in caplog.text
     gin.clear_config()
     # FusedAdam is built, but the default optimiser passes lr itself.
-    config.write_text("include 'ppo_cartpole.gin'\nOnPolicyTrainer.num_iterations = 1\n"
-                      "FusedAdam.lr = 0.1\n")
+    config.write_text(
+        "include 'ppo_cartpole.gin'\nOnPolicyTrainer.num_iterations = 1\nFusedAdam.lr = 0.1\n"
+    )
     parse_gin_config([str(config)], [])
     with pytest.raises(GinConfigError, match=r"FusedAdam.lr \(in mine.gin\)"):
         OnPolicyTrainer(str(tmp_path / "bad"), device="cpu")
 
 
-@pytest.mark.parametrize("swap, dropped", [
-    ("PPOAlgorithm.entropy_target_cls = @PIDEntropyTargetAlgorithm",
-     ["EntropyTargetAlgorithm.initial_alpha", "EntropyTargetAlgorithm.target_entropy",
-      "EntropyTargetAlgorithm.max_alpha_change_per_iteration"]),
-    ("PPOAlgorithm.entropy_target_cls = @SGDEntropyTargetAlgorithm", None),
-])
+@pytest.mark.parametrize(
+    "swap, dropped",
+    [
+        (
+            "PPOAlgorithm.entropy_target_cls = @PIDEntropyTargetAlgorithm",
+            [
+                "EntropyTargetAlgorithm.initial_alpha",
+                "EntropyTargetAlgorithm.target_entropy",
+                "EntropyTargetAlgorithm.max_alpha_change_per_iteration",
+            ],
+        ),
+        ("PPOAlgorithm.entropy_target_cls = @SGDEntropyTargetAlgorithm", None),
+    ],
+)
 def test_swapping_the_controller_class_never_drops_its_target_silently(tmp_path, swap, dropped):
     """ppo_cartpole.gin's target (0.68 -> 0.58) and initial alpha are the staged class's
     bindings: a swap that leaves them to the other class's defaults stops, naming them;
@@ -426,10 +467,15 @@ def test_swapping_the_controller_class_never_drops_its_target_silently(tmp_path,
     params = ["OnPolicyTrainer.num_iterations = 1", swap]
     parse_gin_config(["ppo_cartpole.gin"], params)
     if dropped is None:  # the settings rebound for the new class: it builds with them
-        parse_gin_config(["ppo_cartpole.gin"], params + [
-            "SGDEntropyTargetAlgorithm.initial_alpha = 0.1",
-            "SGDEntropyTargetAlgorithm.max_alpha_change_per_iteration = 2.5",
-            "SGDEntropyTargetAlgorithm.target_entropy = @LinearScheduler()"])
+        parse_gin_config(
+            ["ppo_cartpole.gin"],
+            params
+            + [
+                "SGDEntropyTargetAlgorithm.initial_alpha = 0.1",
+                "SGDEntropyTargetAlgorithm.max_alpha_change_per_iteration = 2.5",
+                "SGDEntropyTargetAlgorithm.target_entropy = @LinearScheduler()",
+            ],
+        )
         trainer = OnPolicyTrainer(str(tmp_path / "ok"), device="cpu")
         assert float(trainer.algorithm.entropy_target_algorithm.target_entropy) == 0.68
         trainer.close()
@@ -453,13 +499,15 @@ def test_a_scoped_call_does_not_judge_the_unscoped_bindings(tmp_path, caplog):
     # LinearScheduler bindings were for a target the user replaced by a number:
     # a configurable this run does not build (a warning), not an error.
     config = tmp_path / "mine.gin"
-    config.write_text("include 'ppo_cartpole.gin'\nOnPolicyTrainer.num_iterations = 1\n"
-                      "FusedAdam.lr_schedule = @lr/LinearScheduler()\n"
-                      "lr/LinearScheduler.progress_type = 'percent'\n"
-                      "lr/LinearScheduler.schedule = [(0, 1.0), (1.0, 0.0)]\n"
-                      "LinearScheduler.progress_type = 'percent'\n"
-                      "LinearScheduler.schedule = [(0, 0.6), (1.0, 0.5)]\n"
-                      "EntropyTargetAlgorithm.target_entropy = 0.5\n")
+    config.write_text(
+        "include 'ppo_cartpole.gin'\nOnPolicyTrainer.num_iterations = 1\n"
+        "FusedAdam.lr_schedule = @lr/LinearScheduler()\n"
+        "lr/LinearScheduler.progress_type = 'percent'\n"
+        "lr/LinearScheduler.schedule = [(0, 1.0), (1.0, 0.0)]\n"
+        "LinearScheduler.progress_type = 'percent'\n"
+        "LinearScheduler.schedule = [(0, 0.6), (1.0, 0.5)]\n"
+        "EntropyTargetAlgorithm.target_entropy = 0.5\n"
+    )
     parse_gin_config([str(config)], [])
     with caplog.at_level(logging.WARNING):
         OnPolicyTrainer(str(tmp_path / "ok"), device="cpu").close()

@@ -1,4 +1,5 @@
 """Issue 13: either training limit, whichever is reached first (ALF's rule)."""
+
 import functools
 
 import pytest
@@ -84,8 +85,10 @@ def test_percent_follows_the_binding_limit(tmp_path, monkeypatch, limits, expect
 
 def test_a_percent_schedule_spans_the_run_under_either_limit(tmp_path, monkeypatch):
     scheduler = schedulers.LinearScheduler("percent", [(0, 1.0), (1, 0.0)])
-    for name, limits in [("it", dict(num_iterations=4, num_env_steps=10_000)),
-                         ("steps", dict(num_iterations=100, num_env_steps=128))]:
+    for name, limits in [
+        ("it", dict(num_iterations=4, num_env_steps=10_000)),
+        ("steps", dict(num_iterations=100, num_env_steps=128)),
+    ]:
         values = []
         original = OnPolicyTrainer._train_iteration
 
@@ -119,8 +122,11 @@ def test_resume_within_and_past_the_limit(tmp_path, caplog):
     first = latest_checkpoint(str(tmp_path / "checkpoints"))
 
     # Already at (or past) the limit: nothing is done, no checkpoint written.
-    for limits in (dict(num_iterations=2), dict(num_iterations=1),
-                   dict(num_env_steps=2 * STEPS_PER_ITERATION)):
+    for limits in (
+        dict(num_iterations=2),
+        dict(num_iterations=1),
+        dict(num_env_steps=2 * STEPS_PER_ITERATION),
+    ):
         trainer = _trainer(tmp_path, **limits)
         with caplog.at_level("INFO"):
             result = trainer.train()
@@ -145,10 +151,14 @@ def test_resume_within_and_past_the_limit(tmp_path, caplog):
         (dict(), "at least one of num_iterations and num_env_steps must be positive"),
         (dict(num_iterations=0, num_env_steps=0), "at least one"),
         (dict(num_iterations=None, num_env_steps=None), "at least one"),
-        (dict(num_iterations=-3),
-         r"num_iterations must be an int >= 0 or None \(0 or None: no limit\)"),
-        (dict(num_iterations=2, num_env_steps=-1),
-         r"num_env_steps must be an int >= 0 or None \(0 or None: no limit\)"),
+        (
+            dict(num_iterations=-3),
+            r"num_iterations must be an int >= 0 or None \(0 or None: no limit\)",
+        ),
+        (
+            dict(num_iterations=2, num_env_steps=-1),
+            r"num_env_steps must be an int >= 0 or None \(0 or None: no limit\)",
+        ),
         (dict(num_iterations=True), "num_iterations must be"),
     ],
 )
@@ -158,8 +168,9 @@ def test_no_positive_limit_is_a_clear_error(tmp_path, limits, match):
 
 
 @pytest.mark.parametrize("absl_handler", [False, True])
-def test_log_lines_are_written_through_the_progress_bar(tmp_path, capsys, monkeypatch,
-                                                        absl_handler):
+def test_log_lines_are_written_through_the_progress_bar(
+    tmp_path, capsys, monkeypatch, absl_handler
+):
     """A log line during training starts on its own line, not after the bar's text
     (a plain console handler, or absl's, which ``app.run`` installs)."""
     import logging
@@ -180,8 +191,14 @@ def test_log_lines_are_written_through_the_progress_bar(tmp_path, capsys, monkey
     root.setLevel(logging.INFO)
     absl_logger.setLevel(logging.INFO)
     try:
-        _trainer(tmp_path, num_iterations=3, checkpoint_interval=None, eval_interval=1,
-                 num_eval_episodes=1, progress_bar=True).train()
+        _trainer(
+            tmp_path,
+            num_iterations=3,
+            checkpoint_interval=None,
+            eval_interval=1,
+            num_eval_episodes=1,
+            progress_bar=True,
+        ).train()
         # Training is over: the console handler is back, and only it.
         assert console in root.handlers
         assert not any(type(h).__name__ == "_TqdmLoggingHandler" for h in root.handlers)
@@ -197,14 +214,19 @@ def test_log_lines_are_written_through_the_progress_bar(tmp_path, capsys, monkey
     for line in logged:
         # tqdm.write clears the bar (a carriage return) before the line.
         assert line.rsplit("\r", 1)[-1].startswith("LOG iteration"), repr(line)
-    glued = [seg for line in err.split("\n") for seg in line.split("\r")
-             if ("it/s" in seg or "s/it" in seg) and ("LOG" in seg or "WARNING" in seg)]
+    glued = [
+        seg
+        for line in err.split("\n")
+        for seg in line.split("\r")
+        if ("it/s" in seg or "s/it" in seg) and ("LOG" in seg or "WARNING" in seg)
+    ]
     assert not glued, glued
 
 
 def test_no_progress_bar_where_stderr_is_not_a_terminal(tmp_path, capsys):
     """``alf-entropy-train ... 2> log``: the log gets no bar updates."""
-    _trainer(tmp_path, num_iterations=3, checkpoint_interval=None, eval_interval=None,
-             progress_bar=True).train()
+    _trainer(
+        tmp_path, num_iterations=3, checkpoint_interval=None, eval_interval=None, progress_bar=True
+    ).train()
     err = capsys.readouterr().err
     assert not [line for line in err.split("\n") if "it/s" in line or "s/it" in line], err

@@ -1,4 +1,5 @@
 """Tests of the shared argument checks and the masked mean."""
+
 import math
 
 import numpy as np

@@ -1,4 +1,5 @@
 """Tests for alf_entropy.utils.dist_utils."""
+
 import collections
 import math
 
@@ -208,9 +209,11 @@ def test_affine_transformed_normal_is_exact():
     # element-wise base with a composed, event_dim=1 affine and a scalar scale
     dist2 = td.TransformedDistribution(
         td.Normal(loc, scale),
-        [td.ComposeTransform([
-            td.AffineTransform(0.0, 2.0), td.AffineTransform(0.0, a_scale, event_dim=1)
-        ])],
+        [
+            td.ComposeTransform(
+                [td.AffineTransform(0.0, 2.0), td.AffineTransform(0.0, a_scale, event_dim=1)]
+            )
+        ],
     )
     assert dist2.batch_shape == (4,) and dist2.event_shape == (3,)
     expected2 = td.Independent(td.Normal(loc, 2.0 * scale * a_scale.abs()), 1).entropy()

@@ -1,4 +1,5 @@
 """Tests for alf_entropy.utils.nest (flatten/pack/map over nests)."""
+
 import collections
 
 import pytest

@@ -1,5 +1,6 @@
 """Tests for alf_entropy/utils/optimizers.py: FusedAdam is torch's fused Adam;
 masked_optimizer_step skips an update exactly, with or without host reads."""
+
 import pickle
 
 import pytest
@@ -64,7 +65,8 @@ def test_fused_adam_follows_its_lr_schedule():
         ref_opt.step()
         # Each group's own learning rate, scaled.
         assert [g["lr"] for g in opt.param_groups] == pytest.approx(
-            [3e-3 * (1 - it / 10), 1e-2 * (1 - it / 10)])
+            [3e-3 * (1 - it / 10), 1e-2 * (1 - it / 10)]
+        )
         assert _same(params, ref)
     # At factor 0 a step moves nothing.
     before = [p.detach().clone() for p in params]
@@ -80,11 +82,14 @@ def test_fused_adam_follows_its_lr_schedule():
     assert [g["lr"] for g in restored.param_groups] == pytest.approx([1.5e-3, 5e-3])
 
 
-@pytest.mark.parametrize("kwargs, error, name", [
-    ({"lr": -1e-3}, ValueError, "lr"),
-    ({"lr": "1e-3"}, TypeError, "lr"),
-    ({"lr_schedule": 0.5}, TypeError, "lr_schedule"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, name",
+    [
+        ({"lr": -1e-3}, ValueError, "lr"),
+        ({"lr": "1e-3"}, TypeError, "lr"),
+        ({"lr_schedule": 0.5}, TypeError, "lr_schedule"),
+    ],
+)
 def test_fused_adam_rejects_bad_arguments(kwargs, error, name):
     with pytest.raises(error, match=name):
         FusedAdam(_params(), **kwargs)

@@ -1,12 +1,20 @@
 """The training progress has one owner, alf_entropy.utils.progress."""
+
 import pytest
 
 from alf_entropy.utils import progress, schedulers, summary
 
 
 def test_schedulers_and_summary_hand_out_the_progress_modules_own_functions():
-    for name in ("update_progress", "get_progress", "reset_progress", "get_all_progress",
-                 "set_all_progress", "progress_was_fed", "PROGRESS_TYPES"):
+    for name in (
+        "update_progress",
+        "get_progress",
+        "reset_progress",
+        "get_all_progress",
+        "set_all_progress",
+        "progress_was_fed",
+        "PROGRESS_TYPES",
+    ):
         assert getattr(schedulers, name) is getattr(progress, name)
     for name in ("get_global_counter", "set_global_counter", "increment_global_counter"):
         assert getattr(summary, name) is getattr(progress, name)

@@ -1,4 +1,5 @@
 """ReplayBuffer: ring-buffer writes, uniform sampling, state round trip, errors."""
+
 import numpy as np
 import pytest
 import torch

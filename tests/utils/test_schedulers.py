@@ -1,4 +1,5 @@
 """Tests for ``alf_entropy.utils.schedulers``: values, progress, errors, gin."""
+
 import math
 
 import gin
@@ -57,8 +58,14 @@ def test_unknown_progress_type_names_it_and_allowed():
 
 @pytest.mark.parametrize(
     "bad, error",
-    [(-1, ValueError), (float("nan"), ValueError), (float("inf"), ValueError),
-     ("3", TypeError), (None, TypeError), (True, TypeError)],
+    [
+        (-1, ValueError),
+        (float("nan"), ValueError),
+        (float("inf"), ValueError),
+        ("3", TypeError),
+        (None, TypeError),
+        (True, TypeError),
+    ],
 )
 def test_update_progress_rejects_bad_values(bad, error):
     with pytest.raises(error, match="value"):
@@ -77,8 +84,12 @@ def test_reset_and_save_restore_all_progress():
     update_progress("percent", 0.25)
     summary.set_global_counter(10)
     saved = get_all_progress()
-    assert saved == {"iterations": 10.0, "env_steps": 2000.0, "percent": 0.25,
-                     "global_counter": 10.0}
+    assert saved == {
+        "iterations": 10.0,
+        "env_steps": 2000.0,
+        "percent": 0.25,
+        "global_counter": 10.0,
+    }
     saved["iterations"] = 99.0  # a copy: mutating it changes nothing
     assert get_progress("iterations") == 10.0
 
@@ -86,8 +97,7 @@ def test_reset_and_save_restore_all_progress():
     assert get_all_progress() == dict.fromkeys(schedulers.PROGRESS_TYPES, 0.0)
     assert summary.get_global_counter() == 0
 
-    set_all_progress({"iterations": 10, "env_steps": 2000, "percent": 0.25,
-                      "global_counter": 10})
+    set_all_progress({"iterations": 10, "env_steps": 2000, "percent": 0.25, "global_counter": 10})
     assert get_all_progress()["env_steps"] == 2000.0
     assert summary.get_global_counter() == 10
 
@@ -143,14 +153,15 @@ def test_base_scheduler():
 
 def test_step_scheduler_at_and_between_knots():
     s = StepScheduler("iterations", [(10, 1.0), (20, 2.0), (30, 3.0)])
-    expected = {0: 1.0, 9.99: 1.0, 10: 2.0, 15: 2.0, 19: 2.0, 20: 3.0, 30: 3.0,
-                1e6: 3.0}
+    expected = {0: 1.0, 9.99: 1.0, 10: 2.0, 15: 2.0, 19: 2.0, 20: 3.0, 30: 3.0, 1e6: 3.0}
     for p, v in expected.items():
         update_progress("iterations", p)
         assert s() == v, p
     assert s.final_value() == 3.0
-    assert repr(s) == ("StepScheduler('iterations', [(10.0, 1.0), (20.0, 2.0), "
-                       "(30.0, 3.0)], warm_up_period=0.0, start=0.0)")
+    assert repr(s) == (
+        "StepScheduler('iterations', [(10.0, 1.0), (20.0, 2.0), "
+        "(30.0, 3.0)], warm_up_period=0.0, start=0.0)"
+    )
 
 
 def test_step_scheduler_warm_up():
@@ -185,9 +196,7 @@ def test_linear_scheduler_at_and_between_knots():
         update_progress("percent", p)
         assert s() == pytest.approx(v), p
     assert s.final_value() == 0.0
-    assert repr(s) == (
-        "LinearScheduler('percent', [(0.0, 1.0), (0.5, -1.0), (1.0, 0.0)])"
-    )
+    assert repr(s) == ("LinearScheduler('percent', [(0.0, 1.0), (0.5, -1.0), (1.0, 0.0)])")
 
 
 def test_linear_scheduler_jump_with_repeated_knot():
@@ -214,17 +223,16 @@ def test_linear_scheduler_errors():
 
 
 def test_exponential_scheduler():
-    s = ExponentialScheduler(
-        "env_steps", initial_value=2.0, decay_rate=0.5, decay_time=100
-    )
-    for p, v in {0: 2.0, 100: 1.0, 200: 0.5, 50: 2.0 * 0.5 ** 0.5}.items():
+    s = ExponentialScheduler("env_steps", initial_value=2.0, decay_rate=0.5, decay_time=100)
+    for p, v in {0: 2.0, 100: 1.0, 200: 0.5, 50: 2.0 * 0.5**0.5}.items():
         update_progress("env_steps", p)
         assert s() == pytest.approx(v), p
     assert s.final_value() == 0.0
     assert ExponentialScheduler("env_steps", 2.0, 1.0, 1).final_value() == 2.0
     assert ExponentialScheduler("env_steps", -2.0, 3.0, 1).final_value() == -math.inf
-    assert repr(s) == ("ExponentialScheduler('env_steps', initial_value=2.0, "
-                       "decay_rate=0.5, decay_time=100.0)")
+    assert repr(s) == (
+        "ExponentialScheduler('env_steps', initial_value=2.0, decay_rate=0.5, decay_time=100.0)"
+    )
 
 
 @pytest.mark.parametrize(
@@ -259,16 +267,15 @@ def test_cyclical_scheduler_step_mode():
 
 
 def test_cyclical_scheduler_linear_mode():
-    s = CyclicalScheduler(
-        "iterations", 0.0, 1.0, half_cycle_size=4, switch_mode="linear"
-    )
-    expected = {0: 0.0, 1: 0.25, 2: 0.5, 4: 1.0, 5: 0.75, 6: 0.5, 8: 0.0, 10: 0.5,
-                12: 1.0}
+    s = CyclicalScheduler("iterations", 0.0, 1.0, half_cycle_size=4, switch_mode="linear")
+    expected = {0: 0.0, 1: 0.25, 2: 0.5, 4: 1.0, 5: 0.75, 6: 0.5, 8: 0.0, 10: 0.5, 12: 1.0}
     for p, v in expected.items():
         update_progress("iterations", p)
         assert s() == pytest.approx(v), p
-    assert repr(s) == ("CyclicalScheduler('iterations', base_lr=0.0, bound_lr=1.0, "
-                       "half_cycle_size=4.0, switch_mode='linear')")
+    assert repr(s) == (
+        "CyclicalScheduler('iterations', base_lr=0.0, bound_lr=1.0, "
+        "half_cycle_size=4.0, switch_mode='linear')"
+    )
 
 
 def test_cyclical_scheduler_percent_rounding():
@@ -285,10 +292,7 @@ def test_cyclical_scheduler_percent_rounding():
     [
         (dict(base_lr=1.0, bound_lr=0.0, half_cycle_size=0), "half_cycle_size"),
         (dict(base_lr=1.0, bound_lr=0.0, half_cycle_size=-1), "half_cycle_size"),
-        (
-            dict(base_lr=1.0, bound_lr=0.0, half_cycle_size=1, switch_mode="cos"),
-            "switch_mode",
-        ),
+        (dict(base_lr=1.0, bound_lr=0.0, half_cycle_size=1, switch_mode="cos"), "switch_mode"),
         (dict(base_lr=None, bound_lr=0.0, half_cycle_size=1), "base_lr"),
     ],
 )

@@ -1,4 +1,5 @@
 """Tests for ``alf_entropy.utils.summary``: event files, gating, scopes, counter."""
+
 import numbers
 
 import numpy as np

@@ -1,4 +1,5 @@
 """Tests for alf_entropy.utils.value_ops (GAE)."""
+
 import numpy as np
 import pytest
 import torch
