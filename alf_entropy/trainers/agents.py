@@ -6,12 +6,10 @@ each one's target and run directory (one agent: ``root_dir`` itself), the algori
 ``operative_config.gin``.
 """
 
-import functools
 import os
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import gin
-import torch
 
 from alf_entropy.algorithms.agent_batch import agent_dir
 from alf_entropy.storage import checkpoints as ckpt
@@ -20,38 +18,10 @@ from alf_entropy.utils import distributed
 from alf_entropy.utils.checks import check_int
 from alf_entropy.utils.seeding import MAX_SEED
 
-__all__ = ["Agents", "agent_operative_config"]
+__all__ = ["Agents"]
 
 BATCH_CONFIGURABLES = frozenset({"ManyAgents", "ManySacAgents", "BatchedAdam"})
 """The configurables of a batch of agents, which a single run does not build."""
-
-
-def agent_operative_config(text: str, trainer: str, seed: int, controller: str, target: Any) -> str:
-    """An agent's ``operative_config.gin``: the bindings of the batch's ``text`` (read by
-    gin's parser) as the single run of the agent has them -- the ``trainer``'s ``seed`` the
-    agent's, ``num_agents``, ``seeds`` and ``target_entropies`` a single run's, the batch's
-    own configurables (:data:`BATCH_CONFIGURABLES`) left out, ``<controller>.target_entropy``
-    the agent's own ``target`` (a number as a binding, anything else as a comment) -- one
-    per line in gin's order, the batch's: the report reads its seed and groups it with
-    that run."""
-    own = {
-        f"{trainer}.seed": repr(seed),
-        f"{trainer}.num_agents": "1",
-        f"{trainer}.seeds": "None",
-        f"{trainer}.target_entropies": "None",
-    }
-    number = isinstance(target, (int, float)) and not isinstance(target, bool)
-    if target is not None:
-        own[f"{controller}.target_entropy"] = repr(target) if number else None
-    bindings = {}
-    for key, value in read_bindings(text).items():
-        if split_key(key)[1] not in BATCH_CONFIGURABLES:
-            bindings[key] = own.pop(key.rpartition("/")[2], value)
-    bindings.update((k, v) for k, v in own.items() if k.endswith((".seed", ".target_entropy")))
-    config = write_bindings({k: v for k, v in bindings.items() if v is not None})
-    if target is not None and not number:
-        config += f"# {controller}.target_entropy: {target} (this agent's)\n"
-    return config
 
 
 class Agents:
@@ -89,48 +59,46 @@ class Agents:
                 "bind the controller's target_entropy"
             )
         self.seeds, self.targets = seeds, target_entropies
-
-    @property
-    def dirs(self) -> List[str]:
+        self._targets = target_entropies or [None] * len(seeds or [])
+        self.dirs = (
+            [""] if seeds is None else [agent_dir(s, t) for s, t in zip(seeds, self._targets)]
+        )
         """Each agent's run directory, relative to ``root_dir`` (one agent: ``[""]``)."""
-        return (
-            [""]
-            if self.seeds is None
-            else [
-                agent_dir(s, t)
-                for s, t in zip(self.seeds, self.targets or [None] * len(self.seeds))
-            ]
-        )
-
-    def algorithm_ctor(
-        self,
-        batch_cls: Callable[..., Any],
-        algorithm_ctor: Callable[..., Any],
-        device: torch.device,
-    ) -> Callable[..., Any]:
-        """``algorithm_ctor`` for one agent, else a ctor of ``batch_cls`` of the K agents."""
-        if self.seeds is None:
-            return algorithm_ctor
-        return functools.partial(
-            batch_cls,
-            seeds=self.seeds,
-            algorithm_ctor=algorithm_ctor,
-            target_entropies=self.targets,
-            device=device,
-        )
 
     def write_configs(self, root_dir: str, trainer: str, algorithm: Any) -> None:
         """Each agent's ``operative_config.gin`` in its directory (one agent: none but the
-        run's own)."""
+        run's own): the bindings of the batch's (read by gin's parser) as the single run of
+        the agent has them -- the ``trainer``'s ``seed`` the agent's, ``num_agents``,
+        ``seeds`` and ``target_entropies`` a single run's, the batch's own configurables
+        (:data:`BATCH_CONFIGURABLES`) left out, the controller's ``target_entropy`` the
+        agent's own target (a number as a binding, anything else as a comment) -- one per
+        line in gin's order, the batch's: the report reads its seed and groups it with
+        that run."""
         if self.seeds is None or not distributed.is_main_process():
             return
         controller = type(algorithm.entropy_target_algorithm).__name__
-        text = gin.operative_config_str()
-        for name, seed, target in zip(
-            self.dirs, self.seeds, self.targets or [None] * len(self.seeds)
-        ):
-            config = agent_operative_config(text, trainer, seed, controller, target).encode()
+        batch = read_bindings(gin.operative_config_str())
+        for name, seed, target in zip(self.dirs, self.seeds, self._targets):
+            own = {
+                f"{trainer}.seed": repr(seed),
+                f"{trainer}.num_agents": "1",
+                f"{trainer}.seeds": "None",
+                f"{trainer}.target_entropies": "None",
+            }
+            number = isinstance(target, (int, float)) and not isinstance(target, bool)
+            if target is not None:
+                own[f"{controller}.target_entropy"] = repr(target) if number else None
+            bindings = {}
+            for key, value in batch.items():
+                if split_key(key)[1] not in BATCH_CONFIGURABLES:
+                    bindings[key] = own.pop(key.rpartition("/")[2], value)
+            bindings.update(
+                (k, v) for k, v in own.items() if k.endswith((".seed", ".target_entropy"))
+            )
+            config = write_bindings({k: v for k, v in bindings.items() if v is not None})
+            if target is not None and not number:
+                config += f"# {controller}.target_entropy: {target} (this agent's)\n"
             ckpt.atomic_write_bytes(
                 os.path.join(root_dir, name, "operative_config.gin"),
-                lambda f, config=config: f.write(config),
+                lambda f: f.write(config.encode()),
             )

@@ -102,24 +102,33 @@ class OffPolicyTrainer(Trainer):
         stop_eval_return: Optional[float] = None,
         callbacks: Sequence[Callback] = (),
     ):
-        run = trainer_arguments(locals())
-        name = type(self).__name__
-        for arg in ("replay_buffer_length", "mini_batch_size"):  # totals, as num_envs
-            setattr(self, f"_{arg}", ranks.per_rank(f"{name}.{arg}", run.pop(arg)))
-        if self._mini_batch_size > self._replay_buffer_length:
+        run = trainer_arguments(
+            locals(),
+            "initial_collect_steps",
+            "replay_buffer_length",
+            "mini_batch_size",
+            "num_updates_per_train_iter",
+            "checkpoint_replay_buffer",
+        )
+        name = type(self).__name__  # the sizes are totals over all ranks, as num_envs
+        self._replay_buffer_length = ranks.per_rank(
+            f"{name}.replay_buffer_length", replay_buffer_length
+        )
+        self._mini_batch_size = ranks.per_rank(f"{name}.mini_batch_size", mini_batch_size)
+        if mini_batch_size > replay_buffer_length:
             raise ValueError(
                 f"mini_batch_size ({mini_batch_size}) must be <= replay_buffer_length "
                 f"({replay_buffer_length})"
             )
-        n = check_int("initial_collect_steps", run.pop("initial_collect_steps"), minimum=0)
+        n = check_int("initial_collect_steps", initial_collect_steps, minimum=0)
         self._initial_collect_steps = n
         self._learning_starts = max(
             1, min(n // distributed.env_world_size(), self._replay_buffer_length)
         )
         self._num_updates = check_int(
-            "num_updates_per_train_iter", run.pop("num_updates_per_train_iter"), minimum=1
+            "num_updates_per_train_iter", num_updates_per_train_iter, minimum=1
         )
-        self._checkpoint_replay_buffer = bool(run.pop("checkpoint_replay_buffer"))
+        self._checkpoint_replay_buffer = bool(checkpoint_replay_buffer)
         if not self._checkpoint_replay_buffer:
             logging.warning(
                 "checkpoint_replay_buffer=False: checkpoints omit the replay "

@@ -101,8 +101,8 @@ class OnPolicyTrainer(Trainer):
         stop_eval_return: Optional[float] = None,
         callbacks: Sequence[Callback] = (),
     ):
-        run = trainer_arguments(locals())
-        self._unroll_length = check_int("unroll_length", run.pop("unroll_length"), minimum=1)
+        run = trainer_arguments(locals(), "unroll_length")
+        self._unroll_length = check_int("unroll_length", unroll_length, minimum=1)
         super().__init__(steps_per_env=self._unroll_length, **run)
 
     def _train_iteration(self) -> int:

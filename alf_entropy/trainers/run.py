@@ -9,6 +9,7 @@ them, holds the counters and its checkpoints (``Checkpointer``): it resumes from
 newest that fits, environments included.
 """
 
+import functools
 from typing import Any, Callable, Dict, Optional
 
 import torch
@@ -107,9 +108,15 @@ class Run:
         probe = env_ctor(env_id, num_envs=1, seed=seed, device=self.device)
         self._observation_spec, self._action_spec = probe.observation_spec, probe.action_spec
         probe.close()
-        self.algorithm = self._build_algorithm(
-            agents.algorithm_ctor(self.agent_batch, algorithm_ctor, self.device)
-        )
+        if agents.seeds is not None:  # K agents: their batch
+            algorithm_ctor = functools.partial(
+                self.agent_batch,
+                seeds=agents.seeds,
+                algorithm_ctor=algorithm_ctor,
+                target_entropies=agents.targets,
+                device=self.device,
+            )
+        self.algorithm = self._build_algorithm(algorithm_ctor)
         self.algorithm.to(self.device)
         self.device = distributed.init_from_env(self.device)
         if distributed.is_distributed():

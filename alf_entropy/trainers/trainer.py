@@ -45,18 +45,20 @@ EVAL_SEED_OFFSET = 1_000_003
 """Evaluation environments are seeded ``seed + EVAL_SEED_OFFSET`` (apart from training's)."""
 
 
-def trainer_arguments(local_vars: Dict[str, Any]) -> Dict[str, Any]:
-    """A concrete trainer's arguments: the ``locals()`` its ``__init__`` takes first thing,
-    without ``self`` (and the ``__class__`` that ``super()`` adds)."""
-    return {k: v for k, v in local_vars.items() if k not in ("self", "__class__")}
+def trainer_arguments(local_vars: Dict[str, Any], *own: str) -> Dict[str, Any]:
+    """What a concrete trainer passes to :class:`Trainer`: the ``locals()`` its ``__init__``
+    takes first thing (its arguments), without its ``own`` ones, ``self`` and the
+    ``__class__`` that ``super()`` adds."""
+    return {k: v for k, v in local_vars.items() if k not in ("self", "__class__", *own)}
 
 
 class Trainer(Run):
     """The shared training loop (see the module docstring).
 
-    A concrete trainer takes its own arguments out of :func:`trainer_arguments` and passes
-    the rest here: this builds from them what :class:`~alf_entropy.trainers.run.Run` is
-    composed of (each checked where it is built) and the callbacks.
+    A concrete trainer passes the arguments that are not its own here
+    (:func:`trainer_arguments`): this builds from them the parts
+    :class:`~alf_entropy.trainers.run.Run` is composed of (each checked where it is
+    built) and the callbacks.
 
     Args:
         root_dir: where summaries, checkpoints and the config go (``RunDir``).
