@@ -3,7 +3,8 @@
 :func:`parse_gin_config` registers the package's configurables
 (:mod:`~alf_entropy.config.configurables`: the package's ``configs/`` on gin's search
 path too), finds ``--gin_file ppo_cartpole`` by name, and turns a missing file or a bad
-binding into one :class:`GinConfigError` line.
+binding into one :class:`GinConfigError` line; it notes where each binding was written
+(:func:`binding_sources`), which a trainer's unused-binding check names.
 """
 
 import contextlib

@@ -1,9 +1,9 @@
 """K agents in one trainer: their seeds, run directories and operative configs.
 
 :class:`Agents` is what a trainer knows of its agents: the seeds (``None``: one agent),
-each one's target and run directory (one agent: ``root_dir`` itself), the algorithm ctor
-(one agent's, or the batch's, which checks the seeds and targets) and each agent's
-``operative_config.gin``.
+each one's target and run directory (one agent: ``root_dir`` itself) and each agent's
+``operative_config.gin``.  The run builds the K agents as one batch, which checks the
+seeds and targets further.
 """
 
 import os

@@ -1,12 +1,13 @@
 """``Run``: a training run's services -- its directory, agents, envs, counters and checkpoints.
 
 :class:`~alf_entropy.trainers.trainer.Trainer` is the loop on top.  A run is composed of
-what the concrete trainer built from its arguments, each checked where it is built: the
+what ``Trainer`` built from the trainer's arguments, each checked where it is built: the
 run directory (``RunDir``: lock, config check, ``operative_config.gin``), the ``Limits``,
 the ``Agents`` (one, or K built as one batch speaking one agent's protocol) and this
-rank's share of the environments.  The run builds the algorithm and environments for
-them, holds the counters and its checkpoints (``Checkpointer``): it resumes from the
-newest that fits, environments included.
+rank's share of the environments.  The run builds the algorithm (K agents: the
+trainer's ``agent_batch`` of them) and environments for them, holds the counters and its
+checkpoints (``Checkpointer``): it resumes from the newest that fits, environments
+included.
 """
 
 import functools
