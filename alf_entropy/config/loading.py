@@ -3,24 +3,32 @@
 :func:`parse_gin_config` registers the package's configurables
 (:mod:`~alf_entropy.config.configurables`: the package's ``configs/`` on gin's search
 path too), finds ``--gin_file ppo_cartpole`` by name, and turns a missing file or a bad
-binding into one :class:`GinConfigError` line.
+binding into one :class:`GinConfigError` line; it notes where each binding was written
+(:func:`binding_sources`), which a trainer's unused-binding check names.
 """
 
 import contextlib
 import logging as py_logging
 import os
-from typing import Iterator, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import gin
 
 from alf_entropy.config import CONFIG_DIR
-from alf_entropy.storage.bindings import TRAINER_BINDING, GinConfigError, note_sources
+from alf_entropy.storage.bindings import (
+    TRAINER_BINDING,
+    GinConfigError,
+    note_sources,
+    read_bindings,
+    split_key,
+)
 
 __all__ = [
     "CONFIG_DIR",
     "DEFAULT_GIN_FILE",
     "GinConfigError",
     "TRAINER_BINDING",
+    "binding_sources",
     "configured_trainer",
     "find_gin_file",
     "list_configs",
@@ -91,6 +99,24 @@ def find_gin_file(name: str) -> str:
     )
 
 
+def binding_sources(paths: Sequence[str], params: Sequence[str]) -> Dict[Tuple[str, str, str], str]:
+    """Where each binding (:func:`~alf_entropy.storage.bindings.split_key`) of the files at
+    ``paths``, then of ``params`` (``--gin_param``), was written: ``"A.x (in f.gin)"``,
+    ``"A.x = 1 (--gin_param)"``; the last one wins."""
+    where = {}
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            where.update(
+                (split_key(k), f"{k} (in {os.path.basename(path)})")
+                for k in read_bindings(f.read())
+            )
+    for param in params:
+        where.update(
+            (split_key(k), f"{' '.join(param.split())} (--gin_param)") for k in read_bindings(param)
+        )
+    return where
+
+
 @contextlib.contextmanager
 def _quiet_include_search() -> Iterator[None]:
     """Drop the "Path not found" line gin's resource reader logs (through the root logger)
@@ -131,5 +157,5 @@ def parse_gin_config(
             gin.parse_config_files_and_bindings(paths, list(gin_params or []))
     except (ValueError, TypeError, KeyError, IOError, SyntaxError) as e:
         raise GinConfigError(one_line(e)) from e
-    note_sources(paths, gin_params or [])
+    note_sources(binding_sources(paths, gin_params or []))
     return paths

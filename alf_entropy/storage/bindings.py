@@ -4,12 +4,11 @@
 ``operative_config.gin``).  :func:`check_bindings_used` (a trainer calls it once it has
 built what it builds, before it writes anything) refuses bindings nothing used.  Where
 each binding was written (a file, ``--gin_param``) is what the config loader
-(:mod:`alf_entropy.config`) noted with :func:`note_sources`.
+(:mod:`alf_entropy.config.loading`, which reads the files) noted with :func:`note_sources`.
 """
 
 import inspect
-import os
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, Tuple
 
 import gin
 from absl import logging
@@ -19,7 +18,6 @@ __all__ = [
     "GinConfigError",
     "LATE_CONFIGURABLES",
     "TRAINER_BINDING",
-    "binding_statements",
     "check_bindings_used",
     "note_sources",
     "read_bindings",
@@ -53,25 +51,18 @@ class _AsWritten(config_parser.ParserDelegate):
         return _Name(f"%{macro_name}")
 
 
-def binding_statements(text: str) -> List[config_parser.BindingStatement]:
-    """The binding statements of gin text, by gin's parser (includes are not followed;
-    a reference or macro's value is its text, ``@Adam``, ``%LR``)."""
-    return [
-        s
-        for s in config_parser.ConfigParser(text, _AsWritten())
-        if isinstance(s, config_parser.BindingStatement)
-    ]
-
-
 def read_bindings(text: str) -> Dict[str, str]:
-    """The bindings of gin text (:func:`binding_statements`).
+    """The bindings of gin text, by gin's parser (includes are not followed; a reference
+    or macro's value is its text, ``@Adam``, ``%LR``).
 
     Returns:
         ``"scope/Configurable.param"`` (a macro: its name) -> the value's
         canonical text (``(1, 2)`` however it was wrapped, ``@Adam``, ``%LR``).
     """
     out = {}
-    for statement in binding_statements(text):
+    for statement in config_parser.ConfigParser(text, _AsWritten()):
+        if not isinstance(statement, config_parser.BindingStatement):
+            continue
         scope = f"{statement.scope}/" if statement.scope else ""
         param = f".{statement.arg_name}" if statement.arg_name else ""
         out[scope + statement.selector + param] = repr(statement.value)
@@ -94,20 +85,9 @@ def split_key(key: str) -> Tuple[str, str, str]:
 _SOURCES = {}
 
 
-def note_sources(paths: Sequence[str], params: Sequence[str]) -> None:
-    """Note where each binding of the config now parsed was written (``paths``, then
-    ``params``: ``--gin_param``), for :func:`check_bindings_used`'s messages."""
-    where: Dict[Tuple[str, str, str], str] = {}
-    for path in paths:
-        with open(path, encoding="utf-8") as f:
-            where.update(
-                (split_key(k), f"{k} (in {os.path.basename(path)})")
-                for k in read_bindings(f.read())
-            )
-    for param in params:
-        where.update(
-            (split_key(k), f"{' '.join(param.split())} (--gin_param)") for k in read_bindings(param)
-        )
+def note_sources(where: Dict[Tuple[str, str, str], str]) -> None:
+    """Note where each binding (:func:`split_key`) of the config now parsed was written
+    (the config loader says), for :func:`check_bindings_used`'s messages."""
     _SOURCES.update(config=gin.config_str(), where=where)
 
 

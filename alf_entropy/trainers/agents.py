@@ -1,84 +1,27 @@
 """K agents in one trainer: their seeds, run directories and operative configs.
 
 :class:`Agents` is what a trainer knows of its agents: the seeds (``None``: one agent),
-each one's target and run directory (one agent: ``root_dir`` itself), the algorithm ctor
-(one agent's, or the batch's, which checks the seeds and targets) and each agent's
-``operative_config.gin``.
+each one's target and run directory (one agent: ``root_dir`` itself) and each agent's
+``operative_config.gin``.  The run builds the K agents as one batch, which checks the
+seeds and targets further.
 """
 
-import functools
 import os
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import gin
-import torch
 
 from alf_entropy.algorithms.agent_batch import agent_dir
 from alf_entropy.storage import checkpoints as ckpt
-from alf_entropy.storage.bindings import binding_statements
+from alf_entropy.storage.bindings import read_bindings, split_key, write_bindings
 from alf_entropy.utils import distributed
 from alf_entropy.utils.checks import check_int
 from alf_entropy.utils.seeding import MAX_SEED
 
-__all__ = ["Agents", "agent_operative_config"]
+__all__ = ["Agents"]
 
-_SECTION = "# Parameters for "
 BATCH_CONFIGURABLES = frozenset({"ManyAgents", "ManySacAgents", "BatchedAdam"})
 """The configurables of a batch of agents, which a single run does not build."""
-
-
-def agent_operative_config(text: str, trainer: str, seed: int, controller: str, target: Any) -> str:
-    """An agent's ``operative_config.gin``: the batch's ``text`` as the single run of the
-    agent has it -- the ``trainer``'s ``seed`` the agent's, ``num_agents``, ``seeds`` and
-    ``target_entropies`` a single run's, the batch's own configurables
-    (:data:`BATCH_CONFIGURABLES`) left out, ``<controller>.target_entropy`` the agent's own
-    ``target`` (a number as a binding, anything else as a comment); so the report reads
-    its seed and groups it with that run.  The bindings are found by gin's parser, the
-    configurables' sections by the comment gin writes above each."""
-    own = {
-        f"{trainer}.seed": f"{seed}",
-        f"{trainer}.num_agents": "1",
-        f"{trainer}.seeds": "None",
-        f"{trainer}.target_entropies": "None",
-    }
-    if target is not None:
-        number = isinstance(target, (int, float)) and not isinstance(target, bool)
-        own[f"{controller}.target_entropy"] = (
-            repr(target) if number else f"# {controller}.target_entropy: {target} (this agent's)"
-        )
-    lines = text.splitlines()
-    statements = binding_statements(text)
-    starts = [s.location.line_num - 1 for s in statements] + [len(lines)]
-    found = set()
-    for statement, start, end in zip(statements, starts, starts[1:]):
-        key = f"{statement.selector}.{statement.arg_name}"
-        if key in own:
-            scope = f"{statement.scope}/" if statement.scope else ""
-            lines[start] = _line(scope + key, own[key])
-            found.add(key)
-            for i in range(start + 1, end):  # the value's continuation lines go
-                if not lines[i].strip() or lines[i].startswith("#"):
-                    break
-                lines[i] = None
-    out, dropped = [], False
-    for line in lines:
-        if line is not None and line.startswith(_SECTION):  # gin's comment above a section
-            name = line[len(_SECTION) :].rstrip(":").replace("/", ".").rsplit(".", 1)[-1]
-            dropped = name in BATCH_CONFIGURABLES
-        if line is not None and not dropped:
-            out.append(line)
-    missing = [
-        _line(k, v)
-        for k, v in own.items()
-        if k not in found and k.endswith((".seed", ".target_entropy"))
-    ]
-    out += ["", "# The agent's own bindings:"] + missing if missing else []
-    return "\n".join(out) + "\n"
-
-
-def _line(key, value):
-    """``key = value``, or ``value`` if it is a comment."""
-    return value if value.startswith("#") else f"{key} = {value}"
 
 
 class Agents:
@@ -116,48 +59,46 @@ class Agents:
                 "bind the controller's target_entropy"
             )
         self.seeds, self.targets = seeds, target_entropies
-
-    @property
-    def dirs(self) -> List[str]:
+        self._targets = target_entropies or [None] * len(seeds or [])
+        self.dirs = (
+            [""] if seeds is None else [agent_dir(s, t) for s, t in zip(seeds, self._targets)]
+        )
         """Each agent's run directory, relative to ``root_dir`` (one agent: ``[""]``)."""
-        return (
-            [""]
-            if self.seeds is None
-            else [
-                agent_dir(s, t)
-                for s, t in zip(self.seeds, self.targets or [None] * len(self.seeds))
-            ]
-        )
-
-    def algorithm_ctor(
-        self,
-        batch_cls: Callable[..., Any],
-        algorithm_ctor: Callable[..., Any],
-        device: torch.device,
-    ) -> Callable[..., Any]:
-        """``algorithm_ctor`` for one agent, else a ctor of ``batch_cls`` of the K agents."""
-        if self.seeds is None:
-            return algorithm_ctor
-        return functools.partial(
-            batch_cls,
-            seeds=self.seeds,
-            algorithm_ctor=algorithm_ctor,
-            target_entropies=self.targets,
-            device=device,
-        )
 
     def write_configs(self, root_dir: str, trainer: str, algorithm: Any) -> None:
         """Each agent's ``operative_config.gin`` in its directory (one agent: none but the
-        run's own)."""
+        run's own): the bindings of the batch's (read by gin's parser) as the single run of
+        the agent has them -- the ``trainer``'s ``seed`` the agent's, ``num_agents``,
+        ``seeds`` and ``target_entropies`` a single run's, the batch's own configurables
+        (:data:`BATCH_CONFIGURABLES`) left out, the controller's ``target_entropy`` the
+        agent's own target (a number as a binding, anything else as a comment) -- one per
+        line in gin's order, the batch's: the report reads its seed and groups it with
+        that run."""
         if self.seeds is None or not distributed.is_main_process():
             return
         controller = type(algorithm.entropy_target_algorithm).__name__
-        text = gin.operative_config_str()
-        for name, seed, target in zip(
-            self.dirs, self.seeds, self.targets or [None] * len(self.seeds)
-        ):
-            config = agent_operative_config(text, trainer, seed, controller, target).encode()
+        batch = read_bindings(gin.operative_config_str())
+        for name, seed, target in zip(self.dirs, self.seeds, self._targets):
+            own = {
+                f"{trainer}.seed": repr(seed),
+                f"{trainer}.num_agents": "1",
+                f"{trainer}.seeds": "None",
+                f"{trainer}.target_entropies": "None",
+            }
+            number = isinstance(target, (int, float)) and not isinstance(target, bool)
+            if target is not None:
+                own[f"{controller}.target_entropy"] = repr(target) if number else None
+            bindings = {}
+            for key, value in batch.items():
+                if split_key(key)[1] not in BATCH_CONFIGURABLES:
+                    bindings[key] = own.pop(key.rpartition("/")[2], value)
+            bindings.update(
+                (k, v) for k, v in own.items() if k.endswith((".seed", ".target_entropy"))
+            )
+            config = write_bindings({k: v for k, v in bindings.items() if v is not None})
+            if target is not None and not number:
+                config += f"# {controller}.target_entropy: {target} (this agent's)\n"
             ckpt.atomic_write_bytes(
                 os.path.join(root_dir, name, "operative_config.gin"),
-                lambda f, config=config: f.write(config),
+                lambda f: f.write(config.encode()),
             )

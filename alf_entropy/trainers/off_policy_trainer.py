@@ -29,13 +29,10 @@ from alf_entropy.algorithms.many_sac_agents import ManySacAgents
 from alf_entropy.algorithms.sac_algorithm import SacAlgorithm
 from alf_entropy.data_structures import StepType
 from alf_entropy.environments.gym_vector_env import GymVectorEnv
-from alf_entropy.storage.run_dir import RunDir
 from alf_entropy.tensor_specs import BoundedTensorSpec
 from alf_entropy.trainers import ranks
-from alf_entropy.trainers.agents import Agents
 from alf_entropy.trainers.callbacks import Callback
-from alf_entropy.trainers.limits import Limits
-from alf_entropy.trainers.trainer import Trainer
+from alf_entropy.trainers.trainer import Trainer, trainer_arguments
 from alf_entropy.utils import distributed, nest
 from alf_entropy.utils.checks import check_int
 from alf_entropy.utils.replay_buffer import ReplayBuffer, Transition
@@ -105,29 +102,29 @@ class OffPolicyTrainer(Trainer):
         stop_eval_return: Optional[float] = None,
         callbacks: Sequence[Callback] = (),
     ):
-        run_dir = RunDir(root_dir, allow_config_change)
-        name = type(self).__name__
-        envs = ranks.per_rank(f"{name}.num_envs", num_envs)
-        self._buffer_length = ranks.per_rank(f"{name}.replay_buffer_length", replay_buffer_length)
+        run = trainer_arguments(
+            locals(),
+            "initial_collect_steps",
+            "replay_buffer_length",
+            "mini_batch_size",
+            "num_updates_per_train_iter",
+            "checkpoint_replay_buffer",
+        )
+        name = type(self).__name__  # the sizes are totals over all ranks, as num_envs
+        self._replay_buffer_length = ranks.per_rank(
+            f"{name}.replay_buffer_length", replay_buffer_length
+        )
         self._mini_batch_size = ranks.per_rank(f"{name}.mini_batch_size", mini_batch_size)
-        for arg, rows in (("num_envs", num_envs), ("mini_batch_size", mini_batch_size)):
-            if rows > replay_buffer_length:  # a step adds num_envs rows
-                raise ValueError(
-                    f"{arg} ({rows}) must be <= replay_buffer_length ({replay_buffer_length})"
-                )
-        limits = Limits(num_iterations, num_env_steps, num_envs)
-        n = check_int("initial_collect_steps", initial_collect_steps, minimum=0)
-        if n > limits.total_iterations * num_envs:
+        if mini_batch_size > replay_buffer_length:
             raise ValueError(
-                f"initial_collect_steps ({n}) must be <= the env steps the run "
-                f"takes ({limits.total_iterations * num_envs}: num_iterations="
-                f"{num_iterations}, num_env_steps={num_env_steps}, num_envs="
-                f"{num_envs}): it would end before learning starts; e.g. "
-                f"--gin_param '{name}.initial_collect_steps = "
-                f"{limits.total_iterations * num_envs}'"
+                f"mini_batch_size ({mini_batch_size}) must be <= replay_buffer_length "
+                f"({replay_buffer_length})"
             )
+        n = check_int("initial_collect_steps", initial_collect_steps, minimum=0)
         self._initial_collect_steps = n
-        self._learning_starts = max(1, min(n // distributed.env_world_size(), self._buffer_length))
+        self._learning_starts = max(
+            1, min(n // distributed.env_world_size(), self._replay_buffer_length)
+        )
         self._num_updates = check_int(
             "num_updates_per_train_iter", num_updates_per_train_iter, minimum=1
         )
@@ -138,36 +135,34 @@ class OffPolicyTrainer(Trainer):
                 "buffer, so a resumed run refills it and is only approximately "
                 "the same as an uninterrupted one"
             )
-        super().__init__(
-            run_dir=run_dir,
-            env_id=env_id,
-            num_envs=envs,
-            algorithm_ctor=algorithm_ctor,
-            limits=limits,
-            agents=Agents(num_agents, seeds, target_entropies, seed),
-            env_ctor=env_ctor,
-            device=device,
-            num_threads=num_threads,
-            max_checkpoints=max_checkpoints,
-            summary_interval=summary_interval,
-            checkpoint_interval=checkpoint_interval,
-            eval_interval=eval_interval,
-            num_eval_episodes=num_eval_episodes,
-            progress_bar=progress_bar,
-            summary_flush_secs=summary_flush_secs,
-            stop_eval_return=stop_eval_return,
-            callbacks=callbacks,
-        )
+        super().__init__(steps_per_env=1, **run)
 
     def _build_algorithm(self, algorithm_ctor: Callable[..., Algorithm]) -> Algorithm:
-        """Check the action spec; make the buffer and the random actions' bounds."""
+        """Check the action spec and the rows against the buffer and the limits; make the
+        buffer and the random actions' bounds."""
+        name, world = type(self).__name__, distributed.env_world_size()
+        if self._num_envs > self._replay_buffer_length:  # a step adds num_envs rows
+            raise ValueError(
+                f"num_envs ({self._num_envs * world}) must be <= replay_buffer_length "
+                f"({self._replay_buffer_length * world})"
+            )
+        limits = self._limits
+        steps = limits.total_iterations * limits.steps_per_iteration
+        if self._initial_collect_steps > steps:
+            raise ValueError(
+                f"initial_collect_steps ({self._initial_collect_steps}) must be <= the env "
+                f"steps the run takes ({steps}: num_iterations={limits.num_iterations or None}"
+                f", num_env_steps={limits.num_env_steps or None}, num_envs="
+                f"{self._num_envs * world}): it would end before learning starts; e.g. "
+                f"--gin_param '{name}.initial_collect_steps = {steps}'"
+            )
         action_spec = self._action_spec
         if not isinstance(action_spec, BoundedTensorSpec):  # a nest is none
             raise TypeError(
                 "OffPolicyTrainer: the environment must have a single bounded "
                 f"action space (Box or Discrete), got {action_spec!r}"
             )
-        self.replay_buffer = ReplayBuffer(self._buffer_length, device=self.device)
+        self.replay_buffer = ReplayBuffer(self._replay_buffer_length, device=self.device)
         self._random_low = torch.as_tensor(action_spec.minimum, device=self.device)
         self._random_high = torch.as_tensor(action_spec.maximum, device=self.device)
         return super()._build_algorithm(algorithm_ctor)
@@ -226,6 +221,6 @@ class OffPolicyTrainer(Trainer):
         obs = nest.map_structure(lambda s: s.zeros(lead), self._observation_spec)
         zeros = torch.zeros(lead)
         example = Transition(obs, self._action_spec.zeros(lead), zeros, zeros, obs, zeros.bool())
-        buffer = ReplayBuffer(self._buffer_length, device=self.replay_buffer.device)
+        buffer = ReplayBuffer(self._replay_buffer_length, device=self.replay_buffer.device)
         buffer.load_state_dict(state["replay_buffer"], example)
         self.replay_buffer = buffer

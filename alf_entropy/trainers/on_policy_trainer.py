@@ -22,12 +22,8 @@ from alf_entropy.algorithms.many_agents import ManyAgents
 from alf_entropy.algorithms.ppo_algorithm import PPOAlgorithm
 from alf_entropy.data_structures import make_experience
 from alf_entropy.environments.gym_vector_env import GymVectorEnv
-from alf_entropy.storage.run_dir import RunDir
-from alf_entropy.trainers import ranks
-from alf_entropy.trainers.agents import Agents
 from alf_entropy.trainers.callbacks import Callback
-from alf_entropy.trainers.limits import Limits
-from alf_entropy.trainers.trainer import Trainer
+from alf_entropy.trainers.trainer import Trainer, trainer_arguments
 from alf_entropy.utils import nest
 from alf_entropy.utils.checks import check_int
 
@@ -105,29 +101,9 @@ class OnPolicyTrainer(Trainer):
         stop_eval_return: Optional[float] = None,
         callbacks: Sequence[Callback] = (),
     ):
-        run_dir = RunDir(root_dir, allow_config_change)
-        envs = ranks.per_rank(f"{type(self).__name__}.num_envs", num_envs)
+        run = trainer_arguments(locals(), "unroll_length")
         self._unroll_length = check_int("unroll_length", unroll_length, minimum=1)
-        super().__init__(
-            run_dir=run_dir,
-            env_id=env_id,
-            num_envs=envs,
-            algorithm_ctor=algorithm_ctor,
-            limits=Limits(num_iterations, num_env_steps, unroll_length * num_envs),
-            agents=Agents(num_agents, seeds, target_entropies, seed),
-            env_ctor=env_ctor,
-            device=device,
-            num_threads=num_threads,
-            max_checkpoints=max_checkpoints,
-            summary_interval=summary_interval,
-            checkpoint_interval=checkpoint_interval,
-            eval_interval=eval_interval,
-            num_eval_episodes=num_eval_episodes,
-            progress_bar=progress_bar,
-            summary_flush_secs=summary_flush_secs,
-            stop_eval_return=stop_eval_return,
-            callbacks=callbacks,
-        )
+        super().__init__(steps_per_env=self._unroll_length, **run)
 
     def _train_iteration(self) -> int:
         """Collect ``unroll_length`` steps and train on them; return the env steps."""

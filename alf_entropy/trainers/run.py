@@ -1,14 +1,16 @@
 """``Run``: a training run's services -- its directory, agents, envs, counters and checkpoints.
 
 :class:`~alf_entropy.trainers.trainer.Trainer` is the loop on top.  A run is composed of
-what the concrete trainer built from its arguments, each checked where it is built: the
+what ``Trainer`` built from the trainer's arguments, each checked where it is built: the
 run directory (``RunDir``: lock, config check, ``operative_config.gin``), the ``Limits``,
 the ``Agents`` (one, or K built as one batch speaking one agent's protocol) and this
-rank's share of the environments.  The run builds the algorithm and environments for
-them, holds the counters and its checkpoints (``Checkpointer``): it resumes from the
-newest that fits, environments included.
+rank's share of the environments.  The run builds the algorithm (K agents: the
+trainer's ``agent_batch`` of them) and environments for them, holds the counters and its
+checkpoints (``Checkpointer``): it resumes from the newest that fits, environments
+included.
 """
 
+import functools
 from typing import Any, Callable, Dict, Optional
 
 import torch
@@ -107,9 +109,15 @@ class Run:
         probe = env_ctor(env_id, num_envs=1, seed=seed, device=self.device)
         self._observation_spec, self._action_spec = probe.observation_spec, probe.action_spec
         probe.close()
-        self.algorithm = self._build_algorithm(
-            agents.algorithm_ctor(self.agent_batch, algorithm_ctor, self.device)
-        )
+        if agents.seeds is not None:  # K agents: their batch
+            algorithm_ctor = functools.partial(
+                self.agent_batch,
+                seeds=agents.seeds,
+                algorithm_ctor=algorithm_ctor,
+                target_entropies=agents.targets,
+                device=self.device,
+            )
+        self.algorithm = self._build_algorithm(algorithm_ctor)
         self.algorithm.to(self.device)
         self.device = distributed.init_from_env(self.device)
         if distributed.is_distributed():

@@ -21,6 +21,9 @@ from absl import logging
 
 from alf_entropy.data_structures import TimeStep
 from alf_entropy.environments import run_episodes
+from alf_entropy.storage.run_dir import RunDir
+from alf_entropy.trainers import ranks
+from alf_entropy.trainers.agents import Agents
 from alf_entropy.trainers.callbacks import (
     Callback,
     CheckpointCallback,
@@ -31,20 +34,39 @@ from alf_entropy.trainers.callbacks import (
     TrainerControl,
     TrainingAborted,
 )
+from alf_entropy.trainers.limits import Limits
 from alf_entropy.trainers.run import Run
 from alf_entropy.utils import distributed, summary
 from alf_entropy.utils.checks import check_int
 
-__all__ = ["EVAL_SEED_OFFSET", "Trainer", "TrainingAborted"]
+__all__ = ["EVAL_SEED_OFFSET", "Trainer", "TrainingAborted", "trainer_arguments"]
 
 EVAL_SEED_OFFSET = 1_000_003
 """Evaluation environments are seeded ``seed + EVAL_SEED_OFFSET`` (apart from training's)."""
 
 
+def trainer_arguments(local_vars: Dict[str, Any], *own: str) -> Dict[str, Any]:
+    """What a concrete trainer passes to :class:`Trainer`: the ``locals()`` its ``__init__``
+    takes first thing (its arguments), without its ``own`` ones, ``self`` and the
+    ``__class__`` that ``super()`` adds."""
+    return {k: v for k, v in local_vars.items() if k not in ("self", "__class__", *own)}
+
+
 class Trainer(Run):
     """The shared training loop (see the module docstring).
 
+    A concrete trainer passes the arguments that are not its own here
+    (:func:`trainer_arguments`): this builds from them the parts
+    :class:`~alf_entropy.trainers.run.Run` is composed of (each checked where it is
+    built) and the callbacks.
+
     Args:
+        root_dir: where summaries, checkpoints and the config go (``RunDir``).
+        allow_config_change: resume a run directory whose config differs (``RunDir``).
+        num_envs: the environments per agent over all ranks (this rank's: its share).
+        steps_per_env: env steps per environment per iteration (``Limits``).
+        num_iterations, num_env_steps: the limits (``Limits``).
+        seed, num_agents, seeds, target_entropies: the agents (``Agents``).
         summary_interval: iterations between summaries.
         checkpoint_interval: iterations between checkpoints (``None``: at the end only).
         eval_interval: iterations between evaluations (also at the start and the end).
@@ -53,8 +75,7 @@ class Trainer(Run):
         summary_flush_secs: how often summaries are flushed to disk.
         stop_eval_return: stop once every agent's evaluation reaches it.
         callbacks: more ``Callback`` s, run after the built-in ones.
-        **run: :class:`~alf_entropy.trainers.run.Run`'s arguments (what the concrete
-            trainer built from its own).
+        **run: the rest of :class:`~alf_entropy.trainers.run.Run`'s arguments.
 
     Raises:
         ValueError: for bad arguments (also ``Run``'s).
@@ -63,7 +84,17 @@ class Trainer(Run):
 
     def __init__(
         self,
+        root_dir: str,
         *,
+        allow_config_change: bool,
+        num_envs: int,
+        steps_per_env: int,
+        num_iterations: Optional[int],
+        num_env_steps: Optional[int],
+        seed: int,
+        num_agents: int,
+        seeds: Optional[Sequence[int]],
+        target_entropies: Optional[Sequence[Any]],
         summary_interval: int,
         checkpoint_interval: Optional[int],
         eval_interval: Optional[int],
@@ -74,6 +105,10 @@ class Trainer(Run):
         callbacks: Sequence[Callback],
         **run: Any,
     ):
+        run_dir = RunDir(root_dir, allow_config_change)
+        envs = ranks.per_rank(f"{type(self).__name__}.num_envs", num_envs)
+        limits = Limits(num_iterations, num_env_steps, steps_per_env * num_envs)
+        agents = Agents(num_agents, seeds, target_entropies, seed)
         self._num_eval_episodes = check_int("num_eval_episodes", num_eval_episodes, minimum=1)
         for callback in callbacks:
             if not isinstance(callback, Callback):
@@ -94,7 +129,7 @@ class Trainer(Run):
         self.control, self._eval_time = TrainerControl(), 0.0
         self.metrics: Dict[str, float] = {}
         """The latest values (``return``, ``eval/return`` -- the lowest agent's --, ...)."""
-        super().__init__(**run)
+        super().__init__(run_dir=run_dir, num_envs=envs, limits=limits, agents=agents, **run)
 
     def _train_iteration(self) -> int:
         """One iteration from ``self._time_step`` on ``self.env``; returns env steps taken."""

@@ -11,6 +11,7 @@ import os
 import pytest
 
 from alf_entropy.experiments import packing, report, sweep, sweep_spec
+from alf_entropy.storage.bindings import read_bindings
 from tests.experiments.test_sweep_packing import REPO_ROOT, TINY, _scalars
 
 TARGET = "EntropyTargetAlgorithm.target_entropy"
@@ -156,13 +157,13 @@ def test_packed_target_sweep_is_the_unpacked_sweep(tmp_path, monkeypatch):
         assert len({r["group"] for r in rows[mode]}) == 2
         assert all(r["env_steps"] == 2 * 16 * 2 for r in rows[mode])
     # Agent k's first iteration is the single run's (float rounding aside), its
-    # operative config the run's own.
+    # operative config the run's own bindings.
     for name in names:
         configs = [
-            open(os.path.join(dirs[mode], name, "operative_config.gin")).read()
+            read_bindings(open(os.path.join(dirs[mode], name, "operative_config.gin")).read())
             for mode in ("packed", "unpacked")
         ]
-        assert configs[0] == configs[1]
+        assert list(configs[0].items()) == list(configs[1].items())
         mine = _scalars(os.path.join(dirs["packed"], name))
         theirs = _scalars(os.path.join(dirs["unpacked"], name))
         for tag in (

@@ -5,6 +5,7 @@ import os
 import pytest
 
 from alf_entropy.experiments import packing, report, sweep, sweep_spec
+from alf_entropy.storage.bindings import read_bindings
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -77,8 +78,8 @@ def test_packed_sac_sweep_is_the_unpacked_sweep(tmp_path, monkeypatch):
         for tag in ("loss/total", "loss/critic", "entropy", "alpha", "env_steps"):
             assert list(mine[tag][0]) == list(theirs[tag][0]), tag
             assert mine[tag][1] == pytest.approx(theirs[tag][1], rel=1e-5, abs=1e-5), tag
-        # Its operative config is the single run's (the report's seed and group).
+        # Its operative config holds the single run's bindings (the report's seed and group).
         with open(os.path.join(dirs["packed"], name, "operative_config.gin")) as f:
-            packed_config = f.read()
+            packed_config = read_bindings(f.read())
         with open(os.path.join(dirs["unpacked"], name, "operative_config.gin")) as f:
-            assert packed_config == f.read()
+            assert list(packed_config.items()) == list(read_bindings(f.read()).items())

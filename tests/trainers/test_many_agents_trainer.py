@@ -313,10 +313,12 @@ def test_sigkill_and_restart_of_the_batch_gives_the_uninterrupted_checkpoint(tmp
 
 def test_each_agent_has_the_operative_config_of_its_single_run(tmp_path: Any) -> None:
     """A K = 2 batch configured in gin, each agent with its own target: agent k's
-    ``operative_config.gin`` is the text the single run with its seed and target writes,
-    so the report fills its seed column and groups it exactly as that run."""
+    ``operative_config.gin`` holds the bindings, in order, of the config the single run
+    with its seed and target writes, so the report fills its seed column and groups it
+    exactly as that run."""
     from alf_entropy.config.loading import CONFIG_DIR, parse_gin_config
     from alf_entropy.experiments.report import find_runs, write_report
+    from alf_entropy.storage.bindings import read_bindings
 
     tiny = [
         "OnPolicyTrainer.num_env_steps = None",
@@ -351,7 +353,8 @@ def test_each_agent_has_the_operative_config_of_its_single_run(tmp_path: Any) ->
         )
         single = tmp_path / f"single{seed}"
         OnPolicyTrainer(str(single))
-        assert config == (single / "operative_config.gin").read_text()
+        single_config = read_bindings((single / "operative_config.gin").read_text())
+        assert list(read_bindings(config).items()) == list(single_config.items())
     rows = write_report(find_runs([str(root)]), str(tmp_path / "report"))["rows"]
     assert [(row["run"], row["seed"]) for row in rows] == list(zip(batch.agent_dirs, seeds))
     assert rows[0]["group"] != rows[1]["group"]
