@@ -27,7 +27,7 @@ import torch.nn as nn
 
 from alf_entropy.algorithms.algorithm import Algorithm
 from alf_entropy.data_structures import AlgStep
-from alf_entropy.networks.batched_adam import BatchedAdam
+from alf_entropy.networks.batched_adam import batched_adam_like
 from alf_entropy.utils import distributed, nest
 from alf_entropy.utils.checks import check_int
 from alf_entropy.utils.run_names import dir_safe
@@ -78,33 +78,6 @@ def check_agent_seeds(seeds: Sequence[int], targets: Optional[Sequence[Any]] = N
             f"target_entropies {targets})"
         )
     return seeds
-
-
-def _batched_adam_like(opt: torch.optim.Optimizer) -> Callable[..., BatchedAdam]:
-    group = opt.param_groups[0]
-    # AdamW subclasses Adam; its decoupled decay, amsgrad, maximize or a second group
-    # would silently become another optimiser in the batch.
-    if (
-        not isinstance(opt, torch.optim.Adam)
-        or isinstance(opt, torch.optim.AdamW)
-        or len(opt.param_groups) != 1
-        or group.get("amsgrad")
-        or group.get("maximize")
-        or group.get("decoupled_weight_decay")
-    ):
-        raise TypeError(
-            f"the batch needs agents optimised by Adam (FusedAdam) with one "
-            f"parameter group and no amsgrad/maximize/decoupled decay, got "
-            f"{type(opt).__name__} with {len(opt.param_groups)} group(s)"
-        )
-    return functools.partial(
-        BatchedAdam,
-        lr=group.get("initial_lr", group["lr"]),
-        betas=group["betas"],
-        eps=group["eps"],
-        weight_decay=group["weight_decay"],
-        lr_schedule=getattr(opt, "lr_schedule", None),
-    )
 
 
 def _check_same_start(singles: List[Any], batched: Any) -> None:
@@ -205,19 +178,17 @@ class AgentBatch(Algorithm):
             optimizer=None,
             debug_summaries=False,
             name=type(self).__name__,
-            batch_shape=(max(len(seeds), 1),),
+            batch_shape=(len(seeds),),
         )
         device = torch.device(device)
-        agents = self._build_agents(
-            observation_spec, action_spec, seeds, algorithm_ctor, target_entropies, device
-        )
+        agents = self._build_agents(observation_spec, action_spec, seeds, algorithm_ctor, device)
         self._seeds, self._template = seeds, (agents[0],)  # agent 0 as built: the layout
         self._alg = algorithm_ctor(
             observation_spec,
             action_spec,
             batch_shape=self.batch_shape,
             entropy_target_cls=self._controller_cls(agents, entropy_target_cls, target_entropies),
-            optimizer=_batched_adam_like(agents[0].optimizers()[0]),
+            optimizer=batched_adam_like(agents[0].optimizers()[0]),
             **self._stacked(agents),
         ).to(device)
         self._after_build(agents)
@@ -229,7 +200,6 @@ class AgentBatch(Algorithm):
         action_spec: Any,
         seeds: List[int],
         algorithm_ctor: Callable[..., Any],
-        targets: Optional[Sequence[Any]],
         device: torch.device,
     ) -> List[Any]:
         """Agent ``k`` as a single run with ``seeds[k]`` builds it; keeps its generator."""
