@@ -44,7 +44,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 from torch.utils.tensorboard import SummaryWriter
 
-from alf_entropy.utils.checks import check_int, check_real, check_step
+from alf_entropy.utils.checks import check_int, check_name, check_real, check_step
 from alf_entropy.utils.progress import (  # re-exported: ALF's alf.summary API
     get_global_counter,
     increment_global_counter,
@@ -199,8 +199,7 @@ def should_record_summaries() -> bool:
 
 def _resolve(name: str, step: Optional[int]) -> Tuple[str, int]:
     """Return the scoped tag and the step (global counter if ``None``)."""
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"name must be a non-empty string, got {name!r}")
+    check_name("name", name)
     step = get_global_counter() if step is None else check_step("step", step)
     return _scope_stack[-1] + name, step
 
