@@ -155,7 +155,6 @@ class SacAlgorithm(Algorithm):
         check_callable("actor_network_ctor", actor_network_ctor)
         check_callable("critic_network_ctor", critic_network_ctor)
 
-        self._observation_spec = observation_spec
         self._action_spec = action_spec
         self._discrete = action_spec.is_discrete
 
@@ -331,13 +330,7 @@ class SacAlgorithm(Algorithm):
             )
             self.update_target_networks()
         if summary.should_record_summaries():
-            summarize_losses(
-                loss_info,
-                inputs.valid,
-                self._entropy_target_algorithm,
-                self._num_skipped,
-                len(self.batch_shape),
-            )
+            summarize_losses(self, loss_info, inputs.valid)
         return AlgStep(output=(), state=state, info=loss_info)
 
     def update_target_networks(self) -> None:

@@ -138,19 +138,14 @@ def actor_loss_in_graph(
     return alpha, extra._replace(actor=actor)
 
 
-def summarize_losses(
-    loss_info: LossInfo,
-    valid: torch.Tensor,
-    controller: EntropyController,
-    num_skipped: torch.Tensor,
-    batch_ndim: int,
-) -> None:
-    """An update's summaries: its losses' and entropy's means over the ``valid`` rows (per
-    agent), the controller's ``alpha``, target and stage, and the count of skipped updates."""
-    extra = loss_info.extra
+def summarize_losses(alg: Any, loss_info: LossInfo, valid: torch.Tensor) -> None:
+    """The summaries of ``alg``'s (a ``SacAlgorithm``'s) update: its losses' and entropy's
+    means over the ``valid`` rows (per agent), the controller's ``alpha``, target and stage,
+    and the count of skipped updates."""
+    extra, controller = loss_info.extra, alg.entropy_target_algorithm
 
     def _mean(x: torch.Tensor) -> torch.Tensor:
-        return member_mean(x, valid, batch_ndim)[0]
+        return member_mean(x, valid, len(alg.batch_shape))[0]
 
     summary.scalar("loss/total", loss_info.loss)
     summary.scalar("loss/critic", _mean(extra.critic))
@@ -160,4 +155,4 @@ def summarize_losses(
     summary.scalar("target_entropy", controller.target_entropy)
     summary.scalar("stage", controller.stage)
     summary.scalar("q", _mean(extra.q))
-    summary.scalar("num_skipped_updates", num_skipped)
+    summary.scalar("num_skipped_updates", alg.num_skipped_updates)

@@ -152,9 +152,7 @@ def calc_default_target_entropy(spec: Any, min_prob: float = 0.1) -> float:
     other ``N - 1``: :math:`p(\log(N-1) - \log p) - (1-p)\log(1-p)` (0 for
     ``N = 1``; ``N = 4``, 0.1: 0.435).
     """
-    min_prob = float(min_prob)
-    if not 0.0 < min_prob < 1.0:
-        raise ValueError(f"calc_default_target_entropy: min_prob must be in (0, 1), got {min_prob}")
+    min_prob = check_real("min_prob", min_prob, above=0.0, below=1.0)
     log_p = math.log(min_prob)
     total = 0.0
     for leaf in _spec_leaves(spec, "calc_default_target_entropy"):
@@ -174,9 +172,7 @@ def calc_default_max_entropy(spec: Any, fraction: float = 0.8) -> float:
     element ``fraction * log N`` (discrete), ``fraction * log(M - m)`` (continuous,
     width > 1) or ``log(M - m) / fraction`` (width <= 1: the bound is negative),
     ``fraction`` in ``(0, 1]``; summed over the elements and the nest."""
-    fraction = float(fraction)
-    if not 0.0 < fraction <= 1.0:
-        raise ValueError(f"calc_default_max_entropy: fraction must be in (0, 1], got {fraction}")
+    fraction = check_real("fraction", fraction, above=0.0, maximum=1.0)
     total = 0.0
     for leaf in _spec_leaves(spec, "calc_default_max_entropy"):
         lo, hi = _check_bounded(leaf, "calc_default_max_entropy")
