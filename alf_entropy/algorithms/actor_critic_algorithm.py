@@ -254,10 +254,7 @@ class ActorCriticAlgorithm(Algorithm):
     ) -> Experience:
         """The unroll with ``value``, GAE ``advantages`` and ``returns`` from ``values``
         ``[T + 1, ...]`` (the last bootstraps): :func:`.on_policy_unroll.with_advantages`."""
-        s = self._settings
-        return with_advantages(
-            experience, final_time_step, values, s["gamma"], s["td_lambda"], s["reward_scale"]
-        )
+        return with_advantages(experience, final_time_step, values, self._settings)
 
     def _policy_gradient_loss(
         self, experience: Experience, train_info: ActorCriticInfo, advantages: torch.Tensor
@@ -304,11 +301,10 @@ class ActorCriticAlgorithm(Algorithm):
         self, experience: Experience, final_time_step: TimeStep
     ) -> Tuple[LossInfo, ActorCriticInfo, torch.Tensor]:
         """All updates of an unroll; the last's ``(loss_info, train_info, valid_mask)``."""
-        exp, s = self.preprocess_experience(experience, final_time_step), self._settings
-        nb, k, epochs = len(self.batch_shape), s["num_minibatches"], s["num_epochs"]
+        exp, nb = self.preprocess_experience(experience, final_time_step), len(self.batch_shape)
         with self.fixed_tree():
-            for _ in range(epochs):
-                for batch in minibatches(exp, nb, k, epochs, self.generators, self.name):
+            for _ in range(self._settings["num_epochs"]):
+                for batch in minibatches(exp, nb, self._settings, self.generators, self.name):
                     train_info = self.train_step(batch).info
                     loss_info = self.calc_loss(batch, train_info)
                     mask = self.valid_mask(batch)

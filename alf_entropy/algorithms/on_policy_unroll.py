@@ -39,27 +39,22 @@ def time_into_rows(x: torch.Tensor, nb: int) -> torch.Tensor:
 
 
 def with_advantages(
-    experience: Experience,
-    final_time_step: TimeStep,
-    values: torch.Tensor,
-    gamma: float,
-    td_lambda: float,
-    reward_scale: float,
+    experience: Experience, final_time_step: TimeStep, values: torch.Tensor, settings: dict
 ) -> Experience:
     """The unroll with ``value``, GAE ``advantages`` and ``returns`` from ``values``
-    ``[T + 1, ...]`` (the last bootstraps); rewards times ``reward_scale``, discounts times
-    ``gamma``."""
-    time_step = experience.time_step
+    ``[T + 1, ...]`` (the last bootstraps), by ``settings`` (``ActorCriticAlgorithm``'s):
+    rewards times ``reward_scale``, discounts times ``gamma``, and ``td_lambda``."""
+    time_step, s = experience.time_step, settings
 
     def _with_final(x: torch.Tensor, final: torch.Tensor) -> torch.Tensor:
         return torch.cat([x, final.unsqueeze(0)], dim=0)
 
     advantages = value_ops.generalized_advantage_estimation(
-        _with_final(time_step.reward, final_time_step.reward).to(values.dtype) * reward_scale,
+        _with_final(time_step.reward, final_time_step.reward).to(values.dtype) * s["reward_scale"],
         values,
         _with_final(experience.step_type, final_time_step.step_type),
-        _with_final(time_step.discount, final_time_step.discount).to(values.dtype) * gamma,
-        td_lambda=td_lambda,
+        _with_final(time_step.discount, final_time_step.discount).to(values.dtype) * s["gamma"],
+        td_lambda=s["td_lambda"],
     )
     value = values[:-1]
     return experience._replace(
@@ -70,23 +65,18 @@ def with_advantages(
 
 
 def minibatches(
-    exp: Experience,
-    nb: int,
-    num_minibatches: int,
-    num_epochs: int,
-    generators: Optional[List[torch.Generator]],
-    name: Any,
+    exp: Experience, nb: int, settings: dict, generators: Optional[List[torch.Generator]], name: Any
 ) -> List[Experience]:
-    """One epoch's minibatches of ``exp`` (``[*batch, N, ...]``): each member's rows permuted
-    once (from ``generators``; None: torch's), then split; the whole unroll, unshuffled, for
-    one minibatch in one epoch.
+    """One epoch's minibatches of ``exp`` (``[*batch, N, ...]``) by ``settings``'
+    ``num_minibatches``: each member's rows permuted once (from ``generators``; None:
+    torch's), then split; the whole unroll, unshuffled, for one minibatch in one epoch.
 
     Raises:
         ValueError: for fewer rows than ``num_minibatches`` (naming ``name``).
     """
-    k = num_minibatches
+    k = settings["num_minibatches"]
     n = exp.step_type.shape[nb]
-    if k == 1 and num_epochs == 1:
+    if k == 1 and settings["num_epochs"] == 1:
         return [exp]
     if n < k:
         raise ValueError(f"{name}: an unroll of {n} steps cannot be split into num_minibatches={k}")

@@ -182,7 +182,7 @@ class SacAlgorithm(Algorithm):
             self._compiled = CompiledUpdate(
                 self,
                 self._terms,
-                functools.partial(actor_loss_in_graph, controller, len(self.batch_shape)),
+                functools.partial(actor_loss_in_graph, controller),
                 self._max_grad_norm,
                 controller,
                 after=lambda: self._targets.lerp(self._compiled.scalars["tau"]),

@@ -124,16 +124,12 @@ def update_noise(
 
 
 def actor_loss_in_graph(
-    controller: EntropyController,
-    batch_ndim: int,
-    entropy: torch.Tensor,
-    mask: torch.Tensor,
-    extra: SacLossInfo,
+    controller: EntropyController, entropy: torch.Tensor, mask: torch.Tensor, extra: SacLossInfo
 ) -> Tuple[torch.Tensor, SacLossInfo]:
     """A compiled update's entropy term, in its graph: the controller's device step; the new
     alpha, and ``extra`` with ``actor`` (``-min Q`` until now) less ``alpha * entropy``."""
     alpha = device_update(controller, entropy, mask)
-    shape = alpha.shape + (1,) * (entropy.dim() - batch_ndim)
+    shape = alpha.shape + (1,) * (entropy.dim() - len(controller.batch_shape))
     actor = extra.actor - alpha.reshape(shape) * entropy
     return alpha, extra._replace(actor=actor)
 

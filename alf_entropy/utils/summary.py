@@ -85,8 +85,7 @@ def create_summary_writer(
     Raises:
         ValueError: if ``root_dir`` is empty, ``flush_secs <= 0`` or ``max_queue < 1``.
     """
-    if not isinstance(root_dir, str) or not root_dir:
-        raise ValueError(f"root_dir must be a non-empty path string, got {root_dir!r}")
+    check_name("root_dir", root_dir)
     check_real("flush_secs", flush_secs, positive=True)
     check_int("max_queue", max_queue, minimum=1)
     return SummaryWriter(log_dir=root_dir, flush_secs=flush_secs, max_queue=max_queue)
