@@ -29,7 +29,7 @@ from alf_entropy.algorithms.algorithm import Algorithm
 from alf_entropy.data_structures import AlgStep
 from alf_entropy.networks.batched_adam import batched_adam_like
 from alf_entropy.utils import distributed, nest
-from alf_entropy.utils.checks import check_int
+from alf_entropy.utils.checks import check_callable, check_int
 from alf_entropy.utils.run_names import dir_safe
 from alf_entropy.utils.seeding import MAX_SEED, seed_all
 
@@ -146,7 +146,8 @@ class AgentBatch(Algorithm):
             ``target_entropies`` tells the agents with one seed apart).
         algorithm_ctor: ``(observation_spec, action_spec, **overrides) -> algorithm``
             (configured as for a single run); it must take ``batch_shape``,
-            ``entropy_target_cls``, ``optimizer`` and the network ctors stacked.
+            ``entropy_target_cls``, ``optimizer`` and the network ctors stacked.  None:
+            the class's ``default_algorithm_ctor``.
         target_entropies: one target per agent (a number, scheduler, ...), or None.
         entropy_target_cls: ``(action_spec, batch_shape=, debug_summaries=,
             [target_entropy=]) ->`` the batch's controller, or None for the agents'
@@ -157,22 +158,27 @@ class AgentBatch(Algorithm):
         ValueError: for empty ``seeds``, repeated (target, seed) pairs, targets of the
             wrong length or without a controller, a nested action spec, several ranks,
             or a batch controller that starts unlike the agents'.
-        TypeError: if ``algorithm_ctor`` builds no ``agent_cls`` or no Adam.
+        TypeError: if ``algorithm_ctor`` is not callable or builds no ``agent_cls`` or no
+            Adam.
     """
 
     agent_cls: type = Algorithm
     """The class the agents must be."""
+    default_algorithm_ctor: Optional[Callable[..., Any]] = None
+    """The ``algorithm_ctor`` of None (``ManyAgents``: ``PPOAlgorithm``; SAC's: its own)."""
 
     def __init__(
         self,
         observation_spec: Any,
         action_spec: Any,
         seeds: Sequence[int],
-        algorithm_ctor: Callable[..., Any],
+        algorithm_ctor: Optional[Callable[..., Any]] = None,
         target_entropies: Optional[Sequence[Any]] = None,
         entropy_target_cls: Optional[Callable[..., Any]] = None,
         device: Any = "cpu",
     ):
+        algorithm_ctor = algorithm_ctor or self.default_algorithm_ctor
+        check_callable("algorithm_ctor", algorithm_ctor)
         seeds = check_agent_seeds(seeds, target_entropies)
         super().__init__(
             optimizer=None,
