@@ -84,6 +84,9 @@ class SacAlgorithm(Algorithm):
             (:class:`~alf_entropy.algorithms.compiled_update.CompiledUpdate`; Adam optimisers only,
             one process); the policy's draws are made outside it, as eager makes them.
 
+    Attributes:
+        gamma, reward_scale: as given (checked).
+
     Raises:
         TypeError: for a nested or non-``BoundedTensorSpec`` action spec, or a
             non-callable ctor.
@@ -145,10 +148,10 @@ class SacAlgorithm(Algorithm):
                 "SacAlgorithm: a discrete action must be scalar (gymnasium "
                 f"Discrete), got shape {action_spec.shape}"
             )
-        self._gamma = check_real("gamma", gamma, minimum=0.0, maximum=1.0)
+        self.gamma = check_real("gamma", gamma, minimum=0.0, maximum=1.0)
         tau = check_real("target_update_tau", target_update_tau, above=0.0, maximum=1.0)
         period = check_int("target_update_period", target_update_period, 1)
-        self._reward_scale = check_real("reward_scale", reward_scale, positive=True)
+        self.reward_scale = check_real("reward_scale", reward_scale, positive=True)
         self._max_grad_norm = check_real(
             "max_grad_norm", max_grad_norm, positive=True, allow_none=True
         )
@@ -252,29 +255,12 @@ class SacAlgorithm(Algorithm):
         Returns:
             AlgStep: ``output`` the action ``[B, ...]``.
         """
-        return AlgStep(output=self._sample(inputs.observation, acting=True)[0], state=state)
+        drawn = sample_policy(
+            self._actor_network, inputs.observation, self._discrete, self.generators, acting=True
+        )
+        return AlgStep(output=drawn[0], state=state)
 
     # --------------------------------------------------------------- training
-    def _sample(self, observation: Any, acting: bool = False, noise: Any = None) -> tuple:
-        """:func:`sample_policy` of this algorithm's actor."""
-        return sample_policy(
-            self._actor_network, observation, self._discrete, self.generators, acting, noise
-        )
-
-    def _losses(self, batch: Transition, noise: Any = ()) -> tuple:
-        """:func:`sac_losses` of this algorithm's policy, critics and settings."""
-        return sac_losses(
-            batch,
-            self._sample,
-            self._critic_networks,
-            self._target_critic_networks,
-            self._entropy_target_algorithm.alpha.detach(),
-            self._gamma,
-            self._reward_scale,
-            self._discrete,
-            noise,
-        )
-
     def calc_loss(self, batch: Transition) -> LossInfo:
         """SAC's losses on a batch (advances the controller once).
 
@@ -285,7 +271,7 @@ class SacAlgorithm(Algorithm):
             LossInfo: ``loss`` the per-row critic + actor loss ``[N]``, ``extra`` a
             ``SacLossInfo`` of detached scalars.
         """
-        critic_loss, q_pi, entropy, extra = self._losses(batch)
+        critic_loss, q_pi, entropy, extra = sac_losses(self, batch)
         li = self._entropy_target_algorithm.entropy_loss(entropy, mask=batch.valid)
         actor_loss = -q_pi + li.loss
         return LossInfo(
@@ -296,7 +282,7 @@ class SacAlgorithm(Algorithm):
         """``CompiledUpdate``'s terms: ``calc_loss`` but the entropy term (``actor`` is
         ``-min Q`` until :func:`actor_loss_in_graph`)."""
         batch, noise = inputs
-        critic_loss, q_pi, entropy, extra = self._losses(batch, noise)
+        critic_loss, q_pi, entropy, extra = sac_losses(self, batch, noise)
         return (
             critic_loss - q_pi,
             entropy,

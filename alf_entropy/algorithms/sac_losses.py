@@ -18,12 +18,12 @@ policy's probabilities instead of a sample, and ``H`` is the exact entropy.
 critics (they are evaluated with detached weights for the actor loss).
 """
 
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import torch
-import torch.nn as nn
 
 from alf_entropy.algorithms.compiled_update import device_update
+from alf_entropy.algorithms.sac_networks import sample_policy
 from alf_entropy.controllers import EntropyController
 from alf_entropy.controllers.ops import member_mean
 from alf_entropy.data_structures import LossInfo, namedtuple
@@ -47,28 +47,15 @@ tensors, and ``alpha`` (0-d)."""
 
 
 def sac_losses(
-    batch: Transition,
-    sample: Callable[..., tuple],
-    critics: nn.Module,
-    target_critics: nn.Module,
-    alpha: torch.Tensor,
-    gamma: float,
-    reward_scale: float,
-    discrete: bool,
-    noise: Any = (),
+    alg: Any, batch: Transition, noise: Any = ()
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, SacLossInfo]:
-    """The terms of an update but the entropy's (see the module docstring).
+    """The terms of an update of ``alg`` (a ``SacAlgorithm``) but the entropy's (see the
+    module docstring): its policy's samples, critics, target critics, controller's alpha
+    (detached), ``gamma`` and ``reward_scale``.
 
     Args:
+        alg: the ``SacAlgorithm``.
         batch: a ``Transition`` of ``[N, ...]`` (K agents: ``[K, N, ...]``) tensors.
-        sample: ``(observation, noise=None) -> (action_or_probs, log_prob)``, the policy's
-            reparameterised sample (discrete: all probabilities and log-probs).
-        critics: the critics (``CriticNetworks``' ``forward``).
-        target_critics: the target critics.
-        alpha: the entropy coefficient of the TD target (detached; ``[K]`` for K agents).
-        gamma: the discount.
-        reward_scale: the rewards' factor.
-        discrete: whether the action is discrete.
         noise: the standard-normal draws of the two samples (``o'``, then ``o``;
             :func:`update_noise`), or ``()`` to draw them.
 
@@ -76,18 +63,24 @@ def sac_losses(
         Per row: the critic loss, ``min_i Q_i(o, a~)``, the entropy, and a ``SacLossInfo``
         of them detached (its ``actor`` left to the caller).
     """
+    critics, targets = alg.critic_networks, alg.target_critic_networks
+    discrete, alpha = alg.action_spec.is_discrete, alg.entropy_target_algorithm.alpha.detach()
+
+    def sample(observation: Any, draws: Any = None) -> tuple:
+        return sample_policy(alg.actor_network, observation, discrete, alg.generators, noise=draws)
+
     next_noise, noise = noise or (None, None)
     with torch.no_grad():
-        next_a, next_logp = sample(batch.next_observation, noise=next_noise)
+        next_a, next_logp = sample(batch.next_observation, next_noise)
         # K agents (a batch controller): alpha [K] against rows [K, N, ...].
         a = alpha.reshape(*alpha.shape, *(1,) * (next_logp.dim() - 1)) if alpha.dim() else alpha
         if discrete:
-            target_q = target_critics(batch.next_observation).min(dim=0).values  # [N, A]
+            target_q = targets(batch.next_observation).min(dim=0).values  # [N, A]
             next_v = (next_a * (target_q - a * next_logp)).sum(-1)
         else:
-            target_q = target_critics(batch.next_observation, next_a).min(dim=0).values
+            target_q = targets(batch.next_observation, next_a).min(dim=0).values
             next_v = target_q - a * next_logp
-        y = reward_scale * batch.reward + gamma * batch.discount.to(next_v.dtype) * next_v
+        y = alg.reward_scale * batch.reward + alg.gamma * batch.discount.to(next_v.dtype) * next_v
     if discrete:
         q_all = critics(batch.observation)  # [n, N, A]
         index = batch.action.long().unsqueeze(-1).expand(*q_all.shape[:-1], 1)
@@ -97,7 +90,7 @@ def sac_losses(
         entropy = -(probs * logp).sum(-1)
     else:
         q = critics(batch.observation, batch.action)  # [n, N]
-        action, logp = sample(batch.observation, noise=noise)
+        action, logp = sample(batch.observation, noise)
         q_pi = critics(batch.observation, action, detach_params=True).min(dim=0).values
         entropy = -logp
     critic_loss = 0.5 * (q - y.unsqueeze(0)).square().sum(0)
