@@ -301,10 +301,10 @@ class ActorCriticAlgorithm(Algorithm):
         self, experience: Experience, final_time_step: TimeStep
     ) -> Tuple[LossInfo, ActorCriticInfo, torch.Tensor]:
         """All updates of an unroll; the last's ``(loss_info, train_info, valid_mask)``."""
-        exp, nb = self.preprocess_experience(experience, final_time_step), len(self.batch_shape)
+        exp = self.preprocess_experience(experience, final_time_step)
         with self.fixed_tree():
             for _ in range(self._settings["num_epochs"]):
-                for batch in minibatches(exp, nb, self._settings, self.generators, self.name):
+                for batch in minibatches(self, exp):
                     train_info = self.train_step(batch).info
                     loss_info = self.calc_loss(batch, train_info)
                     mask = self.valid_mask(batch)

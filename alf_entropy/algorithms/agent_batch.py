@@ -186,8 +186,26 @@ class AgentBatch(Algorithm):
             name=type(self).__name__,
             batch_shape=(len(seeds),),
         )
-        device = torch.device(device)
-        agents = self._build_agents(observation_spec, action_spec, seeds, algorithm_ctor, device)
+        device, name = torch.device(device), type(self).__name__
+        if nest.is_nested(action_spec):
+            raise ValueError(f"{name} does not take a nested action_spec yet")
+        if distributed.env_world_size() > 1:
+            raise ValueError(
+                f"{name} does not run data-parallel (several ranks, WORLD_SIZE > "
+                "1): run the K agents in one process, or one agent per rank"
+            )
+        # Agent k as a single run with seeds[k] builds it; its generator as that run's after.
+        agents, self._generators = [], []
+        for seed in seeds:
+            seed_all(seed)
+            agent = algorithm_ctor(observation_spec, action_spec)
+            if not isinstance(agent, self.agent_cls):
+                raise TypeError(
+                    f"algorithm_ctor must build an {self.agent_cls.__name__}, got "
+                    f"{type(agent).__name__}"
+                )
+            agents.append(agent.to(device))
+            self._generators.append(agent_generator(seed, device))
         self._seeds, self._template = seeds, (agents[0],)  # agent 0 as built: the layout
         self._alg = algorithm_ctor(
             observation_spec,
@@ -199,37 +217,6 @@ class AgentBatch(Algorithm):
         ).to(device)
         self._after_build(agents)
         self.use_generators(self._generators)
-
-    def _build_agents(
-        self,
-        observation_spec: Any,
-        action_spec: Any,
-        seeds: List[int],
-        algorithm_ctor: Callable[..., Any],
-        device: torch.device,
-    ) -> List[Any]:
-        """Agent ``k`` as a single run with ``seeds[k]`` builds it; keeps its generator."""
-        name = type(self).__name__
-        if nest.is_nested(action_spec):
-            raise ValueError(f"{name} does not take a nested action_spec yet")
-        if distributed.env_world_size() > 1:
-            raise ValueError(
-                f"{name} does not run data-parallel (several ranks, WORLD_SIZE > "
-                "1): run the K agents in one process, or one agent per rank"
-            )
-        agents, generators = [], []
-        for seed in seeds:
-            seed_all(seed)
-            agent = algorithm_ctor(observation_spec, action_spec)
-            if not isinstance(agent, self.agent_cls):
-                raise TypeError(
-                    f"algorithm_ctor must build an {self.agent_cls.__name__}, got "
-                    f"{type(agent).__name__}"
-                )
-            agents.append(agent.to(device))
-            generators.append(agent_generator(seed, device))
-        self._generators = generators
-        return agents
 
     def _controller_cls(
         self, agents: List[Any], cls: Optional[Callable[..., Any]], targets: Optional[Sequence[Any]]

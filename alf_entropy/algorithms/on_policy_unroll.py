@@ -2,7 +2,7 @@
 time folded into rows and the shuffled minibatches of an epoch (``ActorCriticAlgorithm``'s
 and ``PPOAlgorithm``'s).  K agents: every leaf leads with ``batch_shape`` (``nb`` dims)."""
 
-from typing import Any, List, Optional
+from typing import Any, List
 
 import torch
 
@@ -64,24 +64,26 @@ def with_advantages(
     )
 
 
-def minibatches(
-    exp: Experience, nb: int, settings: dict, generators: Optional[List[torch.Generator]], name: Any
-) -> List[Experience]:
-    """One epoch's minibatches of ``exp`` (``[*batch, N, ...]``) by ``settings``'
-    ``num_minibatches``: each member's rows permuted once (from ``generators``; None:
-    torch's), then split; the whole unroll, unshuffled, for one minibatch in one epoch.
+def minibatches(alg: Any, exp: Experience) -> List[Experience]:
+    """One epoch's minibatches of ``exp`` (``[*batch, N, ...]``) for ``alg`` (an
+    ``ActorCriticAlgorithm``: its ``num_minibatches``): each member's rows permuted once
+    (from its generators), then split; the whole unroll, unshuffled, for one minibatch in
+    one epoch.
 
     Raises:
-        ValueError: for fewer rows than ``num_minibatches`` (naming ``name``).
+        ValueError: for fewer rows than ``num_minibatches``.
     """
+    nb, settings = len(alg.batch_shape), alg.settings
     k = settings["num_minibatches"]
     n = exp.step_type.shape[nb]
     if k == 1 and settings["num_epochs"] == 1:
         return [exp]
     if n < k:
-        raise ValueError(f"{name}: an unroll of {n} steps cannot be split into num_minibatches={k}")
+        raise ValueError(
+            f"{alg.name}: an unroll of {n} steps cannot be split into num_minibatches={k}"
+        )
     perm = per_member(
-        lambda g: torch.randperm(n, device=exp.step_type.device, generator=g), generators
+        lambda g: torch.randperm(n, device=exp.step_type.device, generator=g), alg.generators
     )
     shuffled = nest.map_structure(
         lambda x: x.gather(

@@ -159,7 +159,6 @@ class SacAlgorithm(Algorithm):
         check_callable("critic_network_ctor", critic_network_ctor)
 
         self._action_spec = action_spec
-        self._discrete = action_spec.is_discrete
 
         self._actor_network = actor_network_ctor(observation_spec, action_spec)
         self._critic_networks = critic_network_ctor(observation_spec, action_spec)
@@ -255,10 +254,7 @@ class SacAlgorithm(Algorithm):
         Returns:
             AlgStep: ``output`` the action ``[B, ...]``.
         """
-        drawn = sample_policy(
-            self._actor_network, inputs.observation, self._discrete, self.generators, acting=True
-        )
-        return AlgStep(output=drawn[0], state=state)
+        return AlgStep(output=sample_policy(self, inputs.observation, acting=True)[0], state=state)
 
     # --------------------------------------------------------------- training
     def calc_loss(self, batch: Transition) -> LossInfo:
@@ -303,9 +299,7 @@ class SacAlgorithm(Algorithm):
             AlgStep: ``info`` the ``LossInfo`` (``loss`` the minimised scalar, detached).
         """
         if self._compiled is not None:
-            nb = len(self.batch_shape)
-            noise = () if self._discrete else update_noise(inputs.action, nb, self.generators)
-            loss, extra = self._compiled((inputs, noise), self._num_skipped)
+            loss, extra = self._compiled((inputs, update_noise(self, inputs)), self._num_skipped)
             loss_info = LossInfo(loss=loss, extra=extra)
         else:
             loss_info, _ = self.update_with_gradient(

@@ -18,7 +18,7 @@ policy's probabilities instead of a sample, and ``H`` is the exact entropy.
 critics (they are evaluated with detached weights for the actor loss).
 """
 
-from typing import Any, List, Optional, Tuple
+from typing import Any, Tuple
 
 import torch
 
@@ -66,12 +66,9 @@ def sac_losses(
     critics, targets = alg.critic_networks, alg.target_critic_networks
     discrete, alpha = alg.action_spec.is_discrete, alg.entropy_target_algorithm.alpha.detach()
 
-    def sample(observation: Any, draws: Any = None) -> tuple:
-        return sample_policy(alg.actor_network, observation, discrete, alg.generators, noise=draws)
-
     next_noise, noise = noise or (None, None)
     with torch.no_grad():
-        next_a, next_logp = sample(batch.next_observation, next_noise)
+        next_a, next_logp = sample_policy(alg, batch.next_observation, noise=next_noise)
         # K agents (a batch controller): alpha [K] against rows [K, N, ...].
         a = alpha.reshape(*alpha.shape, *(1,) * (next_logp.dim() - 1)) if alpha.dim() else alpha
         if discrete:
@@ -85,12 +82,12 @@ def sac_losses(
         q_all = critics(batch.observation)  # [n, N, A]
         index = batch.action.long().unsqueeze(-1).expand(*q_all.shape[:-1], 1)
         q = q_all.gather(-1, index).squeeze(-1)
-        probs, logp = sample(batch.observation)
+        probs, logp = sample_policy(alg, batch.observation)
         q_pi = (probs * q_all.detach().min(dim=0).values).sum(-1)
         entropy = -(probs * logp).sum(-1)
     else:
         q = critics(batch.observation, batch.action)  # [n, N]
-        action, logp = sample(batch.observation, noise)
+        action, logp = sample_policy(alg, batch.observation, noise=noise)
         q_pi = critics(batch.observation, action, detach_params=True).min(dim=0).values
         entropy = -logp
     critic_loss = 0.5 * (q - y.unsqueeze(0)).square().sum(0)
@@ -100,17 +97,18 @@ def sac_losses(
     return critic_loss, q_pi, entropy, extra
 
 
-def update_noise(
-    action: torch.Tensor, batch_ndim: int, generators: Optional[List[torch.Generator]]
-) -> Tuple[torch.Tensor, ...]:
-    """The standard-normal draws of an update's two samples (``o'``, then ``o``) of
-    continuous actions like ``action`` (``[*batch, N, ...]``, ``batch_ndim`` batch dims),
-    from ``generators`` (None: torch's), in the order that eager's samples draw them."""
-    shape = action.shape[batch_ndim:]
+def update_noise(alg: Any, batch: Transition) -> Tuple[torch.Tensor, ...]:
+    """The standard-normal draws of the two samples (``o'``, then ``o``) of ``alg``'s update
+    on ``batch``, from its generators, in the order that eager's samples draw them (none
+    for a discrete action)."""
+    if alg.action_spec.is_discrete:
+        return ()
+    action = batch.action
+    shape = action.shape[len(alg.batch_shape) :]
     return tuple(
         per_member(
             lambda g: torch.randn(shape, dtype=torch.float32, device=action.device, generator=g),
-            generators,
+            alg.generators,
         )
         for _ in range(2)
     )

@@ -34,15 +34,9 @@ def sac_default_optimizer(params: List[nn.Parameter], lr: float = 3e-4) -> torch
     return FusedAdam(params, lr=check_real("sac_default_optimizer.lr", lr, positive=True))
 
 
-def sample_policy(
-    actor: nn.Module,
-    observation: Any,
-    discrete: bool,
-    generators: Optional[List[torch.Generator]],
-    acting: bool = False,
-    noise: Any = None,
-) -> tuple:
-    """The one sampling path of SAC's policy ``actor``: ``(action_or_probs, log_prob)``.
+def sample_policy(alg: Any, observation: Any, acting: bool = False, noise: Any = None) -> tuple:
+    """The one sampling path of ``alg``'s (a ``SacAlgorithm``'s) policy:
+    ``(action_or_probs, log_prob)``.
 
     Continuous: a reparameterised sample and its log-probability (acting:
     a plain sample, no log-probability); from the standard-normal draws ``noise`` if
@@ -51,8 +45,10 @@ def sample_policy(
     an ``ActorDistributionNetwork`` drawn from torch's generator is drawn in closed form,
     from the same distribution without building it; the network returns None for what it
     does not cover (a hook registered later, ``ALF_ENTROPY_ACCEL=0``), which is asked per
-    call for that reason.  Draws come from ``generators`` (None: torch's).
+    call for that reason.  Draws come from ``alg``'s generators (None: torch's).
     """
+    actor, generators = alg.actor_network, alg.generators
+    discrete = alg.action_spec.is_discrete
     closed_form = not discrete and isinstance(actor, ActorDistributionNetwork)
     if closed_form and generators is None and noise is None:
         drawn = actor.rsample_and_log_prob(observation, log_prob=not acting)
