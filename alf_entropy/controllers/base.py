@@ -24,7 +24,8 @@ MIN_LOG_ALPHA = -100.0
 
 
 def arguments(local_vars: Dict[str, Any], *construction: str) -> Dict[str, Any]:
-    """A rule constructor's ``locals()`` for ``EntropyController``, less ``construction``."""
+    """A constructor's ``locals()`` for its base class's (a rule's for ``EntropyController``),
+    less ``construction``."""
     return {k: v for k, v in local_vars.items() if k not in ("self", "__class__", *construction)}
 
 

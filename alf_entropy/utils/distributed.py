@@ -176,7 +176,7 @@ def shutdown() -> None:
 
 def is_distributed() -> bool:
     """Whether a process group with more than one rank is initialised."""
-    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    return world_size() > 1
 
 
 def world_size() -> int:
