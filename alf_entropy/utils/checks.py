@@ -111,9 +111,12 @@ def check_choice(name: str, value: Any, choices: Sequence[Any]) -> Any:
 
 
 def check_name(name: str, value: Any) -> str:
-    """``value`` if a non-empty string, else ``ValueError`` naming ``name``."""
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"{name} must be a non-empty string, got {value!r}")
+    """``value`` if a non-empty string, else ``TypeError`` (not a string) or ``ValueError``
+    (empty) naming ``name``."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a non-empty string, got {value!r}")
+    if not value:
+        raise ValueError(f"{name} must be a non-empty string, got ''")
     return value
 
 
