@@ -186,12 +186,12 @@ class AgentBatch(Algorithm):
             name=type(self).__name__,
             batch_shape=(len(seeds),),
         )
-        device, name = torch.device(device), type(self).__name__
+        device = torch.device(device)
         if nest.is_nested(action_spec):
-            raise ValueError(f"{name} does not take a nested action_spec yet")
+            raise ValueError(f"{self.name} does not take a nested action_spec yet")
         if distributed.env_world_size() > 1:
             raise ValueError(
-                f"{name} does not run data-parallel (several ranks, WORLD_SIZE > "
+                f"{self.name} does not run data-parallel (several ranks, WORLD_SIZE > "
                 "1): run the K agents in one process, or one agent per rank"
             )
         # Agent k as a single run with seeds[k] builds it; its generator as that run's after.

@@ -166,11 +166,6 @@ class GymVectorEnv:
         # ``np.array(copy=True)`` so CPU tensors never alias gymnasium's buffers.
         return self._tensor(np.array(array, dtype=dtype, copy=True))
 
-    def _convert_observation(self, obs: Any) -> Any:
-        if self._observation_is_leaf:
-            return self._to_device(obs, self._obs_np_dtypes)
-        return nest.map_structure(self._to_device, obs, self._obs_np_dtypes)
-
     def _convert_action_leaf(self, spec, action):
         if isinstance(action, torch.Tensor):
             # ``force=True``: ``detach().cpu()`` (the one device->host copy of
@@ -209,7 +204,11 @@ class GymVectorEnv:
             step_type=self._tensor(step_type.astype(np.int64, copy=False)),
             reward=self._tensor(reward.astype(np.float32, copy=False)),
             discount=self._tensor(discount.astype(np.float32, copy=False)),
-            observation=self._convert_observation(obs),
+            observation=(
+                self._to_device(obs, self._obs_np_dtypes)
+                if self._observation_is_leaf
+                else nest.map_structure(self._to_device, obs, self._obs_np_dtypes)
+            ),
             prev_action=prev_action,
             env_id=self._tensor(self._env_ids_np.copy()),
             env_info={},

@@ -12,12 +12,12 @@ from gymnasium.vector import AsyncVectorEnv
 
 from alf_entropy.environments.env_state import load_env_state
 
-__all__ = ["env_chain", "seed_spaces", "dump_state", "load_state"]
+__all__ = ["seed_spaces", "dump_state", "load_state"]
 
 _SPACES = ("single_observation_space", "single_action_space", "observation_space", "action_space")
 
 
-def env_chain(gym_env: Any) -> Iterator[Any]:
+def _env_chain(gym_env: Any) -> Iterator[Any]:
     """The vector env, each env in it, and every wrapper around either."""
     for env in (gym_env, *getattr(gym_env, "envs", [])):
         while env is not None:
@@ -29,7 +29,7 @@ def seed_spaces(gym_env: Any, seed: int) -> None:
     """Seed every space (the vector env's, each env's and wrapper's): their pickled
     state, part of :func:`dump_state`'s, is then the same for two envs of one seed."""
     seen = set()
-    for layer in env_chain(gym_env):
+    for layer in _env_chain(gym_env):
         for name in _SPACES:
             space = getattr(layer, name, None)
             if isinstance(space, gym.spaces.Space) and id(space) not in seen:
@@ -42,7 +42,7 @@ def dump_state(gym_env: Any, flags: Tuple[Any, ...]) -> Optional[bytes]:
     where that is not their state (``EzPickle`` envs: Box2D, MuJoCo, toy text;
     subprocesses) or they cannot be pickled."""
     if isinstance(gym_env, AsyncVectorEnv) or any(
-        isinstance(env, EzPickle) for env in env_chain(gym_env)
+        isinstance(env, EzPickle) for env in _env_chain(gym_env)
     ):
         return None  # pickling these does not capture their state
     try:
@@ -59,7 +59,7 @@ def load_state(gym_env: Any, state: bytes, num_flags: int) -> Tuple[Any, ...]:
     """
     try:  # only what an env state holds: a crafted checkpoint runs nothing
         env, *flags = load_env_state(
-            state, {type(env).__module__ for env in env_chain(gym_env)}
+            state, {type(env).__module__ for env in _env_chain(gym_env)}
         )  # the live env's
         if len(flags) != num_flags:
             raise ValueError(f"{len(flags)} flags, not {num_flags}")
