@@ -143,6 +143,7 @@ def _summed_calls(pieces: List[Any], inside_first: bool = False) -> Iterator[Dic
 def breakdown(args: argparse.Namespace) -> None:
     """``--breakdown``: where one iteration of ours goes (timers around each call, summed
     over a 60-iteration run, evaluations not counted); prints ms per iteration and us per call."""
+    from alf_entropy.algorithms import actor_critic_algorithm
     from alf_entropy.algorithms.actor_critic_algorithm import ActorCriticAlgorithm
     from alf_entropy.algorithms.algorithm import Algorithm
     from alf_entropy.environments import GymVectorEnv
@@ -153,7 +154,7 @@ def breakdown(args: argparse.Namespace) -> None:
         ("acting (rollout_step)", ActorCriticAlgorithm, "rollout_step"),
         ("environment (step)", GymVectorEnv, "step"),
         ("values and GAE", ActorCriticAlgorithm, "preprocess_experience"),
-        ("minibatch split", ActorCriticAlgorithm, "_minibatches"),
+        ("minibatch split", actor_critic_algorithm, "minibatches"),  # on_policy_unroll's
         ("forward (train_step)", ActorCriticAlgorithm, "train_step"),
         ("losses + controller", ActorCriticAlgorithm, "calc_loss"),
         ("backward, clip, Adam", Algorithm, "update_with_gradient"),

@@ -7,59 +7,39 @@ loss; truncated episodes bootstrap.  K agents (``batch_shape=(K,)``): the same c
 
 import functools
 import operator
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 import torch
 import torch.distributions as td
 import torch.nn as nn
 
 from alf_entropy.algorithms.algorithm import Algorithm, OptimizerArg
+from alf_entropy.algorithms.on_policy_unroll import (
+    ActorCriticInfo,
+    ActorCriticLossInfo,
+    minibatches,
+    time_into_rows,
+    with_advantages,
+)
 from alf_entropy.controllers import (
     EntropyController,
     EntropyTargetAlgorithm,
     NestedEntropyTargetAlgorithm,
 )
-from alf_entropy.data_structures import (
-    AlgStep,
-    Experience,
-    LossInfo,
-    StepType,
-    TimeStep,
-    namedtuple,
-)
+from alf_entropy.controllers.ops import member_mean
+from alf_entropy.data_structures import AlgStep, Experience, LossInfo, StepType, TimeStep
 from alf_entropy.networks import ActorDistributionNetwork, ValueNetwork, mode_of
 from alf_entropy.networks.stacked import categorical_sampler, draw
 from alf_entropy.utils import dist_utils, nest, schedulers, summary, value_ops
 from alf_entropy.utils.checks import check_callable, check_choice, check_int, check_real
-from alf_entropy.utils.math_ops import masked_mean
 from alf_entropy.utils.optimizers import default_optimizer
-from alf_entropy.utils.seeding import per_member
 
 __all__ = ["ActorCriticInfo", "ActorCriticLossInfo", "ActorCriticAlgorithm", "default_optimizer"]
-
-ActorCriticInfo = namedtuple(
-    "ActorCriticInfo",
-    ["value", "log_prob", "advantages", "returns", "entropy", "entropy_for_gradient"],
-    default_value=(),
-)
-"""Per step: ``value`` V(o), ``log_prob``; GAE ``advantages`` and ``returns``
-(``preprocess_experience``); ``entropy`` and ``entropy_for_gradient`` (``train_step``; nests
-like the action spec for a nested controller)."""
-
-ActorCriticLossInfo = namedtuple(
-    "ActorCriticLossInfo", ["pg_loss", "td_loss", "entropy"], default_value=()
-)
-"""Per-step loss terms (``LossInfo.extra`` of ``calc_loss``)."""
 
 
 def _sum_leaves(value: Any) -> torch.Tensor:
     """The sum over a nest of tensors (the tensor itself if not nested)."""
     return functools.reduce(operator.add, nest.flatten(value))
-
-
-def _time_into_rows(x: torch.Tensor, nb: int) -> torch.Tensor:
-    """``[T, *batch, B, ...]`` as ``[*batch, T * B, ...]`` (``nb = len(batch)``)."""
-    return x.movedim(0, nb).flatten(nb, nb + 1)
 
 
 class ActorCriticAlgorithm(Algorithm):
@@ -202,8 +182,7 @@ class ActorCriticAlgorithm(Algorithm):
 
     def _mean(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """The masked mean of each member (``batch_shape``)."""
-        nb = len(self.batch_shape)
-        return masked_mean(x, mask, dim=tuple(range(nb, x.dim())) if nb else None)[0]
+        return member_mean(x, mask, len(self.batch_shape))[0]
 
     def _log_prob(self, dist: Any, action: Any) -> torch.Tensor:
         """``log pi(action)`` summed over the action nest."""
@@ -240,7 +219,7 @@ class ActorCriticAlgorithm(Algorithm):
             dist = self._actor_network(observation)
             log_prob = self._log_prob(dist, inputs.action)
             entropy_of = (
-                dist_utils.entropy_with_fallback if controller is None else (controller.entropy)
+                dist_utils.entropy_with_fallback if controller is None else controller.entropy
             )
             entropy, for_gradient = entropy_of(dist)
         return AlgStep(
@@ -262,38 +241,20 @@ class ActorCriticAlgorithm(Algorithm):
         with torch.no_grad():
             t, b = experience.step_type.shape[0], experience.step_type.shape[-1]
             observations = nest.map_structure(  # all T + 1 in one forward pass
-                lambda x, y: _time_into_rows(torch.cat([x, y.unsqueeze(0)]), nb),
+                lambda x, y: time_into_rows(torch.cat([x, y.unsqueeze(0)]), nb),
                 experience.time_step.observation,
                 final_time_step.observation,
             )
             values = self._value_network(observations).unflatten(nb, (t + 1, b)).movedim(nb, 0)
             experience = self.with_advantages(experience, final_time_step, values)
-            return nest.map_structure(lambda x: _time_into_rows(x, nb), experience)
+            return nest.map_structure(lambda x: time_into_rows(x, nb), experience)
 
     def with_advantages(
         self, experience: Experience, final_time_step: TimeStep, values: torch.Tensor
     ) -> Experience:
         """The unroll with ``value``, GAE ``advantages`` and ``returns`` from ``values``
-        ``[T + 1, ...]`` (the last bootstraps)."""
-        time_step, s = experience.time_step, self._settings
-
-        def _with_final(x: torch.Tensor, final: torch.Tensor) -> torch.Tensor:
-            return torch.cat([x, final.unsqueeze(0)], dim=0)
-
-        advantages = value_ops.generalized_advantage_estimation(
-            _with_final(time_step.reward, final_time_step.reward).to(values.dtype)
-            * s["reward_scale"],
-            values,
-            _with_final(experience.step_type, final_time_step.step_type),
-            _with_final(time_step.discount, final_time_step.discount).to(values.dtype) * s["gamma"],
-            td_lambda=s["td_lambda"],
-        )
-        value = values[:-1]
-        return experience._replace(
-            rollout_info=experience.rollout_info._replace(
-                value=value, advantages=advantages, returns=advantages + value
-            )
-        )
+        ``[T + 1, ...]`` (the last bootstraps): :func:`.on_policy_unroll.with_advantages`."""
+        return with_advantages(experience, final_time_step, values, self._settings)
 
     def _policy_gradient_loss(
         self, experience: Experience, train_info: ActorCriticInfo, advantages: torch.Tensor
@@ -320,12 +281,10 @@ class ActorCriticAlgorithm(Algorithm):
             per_minibatch = self._settings["entropy_target_update"] == "per_minibatch"
             if not per_minibatch:  # one update an iteration, from all its entropies
                 controller.accumulate(train_info.entropy, mask)
-            loss = (
-                loss
-                + controller.entropy_loss(
-                    train_info.entropy, mask, train_info.entropy_for_gradient, per_minibatch
-                ).loss
+            li = controller.entropy_loss(
+                train_info.entropy, mask, train_info.entropy_for_gradient, per_minibatch
             )
+            loss = loss + li.loss
         return LossInfo(
             loss=loss,
             extra=ActorCriticLossInfo(
@@ -338,28 +297,6 @@ class ActorCriticAlgorithm(Algorithm):
         """Steps that take part in the loss: all but ``LAST`` ones (bool, ``step_type``'s shape)."""
         return experience.step_type != StepType.LAST
 
-    def _minibatches(self, exp: Experience) -> List[Experience]:
-        """One epoch's minibatches: each member's steps permuted once, then split."""
-        nb, k = len(self.batch_shape), self._settings["num_minibatches"]
-        n = exp.step_type.shape[nb]
-        if k == 1 and self._settings["num_epochs"] == 1:
-            return [exp]  # the whole unroll, unshuffled
-        if n < k:
-            raise ValueError(
-                f"{self.name}: an unroll of {n} steps cannot be split into num_minibatches={k}"
-            )
-        perm = per_member(
-            lambda g: torch.randperm(n, device=exp.step_type.device, generator=g), self.generators
-        )
-        shuffled = nest.map_structure(
-            lambda x: x.gather(
-                nb, perm.reshape(perm.shape + (1,) * (x.dim() - nb - 1)).expand(x.shape)
-            ),
-            exp,
-        )
-        splits = [x.tensor_split(k, dim=nb) for x in nest.flatten(shuffled)]
-        return [nest.pack_sequence_as(shuffled, leaves) for leaves in zip(*splits)]
-
     def train_from_unroll(
         self, experience: Experience, final_time_step: TimeStep
     ) -> Tuple[LossInfo, ActorCriticInfo, torch.Tensor]:
@@ -367,7 +304,7 @@ class ActorCriticAlgorithm(Algorithm):
         exp = self.preprocess_experience(experience, final_time_step)
         with self.fixed_tree():
             for _ in range(self._settings["num_epochs"]):
-                for batch in self._minibatches(exp):
+                for batch in minibatches(self, exp):
                     train_info = self.train_step(batch).info
                     loss_info = self.calc_loss(batch, train_info)
                     mask = self.valid_mask(batch)

@@ -27,9 +27,9 @@ import torch.nn as nn
 
 from alf_entropy.algorithms.algorithm import Algorithm
 from alf_entropy.data_structures import AlgStep
-from alf_entropy.networks.batched_adam import BatchedAdam
+from alf_entropy.networks.batched_adam import batched_adam_like
 from alf_entropy.utils import distributed, nest
-from alf_entropy.utils.checks import check_int
+from alf_entropy.utils.checks import check_callable, check_int
 from alf_entropy.utils.run_names import dir_safe
 from alf_entropy.utils.seeding import MAX_SEED, seed_all
 
@@ -78,33 +78,6 @@ def check_agent_seeds(seeds: Sequence[int], targets: Optional[Sequence[Any]] = N
             f"target_entropies {targets})"
         )
     return seeds
-
-
-def _batched_adam_like(opt: torch.optim.Optimizer) -> Callable[..., BatchedAdam]:
-    group = opt.param_groups[0]
-    # AdamW subclasses Adam; its decoupled decay, amsgrad, maximize or a second group
-    # would silently become another optimiser in the batch.
-    if (
-        not isinstance(opt, torch.optim.Adam)
-        or isinstance(opt, torch.optim.AdamW)
-        or len(opt.param_groups) != 1
-        or group.get("amsgrad")
-        or group.get("maximize")
-        or group.get("decoupled_weight_decay")
-    ):
-        raise TypeError(
-            f"the batch needs agents optimised by Adam (FusedAdam) with one "
-            f"parameter group and no amsgrad/maximize/decoupled decay, got "
-            f"{type(opt).__name__} with {len(opt.param_groups)} group(s)"
-        )
-    return functools.partial(
-        BatchedAdam,
-        lr=group.get("initial_lr", group["lr"]),
-        betas=group["betas"],
-        eps=group["eps"],
-        weight_decay=group["weight_decay"],
-        lr_schedule=getattr(opt, "lr_schedule", None),
-    )
 
 
 def _check_same_start(singles: List[Any], batched: Any) -> None:
@@ -173,7 +146,8 @@ class AgentBatch(Algorithm):
             ``target_entropies`` tells the agents with one seed apart).
         algorithm_ctor: ``(observation_spec, action_spec, **overrides) -> algorithm``
             (configured as for a single run); it must take ``batch_shape``,
-            ``entropy_target_cls``, ``optimizer`` and the network ctors stacked.
+            ``entropy_target_cls``, ``optimizer`` and the network ctors stacked.  None:
+            the class's ``default_algorithm_ctor``.
         target_entropies: one target per agent (a number, scheduler, ...), or None.
         entropy_target_cls: ``(action_spec, batch_shape=, debug_summaries=,
             [target_entropy=]) ->`` the batch's controller, or None for the agents'
@@ -184,64 +158,44 @@ class AgentBatch(Algorithm):
         ValueError: for empty ``seeds``, repeated (target, seed) pairs, targets of the
             wrong length or without a controller, a nested action spec, several ranks,
             or a batch controller that starts unlike the agents'.
-        TypeError: if ``algorithm_ctor`` builds no ``agent_cls`` or no Adam.
+        TypeError: if ``algorithm_ctor`` is not callable or builds no ``agent_cls`` or no
+            Adam.
     """
 
     agent_cls: type = Algorithm
     """The class the agents must be."""
+    default_algorithm_ctor: Optional[Callable[..., Any]] = None
+    """The ``algorithm_ctor`` of None (``ManyAgents``: ``PPOAlgorithm``; SAC's: its own)."""
 
     def __init__(
         self,
         observation_spec: Any,
         action_spec: Any,
         seeds: Sequence[int],
-        algorithm_ctor: Callable[..., Any],
+        algorithm_ctor: Optional[Callable[..., Any]] = None,
         target_entropies: Optional[Sequence[Any]] = None,
         entropy_target_cls: Optional[Callable[..., Any]] = None,
         device: Any = "cpu",
     ):
+        algorithm_ctor = algorithm_ctor or self.default_algorithm_ctor
+        check_callable("algorithm_ctor", algorithm_ctor)
         seeds = check_agent_seeds(seeds, target_entropies)
         super().__init__(
             optimizer=None,
             debug_summaries=False,
             name=type(self).__name__,
-            batch_shape=(max(len(seeds), 1),),
+            batch_shape=(len(seeds),),
         )
         device = torch.device(device)
-        agents = self._build_agents(
-            observation_spec, action_spec, seeds, algorithm_ctor, target_entropies, device
-        )
-        self._seeds, self._template = seeds, (agents[0],)  # agent 0 as built: the layout
-        self._alg = algorithm_ctor(
-            observation_spec,
-            action_spec,
-            batch_shape=self.batch_shape,
-            entropy_target_cls=self._controller_cls(agents, entropy_target_cls, target_entropies),
-            optimizer=_batched_adam_like(agents[0].optimizers()[0]),
-            **self._stacked(agents),
-        ).to(device)
-        self._after_build(agents)
-        self.use_generators(self._generators)
-
-    def _build_agents(
-        self,
-        observation_spec: Any,
-        action_spec: Any,
-        seeds: List[int],
-        algorithm_ctor: Callable[..., Any],
-        targets: Optional[Sequence[Any]],
-        device: torch.device,
-    ) -> List[Any]:
-        """Agent ``k`` as a single run with ``seeds[k]`` builds it; keeps its generator."""
-        name = type(self).__name__
         if nest.is_nested(action_spec):
-            raise ValueError(f"{name} does not take a nested action_spec yet")
+            raise ValueError(f"{self.name} does not take a nested action_spec yet")
         if distributed.env_world_size() > 1:
             raise ValueError(
-                f"{name} does not run data-parallel (several ranks, WORLD_SIZE > "
+                f"{self.name} does not run data-parallel (several ranks, WORLD_SIZE > "
                 "1): run the K agents in one process, or one agent per rank"
             )
-        agents, generators = [], []
+        # Agent k as a single run with seeds[k] builds it; its generator as that run's after.
+        agents, self._generators = [], []
         for seed in seeds:
             seed_all(seed)
             agent = algorithm_ctor(observation_spec, action_spec)
@@ -251,9 +205,18 @@ class AgentBatch(Algorithm):
                     f"{type(agent).__name__}"
                 )
             agents.append(agent.to(device))
-            generators.append(agent_generator(seed, device))
-        self._generators = generators
-        return agents
+            self._generators.append(agent_generator(seed, device))
+        self._seeds, self._template = seeds, (agents[0],)  # agent 0 as built: the layout
+        self._alg = algorithm_ctor(
+            observation_spec,
+            action_spec,
+            batch_shape=self.batch_shape,
+            entropy_target_cls=self._controller_cls(agents, entropy_target_cls, target_entropies),
+            optimizer=batched_adam_like(agents[0].optimizers()[0]),
+            **self._stacked(agents),
+        ).to(device)
+        self._after_build(agents)
+        self.use_generators(self._generators)
 
     def _controller_cls(
         self, agents: List[Any], cls: Optional[Callable[..., Any]], targets: Optional[Sequence[Any]]

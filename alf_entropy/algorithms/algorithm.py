@@ -26,7 +26,7 @@ import torch.nn as nn
 
 from alf_entropy.data_structures import AlgStep, LossInfo
 from alf_entropy.utils import distributed
-from alf_entropy.utils.checks import check_int
+from alf_entropy.utils.checks import check_batch_shape, check_name
 from alf_entropy.utils.optimizers import clip_grad_norms_, masked_optimizer_step
 
 __all__ = ["Algorithm", "OptimizerArg", "combine_loss_infos"]
@@ -90,13 +90,9 @@ class Algorithm(nn.Module):
         batch_shape: Tuple[int, ...] = (),
     ):
         super().__init__()
-        if not isinstance(batch_shape, (tuple, list)) or len(batch_shape) > 1:
-            raise ValueError(f"batch_shape must be () or (K,), got {batch_shape!r}")
-        self._members = tuple(check_int("batch_shape[0]", k, minimum=1) for k in batch_shape)
+        self._members = check_batch_shape(batch_shape)
         self._generators: Optional[List[torch.Generator]] = None
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"name must be a non-empty string, got {name!r}")
-        self._name = name
+        self._name = check_name("name", name)
         self._debug_summaries = bool(debug_summaries)
         self._optimizer_arg = optimizer
         self._optimizer: Optional[torch.optim.Optimizer] = (

@@ -17,7 +17,7 @@ from alf_entropy.controllers.driver import Inputs
 from alf_entropy.controllers.ops import member_mean
 from alf_entropy.controllers.watch import report
 from alf_entropy.utils import distributed, nest
-from alf_entropy.utils.optimizers import FusedAdam
+from alf_entropy.utils.optimizers import FusedAdam, clip_grads_
 
 __all__ = ["CompiledUpdate", "device_update", "rsample_with"]
 
@@ -185,20 +185,7 @@ class CompiledUpdate:
         ok = torch.isfinite(loss)
         with torch.no_grad():
             if self._clip is not None:
-                norms = torch.linalg.vector_norm(
-                    torch.stack(
-                        [
-                            torch.linalg.vector_norm(
-                                g, dim=tuple(range(nb, g.dim())) if nb else None
-                            )
-                            for g in grads
-                        ]
-                    ),
-                    dim=0,
-                )
-                ok = ok & torch.isfinite(norms)
-                coef = (self._clip / (norms + 1e-6)).clamp(max=1.0)
-                grads = [g * coef.reshape(coef.shape + (1,) * (g.dim() - nb)) for g in grads]
+                ok = ok & torch.isfinite(clip_grads_(grads, self._clip, nb))
             start = 0
             for group in plan:
                 _masked_adam(*group, grads[start : start + len(group[0])], ok, nb)

@@ -7,7 +7,7 @@ minibatch permutations, advantage normalisation, the loss's mean, gradient clipp
 the skip of a non-finite update and Adam's state are each agent's own.
 """
 
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List
 
 import torch.nn as nn
 
@@ -24,26 +24,7 @@ class ManyAgents(AgentBatch):
     default ``algorithm_ctor`` is ``PPOAlgorithm``)."""
 
     agent_cls = ActorCriticAlgorithm
-
-    def __init__(
-        self,
-        observation_spec: Any,
-        action_spec: Any,
-        seeds: Sequence[int],
-        algorithm_ctor: Callable[..., ActorCriticAlgorithm] = PPOAlgorithm,
-        target_entropies: Optional[Sequence[Any]] = None,
-        entropy_target_cls: Optional[Callable[..., Any]] = None,
-        device: Any = "cpu",
-    ):
-        super().__init__(
-            observation_spec,
-            action_spec,
-            seeds,
-            algorithm_ctor,
-            target_entropies,
-            entropy_target_cls,
-            device,
-        )
+    default_algorithm_ctor = PPOAlgorithm
 
     def _stacked(self, agents: List[Any]) -> Dict[str, Callable[..., nn.Module]]:
         return dict(

@@ -7,7 +7,7 @@ Agent ``k`` draws its actions and its losses' samples from its own generator, an
 ``OffPolicyTrainer`` -- its random actions before learning starts and its replay rows.
 """
 
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List
 
 import torch.nn as nn
 
@@ -24,26 +24,7 @@ class ManySacAgents(AgentBatch):
     be ``CriticNetworks``)."""
 
     agent_cls = SacAlgorithm
-
-    def __init__(
-        self,
-        observation_spec: Any,
-        action_spec: Any,
-        seeds: Sequence[int],
-        algorithm_ctor: Callable[..., SacAlgorithm] = SacAlgorithm,
-        target_entropies: Optional[Sequence[Any]] = None,
-        entropy_target_cls: Optional[Callable[..., Any]] = None,
-        device: Any = "cpu",
-    ):
-        super().__init__(
-            observation_spec,
-            action_spec,
-            seeds,
-            algorithm_ctor,
-            target_entropies,
-            entropy_target_cls,
-            device,
-        )
+    default_algorithm_ctor = SacAlgorithm
 
     def _stacked(self, agents: List[Any]) -> Dict[str, Callable[..., nn.Module]]:
         return dict(

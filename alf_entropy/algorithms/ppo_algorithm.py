@@ -32,6 +32,7 @@ import torch.nn as nn
 
 from alf_entropy.algorithms.actor_critic_algorithm import ActorCriticAlgorithm, ActorCriticInfo
 from alf_entropy.algorithms.algorithm import OptimizerArg
+from alf_entropy.controllers.base import arguments
 from alf_entropy.data_structures import Experience, LossInfo
 from alf_entropy.networks import ActorDistributionNetwork, ValueNetwork
 from alf_entropy.utils import schedulers, summary
@@ -107,29 +108,7 @@ class PPOAlgorithm(ActorCriticAlgorithm):
                 )
             )
         # Every argument passed on: ActorCriticAlgorithm's gin bindings stay A2C's.
-        super().__init__(
-            observation_spec,
-            action_spec,
-            actor_network_ctor,
-            value_network_ctor,
-            optimizer,
-            gamma,
-            td_lambda,
-            normalize_advantages,
-            td_loss_weight,
-            reward_scale,
-            entropy_regularization,
-            enforce_entropy_target,
-            entropy_target_cls,
-            entropy_target_update,
-            max_grad_norm,
-            num_epochs,
-            num_minibatches,
-            fast_acting,
-            debug_summaries,
-            name,
-            batch_shape,
-        )
+        super().__init__(**arguments(locals(), "importance_ratio_clipping"))
 
     @property
     def importance_ratio_clipping(self) -> float:

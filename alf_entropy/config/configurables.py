@@ -25,7 +25,7 @@ with warnings.catch_warnings():
     import gin.torch.external_configurables  # noqa: F401  (``@torch.optim.Adam`` and the like)
 
 from alf_entropy import controllers
-from alf_entropy.algorithms import sac_algorithm
+from alf_entropy.algorithms import sac_algorithm, sac_networks
 from alf_entropy.algorithms.actor_critic_algorithm import ActorCriticAlgorithm
 from alf_entropy.algorithms.algorithm import Algorithm
 from alf_entropy.algorithms.many_agents import ManyAgents
@@ -87,7 +87,7 @@ _BATCHED = (Algorithm, ActorCriticAlgorithm, PPOAlgorithm, sac_algorithm.SacAlgo
 
 FUNCTIONS = [
     (optimizers.default_optimizer, None),
-    (sac_algorithm._default_optimizer, "sac_default_optimizer"),
+    (sac_networks.sac_default_optimizer, None),
     (dist_utils.greedy_probability_target, None),
     (dist_utils.calc_default_target_entropy, None),
     (dist_utils.calc_default_max_entropy, None),

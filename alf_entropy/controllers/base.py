@@ -13,7 +13,7 @@ from alf_entropy.controllers.target import Target
 from alf_entropy.controllers.watch import WINDUP_WINDOW, WarnOnce, anneal_of, report, scalars
 from alf_entropy.data_structures import LossInfo
 from alf_entropy.utils import distributed, summary
-from alf_entropy.utils.checks import check_choice, check_int, check_real
+from alf_entropy.utils.checks import check_batch_shape, check_choice, check_name, check_real
 
 __all__ = ["EntropyController", "arguments", "NO_SPAN", "MIN_LOG_ALPHA"]
 
@@ -24,7 +24,8 @@ MIN_LOG_ALPHA = -100.0
 
 
 def arguments(local_vars: Dict[str, Any], *construction: str) -> Dict[str, Any]:
-    """A rule constructor's ``locals()`` for ``EntropyController``, less ``construction``."""
+    """A constructor's ``locals()`` for its base class's (a rule's for ``EntropyController``),
+    less ``construction``."""
     return {k: v for k, v in local_vars.items() if k not in ("self", "__class__", *construction)}
 
 
@@ -52,13 +53,9 @@ class EntropyController(AlfSubAlgorithm, nn.Module):
         **settings: Any,
     ):
         super().__init__()
-        if not isinstance(batch_shape, (tuple, list)) or len(batch_shape) > 1:
-            raise ValueError(f"batch_shape must be () or (K,), got {batch_shape!r}")
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"name must be a non-empty string, got {name!r}")
+        self.batch_shape = check_batch_shape(batch_shape)
         self.action_spec = action_spec
-        self.name = name
-        self.batch_shape = tuple(check_int("batch_shape[0]", k, minimum=1) for k in batch_shape)
+        self.name = check_name("name", name)
         self.debug_summaries = bool(debug_summaries)
         self._mode = check_choice("update_mode", update_mode, UPDATE_MODES)
         self.warn = WarnOnce(name)

@@ -106,16 +106,6 @@ def evaluate(
     Raises:
         ValueError: if ``num_episodes`` or ``max_steps`` is not positive.
     """
-    returns, _ = run_episodes(
-        env_id,
-        policy_fn,
-        num_episodes,
-        seed,
-        device,
-        env_kwargs,
-        max_episode_steps,
-        pass_time_step,
-        max_steps,
-        env_ctor,
-    )
+    returns, _ = run_episodes(**locals())  # evaluate's arguments are run_episodes'
+
     return float(sum(returns) / len(returns))

@@ -11,8 +11,7 @@ vector env for an exact resume.  Only the actions are moved to the host.
 
 import collections
 import functools
-import pickle
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -24,11 +23,14 @@ from alf_entropy.utils.requirements import require_train_extra
 require_train_extra("alf_entropy.environments (the trainers' environments)")
 
 import gymnasium as gym  # noqa: E402  (after the version check)
-from gymnasium.utils import EzPickle  # noqa: E402
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv  # noqa: E402
 
 from alf_entropy.data_structures import StepType, TimeStep  # noqa: E402
-from alf_entropy.environments.env_state import load_env_state  # noqa: E402
+from alf_entropy.environments.vector_env_state import (  # noqa: E402
+    dump_state,
+    load_state,
+    seed_spaces,
+)
 from alf_entropy.tensor_specs import from_gym_space  # noqa: E402
 from alf_entropy.utils import nest  # noqa: E402
 from alf_entropy.utils.checks import check_choice, check_int  # noqa: E402
@@ -43,6 +45,8 @@ def _make_env(env_id, max_episode_steps, env_kwargs):
 
 _VECTORIZATION_MODES = ("auto", "sync", "async", "vector_entry_point")
 _MAX_EPISODES = 10_000  # finished episodes kept for pop_episode_statistics
+_STATE = ("_autoreset", "_seeded", "_started", "_episode_returns", "_episode_lengths", "_finished")
+"""The wrapper's part of :meth:`GymVectorEnv.get_state`, after the vector env."""
 
 
 def _make_vector_env(env_id, num_envs, mode, max_episode_steps, env_kwargs):
@@ -139,7 +143,7 @@ class GymVectorEnv:
         self.action_spec = from_gym_space(self.gym_env.single_action_space)
         self._obs_np_dtypes = nest.map_structure(_numpy_dtype, self.observation_spec)
         if self._seed is not None:
-            self._seed_spaces(self._seed)
+            seed_spaces(self.gym_env, self._seed)
         self._seeded = self._closed = self._started = False
         # Envs whose previous step was LAST: gymnasium resets them on the next step.
         self._autoreset = np.zeros(num_envs, dtype=bool)
@@ -153,22 +157,6 @@ class GymVectorEnv:
         self._on_cpu = self.device.type == "cpu"
         self._action_np_dtypes = nest.map_structure(_numpy_dtype, self.action_spec)
 
-    def _seed_spaces(self, seed: int) -> None:
-        """Seed every space (the vector env's, each env's and wrapper's): their pickled
-        state, part of :meth:`get_state`, is then the same for two envs of one seed."""
-        seen = set()
-        for layer in self._env_chain():
-            for name in (
-                "single_observation_space",
-                "single_action_space",
-                "observation_space",
-                "action_space",
-            ):
-                space = getattr(layer, name, None)
-                if isinstance(space, gym.spaces.Space) and id(space) not in seen:
-                    seen.add(id(space))
-                    space.seed(seed)
-
     def _tensor(self, array):
         """``array`` (which the caller owns: it is not copied) as a tensor on ``device``."""
         tensor = torch.from_numpy(array)
@@ -177,11 +165,6 @@ class GymVectorEnv:
     def _to_device(self, array, dtype):
         # ``np.array(copy=True)`` so CPU tensors never alias gymnasium's buffers.
         return self._tensor(np.array(array, dtype=dtype, copy=True))
-
-    def _convert_observation(self, obs: Any) -> Any:
-        if self._observation_is_leaf:
-            return self._to_device(obs, self._obs_np_dtypes)
-        return nest.map_structure(self._to_device, obs, self._obs_np_dtypes)
 
     def _convert_action_leaf(self, spec, action):
         if isinstance(action, torch.Tensor):
@@ -221,7 +204,11 @@ class GymVectorEnv:
             step_type=self._tensor(step_type.astype(np.int64, copy=False)),
             reward=self._tensor(reward.astype(np.float32, copy=False)),
             discount=self._tensor(discount.astype(np.float32, copy=False)),
-            observation=self._convert_observation(obs),
+            observation=(
+                self._to_device(obs, self._obs_np_dtypes)
+                if self._observation_is_leaf
+                else nest.map_structure(self._to_device, obs, self._obs_np_dtypes)
+            ),
             prev_action=prev_action,
             env_id=self._tensor(self._env_ids_np.copy()),
             env_info={},
@@ -332,31 +319,7 @@ class GymVectorEnv:
         pickled; ``None`` where that is not their state (``EzPickle`` envs: Box2D, MuJoCo,
         toy text; subprocesses) or they cannot be pickled."""
         self._check_open()
-        if isinstance(self.gym_env, AsyncVectorEnv) or any(
-            isinstance(env, EzPickle) for env in self._env_chain()
-        ):
-            return None  # pickling these does not capture their state
-        try:
-            return pickle.dumps(
-                (
-                    self.gym_env,
-                    self._autoreset,
-                    self._seeded,
-                    self._started,
-                    self._episode_returns,
-                    self._episode_lengths,
-                    self._finished,
-                )
-            )
-        except Exception:  # pickling can fail with any error type (Box2D: AssertionError)
-            return None
-
-    def _env_chain(self) -> Iterator[Any]:
-        """The vector env, each env in it, and every wrapper around either."""
-        for env in (self.gym_env, *getattr(self.gym_env, "envs", [])):
-            while env is not None:
-                yield env
-                env = getattr(env, "env", None)
+        return dump_state(self.gym_env, tuple(getattr(self, name) for name in _STATE))
 
     def set_state(self, state: bytes) -> None:
         """Restore what :meth:`get_state` returned (replacing the envs).
@@ -365,20 +328,11 @@ class GymVectorEnv:
             ValueError: if ``state`` is not such a state (of as many envs).
         """
         self._check_open()
-        try:  # only what an env state holds: a crafted checkpoint runs nothing
-            env, autoreset, seeded, started, returns, lengths, finished = load_env_state(
-                state, {type(env).__module__ for env in self._env_chain()}
-            )  # the live env's
-        except Exception as e:
-            raise ValueError(f"state is not a GymVectorEnv state: {e}") from e
-        if not isinstance(env, gym.vector.VectorEnv) or env.num_envs != self.num_envs:
-            raise ValueError(
-                f"state holds {getattr(env, 'num_envs', '?')} envs, this env has {self.num_envs}"
-            )
+        env, *flags = load_state(self.gym_env, state, len(_STATE))
         self.gym_env.close()
         self.gym_env = env
-        self._autoreset, self._seeded, self._started = autoreset, seeded, started
-        self._episode_returns, self._episode_lengths, self._finished = returns, lengths, finished
+        for name, value in zip(_STATE, flags):
+            setattr(self, name, value)
 
     def sample_random_action(self) -> Any:
         """Uniformly random actions ``[B, ...]`` (seeded by ``seed``) on ``device``."""

@@ -26,7 +26,6 @@ tables are written alone, with one line saying so.
 """
 
 import argparse
-import csv
 import math
 import os
 import re
@@ -37,35 +36,18 @@ import numpy as np
 
 from alf_entropy.experiments import control_metrics as cm
 from alf_entropy.experiments.figures import write_figures
+from alf_entropy.experiments.report_tables import METRIC_COLUMNS, TOL, grouped, write_tables
 from alf_entropy.storage.bindings import read_bindings, write_bindings
 from alf_entropy.utils.requirements import MissingDependencyError
 
 __all__ = ["RunData", "find_runs", "load_run", "run_metrics", "write_report", "main"]
 
 PROG = "alf-entropy-report"
-TOL = 0.05
 _SEED_NAME = re.compile(r"(^|[+,_/-])seed=?\d+")
-METRIC_COLUMNS = [
-    "run",
-    "group",
-    "seed",
-    "env_steps",
-    "tracking_from_env_step",
-    "tracking_rmse",
-    "frac_5pct_below",
-    "settle_env_steps",
-    "max_alpha_change_x",
-    "max_alpha_change",
-    "final_eval_return",
-    "final_return",
-    "note",
-]
 NOT_REACHED = "target not reached in this run"
 """The ``note`` of a run whose entropy never came within the band or below it."""
 STOPPED_EARLY = "stopped before its limit"
 """The ``note`` of a run whose logged iterations end before its limit (stopped, or resumable)."""
-COUNT_COLUMNS = frozenset({"seed", "env_steps", "tracking_from_env_step"})
-"""Columns of env-step (or seed) counts: printed as integers, never ``1.229e+04``."""
 
 
 class RunData:
@@ -219,86 +201,11 @@ def limit_note(run: RunData) -> str:
     )
 
 
-def _fmt(value: Any, column: str = "") -> str:
-    """A table cell: counts (``COUNT_COLUMNS``) as integers, other numbers to 4 significant
-    digits, "–" when missing (NaN, None or "")."""
-    if isinstance(value, (float, np.floating)):
-        if math.isnan(value):
-            return "–"
-        if column in COUNT_COLUMNS and math.isfinite(value):
-            return f"{value:.0f}"
-        return f"{value:.4g}"
-    return "–" if value is None or value == "" else str(value)
-
-
-def _write_tables(rows, out_dir):
-    csv_path = os.path.join(out_dir, "metrics.csv")
-    with open(csv_path, "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=METRIC_COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)  # None as ""
-    md_path = os.path.join(out_dir, "metrics.md")
-    table = _markdown(METRIC_COLUMNS, [[_fmt(r[c], c) for c in METRIC_COLUMNS] for r in rows])
-    with open(md_path, "w", encoding="utf-8") as f:
-        f.write(
-            f"Control metrics (band ±{TOL:.0%} of the target; computed on the logged "
-            "iterations; tracking starts when the entropy first comes within the band "
-            f"or below it).\n\n{table}\n" + _group_table(rows)
-        )
-    return csv_path, md_path
-
-
-def _markdown(header, rows):
-    return "\n".join(
-        "| " + " | ".join(map(str, r)) + " |" for r in [header, ["---"] * len(header), *rows]
-    )
-
-
-GROUP_COLUMNS = ("tracking_rmse", "frac_5pct_below", "max_alpha_change_x", "final_eval_return")
-"""The metrics summarised over the seeds of each group."""
-
-
-def _group_cell(values):
-    """The mean and 95% bootstrap interval of a group's values, with their count where some
-    are missing; from one value the mean alone."""
-    finite = [v for v in values if math.isfinite(v)]
-    mean, lo, hi = cm.bootstrap_ci(finite)
-    count = f"{len(finite)} of {len(values)} seeds"
-    if len(finite) < 2:
-        return f"{mean:.4g} ({count}: no interval)" if finite else "–"
-    interval = f"{mean:.4g} [{lo:.4g}, {hi:.4g}]"
-    return interval if len(finite) == len(values) else f"{interval} ({count})"
-
-
-def _group_table(rows):
-    """Mean and 95% bootstrap interval over the seeds of each group of >= 2 runs."""
-    groups = [rs for rs in _grouped(rows, lambda row: row["group"]) if len(rs) > 1]
-    if not groups:
-        return ""
-    lines = []
-    for rs in groups:
-        cells = [_group_cell([r[col] for r in rs]) for col in GROUP_COLUMNS]
-        lines.append([rs[0]["group"], len(rs), *cells])
-    return (
-        "\nAcross seeds: mean [95% bootstrap interval] per group.\n\n"
-        + _markdown(["group", "seeds", *GROUP_COLUMNS], lines)
-        + "\n"
-    )
-
-
 def _group_label(runs, parent):
     """The group's name: its runs' name without the seed, else ``parent``
     (seeds of one sweep named only ``seed=N``), else the first run's name."""
     names = [_SEED_NAME.sub("", r.name).strip("+,_-/") for r in runs]
     return names[0] or parent or runs[0].name
-
-
-def _grouped(items, key):
-    """``items`` in groups of equal ``key``, in order of first appearance."""
-    groups = {}
-    for item in items:
-        groups.setdefault(key(item), []).append(item)
-    return list(groups.values())
 
 
 def write_report(
@@ -325,14 +232,14 @@ def write_report(
     if out_dir is None:
         out_dir = os.path.join(common, "report")
     os.makedirs(out_dir, exist_ok=True)
-    groups = _grouped(runs, lambda run: run.group)
+    groups = grouped(runs, lambda run: run.group)
     labels = [_group_label(runs_of_group, parent) for runs_of_group in groups]
     rows = [
         {**run_metrics(run), "group": label}
         for runs_of_group, label in zip(groups, labels)
         for run in runs_of_group
     ]
-    csv_path, md_path = _write_tables(rows, out_dir)
+    csv_path, md_path = write_tables(rows, out_dir)
     try:
         figures, no_figures = write_figures(groups, labels, out_dir, dpi), None
     except MissingDependencyError as e:  # the tables need no figures

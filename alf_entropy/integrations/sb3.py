@@ -38,7 +38,7 @@ from alf_entropy.controllers import EntropyController, EntropyTargetAlgorithm
 from alf_entropy.integrations.squashed import check_squashed, squashed_space
 from alf_entropy.tensor_specs import BoundedTensorSpec
 from alf_entropy.utils import schedulers
-from alf_entropy.utils.checks import check_int
+from alf_entropy.utils.checks import check_int, check_name
 from alf_entropy.utils.dist_utils import GreedyProbabilityTarget
 
 __all__ = ["EntropyControllerCallback"]
@@ -121,7 +121,8 @@ class EntropyControllerCallback(BaseCallback):
             starts, if the model is not an on-policy algorithm (PPO, A2C) or
             SAC; ``ValueError`` then for a SAC whose controller instance has
             continuous bounds other than ``[-1, 1]`` (e.g. the env's ``Box(-2, 2)``).
-        ValueError: if ``batch_size`` is not a positive integer.
+        ValueError: if ``batch_size`` is not a positive integer or ``log_prefix`` is empty
+            (not a string: ``TypeError``).
 
     Examples:
         >>> import gymnasium as gym
@@ -161,10 +162,8 @@ class EntropyControllerCallback(BaseCallback):
             )
         if batch_size is not None:
             batch_size = check_int("batch_size", batch_size, minimum=1)
-        if not isinstance(log_prefix, str) or not log_prefix:
-            raise TypeError(f"log_prefix must be a non-empty str, got {log_prefix!r}")
         self._batch_size = batch_size
-        self._log_prefix = log_prefix
+        self._log_prefix = check_name("log_prefix", log_prefix)
         self._controller_kwargs = controller_kwargs
         self._kind: Optional[str] = None
         self._updates = 0

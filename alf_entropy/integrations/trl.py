@@ -59,6 +59,7 @@ from alf_entropy.integrations.llm import (
     controller_alpha_bounds,
     lm_controller,
 )
+from alf_entropy.utils.checks import check_name
 
 __all__ = [
     "EntropyControlCallback",
@@ -210,9 +211,8 @@ class EntropyControlCallback(TrainerCallback):
         allow_top_entropy_quantile: see :func:`check_grpo_config`.
 
     Raises:
-        TypeError: if ``controller`` is not such a controller or
-            ``log_prefix`` is not a non-empty str.
-        ValueError: if the controller is not on the CPU.
+        TypeError: if ``controller`` is not such a controller or ``log_prefix`` not a string.
+        ValueError: if the controller is not on the CPU or ``log_prefix`` is empty.
     """
 
     def __init__(
@@ -222,9 +222,7 @@ class EntropyControlCallback(TrainerCallback):
         allow_top_entropy_quantile: bool = False,
     ):
         self._control = StepEntropyControl(controller)
-        if not isinstance(log_prefix, str) or not log_prefix:
-            raise TypeError(f"log_prefix must be a non-empty str, got {log_prefix!r}")
-        self._prefix = log_prefix
+        self._prefix = check_name("log_prefix", log_prefix)
         self._allow_quantile = bool(allow_top_entropy_quantile)
         self._trainer: Optional[Any] = None
         self.history: list = []

@@ -10,6 +10,7 @@ Without a fused CPU kernel (torch < 2.4) it is torch's single-tensor Adam, and a
 member is not stepped (a CPU flag: reading it costs no device sync).
 """
 
+import functools
 from typing import Callable, Iterable, Optional, Tuple
 
 import torch
@@ -17,7 +18,7 @@ from torch.optim.adam import adam
 
 from alf_entropy.utils.optimizers import _FUSED_ADAM_ON_CPU, FusedAdam
 
-__all__ = ["BatchedAdam"]
+__all__ = ["BatchedAdam", "batched_adam_like"]
 
 
 class BatchedAdam(FusedAdam):
@@ -116,3 +117,37 @@ class BatchedAdam(FusedAdam):
                 eps=group["eps"],
                 maximize=False,
             )
+
+
+def batched_adam_like(opt: torch.optim.Optimizer) -> Callable[..., BatchedAdam]:
+    """A factory ``params -> BatchedAdam`` with the settings of ``opt``, one agent's Adam
+    (its initial learning rate, betas, eps, weight decay and ``lr_schedule``).
+
+    Raises:
+        TypeError: if ``opt`` is not an Adam with one parameter group and no amsgrad,
+            maximize or decoupled decay (``AdamW``): the batch would step otherwise.
+    """
+    group = opt.param_groups[0]
+    # AdamW subclasses Adam; its decoupled decay, amsgrad, maximize or a second group
+    # would silently become another optimiser in the batch.
+    if (
+        not isinstance(opt, torch.optim.Adam)
+        or isinstance(opt, torch.optim.AdamW)
+        or len(opt.param_groups) != 1
+        or group.get("amsgrad")
+        or group.get("maximize")
+        or group.get("decoupled_weight_decay")
+    ):
+        raise TypeError(
+            f"the batch needs agents optimised by Adam (FusedAdam) with one "
+            f"parameter group and no amsgrad/maximize/decoupled decay, got "
+            f"{type(opt).__name__} with {len(opt.param_groups)} group(s)"
+        )
+    return functools.partial(
+        BatchedAdam,
+        lr=group.get("initial_lr", group["lr"]),
+        betas=group["betas"],
+        eps=group["eps"],
+        weight_decay=group["weight_decay"],
+        lr_schedule=getattr(opt, "lr_schedule", None),
+    )

@@ -8,9 +8,18 @@ argument and what is allowed, as the package's standards require.
 import math
 import numbers
 import operator
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, Tuple
 
-__all__ = ["is_real", "check_real", "check_int", "check_step", "check_callable", "check_choice"]
+__all__ = [
+    "is_real",
+    "check_real",
+    "check_int",
+    "check_step",
+    "check_callable",
+    "check_choice",
+    "check_name",
+    "check_batch_shape",
+]
 
 
 def is_real(value: Any) -> bool:
@@ -99,6 +108,23 @@ def check_choice(name: str, value: Any, choices: Sequence[Any]) -> Any:
     if value not in choices:
         raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
     return value
+
+
+def check_name(name: str, value: Any) -> str:
+    """``value`` if a non-empty string, else ``TypeError`` (not a string) or ``ValueError``
+    (empty) naming ``name``."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a non-empty string, got {value!r}")
+    if not value:
+        raise ValueError(f"{name} must be a non-empty string, got ''")
+    return value
+
+
+def check_batch_shape(value: Any) -> Tuple[int, ...]:
+    """A ``batch_shape`` as a tuple: ``()`` for one agent, ``(K,)`` for K (an int >= 1)."""
+    if not isinstance(value, (tuple, list)) or len(value) > 1:
+        raise ValueError(f"batch_shape must be () or (K,), got {value!r}")
+    return tuple(check_int("batch_shape[0]", k, minimum=1) for k in value)
 
 
 def check_step(name: str, value: Any) -> int:

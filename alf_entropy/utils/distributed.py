@@ -176,7 +176,7 @@ def shutdown() -> None:
 
 def is_distributed() -> bool:
     """Whether a process group with more than one rank is initialised."""
-    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    return world_size() > 1
 
 
 def world_size() -> int:
@@ -246,9 +246,7 @@ def all_reduce_mean(value: torch.Tensor) -> torch.Tensor:
     """The element-wise mean over all ranks."""
     if not is_distributed():
         return value
-    out = value.detach().clone()
-    _collective("all_reduce of a mean", lambda: dist.all_reduce(out))
-    return out / dist.get_world_size()
+    return all_reduce_sum(value.detach(), "all_reduce of a mean") / dist.get_world_size()
 
 
 def all_reduce_gradients_(params: Iterable[nn.Parameter]) -> Optional[torch.Tensor]:

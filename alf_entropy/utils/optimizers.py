@@ -22,7 +22,13 @@ import torch
 from alf_entropy import accel
 from alf_entropy.utils.checks import check_callable, check_real
 
-__all__ = ["FusedAdam", "clip_grad_norms_", "default_optimizer", "masked_optimizer_step"]
+__all__ = [
+    "FusedAdam",
+    "clip_grad_norms_",
+    "clip_grads_",
+    "default_optimizer",
+    "masked_optimizer_step",
+]
 
 # torch has a fused Adam kernel for CPU tensors from version 2.4 on (CUDA before).
 _FUSED_ADAM_ON_CPU = tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 4)
@@ -128,7 +134,12 @@ def clip_grad_norms_(
     scaled by ``max_norm / (norm + 1e-6)`` clamped at 1) over the dims after the first
     ``batch_ndim``: 0 for one model (a 0-d norm), 1 for K stacked agents (norms ``[K]``).
     """
-    grads = [p.grad for p in params if p.grad is not None]
+    return clip_grads_([p.grad for p in params if p.grad is not None], max_norm, batch_ndim)
+
+
+def clip_grads_(grads: List[torch.Tensor], max_norm: float, batch_ndim: int = 0) -> torch.Tensor:
+    """:func:`clip_grad_norms_` of the gradient tensors ``grads`` themselves (a compiled
+    update's), in place."""
     norms = torch.linalg.vector_norm(
         torch.stack(
             [

@@ -12,7 +12,7 @@ processes (as ``alf-entropy-sweep`` does).  Host Python numbers only.
 import numbers
 from typing import Any, Dict, Mapping, Tuple
 
-from alf_entropy.utils.checks import check_real, check_step
+from alf_entropy.utils.checks import check_choice, check_real, check_step
 
 __all__ = [
     "PROGRESS_TYPES",
@@ -38,11 +38,7 @@ _fed: set = set()
 
 def check_progress_type(progress_type: Any) -> str:
     """``progress_type``, or ``ValueError`` naming :data:`PROGRESS_TYPES`."""
-    if progress_type not in PROGRESS_TYPES:
-        raise ValueError(
-            f"Unknown progress_type {progress_type!r}; must be one of {list(PROGRESS_TYPES)}"
-        )
-    return progress_type
+    return check_choice("progress_type", progress_type, PROGRESS_TYPES)
 
 
 def update_progress(progress_type: str, value: numbers.Real) -> None:

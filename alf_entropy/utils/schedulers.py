@@ -21,9 +21,9 @@ import bisect
 import math
 import numbers
 from functools import partial
-from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, List, Sequence, Tuple, Union
 
-from alf_entropy.utils.checks import check_int, check_real, is_real
+from alf_entropy.utils.checks import check_choice, check_real, is_real
 from alf_entropy.utils.progress import (  # re-exported: the progress schedulers read
     PROGRESS_TYPES,
     check_progress_type,
@@ -34,6 +34,7 @@ from alf_entropy.utils.progress import (  # re-exported: the progress schedulers
     set_all_progress,
     update_progress,
 )
+from alf_entropy.utils.settled_annealing import SettledAnnealing
 
 __all__ = [
     "PROGRESS_TYPES",
@@ -130,51 +131,6 @@ class ConstantScheduler:
 
     def __repr__(self) -> str:
         return str(self._value)
-
-
-class SettledAnnealing:
-    """A target that steps down once the entropy has settled on it (TES-SAC).
-
-    Xu et al. 2021, "Target Entropy Annealing for Discrete Soft Actor-Critic":
-    after ``window`` consecutive controller updates with the entropy within
-    ``tolerance`` (relative) of the target, or stalled short of it with alpha
-    at its ceiling, the target drops by ``(1 - factor) * |target|`` (never below
-    ``final``).  This object describes the rule; a controller given it as
-    ``target_entropy`` runs it on its device and saves where it is.
-
-    Args:
-        initial: the starting target.
-        factor: the part of the target kept at each step, in ``(0, 1)``.
-        tolerance: the relative band that counts as settled, in ``(0, 1)``.
-        window: consecutive settled updates before a step (>= 1).
-        final: the lowest target (None: no floor).
-    """
-
-    def __init__(
-        self,
-        initial: numbers.Real,
-        factor: float = 0.9,
-        tolerance: float = 0.05,
-        window: int = 1000,
-        final: Optional[numbers.Real] = None,
-    ) -> None:
-        self.initial = check_real("initial", initial)
-        self.factor = check_real("factor", factor, above=0, below=1)
-        self.tolerance = check_real("tolerance", tolerance, above=0, below=1)
-        self.window = check_int("window", window, minimum=1)
-        self.final = -math.inf if final is None else check_real("final", final)
-        if self.final > self.initial:
-            raise ValueError(f"final ({final}) must be <= initial ({initial})")
-
-    def max_value(self) -> float:
-        """The largest target it can be: ``initial``."""
-        return self.initial
-
-    def __repr__(self) -> str:
-        return (
-            f"SettledAnnealing(initial={self.initial}, factor={self.factor}, "
-            f"tolerance={self.tolerance}, window={self.window}, final={self.final})"
-        )
 
 
 class StepScheduler(Scheduler):
@@ -338,9 +294,7 @@ class CyclicalScheduler(Scheduler):
         self._base_lr = check_real("base_lr", base_lr)
         self._bound_lr = check_real("bound_lr", bound_lr)
         self._half_cycle_size = check_real("half_cycle_size", half_cycle_size, positive=True)
-        if switch_mode not in ("step", "linear"):
-            raise ValueError(f"switch_mode must be one of ['step', 'linear'], got {switch_mode!r}")
-        self._switch_mode = switch_mode
+        self._switch_mode = check_choice("switch_mode", switch_mode, ("step", "linear"))
         # As in ALF: with "percent" progress the position in a (half) cycle is rounded,
         # so that e.g. 0.3 % 0.1 lands on a phase boundary.
         self._round: Callable[[float], float] = (

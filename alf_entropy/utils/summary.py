@@ -44,7 +44,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 from torch.utils.tensorboard import SummaryWriter
 
-from alf_entropy.utils.checks import check_int, check_real, check_step
+from alf_entropy.utils.checks import check_int, check_name, check_real, check_step
 from alf_entropy.utils.progress import (  # re-exported: ALF's alf.summary API
     get_global_counter,
     increment_global_counter,
@@ -85,8 +85,7 @@ def create_summary_writer(
     Raises:
         ValueError: if ``root_dir`` is empty, ``flush_secs <= 0`` or ``max_queue < 1``.
     """
-    if not isinstance(root_dir, str) or not root_dir:
-        raise ValueError(f"root_dir must be a non-empty path string, got {root_dir!r}")
+    check_name("root_dir", root_dir)
     check_real("flush_secs", flush_secs, positive=True)
     check_int("max_queue", max_queue, minimum=1)
     return SummaryWriter(log_dir=root_dir, flush_secs=flush_secs, max_queue=max_queue)
@@ -199,8 +198,7 @@ def should_record_summaries() -> bool:
 
 def _resolve(name: str, step: Optional[int]) -> Tuple[str, int]:
     """Return the scoped tag and the step (global counter if ``None``)."""
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"name must be a non-empty string, got {name!r}")
+    check_name("name", name)
     step = get_global_counter() if step is None else check_step("step", step)
     return _scope_stack[-1] + name, step
 

@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from alf_entropy.experiments import figures, report  # noqa: E402
+from alf_entropy.experiments import figures, report, report_tables  # noqa: E402
 
 
 def _row(**values):
@@ -26,7 +26,7 @@ def test_env_step_counts_print_as_integers_other_metrics_to_four_digits(tmp_path
             max_alpha_change_x=123456.0,
         )
     ]
-    _, md_path = report._write_tables(rows, str(tmp_path))
+    _, md_path = report_tables.write_tables(rows, str(tmp_path))
     table = open(md_path, encoding="utf-8").read()
     cells = [line for line in table.splitlines() if line.startswith("| r+seed=0 |")][0].split(" | ")
     by_column = dict(zip(report.METRIC_COLUMNS, (c.strip("| ") for c in cells)))
@@ -38,9 +38,9 @@ def test_env_step_counts_print_as_integers_other_metrics_to_four_digits(tmp_path
 
 
 def test_fmt_of_a_missing_count_is_a_dash():
-    assert report._fmt(math.nan, "tracking_from_env_step") == "–"
-    assert report._fmt(None, "env_steps") == "–"
-    assert report._fmt(40960.0, "env_steps") == "40960"
+    assert report_tables.format_cell(math.nan, "tracking_from_env_step") == "–"
+    assert report_tables.format_cell(None, "env_steps") == "–"
+    assert report_tables.format_cell(40960.0, "env_steps") == "40960"
 
 
 @pytest.mark.parametrize(
@@ -169,13 +169,13 @@ def test_a_group_value_from_one_seed_has_no_interval(tmp_path):
         _row(run="g+seed=1", group="g", seed=1, final_eval_return=20.0),
         _row(run="g+seed=2", group="g", seed=2, final_eval_return=30.0),
     ]
-    _, md_path = report._write_tables(rows, str(tmp_path))
+    _, md_path = report_tables.write_tables(rows, str(tmp_path))
     line = [ln for ln in open(md_path, encoding="utf-8") if ln.startswith("| g | 3 |")][0]
-    cells = dict(zip(report.GROUP_COLUMNS, (c.strip() for c in line.split("|")[3:])))
+    cells = dict(zip(report_tables.GROUP_COLUMNS, (c.strip() for c in line.split("|")[3:])))
     assert cells["tracking_rmse"] == "0.02 (1 of 3 seeds: no interval)"
     mean, lo, hi = report.cm.bootstrap_ci([10.0, 20.0, 30.0])
     assert cells["final_eval_return"] == f"{mean:.4g} [{lo:.4g}, {hi:.4g}]"
     assert cells["frac_5pct_below"] == "–"
     rows[2]["final_eval_return"] = math.nan
-    _, md_path = report._write_tables(rows, str(tmp_path))
+    _, md_path = report_tables.write_tables(rows, str(tmp_path))
     assert "15 [10, 20] (2 of 3 seeds)" in open(md_path, encoding="utf-8").read()
