@@ -161,12 +161,12 @@ class RunDir:
                         )
                     self._check_config()
             except ValueError as e:
-                error = (type(e), str(e))
+                error = e
             except OSError as e:  # e.g. no permission inside an existing root_dir
-                error = (ValueError, f"root_dir {self.path}: {e}")
+                error = ValueError(f"root_dir {self.path}: {e}")
         error = distributed.broadcast_object(error)
         if error is not None:
-            raise error[0](error[1])
+            raise error
         self._held = True
 
     def release(self) -> None:

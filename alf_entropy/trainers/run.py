@@ -1,17 +1,17 @@
 """``Run``: a training run's services -- its directory, agents, envs, counters and checkpoints.
 
 :class:`~alf_entropy.trainers.trainer.Trainer` is the loop on top.  A run is composed of
-what ``Trainer`` built from the trainer's arguments, each checked where it is built: the
-run directory (``RunDir``: lock, config check, ``operative_config.gin``), the ``Limits``,
-the ``Agents`` (one, or K built as one batch speaking one agent's protocol) and this
-rank's share of the environments.  The run builds the algorithm (K agents: the
-trainer's ``agent_batch`` of them) and environments for them, holds the counters and its
+parts it builds from the trainer's arguments, each checked where it is built: the run
+directory (``RunDir``: lock, config check, ``operative_config.gin``), the ``Limits``, the
+``Agents`` (one, or K built as one batch speaking one agent's protocol) and this rank's
+share of the environments.  The run builds the algorithm (K agents: the trainer's
+``agent_batch`` of them) and environments for them, holds the counters and its
 checkpoints (``Checkpointer``): it resumes from the newest that fits, environments
 included.
 """
 
 import functools
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Sequence
 
 import torch
 from absl import logging
@@ -38,12 +38,15 @@ class Run:
     """A training run's services (module docstring).
 
     Args:
-        run_dir: where summaries, checkpoints and the config go; a run there is resumed.
+        root_dir: where summaries, checkpoints and the config go (``RunDir``); a run there
+            is resumed.
+        allow_config_change: resume a run directory whose config differs (``RunDir``).
         env_id: the gymnasium id.
-        num_envs: this rank's environments per agent.
+        num_envs: the environments per agent over all ranks (this rank's: its share).
+        steps_per_env: env steps per environment per iteration (``Limits``).
         algorithm_ctor: ``(observation_spec, action_spec) -> Algorithm``.
-        limits: when the run ends.
-        agents: one agent, or K (seeds and targets).
+        num_iterations, num_env_steps: the limits (``Limits``).
+        seed, num_agents, seeds, target_entropies: the agents (``Agents``).
         env_ctor: ``(env_id, num_envs=, seed=, device=) -> env`` (a ``GymVectorEnv``).
         device: ``"auto"``, ``"cpu"``, ``"cuda"`` or a ``torch.device``.
         num_threads: if given, ``torch.set_num_threads(num_threads)``.
@@ -65,9 +68,9 @@ class Run:
             wrote last.
 
     Raises:
-        ValueError: for bad arguments, a ``run_dir`` in use by another configuration, an
+        ValueError: for bad arguments, a ``root_dir`` in use by another configuration, an
             unused binding, or K > 1 on several ranks.
-        RunDirLocked: if another process trains in ``run_dir``.
+        RunDirLocked: if another process trains in ``root_dir``.
         CheckpointError: if the run directory has checkpoints and none loads.
     """
 
@@ -76,18 +79,28 @@ class Run:
 
     def __init__(
         self,
-        run_dir: RunDir,
+        root_dir: str,
+        *,
+        allow_config_change: bool,
         env_id: str,
         num_envs: int,
+        steps_per_env: int,
         algorithm_ctor: Callable[..., Algorithm],
-        limits: Limits,
-        agents: Agents,
+        num_iterations: Optional[int],
+        num_env_steps: Optional[int],
+        seed: int,
+        num_agents: int,
+        seeds: Optional[Sequence[int]],
+        target_entropies: Optional[Sequence[Any]],
         env_ctor: Callable[..., Any],
         device: Any,
         num_threads: Optional[int],
         max_checkpoints: int,
     ):
-        self._run_dir, self._limits, self._agents = run_dir, limits, agents
+        self._run_dir = run_dir = RunDir(root_dir, allow_config_change)
+        self._num_envs = ranks.per_rank(f"{type(self).__name__}.num_envs", num_envs)
+        self._limits = limits = Limits(num_iterations, num_env_steps, steps_per_env * num_envs)
+        self._agents = agents = Agents(num_agents, seeds, target_entropies, seed)
         self.root_dir, self.agent_dirs = run_dir.path, agents.dirs
         self.seeds = list(agents.seeds or [agents.seed])
         self.num_agents = len(self.seeds)
@@ -96,7 +109,7 @@ class Run:
         self._checkpointer = ckpt.Checkpointer(run_dir.checkpoint_dir, max_checkpoints)
         if check_int("num_threads", num_threads, minimum=1, allow_none=True) is not None:
             torch.set_num_threads(num_threads)
-        self._env_id, self._num_envs = env_id, num_envs
+        self._env_id = env_id
         self.device = distributed.rank_device(ranks.resolve_device(device))
         self.iteration, self.env_steps = 0, 0
         self.env = self._time_step = self._restored_env = self.last_checkpoint = None

@@ -21,9 +21,6 @@ from absl import logging
 
 from alf_entropy.data_structures import TimeStep
 from alf_entropy.environments import run_episodes
-from alf_entropy.storage.run_dir import RunDir
-from alf_entropy.trainers import ranks
-from alf_entropy.trainers.agents import Agents
 from alf_entropy.trainers.callbacks import (
     Callback,
     CheckpointCallback,
@@ -34,7 +31,6 @@ from alf_entropy.trainers.callbacks import (
     TrainerControl,
     TrainingAborted,
 )
-from alf_entropy.trainers.limits import Limits
 from alf_entropy.trainers.run import Run
 from alf_entropy.utils import distributed, summary
 from alf_entropy.utils.checks import check_int
@@ -56,17 +52,11 @@ class Trainer(Run):
     """The shared training loop (see the module docstring).
 
     A concrete trainer passes the arguments that are not its own here
-    (:func:`trainer_arguments`): this builds from them the parts
-    :class:`~alf_entropy.trainers.run.Run` is composed of (each checked where it is
-    built) and the callbacks.
+    (:func:`trainer_arguments`): this builds the callbacks from the loop's and passes
+    the rest (``**run``) to :class:`~alf_entropy.trainers.run.Run`, which builds its
+    parts from them, each checked where it is built.
 
     Args:
-        root_dir: where summaries, checkpoints and the config go (``RunDir``).
-        allow_config_change: resume a run directory whose config differs (``RunDir``).
-        num_envs: the environments per agent over all ranks (this rank's: its share).
-        steps_per_env: env steps per environment per iteration (``Limits``).
-        num_iterations, num_env_steps: the limits (``Limits``).
-        seed, num_agents, seeds, target_entropies: the agents (``Agents``).
         summary_interval: iterations between summaries.
         checkpoint_interval: iterations between checkpoints (``None``: at the end only).
         eval_interval: iterations between evaluations (also at the start and the end).
@@ -75,7 +65,7 @@ class Trainer(Run):
         summary_flush_secs: how often summaries are flushed to disk.
         stop_eval_return: stop once every agent's evaluation reaches it.
         callbacks: more ``Callback`` s, run after the built-in ones.
-        **run: the rest of :class:`~alf_entropy.trainers.run.Run`'s arguments.
+        **run: :class:`~alf_entropy.trainers.run.Run`'s arguments.
 
     Raises:
         ValueError: for bad arguments (also ``Run``'s).
@@ -84,17 +74,7 @@ class Trainer(Run):
 
     def __init__(
         self,
-        root_dir: str,
         *,
-        allow_config_change: bool,
-        num_envs: int,
-        steps_per_env: int,
-        num_iterations: Optional[int],
-        num_env_steps: Optional[int],
-        seed: int,
-        num_agents: int,
-        seeds: Optional[Sequence[int]],
-        target_entropies: Optional[Sequence[Any]],
         summary_interval: int,
         checkpoint_interval: Optional[int],
         eval_interval: Optional[int],
@@ -105,10 +85,6 @@ class Trainer(Run):
         callbacks: Sequence[Callback],
         **run: Any,
     ):
-        run_dir = RunDir(root_dir, allow_config_change)
-        envs = ranks.per_rank(f"{type(self).__name__}.num_envs", num_envs)
-        limits = Limits(num_iterations, num_env_steps, steps_per_env * num_envs)
-        agents = Agents(num_agents, seeds, target_entropies, seed)
         self._num_eval_episodes = check_int("num_eval_episodes", num_eval_episodes, minimum=1)
         for callback in callbacks:
             if not isinstance(callback, Callback):
@@ -129,7 +105,7 @@ class Trainer(Run):
         self.control, self._eval_time = TrainerControl(), 0.0
         self.metrics: Dict[str, float] = {}
         """The latest values (``return``, ``eval/return`` -- the lowest agent's --, ...)."""
-        super().__init__(run_dir=run_dir, num_envs=envs, limits=limits, agents=agents, **run)
+        super().__init__(**run)
 
     def _train_iteration(self) -> int:
         """One iteration from ``self._time_step`` on ``self.env``; returns env steps taken."""
