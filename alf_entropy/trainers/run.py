@@ -45,8 +45,12 @@ class Run:
         num_envs: the environments per agent over all ranks (this rank's: its share).
         steps_per_env: env steps per environment per iteration (``Limits``).
         algorithm_ctor: ``(observation_spec, action_spec) -> Algorithm``.
-        num_iterations, num_env_steps: the limits (``Limits``).
-        seed, num_agents, seeds, target_entropies: the agents (``Agents``).
+        num_iterations: the iteration limit (``Limits``).
+        num_env_steps: the env-step limit (``Limits``).
+        seed: the seed of a single run (``Agents``).
+        num_agents: K, the agents trained as one batch (``Agents``).
+        seeds: each agent's seed (``Agents``).
+        target_entropies: each agent's target entropy (``Agents``).
         env_ctor: ``(env_id, num_envs=, seed=, device=) -> env`` (a ``GymVectorEnv``).
         device: ``"auto"``, ``"cpu"``, ``"cuda"`` or a ``torch.device``.
         num_threads: if given, ``torch.set_num_threads(num_threads)``.
