@@ -27,7 +27,7 @@ summaries off, as SB3's defaults have none).
 
 Where the speed comes from (no change to the maths): the twin critics are one
 batched module (one ``baddbmm`` per hidden layer for both) with a hand-written
-ReLU backward (one graph node, masks applied in place; ``alf_entropy/accel/``,
+ReLU backward (one graph node, masks applied in place; ``alf_entropy/accel.py``,
 off with ``ALF_ENTROPY_ACCEL=0``), actor, critic and
 temperature losses take one backward and one optimiser step, the actor loss
 evaluates the critics with detached weights (no wasted critic weight

@@ -1,65 +1,27 @@
 """The fast paths that need torch internals, behind one switch.
 
-Everything else in the package uses torch's public APIs only (a test greps
-the source for private names outside this module).  What is here was kept
-because it was measured to earn at least 3% of a PPO iteration or of a SAC
-update on the CPU (``docs/benchmarks/ppo_speed.md``; the optimiser's two steps
-2-3% each, so together); each fast path gives
-what the plain path gives (the same distribution; the same random draws),
-and falls back to the plain path whenever it cannot promise that.
+The rest of the package uses torch's public APIs only (a test greps the source
+for private names outside this module).  Each path here was measured to earn at
+least 3% of a PPO iteration or of a SAC update on the CPU
+(``docs/benchmarks/ppo_speed.md``), gives what the plain path gives (the same
+distribution and random draws), and returns None or False, doing nothing, where
+it cannot promise that: the caller then runs the plain path.  It receives
+tensors, modules and plain callables and imports nothing from the package.
 
-* :func:`buffers`: a module's own buffers from its ``_buffers`` dict, where ``buffers()``
-  costs a generator's walk: a controller reads its whole state on every update.
-* :func:`forward_only`: whether calling modules would run nothing but their
-  ``forward`` (no hooks, no ``module.compile()``, no JIT tracing).  torch has
-  no public API for this; it reads ``nn.Module``'s hook registries.  The fast
-  paths below, and SAC's closed-form policy sample
-  (``ActorDistributionNetwork.rsample_and_log_prob``), are taken only when it
-  holds, so that hooks always run.
-* :func:`categorical_sample_with_log_prob`: PPO's acting step for a single
-  categorical head, ``dist = Categorical(logits); a = dist.sample();
-  dist.log_prob(a)`` without the distribution object (and with one
-  ``log_softmax`` instead of ``Categorical``'s ``logsumexp``).  The network
-  computes the logits without its module-call frames where
-  :func:`forward_only` allows (``ActorDistributionNetwork.sample_with_log_prob``).
-* :func:`unwrapped_step`: ``optimizer.step()`` without the wrapper torch puts
-  around every optimiser's ``step`` (a profiler range and the hook loops)
-  where no step hook is registered and no profiler runs: 2-3% of a CartPole
-  PPO iteration (the range alone costs tens of microseconds in the loop).
-* :func:`fused_adam_step`: ``FusedAdam``'s step as torch's own fused Adam
-  kernel call (``torch._fused_adam_``) on the same state, without
-  ``Adam.step``'s per-step Python (gathering its lists, grouping by device):
-  the same bits, 2-3% of a CartPole PPO iteration (the step hooks still run
-  around it).  A first step, a grad scaler's flags or any option but the
-  plain ones take torch's step.
-* :func:`relu_mlp`: ``CriticNetworks``' stacked ReLU MLP with a hand-written
-  backward (one graph node; the ReLU masks applied in place with
-  ``aten.threshold_backward``); it steps aside under ``torch.compile``, JIT
-  tracing, ``torch.func`` transforms (found with private checks) and autocast
-  (:mod:`~alf_entropy.accel.mlp_backward`).
-
-This module receives tensors, modules and plain callables (the networks pass
-their own sampler and stacked-MLP forward), and imports nothing from the
-rest of the package: the networks and algorithms call it, never the reverse.
-
-Switch: the environment variable ``ALF_ENTROPY_ACCEL=0`` turns every fast
-path off (read once, when this module is imported); the plain, public-API
-path then runs everywhere.  Any other value, or none, leaves them on.
-Seeded runs draw the same actions either way; log-probabilities may differ
-in the last bits.
+Switch: ``ALF_ENTROPY_ACCEL=0`` (read at import) turns every fast path off.
+Seeded runs draw the same actions either way; log-probabilities may differ in
+the last bits.
 """
 
 import itertools
 import operator
 import os
-from typing import Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
 from torch.nn.modules import module as _torch_module
 from torch.optim import optimizer as _torch_optimizer
-
-from alf_entropy.accel.mlp_backward import MLPForward, ReluMLP, autocast_on, transformed
 
 __all__ = [
     "ENABLED",
@@ -84,19 +46,8 @@ def buffers(module: nn.Module) -> Tuple[torch.Tensor, ...]:
 
 
 def forward_only(*modules: nn.Module) -> bool:
-    """Whether calling each of ``modules`` would run nothing but its ``forward``.
-
-    That is what ``nn.Module.__call__`` checks before calling ``forward``
-    directly: no hooks on the module or global ones, no ``module.compile()``,
-    no JIT tracing.
-
-    Args:
-        *modules: the modules.
-
-    Returns:
-        bool: True if ``module.forward(x)`` is ``module(x)`` for each of them;
-        always False when the fast paths are switched off.
-    """
+    """Whether ``module(x)`` would run only ``module.forward(x)`` for each module: no hooks
+    (the module's or global ones), no ``module.compile()``, no JIT tracing, the switch on."""
     if (
         not ENABLED
         or _torch_module._global_forward_hooks
@@ -284,6 +235,83 @@ def _adam_plan(optimizer: torch.optim.Adam) -> Optional[tuple]:
         lists.append((params, *([s[k] for s in states] for k in ("exp_avg", "exp_avg_sq", "step"))))
     keys = [(g, g["params"], len(g["params"]), g["betas"]) for g in optimizer.param_groups]
     return optimizer.state, keys, lists
+
+
+def transformed() -> bool:
+    """Whether ``torch.compile`` or ``torch.jit.trace`` is recording, or a
+    ``torch.func`` transform (``grad``, ``vmap``, ...) is active: they get
+    plain ops (the hand-written backward is not written for them)."""
+    functorch_active = getattr(torch._C, "_are_functorch_transforms_active", None)
+    return bool(
+        torch._C._get_tracing_state()
+        or torch.compiler.is_compiling()
+        or (functorch_active and functorch_active())
+    )
+
+
+def autocast_on(device_type: str) -> bool:
+    """Whether autocast is on for ``device_type`` (its mixed dtypes get plain ops)."""
+    try:
+        return torch.is_autocast_enabled(device_type)  # torch >= 2.4
+    except TypeError:
+        if device_type == "cuda":
+            return torch.is_autocast_enabled()
+        return device_type == "cpu" and torch.is_autocast_cpu_enabled()
+
+
+MLPForward = Callable[
+    [torch.Tensor, List[torch.Tensor], Callable[[torch.Tensor], torch.Tensor]],
+    Tuple[torch.Tensor, List[torch.Tensor]],
+]
+"""A stacked MLP's plain forward: ``(x, params, activation) -> (out, layer_inputs)``."""
+
+
+class ReluMLP(torch.autograd.Function):
+    """The stacked ReLU MLP with one graph node: the values and gradients of autograd through
+    ``mlp_forward``, the ReLU masks applied in place, no gradients nobody needs.  SAC's
+    update is about 4% faster on the CPU; double backward is refused."""
+
+    @staticmethod
+    def forward(  # noqa: D102
+        ctx: Any, x: torch.Tensor, mlp_forward: MLPForward, *params: torch.Tensor
+    ) -> torch.Tensor:
+        out, inputs = mlp_forward(x, list(params), torch.relu_)
+        ctx.num_inputs, ctx.broadcast = len(inputs), x.dim() == 2
+        ctx.save_for_backward(*inputs, *params)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:  # noqa: D102
+        if torch.is_grad_enabled():  # create_graph=True: the result would not be differentiable
+            raise RuntimeError(
+                "CriticNetworks: double backward (create_graph=True, e.g. a gradient "
+                "penalty) is not supported by the fused ReLU critics; build them with "
+                "fused_backward=False (or set ALF_ENTROPY_ACCEL=0)"
+            )
+        saved = ctx.saved_tensors
+        inputs, params = saved[: ctx.num_inputs], saved[ctx.num_inputs :]
+        needs = ctx.needs_input_grad  # (x, mlp_forward, w0, b0, w1, b1, ...)
+        grads: List[Optional[torch.Tensor]] = [None] * len(params)
+        d = grad
+        for i in reversed(range(len(inputs))):
+            h, w = inputs[i], params[2 * i]
+            if needs[2 + 2 * i]:
+                last = i == len(inputs) - 1  # few output columns: per critic
+                grads[2 * i] = (
+                    torch.stack([hk.t().mm(dk) for hk, dk in zip(h, d)])
+                    if last
+                    else torch.bmm(h.transpose(1, 2), d)
+                )
+            if needs[3 + 2 * i]:
+                grads[2 * i + 1] = d.sum(1, keepdim=True)
+            if i == 0 and not needs[0]:
+                break
+            d = d * w.transpose(1, 2) if w.shape[-1] == 1 else torch.bmm(d, w.transpose(1, 2))
+            if i > 0:  # through the ReLU, in place: the gradient where h > 0, else 0
+                torch.ops.aten.threshold_backward.grad_input(d, h, 0.0, grad_input=d)
+        if not needs[0]:
+            return (None, None, *grads)
+        return (d.sum(0) if ctx.broadcast else d, None, *grads)  # a broadcast x: summed
 
 
 def relu_mlp(
