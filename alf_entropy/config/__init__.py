@@ -1,5 +1,6 @@
 """Configs: the package's gin configurables, registered in one module (``configurables``),
-and loading configs as ``alf-entropy-train`` does (``loading``)."""
+loading configs as ``alf-entropy-train`` does (``loading``), and gin text's bindings read,
+written and checked for use (``bindings``)."""
 
 import os
 

@@ -15,7 +15,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 import gin
 
 from alf_entropy.config import CONFIG_DIR
-from alf_entropy.storage.bindings import (
+from alf_entropy.config.bindings import (
     TRAINER_BINDING,
     GinConfigError,
     note_sources,
@@ -100,7 +100,7 @@ def find_gin_file(name: str) -> str:
 
 
 def binding_sources(paths: Sequence[str], params: Sequence[str]) -> Dict[Tuple[str, str, str], str]:
-    """Where each binding (:func:`~alf_entropy.storage.bindings.split_key`) of the files at
+    """Where each binding (:func:`~alf_entropy.config.bindings.split_key`) of the files at
     ``paths``, then of ``params`` (``--gin_param``), was written: ``"A.x (in f.gin)"``,
     ``"A.x = 1 (--gin_param)"``; the last one wins."""
     where = {}

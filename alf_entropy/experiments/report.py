@@ -34,10 +34,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from alf_entropy.config.bindings import read_bindings, write_bindings
 from alf_entropy.experiments import control_metrics as cm
 from alf_entropy.experiments.figures import write_figures
 from alf_entropy.experiments.report_tables import METRIC_COLUMNS, TOL, grouped, write_tables
-from alf_entropy.storage.bindings import read_bindings, write_bindings
 from alf_entropy.utils.requirements import MissingDependencyError
 
 __all__ = ["RunData", "find_runs", "load_run", "run_metrics", "write_report", "main"]

@@ -21,8 +21,8 @@ import filelock
 import gin
 from absl import logging
 
+from alf_entropy.config.bindings import TRAINER_BINDING, read_bindings
 from alf_entropy.storage import checkpoints as ckpt
-from alf_entropy.storage.bindings import TRAINER_BINDING, read_bindings
 from alf_entropy.utils import distributed
 
 __all__ = ["LOCK_FILE", "RESULT_NEUTRAL_PARAMETERS", "RunDir", "RunDirLocked", "config_differences"]

@@ -12,8 +12,8 @@ from typing import Any, Optional, Sequence
 import gin
 
 from alf_entropy.algorithms.agent_batch import agent_dir
+from alf_entropy.config.bindings import read_bindings, split_key, write_bindings
 from alf_entropy.storage import checkpoints as ckpt
-from alf_entropy.storage.bindings import read_bindings, split_key, write_bindings
 from alf_entropy.utils import distributed
 from alf_entropy.utils.checks import check_int
 from alf_entropy.utils.seeding import MAX_SEED

@@ -18,12 +18,12 @@ from absl import logging
 
 from alf_entropy.algorithms.agent_batch import AgentBatch
 from alf_entropy.algorithms.algorithm import Algorithm
+from alf_entropy.config.bindings import check_bindings_used
 from alf_entropy.controllers import EntropyController
 from alf_entropy.data_structures import TimeStep
 from alf_entropy.environments.agent_envs import agent_env_ctor
 from alf_entropy.environments.env_state import check_pickle
 from alf_entropy.storage import checkpoints as ckpt
-from alf_entropy.storage.bindings import check_bindings_used
 from alf_entropy.storage.run_dir import RunDir
 from alf_entropy.trainers import ranks
 from alf_entropy.trainers.agents import Agents

@@ -157,7 +157,7 @@ def test_including_a_shipped_config_logs_no_search_path_errors(tmp_path, monkeyp
 
 
 def test_read_bindings_reads_gin_text_with_gins_parser():
-    from alf_entropy.storage.bindings import read_bindings, split_key, write_bindings
+    from alf_entropy.config.bindings import read_bindings, split_key, write_bindings
 
     text = (
         "import gin.torch.external_configurables\ninclude 'ppo_cartpole.gin'\n# a comment\n"

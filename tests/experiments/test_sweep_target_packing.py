@@ -10,8 +10,8 @@ import os
 
 import pytest
 
+from alf_entropy.config.bindings import read_bindings
 from alf_entropy.experiments import packing, report, sweep, sweep_spec
-from alf_entropy.storage.bindings import read_bindings
 from tests.experiments.test_sweep_packing import REPO_ROOT, TINY, _scalars
 
 TARGET = "EntropyTargetAlgorithm.target_entropy"

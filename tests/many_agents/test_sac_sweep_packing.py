@@ -4,8 +4,8 @@ import os
 
 import pytest
 
+from alf_entropy.config.bindings import read_bindings
 from alf_entropy.experiments import packing, report, sweep, sweep_spec
-from alf_entropy.storage.bindings import read_bindings
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

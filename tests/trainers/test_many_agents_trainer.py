@@ -316,9 +316,9 @@ def test_each_agent_has_the_operative_config_of_its_single_run(tmp_path: Any) ->
     ``operative_config.gin`` holds the bindings, in order, of the config the single run
     with its seed and target writes, so the report fills its seed column and groups it
     exactly as that run."""
+    from alf_entropy.config.bindings import read_bindings
     from alf_entropy.config.loading import CONFIG_DIR, parse_gin_config
     from alf_entropy.experiments.report import find_runs, write_report
-    from alf_entropy.storage.bindings import read_bindings
 
     tiny = [
         "OnPolicyTrainer.num_env_steps = None",
