@@ -1,7 +1,7 @@
 """``Run``: a training run's services -- its directory, agents, envs, counters and checkpoints.
 
 :class:`~alf_entropy.trainers.trainer.Trainer` is the loop on top.  A run is composed of
-parts it builds from the trainer's arguments, each checked where it is built: the run
+parts the trainer builds from its arguments, each checked where it is built: the run
 directory (``RunDir``: lock, config check, ``operative_config.gin``), the ``Limits``, the
 ``Agents`` (one, or K built as one batch speaking one agent's protocol) and this rank's
 share of the environments.  The run builds the algorithm (K agents: the trainer's
@@ -11,7 +11,7 @@ included.
 """
 
 import functools
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, Optional
 
 import torch
 from absl import logging
@@ -29,7 +29,6 @@ from alf_entropy.trainers import ranks
 from alf_entropy.trainers.agents import Agents
 from alf_entropy.trainers.limits import Limits
 from alf_entropy.utils import distributed, schedulers
-from alf_entropy.utils.checks import check_int
 
 __all__ = ["Run"]
 
@@ -38,22 +37,14 @@ class Run:
     """A training run's services (module docstring).
 
     Args:
-        root_dir: where summaries, checkpoints and the config go (``RunDir``); a run there
-            is resumed.
-        allow_config_change: resume a run directory whose config differs (``RunDir``).
+        run_dir: the run directory; a run there is resumed.
+        limits: when the run ends.
+        agents: the agents (one, or K trained as one batch).
         env_id: the gymnasium id.
-        num_envs: the environments per agent over all ranks (this rank's: its share).
-        steps_per_env: env steps per environment per iteration (``Limits``).
+        num_envs: this rank's environments per agent.
         algorithm_ctor: ``(observation_spec, action_spec) -> Algorithm``.
-        num_iterations: the iteration limit (``Limits``).
-        num_env_steps: the env-step limit (``Limits``).
-        seed: the seed of a single run (``Agents``).
-        num_agents: K, the agents trained as one batch (``Agents``).
-        seeds: each agent's seed (``Agents``).
-        target_entropies: each agent's target entropy (``Agents``).
         env_ctor: ``(env_id, num_envs=, seed=, device=) -> env`` (a ``GymVectorEnv``).
         device: ``"auto"``, ``"cpu"``, ``"cuda"`` or a ``torch.device``.
-        num_threads: if given, ``torch.set_num_threads(num_threads)``.
         max_checkpoints: how many recent checkpoints to keep.
 
     Attributes:
@@ -83,36 +74,27 @@ class Run:
 
     def __init__(
         self,
-        root_dir: str,
+        run_dir: RunDir,
+        limits: Limits,
+        agents: Agents,
         *,
-        allow_config_change: bool,
         env_id: str,
         num_envs: int,
-        steps_per_env: int,
         algorithm_ctor: Callable[..., Algorithm],
-        num_iterations: Optional[int],
-        num_env_steps: Optional[int],
-        seed: int,
-        num_agents: int,
-        seeds: Optional[Sequence[int]],
-        target_entropies: Optional[Sequence[Any]],
         env_ctor: Callable[..., Any],
         device: Any,
-        num_threads: Optional[int],
         max_checkpoints: int,
     ):
-        self._run_dir = run_dir = RunDir(root_dir, allow_config_change)
-        self._num_envs = ranks.per_rank(f"{type(self).__name__}.num_envs", num_envs)
-        self._limits = limits = Limits(num_iterations, num_env_steps, steps_per_env * num_envs)
-        self._agents = agents = Agents(num_agents, seeds, target_entropies, seed)
+        self._run_dir = run_dir
+        self._limits = limits
+        self._agents = agents
+        self._num_envs = num_envs
         self.root_dir, self.agent_dirs = run_dir.path, agents.dirs
         self.seeds = list(agents.seeds or [agents.seed])
         self.num_agents = len(self.seeds)
         self.num_iterations = limits.num_iterations or None
         self.total_iterations = limits.total_iterations
         self._checkpointer = ckpt.Checkpointer(run_dir.checkpoint_dir, max_checkpoints)
-        if check_int("num_threads", num_threads, minimum=1, allow_none=True) is not None:
-            torch.set_num_threads(num_threads)
         self._env_id = env_id
         self.device = distributed.rank_device(ranks.resolve_device(device))
         self.iteration, self.env_steps = 0, 0

@@ -13,14 +13,18 @@ Under ``torchrun`` (one agent per rank) rank 0 alone evaluates and writes.
 import gc
 import sys
 import time
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence
 
 import numpy as np
 import torch
 from absl import logging
 
+from alf_entropy.algorithms.algorithm import Algorithm
 from alf_entropy.data_structures import TimeStep
 from alf_entropy.environments import run_episodes
+from alf_entropy.storage.run_dir import RunDir
+from alf_entropy.trainers import ranks
+from alf_entropy.trainers.agents import Agents
 from alf_entropy.trainers.callbacks import (
     Callback,
     CheckpointCallback,
@@ -31,6 +35,7 @@ from alf_entropy.trainers.callbacks import (
     TrainerControl,
     TrainingAborted,
 )
+from alf_entropy.trainers.limits import Limits
 from alf_entropy.trainers.run import Run
 from alf_entropy.utils import distributed, summary
 from alf_entropy.utils.checks import check_int
@@ -51,10 +56,9 @@ def trainer_arguments(local_vars: Dict[str, Any], *own: str) -> Dict[str, Any]:
 class Trainer(Run):
     """The shared training loop (see the module docstring).
 
-    A concrete trainer passes the arguments that are not its own here
-    (:func:`trainer_arguments`): this builds the callbacks from the loop's and passes
-    the rest (``**run``) to :class:`~alf_entropy.trainers.run.Run`, which builds its
-    parts from them, each checked where it is built.
+    A concrete trainer passes its arguments but its own here (:func:`trainer_arguments`):
+    this builds the run's parts from them, each checked where it is built, and the
+    callbacks from the loop's.
 
     Args:
         summary_interval: iterations between summaries.
@@ -65,16 +69,36 @@ class Trainer(Run):
         summary_flush_secs: how often summaries are flushed to disk.
         stop_eval_return: stop once every agent's evaluation reaches it.
         callbacks: more ``Callback`` s, run after the built-in ones.
-        **run: :class:`~alf_entropy.trainers.run.Run`'s arguments.
+        steps_per_env: env steps per environment per iteration.
+        The others: :class:`~alf_entropy.trainers.on_policy_trainer.OnPolicyTrainer`'s.
 
     Raises:
-        ValueError: for bad arguments (also ``Run``'s).
+        ValueError: for bad arguments, a ``root_dir`` in use by another configuration, an
+            unused binding, or K > 1 on several ranks.
         TypeError: if a callback is not a ``Callback``.
+        RunDirLocked: if another process trains in ``root_dir``.
+        CheckpointError: if the run directory has checkpoints and none loads.
     """
 
     def __init__(
         self,
+        root_dir: str,
         *,
+        env_id: str,
+        num_envs: int,
+        steps_per_env: int,
+        algorithm_ctor: Callable[..., Algorithm],
+        num_iterations: Optional[int],
+        num_env_steps: Optional[int],
+        seed: int,
+        num_agents: int,
+        seeds: Optional[Sequence[int]],
+        target_entropies: Optional[Sequence[Any]],
+        env_ctor: Callable[..., Any],
+        device: Any,
+        num_threads: Optional[int],
+        max_checkpoints: int,
+        allow_config_change: bool,
         summary_interval: int,
         checkpoint_interval: Optional[int],
         eval_interval: Optional[int],
@@ -83,7 +107,6 @@ class Trainer(Run):
         summary_flush_secs: float,
         stop_eval_return: Optional[float],
         callbacks: Sequence[Callback],
-        **run: Any,
     ):
         self._num_eval_episodes = check_int("num_eval_episodes", num_eval_episodes, minimum=1)
         for callback in callbacks:
@@ -105,7 +128,24 @@ class Trainer(Run):
         self.control, self._eval_time = TrainerControl(), 0.0
         self.metrics: Dict[str, float] = {}
         """The latest values (``return``, ``eval/return`` -- the lowest agent's --, ...)."""
-        super().__init__(**run)
+        # The run's parts, each checking its arguments.
+        run_dir = RunDir(root_dir, allow_config_change)
+        rank_envs = ranks.per_rank(f"{type(self).__name__}.num_envs", num_envs)
+        limits = Limits(num_iterations, num_env_steps, steps_per_env * num_envs)
+        agents = Agents(num_agents, seeds, target_entropies, seed)
+        if check_int("num_threads", num_threads, minimum=1, allow_none=True) is not None:
+            torch.set_num_threads(num_threads)
+        super().__init__(
+            run_dir,
+            limits,
+            agents,
+            env_id=env_id,
+            num_envs=rank_envs,
+            algorithm_ctor=algorithm_ctor,
+            env_ctor=env_ctor,
+            device=device,
+            max_checkpoints=max_checkpoints,
+        )
 
     def _train_iteration(self) -> int:
         """One iteration from ``self._time_step`` on ``self.env``; returns env steps taken."""
