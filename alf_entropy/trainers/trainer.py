@@ -58,7 +58,8 @@ class Trainer(Run):
 
     A concrete trainer passes its arguments but its own here (:func:`trainer_arguments`):
     this builds the run's parts from them, each checked where it is built, and the
-    callbacks from the loop's.
+    callbacks from the loop's.  Those not listed below are
+    :class:`~alf_entropy.trainers.on_policy_trainer.OnPolicyTrainer`'s.
 
     Args:
         summary_interval: iterations between summaries.
@@ -70,7 +71,6 @@ class Trainer(Run):
         stop_eval_return: stop once every agent's evaluation reaches it.
         callbacks: more ``Callback`` s, run after the built-in ones.
         steps_per_env: env steps per environment per iteration.
-        The others: :class:`~alf_entropy.trainers.on_policy_trainer.OnPolicyTrainer`'s.
 
     Raises:
         ValueError: for bad arguments, a ``root_dir`` in use by another configuration, an
