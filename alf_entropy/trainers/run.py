@@ -28,7 +28,7 @@ from alf_entropy.storage.run_dir import RunDir
 from alf_entropy.trainers import ranks
 from alf_entropy.trainers.agents import Agents
 from alf_entropy.trainers.limits import Limits
-from alf_entropy.utils import distributed, schedulers
+from alf_entropy.utils import distributed, nest, schedulers
 
 __all__ = ["Run"]
 
@@ -63,9 +63,9 @@ class Run:
             wrote last.
 
     Raises:
-        ValueError: for bad arguments, a ``root_dir`` in use by another configuration, an
+        ValueError: for bad arguments, a run directory in use by another configuration, an
             unused binding, or K > 1 on several ranks.
-        RunDirLocked: if another process trains in ``root_dir``.
+        RunDirLocked: if another process trains in the run directory.
         CheckpointError: if the run directory has checkpoints and none loads.
     """
 
@@ -166,11 +166,9 @@ class Run:
         restored, self._restored_env = self._restored_env, None
         if restored:
             env.set_state(ckpt.tensor_to_bytes(restored["state"]))
-            return env, TimeStep(
-                **{
-                    k: v.to(self.device) if isinstance(v, torch.Tensor) else v
-                    for k, v in restored["time_step"].items()
-                }
+            time_step = TimeStep(**restored["time_step"])  # nested fields too (dict spaces)
+            return env, nest.map_structure(
+                lambda v: v.to(self.device) if isinstance(v, torch.Tensor) else v, time_step
             )
         if restored is not None:  # resumed from a checkpoint without env state
             logging.warning(

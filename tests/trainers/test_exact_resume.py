@@ -264,3 +264,35 @@ def test_box2d_envs_are_not_saveable_and_classic_control_ones_are():
         with GymVectorEnv(env_id, num_envs=2) as env:
             env.reset()
             assert (env.get_state() is not None) == saveable, env_id
+
+
+def test_a_restored_time_step_moves_to_the_device_nested_fields_too() -> None:
+    """Dict observations and actions of a restored time step (read on the CPU) go to the
+    run's device like its top-level fields ('meta' stands in for a GPU)."""
+    import types
+
+    from alf_entropy.storage import checkpoints as ckpt
+    from alf_entropy.trainers.run import Run
+
+    restored = dict(
+        step_type=torch.zeros(2, dtype=torch.int64),
+        reward=torch.zeros(2),
+        discount=torch.ones(2),
+        observation={"pos": torch.zeros(2, 3), "vel": torch.zeros(2, 3)},
+        prev_action={"a": torch.zeros(2)},
+        env_id=torch.arange(2),
+        env_info={},
+    )
+    env = types.SimpleNamespace(set_state=lambda state: None)
+    run = types.SimpleNamespace(
+        _env_ctor=lambda *args, **kwargs: env,
+        _env_id="X",
+        _num_envs=2,
+        device=torch.device("meta"),
+        _agents=types.SimpleNamespace(seed=0),
+        iteration=0,
+        _restored_env={"state": ckpt.bytes_to_tensor(b"x"), "time_step": restored},
+    )
+    _, time_step = Run._start_env(run)
+    leaves = [time_step.reward, *time_step.observation.values(), time_step.prev_action["a"]]
+    assert {leaf.device.type for leaf in leaves} == {"meta"}
