@@ -8,7 +8,7 @@ each binding was written (a file, ``--gin_param``) is what the config loader
 """
 
 import inspect
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 import gin
 from absl import logging
@@ -21,6 +21,7 @@ __all__ = [
     "check_bindings_used",
     "note_sources",
     "read_bindings",
+    "read_imports",
     "split_key",
     "write_bindings",
 ]
@@ -69,9 +70,17 @@ def read_bindings(text: str) -> Dict[str, str]:
     return out
 
 
-def write_bindings(bindings: Dict[str, str]) -> str:
-    """Gin text of ``bindings`` (as :func:`read_bindings` returns them), one per line."""
-    return "".join(f"{key} = {value}\n" for key, value in bindings.items())
+def read_imports(text: str) -> List[str]:
+    """The modules gin text imports (``import m`` lines), by gin's parser."""
+    statements = config_parser.ConfigParser(text, _AsWritten())
+    return [s.module for s in statements if isinstance(s, config_parser.ImportStatement)]
+
+
+def write_bindings(bindings: Dict[str, str], imports: Sequence[str] = ()) -> str:
+    """Gin text of ``imports`` and ``bindings`` (as :func:`read_bindings` returns them), one
+    per line."""
+    lines = [f"import {module}\n" for module in imports]
+    return "".join(lines + [f"{key} = {value}\n" for key, value in bindings.items()])
 
 
 def split_key(key: str) -> Tuple[str, str, str]:

@@ -12,7 +12,7 @@ from typing import Any, Optional, Sequence
 import gin
 
 from alf_entropy.algorithms.agent_batch import agent_dir
-from alf_entropy.config.bindings import read_bindings, split_key, write_bindings
+from alf_entropy.config.bindings import read_bindings, read_imports, split_key, write_bindings
 from alf_entropy.storage import checkpoints as ckpt
 from alf_entropy.utils import distributed
 from alf_entropy.utils.checks import check_int
@@ -67,7 +67,7 @@ class Agents:
 
     def write_configs(self, root_dir: str, trainer: str, algorithm: Any) -> None:
         """Each agent's ``operative_config.gin`` in its directory (one agent: none but the
-        run's own): the bindings of the batch's (read by gin's parser) as the single run of
+        run's own): the batch's imports and bindings (read by gin's parser) as the single run of
         the agent has them -- the ``trainer``'s ``seed`` the agent's, ``num_agents``,
         ``seeds`` and ``target_entropies`` a single run's, the batch's own configurables
         (:data:`BATCH_CONFIGURABLES`) left out, the controller's ``target_entropy`` the
@@ -77,10 +77,11 @@ class Agents:
         if self.seeds is None or not distributed.is_main_process():
             return
         controller = type(algorithm.entropy_target_algorithm).__name__
-        batch = read_bindings(gin.operative_config_str())
+        text = gin.operative_config_str()
+        batch, imports = read_bindings(text), read_imports(text)
         for name, seed, target in zip(self.dirs, self.seeds, self._targets):
             own = {
-                f"{trainer}.seed": repr(seed),
+                f"{trainer}.seed": str(int(seed)),
                 f"{trainer}.num_agents": "1",
                 f"{trainer}.seeds": "None",
                 f"{trainer}.target_entropies": "None",
@@ -88,14 +89,18 @@ class Agents:
             number = isinstance(target, (int, float)) and not isinstance(target, bool)
             if target is not None:
                 own[f"{controller}.target_entropy"] = repr(target) if number else None
-            bindings = {}
+            bindings, seen = {}, set()
             for key, value in batch.items():
                 if split_key(key)[1] not in BATCH_CONFIGURABLES:
-                    bindings[key] = own.pop(key.rpartition("/")[2], value)
+                    seen.add(key.rpartition("/")[2])  # every scope's binding is the agent's
+                    bindings[key] = own.get(key.rpartition("/")[2], value)
             bindings.update(
-                (k, v) for k, v in own.items() if k.endswith((".seed", ".target_entropy"))
+                (k, v)
+                for k, v in own.items()
+                if k not in seen and k.endswith((".seed", ".target_entropy"))
             )
-            config = write_bindings({k: v for k, v in bindings.items() if v is not None})
+            bindings = {k: v for k, v in bindings.items() if v is not None}
+            config = write_bindings(bindings, imports)
             if target is not None and not number:
                 config += f"# {controller}.target_entropy: {target} (this agent's)\n"
             ckpt.atomic_write_bytes(

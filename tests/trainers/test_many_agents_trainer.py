@@ -401,3 +401,38 @@ def test_each_agents_events_hold_the_single_runs_tags(
         mine = _tags(str(tmp_path / "batch" / name))
         assert {t: len(p) for t, p in mine.items()} == {t: len(p) for t, p in single.items()}
         assert {v for _, v in mine["Controller/alpha"]} == {j + 1.0}
+
+
+def test_agent_configs_keep_imports_every_scope_and_numpy_seeds(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent's config keeps the batch's gin imports (a user's module registering its own
+    configurables), gives every scope's trainer seed the agent's, and writes a NumPy seed
+    as gin reads it."""
+    import numpy as np
+
+    from alf_entropy.config.bindings import read_bindings, read_imports
+    from alf_entropy.trainers.agents import Agents
+
+    batch = (
+        "import my_pkg.configurables\n"
+        "OnPolicyTrainer.seed = 0\n"
+        "eval/OnPolicyTrainer.seed = 0\n"
+        "OnPolicyTrainer.num_agents = 2\n"
+        "ManyAgents.share = 1\n"
+    )
+    monkeypatch.setattr(gin, "operative_config_str", lambda: batch)
+    agents = Agents(1, (np.int64(5), np.int64(6)), None, 0)
+    for name in agents.dirs:
+        (tmp_path / name).mkdir()
+    controller = type("Ctl", (), {})()
+    agents.write_configs(
+        str(tmp_path), "OnPolicyTrainer", type("A", (), {"entropy_target_algorithm": controller})
+    )
+    text = (tmp_path / agents.dirs[1] / "operative_config.gin").read_text()
+    assert read_imports(text) == ["my_pkg.configurables"]
+    assert read_bindings(text) == {
+        "OnPolicyTrainer.seed": "6",
+        "eval/OnPolicyTrainer.seed": "6",
+        "OnPolicyTrainer.num_agents": "1",
+    }
