@@ -84,6 +84,7 @@ def create_summary_writer(
 
     Raises:
         ValueError: if ``root_dir`` is empty, ``flush_secs <= 0`` or ``max_queue < 1``.
+        TypeError: if ``root_dir`` is not a string.
     """
     check_name("root_dir", root_dir)
     check_real("flush_secs", flush_secs, positive=True)
