@@ -137,9 +137,8 @@ class OffPolicyTrainer(Trainer):
             )
         super().__init__(steps_per_env=1, **run)
 
-    def _build_algorithm(self, algorithm_ctor: Callable[..., Algorithm]) -> Algorithm:
-        """Check the action spec and the rows against the buffer and the limits; make the
-        buffer and the random actions' bounds."""
+    def _check_parts(self) -> None:
+        """Check the rows against the buffer and the limits."""
         name, world = type(self).__name__, distributed.env_world_size()
         if self._num_envs > self._replay_buffer_length:  # a step adds num_envs rows
             raise ValueError(
@@ -156,6 +155,9 @@ class OffPolicyTrainer(Trainer):
                 f"{self._num_envs * world}): it would end before learning starts; e.g. "
                 f"--gin_param '{name}.initial_collect_steps = {steps}'"
             )
+
+    def _build_algorithm(self, algorithm_ctor: Callable[..., Algorithm]) -> Algorithm:
+        """Check the action spec; make the buffer and the random actions' bounds."""
         action_spec = self._action_spec
         if not isinstance(action_spec, BoundedTensorSpec):  # a nest is none
             raise TypeError(

@@ -100,6 +100,7 @@ class Run:
         self.iteration, self.env_steps = 0, 0
         self.env = self._time_step = self._restored_env = self.last_checkpoint = None
         self._in_iteration, self.restored_from = False, None
+        self._check_parts()
         # Seed everything, read the specs from a throw-away env, build the algorithm, join
         # torchrun's ranks (a no-op in one process) and give them all rank 0's start.
         seed = agents.seed
@@ -135,6 +136,9 @@ class Run:
                 self._commit(*found)
             self._run_dir.write_operative_config(self.iteration)
             self._agents.write_configs(self.root_dir, type(self).__name__, self.algorithm)
+
+    def _check_parts(self) -> None:
+        """Check a subclass's arguments against the parts, before anything is seeded or built."""
 
     def _build_algorithm(self, algorithm_ctor: Callable[..., Algorithm]) -> Algorithm:
         """Build the algorithm (K agents: their batch) for the env's specs; override to check

@@ -133,8 +133,7 @@ class Trainer(Run):
         rank_envs = ranks.per_rank(f"{type(self).__name__}.num_envs", num_envs)
         limits = Limits(num_iterations, num_env_steps, steps_per_env * num_envs)
         agents = Agents(num_agents, seeds, target_entropies, seed)
-        if check_int("num_threads", num_threads, minimum=1, allow_none=True) is not None:
-            torch.set_num_threads(num_threads)
+        check_int("num_threads", num_threads, minimum=1, allow_none=True)
         super().__init__(
             run_dir,
             limits,
@@ -146,6 +145,8 @@ class Trainer(Run):
             device=device,
             max_checkpoints=max_checkpoints,
         )
+        if num_threads is not None:  # once every argument is known to be good
+            torch.set_num_threads(num_threads)
 
     def _train_iteration(self) -> int:
         """One iteration from ``self._time_step`` on ``self.env``; returns env steps taken."""

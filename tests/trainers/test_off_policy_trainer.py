@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from alf_entropy.config.loading import parse_gin_config
+from alf_entropy.environments.gym_vector_env import GymVectorEnv
 from alf_entropy.storage.checkpoints import latest_checkpoint, load_checkpoint
 from alf_entropy.trainers.off_policy_trainer import OffPolicyTrainer
 
@@ -99,8 +100,16 @@ def test_checkpoint_without_buffer_warns_and_refills(tmp_path, caplog):
     ],
 )
 def test_bad_arguments(tmp_path, kwargs, match):
+    """Refused before anything is built or set: no environment, the thread count kept."""
+    built, threads = [], torch.get_num_threads()
+
+    def env_ctor(*args, **ctor_kwargs):
+        built.append(args)
+        return GymVectorEnv(*args, **ctor_kwargs)
+
     with pytest.raises(ValueError, match=match):
-        _trainer(tmp_path, **kwargs)
+        _trainer(tmp_path, env_ctor=env_ctor, num_threads=threads + 1, **kwargs)
+    assert built == [] and torch.get_num_threads() == threads
 
 
 def _cli(root, extra=()):
