@@ -92,8 +92,9 @@ class Agents:
             bindings, seen = {}, set()
             for key, value in batch.items():
                 if split_key(key)[1] not in BATCH_CONFIGURABLES:
-                    seen.add(key.rpartition("/")[2])  # every scope's binding is the agent's
-                    bindings[key] = own.get(key.rpartition("/")[2], value)
+                    unscoped = key.rpartition("/")[2]  # every scope's binding is the agent's
+                    seen.add(unscoped)
+                    bindings[key] = own.get(unscoped, value)
             bindings.update(
                 (k, v)
                 for k, v in own.items()

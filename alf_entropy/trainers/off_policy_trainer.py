@@ -115,11 +115,6 @@ class OffPolicyTrainer(Trainer):
             f"{name}.replay_buffer_length", replay_buffer_length
         )
         self._mini_batch_size = ranks.per_rank(f"{name}.mini_batch_size", mini_batch_size)
-        if mini_batch_size > replay_buffer_length:
-            raise ValueError(
-                f"mini_batch_size ({mini_batch_size}) must be <= replay_buffer_length "
-                f"({replay_buffer_length})"
-            )
         n = check_int("initial_collect_steps", initial_collect_steps, minimum=0)
         self._initial_collect_steps = n
         self._learning_starts = max(
@@ -140,11 +135,13 @@ class OffPolicyTrainer(Trainer):
     def _check_parts(self) -> None:
         """Check the rows against the buffer and the limits."""
         name, world = type(self).__name__, distributed.env_world_size()
-        if self._num_envs > self._replay_buffer_length:  # a step adds num_envs rows
-            raise ValueError(
-                f"num_envs ({self._num_envs * world}) must be <= replay_buffer_length "
-                f"({self._replay_buffer_length * world})"
-            )
+        # a step adds num_envs rows, an update samples mini_batch_size (totals in the message)
+        for arg, rows in (("num_envs", self._num_envs), ("mini_batch_size", self._mini_batch_size)):
+            if rows > self._replay_buffer_length:
+                raise ValueError(
+                    f"{arg} ({rows * world}) must be <= replay_buffer_length "
+                    f"({self._replay_buffer_length * world})"
+                )
         limits = self._limits
         steps = limits.total_iterations * limits.steps_per_iteration
         if self._initial_collect_steps > steps:
