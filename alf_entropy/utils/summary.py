@@ -26,6 +26,11 @@ K agents: the default writer may be a list of K writers (one run directory per
 agent); a value with K elements then writes element ``k`` to writer ``k``, a single
 value to all.
 
+A writer's scalars of one step go to its event file as one event (``add_scalar`` writes
+an event a value, and TensorBoard's pure-Python record writer costs ~50 us an event): the
+step's event is written when a scalar of another step comes, or at :func:`flush` or
+:func:`close`. Readers see the same points.
+
 Process-global state: the default writer, :func:`enable_summary`'s flag and
 the :class:`scope` and :class:`record_if` stacks are per process, as in ALF
 (a summary call deep inside an algorithm needs no writer argument).  The
@@ -42,6 +47,7 @@ import numbers
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
+from tensorboard.compat.proto.summary_pb2 import Summary
 from torch.utils.tensorboard import SummaryWriter
 
 from alf_entropy.utils.checks import check_int, check_name, check_real, check_step
@@ -75,6 +81,8 @@ _summary_enabled: bool = True
 _scope_stack: List[str] = [""]
 _record_if_stack: List[Callable[[], bool]] = [lambda: True]
 _last: Dict[str, List[Optional[float]]] = {}
+# Per writer: the step whose values are not written yet, and those values.
+_pending: List[Tuple[int, List[Summary.Value]]] = []
 
 
 def create_summary_writer(
@@ -109,6 +117,8 @@ def set_default_writer(writer: Union[SummaryWriter, Sequence[SummaryWriter], Non
             f"writer must be a torch.utils.tensorboard.SummaryWriter, a list of "
             f"them or None, got {type(writer).__name__}"
         )
+    _write_pending()
+    _pending.clear()
     _default_writer = writers if isinstance(writer, (list, tuple)) else writer
     _last.clear()
 
@@ -259,15 +269,31 @@ def scalar(
             scalar(f"{name}/{k}", member, step)
         return
     values = _numbers(tag, value, len(writers))
-    for writer, number in zip(writers, values):
-        if number is not None:
-            writer.add_scalar(tag, number, step)
+    if not _pending:
+        _pending.extend((step, []) for _ in writers)
+    for k, number in enumerate(values):
+        if number is None:
+            continue
+        if _pending[k][0] != step:
+            _write_pending(k)
+            _pending[k] = (step, [])
+        _pending[k][1].append(Summary.Value(tag=tag, simple_value=number))
     _last[tag] = values
+
+
+def _write_pending(*members: int) -> None:
+    """Write the pending step's event of writer ``k`` for ``k`` in ``members`` (none: all)."""
+    for k in members or range(len(_pending)):
+        step, values = _pending[k]
+        if values:
+            _writers()[k].file_writer.add_summary(Summary(value=values), step)
+        _pending[k] = (step, [])
 
 
 def flush() -> None:
     """Flush pending events of the default writer(s) to disk (no-op without one)."""
     if _default_writer is not None:
+        _write_pending()
         for writer in _writers():
             writer.flush()
 
@@ -276,6 +302,8 @@ def close() -> None:
     """Close the default writer(s) and unset it (no-op without one)."""
     global _default_writer
     if _default_writer is not None:
+        _write_pending()
+        _pending.clear()
         for writer in _writers():
             writer.close()
         _default_writer = None

@@ -193,3 +193,51 @@ def test_close_unsets_writer(tmp_path, writer):
     summary.flush()  # no-op
     acc = _load(tmp_path)
     assert _scalars(acc, "a") == [(0, 1.0)]
+
+
+def _events(path):
+    """The summary events of the event files under ``path``: (step, [(tag, value), ...])."""
+    from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
+    from tensorboard.compat.proto.event_pb2 import Event
+
+    files = sorted(p for p in path.iterdir() if "tfevents" in p.name)
+    events = [Event.FromString(r) for f in files for r in RawEventFileLoader(str(f)).Load()]
+    return [
+        (e.step, [(v.tag, v.simple_value) for v in e.summary.value])
+        for e in events
+        if e.summary.value
+    ]
+
+
+def test_one_event_a_step_per_writer(tmp_path):
+    """A step's scalars go out as one event, written when another step comes or on flush;
+    readers see every point."""
+    writers = [summary.create_summary_writer(str(tmp_path / f"w{k}")) for k in range(2)]
+    summary.set_default_writer(writers)
+    for _ in range(3):  # three updates of one step, as a controller's minibatches write
+        summary.scalar("alpha", torch.tensor([0.5, 2.0]))
+        summary.scalar("stage", 1)
+    summary.scalar("return_vs_env_steps", [7.0, None], step=100)
+    summary.set_global_counter(1)
+    summary.scalar("alpha", torch.tensor([0.25, 4.0]))
+    writers[0].flush()
+    assert _events(tmp_path / "w0") == [
+        (0, [("alpha", 0.5), ("stage", 1.0)] * 3),
+        (100, [("return_vs_env_steps", 7.0)]),
+    ]
+    summary.flush()  # writes step 1's pending event
+    assert _events(tmp_path / "w0")[-1] == (1, [("alpha", 0.25)])
+    assert _events(tmp_path / "w1") == [
+        (0, [("alpha", 2.0), ("stage", 1.0)] * 3),
+        (1, [("alpha", 4.0)]),
+    ]
+    assert _scalars(_load(tmp_path / "w1"), "alpha") == [(0, 2.0)] * 3 + [(1, 4.0)]
+
+
+def test_pending_step_written_when_the_writer_changes(tmp_path):
+    first = summary.create_summary_writer(str(tmp_path / "first"))
+    summary.set_default_writer(first)
+    summary.scalar("a", 1.0)
+    summary.set_default_writer(summary.create_summary_writer(str(tmp_path / "second")))
+    first.flush()
+    assert _events(tmp_path / "first") == [(0, [("a", 1.0)])]
