@@ -5,12 +5,14 @@ environments a single run with seed ``seeds[k]`` builds, so it sees that run's e
 under the same actions.  It speaks ``GymVectorEnv``'s protocol with leaves ``[K, N,
 ...]``: ``reset``, ``step`` (actions ``[K, N, ...]``), ``get_state``/``set_state`` (one
 ``bytes``), ``close``; ``pop_episode_statistics`` gives each agent's.  Stepping costs K
-vector-env calls: for cheap environments (CartPole) the part of acting that grows with K.
+vector-env calls (the rest of a step is done once for all K): for cheap environments
+(CartPole) the part of acting that grows with K.
 """
 
 import pickle
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 
 from alf_entropy.data_structures import TimeStep
@@ -75,15 +77,20 @@ class AgentEnvs:
         return _stack([env.reset() for env in self._envs])
 
     def step(self, action: Any) -> TimeStep:
-        """Step agent ``k``'s environments with ``action[k]`` (a nest of ``[K, N, ...]``)."""
-        # One copy to the host for all K (on a GPU, K copies would each wait for it).
-        action = nest.map_structure(lambda a: a.cpu() if torch.is_tensor(a) else a, action)
-        return _stack(
-            [
-                env.step(nest.map_structure(lambda a, k=k: a[k], action))
-                for k, env in enumerate(self._envs)
-            ]
-        )
+        """Step agent ``k``'s environments with ``action[k]`` (a nest of ``[K, N, ...]``).
+
+        Raises:
+            ValueError: if an action has the wrong shape or is out of range.
+        """
+        # The action checked and copied to the host once, the K sets' arrays made into one
+        # time step: per step, only the K gymnasium calls grow with K.
+        action = self._envs[0].numpy_action(action, lead=(len(self._envs),))
+        arrays = [
+            env.step_arrays(nest.map_structure(lambda a, k=k: a[k], action))
+            for k, env in enumerate(self._envs)
+        ]
+        stacked = [nest.map_structure(lambda *x: np.stack(x), *part) for part in zip(*arrays)]
+        return self._envs[0].time_step(*stacked)._replace(env_info=())
 
     def pop_episode_statistics(self) -> List[Tuple[List[float], List[int]]]:
         """Each agent's finished episodes (returns, lengths) since the last call."""

@@ -148,9 +148,6 @@ class GymVectorEnv:
         # Envs whose previous step was LAST: gymnasium resets them on the next step.
         self._autoreset = np.zeros(num_envs, dtype=bool)
         self._env_ids_np = np.arange(num_envs, dtype=np.int64)
-        self._zero_actions = nest.map_structure(
-            lambda s: s.zeros((num_envs,), device=self.device), self.action_spec
-        )
         # ``step``'s fast paths: no nest walking for one spec, no ``.to`` on the CPU.
         self._action_is_leaf = not nest.is_nested(self.action_spec)
         self._observation_is_leaf = not nest.is_nested(self.observation_spec)
@@ -166,17 +163,18 @@ class GymVectorEnv:
         # ``np.array(copy=True)`` so CPU tensors never alias gymnasium's buffers.
         return self._tensor(np.array(array, dtype=dtype, copy=True))
 
-    def _convert_action_leaf(self, spec, action):
+    def _convert_action_leaf(self, spec, action, lead=()):
         if isinstance(action, torch.Tensor):
             # ``force=True``: ``detach().cpu()`` (the one device->host copy of
             # the step) in a single call; shares memory for CPU tensors.
             array = action.numpy(force=True)
         else:
             array = np.asarray(action)
-        expected = (self.num_envs,) + spec.shape
+        expected = lead + (self.num_envs,) + spec.shape
         if array.shape != expected:
+            names = "K, " * len(lead)
             raise ValueError(
-                f"action must have shape {expected} (num_envs, "
+                f"action must have shape {expected} ({names}num_envs, "
                 f"*action_spec.shape), got {array.shape}"
             )
         if spec.is_discrete:
@@ -198,8 +196,9 @@ class GymVectorEnv:
             np.float32, copy=False
         )
 
-    def _time_step(self, step_type, reward, discount, obs, prev_action):
-        """Build the ``TimeStep``; the three arrays are fresh (owned, not copied)."""
+    def time_step(self, step_type, reward, discount, obs, prev_action) -> TimeStep:
+        """The ``TimeStep`` of :meth:`step_arrays`' arrays (or of K sets' arrays stacked:
+        leaves ``[K, N, ...]``); all but ``obs`` are fresh (owned, not copied)."""
         return TimeStep(
             step_type=self._tensor(step_type.astype(np.int64, copy=False)),
             reward=self._tensor(reward.astype(np.float32, copy=False)),
@@ -209,8 +208,8 @@ class GymVectorEnv:
                 if self._observation_is_leaf
                 else nest.map_structure(self._to_device, obs, self._obs_np_dtypes)
             ),
-            prev_action=prev_action,
-            env_id=self._tensor(self._env_ids_np.copy()),
+            prev_action=nest.map_structure(self._tensor, prev_action),
+            env_id=self._tensor(np.broadcast_to(self._env_ids_np, step_type.shape).copy()),
             env_info={},
         )
 
@@ -232,12 +231,14 @@ class GymVectorEnv:
         self._episode_lengths[:] = 0
         self._started = True
         b = self.num_envs
-        return self._time_step(
+        return self.time_step(
             np.full(b, StepType.FIRST, dtype=np.int64),
             np.zeros(b, dtype=np.float32),
             np.ones(b, dtype=np.float32),
             obs,
-            nest.map_structure(torch.clone, self._zero_actions),
+            nest.map_structure(
+                lambda s, d: np.zeros((b,) + s.shape, d), self.action_spec, self._action_np_dtypes
+            ),
         )
 
     def step(self, action: Any) -> TimeStep:
@@ -247,18 +248,35 @@ class GymVectorEnv:
             RuntimeError: if ``reset()`` was never called or the env is closed.
             ValueError: if an action has the wrong shape or is out of range.
         """
+        return self.time_step(*self.step_arrays(self.numpy_action(action)))
+
+    def numpy_action(self, action: Any, lead: Tuple[int, ...] = ()) -> Any:
+        """``action`` (``[*lead, B, *action_spec.shape]`` or a nest, any device) checked, as
+        the NumPy arrays gymnasium takes.
+
+        Raises:
+            ValueError: if an action has the wrong shape or is out of range.
+        """
+        if self._action_is_leaf and isinstance(action, torch.Tensor):
+            # A tensor is a leaf: it matches a single action spec.
+            return self._convert_action_leaf(self.action_spec, action, lead)
+        try:
+            nest.assert_same_structure(self.action_spec, action)
+        except ValueError as e:
+            raise ValueError(f"action does not match action_spec: {e}") from e
+        return nest.map_structure(
+            lambda spec, a: self._convert_action_leaf(spec, a, lead), self.action_spec, action
+        )
+
+    def step_arrays(self, np_action: Any) -> Tuple[Any, ...]:
+        """Step every env with :meth:`numpy_action`'s arrays: :meth:`time_step`'s arguments.
+
+        Raises:
+            RuntimeError: if ``reset()`` was never called or the env is closed.
+        """
         if self._closed or not self._started:
             self._check_open()
             raise RuntimeError("call reset() before step()")
-        if self._action_is_leaf and isinstance(action, torch.Tensor):
-            # A tensor is a leaf: it matches a single action spec.
-            np_action = self._convert_action_leaf(self.action_spec, action)
-        else:
-            try:
-                nest.assert_same_structure(self.action_spec, action)
-            except ValueError as e:
-                raise ValueError(f"action does not match action_spec: {e}") from e
-            np_action = nest.map_structure(self._convert_action_leaf, self.action_spec, action)
         obs, reward, terminated, truncated, _ = self.gym_env.step(np_action)
         # ``self._autoreset`` is rebound below (and in ``reset``), never
         # modified in place, so ``first`` needs no copy.
@@ -284,7 +302,7 @@ class GymVectorEnv:
                 np_action,
                 self._action_np_dtypes,
             )
-        return self._time_step(step_type, reward, discount, obs, prev_action)
+        return step_type, reward, discount, obs, prev_action
 
     def _record_episodes(self, reward, not_first, done):
         """Add the step to the running episodes (a ``FIRST`` step, the reset, counts for
@@ -302,9 +320,8 @@ class GymVectorEnv:
         """The action taken (``[B, ...]``), zeroed for envs whose step is ``FIRST``."""
         if action.ndim > 1:
             first = first.reshape((-1,) + (1,) * (action.ndim - 1))
-        a = np.where(first, 0, action)
-        # ``np.where`` returns a fresh array: convert without another copy.
-        return self._tensor(a.astype(dtype, copy=False))
+        # ``np.where`` returns a fresh array: no other copy.
+        return np.where(first, 0, action).astype(dtype, copy=False)
 
     def pop_episode_statistics(self) -> List[Tuple[List[float], List[int]]]:
         """Each agent's ``(returns, lengths)`` of the episodes finished since the last call (a

@@ -20,6 +20,7 @@ from alf_entropy.networks.stacked import StackedModule
 from alf_entropy.tensor_specs import BoundedTensorSpec, TensorSpec
 from alf_entropy.trainers.on_policy_trainer import stack_experiences
 from alf_entropy.trainers.ranks import seed_all
+from alf_entropy.utils import nest
 from alf_entropy.utils.optimizers import FusedAdam
 from tests.controller_replay import assert_log_alpha_close, record_updates
 
@@ -336,10 +337,15 @@ def test_agent_envs_are_the_single_runs_envs() -> None:
         action = torch.as_tensor(rng.integers(0, 2, size=(len(SEEDS), NUM_ENVS)))
         batch = envs.step(action)
         for k, env in enumerate(singles):
-            one = env.step(action[k])
-            assert torch.equal(batch.observation[k], one.observation)
-            assert torch.equal(batch.step_type[k], one.step_type)
-            assert torch.equal(batch.reward[k], one.reward)
+            one = env.step(action[k])._replace(env_info=())
+            mine = nest.map_structure(lambda x, k=k: x[k], batch)
+            for a, b in zip(nest.flatten(mine), nest.flatten(one)):
+                assert a.dtype == b.dtype and torch.equal(a, b)
+    assert envs.pop_episode_statistics() == [
+        s for env in singles for s in env.pop_episode_statistics()
+    ]
+    with pytest.raises(ValueError, match=r"\(K, num_envs"):
+        envs.step(action[0])
     envs.close()
     for env in singles:
         env.close()
