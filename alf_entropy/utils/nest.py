@@ -80,6 +80,8 @@ def map_structure(func: Callable[..., Any], *nests: Any) -> Any:
     """Apply ``func`` leaf-wise over nests of the same structure."""
     if not nests:
         raise ValueError("map_structure needs at least one nest")
+    if not any(is_nested(n) for n in nests):  # leaves: no tree to walk (the hot case)
+        return func(*nests)
     for other in nests[1:]:
         assert_same_structure(nests[0], other)
     return optree.tree_map(func, *nests, none_is_leaf=True)

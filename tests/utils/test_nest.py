@@ -2,6 +2,7 @@
 
 import collections
 
+import numpy as np
 import pytest
 import torch
 
@@ -135,6 +136,18 @@ def test_map_structure_over_two_nests():
 def test_map_structure_mismatch_raises(other):
     with pytest.raises(ValueError, match="different structures"):
         nest.map_structure(lambda x, y: x, [1, 2], other)
+
+
+@pytest.mark.parametrize("nests", [(1, [1]), ([1], 1), (None, ())])
+def test_map_structure_leaf_against_a_nest_raises(nests):
+    with pytest.raises(ValueError, match="different structures"):
+        nest.map_structure(lambda x, y: x, *nests)
+
+
+def test_map_structure_of_leaves_is_the_call():
+    a, b = np.arange(3), torch.ones(2)
+    assert nest.map_structure(lambda x, y: (x, y), a, b) == (a, b)  # a leaf result: no walk
+    assert nest.map_structure(lambda x: x, None) is None
 
 
 def test_map_structure_mismatched_dict_keys_raises():
