@@ -33,7 +33,6 @@ __all__ = [
     "world_size",
     "rank",
     "rank_device",
-    "local_rank",
     "is_main_process",
     "all_reduce_masked_mean",
     "all_reduce_mean",
@@ -187,11 +186,6 @@ def world_size() -> int:
 def rank() -> int:
     """This process's rank (0 without a process group)."""
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-
-
-def local_rank() -> int:
-    """This process's rank on its machine (``$LOCAL_RANK``, else 0)."""
-    return _env_int("LOCAL_RANK", 0) if is_distributed() else 0
 
 
 def is_main_process() -> bool:

@@ -15,7 +15,6 @@ __all__ = [
     "flatten_with_path",
     "pack_sequence_as",
     "map_structure",
-    "map_structure_with_path",
     "assert_same_structure",
     "is_nested",
     "flatten_up_to",
@@ -85,17 +84,6 @@ def map_structure(func: Callable[..., Any], *nests: Any) -> Any:
     for other in nests[1:]:
         assert_same_structure(nests[0], other)
     return optree.tree_map(func, *nests, none_is_leaf=True)
-
-
-def map_structure_with_path(func: Callable[..., Any], *nests: Any) -> Any:
-    """Like ``map_structure`` but ``func(path, *leaves)`` also gets the path."""
-    if not nests:
-        raise ValueError("map_structure_with_path needs at least one nest")
-    for other in nests[1:]:
-        assert_same_structure(nests[0], other)
-    paths = [p for p, _ in flatten_with_path(nests[0])]
-    flats = [flatten(n) for n in nests]
-    return pack_sequence_as(nests[0], [func(p, *xs) for p, *xs in zip(paths, *flats)])
 
 
 def flatten_up_to(shallow: Any, nest: Any) -> List[Any]:

@@ -81,8 +81,8 @@ _summary_enabled: bool = True
 _scope_stack: List[str] = [""]
 _record_if_stack: List[Callable[[], bool]] = [lambda: True]
 _last: Dict[str, List[Optional[float]]] = {}
-# Per writer: the step whose values are not written yet, and those values.
-_pending: List[Tuple[int, List[Summary.Value]]] = []
+# Per writer (index): the step whose values are not written yet, and those values.
+_pending: Dict[int, Tuple[int, List[Summary.Value]]] = {}
 
 
 def create_summary_writer(
@@ -118,7 +118,6 @@ def set_default_writer(writer: Union[SummaryWriter, Sequence[SummaryWriter], Non
             f"them or None, got {type(writer).__name__}"
         )
     _write_pending()
-    _pending.clear()
     _default_writer = writers if isinstance(writer, (list, tuple)) else writer
     _last.clear()
 
@@ -269,25 +268,21 @@ def scalar(
             scalar(f"{name}/{k}", member, step)
         return
     values = _numbers(tag, value, len(writers))
-    if not _pending:
-        _pending.extend((step, []) for _ in writers)
     for k, number in enumerate(values):
-        if number is None:
-            continue
-        if _pending[k][0] != step:
-            _write_pending(k)
-            _pending[k] = (step, [])
-        _pending[k][1].append(Summary.Value(tag=tag, simple_value=number))
+        if number is not None:
+            if _pending.get(k, (step,))[0] != step:
+                _write_pending()
+            _pending.setdefault(k, (step, []))[1].append(
+                Summary.Value(tag=tag, simple_value=number)
+            )
     _last[tag] = values
 
 
-def _write_pending(*members: int) -> None:
-    """Write the pending step's event of writer ``k`` for ``k`` in ``members`` (none: all)."""
-    for k in members or range(len(_pending)):
-        step, values = _pending[k]
-        if values:
-            _writers()[k].file_writer.add_summary(Summary(value=values), step)
-        _pending[k] = (step, [])
+def _write_pending() -> None:
+    """Write each writer's pending step as one event."""
+    while _pending:
+        k, (step, values) = _pending.popitem()
+        _writers()[k].file_writer.add_summary(Summary(value=values), step)
 
 
 def flush() -> None:
@@ -303,7 +298,6 @@ def close() -> None:
     global _default_writer
     if _default_writer is not None:
         _write_pending()
-        _pending.clear()
         for writer in _writers():
             writer.close()
         _default_writer = None

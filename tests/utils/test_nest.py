@@ -164,19 +164,3 @@ def test_assert_same_structure():
     nest.assert_same_structure(Point(1, [2]), Point("a", ["b"]))  # no error
     with pytest.raises(ValueError):
         nest.assert_same_structure(Point(1, [2]), Point(1, 2))
-
-
-# ----------------------------------------------------- map_structure_with_path
-def test_map_structure_with_path_gives_paths_and_leaves():
-    a = {"a": [1, 2], "b": TimeStep(reward=3)}
-    b = {"a": [10, 20], "b": TimeStep(reward=30)}
-    out = nest.map_structure_with_path(lambda p, x, y: f"{p}={x + y}", a, b)
-    assert out == {"a": ["a.0=11", "a.1=22"], "b": TimeStep(reward="b.reward=33")}
-    assert isinstance(out["b"], TimeStep)
-
-
-def test_map_structure_with_path_mismatch_raises():
-    with pytest.raises(ValueError):
-        nest.map_structure_with_path(lambda p, x, y: x, {"a": 1}, {"a": [1]})
-    with pytest.raises(ValueError, match="at least one"):
-        nest.map_structure_with_path(lambda p: p)
