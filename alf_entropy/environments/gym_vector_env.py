@@ -148,9 +148,8 @@ class GymVectorEnv:
         # Envs whose previous step was LAST: gymnasium resets them on the next step.
         self._autoreset = np.zeros(num_envs, dtype=bool)
         self._env_ids_np = np.arange(num_envs, dtype=np.int64)
-        # ``step``'s fast paths: no nest walking for one spec, no ``.to`` on the CPU.
+        # ``step``'s fast paths: no structure check for a tensor action, no ``.to`` on the CPU.
         self._action_is_leaf = not nest.is_nested(self.action_spec)
-        self._observation_is_leaf = not nest.is_nested(self.observation_spec)
         self._on_cpu = self.device.type == "cpu"
         self._action_np_dtypes = nest.map_structure(_numpy_dtype, self.action_spec)
 
@@ -203,11 +202,7 @@ class GymVectorEnv:
             step_type=self._tensor(step_type.astype(np.int64, copy=False)),
             reward=self._tensor(reward.astype(np.float32, copy=False)),
             discount=self._tensor(discount.astype(np.float32, copy=False)),
-            observation=(
-                self._to_device(obs, self._obs_np_dtypes)
-                if self._observation_is_leaf
-                else nest.map_structure(self._to_device, obs, self._obs_np_dtypes)
-            ),
+            observation=nest.map_structure(self._to_device, obs, self._obs_np_dtypes),
             prev_action=nest.map_structure(self._tensor, prev_action),
             env_id=self._tensor(np.broadcast_to(self._env_ids_np, step_type.shape).copy()),
             env_info={},
@@ -294,14 +289,9 @@ class GymVectorEnv:
         discount = (~terminated).astype(np.float32)  # 0 only on termination
         self._autoreset = done
 
-        if self._action_is_leaf:
-            prev_action = self._prev_action(np_action, first, self._action_np_dtypes)
-        else:
-            prev_action = nest.map_structure(
-                lambda a, dtype: self._prev_action(a, first, dtype),
-                np_action,
-                self._action_np_dtypes,
-            )
+        prev_action = nest.map_structure(
+            lambda a, dtype: self._prev_action(a, first, dtype), np_action, self._action_np_dtypes
+        )
         return step_type, reward, discount, obs, prev_action
 
     def _record_episodes(self, reward, not_first, done):

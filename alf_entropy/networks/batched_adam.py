@@ -95,16 +95,23 @@ class BatchedAdam(FusedAdam):
         grads = [p.grad if p.grad.is_contiguous() else p.grad.contiguous() for p in params]
         beta1, beta2 = group["betas"]
         fused = _FUSED_ADAM_ON_CPU or params[0].device.type != "cpu"
-        for m in range(k):
+        kinds = [params, grads] + [
+            [s[n] for s in states] for n in ("exp_avg", "exp_avg_sq", "step")
+        ]
+        # Member m's slices of each kind: one unbind a tensor, not K indexing ops.
+        members = zip(
+            *[[list(x) for x in zip(*(t.detach().unbind() for t in kind))] for kind in kinds]
+        )
+        for m, (p, g, exp_avg, exp_avg_sq, step) in enumerate(members):
             if not fused and skip is not None and bool(skip[m]):
                 continue  # CPU without the fused kernel: a host read, no device sync
             adam(
-                [p.detach()[m] for p in params],
-                [g[m] for g in grads],
-                [s["exp_avg"][m] for s in states],
-                [s["exp_avg_sq"][m] for s in states],
+                p,
+                g,
+                exp_avg,
+                exp_avg_sq,
                 [],
-                [s["step"][m] for s in states],
+                step,
                 fused=fused,
                 foreach=False,
                 grad_scale=None,
