@@ -151,7 +151,7 @@ def update_ceiling(
     ``budget = (goal, seconds, iterations)`` (the K-agent process ran ``seconds`` longer
     than ``goal`` x one run allows, over ``iterations`` updates per agent), the update
     time per agent that the goal needs."""
-    flops, products = [], []
+    flops, products, kernels = [], [], []
     for fn in updates:
         with FlopCounterMode(display=False) as counter:
             fn()
@@ -159,11 +159,11 @@ def update_ceiling(
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
             for _ in range(5):
                 fn()
+        events = [e for e in prof.key_averages() if e.key.startswith("aten::")]
         products.append(
-            sum(e.self_cpu_time_total for e in prof.key_averages() if e.key in MATRIX_PRODUCTS)
-            / 5
-            / 1e6
+            sum(e.self_cpu_time_total for e in events if e.key in MATRIX_PRODUCTS) / 5e6
         )
+        kernels.append(sum(e.self_cpu_time_total for e in events) / 5e6)
     t = best_interleaved({"one": updates[0], "many": updates[1]}, repeats, 10)
     peak = 0.0
     for n in (256, 512, 1024):
@@ -184,7 +184,9 @@ def update_ceiling(
         f"Its matrix products alone (torch.profiler, self time of {', '.join(MATRIX_PRODUCTS)})"
         f": single {products[0] * 1e3:.2f} ms ({products[0] / t['one']:.0%} of its update), "
         f"stacked {products[1] / k * 1e3:.2f} ms per agent "
-        f"({products[1] / t['many']:.0%} of its update)."
+        f"({products[1] / t['many']:.0%} of its update). All its aten operators (their self "
+        f"time: the arithmetic, no Python): single {kernels[0] * 1e3:.2f} ms, stacked "
+        f"{kernels[1] / k * 1e3:.2f} ms per agent."
     )
     if budget is not None and budget[1] <= 0:
         print(f"The {k}-agent process reached {budget[0]:g}x one run.")
@@ -194,5 +196,6 @@ def update_ceiling(
         print(
             f"For {goal:g}x one run, the {k}-agent process would have had to be {over_s:.1f} s "
             f"shorter: a stacked update of at most {need * 1e3:.2f} ms per agent, "
-            f"{need / (products[1] / k):.2f}x the time of its matrix products alone."
+            f"{need / (products[1] / k):.2f}x the time of its matrix products alone, "
+            f"{need / (kernels[1] / k):.2f}x that of all its operators."
         )
