@@ -195,9 +195,10 @@ class GymVectorEnv:
             np.float32, copy=False
         )
 
-    def time_step(self, step_type, reward, discount, obs, prev_action) -> TimeStep:
-        """The ``TimeStep`` of :meth:`step_arrays`' arrays (or of K sets' arrays stacked:
-        leaves ``[K, N, ...]``); all but ``obs`` are fresh (owned, not copied)."""
+    def time_step(self, *arrays: Any) -> TimeStep:
+        """The ``TimeStep`` of :meth:`step_arrays`' arrays, or of K sets' stacked (leaves
+        ``[K, N, ...]``); all but the observation are fresh (owned, not copied)."""
+        step_type, reward, discount, obs, prev_action = arrays
         return TimeStep(
             step_type=self._tensor(step_type.astype(np.int64, copy=False)),
             reward=self._tensor(reward.astype(np.float32, copy=False)),
@@ -273,8 +274,7 @@ class GymVectorEnv:
             self._check_open()
             raise RuntimeError("call reset() before step()")
         obs, reward, terminated, truncated, _ = self.gym_env.step(np_action)
-        # ``self._autoreset`` is rebound below (and in ``reset``), never
-        # modified in place, so ``first`` needs no copy.
+        # ``_autoreset`` is rebound below and in ``reset``, never changed in place: no copy.
         first = self._autoreset
         not_first = ~first
         terminated = np.asarray(terminated, dtype=bool) & not_first
@@ -288,7 +288,6 @@ class GymVectorEnv:
         reward = np.where(first, np.float32(0.0), reward.astype(np.float32, copy=False))
         discount = (~terminated).astype(np.float32)  # 0 only on termination
         self._autoreset = done
-
         prev_action = nest.map_structure(
             lambda a, dtype: self._prev_action(a, first, dtype), np_action, self._action_np_dtypes
         )
