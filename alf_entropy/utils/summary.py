@@ -12,7 +12,7 @@ on top of :class:`torch.utils.tensorboard.SummaryWriter`::
 
 A summary is written only when :func:`should_record_summaries` is true: a
 default writer is set, summaries are enabled (:func:`enable_summary`) and the
-innermost :class:`record_if` condition returns ``True``.  When it is false,
+innermost :func:`record_if` condition returns ``True``.  When it is false,
 :func:`scalar` returns at once without looking at its value, so passing a
 CUDA tensor costs no device->host copy or synchronisation.  Callers that have
 to *compute* a value only for a summary should guard that computation with
@@ -28,11 +28,12 @@ value to all.
 
 A writer's scalars of one step go to its event file as one event (``add_scalar`` writes
 an event a value, and TensorBoard's pure-Python record writer costs ~50 us an event): the
-step's event is written when a scalar of another step comes, or at :func:`flush` or
-:func:`close`. Readers see the same points.
+step's event is written when a scalar of another step comes, at :func:`flush` or
+:func:`close`, or when :func:`create_summary_writer`'s writer is flushed or closed. Readers
+see the same points.
 
 Process-global state: the default writer, :func:`enable_summary`'s flag and
-the :class:`scope` and :class:`record_if` stacks are per process, as in ALF
+the :func:`scope` and :func:`record_if` stacks are per process, as in ALF
 (a summary call deep inside an algorithm needs no writer argument).  The
 trainers set the writer for a run and unset it when the run ends; these and
 the progress module are the package's only process-global state.
@@ -43,8 +44,20 @@ default writer is enough), and the counter is an ``int`` rather than a numpy
 array.
 """
 
+import contextlib
 import numbers
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import (
+    Any,
+    Callable,
+    ContextManager,
+    Dict,
+    Iterator,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+)
 
 import torch
 from tensorboard.compat.proto.summary_pb2 import Summary
@@ -97,7 +110,19 @@ def create_summary_writer(
     check_name("root_dir", root_dir)
     check_real("flush_secs", flush_secs, positive=True)
     check_int("max_queue", max_queue, minimum=1)
-    return SummaryWriter(log_dir=root_dir, flush_secs=flush_secs, max_queue=max_queue)
+    return _Writer(log_dir=root_dir, flush_secs=flush_secs, max_queue=max_queue)
+
+
+class _Writer(SummaryWriter):
+    """A ``SummaryWriter`` whose ``flush`` and ``close`` write the pending step first."""
+
+    def flush(self) -> None:
+        _write_pending()
+        super().flush()
+
+    def close(self) -> None:
+        _write_pending()
+        super().close()
 
 
 def _writers() -> List[SummaryWriter]:
@@ -132,8 +157,18 @@ def last_scalars() -> Dict[str, List[Optional[float]]]:
     return dict(_last)
 
 
-class scope:
-    """Context manager prefixing summary names, nesting as ``"outer/inner/name"``.
+@contextlib.contextmanager
+def _pushed(stack: List[Any], item: Any) -> Iterator[Any]:
+    stack.append(item)
+    try:
+        yield item
+    finally:
+        stack.pop()
+
+
+def scope(name: str) -> ContextManager[str]:
+    """Context manager prefixing summary names, nesting as ``"outer/inner/name"``; it
+    gives the prefix.
 
     Args:
         name: scope name; leading/trailing ``"/"`` are stripped.
@@ -141,46 +176,23 @@ class scope:
     Raises:
         ValueError: if ``name`` is not a string or is empty after stripping.
     """
-
-    def __init__(self, name: str) -> None:
-        if not isinstance(name, str) or not name.strip("/"):
-            raise ValueError(f"scope name must be a non-empty string, got {name!r}")
-        self._name = name.strip("/")
-
-    @property
-    def name(self) -> str:
-        """The (stripped) name of this scope."""
-        return self._name
-
-    def __enter__(self) -> str:
-        prefix = _scope_stack[-1] + self._name + "/"
-        _scope_stack.append(prefix)
-        return prefix
-
-    def __exit__(self, exc_type: Any, exc_value: Any, traceback: Any) -> None:
-        _scope_stack.pop()
+    if not isinstance(name, str) or not name.strip("/"):
+        raise ValueError(f"scope name must be a non-empty string, got {name!r}")
+    return _pushed(_scope_stack, _scope_stack[-1] + name.strip("/") + "/")
 
 
-class record_if:
+def record_if(cond: Callable[[], bool]) -> ContextManager[Any]:
     """Context manager deciding, through ``cond`` (called by every
     :func:`should_record_summaries` inside; the innermost wins), whether to write.
 
     Raises:
         TypeError: if ``cond`` is not callable.
     """
-
-    def __init__(self, cond: Callable[[], bool]) -> None:
-        if not callable(cond):
-            raise TypeError(
-                f"cond must be a zero-argument callable returning bool, got {type(cond).__name__}"
-            )
-        self._cond = cond
-
-    def __enter__(self) -> None:
-        _record_if_stack.append(self._cond)
-
-    def __exit__(self, exc_type: Any, exc_value: Any, traceback: Any) -> None:
-        _record_if_stack.pop()
+    if not callable(cond):
+        raise TypeError(
+            f"cond must be a zero-argument callable returning bool, got {type(cond).__name__}"
+        )
+    return _pushed(_record_if_stack, cond)
 
 
 def enable_summary(flag: bool = True) -> None:
@@ -202,15 +214,8 @@ def is_summary_enabled() -> bool:
 
 def should_record_summaries() -> bool:
     """Whether a default writer is set, summaries are enabled and the innermost
-    :class:`record_if` condition is true."""
+    :func:`record_if` condition is true."""
     return _default_writer is not None and _summary_enabled and bool(_record_if_stack[-1]())
-
-
-def _resolve(name: str, step: Optional[int]) -> Tuple[str, int]:
-    """Return the scoped tag and the step (global counter if ``None``)."""
-    check_name("name", name)
-    step = get_global_counter() if step is None else check_step("step", step)
-    return _scope_stack[-1] + name, step
 
 
 def _numbers(tag: str, value: Any, n: int) -> List[Optional[float]]:
@@ -249,7 +254,7 @@ def scalar(
     only then is a tensor copied to the host.
 
     Args:
-        name: tag, prefixed with the current :class:`scope`.
+        name: tag, prefixed with the current :func:`scope`.
         value: a real number or a one-element tensor; with K writers also a tensor of K
             elements or a list of K numbers (None: not for that agent); with one writer a
             tensor of K elements writes ``name/k`` for each.
@@ -261,7 +266,9 @@ def scalar(
     """
     if not should_record_summaries():
         return
-    tag, step = _resolve(name, step)
+    check_name("name", name)
+    step = get_global_counter() if step is None else check_step("step", step)
+    tag = _scope_stack[-1] + name
     writers = _writers()
     if len(writers) == 1 and isinstance(value, torch.Tensor) and value.numel() > 1:
         for k, member in enumerate(value.reshape(-1)):  # one writer: a tag per member
@@ -282,7 +289,12 @@ def _write_pending() -> None:
     """Write each writer's pending step as one event."""
     while _pending:
         k, (step, values) = _pending.popitem()
-        _writers()[k].file_writer.add_summary(Summary(value=values), step)
+        writer = _writers()[k]
+        if writer.file_writer is None:  # closed by its owner: add_scalar opens it again
+            for v in values:
+                writer.add_scalar(v.tag, v.simple_value, step)
+        else:
+            writer.file_writer.add_summary(Summary(value=values), step)
 
 
 def flush() -> None:

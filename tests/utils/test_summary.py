@@ -220,13 +220,13 @@ def test_one_event_a_step_per_writer(tmp_path):
     summary.scalar("return_vs_env_steps", [7.0, None], step=100)
     summary.set_global_counter(1)
     summary.scalar("alpha", torch.tensor([0.25, 4.0]))
-    writers[0].flush()
+    writers[0].flush()  # writes every writer's pending step (step 1's)
     assert _events(tmp_path / "w0") == [
         (0, [("alpha", 0.5), ("stage", 1.0)] * 3),
         (100, [("return_vs_env_steps", 7.0)]),
+        (1, [("alpha", 0.25)]),
     ]
-    summary.flush()  # writes step 1's pending event
-    assert _events(tmp_path / "w0")[-1] == (1, [("alpha", 0.25)])
+    writers[1].flush()
     assert _events(tmp_path / "w1") == [
         (0, [("alpha", 2.0), ("stage", 1.0)] * 3),
         (1, [("alpha", 4.0)]),
@@ -241,3 +241,25 @@ def test_pending_step_written_when_the_writer_changes(tmp_path):
     summary.set_default_writer(summary.create_summary_writer(str(tmp_path / "second")))
     first.flush()
     assert _events(tmp_path / "first") == [(0, [("a", 1.0)])]
+
+
+def test_the_pending_step_survives_a_writer_closed_by_its_owner(tmp_path):
+    """``create_summary_writer``'s writer writes the pending step when it is flushed or
+    closed; a plain ``SummaryWriter`` closed behind the module's back is opened again."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    ours = summary.create_summary_writer(str(tmp_path / "ours"))
+    summary.set_default_writer(ours)
+    summary.scalar("a", 1.0)
+    ours.flush()
+    assert _events(tmp_path / "ours") == [(0, [("a", 1.0)])]
+    summary.scalar("a", 2.0)
+    ours.close()
+    assert _events(tmp_path / "ours") == [(0, [("a", 1.0)]), (0, [("a", 2.0)])]
+    plain = SummaryWriter(str(tmp_path / "plain"))
+    summary.set_default_writer(plain)
+    summary.scalar("b", 3.0, step=5)
+    plain.close()
+    summary.set_default_writer(None)  # writes "b" through add_scalar, which reopens
+    plain.close()
+    assert _events(tmp_path / "plain") == [(5, [("b", 3.0)])]
