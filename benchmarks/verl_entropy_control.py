@@ -4,6 +4,7 @@ Usage::
 
     python benchmarks/verl_entropy_control.py --jobs 2
     python benchmarks/verl_entropy_control.py --seeds 0 --lrs 0.01 --controllers none lm
+    python benchmarks/verl_entropy_control.py --controllers lm --lm-settings kd=8
 
 Needs the ``verl`` extra (``pip install -e ".[verl]"``).  verl's rollout servers (vLLM,
 SGLang) and worker group need GPUs and a Ray cluster; here one process stands in for them
@@ -26,7 +27,8 @@ Controllers: ``none`` (verl's default, coefficient 0); ``fixed_0.001`` / ``fixed
 (the ±Δ rule of verl PR #1234, Skywork-OR1's: the coefficient moves by Δ towards more bonus
 while the step's entropy is at or below the target, by -Δ above, clipped to [0, 1], and
 is applied only at or below the target); ``lm`` (``EntropyControlTrainer`` with
-``lm_controller(64, target)``, this package's default).
+``lm_controller(64, target)``, this package's default; ``--lm-settings`` changes its
+``LM_SETTINGS`` for the run, to compare neighbours of the default).
 
 Metrics (``benchmarks/llm_entropy_control.py``'s, over the seeds): tracking RMSE from the
 first step the entropy is within 5 % above the target (``reached``: how many seeds got
@@ -46,11 +48,14 @@ import sys
 import time
 from functools import partial
 from typing import Dict, List
+from unittest import mock
 
 import numpy as np
 import torch
 from llm_entropy_control import TRLRule, summarize
 from stamp import stamp
+
+from alf_entropy.integrations.llm import LM_SETTINGS
 
 CONTROLLERS = ("none", "fixed_0.001", "fixed_0.01", "delta_0.005", "delta_0.05", "lm")
 PROMPTS, GROUP, LENGTH, VOCAB = 8, 4, 8, 64
@@ -283,7 +288,17 @@ def row(lr: float, kind: str, rows: List[Dict[str, float]]) -> str:
 
 
 def _call(args: tuple) -> Dict[str, float]:
-    return run(*args)
+    *args, settings = args
+    with mock.patch.dict(LM_SETTINGS, settings):
+        return run(*args)
+
+
+def setting(text: str) -> tuple:
+    """``name=value`` of ``--lm-settings``."""
+    name, _, value = text.partition("=")
+    if name not in LM_SETTINGS or not value:
+        raise argparse.ArgumentTypeError(f"expected name=value, name one of {list(LM_SETTINGS)}")
+    return name, float(value)
 
 
 def main(argv: List[str] = None) -> None:
@@ -293,6 +308,14 @@ def main(argv: List[str] = None) -> None:
     parser.add_argument("--lrs", type=float, nargs="+", default=[3e-3, 1e-2])
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--target", type=float, default=2.5)
+    parser.add_argument(
+        "--lm-settings",
+        type=setting,
+        nargs="+",
+        default=[],
+        metavar="NAME=VALUE",
+        help="lm_controller's settings that differ from LM_SETTINGS",
+    )
     parser.add_argument(
         "--jobs",
         type=int,
@@ -304,13 +327,14 @@ def main(argv: List[str] = None) -> None:
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
     torch.set_num_threads(1)
+    settings = {**LM_SETTINGS, **dict(args.lm_settings)}
     print(
         f"verl entropy control ({stamp(['verl', 'transformers'])}); seeds {args.seeds}, "
-        f"{args.steps} steps, target {args.target}\n"
+        f"{args.steps} steps, target {args.target}, lm settings {settings}\n"
     )
     print(HEADER)
     runs = [
-        (k, lr, s, args.steps, args.target)
+        (k, lr, s, args.steps, args.target, settings)
         for lr in args.lrs
         for k in args.controllers
         for s in args.seeds
@@ -326,7 +350,8 @@ def main(argv: List[str] = None) -> None:
             for kind in args.controllers:
                 table[lr, kind] = [next(results) for _ in args.seeds]
                 print(row(lr, kind, table[lr, kind]), flush=True)
-    if "lm" not in args.controllers:
+    baselines = [k for k in args.controllers if k.startswith(("fixed", "delta"))]
+    if "lm" not in args.controllers or not baselines:
         return
     print(
         "\nGoals: the default's RMSE over the better baseline's (fixed coefficients and the "
@@ -344,7 +369,6 @@ def main(argv: List[str] = None) -> None:
             key = "rmse" if all(r["reached"] for r in rows) else "rmse2"
             return mean(rows, key), key
 
-        baselines = [k for k in args.controllers if k.startswith(("fixed", "delta"))]
         best = min(baselines, key=lambda k: rmse(k)[0])
         base, key = rmse(best)
         lm = mean(table[lr, "lm"], key)
