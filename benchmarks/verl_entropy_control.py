@@ -4,7 +4,7 @@ Usage::
 
     python benchmarks/verl_entropy_control.py --jobs 2
     python benchmarks/verl_entropy_control.py --seeds 0 --lrs 0.01 --controllers none lm
-    python benchmarks/verl_entropy_control.py --controllers lm --lm-settings kd=8
+    python benchmarks/verl_entropy_control.py --controllers lm lm:kd=8
 
 Needs the ``verl`` extra (``pip install -e ".[verl]"``).  verl's rollout servers (vLLM,
 SGLang) and worker group need GPUs and a Ray cluster; here one process stands in for them
@@ -27,8 +27,8 @@ Controllers: ``none`` (verl's default, coefficient 0); ``fixed_0.001`` / ``fixed
 (the ±Δ rule of verl PR #1234, Skywork-OR1's: the coefficient moves by Δ towards more bonus
 while the step's entropy is at or below the target, by -Δ above, clipped to [0, 1], and
 is applied only at or below the target); ``lm`` (``EntropyControlTrainer`` with
-``lm_controller(64, target)``, this package's default; ``--lm-settings`` changes its
-``LM_SETTINGS`` for the run, to compare neighbours of the default).
+``lm_controller(64, target)``, this package's default); ``lm:kd=8,ki=0.1`` is ``lm`` with
+those of its ``LM_SETTINGS`` changed (as in ``llm_entropy_control.py``).
 
 Metrics (``benchmarks/llm_entropy_control.py``'s, over the seeds): tracking RMSE from the
 first step the entropy is within 5 % above the target (``reached``: how many seeds got
@@ -52,7 +52,8 @@ from unittest import mock
 
 import numpy as np
 import torch
-from llm_entropy_control import TRLRule, summarize
+from llm_entropy_control import LM_NAMES, TRLRule, pid_changes, summarize
+from llm_entropy_control import controller_kind as llm_controller_kind
 from stamp import stamp
 
 from alf_entropy.integrations.llm import LM_SETTINGS
@@ -142,7 +143,7 @@ def verl_config(kind: str, target: float):
         f"actor_rollout_ref.actor.calculate_entropy={kind != 'none'}",
         "trainer.resume_mode=disable",
     ]
-    if kind == "lm":
+    if kind.startswith("lm"):
         overrides += [
             "trainer.v1.trainer_mode=entropy_control",
             f"+entropy_control.target={target}",
@@ -160,7 +161,7 @@ def make_trainer(kind: str, group: ToyActorGroup, config, steps: int, target: fl
 
     from alf_entropy.integrations import verl as alf_verl
 
-    if kind == "lm":
+    if kind.startswith("lm"):
         trainer = alf_verl.EntropyControlTrainer(config)
     elif kind.startswith("delta"):
         rule = TRLRule(float(kind.split("_")[1]), lambda: target)
@@ -288,34 +289,27 @@ def row(lr: float, kind: str, rows: List[Dict[str, float]]) -> str:
 
 
 def _call(args: tuple) -> Dict[str, float]:
-    *args, settings = args
-    with mock.patch.dict(LM_SETTINGS, settings):
+    with mock.patch.dict(LM_SETTINGS, pid_changes(args[0])):  # lm:name=value,...
         return run(*args)
 
 
-def setting(text: str) -> tuple:
-    """``name=value`` of ``--lm-settings``."""
-    name, _, value = text.partition("=")
-    if name not in LM_SETTINGS or not value:
-        raise argparse.ArgumentTypeError(f"expected name=value, name one of {list(LM_SETTINGS)}")
-    return name, float(value)
+def controller_kind(text: str) -> str:
+    """``argparse`` type of ``--controllers``: a name of ``CONTROLLERS`` or ``lm:k=v,...``."""
+    with contextlib.suppress(argparse.ArgumentTypeError):
+        if text in CONTROLLERS or llm_controller_kind(text).startswith("lm:"):
+            return text
+    raise argparse.ArgumentTypeError(
+        f"{text!r}: one of {CONTROLLERS}, or lm:name=value,... with names of {LM_NAMES}"
+    )
 
 
 def main(argv: List[str] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--controllers", nargs="+", default=list(CONTROLLERS), choices=CONTROLLERS)
+    parser.add_argument("--controllers", nargs="+", default=list(CONTROLLERS), type=controller_kind)
     parser.add_argument("--lrs", type=float, nargs="+", default=[3e-3, 1e-2])
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--target", type=float, default=2.5)
-    parser.add_argument(
-        "--lm-settings",
-        type=setting,
-        nargs="+",
-        default=[],
-        metavar="NAME=VALUE",
-        help="lm_controller's settings that differ from LM_SETTINGS",
-    )
     parser.add_argument(
         "--jobs",
         type=int,
@@ -327,14 +321,13 @@ def main(argv: List[str] = None) -> None:
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
     torch.set_num_threads(1)
-    settings = {**LM_SETTINGS, **dict(args.lm_settings)}
     print(
         f"verl entropy control ({stamp(['verl', 'transformers'])}); seeds {args.seeds}, "
-        f"{args.steps} steps, target {args.target}, lm settings {settings}\n"
+        f"{args.steps} steps, target {args.target}\n"
     )
     print(HEADER)
     runs = [
-        (k, lr, s, args.steps, args.target, settings)
+        (k, lr, s, args.steps, args.target)
         for lr in args.lrs
         for k in args.controllers
         for s in args.seeds
