@@ -33,10 +33,13 @@ those of its ``LM_SETTINGS`` changed (as in ``llm_entropy_control.py``).
 Metrics (``benchmarks/llm_entropy_control.py``'s, over the seeds): tracking RMSE from the
 first step the entropy is within 5 % above the target (``reached``: how many seeds got
 there), the same over the last half of the run for every row (``RMSE, 2nd half``), the
-mean entropy of the last 20 steps, seconds per step and the trainer's ``_update_actor``
-without the worker group's update (for ``lm`` the controller's whole cost) over the step's.
-A second table gives the goals: the default's RMSE over the better of the fixed
-coefficients' and the ±Δ rule's, and its mean entropy of the last half over the target.
+shares of the tracking squared error above the target (``error above``) and above it after
+10 updates without a bonus (``above, held at 0``: a bonus only raises the entropy, so there
+no controller of the bonus can do more), the mean entropy of the last 20 steps, seconds per
+step and the trainer's ``_update_actor`` without the worker group's update (for ``lm`` the
+controller's whole cost) over the step's. A second table gives the goals: the default's
+RMSE over the better of the fixed coefficients' and the ±Δ rule's, its mean entropy of the
+last half over the target, and the RMSE ratio without the steps held at 0.
 """
 
 import argparse
@@ -56,10 +59,12 @@ from llm_entropy_control import LM_NAMES, TRLRule, pid_changes, summarize
 from llm_entropy_control import controller_kind as llm_controller_kind
 from stamp import stamp
 
+from alf_entropy.experiments import control_metrics
 from alf_entropy.integrations.llm import LM_SETTINGS
 
 CONTROLLERS = ("none", "fixed_0.001", "fixed_0.01", "delta_0.005", "delta_0.05", "lm")
 PROMPTS, GROUP, LENGTH, VOCAB = 8, 4, 8, 64
+HELD = 10  # updates without a bonus after which an entropy above the target is not the bonus's
 
 
 class ToyActorGroup:
@@ -71,6 +76,7 @@ class ToyActorGroup:
 
         actor = config.actor_rollout_ref.actor
         self.model, self.grad_clip, self.data, self.update_s = model, actor.grad_clip, None, 0.0
+        self.coeffs = []  # the coefficient each update applied
         self.optimizer = torch.optim.AdamW(
             model.parameters(),
             lr=lr,
@@ -89,7 +95,11 @@ class ToyActorGroup:
         from verl.utils import tensordict_utils as tu
         from verl.workers.engine.utils import prepare_micro_batches
 
+        from alf_entropy.integrations.verl import COEFF_KEY
+
         t0 = time.perf_counter()
+        fixed = self.loss_fn.keywords["config"].entropy_coeff
+        self.coeffs.append(float(batch.extra_info.get(COEFF_KEY, fixed)))
         data = self.data.clone()
         for key, value in batch.extra_info.items():  # as verl's TransferQueue bridge does
             tu.assign_non_tensor_data(data, key, value)
@@ -257,13 +267,34 @@ def run(kind: str, lr: float, seed: int, steps: int, target: float) -> Dict[str,
     late = np.asarray(entropies[steps // 2 :])
     result["rmse2"] = float(np.sqrt(np.mean((late - target) ** 2)))
     result["mean2"] = float(np.mean(late))
+    result.update(error_shares(entropies, group.coeffs, target))
     return result
+
+
+def error_shares(entropies, coeffs, target, held=HELD) -> Dict[str, float]:
+    """Of the tracking squared error: the share above the target (``above``), and the share
+    above it after ``held`` updates without any bonus (``at0``: a bonus can only raise the
+    entropy, so there the controller was already doing the most it could)."""
+    e, c = np.asarray(entropies) - target, np.asarray(coeffs)
+    start = control_metrics.warmup_end(entropies, target)
+    if start == len(e):
+        return {"above": math.nan, "at0": math.nan, "rmse_acting": math.nan}
+    idle = np.array([t >= held and not c[t - held : t].any() for t in range(len(e))])
+    sq = e[start:] ** 2
+    up = e[start:] > 0
+    return {
+        "above": float(sq[up].sum() / sq.sum()),
+        "at0": float(sq[up & idle[start:]].sum() / sq.sum()),
+        # the tracking RMSE without those steps' error
+        "rmse_acting": float(np.sqrt(sq[~(up & idle[start:])].sum() / len(sq))),
+    }
 
 
 HEADER = (
     "| lr | controller | RMSE [seeds' range] | reached | RMSE, 2nd half [seeds' range] "
-    "| noise | floor | mean H, 2nd half | final H | reward | s / step | hook s / step s |\n"
-    "|---|---|---|---|---|---|---|---|---|---|---|---|"
+    "| noise | floor | error above | above, held at 0 | mean H, 2nd half | final H | reward "
+    "| s / step | hook s / step s |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -282,6 +313,7 @@ def row(lr: float, kind: str, rows: List[Dict[str, float]]) -> str:
         f"| {lr:g} | {kind} | {spread(rows, 'rmse')} | "
         f"{sum(r['reached'] for r in rows):.0f}/{len(rows)} | {spread(rows, 'rmse2')} | "
         f"{mean(rows, 'noise'):.3f} | {mean(rows, 'floor'):.3f} | "
+        f"{mean(rows, 'above'):.0%} | {mean(rows, 'at0'):.0%} | "
         f"{mean(rows, 'mean2'):.3f} | {mean(rows, 'final_h'):.3f} | "
         f"{mean(rows, 'reward'):.2f} | {mean(rows, 'step_s'):.3g} | "
         f"{mean(rows, 'ctl_s') / mean(rows, 'step_s'):.2%} |"
@@ -353,7 +385,8 @@ def main(argv: List[str] = None) -> None:
     )
     print(
         "| lr | better baseline | its RMSE | lm RMSE | ratio (goal <= 0.5) | "
-        "lm mean H / target (goal 0.9-1.1) |\n|---|---|---|---|---|---|"
+        "lm mean H / target (goal 0.9-1.1) | ratio, less the steps held at 0 |\n"
+        "|---|---|---|---|---|---|---|"
     )
     for lr in args.lrs:
 
@@ -367,7 +400,8 @@ def main(argv: List[str] = None) -> None:
         lm = mean(table[lr, "lm"], key)
         print(
             f"| {lr:g} | {best} | {base:.3f} ({key}) | {lm:.3f} | {lm / base:.2f} | "
-            f"{mean(table[lr, 'lm'], 'mean2') / args.target:.3f} |"
+            f"{mean(table[lr, 'lm'], 'mean2') / args.target:.3f} | "
+            f"{mean(table[lr, 'lm'], 'rmse_acting') / mean(table[lr, best], 'rmse_acting'):.2f} |"
         )
 
 
