@@ -97,9 +97,9 @@ class ToyActorGroup:
 
         from alf_entropy.integrations.verl import COEFF_KEY
 
-        t0 = time.perf_counter()
         fixed = self.loss_fn.keywords["config"].entropy_coeff
         self.coeffs.append(float(batch.extra_info.get(COEFF_KEY, fixed)))
+        t0 = time.perf_counter()
         data = self.data.clone()
         for key, value in batch.extra_info.items():  # as verl's TransferQueue bridge does
             tu.assign_non_tensor_data(data, key, value)
@@ -279,14 +279,15 @@ def error_shares(entropies, coeffs, target, held=HELD) -> Dict[str, float]:
     start = control_metrics.warmup_end(entropies, target)
     if start == len(e):
         return {"above": math.nan, "at0": math.nan, "rmse_acting": math.nan}
-    idle = np.array([t >= held and not c[t - held : t].any() for t in range(len(e))])
+    idle = np.array([t >= held and not c[t - held : t].any() for t in range(start, len(e))])
     sq = e[start:] ** 2
     up = e[start:] > 0
+    at0 = up & idle
     return {
         "above": float(sq[up].sum() / sq.sum()),
-        "at0": float(sq[up & idle[start:]].sum() / sq.sum()),
+        "at0": float(sq[at0].sum() / sq.sum()),
         # the tracking RMSE without those steps' error
-        "rmse_acting": float(np.sqrt(sq[~(up & idle[start:])].sum() / len(sq))),
+        "rmse_acting": float(np.sqrt(sq[~at0].sum() / len(sq))),
     }
 
 
