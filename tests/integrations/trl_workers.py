@@ -11,6 +11,8 @@ reduction what ``accelerator.reduce`` got and returned, and the callback's
 history, for the test (in the parent process) to compare across ranks.
 """
 
+import faulthandler
+import gc
 import json
 import os
 import sys
@@ -20,7 +22,8 @@ ACCUMULATION = 4
 TARGET = 3.66  # above the random model's entropy (~3.6, at most ln 39): the coefficient moves
 
 
-def main(out_dir: str) -> None:
+def train(out_dir: str) -> None:
+    """Train on this rank and write ``OUT_DIR/rank{RANK}.json``."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
     import transformers
@@ -148,9 +151,20 @@ def main(out_dir: str) -> None:
         json.dump(result, f)
     os.replace(path + ".tmp", path)
     accelerator.wait_for_everyone()
-    # Leave the gloo group before exit: a group torn down by interpreter exit can abort
-    # ("terminate called without an active exception", exit -6) while a peer still talks.
-    accelerator.end_training()
+
+
+def main(out_dir: str) -> None:
+    faulthandler.enable()  # a fatal signal prints every thread's Python stack to stderr
+    train(out_dir)
+    # Leave the gloo group while the interpreter is alive. The trainer's DDP model holds the
+    # group: destroy_process_group with the trainer still referenced left the gloo threads
+    # running until interpreter exit, where tearing them down can abort rank 0 (-6,
+    # "terminate called without an active exception"; seen twice in CI). Collecting the
+    # trainer (train's locals, in reference cycles) first ends them here.
+    gc.collect()
+    import torch.distributed
+
+    torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
