@@ -162,9 +162,9 @@ def main(out_dir: str) -> None:
     # "terminate called without an active exception"; seen twice in CI). Collecting the
     # trainer (train's locals, in reference cycles) first ends them here.
     gc.collect()
-    import torch.distributed
+    from alf_entropy.utils import distributed
 
-    torch.distributed.destroy_process_group()
+    distributed.shutdown()
 
 
 if __name__ == "__main__":
