@@ -25,6 +25,7 @@ from typing import Any, Callable, Optional, Tuple
 import torch
 import torch.nn as nn
 
+from alf_entropy.algorithms.actor_critic_algorithm import ActorCriticAlgorithm
 from alf_entropy.algorithms.algorithm import Algorithm, OptimizerArg
 from alf_entropy.algorithms.compiled_update import CompiledUpdate
 from alf_entropy.algorithms.sac_losses import (
@@ -42,7 +43,6 @@ from alf_entropy.algorithms.sac_networks import (
 )
 from alf_entropy.controllers import EntropyController, SGDEntropyTargetAlgorithm
 from alf_entropy.data_structures import AlgStep, LossInfo, TimeStep
-from alf_entropy.networks import mode_of
 from alf_entropy.networks.critic_networks import CriticNetworks
 from alf_entropy.tensor_specs import BoundedTensorSpec
 from alf_entropy.utils import nest, summary
@@ -232,17 +232,7 @@ class SacAlgorithm(Algorithm):
         return self._entropy_target_algorithm.alpha
 
     # ----------------------------------------------------------------- acting
-    def predict_step(self, inputs: TimeStep, state: Any = ()) -> AlgStep:
-        """The deterministic action (mode of the policy), for evaluation.
-
-        Args:
-            inputs: a ``TimeStep`` with a batched ``observation``.
-            state: unused.
-
-        Returns:
-            AlgStep: ``output`` the action ``[B, ...]``.
-        """
-        return AlgStep(output=mode_of(self._actor_network(inputs.observation)), state=state)
+    predict_step = ActorCriticAlgorithm.predict_step  # the mode of the policy, for evaluation
 
     def rollout_step(self, inputs: TimeStep, state: Any = ()) -> AlgStep:
         """A sampled action, for collecting experience (call under no_grad).

@@ -20,6 +20,7 @@ import torch
 from absl import logging
 
 from alf_entropy.algorithms.algorithm import Algorithm
+from alf_entropy.controllers.base import arguments
 from alf_entropy.data_structures import TimeStep
 from alf_entropy.environments import run_episodes
 from alf_entropy.storage.run_dir import RunDir
@@ -46,11 +47,10 @@ EVAL_SEED_OFFSET = 1_000_003
 """Evaluation environments are seeded ``seed + EVAL_SEED_OFFSET`` (apart from training's)."""
 
 
-def trainer_arguments(local_vars: Dict[str, Any], *own: str) -> Dict[str, Any]:
-    """What a concrete trainer passes to :class:`Trainer`: the ``locals()`` its ``__init__``
-    takes first thing (its arguments), without its ``own`` ones, ``self`` and the
-    ``__class__`` that ``super()`` adds."""
-    return {k: v for k, v in local_vars.items() if k not in ("self", "__class__", *own)}
+trainer_arguments = arguments
+"""What a concrete trainer passes to :class:`Trainer`: ``trainer_arguments(locals(), *own)``, the
+``locals()`` its ``__init__`` takes first thing (its arguments), without its ``own`` ones,
+``self`` and the ``__class__`` that ``super()`` adds (the controllers' ``arguments``)."""
 
 
 class Trainer(Run):
