@@ -200,18 +200,16 @@ class StackedModule(nn.Module):
     def _rows(self, inputs: Tuple[Any, ...]) -> Tuple[Any, int]:
         """``inputs`` ``[K, M, ...]`` as ``[K * M, ...]`` rows, and ``M``."""
         k = self.num_members
-        if len(inputs) == 1 and isinstance(inputs[0], torch.Tensor):  # the common case, fast
-            x = inputs[0]
-            if x.dim() < 2 or x.shape[0] != k:
-                raise ValueError(f"inputs must be [K={k}, M, ...], got shape {tuple(x.shape)}")
-            return (x.reshape(k * x.shape[1], *x.shape[2:]),), x.shape[1]
-        leaves = nest.flatten(inputs)
+        fast = len(inputs) == 1 and isinstance(inputs[0], torch.Tensor)  # the common case
+        leaves = inputs if fast else nest.flatten(inputs)
         if not leaves:
             raise ValueError("StackedModule needs at least one input tensor")
         for x in leaves:
             if x.dim() < 2 or x.shape[0] != k:
                 raise ValueError(f"inputs must be [K={k}, M, ...], got shape {tuple(x.shape)}")
         m = leaves[0].shape[1]
+        if fast:
+            return (inputs[0].reshape(k * m, *inputs[0].shape[2:]),), m
         return nest.map_structure(lambda x: x.reshape(k * m, *x.shape[2:]), inputs), m
 
     def forward(self, *inputs: Any) -> Any:
@@ -313,8 +311,7 @@ def sample_members(
         return rows.reshape(probs.shape[:-1])
     if isinstance(dist, td.Normal):
         shape = dist.batch_shape
-        loc = dist.loc.expand(shape).reshape(k, -1, *shape[1:])
-        scale = dist.scale.expand(shape).reshape(k, -1, *shape[1:])
+        loc, scale = (x.expand(shape).reshape(k, -1, *shape[1:]) for x in (dist.loc, dist.scale))
         if not reparameterize:
             return torch.cat(
                 [torch.normal(loc[i], scale[i], generator=g) for i, g in enumerate(generators)]

@@ -63,7 +63,7 @@ def _element_bounds(spec: TensorSpec) -> Optional[Tuple[np.ndarray, np.ndarray]]
 def _check_bounded(spec: TensorSpec, fn_name: str) -> Tuple[np.ndarray, np.ndarray]:
     """Bounds of ``spec``; ValueError if unbounded or a continuous element is degenerate."""
     bounds = _element_bounds(spec)
-    if bounds is None or not (np.isfinite(bounds[0]).all() and np.isfinite(bounds[1]).all()):
+    if bounds is None or not np.isfinite(bounds).all():
         raise ValueError(
             f"{fn_name}: spec must be a BoundedTensorSpec with finite minimum and "
             f"maximum, got {spec!r}"
