@@ -203,7 +203,7 @@ def device_update(controller: Any, entropy: torch.Tensor, mask: torch.Tensor) ->
     controller.driver.step(
         controller.rule, controller.consts, Inputs(mean.to(torch.float32), count, restart)
     )
-    return controller.driver.log_alpha.exp()
+    return controller.alpha
 
 
 def _adam_state(opt: torch.optim.Optimizer, group: dict, p: torch.Tensor) -> dict:

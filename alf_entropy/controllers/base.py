@@ -36,6 +36,7 @@ class EntropyController(AlfSubAlgorithm, nn.Module):
     SUMMARY = summary  # alf_entropy's summaries, or (a subclass's) ALF's
     CLAMPED = True  # alpha stays in [min_alpha, max_alpha] (not a fixed coefficient)
     ZERO_ALPHA = False  # alpha may be 0 (a log-space rule cannot start there)
+    SIGNED = False  # a min_alpha < 0 is alpha's floor (a penalty; log_alpha: its positive part's)
     STAGE = 1  # the stage of a rule without stages (a fixed coefficient's: -1)
 
     def __init__(
@@ -217,9 +218,9 @@ class EntropyController(AlfSubAlgorithm, nn.Module):
     def _update(self, entropy, count, restart=False):
         """The scheduled target, the device step, the report; the new alpha."""
         self.refresh_target()
-        alpha = self.driver.update(self.rule, self.consts, entropy, count, restart)
+        self.driver.update(self.rule, self.consts, entropy, count, restart)
         report(self, count)
-        return alpha
+        return self.alpha  # eager's exp, outside a compiled graph: the same bits
 
     def check_progress(self) -> None:
         """A rule's own warnings (``report`` calls it where reading costs nothing)."""

@@ -190,9 +190,9 @@ class Driver(nn.Module):
         entropy: torch.Tensor,
         count: Optional[torch.Tensor] = None,
         restart: bool = False,
-    ) -> torch.Tensor:
+    ) -> None:
         """One ``device_step`` from the mean ``entropy`` of ``count`` elements (None: one);
-        ``restart``: a new span of ``log_alpha`` starts; the new alpha."""
+        ``restart``: a new span of ``log_alpha`` starts."""
         entropy = entropy.detach().to(self.log_alpha.device, torch.float32)
         count = entropy.new_ones(()) if count is None else count
         inputs = Inputs(entropy, count, torch.full_like(count, restart, dtype=torch.bool))
@@ -207,7 +207,6 @@ class Driver(nn.Module):
             new = device_step(x, rule, consts, self._type(*(v[()] for v in views)), host)
             for view, value in zip(views, new):
                 view[...] = value
-        return self.log_alpha.exp()  # eager's exp, outside a compiled graph: the same bits
 
 
 @functools.lru_cache(maxsize=None)

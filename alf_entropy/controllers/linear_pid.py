@@ -1,5 +1,6 @@
-"""PID control of the coefficient itself (Stooke et al. 2020's PID-Lagrangian form), for a
-one-sided actuator: a log-space rule nears 0 only by decades, this one reaches 0 and holds it."""
+"""PID control of the coefficient itself (Stooke et al. 2020's PID-Lagrangian form): a
+log-space rule nears 0 only by decades, this one reaches 0 and holds it, or goes below 0 (an
+entropy penalty) down to a negative ``min_alpha``."""
 
 from collections import namedtuple
 from typing import Any, Dict, Optional, Sequence
@@ -13,8 +14,9 @@ from alf_entropy.utils.checks import check_real
 
 __all__ = ["LinearPIDEntropyTargetAlgorithm", "linear_pid_rule"]
 
-# integral: in coefficient units, in [min_alpha, max_alpha]; level: the smoothed entropy
-LinearPIDState = state_type("LinearPIDState", "integral level")
+# integral: in coefficient units, in [min_alpha, max_alpha]; level: the smoothed entropy;
+# alpha: the coefficient (log_alpha is its positive part's)
+LinearPIDState = state_type("LinearPIDState", "integral level alpha")
 LinearPIDConsts = namedtuple("LinearPIDConsts", "kp ki kd beta lo hi g0 gslope")
 
 
@@ -24,17 +26,25 @@ def linear_pid_rule(x: Any, s: LinearPIDState, entropy: Any, c: LinearPIDConsts)
     first = s.count == 0
     level = x.where(first, entropy, c.beta * s.level + (1.0 - c.beta) * entropy)
     err = s.target - entropy
-    gain = x.minimum(c.g0 + c.gslope * s.integral, 1.0)
+    gain = x.clip(c.g0 + c.gslope * s.integral, c.g0, 1.0)
     integral = x.clip(s.integral + c.ki * err, c.lo, c.hi)
     kick = c.kp * err - c.kd * (level - x.where(first, entropy, s.level))
     coef = x.clip(integral + gain * kick, c.lo, c.hi)
-    return s._replace(log_alpha=x.log(coef), integral=integral, level=level)
+    positive = x.log(x.maximum(coef, 0.0))
+    return s._replace(log_alpha=positive, integral=integral, level=level, alpha=coef)
+
+
+def _alpha_of_old_state(driver: Any, state: Dict[str, Any], prefix: str, *_: Any) -> None:
+    """A state saved without ``alpha`` (before min_alpha < 0 was possible): ``exp(log_alpha)``."""
+    if prefix + "log_alpha" in state:
+        state.setdefault(prefix + "alpha", state[prefix + "log_alpha"].exp())
 
 
 class LinearPIDEntropyTargetAlgorithm(EntropyController):
-    """PID control of ``alpha`` itself, clamped at ``min_alpha`` (which may be 0).
+    """PID control of ``alpha`` itself, clamped at ``min_alpha``: 0, or below 0 for a penalty.
 
-    Shared arguments: ``EntropyController``'s (``min_alpha <= 0``: alpha reaches 0); its own:
+    Shared arguments: ``EntropyController``'s (``min_alpha < 0``: alpha goes down to it, an
+    entropy penalty while the entropy is above the target); its own:
 
     Args:
         kp: proportional gain, coefficient per nat (>= 0).
@@ -43,7 +53,7 @@ class LinearPIDEntropyTargetAlgorithm(EntropyController):
         trend_ema: smoothing of the entropy for the derivative, in ``[0, 1)``.
         gain_alpha: the integral from which P and D act in full (0: always); below, their share
             falls linearly to ``min_gain`` at 0, where a small coefficient moves the entropy much.
-        min_gain: that share at an integral of 0, in ``(0, 1]``.
+        min_gain: that share at an integral of 0 or below, in ``(0, 1]``.
 
     Examples:
         >>> import torch
@@ -60,6 +70,7 @@ class LinearPIDEntropyTargetAlgorithm(EntropyController):
     State = LinearPIDState
     rule = staticmethod(linear_pid_rule)
     ZERO_ALPHA = True
+    SIGNED = True
 
     def __init__(
         self,
@@ -81,13 +92,24 @@ class LinearPIDEntropyTargetAlgorithm(EntropyController):
         name: str = "LinearPIDEntropyTargetAlgorithm",
     ):
         super().__init__(**arguments(locals()))
-        self.make_state(integral=float(initial_alpha), level=0.0)
+        self.make_state(integral=float(initial_alpha), level=0.0, alpha=float(initial_alpha))
+        self.driver.register_load_state_dict_pre_hook(_alpha_of_old_state)
+
+    @property
+    def alpha(self) -> torch.Tensor:
+        """The entropy coefficient (below 0: a penalty), detached."""
+        return self.driver.alpha.detach().clone()
 
     def _constants(self, s, lo, hi):
         for arg in ("kp", "ki", "kd", "gain_alpha"):
             check_real(arg, s[arg], minimum=0.0)
         check_real("trend_ema", s["trend_ema"], minimum=0.0, below=1.0)
         check_real("min_gain", s["min_gain"], above=0.0, maximum=1.0)
+        if s["max_alpha_change_per_iteration"] is not None:
+            raise ValueError(
+                "max_alpha_change_per_iteration must be None: a ratio cannot limit an alpha "
+                "that reaches 0"
+            )
         g0, ga = s["min_gain"], s["gain_alpha"]
         g0, gslope = (g0, (1.0 - g0) / ga) if ga > 0 else (1.0, 0.0)
         return LinearPIDConsts(
@@ -98,7 +120,7 @@ class LinearPIDEntropyTargetAlgorithm(EntropyController):
                     s["ki"],
                     s["kd"],
                     s["trend_ema"],
-                    max(s["min_alpha"], 0.0),
+                    s["min_alpha"],
                     s["max_alpha"] or MAX_ALPHA,
                     g0,
                     gslope,

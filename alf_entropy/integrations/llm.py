@@ -78,7 +78,7 @@ def controller_alpha_bounds(controller: EntropyController) -> "tuple[float, floa
         return alpha, alpha
     lo = settings.get("min_alpha")
     hi = settings.get("max_alpha")
-    lo = 0.0 if lo is None or lo <= 0 else float(lo)
+    lo = float(lo or 0.0) if controller.SIGNED else max(float(lo or 0.0), 0.0)
     return lo, math.inf if hi is None else float(hi)
 
 
@@ -121,7 +121,8 @@ def lm_controller(
     A bonus can raise an LM's entropy, and only its absence lets it fall: above the target the
     coefficient must be 0, not small.  So the controller is a PID of the coefficient itself,
     clamped at 0 and at TRL's ``entropy_coef_max`` of 1 (``LinearPIDEntropyTargetAlgorithm``
-    with ``LM_SETTINGS``).
+    with ``LM_SETTINGS``).  ``min_alpha=-0.1`` lets it go down to a penalty of 0.1 above the
+    target, which stops a rise that no bonus can (docs/llm_rl.md#an-entropy-penalty).
 
     Args:
         vocabulary: the token spec (``BoundedTensorSpec((), torch.int64, 0, V - 1)``) or the
@@ -133,6 +134,8 @@ def lm_controller(
         >>> lm = lm_controller(151_936, 0.5)
         >>> float(lm.adjust_alpha(0.8)), float(lm.adjust_alpha(0.3)) > 0  # above, then below
         (0.0, True)
+        >>> round(float(lm_controller(151_936, 0.5, min_alpha=-0.1).adjust_alpha(0.8)), 4)
+        -0.09
     """
     if isinstance(vocabulary, numbers.Integral) and not isinstance(vocabulary, bool):
         vocabulary = BoundedTensorSpec(

@@ -137,6 +137,8 @@ def control_alpha(
             "controller; build it without them and give the controller min_alpha/"
             "max_alpha instead"
         )
+    if controller.SIGNED and controller.settings["min_alpha"] < 0:
+        raise ValueError("the controller's min_alpha must be >= 0: TorchRL's loss holds log(alpha)")
     init, alpha = float(loss_module.alpha_init), float(controller.alpha)
     if not math.isclose(init, alpha, rel_tol=1e-5):
         raise ValueError(

@@ -103,21 +103,22 @@ def grpo_config_kwargs(controller: EntropyController) -> Dict[str, Any]:
     Returns:
         ``use_adaptive_entropy=True`` (TRL measures the step's entropy),
         ``entropy_coef_delta=0.0`` (its rule stays still), ``entropy_target=inf`` (its gate
-        stays open), ``entropy_coef`` = the controller's ``alpha``, ``entropy_coef_min=0.0``
-        and ``entropy_coef_max`` = its ``max_alpha`` (``inf`` if unbounded).
+        stays open), ``entropy_coef`` = the controller's ``alpha``, ``entropy_coef_min`` and
+        ``entropy_coef_max`` = its ``min_alpha`` (0 for a rule that cannot go below) and
+        ``max_alpha`` (``inf`` if unbounded).
 
     Raises:
         TypeError: if ``controller`` is not an unbatched, non-nested controller.
         ValueError: if it is not on the CPU.
     """
     check_step_controller(controller)
-    _, hi = controller_alpha_bounds(controller)
+    lo, hi = controller_alpha_bounds(controller)
     return dict(
         use_adaptive_entropy=True,
         entropy_coef_delta=0.0,
         entropy_target=math.inf,
         entropy_coef=float(controller.alpha),
-        entropy_coef_min=0.0,
+        entropy_coef_min=lo,
         entropy_coef_max=hi,
     )
 

@@ -20,7 +20,8 @@ ranks, before the update).  :class:`EntropyControlTrainer`, verl's sync trainer 
 The trainer runs in a Ray process, where this module must be imported for verl to find the
 mode: :func:`register` is Ray's ``worker_process_setup_hook`` for that.  The controller comes
 from the config: ``entropy_control.target`` (``lm_controller(vocabulary, target)``, the
-vocabulary the tokenizer's unless ``entropy_control.vocabulary``), or
+vocabulary the tokenizer's unless ``entropy_control.vocabulary``, ``LM_SETTINGS`` changed by
+``entropy_control.settings``, e.g. ``+entropy_control.settings.min_alpha=-0.1``), or
 ``entropy_control.controller``, the import path of a function of the vocabulary size that
 returns one (any controller; scheduled targets).  :func:`check_verl_config` refuses what would
 silently break control.  The user guide is ``docs/llm_rl.md``.
@@ -132,11 +133,12 @@ def check_verl_config(config: Any) -> None:
 
 def make_controller(config: Any, vocabulary: int) -> EntropyController:
     """The controller of ``config.entropy_control``: its ``controller(vocabulary)``, or
-    ``lm_controller(vocabulary, target)`` (``vocabulary`` unless it gives one)."""
+    ``lm_controller(vocabulary, target, **settings)`` (``vocabulary`` unless it gives one)."""
     control = config.entropy_control
     if control.get("controller") is not None:
         return hydra.utils.get_method(control.controller)(vocabulary)
-    return lm_controller(control.get("vocabulary") or vocabulary, control.target)
+    settings = control.get("settings") or {}
+    return lm_controller(control.get("vocabulary") or vocabulary, control.target, **settings)
 
 
 class EntropyControlTrainer(PPOTrainerSync):

@@ -181,6 +181,42 @@ def test_the_linear_pid_reaches_zero_above_the_target_and_rebuilds_from_it(mode)
 
 
 @pytest.mark.parametrize("mode", ["host", "tensor"])
+def test_the_linear_pid_goes_down_to_a_negative_min_alpha_and_back(mode):
+    """``min_alpha < 0``: above the target alpha falls to it exactly (an entropy penalty, with
+    ``log_alpha`` its positive part's), the loss pushes the entropy down; below, a bonus again."""
+    pid = LinearPIDEntropyTargetAlgorithm(
+        FOUR, target_entropy=1.0, initial_alpha=0.0, min_alpha=-0.2, max_alpha=1.0, update_mode=mode
+    )
+    assert float(pid.alpha) == 0.0
+    for _ in range(100):
+        alpha = pid.adjust_alpha(1.6)
+    floor = torch.tensor(-0.2).item()  # min_alpha in float32
+    assert float(alpha) == float(pid.alpha) == float(pid.integral) == floor
+    assert float(pid.log_alpha) < -100  # the positive part: 0
+    info = pid.entropy_loss(torch.full((4,), 1.2), update=False)
+    assert torch.equal(info.loss, -pid.alpha * torch.full((4,), 1.2)) and info.loss[0] > 0
+    alphas = [float(pid.adjust_alpha(0.4)) for _ in range(30)]
+    assert alphas[-1] > 0.0 and min(alphas) >= floor
+    with pytest.raises(ValueError, match="max_alpha_change_per_iteration must be None"):
+        LinearPIDEntropyTargetAlgorithm(FOUR, target_entropy=1.0, max_alpha_change_per_iteration=2)
+
+
+def test_a_linear_pid_state_saved_without_alpha_loads_it_from_log_alpha():
+    """A checkpoint of the linear PID from before ``alpha`` was a field of its own (it held
+    ``exp(log_alpha)``) resumes at the same coefficient."""
+    pid = LinearPIDEntropyTargetAlgorithm(FOUR, target_entropy=1.0, min_alpha=0.0, max_alpha=1.0)
+    for h in (0.5, 0.6, 0.7):
+        pid.adjust_alpha(h)
+    old = {k: v for k, v in pid.state_dict().items() if k != "driver.alpha"}
+    resumed = LinearPIDEntropyTargetAlgorithm(
+        FOUR, target_entropy=1.0, min_alpha=0.0, max_alpha=1.0
+    )
+    resumed.load_state_dict(old)
+    assert float(pid.alpha) > 0 and torch.equal(resumed.alpha, pid.log_alpha.exp())
+    assert torch.equal(resumed.adjust_alpha(0.8), pid.adjust_alpha(0.8))
+
+
+@pytest.mark.parametrize("mode", ["host", "tensor"])
 def test_the_linear_pids_kicks_shrink_with_the_integral(mode):
     """Below ``gain_alpha`` the P and D terms act at a share falling to ``min_gain`` at an
     integral of 0; from ``gain_alpha`` on, in full, as without the option."""

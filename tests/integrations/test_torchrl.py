@@ -43,6 +43,7 @@ from torchrl.objectives import DiscreteSACLoss, SACLoss, SoftUpdate  # noqa: E40
 
 from alf_entropy.controllers import (  # noqa: E402
     EntropyTargetAlgorithm,
+    LinearPIDEntropyTargetAlgorithm,
     PIDEntropyTargetAlgorithm,
     SGDEntropyTargetAlgorithm,
 )
@@ -346,6 +347,16 @@ def test_wiring_refuses_what_would_make_the_loss_use_another_alpha(
     with pytest.raises(error, match=match):
         control_alpha(loss, controller)
     assert isinstance(loss.log_alpha, nn.Parameter)  # left as it was
+
+
+def test_wiring_refuses_a_controller_whose_alpha_can_go_below_zero():
+    env, loss, _ = _sac()
+    controller = LinearPIDEntropyTargetAlgorithm.from_space(
+        env.action_spec_unbatched, initial_alpha=1.0, min_alpha=-0.1
+    )
+    with pytest.raises(ValueError, match="min_alpha must be >= 0"):
+        control_alpha(loss, controller)
+    assert isinstance(loss.log_alpha, nn.Parameter)
 
 
 def test_wiring_refuses_other_types_and_a_second_wiring():

@@ -153,6 +153,11 @@ def test_config_kwargs_and_wrong_settings(tmp_path):
         **{**kwargs, "top_entropy_quantile": 0.2},
     )
     check_grpo_config(quantile, pid, allow_top_entropy_quantile=True)
+    # A controller that may go below 0 (a penalty) needs TRL not to clip it at 0.
+    signed = lm_controller(SPEC, 2.0, min_alpha=-0.1)
+    assert grpo_config_kwargs(signed)["entropy_coef_min"] == pytest.approx(-0.1)
+    with pytest.raises(ValueError, match="entropy_coef_min"):
+        check_grpo_config(args, signed)
     # An unbounded controller needs entropy_coef_max=inf (grpo_config_kwargs gives it).
     staged = EntropyTargetAlgorithm(SPEC, target_entropy=2.0)
     assert grpo_config_kwargs(staged)["entropy_coef_max"] == math.inf

@@ -128,6 +128,14 @@ def test_loss_with_the_coefficient_from_the_metadata_is_verls_with_it_in_the_con
     assert not all(torch.equal(a, b) for a, b in zip(zero_grads, grads))
     with pytest.raises(RuntimeError, match="alf_entropy_coeff"):
         losses_and_grads(controlled, None)
+    # a penalty (min_alpha < 0) is verl's loss with that negative coefficient
+    penalty = omega_conf_to_dataclass(
+        verl_config("actor_rollout_ref.actor.entropy_coeff=-0.07").actor_rollout_ref.actor
+    )
+    loss, grads = losses_and_grads(controlled, -0.07)
+    verl_loss, verl_grads = losses_and_grads(lambda **kw: ppo_loss(penalty, **kw), None)
+    assert all(torch.equal(a, b) for a, b in zip(loss, verl_loss))
+    assert all(torch.equal(a, b) for a, b in zip(grads, verl_grads))
 
 
 # -- the trainer's hooks --------------------------------------------------------------------
@@ -216,6 +224,17 @@ def test_trainer_sets_the_coefficient_of_each_step_from_the_controller(tmp_path)
         assert metrics["perf/mfu/actor"] == 0.5  # verl's own _update_actor ran
     with pytest.raises(RuntimeError, match="actor/entropy"):
         made._update_actor(KVBatchMeta(partition_id="train"), {})
+
+
+def test_settings_of_the_default_controller_come_from_the_config_a_penalty_too(tmp_path):
+    made = trainer(tmp_path, "+entropy_control.settings.min_alpha=-0.1")
+    run(made, ENTROPIES)
+    reference = lm_controller(64, 2.5, min_alpha=-0.1)
+    expected = [float(reference.adjust_alpha(h)) for h in ENTROPIES]
+    assert [s[alf_verl.COEFF_KEY] for s in made.actor_rollout_wg.sent] == expected
+    assert min(expected) < 0 < max(expected)  # above the target a penalty, below a bonus
+    with pytest.raises(ValueError, match="kp must be >= 0"):
+        trainer(tmp_path / "bad", "+entropy_control.settings.kp=-1")
 
 
 def test_resume_gives_the_uninterrupted_coefficients_on_a_scheduled_target(tmp_path):
