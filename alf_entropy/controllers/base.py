@@ -220,7 +220,7 @@ class EntropyController(AlfSubAlgorithm, nn.Module):
         self.refresh_target()
         self.driver.update(self.rule, self.consts, entropy, count, restart)
         report(self, count)
-        return self.alpha  # eager's exp, outside a compiled graph: the same bits
+        return self.alpha  # read eagerly, outside a compiled graph
 
     def check_progress(self) -> None:
         """A rule's own warnings (``report`` calls it where reading costs nothing)."""
