@@ -183,13 +183,12 @@ class StackedCritics(nn.Module):
         self.num_members = len(critics)
         self._input_tensor_spec, self._discrete = first._input_tensor_spec, first._discrete
         self._num_critics, self._act, self._fused = first._num_critics, first._act, first._fused
+        # Layer i's tensor of every critic, stacked (torch.stack copies: nothing is shared).
         self.weights = nn.ParameterList(
-            nn.Parameter(torch.stack([c.weights[i].detach() for c in critics]).clone())
-            for i in range(len(first.weights))
+            nn.Parameter(torch.stack(ws).detach()) for ws in zip(*(c.weights for c in critics))
         )
         self.biases = nn.ParameterList(
-            nn.Parameter(torch.stack([c.biases[i].detach() for c in critics]).clone())
-            for i in range(len(first.biases))
+            nn.Parameter(torch.stack(bs).detach()) for bs in zip(*(c.biases for c in critics))
         )
 
     def forward(
