@@ -174,8 +174,9 @@ class NormalProjectionNetwork(nn.Module):
             )
         self._squash = bool(squash_to_spec)
         if self._squash:
-            lo = np.broadcast_to(action_spec.minimum, self._shape).astype(np.float64)
-            hi = np.broadcast_to(action_spec.maximum, self._shape).astype(np.float64)
+            # (a float spec's bounds are float64 already)
+            lo = np.broadcast_to(action_spec.minimum, self._shape)
+            hi = np.broadcast_to(action_spec.maximum, self._shape)
             # (NaN and inf fail the comparison; half float32's range keeps (hi - lo) / 2 finite)
             if not np.all(np.abs([lo, hi]) < np.finfo(np.float32).max / 2):
                 raise ValueError(
