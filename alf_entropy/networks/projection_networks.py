@@ -105,12 +105,10 @@ class CategoricalProjectionNetwork(nn.Module):
             ``shape``.
         """
         logits = self._layer(encoding)
-        if self._shape:  # (for a scalar action the logits have their shape already)
-            logits = logits.reshape(encoding.shape[:-1] + self._shape + (self._num_actions,))
-        dist = Categorical(logits)
-        if self._shape:
-            dist = td.Independent(dist, len(self._shape), validate_args=False)
-        return dist
+        if not self._shape:  # a scalar action: the logits have their shape already
+            return Categorical(logits)
+        logits = logits.reshape(encoding.shape[:-1] + self._shape + (self._num_actions,))
+        return td.Independent(Categorical(logits), len(self._shape), validate_args=False)
 
 
 class NormalProjectionNetwork(nn.Module):
