@@ -194,7 +194,7 @@ class BoundedTensorSpec(TensorSpec):
                 lo, hi = np.clip(lo, info.min, info.max), np.clip(hi, info.min, info.max)
                 value = rng.integers(lo, hi, size=shape, dtype=np_dtype, endpoint=True)
         else:
-            if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
+            if not np.isfinite((lo, hi)).all():
                 raise ValueError(f"sample needs finite bounds, got {self!r}")
             value = (lo + (hi - lo) * rng.random(size=shape)).astype(np_dtype)
             # Rounding to the dtype may step just outside a bound: clip in it.
