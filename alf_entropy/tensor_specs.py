@@ -126,14 +126,14 @@ class BoundedTensorSpec(TensorSpec):
             maximum = np.iinfo(np.int32).max if self.is_discrete else np.finfo(np.float32).max
         np_dtype = np.float64 if self.is_continuous else np.int64
         try:
-            lo = np.broadcast_to(np.asarray(minimum, dtype=np_dtype), self._shape)
-            hi = np.broadcast_to(np.asarray(maximum, dtype=np_dtype), self._shape)
+            self._minimum = np.array(minimum, dtype=np_dtype)
+            self._maximum = np.array(maximum, dtype=np_dtype)
+            lo = np.broadcast_to(self._minimum, self._shape)
+            hi = np.broadcast_to(self._maximum, self._shape)
         except ValueError as e:
             raise ValueError(f"minimum/maximum must broadcast to shape {self._shape}: {e}") from e
         if np.any(lo > hi):
             raise ValueError(f"minimum must be <= maximum, got minimum={minimum} maximum={maximum}")
-        self._minimum = np.array(minimum, dtype=np_dtype)
-        self._maximum = np.array(maximum, dtype=np_dtype)
 
     def replace(
         self,
