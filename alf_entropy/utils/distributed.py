@@ -61,7 +61,7 @@ class DistributedError(RuntimeError):
 
 def _env_int(name: str, default: Optional[int] = None) -> int:
     value = os.environ.get(name)
-    if value is None or value == "":
+    if not value:  # unset or empty
         if default is None:
             raise ValueError(f"environment variable {name} must be set (torchrun sets it)")
         return default
@@ -92,7 +92,7 @@ def _resolve_timeout(timeout_s: Optional[float]) -> float:
     source = "timeout_s"
     if timeout_s is None:
         env = os.environ.get(TIMEOUT_ENV)
-        if env is None or env == "":
+        if not env:  # unset or empty
             return DEFAULT_TIMEOUT_S
         source = TIMEOUT_ENV
         try:
