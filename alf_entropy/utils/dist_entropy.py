@@ -162,7 +162,7 @@ def entropy_with_fallback(
         results = _leaf_entropy(distributions)
         if action_spec is not None:
             results = _reduce_to_spec("", distributions, action_spec, results)
-        return results[0], results[1]
+        return results  # (entropy, entropy_for_gradient): a tuple either way
     flat_paths = nest.flatten_with_path(distributions)
     if not flat_paths:
         raise ValueError(
