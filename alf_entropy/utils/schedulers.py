@@ -63,7 +63,7 @@ def _check_schedule(
     """Validate a non-empty ``[(progress, value), ...]`` list sorted by progress."""
     if isinstance(schedule, (str, bytes)) or not isinstance(schedule, Sequence):
         raise ValueError(f"schedule must be a list of (progress, value) pairs, got {schedule!r}")
-    if len(schedule) == 0:
+    if not schedule:
         raise ValueError("schedule must not be empty")
     progresses: List[float] = []
     values: List[float] = []
