@@ -202,10 +202,10 @@ def limit_note(run: RunData) -> str:
 
 
 def _group_label(runs, parent):
-    """The group's name: its runs' name without the seed, else ``parent``
+    """The group's name: its first run's name without the seed, else ``parent``
     (seeds of one sweep named only ``seed=N``), else the first run's name."""
-    names = [_SEED_NAME.sub("", r.name).strip("+,_-/") for r in runs]
-    return names[0] or parent or runs[0].name
+    name = _SEED_NAME.sub("", runs[0].name).strip("+,_-/")
+    return name or parent or runs[0].name
 
 
 def write_report(
