@@ -47,7 +47,7 @@ def format_cell(value: Any, column: str = "") -> str:
     if isinstance(value, (float, np.floating)):
         if math.isnan(value):
             return "–"
-        if column in COUNT_COLUMNS and math.isfinite(value):
+        if column in COUNT_COLUMNS:  # (an infinite count prints as inf either way)
             return f"{value:.0f}"
         return f"{value:.4g}"
     return "–" if value is None or value == "" else str(value)
