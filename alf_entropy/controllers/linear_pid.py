@@ -1,6 +1,7 @@
 """PID control of the coefficient itself (Stooke et al. 2020's PID-Lagrangian form): a
 log-space rule nears 0 only by decades, this one reaches 0 and holds it, or goes below 0 (an
-entropy penalty) down to a negative ``min_alpha``."""
+entropy penalty, while the entropy rises above the target without a bonus) down to a negative
+``min_alpha``."""
 
 from collections import namedtuple
 from typing import Any, Dict, Optional, Sequence
@@ -14,22 +15,28 @@ from alf_entropy.utils.checks import check_real
 
 __all__ = ["LinearPIDEntropyTargetAlgorithm", "linear_pid_rule"]
 
-# integral: in coefficient units, in [min_alpha, max_alpha]; level: the smoothed entropy;
-# alpha: the coefficient (log_alpha is its positive part's)
+# integral: in coefficient units, in [lo, max_alpha]; level: the smoothed entropy; alpha: the
+# coefficient (log_alpha is its positive part's)
 LinearPIDState = state_type("LinearPIDState", "integral level alpha")
-LinearPIDConsts = namedtuple("LinearPIDConsts", "kp ki kd beta lo hi g0 gslope")
+# lo: max(min_alpha, 0), the floor but while the entropy rises above the target with the
+# integral at lo: min_alpha
+LinearPIDConsts = namedtuple("LinearPIDConsts", "kp ki kd beta lo hi g0 gslope min_alpha")
 
 
 def linear_pid_rule(x: Any, s: LinearPIDState, entropy: Any, c: LinearPIDConsts) -> LinearPIDState:
-    """``coef = clip(I + g (kp e - kd d(level)))``, ``I = clip(I + ki e)``, ``e = target - H``;
-    ``g = min(1, g0 + gslope I)`` scales the kicks with the coefficient's level."""
+    """``coef = clip(I + g (kp e - kd d))``, ``I = clip(I + ki e)``, ``e = target - H``, ``d``
+    the smoothed entropy's rise; ``g = min(1, g0 + gslope I)`` scales the kicks with the
+    coefficient's level.  A penalty (``coef < 0``) only while ``e < 0``, ``d > 0`` and
+    ``I = 0``: the entropy rises above the target without a bonus behind it (a bonus's
+    overshoot falls back as the bonus eases; an entropy that falls needs none).  ``I >= 0``."""
     first = s.count == 0
     level = x.where(first, entropy, c.beta * s.level + (1.0 - c.beta) * entropy)
     err = s.target - entropy
+    rise = level - x.where(first, entropy, s.level)
     gain = x.clip(c.g0 + c.gslope * s.integral, c.g0, 1.0)
     integral = x.clip(s.integral + c.ki * err, c.lo, c.hi)
-    kick = c.kp * err - c.kd * (level - x.where(first, entropy, s.level))
-    coef = x.clip(integral + gain * kick, c.lo, c.hi)
+    floor = x.where((err < 0) & (rise > 0) & (integral <= c.lo), c.min_alpha, c.lo)
+    coef = x.minimum(x.maximum(integral + gain * (c.kp * err - c.kd * rise), floor), c.hi)
     positive = x.log(x.maximum(coef, 0.0))
     return s._replace(log_alpha=positive, integral=integral, level=level, alpha=coef)
 
@@ -44,7 +51,7 @@ class LinearPIDEntropyTargetAlgorithm(EntropyController):
     """PID control of ``alpha`` itself, clamped at ``min_alpha``: 0, or below 0 for a penalty.
 
     Shared arguments: ``EntropyController``'s (``min_alpha < 0``: alpha goes down to it, an
-    entropy penalty while the entropy is above the target); its own:
+    entropy penalty, while the entropy rises above the target with the integral at 0); its own:
 
     Args:
         kp: proportional gain, coefficient per nat (>= 0).
@@ -120,10 +127,11 @@ class LinearPIDEntropyTargetAlgorithm(EntropyController):
                     s["ki"],
                     s["kd"],
                     s["trend_ema"],
-                    s["min_alpha"],
+                    max(s["min_alpha"], 0.0),
                     s["max_alpha"] or MAX_ALPHA,
                     g0,
                     gslope,
+                    s["min_alpha"],
                 ),
             )
         )

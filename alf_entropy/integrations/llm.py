@@ -121,8 +121,9 @@ def lm_controller(
     A bonus can raise an LM's entropy, and only its absence lets it fall: above the target the
     coefficient must be 0, not small.  So the controller is a PID of the coefficient itself,
     clamped at 0 and at TRL's ``entropy_coef_max`` of 1 (``LinearPIDEntropyTargetAlgorithm``
-    with ``LM_SETTINGS``).  ``min_alpha=-0.1`` lets it go down to a penalty of 0.1 above the
-    target, which stops a rise that no bonus can (docs/llm_rl.md#an-entropy-penalty).
+    with ``LM_SETTINGS``).  ``min_alpha=-0.1`` lets it go down to a penalty of 0.1 while the
+    entropy rises above the target with no bonus behind it, a rise that no bonus can stop
+    (docs/llm_rl.md#an-entropy-penalty).
 
     Args:
         vocabulary: the token spec (``BoundedTensorSpec((), torch.int64, 0, V - 1)``) or the
@@ -134,8 +135,9 @@ def lm_controller(
         >>> lm = lm_controller(151_936, 0.5)
         >>> float(lm.adjust_alpha(0.8)), float(lm.adjust_alpha(0.3)) > 0  # above, then below
         (0.0, True)
-        >>> round(float(lm_controller(151_936, 0.5, min_alpha=-0.1).adjust_alpha(0.8)), 4)
-        -0.09
+        >>> penalty = lm_controller(151_936, 0.5, min_alpha=-0.1)
+        >>> [round(float(penalty.adjust_alpha(h)), 4) for h in (0.6, 0.8)]  # rising above
+        [0.0, -0.1]
     """
     if isinstance(vocabulary, numbers.Integral) and not isinstance(vocabulary, bool):
         vocabulary = BoundedTensorSpec(

@@ -182,21 +182,28 @@ def test_the_linear_pid_reaches_zero_above_the_target_and_rebuilds_from_it(mode)
 
 @pytest.mark.parametrize("mode", ["host", "tensor"])
 def test_the_linear_pid_goes_down_to_a_negative_min_alpha_and_back(mode):
-    """``min_alpha < 0``: above the target alpha falls to it exactly (an entropy penalty, with
-    ``log_alpha`` its positive part's), the loss pushes the entropy down; below, a bonus again."""
+    """``min_alpha < 0``: while the entropy rises above the target with the integral at 0, alpha
+    falls to it exactly (an entropy penalty, with ``log_alpha`` its positive part's) and the
+    loss pushes the entropy down; above the target but flat or falling, or in a bonus's
+    overshoot (the integral above 0), no penalty; below, a bonus.  The integral stays >= 0."""
     pid = LinearPIDEntropyTargetAlgorithm(
         FOUR, target_entropy=1.0, initial_alpha=0.0, min_alpha=-0.2, max_alpha=1.0, update_mode=mode
     )
     assert float(pid.alpha) == 0.0
-    for _ in range(100):
-        alpha = pid.adjust_alpha(1.6)
+    rising = [float(pid.adjust_alpha(1.5 + 0.1 * i)) for i in range(10)]
     floor = torch.tensor(-0.2).item()  # min_alpha in float32
-    assert float(alpha) == float(pid.alpha) == float(pid.integral) == floor
-    assert float(pid.log_alpha) < -100  # the positive part: 0
+    assert rising[0] == 0.0 and rising[1:] == [floor] * 9  # the first update has no trend
+    assert float(pid.integral) == 0.0 and float(pid.log_alpha) < -100  # the positive part: 0
     info = pid.entropy_loss(torch.full((4,), 1.2), update=False)
     assert torch.equal(info.loss, -pid.alpha * torch.full((4,), 1.2)) and info.loss[0] > 0
+    falling = [float(pid.adjust_alpha(2.4 - 0.04 * i)) for i in range(30)]  # to 1.24
+    assert min(falling[5:]) >= 0.0  # once the smoothed entropy falls
+    flat = [float(pid.adjust_alpha(1.3)) for _ in range(40)]
+    assert flat[-1] == 0.0 and float(pid.integral) == 0.0
     alphas = [float(pid.adjust_alpha(0.4)) for _ in range(30)]
-    assert alphas[-1] > 0.0 and min(alphas) >= floor
+    assert alphas[-1] > 0.0 and min(alphas) >= 0.0
+    overshoot = [float(pid.adjust_alpha(1.1 + 0.05 * i)) for i in range(3)]
+    assert min(overshoot) == 0.0 and float(pid.integral) > 0.0
     with pytest.raises(ValueError, match="max_alpha_change_per_iteration must be None"):
         LinearPIDEntropyTargetAlgorithm(FOUR, target_entropy=1.0, max_alpha_change_per_iteration=2)
 
