@@ -59,7 +59,7 @@ LM_SETTINGS = dict(
     gain_alpha=0.2,
     min_gain=0.5,
     initial_alpha=0.0,
-    min_alpha=0.0,
+    min_alpha=-0.05,
     max_alpha=1.0,
 )
 """``lm_controller``'s settings of ``LinearPIDEntropyTargetAlgorithm`` (per nat per token)."""
@@ -121,9 +121,9 @@ def lm_controller(
     A bonus can raise an LM's entropy, and only its absence lets it fall: above the target the
     coefficient must be 0, not small.  So the controller is a PID of the coefficient itself,
     clamped at 0 and at TRL's ``entropy_coef_max`` of 1 (``LinearPIDEntropyTargetAlgorithm``
-    with ``LM_SETTINGS``).  ``min_alpha=-0.1`` lets it go down to a penalty of 0.1 while the
-    entropy rises above the target with no bonus behind it, a rise that no bonus can stop
-    (docs/llm_rl.md#an-entropy-penalty).
+    with ``LM_SETTINGS``).  One exception: while the entropy rises above the target with no
+    bonus behind it, a rise no bonus can stop, the coefficient goes down to a penalty of 0.05
+    (``min_alpha``; ``min_alpha=0`` is a bonus only, docs/llm_rl.md#an-entropy-penalty).
 
     Args:
         vocabulary: the token spec (``BoundedTensorSpec((), torch.int64, 0, V - 1)``) or the
@@ -133,11 +133,13 @@ def lm_controller(
 
     Examples:
         >>> lm = lm_controller(151_936, 0.5)
-        >>> float(lm.adjust_alpha(0.8)), float(lm.adjust_alpha(0.3)) > 0  # above, then below
-        (0.0, True)
-        >>> penalty = lm_controller(151_936, 0.5, min_alpha=-0.1)
-        >>> [round(float(penalty.adjust_alpha(h)), 4) for h in (0.6, 0.8)]  # rising above
-        [0.0, -0.1]
+        >>> [round(float(lm.adjust_alpha(h)), 4) for h in (0.6, 0.8)]  # rising above the target
+        [0.0, -0.05]
+        >>> float(lm.adjust_alpha(0.3)) > 0  # below it
+        True
+        >>> bonus_only = lm_controller(151_936, 0.5, min_alpha=0.0)
+        >>> [round(float(bonus_only.adjust_alpha(h)), 4) for h in (0.6, 0.8)]
+        [0.0, 0.0]
     """
     if isinstance(vocabulary, numbers.Integral) and not isinstance(vocabulary, bool):
         vocabulary = BoundedTensorSpec(

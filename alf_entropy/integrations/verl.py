@@ -21,7 +21,7 @@ The trainer runs in a Ray process, where this module must be imported for verl t
 mode: :func:`register` is Ray's ``worker_process_setup_hook`` for that.  The controller comes
 from the config: ``entropy_control.target`` (``lm_controller(vocabulary, target)``, the
 vocabulary the tokenizer's unless ``entropy_control.vocabulary``, ``LM_SETTINGS`` changed by
-``entropy_control.settings``, e.g. ``+entropy_control.settings.min_alpha=-0.1``), or
+``entropy_control.settings``, e.g. ``+entropy_control.settings.min_alpha=0`` for a bonus only), or
 ``entropy_control.controller``, the import path of a function of the vocabulary size that
 returns one (any controller; scheduled targets).  :func:`check_verl_config` refuses what would
 silently break control.  The user guide is ``docs/llm_rl.md``.

@@ -34,6 +34,7 @@ from alf_entropy.integrations.toy_lm import (  # noqa: E402
     toy_reward,
 )
 from alf_entropy.integrations.trl import (  # noqa: E402
+    LM_SETTINGS,
     STATE_KEY,
     SUPPORTED_TRL,
     EntropyControlCallback,
@@ -127,7 +128,7 @@ def test_config_kwargs_and_wrong_settings(tmp_path):
         entropy_coef_delta=0.0,
         entropy_target=math.inf,
         entropy_coef=0.0,
-        entropy_coef_min=0.0,
+        entropy_coef_min=pytest.approx(LM_SETTINGS["min_alpha"]),
         entropy_coef_max=1.0,
     )
     args = GRPOConfig(output_dir=str(tmp_path), report_to=[], use_cpu=True, **kwargs)
@@ -153,11 +154,16 @@ def test_config_kwargs_and_wrong_settings(tmp_path):
         **{**kwargs, "top_entropy_quantile": 0.2},
     )
     check_grpo_config(quantile, pid, allow_top_entropy_quantile=True)
-    # A controller that may go below 0 (a penalty) needs TRL not to clip it at 0.
-    signed = lm_controller(SPEC, 2.0, min_alpha=-0.1)
-    assert grpo_config_kwargs(signed)["entropy_coef_min"] == pytest.approx(-0.1)
+    # A controller that may go below 0 (the default's penalty) needs TRL not to clip it at 0.
+    assert LM_SETTINGS["min_alpha"] < 0
+    bonus_only = lm_controller(SPEC, 2.0, min_alpha=0.0)
+    assert grpo_config_kwargs(bonus_only)["entropy_coef_min"] == 0.0
+    clipped = GRPOConfig(
+        output_dir=str(tmp_path), report_to=[], use_cpu=True, **grpo_config_kwargs(bonus_only)
+    )
+    check_grpo_config(clipped, bonus_only)
     with pytest.raises(ValueError, match="entropy_coef_min"):
-        check_grpo_config(args, signed)
+        check_grpo_config(clipped, pid)
     # An unbounded controller needs entropy_coef_max=inf (grpo_config_kwargs gives it).
     staged = EntropyTargetAlgorithm(SPEC, target_entropy=2.0)
     assert grpo_config_kwargs(staged)["entropy_coef_max"] == math.inf

@@ -227,17 +227,18 @@ def test_trainer_sets_the_coefficient_of_each_step_from_the_controller(tmp_path)
 
 
 def test_settings_of_the_default_controller_come_from_the_config_a_penalty_too(tmp_path):
-    """``entropy_control.settings`` changes ``LM_SETTINGS``: with ``min_alpha < 0`` a penalty
-    (the entropy rising above the target, no bonus behind it) reaches the workers."""
+    """``entropy_control.settings`` changes ``LM_SETTINGS``: the default's penalty (the
+    entropy rising above the target, no bonus behind it) reaches the workers, and
+    ``min_alpha=0`` leaves a bonus only."""
     rising = [2.6, 3.0, *ENTROPIES]
-    for changes in ({}, {"min_alpha": -0.1}):
+    for changes in ({}, {"min_alpha": 0.0}):
         overrides = [f"+entropy_control.settings.{k}={v}" for k, v in changes.items()]
         made = trainer(tmp_path / str(len(changes)), *overrides, steps=len(rising))
         run(made, rising)
         reference = lm_controller(64, 2.5, **changes)
         expected = [float(reference.adjust_alpha(h)) for h in rising]
         assert [s[alf_verl.COEFF_KEY] for s in made.actor_rollout_wg.sent] == expected
-        assert (min(expected) < 0) == bool(changes) and max(expected) > 0
+        assert (min(expected) < 0) == (not changes) and max(expected) > 0
     with pytest.raises(ValueError, match="kp must be >= 0"):
         trainer(tmp_path / "bad", "+entropy_control.settings.kp=-1")
 
